@@ -1,0 +1,151 @@
+#include "graph/infer.h"
+
+#include <set>
+
+#include "graph/error.h"
+
+namespace trainrt {
+
+namespace {
+
+std::string prefix(const std::string& where, const std::string& what) {
+  return where.empty() ? what : where + ": " + what;
+}
+
+void check_opset(const Graph& g, const Node& n, size_t i, const OpSchema& s, const std::string& where) {
+  if (!canonical_domain(n.domain).empty()) return;
+  int64_t v = g.opset("");
+  if (v >= kMinOpset || v >= s.since_version) return;
+  throw_unsupported(prefix(where, describe_node(n, i)),
+                    "model imports ai.onnx opset " + std::to_string(v) + " but trainrt implements " +
+                        n.op_type + " as of opset " + std::to_string(s.since_version) +
+                        " (accepted: opset >= " + std::to_string(kMinOpset) +
+                        "); hint: re-export with opset_version=13 or newer");
+}
+
+}  // namespace
+
+void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& where) {
+  if (g.opsets.empty()) throw_bad_input(where, "model has no opset_import");
+
+  // 1. Every unsupported op at once.
+  std::string unknown;
+  size_t unknown_count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (reg.find(n.domain, n.op_type)) continue;
+    if (unknown_count++ < 20) {
+      unknown += unknown.empty() ? "" : ", ";
+      unknown += describe_node(n, i);
+      if (!canonical_domain(n.domain).empty()) unknown += " in domain '" + n.domain + "'";
+    }
+  }
+  if (unknown_count)
+    throw_unsupported(where, std::to_string(unknown_count) + " unsupported op" +
+                                 (unknown_count > 1 ? "s" : "") + ": " + unknown +
+                                 (unknown_count > 20 ? ", ..." : ""));
+
+  // 2. Names: each value is defined once.
+  std::set<std::string> defined;
+  for (const std::string& in : g.inputs)
+    if (!defined.insert(in).second) throw_bad_input(where, "graph input '" + in + "' is declared twice");
+  for (const auto& [name, t] : g.initializers) defined.insert(name);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    for (const std::string& o : n.outputs) {
+      if (o.empty()) continue;
+      if (!defined.insert(o).second)
+        throw_bad_input(prefix(where, describe_node(n, i)),
+                        "output '" + o + "' is already defined (duplicate value name)");
+    }
+  }
+
+  // 3. Arity, attributes, opsets, missing inputs.
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const OpSchema& s = *reg.find(n.domain, n.op_type);
+    const std::string at = prefix(where, describe_node(n, i));
+    int ins = static_cast<int>(n.input_count()), outs = static_cast<int>(n.output_count());
+    if (ins < s.min_inputs || ins > s.max_inputs)
+      throw_bad_input(at, "has " + std::to_string(ins) + " inputs, expected " +
+                              (s.min_inputs == s.max_inputs ? std::to_string(s.min_inputs)
+                                                            : std::to_string(s.min_inputs) + ".." +
+                                                                  std::to_string(s.max_inputs)));
+    if (outs < s.min_outputs || outs > s.max_outputs)
+      throw_bad_input(at, "has " + std::to_string(outs) + " outputs, expected " +
+                              (s.min_outputs == s.max_outputs ? std::to_string(s.min_outputs)
+                                                              : std::to_string(s.min_outputs) + ".." +
+                                                                    std::to_string(s.max_outputs)));
+    for (int k = 0; k < s.min_inputs; ++k)
+      if (n.inputs[k].empty()) throw_bad_input(at, "required input " + std::to_string(k) + " is empty");
+    if (!s.attributes.empty()) {
+      for (const auto& [key, a] : n.attrs) {
+        bool known = false;
+        for (const std::string& k : s.attributes) known = known || k == key;
+        if (!known) throw_unsupported(at, "attribute '" + key + "' is not supported");
+      }
+    }
+    check_opset(g, n, i, s, where);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::string& in = n.inputs[k];
+      if (!in.empty() && !defined.count(in))
+        throw_bad_input(at, "input " + std::to_string(k) + " '" + in +
+                                "' is not a graph input, an initializer or any node's output");
+    }
+  }
+  for (const std::string& o : g.outputs)
+    if (!defined.count(o)) throw_bad_input(where, "graph output '" + o + "' is never produced");
+
+  // 4. Cycles (names the first node on one).
+  try {
+    (void)g.topological_order();
+  } catch (const Error& e) {
+    throw_bad_input(where, e.what());
+  }
+}
+
+void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
+                  const std::unordered_map<std::string, ValueInfo>& declared) {
+  std::vector<size_t> order = g.topological_order();
+  for (size_t i : order) {
+    const Node& n = g.nodes[i];
+    const OpSchema* s = reg.find(n.domain, n.op_type);
+    if (!s) throw_unsupported(prefix(where, describe_node(n, i)), "op is not supported");
+    std::vector<ValueInfo> outs(n.outputs.size());
+    InferContext ctx(g, n, i, outs);
+    try {
+      s->infer(ctx);
+    } catch (const Error& e) {
+      throw Error(e.kind(), prefix(where, e.what()));
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k].empty()) continue;
+      ValueInfo& out = outs[k];
+      if (out.dtype == DataType::Undefined)
+        throw_internal(prefix(where, describe_node(n, i)), "shape rule left output " + std::to_string(k) + " untyped");
+      auto d = declared.find(n.outputs[k]);
+      if (d != declared.end()) {
+        const ValueInfo& want = d->second;
+        if (want.dtype != DataType::Undefined && want.dtype != out.dtype)
+          throw_bad_input(prefix(where, describe_node(n, i)),
+                          "output '" + n.outputs[k] + "' is declared " + dtype_name(want.dtype) +
+                              " but computes " + dtype_name(out.dtype));
+        if (want.shape && out.shape) {
+          bool ok = want.shape->size() == out.shape->size();
+          for (size_t j = 0; ok && j < want.shape->size(); ++j) {
+            const Dim &a = (*want.shape)[j], &b = (*out.shape)[j];
+            ok = !(a.known() && b.known() && a.value != b.value);
+          }
+          if (!ok)
+            throw_bad_input(prefix(where, describe_node(n, i)),
+                            "output '" + n.outputs[k] + "' is declared " + shape_to_string(*want.shape) +
+                                " but computes " + shape_to_string(*out.shape));
+        }
+        if (!out.shape && want.shape) out.shape = want.shape;
+      }
+      g.values[n.outputs[k]] = std::move(out);
+    }
+  }
+}
+
+}  // namespace trainrt

@@ -1,0 +1,28 @@
+// Validation and shape inference over a whole graph.
+//
+//   validate_graph(g, reg, "model.onnx");   // structure, ops, opsets, attributes
+//   infer_shapes(g, reg, "model.onnx");     // types every value, checks declared types
+//
+// Why two steps: validation collects every unsupported op of a model into one
+// message (a user fixes them all at once), then inference runs each op's rule in
+// topological order; the first shape error stops it, naming the node.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+
+#include "graph/schema.h"
+
+namespace trainrt {
+
+// Oldest default-domain opset trainrt accepts without looking at each op.
+inline constexpr int64_t kMinOpset = 13;
+
+void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& where);
+
+// Types every node output. `declared` holds types written in the file
+// (value_info, graph outputs); a known dimension that disagrees is an error.
+void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
+                  const std::unordered_map<std::string, ValueInfo>& declared = {});
+
+}  // namespace trainrt

@@ -1,0 +1,179 @@
+#include "graph/tensor.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "graph/error.h"
+
+namespace trainrt {
+
+size_t dtype_size(DataType t) {
+  switch (t) {
+    case DataType::Float32: case DataType::Int32: case DataType::UInt32: return 4;
+    case DataType::Float64: case DataType::Int64: case DataType::UInt64: return 8;
+    case DataType::Float16: case DataType::BFloat16: case DataType::Int16: case DataType::UInt16: return 2;
+    case DataType::Int8: case DataType::UInt8: case DataType::Bool: return 1;
+    default: return 0;
+  }
+}
+
+const char* dtype_name(DataType t) {
+  switch (t) {
+    case DataType::Float32: return "float32";
+    case DataType::Float64: return "float64";
+    case DataType::Float16: return "float16";
+    case DataType::BFloat16: return "bfloat16";
+    case DataType::Int8: return "int8";
+    case DataType::UInt8: return "uint8";
+    case DataType::Int16: return "int16";
+    case DataType::UInt16: return "uint16";
+    case DataType::Int32: return "int32";
+    case DataType::UInt32: return "uint32";
+    case DataType::Int64: return "int64";
+    case DataType::UInt64: return "uint64";
+    case DataType::Bool: return "bool";
+    case DataType::String: return "string";
+    default: return "undefined";
+  }
+}
+
+bool dtype_is_float(DataType t) {
+  return t == DataType::Float32 || t == DataType::Float64 || t == DataType::Float16 ||
+         t == DataType::BFloat16;
+}
+
+bool dtype_is_supported(DataType t) { return dtype_size(t) != 0; }
+
+int64_t element_count(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string dims_to_string(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+namespace {
+std::shared_ptr<std::byte[]> allocate(size_t bytes) {
+  // 64-byte alignment suits AVX-512 loads and oneDNN's preferred alignment.
+  size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  auto* p = static_cast<std::byte*>(::operator new[](n, std::align_val_t(64)));
+  std::memset(p, 0, n);
+  return std::shared_ptr<std::byte[]>(p, [](std::byte* q) { ::operator delete[](q, std::align_val_t(64)); });
+}
+}  // namespace
+
+Tensor::Tensor(DataType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(std::move(dims)) {
+  for (int64_t d : dims_)
+    if (d < 0) throw_internal("Tensor", "negative dimension in " + dims_to_string(dims_));
+  buffer_ = allocate(nbytes());
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(dtype_, dims_);
+  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
+  if (element_count(dims) != numel())
+    throw_internal("Tensor::reshaped", dims_to_string(dims_) + " -> " + dims_to_string(dims));
+  Tensor t = *this;
+  t.dims_ = std::move(dims);
+  return t;
+}
+
+double Tensor::get_as_double(int64_t i) const {
+  switch (dtype_) {
+    case DataType::Float32: return data<float>()[i];
+    case DataType::Float64: return data<double>()[i];
+    case DataType::Float16: return half_to_float(data<uint16_t>()[i]);
+    case DataType::BFloat16: return bfloat16_to_float(data<uint16_t>()[i]);
+    case DataType::Int8: return data<int8_t>()[i];
+    case DataType::UInt8: return data<uint8_t>()[i];
+    case DataType::Int16: return data<int16_t>()[i];
+    case DataType::UInt16: return data<uint16_t>()[i];
+    case DataType::Int32: return data<int32_t>()[i];
+    case DataType::UInt32: return data<uint32_t>()[i];
+    case DataType::Int64: return static_cast<double>(data<int64_t>()[i]);
+    case DataType::UInt64: return static_cast<double>(data<uint64_t>()[i]);
+    case DataType::Bool: return data<uint8_t>()[i] ? 1.0 : 0.0;
+    default: throw_internal("Tensor::get_as_double", std::string("dtype ") + dtype_name(dtype_));
+  }
+}
+
+void Tensor::set_from_double(int64_t i, double v) {
+  switch (dtype_) {
+    case DataType::Float32: data<float>()[i] = static_cast<float>(v); break;
+    case DataType::Float64: data<double>()[i] = v; break;
+    case DataType::Float16: data<uint16_t>()[i] = float_to_half(static_cast<float>(v)); break;
+    case DataType::BFloat16: data<uint16_t>()[i] = float_to_bfloat16(static_cast<float>(v)); break;
+    case DataType::Int8: data<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DataType::UInt8: data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DataType::Int16: data<int16_t>()[i] = static_cast<int16_t>(v); break;
+    case DataType::UInt16: data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
+    case DataType::Int32: data<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DataType::UInt32: data<uint32_t>()[i] = static_cast<uint32_t>(v); break;
+    case DataType::Int64: data<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DataType::UInt64: data<uint64_t>()[i] = static_cast<uint64_t>(v); break;
+    case DataType::Bool: data<uint8_t>()[i] = v != 0.0; break;
+    default: throw_internal("Tensor::set_from_double", std::string("dtype ") + dtype_name(dtype_));
+  }
+}
+
+Tensor Tensor::cast(DataType to) const {
+  Tensor t(to, dims_);
+  const int64_t n = numel();
+  if (to == DataType::Int64 && dtype_ == DataType::Int64) return clone();
+  for (int64_t i = 0; i < n; ++i) t.set_from_double(i, get_as_double(i));
+  return t;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do { ++e; man <<= 1; } while ((man & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | man << 13;
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow to inf after rounding
+  if (abs < 0x38800000u) {                          // subnormal or zero in half
+    float v = std::bit_cast<float>(abs) * 16777216.0f;  // * 2^24
+    return sign | static_cast<uint16_t>(std::nearbyint(v));
+  }
+  uint32_t mant = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even
+  return sign | static_cast<uint16_t>((mant - 0x38000000u) >> 13);
+}
+
+float bfloat16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+uint16_t float_to_bfloat16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+}  // namespace trainrt

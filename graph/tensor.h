@@ -1,0 +1,85 @@
+// Host tensors: a dtype, dims and a 64-byte aligned, shared buffer.
+//
+//   Tensor t(DataType::Float32, {2, 3});   // zero-filled
+//   t.data<float>()[0] = 1.f;
+//   Tensor v = t;                           // shares the buffer (cheap copy)
+//   Tensor c = t.clone();                   // deep copy
+//
+// Why: initializers, ONNX test data and runtime buffers all use this one type;
+// layouts are dense row-major (N,C,H,W for images) unless a backend says otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trainrt {
+
+// Values match onnx::TensorProto::DataType so conversion is a cast.
+enum class DataType : int32_t {
+  Undefined = 0,
+  Float32 = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Float64 = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  BFloat16 = 16,
+};
+
+size_t dtype_size(DataType t);           // 0 for Undefined and String
+const char* dtype_name(DataType t);      // "float32", "int64", ...
+bool dtype_is_float(DataType t);         // float16/bfloat16/float32/float64
+bool dtype_is_supported(DataType t);     // every numeric type trainrt stores
+
+int64_t element_count(const std::vector<int64_t>& dims);  // 1 for a scalar
+std::string dims_to_string(const std::vector<int64_t>& dims);  // "[2,3]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DataType dtype, std::vector<int64_t> dims);  // zero-filled
+
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t numel() const { return element_count(dims_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  bool empty() const { return dtype_ == DataType::Undefined; }
+
+  std::byte* raw() { return buffer_.get(); }
+  const std::byte* raw() const { return buffer_.get(); }
+  template <typename T> T* data() { return reinterpret_cast<T*>(buffer_.get()); }
+  template <typename T> const T* data() const { return reinterpret_cast<const T*>(buffer_.get()); }
+
+  Tensor clone() const;
+  // Same buffer, new dims with the same element count (Reshape, Flatten).
+  Tensor reshaped(std::vector<int64_t> dims) const;
+  // Element i converted to double, for any numeric dtype (tests, small tensors).
+  double get_as_double(int64_t i) const;
+  void set_from_double(int64_t i, double v);
+  // A copy in another dtype (numeric conversions only).
+  Tensor cast(DataType to) const;
+
+ private:
+  DataType dtype_ = DataType::Undefined;
+  std::vector<int64_t> dims_;
+  std::shared_ptr<std::byte[]> buffer_;
+};
+
+// IEEE half and bfloat16 conversions used by Cast and the importer.
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bfloat16_to_float(uint16_t b);
+uint16_t float_to_bfloat16(float f);  // round to nearest even
+
+}  // namespace trainrt

@@ -1,0 +1,164 @@
+// `trainrt inspect MODEL.onnx [--json]`: one line per node, then totals.
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "graph/error.h"
+#include "graph/infer.h"
+#include "graph/onnx_io.h"
+#include "launch/cli.h"
+#include "launch/commands.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+
+namespace {
+
+const CommandSpec kSpec{
+    "inspect",
+    "trainrt inspect MODEL.onnx [--json]",
+    "Print every node (name, op, input and output shapes) and the model's totals: parameters,\n"
+    "forward FLOPs per sample, activation bytes per sample and unsupported ops.",
+    {{"json", "", "print one JSON object instead of a table", Flag::Switch}},
+    1,
+    1};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else out += c;
+  }
+  return out;
+}
+
+std::string value_string(const Graph& g, const std::string& v) {
+  if (v.empty()) return "-";
+  const ValueInfo* info = g.find_info(v);
+  if (!info || info->dtype == DataType::Undefined) return "?";
+  return std::string(dtype_name(info->dtype)) + (info->shape ? shape_to_string(*info->shape) : "[?]");
+}
+
+// Best-effort inference: types what it can, skipping unsupported nodes and
+// nodes whose inputs are untyped. Used so that inspect shows a partial table.
+void infer_best_effort(Graph& g, const OpRegistry& reg) {
+  for (size_t i : g.topological_order()) {
+    const Node& n = g.nodes[i];
+    const OpSchema* s = reg.find(n.domain, n.op_type);
+    if (!s) continue;
+    bool typed = true;
+    for (const std::string& in : n.inputs) typed = typed && (in.empty() || g.find_info(in));
+    if (!typed) continue;
+    std::vector<ValueInfo> outs(n.outputs.size());
+    InferContext ctx(g, n, i, outs);
+    s->infer(ctx);  // shape errors propagate: the model is wrong, not just unsupported
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (!n.outputs[k].empty()) g.values[n.outputs[k]] = outs[k];
+  }
+}
+
+// The same graph with every symbolic input dimension set to 1 (one sample).
+Graph per_sample(const Graph& g, const OpRegistry& reg) {
+  Graph s = g;
+  for (const std::string& in : s.inputs) {
+    ValueInfo& v = s.values[in];
+    if (v.shape)
+      for (Dim& d : *v.shape)
+        if (!d.known()) d = Dim::of(1);
+  }
+  infer_best_effort(s, reg);
+  return s;
+}
+
+}  // namespace
+
+int cmd_inspect(const Argv& argv) {
+  Args a = parse_args(kSpec, argv);
+  if (a.help) return print_help(kSpec), 0;
+  const std::string path = a.positional[0];
+  const Registry& reg = registry();
+  ImportLimits limits;
+  std::string bytes = read_file_bytes(path, limits.max_file_bytes);
+  std::string dir = std::filesystem::path(path).has_parent_path() ? std::filesystem::path(path).parent_path().string() : ".";
+  Graph g = parse_onnx_bytes(bytes, path, dir, limits);
+
+  std::vector<std::string> unsupported;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!reg.schemas.find(g.nodes[i].domain, g.nodes[i].op_type)) unsupported.push_back(describe_node(g.nodes[i], i));
+  if (unsupported.empty()) {
+    g = import_onnx_bytes(bytes, path, dir, reg.schemas, limits);  // full validation
+  } else {
+    (void)g.topological_order();
+    g.sort_topologically();
+    infer_best_effort(g, reg.schemas);
+  }
+  Graph one = per_sample(g, reg.schemas);
+
+  double flops = 0;
+  int64_t act_bytes = 0;
+  std::vector<double> node_flops(g.nodes.size(), 0.0);
+  for (size_t i = 0; i < one.nodes.size(); ++i) {
+    const Node& n = one.nodes[i];
+    const OpSchema* s = reg.schemas.find(n.domain, n.op_type);
+    if (s && s->flops) {
+      bool typed = true;
+      for (const std::string& o : n.outputs)
+        typed = typed && (o.empty() || (one.find_info(o) && one.info(o).shape && shape_is_known(*one.info(o).shape)));
+      if (typed) node_flops[i] = s->flops(one, n);
+    }
+    flops += node_flops[i];
+    for (const std::string& o : n.outputs) {
+      const ValueInfo* v = o.empty() ? nullptr : one.find_info(o);
+      if (v && v->shape && shape_is_known(*v->shape))
+        act_bytes += element_count(shape_dims(*v->shape)) * static_cast<int64_t>(dtype_size(v->dtype));
+    }
+  }
+  const int64_t params = g.parameter_count();
+
+  if (a.on("json")) {
+    std::ostringstream o;
+    o << "{\"model\":\"" << json_escape(path) << "\",\"nodes\":[";
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      o << (i ? "," : "") << "{\"name\":\"" << json_escape(n.name) << "\",\"op\":\"" << json_escape(n.op_type)
+        << "\",\"inputs\":[";
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        o << (k ? "," : "") << "{\"name\":\"" << json_escape(n.inputs[k]) << "\",\"type\":\""
+          << json_escape(value_string(g, n.inputs[k])) << "\"}";
+      o << "],\"outputs\":[";
+      for (size_t k = 0; k < n.outputs.size(); ++k)
+        o << (k ? "," : "") << "{\"name\":\"" << json_escape(n.outputs[k]) << "\",\"type\":\""
+          << json_escape(value_string(g, n.outputs[k])) << "\"}";
+      o << "],\"flops_per_sample\":" << node_flops[i] << "}";
+    }
+    o << "],\"parameters\":" << params << ",\"flops_per_sample\":" << flops
+      << ",\"activation_bytes_per_sample\":" << act_bytes << ",\"unsupported\":[";
+    for (size_t i = 0; i < unsupported.size(); ++i) o << (i ? "," : "") << "\"" << json_escape(unsupported[i]) << "\"";
+    o << "]}\n";
+    std::fputs(o.str().c_str(), stdout);
+  } else {
+    std::printf("%s: %zu nodes, opset %lld, producer '%s'\n", path.c_str(), g.nodes.size(),
+                static_cast<long long>(g.opset("")), g.producer_name.c_str());
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      std::string ins, outs;
+      for (const std::string& in : n.inputs) ins += (ins.empty() ? "" : ", ") + value_string(g, in);
+      for (const std::string& out : n.outputs) outs += (outs.empty() ? "" : ", ") + value_string(g, out);
+      std::printf("%4zu  %-28s %-22s (%s) -> (%s)\n", i, n.name.c_str(), n.op_type.c_str(), ins.c_str(), outs.c_str());
+    }
+    std::printf("parameters: %lld\n", static_cast<long long>(params));
+    std::printf("forward FLOPs per sample: %.4g (%.3f GFLOP)\n", flops, flops / 1e9);
+    std::printf("activation bytes per sample: %lld (%.2f MiB)\n", static_cast<long long>(act_bytes),
+                static_cast<double>(act_bytes) / (1 << 20));
+    std::printf("unsupported ops: %s\n", unsupported.empty() ? "none" : "");
+    for (const std::string& u : unsupported) std::printf("  %s\n", u.c_str());
+  }
+  return unsupported.empty() ? 0 : 2;
+}
+
+}  // namespace trainrt

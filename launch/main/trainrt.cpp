@@ -1,0 +1,56 @@
+// trainrt: train ONNX models. `trainrt --help` lists the commands.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "graph/error.h"
+#include "launch/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const trainrt::Argv&);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"inspect", trainrt::cmd_inspect, "print a model's nodes, shapes, parameters and FLOPs"},
+    {"run", trainrt::cmd_run, "run inference on TensorProto inputs, write TensorProto outputs"},
+    {"model", trainrt::cmd_model, "write a built-in model (the Wide ResNet) as ONNX"},
+};
+
+void usage(FILE* to) {
+  std::fprintf(to, "usage: trainrt COMMAND [options]   (trainrt COMMAND --help for its options)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(to, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(to, "  %-10s %s\n", "--version", "print the version and the libraries compiled in");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr), 2;
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout), 0;
+  try {
+    if (cmd == "--version" || cmd == "version") {
+      std::fputs(trainrt::version_report().c_str(), stdout);
+      return 0;
+    }
+    for (const Command& c : kCommands)
+      if (cmd == c.name) return c.run(trainrt::Argv(argv + 2, argv + argc));
+    std::fprintf(stderr, "trainrt: error: unknown command '%s'\n", cmd.c_str());
+    usage(stderr);
+    return 2;
+  } catch (const trainrt::Error& e) {
+    std::fprintf(stderr, "trainrt: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "trainrt: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainrt: internal error: %s\n", e.what());
+    return 1;
+  }
+}

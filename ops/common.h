@@ -1,0 +1,46 @@
+// Helpers shared by op families: dtype dispatch and common shape-rule checks.
+//
+//   dispatch_float(x.dtype(), [&](auto tag) { using T = decltype(tag); relu<T>(x, y); });
+//   require_float(ctx, 0);                          // in a shape rule
+//
+// Why: reference kernels are written once as templates over float/double; the
+// dispatch keeps that one line per kernel. Shape-rule checks produce the same
+// message wording for every op.
+#pragma once
+
+#include <string>
+
+#include "graph/error.h"
+#include "graph/schema.h"
+#include "ops/kernel.h"
+
+namespace trainrt {
+
+// Calls f(float{}) or f(double{}); other dtypes are an internal error (the
+// shape rule should have rejected them).
+template <typename F>
+void dispatch_float(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Float32: f(float{}); break;
+    case DataType::Float64: f(double{}); break;
+    default: throw_internal("dispatch_float", std::string("unexpected dtype ") + dtype_name(t));
+  }
+}
+
+// Input i must be float32 or float64; returns its dtype.
+inline DataType require_float(const InferContext& ctx, size_t i) {
+  DataType t = ctx.input(i).dtype;
+  if (t != DataType::Float32 && t != DataType::Float64)
+    ctx.fail("input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' must be float32 or float64, got " +
+             dtype_name(t));
+  return t;
+}
+
+// Inputs i and j must share a dtype.
+inline void require_same_dtype(const InferContext& ctx, size_t i, size_t j) {
+  if (ctx.input(i).dtype != ctx.input(j).dtype)
+    ctx.fail(std::string("inputs ") + std::to_string(i) + " and " + std::to_string(j) + " must share a dtype, got " +
+             dtype_name(ctx.input(i).dtype) + " and " + dtype_name(ctx.input(j).dtype));
+}
+
+}  // namespace trainrt

@@ -1,0 +1,28 @@
+#include "ops/kernel.h"
+
+#include "graph/error.h"
+#include "graph/schema.h"
+
+namespace trainrt {
+
+void KernelRegistry::add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k) {
+  auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
+  if (kernels_.count(key)) throw_internal("KernelRegistry", backend + " kernel for '" + op_type + "' registered twice");
+  kernels_.emplace(key, std::move(k));
+}
+
+const Kernel* KernelRegistry::find(const std::string& backend, const std::string& domain,
+                                   const std::string& op_type) const {
+  auto it = kernels_.find(std::make_tuple(backend, canonical_domain(domain), op_type));
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> KernelRegistry::ops_of(const std::string& backend) const {
+  std::vector<std::string> out;
+  for (const auto& [key, k] : kernels_)
+    if (std::get<0>(key) == backend)
+      out.push_back(std::get<1>(key).empty() ? std::get<2>(key) : std::get<1>(key) + "::" + std::get<2>(key));
+  return out;
+}
+
+}  // namespace trainrt

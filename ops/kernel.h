@@ -1,0 +1,49 @@
+// Kernels: the per-backend implementations of an op, looked up by op type.
+//
+//   KernelRegistry& k = ...;
+//   k.add("reference", "", "Relu", relu_reference);
+//   const Kernel* f = k.find("reference", "", "Relu");
+//   KernelContext ctx{node, {&x}, {&y}};  (*f)(ctx);
+//
+// Why: a kernel receives its inputs and preallocated outputs, already shaped by
+// the op's shape rule (the executor specialises the graph to the batch's shapes
+// first), so kernels never allocate graph values and never re-check shapes that
+// the rule checked. Layout is dense row-major (N,C,H,W) at this interface.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace trainrt {
+
+struct KernelContext {
+  const Node& node;
+  std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
+  std::vector<Tensor*> outputs;       // nullptr where an optional output is not requested
+  bool training = false;              // Dropout / BatchNormalization training semantics
+  uint64_t seed = 0;                  // per node and step: Dropout masks derive from it
+
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i]; }
+  bool has_output(size_t i) const { return i < outputs.size() && outputs[i]; }
+  const Tensor& in(size_t i) const { return *inputs.at(i); }
+  Tensor& out(size_t i) const { return *outputs.at(i); }
+};
+
+using Kernel = std::function<void(KernelContext&)>;
+
+class KernelRegistry {
+ public:
+  void add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k);
+  const Kernel* find(const std::string& backend, const std::string& domain, const std::string& op_type) const;
+  std::vector<std::string> ops_of(const std::string& backend) const;  // "domain::op" or "op"
+
+ private:
+  std::map<std::tuple<std::string, std::string, std::string>, Kernel> kernels_;
+};
+
+}  // namespace trainrt

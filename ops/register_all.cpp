@@ -1,0 +1,25 @@
+#include "ops/register_all.h"
+
+namespace trainrt {
+
+void register_all(Registry& r) {
+  register_elementwise(r);
+  register_conv(r);
+  register_pool(r);
+  register_norm(r);
+  register_gemm(r);
+  register_shape_ops(r);
+  register_softmax_loss(r);
+  register_misc(r);
+}
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry built;
+    register_all(built);
+    return built;
+  }();
+  return r;
+}
+
+}  // namespace trainrt

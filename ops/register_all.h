@@ -1,0 +1,34 @@
+// One explicit registration call for every op family (no static initialisers:
+// a static library would silently drop them).
+//
+//   const Registry& r = registry();      // built once, on first use
+//   r.schemas.find("", "Conv");  r.kernels.find("cpu", "", "Conv");
+#pragma once
+
+#include "graph/schema.h"
+#include "ops/kernel.h"
+
+namespace trainrt {
+
+struct Registry {
+  OpRegistry schemas;
+  KernelRegistry kernels;
+};
+
+// Adds every op family's schemas and kernels.
+void register_all(Registry& r);
+
+// The process-wide registry, filled by register_all() on first use.
+const Registry& registry();
+
+// Each op family file provides one of these (ops/<family>.cpp).
+void register_elementwise(Registry& r);
+void register_conv(Registry& r);
+void register_pool(Registry& r);
+void register_norm(Registry& r);
+void register_gemm(Registry& r);
+void register_shape_ops(Registry& r);
+void register_softmax_loss(Registry& r);
+void register_misc(Registry& r);
+
+}  // namespace trainrt

@@ -1,0 +1,68 @@
+#include "runtime/backend.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "graph/error.h"
+
+namespace trainrt {
+
+const Kernel& Backend::kernel(const Node& n) const {
+  const Registry& r = registry();
+  if (const Kernel* k = r.kernels.find(kernel_set_, n.domain, n.op_type)) return *k;
+  if (reference_fallback_)
+    if (const Kernel* k = r.kernels.find("reference", n.domain, n.op_type)) return *k;
+  throw_unsupported("backend " + name(), "no kernel for op " + n.op_type + " (node '" + n.name + "')");
+}
+
+std::vector<std::string> Backend::fallback_ops() const {
+  std::vector<std::string> out;
+  if (!reference_fallback_) return out;
+  const Registry& r = registry();
+  for (const std::string& op : r.kernels.ops_of("reference")) {
+    auto sep = op.find("::");
+    std::string domain = sep == std::string::npos ? "" : op.substr(0, sep);
+    std::string type = sep == std::string::npos ? op : op.substr(sep + 2);
+    if (!r.kernels.find(kernel_set_, domain, type)) out.push_back(op);
+  }
+  return out;
+}
+
+namespace {
+class ReferenceBackend : public Backend {
+ public:
+  ReferenceBackend() : Backend("reference", false) {}
+  std::string name() const override { return "reference"; }
+};
+class CpuBackend : public Backend {
+ public:
+  CpuBackend() : Backend("cpu", true) {}
+  std::string name() const override { return "cpu"; }
+};
+}  // namespace
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names{"reference", "cpu"};
+#ifdef TRAINRT_HAVE_CUDA
+  names.push_back("cuda");
+#endif
+  return names;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+  std::unique_ptr<Backend> b;
+  if (name == "reference") b = std::make_unique<ReferenceBackend>();
+  else if (name == "cpu") b = std::make_unique<CpuBackend>();
+  else if (name == "cuda") {
+#ifdef TRAINRT_HAVE_CUDA
+    throw_unsupported("--backend cuda", "the CUDA backend has no kernels yet in this build");
+#else
+    throw_bad_input("--backend cuda", "this trainrt was built without CUDA (configure with -DTRAINRT_CUDA=ON)");
+#endif
+  } else {
+    throw_bad_input("--backend", "unknown backend '" + name + "' (expected reference or cpu)");
+  }
+  b->threads = threads;
+  return b;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,44 @@
+// Backends: where kernels run. The executor asks a Backend for each node's kernel.
+//
+//   std::unique_ptr<Backend> b = make_backend("cpu");   // or "reference", "cuda"
+//   const Kernel& k = b->kernel(node);                  // throws Unsupported if none
+//
+// Why: the reference backend is the oracle (plain loops, fp32/fp64); the cpu
+// backend uses oneDNN/oneTBB kernels and falls back to the reference kernel only
+// for ops listed by fallback_ops() (shown by `trainrt inspect`); the cuda backend
+// (cuDNN/cuBLASLt) slots in behind the same interface.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/register_all.h"
+
+namespace trainrt {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // The kernel for `n` on this backend; throws Unsupported naming the op.
+  virtual const Kernel& kernel(const Node& n) const;
+  // Ops whose kernel on this backend is the reference one.
+  std::vector<std::string> fallback_ops() const;
+  // Threads this backend may use (0 = all cores).
+  int threads = 0;
+
+ protected:
+  explicit Backend(std::string kernel_set, bool reference_fallback)
+      : kernel_set_(std::move(kernel_set)), reference_fallback_(reference_fallback) {}
+
+ private:
+  std::string kernel_set_;
+  bool reference_fallback_;
+};
+
+// "reference", "cpu" (and "cuda" when built with CUDA); BadInput for other names.
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0);
+std::vector<std::string> backend_names();
+
+}  // namespace trainrt

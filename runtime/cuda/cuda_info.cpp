@@ -1,0 +1,44 @@
+#include "runtime/cuda/cuda_info.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <nccl.h>
+
+namespace trainrt {
+
+namespace {
+std::string version3(long v, long major_div, long minor_div) {
+  return std::to_string(v / major_div) + "." + std::to_string((v % major_div) / minor_div) + "." +
+         std::to_string(v % minor_div);
+}
+}  // namespace
+
+std::string cuda_version_report() {
+  std::string r;
+  r += "  CUDA       " + version3(CUDART_VERSION, 1000, 10) + " (runtime built in)\n";
+  r += "  cuDNN      " + std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + "." +
+       std::to_string(CUDNN_PATCHLEVEL) + "\n";
+  r += "  cuBLASLt   " + version3(static_cast<long>(cublasLtGetVersion()), 10000, 100) + "\n";
+  r += "  NCCL       " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+       std::to_string(NCCL_PATCH) + "\n";
+  std::string why;
+  r += std::string("  GPU        ") + (cuda_device_available(&why) ? "available" : "none (" + why + ")") + "\n";
+  return r;
+}
+
+bool cuda_device_available(std::string* why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA devices";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,16 @@
+// What the CUDA build links against, and whether a GPU is usable right now.
+//
+//   std::cout << cuda_version_report();   // compiled-in CUDA/cuDNN/cuBLASLt/NCCL
+//   if (!cuda_device_available(&why)) ... // e.g. "no CUDA driver (cudaErrorInsufficientDriver)"
+//
+// Plain C++ header: launch/ includes it without nvcc.
+#pragma once
+
+#include <string>
+
+namespace trainrt {
+
+std::string cuda_version_report();
+bool cuda_device_available(std::string* why);
+
+}  // namespace trainrt

@@ -1,0 +1,94 @@
+// Helpers for tests: random tensors, one-node graphs, comparisons.
+//
+//   Tensor x = random_tensor(DataType::Float32, {2, 3, 8, 8}, /*seed=*/1);
+//   Node n = make_node("Conv", {"x", "w"}, {"y"}, {{"pads", Attribute::of_ints({1,1,1,1})}});
+//   TensorMap out = run_node(n, {{"x", x}, {"w", w}}, "reference");
+//   CHECK(max_abs_diff(out["y"], expected) < 1e-5);
+#pragma once
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "graph/infer.h"
+#include "ops/register_all.h"
+#include "runtime/executor.h"
+
+namespace trainrt::test {
+
+inline Tensor random_tensor(DataType t, std::vector<int64_t> dims, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  Tensor x(t, std::move(dims));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, u(rng));
+  return x;
+}
+
+inline Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+                      std::map<std::string, Attribute> attrs = {}, const std::string& domain = "") {
+  Node n;
+  n.name = op + "_test";
+  n.op_type = op;
+  n.domain = domain;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// A graph of one node whose inputs are all graph inputs (fed at run time), except
+// those listed in `initializers`. Shapes are inferred (throws like the importer).
+inline Graph single_node_graph(const Node& n, const TensorMap& feeds, const TensorMap& initializers = {},
+                               int64_t opset = 17) {
+  Graph g;
+  g.name = "test";
+  g.opsets[""] = opset;
+  for (const std::string& in : n.inputs) {
+    if (in.empty()) continue;
+    if (auto it = initializers.find(in); it != initializers.end()) {
+      g.initializers[in] = it->second;
+      g.values[in] = ValueInfo{it->second.dtype(), shape_of(it->second.dims())};
+    } else if (auto f = feeds.find(in); f != feeds.end()) {
+      if (std::find(g.inputs.begin(), g.inputs.end(), in) == g.inputs.end()) g.inputs.push_back(in);
+      g.values[in] = ValueInfo{f->second.dtype(), shape_of(f->second.dims())};
+    }
+  }
+  g.nodes.push_back(n);
+  for (const std::string& out : n.outputs)
+    if (!out.empty()) g.outputs.push_back(out);
+  validate_graph(g, registry().schemas, "test");
+  infer_shapes(g, registry().schemas, "test");
+  return g;
+}
+
+inline TensorMap run_node(const Node& n, const TensorMap& feeds, const std::string& backend,
+                          const TensorMap& initializers = {}, RunOptions opts = {}) {
+  Graph g = single_node_graph(n, feeds, initializers);
+  return run_graph(g, feeds, *make_backend(backend), opts);
+}
+
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (a.dims() != b.dims()) return INFINITY;
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double d = std::fabs(a.get_as_double(i) - b.get_as_double(i));
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+// True when |a-b| <= atol + rtol*|b| elementwise (numpy.allclose), NaN == NaN.
+inline bool all_close(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.dims() != b.dims()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.get_as_double(i), y = b.get_as_double(i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    if (std::isinf(x) && x == y) continue;
+    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
+  }
+  return true;
+}
+
+}  // namespace trainrt::test
