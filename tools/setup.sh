@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set-up entry point used by the README's two commands and by CI.
+#
+#   bash tools/setup.sh main   # install, build, run the main job
+#   bash tools/setup.sh test   # install, build, run every test (what .ci/run does)
+#
+# Runs as root on a fresh Debian 12 machine: packages come from Debian only
+# (CUDA, when present, from /usr/local/cuda). Re-running is cheap: apt skips
+# installed packages and the build is incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+case "$mode" in
+  main|test) ;;
+  *) echo "usage: bash tools/setup.sh main|test" >&2; exit 2 ;;
+esac
+
+BUILD_DIR=${TRAINRT_BUILD_DIR:-build}
+JOBS=${TRAINRT_JOBS:-$(nproc)}
+
+install_packages() {
+  local pkgs=(
+    cmake ninja-build g++ pkg-config
+    libonnx-dev libprotobuf-dev protobuf-compiler
+    libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
+    doctest-dev libopenmpi-dev openmpi-bin zlib1g-dev
+    dataset-fashion-mnist
+  )
+  if [ "$mode" = test ]; then
+    # Conformance data, onnx.checker and PyTorch reference scripts.
+    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch)
+  fi
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+build() {
+  local cuda=OFF
+  [ -x /usr/local/cuda/bin/nvcc ] && cuda=ON
+  echo "== configuring ($BUILD_DIR, CUDA $cuda)"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINRT_CUDA=$cuda >/dev/null
+  echo "== building"
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+install_packages
+build
+
+if [ "$mode" = test ]; then
+  echo "== testing (labels: cpu; gpu tests need a GPU: trainrt selftest --device cuda)"
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -LE gpu -j "$JOBS"
+else
+  bash tools/main_job.sh "$BUILD_DIR"
+fi
