@@ -11,6 +11,7 @@ void register_all(Registry& r) {
   register_shape_ops(r);
   register_softmax_loss(r);
   register_misc(r);
+  register_optimizer(r);
   register_cpu_kernels(r);
 }
 

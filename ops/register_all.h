@@ -30,6 +30,7 @@ void register_gemm(Registry& r);
 void register_shape_ops(Registry& r);
 void register_softmax_loss(Registry& r);
 void register_misc(Registry& r);
+void register_optimizer(Registry& r);  // ai.trainrt SGD, Adam, Increment
 // oneDNN/oneTBB kernels of the cpu backend (ops/*_dnnl.cpp), after all schemas.
 void register_cpu_kernels(Registry& r);
 

@@ -1,0 +1,333 @@
+#include "autodiff/training_graph.h"
+
+#include <algorithm>
+#include <deque>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autodiff/gradient.h"
+#include "graph/error.h"
+#include "graph/infer.h"
+#include "graph/passes.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+
+namespace {
+
+bool slot_differentiable(const GradEntry* e, size_t i) { return e && (e->differentiable.empty() || e->differentiable.count(i)); }
+
+bool is_bn_statistic(const Node& n, size_t i) {
+  return n.op_type == "BatchNormalization" && canonical_domain(n.domain).empty() && (i == 3 || i == 4);
+}
+
+std::string unique_name(const Graph& g, const std::string& want) {
+  std::string name = want;
+  for (int k = 1; g.find_info(name) || g.is_initializer(name); ++k) name = want + "_" + std::to_string(k);
+  return name;
+}
+
+// Appends SoftmaxCrossEntropyLoss(mean) to a model that ends in logits, or
+// returns the model's own float scalar output.
+std::string attach_loss(TrainingGraph& t, const TrainingOptions& o) {
+  Graph& g = t.graph;
+  for (const std::string& out : g.outputs) {
+    const ValueInfo& v = g.info(out);
+    if (dtype_is_float(v.dtype) && v.shape && v.shape->empty() && g.outputs.size() == 1) return out;
+  }
+  for (const std::string& out : g.outputs) {
+    const ValueInfo& v = g.info(out);
+    if (!dtype_is_float(v.dtype) || !v.shape || v.shape->size() < 2) continue;
+    t.labels = unique_name(g, o.labels_name);
+    Shape label_shape{(*v.shape)[0]};
+    for (size_t i = 2; i < v.shape->size(); ++i) label_shape.push_back((*v.shape)[i]);
+    g.inputs.push_back(t.labels);
+    g.values[t.labels] = ValueInfo{DataType::Int64, label_shape};
+    Node loss;
+    loss.name = "loss/SoftmaxCrossEntropyLoss";
+    loss.op_type = "SoftmaxCrossEntropyLoss";
+    loss.inputs = {out, t.labels};
+    std::string name = unique_name(g, "loss");
+    loss.outputs = {name};
+    loss.attrs["reduction"] = Attribute::of_string("mean");
+    g.nodes.push_back(std::move(loss));
+    return name;
+  }
+  throw_bad_input("training", "the model has no float scalar loss output and no logits output ([N,C,...]) to attach "
+                              "SoftmaxCrossEntropyLoss to");
+}
+
+// Describes the path from `param` to `loss` (first one found), marking the first
+// node on it that has no usable gradient rule.
+std::string path_description(const Graph& g, const std::string& param, const std::string& loss) {
+  auto cons = g.consumers();
+  std::unordered_map<std::string, std::pair<std::string, size_t>> prev;  // value -> (value before, node)
+  std::deque<std::string> q{param};
+  std::unordered_set<std::string> seen{param};
+  while (!q.empty()) {
+    std::string v = q.front();
+    q.pop_front();
+    if (v == loss) break;
+    for (size_t i : cons[v])
+      for (const std::string& o : g.nodes[i].outputs)
+        if (!o.empty() && seen.insert(o).second) {
+          prev[o] = {v, i};
+          q.push_back(o);
+        }
+  }
+  if (!seen.count(loss)) return "";
+  std::vector<std::string> hops;
+  for (std::string v = loss; v != param; v = prev[v].first) {
+    const Node& n = g.nodes[prev[v].second];
+    hops.push_back(n.name + " (" + n.op_type + ")");
+  }
+  std::reverse(hops.begin(), hops.end());
+  std::string s = param;
+  for (const std::string& h : hops) s += " -> " + h;
+  return s;
+}
+
+void add_state(Graph& g, TrainingGraph& t, const std::string& name, Tensor init) {
+  g.values[name] = ValueInfo{init.dtype(), shape_of(init.dims())};
+  g.initializers[name] = std::move(init);
+  t.optimizer_state.push_back(name);
+}
+
+void append_optimizer(TrainingGraph& t, const TrainingOptions& o) {
+  Graph& g = t.graph;
+  if (o.optimizer == "none") return;
+  if (o.optimizer != "sgd" && o.optimizer != "adam" && o.optimizer != "adamw")
+    throw_bad_input("--optimizer", "unknown optimizer '" + o.optimizer + "' (expected sgd, adam or adamw)");
+  t.lr = unique_name(g, o.lr_name);
+  g.inputs.push_back(t.lr);
+  g.values[t.lr] = ValueInfo{DataType::Float32, Shape{}};
+  const std::string step = "optimizer.step";
+  add_state(g, t, step, Tensor(DataType::Int64, {}));
+  for (const std::string& p : t.params) {
+    const std::string& grad = t.gradients.at(p);
+    const Tensor& value = g.initializers.at(p);
+    Node n;
+    n.name = "optimizer/" + p;
+    n.domain = kTrainDomain;
+    if (o.optimizer == "sgd") {
+      n.op_type = "SGD";
+      n.inputs = {p, grad, t.lr, step};
+      n.outputs = {p + ".updated"};
+      if (o.momentum != 0.f) {
+        add_state(g, t, p + ".momentum", Tensor(value.dtype(), value.dims()));
+        n.inputs.push_back(p + ".momentum");
+        n.outputs.push_back(p + ".momentum.updated");
+      }
+      n.attrs["momentum"] = Attribute::of_float(o.momentum);
+      n.attrs["dampening"] = Attribute::of_float(o.dampening);
+      n.attrs["nesterov"] = Attribute::of_int(o.nesterov);
+      n.attrs["weight_decay"] = Attribute::of_float(o.weight_decay);
+    } else {
+      n.op_type = "Adam";
+      add_state(g, t, p + ".exp_avg", Tensor(value.dtype(), value.dims()));
+      add_state(g, t, p + ".exp_avg_sq", Tensor(value.dtype(), value.dims()));
+      n.inputs = {p, grad, t.lr, step, p + ".exp_avg", p + ".exp_avg_sq"};
+      n.outputs = {p + ".updated", p + ".exp_avg.updated", p + ".exp_avg_sq.updated"};
+      n.attrs["beta1"] = Attribute::of_float(o.beta1);
+      n.attrs["beta2"] = Attribute::of_float(o.beta2);
+      n.attrs["epsilon"] = Attribute::of_float(o.epsilon);
+      n.attrs["weight_decay"] = Attribute::of_float(o.weight_decay);
+      n.attrs["decoupled_weight_decay"] = Attribute::of_int(o.optimizer == "adamw");
+    }
+    g.nodes.push_back(std::move(n));
+  }
+  Node inc;
+  inc.name = "optimizer/step";
+  inc.domain = kTrainDomain;
+  inc.op_type = "Increment";
+  inc.inputs = {step};
+  inc.outputs = {step + ".updated"};
+  g.nodes.push_back(std::move(inc));
+}
+
+}  // namespace
+
+std::vector<std::string> trainable_parameters(const Graph& g, const std::vector<std::string>& freeze) {
+  const GradRegistry& gr = gradients();
+  std::set<std::string> frozen(freeze.begin(), freeze.end());
+  for (const std::string& f : frozen)
+    if (!g.is_initializer(f)) throw_bad_input("--freeze " + f, "is not an initializer of the model");
+  std::set<std::string> in_diff_slot, in_other_slot;
+  for (const Node& n : g.nodes) {
+    const GradEntry* e = gr.find(n.domain, n.op_type);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      bool diff = !is_bn_statistic(n, i) && (e ? slot_differentiable(e, i) : !gr.is_non_differentiable(n.domain, n.op_type));
+      (diff ? in_diff_slot : in_other_slot).insert(n.inputs[i]);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, t] : g.initializers)
+    if (dtype_is_float(t.dtype()) && !frozen.count(name) && in_diff_slot.count(name)) out.push_back(name);
+  return out;
+}
+
+TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& o) {
+  const GradRegistry& gr = gradients();
+  const OpRegistry& schemas = registry().schemas;
+  TrainingGraph t;
+  Graph& g = t.graph;
+  g = forward;
+  g.sort_topologically();
+  const std::vector<std::string> model_outputs = g.outputs;
+  t.loss = attach_loss(t, o);
+  infer_shapes(g, schemas, "training graph");
+  if (!dtype_is_float(g.info(t.loss).dtype) || !g.info(t.loss).shape || !g.info(t.loss).shape->empty())
+    throw_bad_input("training", "loss '" + t.loss + "' must be a float scalar");
+
+  // Training semantics and saved values (Dropout masks, BN running statistics...).
+  for (Node& n : g.nodes)
+    if (const GradEntry* e = gr.find(n.domain, n.op_type); e && e->prepare) e->prepare(n, g);
+  infer_shapes(g, schemas, "training graph");
+  t.forward_nodes = g.nodes.size();
+
+  std::vector<std::string> params = trainable_parameters(g, o.freeze);
+  std::unordered_set<std::string> needs(params.begin(), params.end());
+  for (const Node& n : g.nodes) {  // forward: which values depend on a parameter
+    const GradEntry* e = gr.find(n.domain, n.op_type);
+    bool any = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      any = any || (e && slot_differentiable(e, i) && !is_bn_statistic(n, i) && needs.count(n.inputs[i]));
+    if (any)
+      for (const std::string& out : n.outputs)
+        if (!out.empty() && dtype_is_float(g.info(out).dtype)) needs.insert(out);
+  }
+
+  std::unordered_map<std::string, std::vector<std::string>> contributions;
+  std::vector<Node> backward;
+  std::map<std::string, Tensor> constants;
+  std::unordered_map<std::string, std::string> final_grad;
+  std::vector<std::pair<std::string, std::string>> grad_of;  // (gradient, value it belongs to)
+  auto finalize = [&](const std::string& v) -> std::string {
+    if (auto it = final_grad.find(v); it != final_grad.end()) return it->second;
+    auto& parts = contributions[v];
+    std::string name;
+    if (parts.size() == 1) {
+      name = parts[0];
+    } else if (parts.size() > 1) {
+      name = unique_name(g, v + "_grad");
+      Node sum;
+      sum.name = v + "/grad/Sum";
+      sum.op_type = "Sum";
+      sum.inputs = parts;
+      sum.outputs = {name};
+      backward.push_back(std::move(sum));
+    }
+    final_grad[v] = name;
+    return name;
+  };
+
+  Tensor seed(g.info(t.loss).dtype, {});
+  seed.set_from_double(0, 1.0);
+  const std::string seed_name = unique_name(g, t.loss + "_grad");
+  constants[seed_name] = seed;
+  contributions[t.loss].push_back(seed_name);
+
+  for (size_t idx = t.forward_nodes; idx-- > 0;) {
+    const Node& n = g.nodes[idx];
+    const GradEntry* e = gr.find(n.domain, n.op_type);
+    if (!e) continue;
+    std::vector<std::string> dys;
+    bool any_dy = false;
+    for (const std::string& out : n.outputs) {
+      dys.push_back(out.empty() ? "" : finalize(out));
+      any_dy = any_dy || !dys.back().empty();
+    }
+    if (!any_dy) continue;
+    std::vector<bool> want(n.inputs.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      want[i] = !n.inputs[i].empty() && needs.count(n.inputs[i]) && slot_differentiable(e, i) && !is_bn_statistic(n, i);
+      any = any || want[i];
+    }
+    if (!any) continue;
+    GradBuilder b(g, n, dys, want, backward);
+    e->rule(b);
+    for (auto& [k, v] : b.constants) constants[k] = v;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (want[i]) {
+        contributions[n.inputs[i]].push_back(b.dx(i));
+        grad_of.emplace_back(b.dx(i), n.inputs[i]);
+      }
+  }
+
+  // Parameters: gradient present, or an error naming the blocking op and path.
+  for (const std::string& p : params) {
+    std::string grad = finalize(p);
+    if (!grad.empty()) {
+      t.params.push_back(p);
+      t.gradients[p] = grad;
+      continue;
+    }
+    std::string path = path_description(g, p, t.loss);
+    if (path.empty()) continue;  // does not influence the loss: stays as it is
+    std::string blocker;
+    for (const Node& n : g.nodes) {
+      bool reads = std::find(n.inputs.begin(), n.inputs.end(), p) != n.inputs.end() ||
+                   std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return needs.count(in); });
+      if (!reads || gr.find(n.domain, n.op_type)) continue;
+      if (path.find(" -> " + n.name + " (") == std::string::npos) continue;
+      blocker = gr.is_non_differentiable(n.domain, n.op_type) ? "non-differentiable op " : "op without a gradient rule ";
+      blocker += n.op_type + " (node '" + n.name + "')";
+      break;
+    }
+    throw_bad_input("training", "parameter '" + p + "' reaches the loss only through " +
+                                    (blocker.empty() ? std::string("ops that give it no gradient") : blocker) +
+                                    "; path: " + path);
+  }
+
+  // Params in the order the backward pass completes their gradients.
+  std::unordered_map<std::string, size_t> produced_at;
+  for (size_t i = 0; i < backward.size(); ++i)
+    for (const std::string& out : backward[i].outputs) produced_at[out] = i;
+  std::stable_sort(t.params.begin(), t.params.end(), [&](const std::string& a, const std::string& b) {
+    return produced_at[t.gradients[a]] < produced_at[t.gradients[b]];
+  });
+
+  for (auto& [name, c] : constants) {
+    g.values[name] = ValueInfo{c.dtype(), shape_of(c.dims())};
+    g.initializers[name] = c;
+  }
+  for (Node& n : backward) g.nodes.push_back(std::move(n));
+  append_optimizer(t, o);
+
+  // Outputs: loss, the model's outputs, then every state update.
+  g.outputs = {t.loss};
+  for (const std::string& out : model_outputs)
+    if (out != t.loss) g.outputs.push_back(out);
+  std::set<std::string> produced;
+  for (const Node& n : g.nodes)
+    for (const std::string& out : n.outputs) produced.insert(out);
+  for (const auto& [name, tensor] : g.initializers)
+    if (produced.count(name + ".updated")) {
+      t.updates.emplace_back(name + ".updated", name);
+      g.outputs.push_back(name + ".updated");
+    }
+  if (o.optimizer == "none")
+    for (const std::string& p : t.params) g.outputs.push_back(t.gradients[p]);
+
+  g.opsets[kTrainDomain] = 1;
+  g.sort_topologically();
+  eliminate_dead_nodes(g);
+  validate_graph(g, schemas, "training graph");
+  infer_shapes(g, schemas, "training graph");
+  // Every gradient has its value's dtype and shape (a rule bug otherwise).
+  for (const auto& [grad, v] : grad_of) {
+    const ValueInfo* b = g.find_info(grad);
+    if (!b) continue;  // pruned: nothing needed it
+    const ValueInfo& a = g.info(v);
+    if (a.dtype != b->dtype || a.shape != b->shape)
+      throw_internal("autodiff", "gradient '" + grad + "' is " + dtype_name(b->dtype) +
+                                     shape_to_string(b->shape.value_or(Shape{})) + " but '" + v + "' is " +
+                                     dtype_name(a.dtype) + shape_to_string(a.shape.value_or(Shape{})));
+  }
+  return t;
+}
+
+}  // namespace trainrt
