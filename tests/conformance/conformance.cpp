@@ -270,11 +270,21 @@ void run_test(const fs::path& dir, const std::vector<std::string>& backends, Emi
     Outcome o{b, Status::Pass, ""};
     try {
       auto backend = make_backend(b);
+      // A pass that used reference kernels says so: it did not test this backend's own.
+      std::vector<std::string> fallback, on_reference = backend->fallback_ops();
+      for (const Node& n : g.nodes) {
+        std::string key = op_key(n.domain, n.op_type);
+        if (std::count(on_reference.begin(), on_reference.end(), key) && !std::count(fallback.begin(), fallback.end(), key))
+          fallback.push_back(key);
+      }
+      if (!fallback.empty()) o.detail = "reference kernel: " + join(fallback, ", ");
       for (const DataSet& s : sets) {
         TensorMap out = run_graph(g, s.feeds, *backend);
         for (size_t k = 0; k < g.outputs.size() && o.status == Status::Pass; ++k) {
           std::string diff = compare(out.at(g.outputs[k]), s.expected[k]);
-          if (!diff.empty()) o = {b, Status::Fail, s.name + " output " + std::to_string(k) + " '" + g.outputs[k] + "': " + diff};
+          if (diff.empty()) continue;
+          std::string note = o.detail.empty() ? "" : "(" + o.detail + ") ";
+          o = {b, Status::Fail, note + s.name + " output " + std::to_string(k) + " '" + g.outputs[k] + "': " + diff};
         }
         if (o.status != Status::Pass) break;
       }
