@@ -1,7 +1,289 @@
+// Softmax, LogSoftmax, SoftmaxCrossEntropyLoss and ReduceMean.
+//
+//   Softmax(x, axis=-1):     y = exp(x - max) / sum(exp(x - max))   along one axis (opset 13)
+//   LogSoftmax(x, axis=-1):  y = x - max - log(sum(exp(x - max)))
+//   SoftmaxCrossEntropyLoss(scores[N,C,d1..], labels[N,d1..] int, weights[C]?)
+//       loss[n,d] = -w[l] * log_softmax(scores, axis=1)[n,l,d], l = labels[n,d];
+//       a label equal to ignore_index contributes 0 and has weight 0;
+//       mean = sum(loss) / sum(w[l] over non-ignored samples)  (ONNX spec; w = 1 without weights)
+//       optional output 1 is the log_softmax itself, shape [N,C,d1..].
+//   ReduceMean(x, axes, keepdims=1): opset 13 takes axes as an attribute, opset 18 as an
+//       optional constant input with noop_with_empty_axes.
+//
+// Reference kernels subtract the max and accumulate in double.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/common.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
 
-void register_softmax_loss(Registry& r) { (void)r; }
+namespace {
+
+int64_t normalize_axis(const InferContext& ctx, const std::string& field, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    ctx.fail(field + " = " + std::to_string(axis) + " is out of range [" + std::to_string(-rank) + ", " +
+             std::to_string(rank - 1) + "] for input " + shape_to_string(*ctx.input(0).shape));
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Splits dims around `axis` into outer * dims[axis] * inner.
+struct AxisSplit {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+AxisSplit split_at(const std::vector<int64_t>& dims, size_t axis) {
+  AxisSplit s;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (d < axis) s.outer *= dims[d];
+    else if (d == axis) s.len = dims[d];
+    else s.inner *= dims[d];
+  }
+  return s;
+}
+
+// log_softmax of x along the middle of `s`, written to out (double), for each outer/inner.
+template <typename T>
+void log_softmax_into(const T* x, const AxisSplit& s, double* out) {
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t i = 0; i < s.inner; ++i) {
+      const int64_t base = o * s.len * s.inner + i;
+      double m = -INFINITY;
+      for (int64_t c = 0; c < s.len; ++c) m = std::max(m, static_cast<double>(x[base + c * s.inner]));
+      double sum = 0;
+      for (int64_t c = 0; c < s.len; ++c) sum += std::exp(static_cast<double>(x[base + c * s.inner]) - m);
+      const double log_sum = std::log(sum);
+      for (int64_t c = 0; c < s.len; ++c) out[base + c * s.inner] = static_cast<double>(x[base + c * s.inner]) - m - log_sum;
+    }
+}
+
+// ---- Softmax / LogSoftmax ---------------------------------------------------------
+
+void softmax_infer(InferContext& ctx) {
+  DataType t = require_float(ctx, 0);
+  const int64_t r = ctx.input_rank(0);
+  if (r == 0) ctx.fail("input 0 '" + ctx.node().inputs[0] + "' is a scalar; need rank >= 1");
+  normalize_axis(ctx, "attribute 'axis'", ctx.node().attr_int("axis", -1), r);
+  ctx.set_output(0, t, *ctx.input(0).shape);
+}
+
+template <typename T, bool kLog>
+void softmax_reference(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  int64_t axis = ctx.node.attr_int("axis", -1);
+  if (axis < 0) axis += x.rank();
+  const AxisSplit s = split_at(x.dims(), static_cast<size_t>(axis));
+  std::vector<double> lp(static_cast<size_t>(x.numel()));
+  log_softmax_into(x.data<T>(), s, lp.data());
+  T* y = ctx.out(0).data<T>();
+  for (size_t k = 0; k < lp.size(); ++k) y[k] = static_cast<T>(kLog ? lp[k] : std::exp(lp[k]));
+}
+
+// ---- SoftmaxCrossEntropyLoss ------------------------------------------------------
+
+void sce_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  DataType t = require_float(ctx, 0);
+  const std::string reduction = n.attr_string("reduction", "mean");
+  if (reduction != "none" && reduction != "mean" && reduction != "sum")
+    ctx.fail("attribute 'reduction' = '" + reduction + "' must be none, mean or sum");
+  const int64_t r = ctx.input_rank(0);
+  const Shape& x = *ctx.input(0).shape;
+  if (r < 2) ctx.fail("input 0 '" + n.inputs[0] + "' (scores) must be [N,C] or [N,C,d1,...], got " + shape_to_string(x));
+  DataType lt = ctx.input(1).dtype;
+  if (lt != DataType::Int64 && lt != DataType::Int32)
+    ctx.fail("input 1 '" + n.inputs[1] + "' (labels) must be int64 or int32, got " + dtype_name(lt));
+  Shape labels = *ctx.input(1).shape;
+  const std::string want = "the scores " + shape_to_string(x) + " without C";
+  if (ctx.input_rank(1) != r - 1)
+    ctx.fail("input 1 '" + n.inputs[1] + "' (labels) " + shape_to_string(labels) + " must have the shape of " + want);
+  for (size_t d = 0; d < labels.size(); ++d) {
+    const Dim& s = x[d == 0 ? 0 : d + 1];
+    Dim& l = labels[d];
+    if (l.known() && s.known() && l.value != s.value)
+      ctx.fail("input 1 '" + n.inputs[1] + "' (labels) " + shape_to_string(*ctx.input(1).shape) +
+               " must have the shape of " + want);
+    if (!l.known() && s.known()) l = s;
+  }
+  if (ctx.has_input(2)) {
+    require_same_dtype(ctx, 0, 2);
+    const ValueInfo& w = ctx.input(2);
+    if (ctx.input_rank(2) != 1 || (w.shape->at(0).known() && x[1].known() && w.shape->at(0).value != x[1].value))
+      ctx.fail("input 2 '" + n.inputs[2] + "' (weights) must be [C] = [" + shape_to_string({x[1]}).substr(1) + ", got " +
+               shape_to_string(*w.shape));
+  }
+  ctx.set_output(0, t, reduction == "none" ? labels : Shape{});
+  ctx.set_output(1, t, x);
+}
+
+template <typename T>
+void sce_reference(KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  const Tensor& labels = ctx.in(1);
+  const T* w = ctx.has_input(2) ? ctx.in(2).data<T>() : nullptr;
+  const std::string reduction = n.attr_string("reduction", "mean");
+  const bool has_ii = n.has_attr("ignore_index");
+  const int64_t ii = n.attr_int("ignore_index", 0);
+  // scores [N,C,D] with D = d1*d2*..., labels [N,D]
+  const AxisSplit s = split_at(x.dims(), 1);
+  const int64_t C = s.len, D = s.inner;
+  std::vector<double> lp(static_cast<size_t>(x.numel()));
+  log_softmax_into(x.data<T>(), s, lp.data());
+  if (ctx.has_output(1)) {
+    T* out = ctx.out(1).data<T>();
+    for (size_t k = 0; k < lp.size(); ++k) out[k] = static_cast<T>(lp[k]);
+  }
+  std::vector<double> loss(static_cast<size_t>(labels.numel()));
+  double loss_sum = 0, weight_sum = 0;
+  for (int64_t nn = 0; nn < s.outer; ++nn)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t k = nn * D + d;
+      const int64_t l = labels.dtype() == DataType::Int64 ? labels.data<int64_t>()[k] : labels.data<int32_t>()[k];
+      if (has_ii && l == ii) continue;  // loss 0, weight 0
+      if (l < 0 || l >= C)
+        throw_bad_input("", "label " + std::to_string(l) + " at position " + std::to_string(k) +
+                                " is outside [0, " + std::to_string(C) + ")" +
+                                (has_ii ? " and is not ignore_index " + std::to_string(ii) : ""));
+      const double wl = w ? static_cast<double>(w[l]) : 1.0;
+      loss[static_cast<size_t>(k)] = -wl * lp[static_cast<size_t>((nn * C + l) * D + d)];
+      loss_sum += loss[static_cast<size_t>(k)];
+      weight_sum += wl;
+    }
+  T* y = ctx.out(0).data<T>();
+  if (reduction == "none") {
+    for (size_t k = 0; k < loss.size(); ++k) y[k] = static_cast<T>(loss[k]);
+  } else if (reduction == "sum") {
+    y[0] = static_cast<T>(loss_sum);
+  } else {
+    y[0] = static_cast<T>(loss_sum / weight_sum);  // every sample ignored: 0/0 = NaN, as the spec
+  }
+}
+
+// ---- ReduceMean -------------------------------------------------------------------
+
+// The axes of a ReduceMean node: attribute (opset 13) or input 1 (opset 18).
+std::vector<int64_t> reduce_axes(const Node& n, const Tensor* axes_input) {
+  if (n.has_attr("axes")) return n.attr_ints("axes");
+  std::vector<int64_t> v;
+  if (axes_input)
+    for (int64_t k = 0; k < axes_input->numel(); ++k) v.push_back(axes_input->data<int64_t>()[k]);
+  return v;
+}
+
+void reduce_mean_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  DataType t = require_float(ctx, 0);
+  const int64_t r = ctx.input_rank(0);
+  const Shape& x = *ctx.input(0).shape;
+  const int64_t opset = ctx.graph().opset("");
+  const Tensor* axes_input = nullptr;
+  if (opset >= 18) {
+    if (n.has_attr("axes")) ctx.fail("attribute 'axes' is an input (input 1) since opset 18");
+    if (ctx.has_input(1)) {
+      axes_input = ctx.input_constant(1);
+      if (!axes_input)
+        throw_unsupported(ctx.where(), "input 1 '" + n.inputs[1] +
+                                           "' (axes) must be a constant (an initializer or a Constant node's output)");
+      if (axes_input->dtype() != DataType::Int64 || axes_input->rank() != 1)
+        ctx.fail("input 1 '" + n.inputs[1] + "' (axes) must be a 1-D int64 tensor, got " +
+                 dtype_name(axes_input->dtype()) + dims_to_string(axes_input->dims()));
+    }
+  } else {
+    if (ctx.has_input(1)) ctx.fail("axes as input 1 needs ai.onnx opset 18 (the model imports " + std::to_string(opset) + ")");
+    if (n.has_attr("noop_with_empty_axes")) ctx.fail("attribute 'noop_with_empty_axes' needs ai.onnx opset 18");
+  }
+  for (const char* key : {"keepdims", "noop_with_empty_axes"}) {
+    int64_t v = n.attr_int(key, 0);
+    if (v != 0 && v != 1) ctx.fail(std::string("attribute '") + key + "' must be 0 or 1, got " + std::to_string(v));
+  }
+  const bool keepdims = n.attr_int("keepdims", 1) != 0;
+  std::vector<int64_t> axes = reduce_axes(n, axes_input);
+  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0)) {
+    ctx.set_output(0, t, x);
+    return;
+  }
+  std::vector<bool> reduced(x.size(), axes.empty());
+  for (int64_t a : axes) {
+    size_t d = static_cast<size_t>(normalize_axis(ctx, "axes entry", a, r));
+    if (reduced[d]) ctx.fail("axes " + dims_to_string(axes) + " repeat axis " + std::to_string(d));
+    reduced[d] = true;
+  }
+  Shape y;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (!reduced[d]) y.push_back(x[d]);
+    else if (keepdims) y.push_back(Dim::of(1));
+  }
+  ctx.set_output(0, t, y);
+}
+
+double reduce_mean_flops(const Graph& g, const Node& n) {
+  const ValueInfo& x = g.info(n.inputs[0]);
+  if (!x.shape || !shape_is_known(*x.shape)) return 0;
+  return static_cast<double>(element_count(shape_dims(*x.shape)));  // one add per element
+}
+
+template <typename T>
+void reduce_mean_reference(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  std::vector<int64_t> axes = reduce_axes(ctx.node, ctx.has_input(1) ? &ctx.in(1) : nullptr);
+  const size_t r = x.dims().size();
+  if (axes.empty() && ctx.node.attr_int("noop_with_empty_axes", 0)) {
+    if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+    return;
+  }
+  std::vector<bool> reduced(r, axes.empty());
+  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(r) : a)] = true;
+  // y in keepdims layout (size 1 on reduced dims); dropping them leaves the same order.
+  std::vector<int64_t> ys(r, 0);
+  int64_t count = 1;
+  for (size_t d = r, stride = 1; d-- > 0;) {
+    if (reduced[d]) {
+      count *= x.dims()[d];
+    } else {
+      ys[d] = static_cast<int64_t>(stride);
+      stride *= static_cast<size_t>(x.dims()[d]);
+    }
+  }
+  std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
+  std::vector<int64_t> idx(r, 0);
+  const T* xp = x.data<T>();
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    int64_t o = 0;
+    for (size_t d = 0; d < r; ++d) o += idx[d] * ys[d];
+    acc[static_cast<size_t>(o)] += xp[k];
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < x.dims()[d]) break;
+      idx[d] = 0;
+    }
+  }
+  T* yp = y.data<T>();
+  for (size_t k = 0; k < acc.size(); ++k) yp[k] = static_cast<T>(acc[k] / static_cast<double>(count));
+}
+
+}  // namespace
+
+void register_softmax_loss(Registry& r) {
+  r.schemas.add(OpSchema{"", "Softmax", 1, 1, 1, 1, 13, softmax_infer, nullptr, {"axis"}});
+  r.schemas.add(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, 13, softmax_infer, nullptr, {"axis"}});
+  r.schemas.add(OpSchema{"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, 12, sce_infer, nullptr, {"ignore_index", "reduction"}});
+  // 13 = axes attribute; the opset 18 form (axes input) is chosen by the model's opset
+  r.schemas.add(OpSchema{"", "ReduceMean", 1, 2, 1, 1, 13, reduce_mean_infer, reduce_mean_flops,
+                         {"axes", "keepdims", "noop_with_empty_axes"}});
+  r.kernels.add("reference", "", "Softmax", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_reference<decltype(tag), false>(ctx); });
+  });
+  r.kernels.add("reference", "", "LogSoftmax", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_reference<decltype(tag), true>(ctx); });
+  });
+  r.kernels.add("reference", "", "SoftmaxCrossEntropyLoss", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_reference<decltype(tag)>(ctx); });
+  });
+  r.kernels.add("reference", "", "ReduceMean", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_reference<decltype(tag)>(ctx); });
+  });
+}
 
 }  // namespace trainrt
