@@ -411,13 +411,12 @@ struct Row {
   std::string detail;
 };
 
-std::string ops_column(const std::vector<std::string>& ops) {
-  std::string s = join(ops, ",");
-  return s.size() > 28 ? s.substr(0, 25) + "..." : s;
+std::string ops_column(const std::string& ops) {
+  return ops.size() > 28 ? ops.substr(0, 25) + "..." : ops;
 }
 
 void print_row(const Row& r) {
-  std::printf("%-56s %-28s %-9s %-5s %s\n", r.test.c_str(), r.ops.c_str(), r.backend.c_str(), status_name(r.status),
+  std::printf("%-56s %-28s %-9s %-5s %s\n", r.test.c_str(), ops_column(r.ops).c_str(), r.backend.c_str(), status_name(r.status),
               r.detail.c_str());
   std::fflush(stdout);
 }
@@ -525,7 +524,7 @@ int main(int argc, char** argv) {
       return o.status == outcomes[0].status && o.detail == outcomes[0].detail;
     });
     for (size_t i = 0; i < outcomes.size(); ++i) {
-      Row r{name, ops_column(m.ops), outcomes[i].backend, outcomes[i].status, outcomes[i].detail};
+      Row r{name, join(m.ops, ","), outcomes[i].backend, outcomes[i].status, outcomes[i].detail};
       rows.push_back(r);
       if (same && outcomes.size() > 1) {
         if (i == 0) r.backend = "all", print_row(r);
