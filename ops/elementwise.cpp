@@ -1,7 +1,254 @@
+// Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh) and arithmetic
+// with numpy broadcasting (Add, Sub, Mul, Div, variadic Sum).
+//
+// Activations and Sum take float32/float64. Add/Sub/Mul/Div also take the integer
+// types (exported graphs do shape arithmetic in int64); integer results wrap
+// modulo 2^bits, integer Div truncates toward zero like C and ONNX Runtime, and
+// integer division by zero is a bad-input error. The broadcasting rule and the
+// index helper live in ops/broadcast.h (autodiff reuses them).
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "ops/broadcast.h"
+#include "ops/common.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
 
-void register_elementwise(Registry& r) { (void)r; }
+namespace {
+
+// ---- dtype helpers ---------------------------------------------------------
+
+bool is_arith_dtype(DataType t) {
+  switch (t) {
+    case DataType::Float32: case DataType::Float64:
+    case DataType::Int8: case DataType::Int16: case DataType::Int32: case DataType::Int64:
+    case DataType::UInt8: case DataType::UInt16: case DataType::UInt32: case DataType::UInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Calls f(T{}) for the C++ type of a float or integer dtype (see is_arith_dtype).
+template <typename F>
+void dispatch_arith(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Float32: f(float{}); break;
+    case DataType::Float64: f(double{}); break;
+    case DataType::Int8: f(int8_t{}); break;
+    case DataType::Int16: f(int16_t{}); break;
+    case DataType::Int32: f(int32_t{}); break;
+    case DataType::Int64: f(int64_t{}); break;
+    case DataType::UInt8: f(uint8_t{}); break;
+    case DataType::UInt16: f(uint16_t{}); break;
+    case DataType::UInt32: f(uint32_t{}); break;
+    case DataType::UInt64: f(uint64_t{}); break;
+    default: throw_internal("dispatch_arith", std::string("unexpected dtype ") + dtype_name(t));
+  }
+}
+
+// ---- shape rules -----------------------------------------------------------
+
+// Ops without attributes: OpSchema::attributes cannot say "none", so the rule does.
+void reject_attributes(const InferContext& ctx) {
+  if (!ctx.node().attrs.empty())
+    throw_unsupported(ctx.where(), "attribute '" + ctx.node().attrs.begin()->first + "' is not supported");
+}
+
+// Y = f(X), float32/float64, same type and shape.
+void unary_float_rule(InferContext& ctx) {
+  require_float(ctx, 0);
+  ctx.set_output(0, ctx.input(0));
+}
+
+// Y = broadcast(inputs...), every input of input 0's dtype.
+void broadcast_rule(InferContext& ctx, bool integers_ok) {
+  const DataType t = ctx.input(0).dtype;
+  if (integers_ok ? !is_arith_dtype(t) : (t != DataType::Float32 && t != DataType::Float64)) {
+    const std::string accepted = integers_ok ? "float32, float64 or an integer type" : "float32 or float64";
+    const std::string msg = "input 0 '" + ctx.node().inputs[0] + "' must be " + accepted + ", got " + dtype_name(t);
+    if (t == DataType::Float16 || t == DataType::BFloat16) throw_unsupported(ctx.where(), msg);
+    ctx.fail(msg);
+  }
+  std::optional<Shape> out = ctx.input(0).shape;
+  for (size_t i = 1; i < ctx.input_count(); ++i) {
+    require_same_dtype(ctx, 0, i);
+    const std::optional<Shape>& s = ctx.input(i).shape;
+    if (!out || !s) {
+      out.reset();  // some rank is unknown: so is the output's
+      continue;
+    }
+    std::string why;
+    std::optional<Shape> b = broadcast_shapes(*out, *s, &why);
+    if (!b) {
+      const std::string lhs = i == 1 ? "input 0 '" + ctx.node().inputs[0] + "' " + shape_to_string(*out)
+                                     : "inputs 0.." + std::to_string(i - 1) + " (broadcast " +
+                                           shape_to_string(*out) + ")";
+      ctx.fail("cannot broadcast " + lhs + " with input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' " +
+               shape_to_string(*s) + ": " + why);
+    }
+    out = std::move(b);
+  }
+  ctx.set_output(0, ValueInfo{t, out});
+}
+
+// FLOPs = cost * elements of output 0 (exp/tanh count as one operation).
+FlopRule per_output_element(double cost) {
+  return [cost](const Graph& g, const Node& n) {
+    const ValueInfo* v = n.outputs.empty() ? nullptr : g.find_info(n.outputs[0]);
+    if (!v || !v->shape || !shape_is_known(*v->shape)) return 0.0;
+    return cost * static_cast<double>(element_count(shape_dims(*v->shape)));
+  };
+}
+
+// ---- reference kernels -----------------------------------------------------
+
+// y[i] = fn(x[i]) for any shape, float32/float64; fn is generic over T.
+template <typename Fn>
+void unary_loop(KernelContext& ctx, Fn fn) {
+  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    const int64_t n = ctx.in(0).numel();
+    for (int64_t i = 0; i < n; ++i) y[i] = fn(x[i]);
+  });
+}
+
+// Integer arithmetic is done in uint64_t and narrowed: wraps modulo 2^bits
+// without signed-overflow UB (C++20 defines the narrowing conversion).
+template <typename T>
+T wrap(uint64_t v) {
+  return static_cast<T>(v);
+}
+
+struct AddOp {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return a + b;
+    else return wrap<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  }
+};
+struct SubOp {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return a - b;
+    else return wrap<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+  }
+};
+struct MulOp {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return a * b;
+    else return wrap<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  }
+};
+struct DivOp {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return a / b;
+    } else {
+      if (b == 0) throw_bad_input("", "integer division by zero");
+      if constexpr (std::is_signed_v<T>)
+        if (b == -1) return wrap<T>(0 - static_cast<uint64_t>(a));  // MIN / -1 wraps to MIN
+      return static_cast<T>(a / b);
+    }
+  }
+};
+
+// y = op(a, b) with broadcasting; y is already shaped by the rule.
+template <typename Op>
+void binary_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.in(0), &b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  dispatch_arith(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const BroadcastIndex ia(a.dims(), y.dims()), ib(b.dims(), y.dims());
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    const Op op;
+    for (int64_t i = 0; i < y.numel(); ++i) py[i] = op(pa[ia(i)], pb[ib(i)]);
+  });
+}
+
+// y = x0 + x1 + ... (left to right) with broadcasting.
+void sum_kernel(KernelContext& ctx) {
+  Tensor& y = ctx.out(0);
+  dispatch_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* py = y.data<T>();
+    for (int64_t i = 0; i < y.numel(); ++i) py[i] = T(0);
+    for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+      const BroadcastIndex ix(ctx.in(k).dims(), y.dims());
+      const T* px = ctx.in(k).data<T>();
+      for (int64_t i = 0; i < y.numel(); ++i) py[i] += px[ix(i)];
+    }
+  });
+}
+
+OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, ShapeRule rule, FlopRule flops,
+                     std::vector<std::string> attributes = {}) {
+  OpSchema s;
+  s.op_type = op;
+  s.since_version = since;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.infer = std::move(rule);
+  s.flops = std::move(flops);
+  s.attributes = std::move(attributes);
+  return s;
+}
+
+}  // namespace
+
+void register_elementwise(Registry& r) {
+  // Activations: ONNX opset 6 dropped `consumed_inputs`; later versions only add types.
+  auto unary = [](InferContext& ctx) { reject_attributes(ctx); unary_float_rule(ctx); };
+  r.schemas.add(make_schema("Relu", 6, 1, 1, unary, per_output_element(1)));
+  r.schemas.add(make_schema("Sigmoid", 6, 1, 1, unary, per_output_element(4)));
+  r.schemas.add(make_schema("Tanh", 6, 1, 1, unary, per_output_element(4)));
+  r.schemas.add(make_schema("LeakyRelu", 6, 1, 1, unary_float_rule, per_output_element(2), {"alpha"}));
+
+  // Relu: y = max(x, 0); NaN stays NaN.
+  r.kernels.add("reference", "", "Relu", [](KernelContext& ctx) {
+    unary_loop(ctx, [](auto x) { return x < 0 ? decltype(x)(0) : x; });
+  });
+  // LeakyRelu: y = x if x >= 0 else alpha * x (alpha defaults to 0.01).
+  r.kernels.add("reference", "", "LeakyRelu", [](KernelContext& ctx) {
+    const double alpha = ctx.node.attr_float("alpha", 0.01f);
+    unary_loop(ctx, [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; });
+  });
+  // Sigmoid: y = 1 / (1 + exp(-x)), in a form where exp never overflows.
+  r.kernels.add("reference", "", "Sigmoid", [](KernelContext& ctx) {
+    unary_loop(ctx, [](auto x) {
+      using T = decltype(x);
+      if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+      const T e = std::exp(x);
+      return e / (T(1) + e);
+    });
+  });
+  r.kernels.add("reference", "", "Tanh", [](KernelContext& ctx) {
+    unary_loop(ctx, [](auto x) { return std::tanh(x); });
+  });
+
+  // Binary arithmetic: multidirectional broadcasting since opset 7.
+  auto binary = [](InferContext& ctx) { reject_attributes(ctx); broadcast_rule(ctx, /*integers_ok=*/true); };
+  for (const char* op : {"Add", "Sub", "Mul", "Div"})
+    r.schemas.add(make_schema(op, 7, 2, 2, binary, per_output_element(1)));
+  r.kernels.add("reference", "", "Add", binary_kernel<AddOp>);
+  r.kernels.add("reference", "", "Sub", binary_kernel<SubOp>);
+  r.kernels.add("reference", "", "Mul", binary_kernel<MulOp>);
+  r.kernels.add("reference", "", "Div", binary_kernel<DivOp>);
+
+  // Sum: variadic, broadcasting since opset 8; k inputs cost k-1 adds per element.
+  OpSchema sum = make_schema(
+      "Sum", 8, 1, std::numeric_limits<int>::max(),
+      [](InferContext& ctx) { reject_attributes(ctx); broadcast_rule(ctx, /*integers_ok=*/false); }, nullptr);
+  sum.flops = [](const Graph& g, const Node& n) {
+    return per_output_element(static_cast<double>(n.input_count()) - 1.0)(g, n);
+  };
+  r.schemas.add(std::move(sum));
+  r.kernels.add("reference", "", "Sum", sum_kernel);
+}
 
 }  // namespace trainrt

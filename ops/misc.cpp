@@ -1,7 +1,244 @@
+// Small ops with no family of their own: Identity, Constant, Cast, Dropout.
+//
+// Dropout's mask is counter-based so that every backend can reproduce it from
+// (seed, element index) alone, in any order or in parallel:
+//   key  = splitmix64(ctx.seed)                         (no `seed` attribute)
+//        = splitmix64(ctx.seed ^ splitmix64(attr seed))  (with one)
+//   u_i  = (splitmix64(key + i * 0x9E3779B97F4A7C15) >> 11) * 2^-53   in [0, 1)
+//   keep_i = u_i >= ratio;   y_i = keep_i ? x_i / (1 - ratio) : 0
+// ctx.seed differs per node and step (runtime/executor.cpp), so masks do too.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "ops/common.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
 
-void register_misc(Registry& r) { (void)r; }
+namespace {
+
+// ---- Cast: storage types of every numeric dtype ---------------------------
+
+struct HalfBits { uint16_t bits; };  // float16
+struct BF16Bits { uint16_t bits; };  // bfloat16
+struct BoolByte { uint8_t bits; };   // bool, one byte 0/1
+
+// Calls f(S{}) with S the element storage type of dtype t.
+template <typename F>
+void dispatch_storage(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Float32: f(float{}); break;
+    case DataType::Float64: f(double{}); break;
+    case DataType::Float16: f(HalfBits{}); break;
+    case DataType::BFloat16: f(BF16Bits{}); break;
+    case DataType::Int8: f(int8_t{}); break;
+    case DataType::Int16: f(int16_t{}); break;
+    case DataType::Int32: f(int32_t{}); break;
+    case DataType::Int64: f(int64_t{}); break;
+    case DataType::UInt8: f(uint8_t{}); break;
+    case DataType::UInt16: f(uint16_t{}); break;
+    case DataType::UInt32: f(uint32_t{}); break;
+    case DataType::UInt64: f(uint64_t{}); break;
+    case DataType::Bool: f(BoolByte{}); break;
+    default: throw_internal("Cast", std::string("unexpected dtype ") + dtype_name(t));
+  }
+}
+
+// A stored element as a C++ arithmetic value (half types widen to float).
+template <typename S>
+auto load(S s) {
+  if constexpr (std::is_same_v<S, HalfBits>) return half_to_float(s.bits);
+  else if constexpr (std::is_same_v<S, BF16Bits>) return bfloat16_to_float(s.bits);
+  else if constexpr (std::is_same_v<S, BoolByte>) return s.bits != 0;
+  else return s;
+}
+
+// Float to integer: truncation toward zero; NaN gives 0 and out-of-range values
+// saturate (ONNX leaves both undefined; C++ would make them UB).
+template <typename D, typename V>
+D float_to_int(V v) {
+  if (std::isnan(v)) return D(0);
+  const long double w = v;
+  const long double hi = std::ldexp(1.0L, std::numeric_limits<D>::digits);  // max + 1
+  const long double lo = std::is_signed_v<D> ? -hi : 0.0L;                   // min
+  if (w >= hi) return std::numeric_limits<D>::max();
+  if (w < lo) return std::numeric_limits<D>::lowest();
+  return static_cast<D>(v);
+}
+
+// Value v (from load) stored as D. Integer to integer wraps modulo 2^bits.
+template <typename D, typename V>
+D store(V v) {
+  if constexpr (std::is_same_v<D, HalfBits>) return HalfBits{float_to_half(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<D, BF16Bits>) return BF16Bits{float_to_bfloat16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<D, BoolByte>) return BoolByte{static_cast<uint8_t>(v != V(0) ? 1 : 0)};
+  else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<V>) return float_to_int<D>(v);
+  else return static_cast<D>(v);
+}
+
+void cast_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  dispatch_storage(x.dtype(), [&](auto from) {
+    dispatch_storage(y.dtype(), [&](auto to) {
+      using S = decltype(from);
+      using D = decltype(to);
+      const S* px = x.data<S>();
+      D* py = y.data<D>();
+      for (int64_t i = 0; i < x.numel(); ++i) py[i] = store<D>(load(px[i]));
+    });
+  });
+}
+
+// ---- Dropout ----------------------------------------------------------------
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Inputs: data (N..), optional ratio (scalar, default 0.5), optional training_mode
+// (bool scalar). Outputs: output (like data), optional mask (bool, like data).
+void dropout_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  uint8_t* mask = ctx.has_output(1) ? ctx.out(1).data<uint8_t>() : nullptr;
+  const bool training = ctx.training || (ctx.has_input(2) && ctx.in(2).get_as_double(0) != 0.0);
+  const double ratio = ctx.has_input(1) ? ctx.in(1).get_as_double(0) : 0.5;
+  const int64_t n = x.numel();
+  if (!training) {  // inference: identity, mask all true
+    std::memcpy(y.raw(), x.raw(), x.nbytes());
+    if (mask) std::memset(mask, 1, static_cast<size_t>(n));
+    return;
+  }
+  if (!(ratio >= 0.0 && ratio < 1.0)) throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  uint64_t key = ctx.seed;
+  if (ctx.node.has_attr("seed")) key ^= splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
+  key = splitmix64(key);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = static_cast<T>(1.0 / (1.0 - ratio));
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      const double u = static_cast<double>(splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) *
+                       0x1p-53;
+      const bool keep = u >= ratio;
+      py[i] = keep ? px[i] * scale : T(0);
+      if (mask) mask[i] = keep ? 1 : 0;
+    }
+  });
+}
+
+// ---- shape rules ------------------------------------------------------------
+
+// A numeric dtype trainrt stores; strings are unsupported, not malformed.
+void require_numeric(const InferContext& ctx, DataType t, const std::string& what) {
+  if (t == DataType::String) throw_unsupported(ctx.where(), what + " is a string tensor (not supported)");
+  if (!dtype_is_supported(t)) ctx.fail(what + " has unsupported dtype " + dtype_name(t));
+}
+
+void identity_rule(InferContext& ctx) {
+  if (!ctx.node().attrs.empty())
+    throw_unsupported(ctx.where(), "attribute '" + ctx.node().attrs.begin()->first + "' is not supported");
+  require_numeric(ctx, ctx.input(0).dtype, "input 0 '" + ctx.node().inputs[0] + "'");
+  ctx.set_output(0, ctx.input(0));
+}
+
+void constant_rule(InferContext& ctx) {
+  const Tensor* t = ctx.node().attr_tensor("value");
+  if (!t) ctx.fail("attribute 'value' is required (value_float, value_ints, ... are not supported)");
+  require_numeric(ctx, t->dtype(), "attribute 'value'");
+  ctx.set_output(0, t->dtype(), shape_of(t->dims()));
+}
+
+void cast_rule(InferContext& ctx) {
+  const Node& n = ctx.node();
+  if (!n.has_attr("to")) ctx.fail("attribute 'to' is required");
+  const int64_t to = n.attr_int("to", 0);
+  if (to < 0 || to > 16 || dtype_size(static_cast<DataType>(to)) == 0) {
+    if (to == static_cast<int64_t>(DataType::String)) throw_unsupported(ctx.where(), "cast to string is not supported");
+    ctx.fail("attribute 'to' = " + std::to_string(to) + " is not a numeric ONNX data type");
+  }
+  require_numeric(ctx, ctx.input(0).dtype, "input 0 '" + n.inputs[0] + "'");
+  ctx.set_output(0, ValueInfo{static_cast<DataType>(to), ctx.input(0).shape});
+}
+
+// Input i must be a scalar (rank 0, or one element) when its shape is known.
+void require_scalar(const InferContext& ctx, size_t i, const std::string& what) {
+  const std::optional<Shape>& s = ctx.input(i).shape;
+  if (!s) return;
+  for (const Dim& d : *s)
+    if (d.known() && d.value != 1)
+      ctx.fail(what + " '" + ctx.node().inputs[i] + "' must be a scalar, got shape " + shape_to_string(*s));
+}
+
+void dropout_rule(InferContext& ctx) {
+  require_float(ctx, 0);
+  if (ctx.has_input(1)) {
+    const DataType rt = ctx.input(1).dtype;
+    if (rt != DataType::Float32 && rt != DataType::Float64 && rt != DataType::Float16 && rt != DataType::BFloat16)
+      ctx.fail("ratio '" + ctx.node().inputs[1] + "' must be a float type, got " + dtype_name(rt));
+    require_scalar(ctx, 1, "ratio");
+    if (const Tensor* r = ctx.input_constant(1); r && r->numel() == 1) {
+      const double v = r->get_as_double(0);
+      if (!(v >= 0.0 && v < 1.0)) ctx.fail("ratio must be in [0, 1), got " + std::to_string(v));
+    }
+  }
+  if (ctx.has_input(2)) {
+    if (ctx.input(2).dtype != DataType::Bool)
+      ctx.fail("training_mode '" + ctx.node().inputs[2] + "' must be bool, got " + dtype_name(ctx.input(2).dtype));
+    require_scalar(ctx, 2, "training_mode");
+  }
+  ctx.set_output(0, ctx.input(0));
+  ctx.set_output(1, ValueInfo{DataType::Bool, ctx.input(0).shape});
+}
+
+OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, int min_out, int max_out,
+                     ShapeRule rule, std::vector<std::string> attributes = {}) {
+  OpSchema s;
+  s.op_type = op;
+  s.since_version = since;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.min_outputs = min_out;
+  s.max_outputs = max_out;
+  s.infer = std::move(rule);
+  s.attributes = std::move(attributes);
+  return s;
+}
+
+// Copies input 0 (or the `value` attribute) byte for byte into output 0.
+void copy_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  std::memcpy(ctx.out(0).raw(), x.raw(), x.nbytes());
+}
+
+}  // namespace
+
+void register_misc(Registry& r) {
+  r.schemas.add(make_schema("Identity", 1, 1, 1, 1, 1, identity_rule));
+  r.kernels.add("reference", "", "Identity", copy_kernel);
+
+  // Only the tensor-valued form; value_float, value_ints, sparse_value... are
+  // rejected by validation as unsupported attributes.
+  r.schemas.add(make_schema("Constant", 1, 0, 0, 1, 1, constant_rule, {"value"}));
+  r.kernels.add("reference", "", "Constant", [](KernelContext& ctx) {
+    const Tensor& t = *ctx.node.attr_tensor("value");
+    std::memcpy(ctx.out(0).raw(), t.raw(), t.nbytes());
+  });
+
+  // Opset 6 made `to` an integer; later versions only add types.
+  r.schemas.add(make_schema("Cast", 6, 1, 1, 1, 1, cast_rule, {"to"}));
+  r.kernels.add("reference", "", "Cast", cast_kernel);
+
+  // Opset 12 moved ratio to an input and added training_mode.
+  r.schemas.add(make_schema("Dropout", 12, 1, 3, 1, 2, dropout_rule, {"seed"}));
+  r.kernels.add("reference", "", "Dropout", dropout_kernel);
+}
 
 }  // namespace trainrt
