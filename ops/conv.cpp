@@ -1,7 +1,158 @@
+// Conv (ai.onnx, opset 11 semantics): schema, shape rule, FLOP rule, reference kernel.
+//
+//   x: N,C,H,W   W: M,C/group,kH,kW   B: M (optional)   ->   y: N,M,Ho,Wo
+//   y[n,m,oh,ow] = B[m] + sum_{c in group(m), i, j} x[n, c, oh*sh - pt + i*dh, ow*sw - pl + j*dw] * W[m, c', i, j]
+//
+// Only 2-D convolution is implemented (other ranks are Unsupported). Groups cover
+// ordinary (group 1), grouped and depthwise (group == C) convolution. Geometry
+// (pads, strides, dilations, auto_pad) comes from ops/window.h so the shape rule and
+// every kernel agree. FLOPs: 2*N*M*Ho*Wo*(C/group)*kH*kW (bias not counted).
+#include <string>
+
+#include "ops/common.h"
 #include "ops/register_all.h"
+#include "ops/window.h"
 
 namespace trainrt {
 
-void register_conv(Registry& r) { (void)r; }
+namespace {
+
+// Kernel size from the weights (dims 2..), checked against the optional kernel_shape attribute.
+std::vector<int64_t> conv_kernel(const Node& n, const Shape& w, const std::string& where) {
+  std::vector<int64_t> from_attr = n.attr_ints("kernel_shape");
+  if (n.has_attr("kernel_shape") && from_attr.size() != w.size() - 2)
+    throw_bad_input(where, "attribute 'kernel_shape' has " + std::to_string(from_attr.size()) + " values, expected " +
+                               std::to_string(w.size() - 2));
+  std::vector<int64_t> k;
+  for (size_t i = 2; i < w.size(); ++i) {
+    if (w[i].known()) {
+      if (!from_attr.empty() && from_attr[i - 2] != w[i].value)
+        throw_bad_input(where, "attribute 'kernel_shape' " + dims_to_string(from_attr) + " does not match weights " +
+                                   shape_to_string(w));
+      k.push_back(w[i].value);
+    } else if (!from_attr.empty()) {
+      k.push_back(from_attr[i - 2]);
+    } else {
+      throw_bad_input(where, "kernel size is unknown: weights " + shape_to_string(w) + " and no 'kernel_shape'");
+    }
+  }
+  return k;
+}
+
+void conv_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const DataType t = require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  const int64_t rank = ctx.input_rank(0);
+  if (rank < 3) ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
+  if (rank != 4)
+    throw_unsupported(ctx.where(), "only 2-D Conv (input rank 4, N,C,H,W) is implemented, input 0 '" + n.inputs[0] +
+                                       "' has rank " + std::to_string(rank));
+  const int64_t w_rank = ctx.input_rank(1);
+  if (w_rank != rank)
+    ctx.fail("input 1 '" + n.inputs[1] + "' (weights) must have rank 4 (M,C/group,kH,kW), got rank " +
+             std::to_string(w_rank));
+  const Shape& x = *ctx.input(0).shape;
+  const Shape& w = *ctx.input(1).shape;
+  const int64_t group = n.attr_int("group", 1);
+  if (group < 1) ctx.fail("attribute 'group' must be >= 1, got " + std::to_string(group));
+  if (x[1].known() && w[1].known() && x[1].value != w[1].value * group)
+    ctx.fail("input 0 '" + n.inputs[0] + "' has " + std::to_string(x[1].value) + " channels but weights " +
+             shape_to_string(w) + " with group " + std::to_string(group) + " expect " +
+             std::to_string(w[1].value * group));
+  if (w[0].known() && w[0].value % group != 0)
+    ctx.fail("weights " + shape_to_string(w) + " have " + std::to_string(w[0].value) +
+             " output channels, not divisible by group " + std::to_string(group));
+  if (ctx.has_input(2)) {
+    require_same_dtype(ctx, 0, 2);
+    if (ctx.input_rank(2) != 1) ctx.fail("input 2 '" + n.inputs[2] + "' (bias) must have rank 1, got rank " + std::to_string(ctx.input_rank(2)));
+    const Dim& b = (*ctx.input(2).shape)[0];
+    if (b.known() && w[0].known() && b.value != w[0].value)
+      ctx.fail("input 2 '" + n.inputs[2] + "' (bias) has " + std::to_string(b.value) + " values, expected " +
+               std::to_string(w[0].value) + " (output channels)");
+  }
+  Window win = read_window(n, 2, conv_kernel(n, w, ctx.where()), ctx.where(), {});
+  Shape y{x[0], w[0]};
+  for (size_t i = 0; i < 2; ++i) {
+    const Dim& in = x[2 + i];
+    y.push_back(in.known() ? Dim::of(resolve_window_dim(win, i, in.value, ctx.where())) : Dim{});
+  }
+  ctx.set_output(0, t, y);
+}
+
+double conv_flops(const Graph& g, const Node& n) {
+  const ValueInfo* w = g.find_info(n.inputs[1]);
+  const ValueInfo* y = g.find_info(n.outputs[0]);
+  if (!w || !y || !w->shape || !y->shape || !shape_is_known(*w->shape) || !shape_is_known(*y->shape)) return 0;
+  double macs = 1;
+  for (int64_t d : shape_dims(*y->shape)) macs *= static_cast<double>(d);  // N*M*Ho*Wo
+  std::vector<int64_t> wd = shape_dims(*w->shape);
+  for (size_t i = 1; i < wd.size(); ++i) macs *= static_cast<double>(wd[i]);  // C/group*kH*kW
+  return 2 * macs;
+}
+
+// x: N,C,H,W  w: M,Cg,kH,kW (Cg = C/group)  b: M or null  ->  y: N,M,Ho,Wo.
+// Direct loops, accumulated in double so the oracle is as exact as the inputs allow.
+template <typename T>
+void conv2d_reference(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const Window& win, int64_t group) {
+  const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+  const int64_t M = w.dims()[0], Cg = w.dims()[1], kH = w.dims()[2], kW = w.dims()[3];
+  const int64_t Ho = y.dims()[2], Wo = y.dims()[3];
+  const int64_t Mg = M / group;  // output channels per group
+  const int64_t sh = win.strides[0], sw = win.strides[1], dh = win.dilations[0], dw = win.dilations[1];
+  const int64_t pt = win.pads[0], pl = win.pads[1];
+  const T* xp = x.data<T>();
+  const T* wp = w.data<T>();
+  const T* bp = b ? b->data<T>() : nullptr;
+  T* yp = y.data<T>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t c0 = (m / Mg) * Cg;  // first input channel of m's group
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double acc = bp ? static_cast<double>(bp[m]) : 0.0;
+          for (int64_t cg = 0; cg < Cg; ++cg)
+            for (int64_t i = 0; i < kH; ++i) {
+              const int64_t ih = oh * sh - pt + i * dh;
+              if (ih < 0 || ih >= H) continue;
+              for (int64_t j = 0; j < kW; ++j) {
+                const int64_t iw = ow * sw - pl + j * dw;
+                if (iw < 0 || iw >= W) continue;
+                acc += static_cast<double>(xp[((n * C + c0 + cg) * H + ih) * W + iw]) *
+                       static_cast<double>(wp[((m * Cg + cg) * kH + i) * kW + j]);
+              }
+            }
+          yp[((n * M + m) * Ho + oh) * Wo + ow] = static_cast<T>(acc);
+        }
+    }
+}
+
+void conv_kernel_reference(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  Window win = read_window(ctx.node, 2, {w.dims()[2], w.dims()[3]}, "", {});
+  for (size_t i = 0; i < 2; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
+  const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
+  const int64_t group = ctx.node.attr_int("group", 1);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv2d_reference<T>(x, w, b, ctx.out(0), win, group);
+  });
+}
+
+}  // namespace
+
+void register_conv(Registry& r) {
+  OpSchema s;
+  s.op_type = "Conv";
+  s.min_inputs = 2;
+  s.max_inputs = 3;
+  s.since_version = 11;
+  s.infer = conv_infer;
+  s.flops = conv_flops;
+  s.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
+  r.schemas.add(std::move(s));
+  r.kernels.add("reference", "", "Conv", conv_kernel_reference);
+}
 
 }  // namespace trainrt

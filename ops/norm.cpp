@@ -1,7 +1,159 @@
+// BatchNormalization: schema, shape rule, FLOP rule, reference kernel.
+//
+//   x: N,C,spatial...   scale, B, input_mean, input_var: C   ->   Y: like x
+//   Y = (x - m) / sqrt(v + epsilon) * scale + B,  per channel c
+//
+// Inference: m, v = input_mean, input_var.
+// Training: m, v = mean and biased (population) variance of x over N and spatial
+//   dims, exactly as ONNX's reference implementation; running statistics are
+//   running = input * momentum + current * (1 - momentum) for both mean and var.
+//
+// The node trains when any of these holds:
+//   - training_mode = 1 (opset >= 14; outputs Y, running_mean, running_var),
+//   - an output besides Y is requested (the opset 9..13 form that PyTorch 1.13
+//     writes at opset 13: Y, mean, var, saved_mean, saved_var, where mean/var are the
+//     updated running statistics, saved_mean the batch mean and saved_var the batch
+//     biased variance, not its inverse square root),
+//   - the executor runs in training mode (KernelContext::training; only Y is written
+//     when no other output is requested).
+// At opset >= 14 extra outputs need training_mode = 1 (as ONNX says), and the
+// 4th/5th outputs do not exist. The opset 7/8 attribute spatial is accepted only as 1.
+// FLOPs: 2 per element for inference (a folded multiply-add), 6 per element when
+// training (adds 1 for the mean and 3 for the variance).
+#include <cmath>
+#include <string>
+
+#include "ops/common.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
 
-void register_norm(Registry& r) { (void)r; }
+namespace {
+
+constexpr const char* kParamNames[] = {"X", "scale", "B", "input_mean", "input_var"};
+
+bool node_trains(const Node& n, bool executor_training) {
+  if (executor_training || n.attr_int("training_mode", 0) == 1) return true;
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (n.has_output(i)) return true;
+  return false;
+}
+
+void batchnorm_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const DataType t = require_float(ctx, 0);
+  const int64_t opset = ctx.graph().opset("");
+  const int64_t rank = ctx.input_rank(0);
+  if (rank < 2) ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 2 (N,C,...), got rank " + std::to_string(rank));
+  if (n.has_attr("spatial") && n.attr_int("spatial", 1) != 1)
+    ctx.fail("attribute 'spatial' " + std::to_string(n.attr_int("spatial", 1)) +
+             " (per-activation statistics) is not supported; only spatial=1");
+  const int64_t training_mode = n.attr_int("training_mode", 0);
+  if (training_mode != 0 && training_mode != 1)
+    ctx.fail("attribute 'training_mode' must be 0 or 1, got " + std::to_string(training_mode));
+  if (n.has_attr("training_mode") && opset < 14)
+    ctx.fail("attribute 'training_mode' exists from opset 14, the model imports opset " + std::to_string(opset));
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  if (!(eps >= 0)) ctx.fail("attribute 'epsilon' must be >= 0, got " + std::to_string(eps));
+  const float momentum = n.attr_float("momentum", 0.9f);
+  if (!std::isfinite(momentum)) ctx.fail("attribute 'momentum' must be finite, got " + std::to_string(momentum));
+  if (opset >= 14) {
+    if (n.output_count() > 3)
+      ctx.fail("has " + std::to_string(n.output_count()) + " outputs; at opset " + std::to_string(opset) +
+               " BatchNormalization has at most 3 (Y, running_mean, running_var)");
+    if (n.output_count() > 1 && training_mode != 1)
+      ctx.fail("outputs running_mean/running_var are only defined with attribute 'training_mode' = 1");
+  }
+  const Shape& x = *ctx.input(0).shape;
+  for (size_t i = 1; i < 5; ++i) {
+    require_same_dtype(ctx, 0, i);
+    if (ctx.input_rank(i) != 1)
+      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + kParamNames[i] + ") must have rank 1, got rank " +
+               std::to_string(ctx.input_rank(i)));
+    const Dim& c = (*ctx.input(i).shape)[0];
+    if (c.known() && x[1].known() && c.value != x[1].value)
+      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + kParamNames[i] + ") has " +
+               std::to_string(c.value) + " values, expected " + std::to_string(x[1].value) + " (channels of X)");
+  }
+  ctx.set_output(0, t, x);
+  for (size_t i = 1; i < 5; ++i) ctx.set_output(i, t, Shape{x[1]});
+}
+
+double batchnorm_flops(const Graph& g, const Node& n) {
+  const ValueInfo* x = g.find_info(n.inputs[0]);
+  if (!x || !x->shape || !shape_is_known(*x->shape)) return 0;
+  const double count = static_cast<double>(element_count(shape_dims(*x->shape)));
+  return (node_trains(n, false) ? 6 : 2) * count;
+}
+
+// x: N,C,S (S = product of spatial dims); scale, bias, mean, var: C.
+// out[1..4] (any may be null): running mean, running var, batch mean, batch var.
+template <typename T>
+void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean, const Tensor& var,
+                         Tensor& y, Tensor* const out[5], bool training, double eps, double momentum) {
+  const int64_t N = x.dims()[0], C = x.dims()[1];
+  const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  for (int64_t c = 0; c < C; ++c) {
+    auto at = [&](int64_t n, int64_t s) { return (n * C + c) * S + s; };
+    double m = static_cast<double>(mean.data<T>()[c]);
+    double v = static_cast<double>(var.data<T>()[c]);
+    if (training) {
+      const double count = static_cast<double>(N * S);
+      double sum = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(xp[at(n, s)]);
+      const double batch_mean = sum / count;
+      double sq = 0;  // two passes: exact enough for an oracle, no cancellation
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t s = 0; s < S; ++s) {
+          const double d = static_cast<double>(xp[at(n, s)]) - batch_mean;
+          sq += d * d;
+        }
+      const double batch_var = sq / count;
+      if (out[1]) out[1]->data<T>()[c] = static_cast<T>(m * momentum + batch_mean * (1 - momentum));
+      if (out[2]) out[2]->data<T>()[c] = static_cast<T>(v * momentum + batch_var * (1 - momentum));
+      if (out[3]) out[3]->data<T>()[c] = static_cast<T>(batch_mean);
+      if (out[4]) out[4]->data<T>()[c] = static_cast<T>(batch_var);
+      m = batch_mean;
+      v = batch_var;
+    }
+    const double a = static_cast<double>(scale.data<T>()[c]) / std::sqrt(v + eps);
+    const double b = static_cast<double>(bias.data<T>()[c]);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) yp[at(n, s)] = static_cast<T>((static_cast<double>(xp[at(n, s)]) - m) * a + b);
+  }
+}
+
+void batchnorm_kernel(KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const bool training = node_trains(n, ctx.training);
+  Tensor* out[5] = {};
+  for (size_t i = 1; i < 5; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
+  const double eps = n.attr_float("epsilon", 1e-5f);
+  const double momentum = n.attr_float("momentum", 0.9f);
+  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    batchnorm_reference<T>(ctx.in(0), ctx.in(1), ctx.in(2), ctx.in(3), ctx.in(4), ctx.out(0), out, training, eps,
+                           momentum);
+  });
+}
+
+}  // namespace
+
+void register_norm(Registry& r) {
+  OpSchema s;
+  s.op_type = "BatchNormalization";
+  s.min_inputs = s.max_inputs = 5;
+  s.min_outputs = 1;
+  s.max_outputs = 5;
+  s.since_version = 9;
+  s.infer = batchnorm_infer;
+  s.flops = batchnorm_flops;
+  s.attributes = {"epsilon", "momentum", "training_mode", "spatial"};
+  r.schemas.add(std::move(s));
+  r.kernels.add("reference", "", "BatchNormalization", batchnorm_kernel);
+}
 
 }  // namespace trainrt

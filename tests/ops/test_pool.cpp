@@ -1,0 +1,308 @@
+// MaxPool, AveragePool, GlobalAveragePool: hand-computed cases (ceil_mode, pads,
+// count_include_pad, Indices), a padded-copy oracle in fp64, errors, symbolic batch.
+#include <doctest/doctest.h>
+
+#include <limits>
+
+#include "graph/error.h"
+#include "test_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+namespace {
+
+Tensor tensor_of(DataType t, std::vector<int64_t> dims, std::vector<double> v) {
+  Tensor x(t, std::move(dims));
+  REQUIRE(static_cast<size_t>(x.numel()) == v.size());
+  for (size_t i = 0; i < v.size(); ++i) x.set_from_double(static_cast<int64_t>(i), v[i]);
+  return x;
+}
+
+Tensor iota(DataType t, std::vector<int64_t> dims) {
+  Tensor x(t, std::move(dims));
+  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, static_cast<double>(i + 1));
+  return x;
+}
+
+std::string error_of(const Node& n, const TensorMap& feeds, ErrorKind* kind = nullptr) {
+  try {
+    (void)single_node_graph(n, feeds);
+  } catch (const Error& e) {
+    if (kind) *kind = e.kind();
+    return e.what();
+  }
+  return "";
+}
+
+// 2-D oracle: copy x into a (large enough) padded plane with a fill value, then
+// reduce each window. `real` marks input pixels, `inpad` input-or-pad pixels.
+struct PoolOracle {
+  bool max;
+  bool include_pad;
+  std::vector<int64_t> k, s, pads;  // pads: top, left, bottom, right
+  int64_t Ho, Wo;
+  Tensor operator()(const Tensor& x) const {
+    const int64_t P = x.dims()[0] * x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+    const int64_t HP = Ho * s[0] + k[0] + H, WP = Wo * s[1] + k[1] + W;  // room for ceil windows
+    Tensor y(DataType::Float64, {x.dims()[0], x.dims()[1], Ho, Wo});
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<double> val(HP * WP, 0.0);
+      std::vector<int> real(HP * WP, 0), inpad(HP * WP, 0);
+      for (int64_t h = 0; h < HP; ++h)
+        for (int64_t w = 0; w < WP; ++w) {
+          const int64_t ih = h - pads[0], iw = w - pads[1];
+          inpad[h * WP + w] = ih < H + pads[2] && iw < W + pads[3];
+          if (ih >= 0 && iw >= 0 && ih < H && iw < W) {
+            real[h * WP + w] = 1;
+            val[h * WP + w] = x.get_as_double((p * H + ih) * W + iw);
+          }
+        }
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double best = -std::numeric_limits<double>::infinity(), sum = 0;
+          int n_real = 0, n_pad = 0;
+          for (int64_t i = 0; i < k[0]; ++i)
+            for (int64_t j = 0; j < k[1]; ++j) {
+              const int64_t q = (oh * s[0] + i) * WP + ow * s[1] + j;
+              n_pad += inpad[q];
+              if (!real[q]) continue;
+              n_real++;
+              sum += val[q];
+              best = std::max(best, val[q]);
+            }
+          y.set_from_double((p * Ho + oh) * Wo + ow, max ? best : sum / (include_pad ? n_pad : n_real));
+        }
+    }
+    return y;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("MaxPool: ceil_mode, dilations and Indices by hand") {
+  Tensor x = iota(DataType::Float32, {1, 1, 4, 4});
+  Node ceil = make_node("MaxPool", {"x"}, {"y", "i"},
+                        {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})},
+                         {"ceil_mode", Attribute::of_int(1)}});
+  TensorMap out = run_node(ceil, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 2, 2}, {11, 12, 15, 16})) == 0);
+  CHECK(out["i"].dtype() == DataType::Int64);
+  CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 1, 2, 2}, {10, 11, 14, 15})) == 0);
+
+  ceil.attrs["ceil_mode"] = Attribute::of_int(0);
+  out = run_node(ceil, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 1, 1}, {11})) == 0);
+
+  Node dil = make_node("MaxPool", {"x"}, {"y"},
+                       {{"kernel_shape", Attribute::of_ints({2, 2})}, {"dilations", Attribute::of_ints({2, 2})}});
+  out = run_node(dil, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 2, 2}, {11, 12, 15, 16})) == 0);
+
+  // a ceil_mode window that would start in the end padding is dropped: 4+1 pad, k2 s2 -> 2 windows, not 3
+  Node drop = make_node("MaxPool", {"x"}, {"y"},
+                        {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})},
+                         {"pads", Attribute::of_ints({0, 0, 1, 1})}, {"ceil_mode", Attribute::of_int(1)}});
+  out = run_node(drop, {{"x", x}}, "reference");
+  CHECK(out["y"].dims() == std::vector<int64_t>{1, 1, 2, 2});
+}
+
+TEST_CASE("MaxPool: Indices include N and C offsets; storage_order 1 is column-major") {
+  const std::vector<double> plane{1, 9, 2, 3, 4, 8, 7, 5, 6};
+  std::vector<double> v = plane;
+  for (double p : plane) v.push_back(p + 10);
+  Tensor x = tensor_of(DataType::Float64, {1, 2, 3, 3}, v);
+  Node n = make_node("MaxPool", {"x"}, {"y", "i"}, {{"kernel_shape", Attribute::of_ints({2, 2})}});
+  TensorMap out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 2, 2, 2}, {9, 9, 7, 8, 19, 19, 17, 18})) == 0);
+  CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 2, 2, 2}, {1, 1, 6, 5, 10, 10, 15, 14})) == 0);
+  n.attrs["storage_order"] = Attribute::of_int(1);
+  out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 2, 2, 2}, {3, 3, 2, 7, 12, 12, 11, 16})) == 0);
+}
+
+TEST_CASE("AveragePool: pads with and without count_include_pad, ceil overhang") {
+  Tensor x = iota(DataType::Float64, {1, 1, 3, 3});
+  Node n = make_node("AveragePool", {"x"}, {"y"},
+                     {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})},
+                      {"pads", Attribute::of_ints({1, 1, 1, 1})}});
+  TensorMap out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 2, 2}, {1, 2.5, 5.5, 7})) == 0);
+  n.attrs["count_include_pad"] = Attribute::of_int(1);
+  out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 2, 2}, {0.25, 1.25, 2.75, 7})) == 0);
+
+  // 1-D, 5 values, k2 s2 ceil_mode, one end pad: windows [1,2] [3,4] [5,pad]
+  Tensor r = iota(DataType::Float64, {1, 1, 5});
+  Node c = make_node("AveragePool", {"x"}, {"y"},
+                     {{"kernel_shape", Attribute::of_ints({2})}, {"strides", Attribute::of_ints({2})},
+                      {"pads", Attribute::of_ints({0, 1})}, {"ceil_mode", Attribute::of_int(1)}});
+  out = run_node(c, {{"x", r}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 3}, {1.5, 3.5, 5})) == 0);
+  c.attrs["count_include_pad"] = Attribute::of_int(1);
+  out = run_node(c, {{"x", r}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 3}, {1.5, 3.5, 2.5})) == 0);
+  // no end pad: the ceil overhang is not padding, so it is never counted
+  c.attrs["pads"] = Attribute::of_ints({0, 0});
+  out = run_node(c, {{"x", r}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 3}, {1.5, 3.5, 5})) == 0);
+}
+
+TEST_CASE("MaxPool and AveragePool: fp64 against the padded-copy oracle, fp32 alike") {
+  struct Case {
+    std::vector<int64_t> k, s, pads;
+    bool ceil;
+    int64_t H, W;
+  };
+  const Case cases[] = {
+      {{3, 3}, {2, 2}, {1, 1, 1, 1}, false, 8, 7},
+      {{3, 2}, {2, 3}, {0, 1, 2, 1}, true, 9, 8},
+      {{2, 2}, {2, 2}, {0, 0, 0, 0}, true, 7, 7},
+      {{4, 4}, {1, 1}, {2, 1, 1, 2}, false, 5, 6},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    Tensor x = random_tensor(DataType::Float64, {2, 3, c.H, c.W}, seed++);
+    auto out_size = [&](int64_t in, int i) {
+      const int64_t padded = in + c.pads[i] + c.pads[i + 2] - c.k[i];
+      int64_t o = (c.ceil ? (padded + c.s[i] - 1) / c.s[i] : padded / c.s[i]) + 1;
+      if ((o - 1) * c.s[i] >= in + c.pads[i]) --o;
+      return o;
+    };
+    const int64_t Ho = out_size(c.H, 0), Wo = out_size(c.W, 1);
+    for (const char* op : {"MaxPool", "AveragePool"})
+      for (int include : {0, 1}) {
+        const bool is_max = std::string(op) == "MaxPool";
+        if (is_max && include) continue;
+        std::map<std::string, Attribute> attrs{{"kernel_shape", Attribute::of_ints(c.k)},
+                                               {"strides", Attribute::of_ints(c.s)},
+                                               {"pads", Attribute::of_ints(c.pads)},
+                                               {"ceil_mode", Attribute::of_int(c.ceil)}};
+        if (!is_max) attrs["count_include_pad"] = Attribute::of_int(include);
+        Node n = make_node(op, {"x"}, {"y"}, attrs);
+        Tensor want = PoolOracle{is_max, include == 1, c.k, c.s, c.pads, Ho, Wo}(x);
+        CAPTURE(op);
+        CAPTURE(include);
+        CHECK(max_abs_diff(run_node(n, {{"x", x}}, "reference")["y"], want) < 1e-14);
+        CHECK(max_abs_diff(run_node(n, {{"x", x.cast(DataType::Float32)}}, "reference")["y"], want) < 1e-6);
+      }
+  }
+}
+
+TEST_CASE("Pooling: auto_pad, 1-D, 3-D, uint8 MaxPool") {
+  Tensor x = iota(DataType::Float32, {1, 1, 4, 4});
+  // SAME_UPPER k2 s1 on 4: pad 1 at the end -> the last row/col pools with padding only
+  Node up = make_node("MaxPool", {"x"}, {"y"},
+                      {{"kernel_shape", Attribute::of_ints({2, 2})}, {"auto_pad", Attribute::of_string("SAME_UPPER")}});
+  TensorMap out = run_node(up, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 4, 4},
+                                         {6, 7, 8, 8, 10, 11, 12, 12, 14, 15, 16, 16, 14, 15, 16, 16})) == 0);
+  Node low = up;
+  low.attrs["auto_pad"] = Attribute::of_string("SAME_LOWER");
+  low.op_type = "AveragePool";
+  out = run_node(low, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 4, 4},
+                                         {1, 1.5, 2.5, 3.5, 3, 3.5, 4.5, 5.5, 7, 7.5, 8.5, 9.5, 11, 11.5, 12.5, 13.5})) == 0);
+
+  Tensor cube = iota(DataType::Float64, {1, 1, 2, 2, 2});
+  std::map<std::string, Attribute> k3{{"kernel_shape", Attribute::of_ints({2, 2, 2})}};
+  CHECK(run_node(make_node("MaxPool", {"x"}, {"y"}, k3), {{"x", cube}}, "reference")["y"].get_as_double(0) == 8);
+  CHECK(run_node(make_node("AveragePool", {"x"}, {"y"}, k3), {{"x", cube}}, "reference")["y"].get_as_double(0) == 4.5);
+
+  Tensor line = tensor_of(DataType::Float32, {1, 1, 5}, {3, 1, 4, 1, 5});
+  out = run_node(make_node("MaxPool", {"x"}, {"y"}, {{"kernel_shape", Attribute::of_ints({2})}}), {{"x", line}},
+                 "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 4}, {3, 4, 4, 5})) == 0);
+
+  Tensor bytes = tensor_of(DataType::UInt8, {1, 1, 2, 2}, {200, 3, 255, 0});
+  out = run_node(make_node("MaxPool", {"x"}, {"y"}, {{"kernel_shape", Attribute::of_ints({2, 2})}}), {{"x", bytes}},
+                 "reference");
+  CHECK(out["y"].dtype() == DataType::UInt8);
+  CHECK(out["y"].get_as_double(0) == 255);
+}
+
+TEST_CASE("GlobalAveragePool: plane means, symbolic batch") {
+  Tensor x = random_tensor(DataType::Float64, {2, 3, 4, 5}, 7);
+  TensorMap out = run_node(make_node("GlobalAveragePool", {"x"}, {"y"}), {{"x", x}}, "reference");
+  REQUIRE(out["y"].dims() == std::vector<int64_t>{2, 3, 1, 1});
+  for (int64_t p = 0; p < 6; ++p) {
+    double sum = 0;
+    for (int64_t i = 0; i < 20; ++i) sum += x.get_as_double(p * 20 + i);
+    CHECK(out["y"].get_as_double(p) == doctest::Approx(sum / 20).epsilon(1e-14));
+  }
+}
+
+TEST_CASE("Pooling: bad attributes give one-line errors naming the node") {
+  const TensorMap ok{{"x", Tensor(DataType::Float32, {1, 2, 5, 5})}};
+  struct Bad {
+    const char* op;
+    std::map<std::string, Attribute> attrs;
+    TensorMap feeds;
+    std::string want;
+  };
+  auto k = [](std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); };
+  const Bad cases[] = {
+      {"MaxPool", {}, ok, "attribute 'kernel_shape' is required"},
+      {"MaxPool", {{"kernel_shape", k({2})}}, ok, "attribute 'kernel_shape' has 1 values, expected 2"},
+      {"MaxPool", {{"kernel_shape", k({2, 0})}}, ok, "attribute 'kernel_shape' must be >= 1"},
+      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"pads", k({0, -1, 0, 0})}}, ok, "attribute 'pads' must be >= 0"},
+      {"AveragePool", {{"kernel_shape", k({2, 2})}, {"strides", k({0, 1})}}, ok, "attribute 'strides' must be >= 1"},
+      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"dilations", k({1, 0})}}, ok, "attribute 'dilations' must be >= 1"},
+      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"pads", k({2, 0, 0, 0})}}, ok, "must be smaller than 'kernel_shape'"},
+      {"AveragePool", {{"kernel_shape", k({6, 2})}}, ok, "is larger than the padded input 5"},
+      {"MaxPool", {{"kernel_shape", k({3, 3})}, {"dilations", k({3, 1})}}, ok, "is larger than the padded input 5"},
+      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"ceil_mode", Attribute::of_int(2)}}, ok, "attribute 'ceil_mode' must be 0 or 1"},
+      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"storage_order", Attribute::of_int(3)}}, ok,
+       "attribute 'storage_order' must be 0 or 1"},
+      {"AveragePool", {{"kernel_shape", k({2, 2})}, {"count_include_pad", Attribute::of_int(-1)}}, ok,
+       "attribute 'count_include_pad' must be 0 or 1"},
+      {"AveragePool", {{"kernel_shape", k({2, 2})}, {"auto_pad", Attribute::of_string("same_upper")}}, ok,
+       "attribute 'auto_pad' must be NOTSET"},
+      {"AveragePool", {{"kernel_shape", k({2})}}, {{"x", Tensor(DataType::Float32, {2, 5})}}, "must have rank >= 3"},
+      {"AveragePool", {{"kernel_shape", k({2, 2})}}, {{"x", Tensor(DataType::UInt8, {1, 1, 5, 5})}},
+       "must be float32 or float64, got uint8"},
+      {"GlobalAveragePool", {}, {{"x", Tensor(DataType::Float32, {2, 5})}}, "must have rank >= 3"},
+  };
+  for (const Bad& c : cases) {
+    Node n = make_node(c.op, {"x"}, {"y"}, c.attrs);
+    ErrorKind kind = ErrorKind::Internal;
+    std::string msg = error_of(n, c.feeds, &kind);
+    CAPTURE(msg);
+    CHECK(msg.find(std::string("'") + c.op + "_test' (" + c.op + ")") != std::string::npos);
+    CHECK(msg.find(c.want) != std::string::npos);
+    CHECK(kind == ErrorKind::BadInput);
+  }
+  // AveragePool dilations (opset 19) are not implemented
+  ErrorKind kind = ErrorKind::Internal;
+  std::string msg = error_of(make_node("AveragePool", {"x"}, {"y"},
+                                       {{"kernel_shape", k({2, 2})}, {"dilations", k({2, 2})}}),
+                             ok, &kind);
+  CHECK(kind == ErrorKind::Unsupported);
+  CHECK(msg.find("attribute 'dilations' is not supported") != std::string::npos);
+}
+
+TEST_CASE("Pooling: symbolic batch propagates through shape inference; FLOPs") {
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool"}) {
+    Graph g;
+    g.opsets[""] = 13;
+    g.inputs = {"x"};
+    g.values["x"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(3), Dim::of(8), Dim::of(8)}};
+    std::map<std::string, Attribute> attrs;
+    if (std::string(op) != "GlobalAveragePool")
+      attrs = {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}};
+    const bool is_max = std::string(op) == "MaxPool";
+    g.nodes.push_back(make_node(op, {"x"}, is_max ? std::vector<std::string>{"y", "i"} : std::vector<std::string>{"y"}, attrs));
+    g.outputs = {"y"};
+    validate_graph(g, registry().schemas, "test");
+    infer_shapes(g, registry().schemas, "test");
+    CAPTURE(op);
+    const bool global = std::string(op) == "GlobalAveragePool";
+    CHECK(shape_to_string(*g.info("y").shape) == (global ? "[N,3,1,1]" : "[N,3,4,4]"));
+    if (is_max) CHECK(g.info("i").dtype == DataType::Int64);
+    Graph c = specialize(g, {{"x", Tensor(DataType::Float32, {2, 3, 8, 8})}});
+    const OpSchema* s = registry().schemas.find("", op);
+    CHECK(s->flops(c, c.nodes[0]) == (global ? 2.0 * 3 * 8 * 8 : 2.0 * 3 * 4 * 4 * 4));
+  }
+  CHECK(registry().schemas.find("", "MaxPool")->since_version == 12);
+  CHECK(registry().schemas.find("", "AveragePool")->since_version == 11);
+}
