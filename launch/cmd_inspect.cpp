@@ -8,6 +8,7 @@
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
 #include "launch/cli.h"
+#include "autodiff/training_graph.h"
 #include "launch/commands.h"
 #include "ops/register_all.h"
 
@@ -17,10 +18,17 @@ namespace {
 
 const CommandSpec kSpec{
     "inspect",
-    "trainrt inspect MODEL.onnx [--json]",
+    "trainrt inspect MODEL.onnx [--json] [--training [--dump-training-graph OUT.onnx]]",
     "Print every node (name, op, input and output shapes) and the model's totals: parameters,\n"
-    "forward FLOPs per sample, activation bytes per sample and unsupported ops.",
-    {{"json", "", "print one JSON object instead of a table", Flag::Switch}},
+    "forward FLOPs per sample, activation bytes per sample and unsupported ops. With --training,\n"
+    "also build the training graph and list its backward and optimizer nodes and the memory\n"
+    "the saved activations need.",
+    {{"json", "", "print one JSON object instead of a table", Flag::Switch},
+     {"training", "", "also build and summarise the training graph", Flag::Switch},
+     {"dump-training-graph", "", "write the whole training graph as ONNX (domain ai.trainrt for backward ops)"},
+     {"optimizer", "sgd", "optimizer of the training graph: sgd, adam, adamw or none"},
+     {"momentum", "0.9", "SGD momentum (adds a momentum buffer per parameter)"},
+     {"freeze", "", "initializer to keep fixed (repeatable)", Flag::Repeat}},
     1,
     1};
 
@@ -75,12 +83,61 @@ Graph per_sample(const Graph& g, const OpRegistry& reg) {
   return s;
 }
 
+// Backward/optimizer nodes, saved-activation memory per sample, state bytes.
+void inspect_training(const Graph& g, const Args& a) {
+  const Registry& reg = registry();
+  TrainingOptions o;
+  o.optimizer = a.str("optimizer");
+  o.momentum = static_cast<float>(a.number("momentum"));
+  o.freeze = a.all("freeze");
+  TrainingGraph t = build_training_graph(g, o);
+  if (a.on("dump-training-graph")) {
+    export_onnx_file(t.graph, a.str("dump-training-graph"));
+    std::printf("training graph written to %s\n", a.str("dump-training-graph").c_str());
+  }
+  if (!a.on("training")) return;
+  Graph one = per_sample(t.graph, reg.schemas);
+  auto bytes_of = [&](const std::string& v) -> int64_t {
+    const ValueInfo* info = one.find_info(v);
+    if (!info || !info->shape || !shape_is_known(*info->shape)) return 0;
+    return element_count(shape_dims(*info->shape)) * static_cast<int64_t>(dtype_size(info->dtype));
+  };
+  std::set<std::string> forward_values(t.graph.inputs.begin(), t.graph.inputs.end());
+  for (size_t i = 0; i < t.forward_nodes; ++i)
+    for (const std::string& o2 : t.graph.nodes[i].outputs) forward_values.insert(o2);
+  std::set<std::string> saved;
+  size_t backward = 0, optimizer = 0;
+  std::printf("training graph: loss '%s', %zu trainable parameters, optimizer %s\n", t.loss.c_str(), t.params.size(),
+              o.optimizer.c_str());
+  for (size_t i = t.forward_nodes; i < t.graph.nodes.size(); ++i) {
+    const Node& n = t.graph.nodes[i];
+    bool is_opt = n.name.rfind("optimizer/", 0) == 0;
+    (is_opt ? optimizer : backward)++;
+    for (const std::string& in : n.inputs)
+      if (forward_values.count(in) && !t.graph.is_initializer(in)) saved.insert(in);
+    std::string ins, outs;
+    for (const std::string& in : n.inputs) ins += (ins.empty() ? "" : ", ") + value_string(t.graph, in);
+    for (const std::string& out : n.outputs) outs += (outs.empty() ? "" : ", ") + value_string(t.graph, out);
+    std::printf("%4zu  %-9s %-36s %-26s (%s) -> (%s)\n", i, is_opt ? "optimizer" : "backward", n.name.c_str(),
+                n.op_type.c_str(), ins.c_str(), outs.c_str());
+  }
+  int64_t saved_bytes = 0, state_bytes = 0;
+  for (const std::string& v : saved) saved_bytes += bytes_of(v);
+  for (const std::string& s : t.optimizer_state) state_bytes += static_cast<int64_t>(t.graph.initializers.at(s).nbytes());
+  std::printf("forward nodes: %zu, backward nodes: %zu, optimizer nodes: %zu\n", t.forward_nodes, backward, optimizer);
+  std::printf("saved activations for backward: %zu values, %lld bytes per sample (%.2f MiB)\n", saved.size(),
+              static_cast<long long>(saved_bytes), static_cast<double>(saved_bytes) / (1 << 20));
+  std::printf("optimizer state: %lld bytes (%.2f MiB)\n", static_cast<long long>(state_bytes),
+              static_cast<double>(state_bytes) / (1 << 20));
+}
+
 }  // namespace
 
 int cmd_inspect(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
   const std::string path = a.positional[0];
+  if (a.on("json") && a.on("training")) throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
   const Registry& reg = registry();
   ImportLimits limits;
   std::string bytes = read_file_bytes(path, limits.max_file_bytes);
@@ -158,6 +215,7 @@ int cmd_inspect(const Argv& argv) {
     std::printf("unsupported ops: %s\n", unsupported.empty() ? "none" : "");
     for (const std::string& u : unsupported) std::printf("  %s\n", u.c_str());
   }
+  if (unsupported.empty() && (a.on("training") || a.on("dump-training-graph"))) inspect_training(g, a);
   return unsupported.empty() ? 0 : 2;
 }
 
