@@ -44,7 +44,8 @@ void conv_infer(InferContext& ctx) {
   const DataType t = require_float(ctx, 0);
   require_same_dtype(ctx, 0, 1);
   const int64_t rank = ctx.input_rank(0);
-  if (rank < 3) ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
+  if (rank < 3)
+    ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
   if (rank != 4)
     throw_unsupported(ctx.where(), "only 2-D Conv (input rank 4, N,C,H,W) is implemented, input 0 '" + n.inputs[0] +
                                        "' has rank " + std::to_string(rank));
@@ -65,7 +66,8 @@ void conv_infer(InferContext& ctx) {
              " output channels, not divisible by group " + std::to_string(group));
   if (ctx.has_input(2)) {
     require_same_dtype(ctx, 0, 2);
-    if (ctx.input_rank(2) != 1) ctx.fail("input 2 '" + n.inputs[2] + "' (bias) must have rank 1, got rank " + std::to_string(ctx.input_rank(2)));
+    if (ctx.input_rank(2) != 1)
+      ctx.fail("input 2 '" + n.inputs[2] + "' (bias) must have rank 1, got rank " + std::to_string(ctx.input_rank(2)));
     const Dim& b = (*ctx.input(2).shape)[0];
     if (b.known() && w[0].known() && b.value != w[0].value)
       ctx.fail("input 2 '" + n.inputs[2] + "' (bias) has " + std::to_string(b.value) + " values, expected " +

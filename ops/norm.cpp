@@ -44,7 +44,8 @@ void batchnorm_infer(InferContext& ctx) {
   const DataType t = require_float(ctx, 0);
   const int64_t opset = ctx.graph().opset("");
   const int64_t rank = ctx.input_rank(0);
-  if (rank < 2) ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 2 (N,C,...), got rank " + std::to_string(rank));
+  if (rank < 2)
+    ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 2 (N,C,...), got rank " + std::to_string(rank));
   if (n.has_attr("spatial") && n.attr_int("spatial", 1) != 1)
     ctx.fail("attribute 'spatial' " + std::to_string(n.attr_int("spatial", 1)) +
              " (per-activation statistics) is not supported; only spatial=1");
@@ -68,8 +69,8 @@ void batchnorm_infer(InferContext& ctx) {
   for (size_t i = 1; i < 5; ++i) {
     require_same_dtype(ctx, 0, i);
     if (ctx.input_rank(i) != 1)
-      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + kParamNames[i] + ") must have rank 1, got rank " +
-               std::to_string(ctx.input_rank(i)));
+      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + kParamNames[i] +
+               ") must have rank 1, got rank " + std::to_string(ctx.input_rank(i)));
     const Dim& c = (*ctx.input(i).shape)[0];
     if (c.known() && x[1].known() && c.value != x[1].value)
       ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + kParamNames[i] + ") has " +
@@ -89,8 +90,9 @@ double batchnorm_flops(const Graph& g, const Node& n) {
 // x: N,C,S (S = product of spatial dims); scale, bias, mean, var: C.
 // out[1..4] (any may be null): running mean, running var, batch mean, batch var.
 template <typename T>
-void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean, const Tensor& var,
-                         Tensor& y, Tensor* const out[5], bool training, double eps, double momentum) {
+void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean,
+                         const Tensor& var, Tensor& y, Tensor* const out[5], bool training, double eps,
+                         double momentum) {
   const int64_t N = x.dims()[0], C = x.dims()[1];
   const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
   const T* xp = x.data<T>();

@@ -55,9 +55,11 @@ void pool_infer(InferContext& ctx, bool is_max) {
     require_float(ctx, 0);
   }
   const int64_t rank = ctx.input_rank(0);
-  if (rank < 3) ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
+  if (rank < 3)
+    ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
   if (rank > 5)
-    throw_unsupported(ctx.where(), "pooling over " + std::to_string(rank - 2) + " spatial dims is not implemented (1 to 3 are)");
+    throw_unsupported(ctx.where(),
+                      "pooling over " + std::to_string(rank - 2) + " spatial dims is not implemented (1 to 3 are)");
   const size_t sp = static_cast<size_t>(rank - 2);
   Window win = pool_window(n, sp, ctx.where());
   if (is_max) {
@@ -140,8 +142,8 @@ void maxpool_reference(const Pool3& g, const T* x, T* y, int64_t* idx, bool colu
           const int64_t o = ((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow;
           y[o] = best;
           if (idx)
-            idx[o] = p * D * H * W + (column_major ? best_d + best_h * D + best_w * D * H
-                                                   : (best_d * H + best_h) * W + best_w);
+            idx[o] = p * D * H * W +
+                     (column_major ? best_d + best_h * D + best_w * D * H : (best_d * H + best_h) * W + best_w);
         }
 }
 

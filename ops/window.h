@@ -39,7 +39,7 @@ struct Window {
 };
 
 struct WindowOptions {
-  bool ceil_mode = false;      // the op has a ceil_mode attribute
+  bool ceil_mode = false;         // the op has a ceil_mode attribute
   bool pad_below_kernel = false;  // pooling: each pad must be smaller than the kernel
 };
 
@@ -63,10 +63,11 @@ inline Window read_window(const Node& n, size_t spatial, std::vector<int64_t> ke
     return v;
   };
   if (w.kernel.size() != spatial)
-    throw_bad_input(where, "kernel has " + std::to_string(w.kernel.size()) + " dims, expected " +
-                               std::to_string(spatial));
+    throw_bad_input(where,
+                    "kernel has " + std::to_string(w.kernel.size()) + " dims, expected " + std::to_string(spatial));
   for (int64_t k : w.kernel)
-    if (k < 1) throw_bad_input(where, "attribute 'kernel_shape' must be >= 1, got " + window_detail::ints_string(w.kernel));
+    if (k < 1)
+      throw_bad_input(where, "attribute 'kernel_shape' must be >= 1, got " + window_detail::ints_string(w.kernel));
   w.strides = sized("strides", 1, spatial);
   w.dilations = sized("dilations", 1, spatial);
   w.pads = sized("pads", 0, 2 * spatial);
@@ -79,8 +80,8 @@ inline Window read_window(const Node& n, size_t spatial, std::vector<int64_t> ke
     if (p < 0) throw_bad_input(where, "attribute 'pads' must be >= 0, got " + window_detail::ints_string(w.pads));
   w.auto_pad = n.attr_string("auto_pad", "NOTSET");
   if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" && w.auto_pad != "VALID")
-    throw_bad_input(where, "attribute 'auto_pad' must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '" +
-                               w.auto_pad + "'");
+    throw_bad_input(where,
+                    "attribute 'auto_pad' must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '" + w.auto_pad + "'");
   if (w.auto_pad != "NOTSET") {
     for (int64_t p : w.pads)
       if (p != 0)

@@ -72,7 +72,8 @@ TEST_CASE("Conv: hand-computed 3x3 input") {
     // 3x3 box filter, pads 1, stride 2: sums of the 2x2 corners of x
     Tensor ones = tensor_of(t, {1, 1, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1});
     Node n = make_node("Conv", {"x", "w"}, {"y"},
-                       {{"pads", Attribute::of_ints({1, 1, 1, 1})}, {"strides", Attribute::of_ints({2, 2})},
+                       {{"pads", Attribute::of_ints({1, 1, 1, 1})},
+                        {"strides", Attribute::of_ints({2, 2})},
                         {"kernel_shape", Attribute::of_ints({3, 3})}});
     out = run_node(n, {{"x", x}, {"w", ones}}, "reference");
     CHECK(max_abs_diff(out["y"], tensor_of(t, {1, 1, 2, 2}, {12, 16, 24, 28})) == 0);
@@ -89,9 +90,9 @@ TEST_CASE("Conv: fp64 against the scatter oracle (strides, dilations, asymmetric
   const Case cases[] = {
       {3, 4, 1, 7, 6, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
       {3, 5, 1, 9, 8, 3, 2, {2, 3}, {2, 1}, {0, 2, 1, 0}, true},
-      {4, 6, 2, 6, 6, 3, 3, {2, 2}, {1, 1}, {1, 1, 1, 1}, false},   // grouped
-      {3, 6, 3, 5, 7, 3, 3, {1, 2}, {2, 2}, {2, 1, 2, 1}, true},    // depthwise, multiplier 2
-      {2, 2, 1, 4, 4, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, false},   // 1x1
+      {4, 6, 2, 6, 6, 3, 3, {2, 2}, {1, 1}, {1, 1, 1, 1}, false},  // grouped
+      {3, 6, 3, 5, 7, 3, 3, {1, 2}, {2, 2}, {2, 1, 2, 1}, true},   // depthwise, multiplier 2
+      {2, 2, 1, 4, 4, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, false},  // 1x1
   };
   uint64_t seed = 1;
   for (const Case& c : cases) {
@@ -132,7 +133,8 @@ TEST_CASE("Conv: auto_pad SAME_UPPER, SAME_LOWER and VALID") {
     const char* name;
     int64_t pt, pl;
   };
-  for (Mode m : {Mode{"SAME_UPPER", total_h / 2, total_w / 2}, Mode{"SAME_LOWER", total_h - total_h / 2, total_w - total_w / 2}}) {
+  for (Mode m : {Mode{"SAME_UPPER", total_h / 2, total_w / 2},
+                 Mode{"SAME_LOWER", total_h - total_h / 2, total_w - total_w / 2}}) {
     Node n = make_node("Conv", {"x", "w"}, {"y"},
                        {{"auto_pad", Attribute::of_string(m.name)}, {"strides", Attribute::of_ints({2, 2})}});
     TensorMap out = run_node(n, {{"x", x}, {"w", w}}, "reference");
@@ -181,7 +183,8 @@ TEST_CASE("Conv: bad attributes and shapes give one-line errors naming the node"
       {{}, int_input, "must be float32 or float64, got int64"},
       {{{"kernel_shape", Attribute::of_ints({3, 2})}}, ok, "attribute 'kernel_shape' [3,2] does not match weights"},
       {{{"auto_pad", Attribute::of_string("SAME")}}, ok, "attribute 'auto_pad' must be NOTSET"},
-      {{{"auto_pad", Attribute::of_string("VALID")}, {"pads", Attribute::of_ints({1, 1, 1, 1})}}, ok,
+      {{{"auto_pad", Attribute::of_string("VALID")}, {"pads", Attribute::of_ints({1, 1, 1, 1})}},
+       ok,
        "cannot be used together"},
   };
   for (const Bad& c : cases) {
@@ -218,7 +221,8 @@ TEST_CASE("Conv: symbolic batch propagates; FLOPs = 2*N*M*Ho*Wo*C/group*kH*kW") 
   g.initializers["w"] = Tensor(DataType::Float32, {8, 3, 3, 3});
   g.values["w"] = ValueInfo{DataType::Float32, shape_of({8, 3, 3, 3})};
   g.nodes.push_back(make_node("Conv", {"x", "w"}, {"y"},
-                              {{"pads", Attribute::of_ints({1, 1, 1, 1})}, {"strides", Attribute::of_ints({2, 2})},
+                              {{"pads", Attribute::of_ints({1, 1, 1, 1})},
+                               {"strides", Attribute::of_ints({2, 2})},
                                {"group", Attribute::of_int(2)}}));
   g.outputs = {"y"};
   validate_graph(g, registry().schemas, "test");

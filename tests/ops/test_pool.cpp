@@ -83,7 +83,8 @@ struct PoolOracle {
 TEST_CASE("MaxPool: ceil_mode, dilations and Indices by hand") {
   Tensor x = iota(DataType::Float32, {1, 1, 4, 4});
   Node ceil = make_node("MaxPool", {"x"}, {"y", "i"},
-                        {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})},
+                        {{"kernel_shape", Attribute::of_ints({3, 3})},
+                         {"strides", Attribute::of_ints({2, 2})},
                          {"ceil_mode", Attribute::of_int(1)}});
   TensorMap out = run_node(ceil, {{"x", x}}, "reference");
   CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 2, 2}, {11, 12, 15, 16})) == 0);
@@ -101,8 +102,10 @@ TEST_CASE("MaxPool: ceil_mode, dilations and Indices by hand") {
 
   // a ceil_mode window that would start in the end padding is dropped: 4+1 pad, k2 s2 -> 2 windows, not 3
   Node drop = make_node("MaxPool", {"x"}, {"y"},
-                        {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})},
-                         {"pads", Attribute::of_ints({0, 0, 1, 1})}, {"ceil_mode", Attribute::of_int(1)}});
+                        {{"kernel_shape", Attribute::of_ints({2, 2})},
+                         {"strides", Attribute::of_ints({2, 2})},
+                         {"pads", Attribute::of_ints({0, 0, 1, 1})},
+                         {"ceil_mode", Attribute::of_int(1)}});
   out = run_node(drop, {{"x", x}}, "reference");
   CHECK(out["y"].dims() == std::vector<int64_t>{1, 1, 2, 2});
 }
@@ -124,7 +127,8 @@ TEST_CASE("MaxPool: Indices include N and C offsets; storage_order 1 is column-m
 TEST_CASE("AveragePool: pads with and without count_include_pad, ceil overhang") {
   Tensor x = iota(DataType::Float64, {1, 1, 3, 3});
   Node n = make_node("AveragePool", {"x"}, {"y"},
-                     {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})},
+                     {{"kernel_shape", Attribute::of_ints({2, 2})},
+                      {"strides", Attribute::of_ints({2, 2})},
                       {"pads", Attribute::of_ints({1, 1, 1, 1})}});
   TensorMap out = run_node(n, {{"x", x}}, "reference");
   CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 2, 2}, {1, 2.5, 5.5, 7})) == 0);
@@ -135,8 +139,10 @@ TEST_CASE("AveragePool: pads with and without count_include_pad, ceil overhang")
   // 1-D, 5 values, k2 s2 ceil_mode, one end pad: windows [1,2] [3,4] [5,pad]
   Tensor r = iota(DataType::Float64, {1, 1, 5});
   Node c = make_node("AveragePool", {"x"}, {"y"},
-                     {{"kernel_shape", Attribute::of_ints({2})}, {"strides", Attribute::of_ints({2})},
-                      {"pads", Attribute::of_ints({0, 1})}, {"ceil_mode", Attribute::of_int(1)}});
+                     {{"kernel_shape", Attribute::of_ints({2})},
+                      {"strides", Attribute::of_ints({2})},
+                      {"pads", Attribute::of_ints({0, 1})},
+                      {"ceil_mode", Attribute::of_int(1)}});
   out = run_node(c, {{"x", r}}, "reference");
   CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 3}, {1.5, 3.5, 5})) == 0);
   c.attrs["count_include_pad"] = Attribute::of_int(1);
@@ -201,8 +207,9 @@ TEST_CASE("Pooling: auto_pad, 1-D, 3-D, uint8 MaxPool") {
   low.attrs["auto_pad"] = Attribute::of_string("SAME_LOWER");
   low.op_type = "AveragePool";
   out = run_node(low, {{"x", x}}, "reference");
-  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float32, {1, 1, 4, 4},
-                                         {1, 1.5, 2.5, 3.5, 3, 3.5, 4.5, 5.5, 7, 7.5, 8.5, 9.5, 11, 11.5, 12.5, 13.5})) == 0);
+  CHECK(max_abs_diff(out["y"],
+                     tensor_of(DataType::Float32, {1, 1, 4, 4},
+                               {1, 1.5, 2.5, 3.5, 3, 3.5, 4.5, 5.5, 7, 7.5, 8.5, 9.5, 11, 11.5, 12.5, 13.5})) == 0);
 
   Tensor cube = iota(DataType::Float64, {1, 1, 2, 2, 2});
   std::map<std::string, Attribute> k3{{"kernel_shape", Attribute::of_ints({2, 2, 2})}};
@@ -251,15 +258,26 @@ TEST_CASE("Pooling: bad attributes give one-line errors naming the node") {
       {"MaxPool", {{"kernel_shape", k({2, 2})}, {"pads", k({2, 0, 0, 0})}}, ok, "must be smaller than 'kernel_shape'"},
       {"AveragePool", {{"kernel_shape", k({6, 2})}}, ok, "is larger than the padded input 5"},
       {"MaxPool", {{"kernel_shape", k({3, 3})}, {"dilations", k({3, 1})}}, ok, "is larger than the padded input 5"},
-      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"ceil_mode", Attribute::of_int(2)}}, ok, "attribute 'ceil_mode' must be 0 or 1"},
-      {"MaxPool", {{"kernel_shape", k({2, 2})}, {"storage_order", Attribute::of_int(3)}}, ok,
+      {"MaxPool",
+       {{"kernel_shape", k({2, 2})}, {"ceil_mode", Attribute::of_int(2)}},
+       ok,
+       "attribute 'ceil_mode' must be 0 or 1"},
+      {"MaxPool",
+       {{"kernel_shape", k({2, 2})}, {"storage_order", Attribute::of_int(3)}},
+       ok,
        "attribute 'storage_order' must be 0 or 1"},
-      {"AveragePool", {{"kernel_shape", k({2, 2})}, {"count_include_pad", Attribute::of_int(-1)}}, ok,
+      {"AveragePool",
+       {{"kernel_shape", k({2, 2})}, {"count_include_pad", Attribute::of_int(-1)}},
+       ok,
        "attribute 'count_include_pad' must be 0 or 1"},
-      {"AveragePool", {{"kernel_shape", k({2, 2})}, {"auto_pad", Attribute::of_string("same_upper")}}, ok,
+      {"AveragePool",
+       {{"kernel_shape", k({2, 2})}, {"auto_pad", Attribute::of_string("same_upper")}},
+       ok,
        "attribute 'auto_pad' must be NOTSET"},
       {"AveragePool", {{"kernel_shape", k({2})}}, {{"x", Tensor(DataType::Float32, {2, 5})}}, "must have rank >= 3"},
-      {"AveragePool", {{"kernel_shape", k({2, 2})}}, {{"x", Tensor(DataType::UInt8, {1, 1, 5, 5})}},
+      {"AveragePool",
+       {{"kernel_shape", k({2, 2})}},
+       {{"x", Tensor(DataType::UInt8, {1, 1, 5, 5})}},
        "must be float32 or float64, got uint8"},
       {"GlobalAveragePool", {}, {{"x", Tensor(DataType::Float32, {2, 5})}}, "must have rank >= 3"},
   };
@@ -274,9 +292,8 @@ TEST_CASE("Pooling: bad attributes give one-line errors naming the node") {
   }
   // AveragePool dilations (opset 19) are not implemented
   ErrorKind kind = ErrorKind::Internal;
-  std::string msg = error_of(make_node("AveragePool", {"x"}, {"y"},
-                                       {{"kernel_shape", k({2, 2})}, {"dilations", k({2, 2})}}),
-                             ok, &kind);
+  std::string msg = error_of(
+      make_node("AveragePool", {"x"}, {"y"}, {{"kernel_shape", k({2, 2})}, {"dilations", k({2, 2})}}), ok, &kind);
   CHECK(kind == ErrorKind::Unsupported);
   CHECK(msg.find("attribute 'dilations' is not supported") != std::string::npos);
 }
@@ -291,7 +308,8 @@ TEST_CASE("Pooling: symbolic batch propagates through shape inference; FLOPs") {
     if (std::string(op) != "GlobalAveragePool")
       attrs = {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}};
     const bool is_max = std::string(op) == "MaxPool";
-    g.nodes.push_back(make_node(op, {"x"}, is_max ? std::vector<std::string>{"y", "i"} : std::vector<std::string>{"y"}, attrs));
+    g.nodes.push_back(
+        make_node(op, {"x"}, is_max ? std::vector<std::string>{"y", "i"} : std::vector<std::string>{"y"}, attrs));
     g.outputs = {"y"};
     validate_graph(g, registry().schemas, "test");
     infer_shapes(g, registry().schemas, "test");
