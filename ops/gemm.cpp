@@ -66,7 +66,8 @@ void gemm_infer(InferContext& ctx) {
       const Dim& cd = c[i];
       const Dim& yd = y[2 - rc + i];
       if (cd.known() && cd.value != 1 && yd.known() && cd.value != yd.value)
-        ctx.fail("input 2 '" + n.inputs[2] + "' (C) " + shape_to_string(c) + " does not broadcast to [M,N] = " + shape_to_string(y));
+        ctx.fail("input 2 '" + n.inputs[2] + "' (C) " + shape_to_string(c) +
+                 " does not broadcast to [M,N] = " + shape_to_string(y));
     }
   }
   ctx.set_output(0, t, {m, nn});
@@ -76,8 +77,7 @@ double gemm_flops(const Graph& g, const Node& n) {
   const Shape& y = *g.info(n.outputs[0]).shape;
   const Shape& a = *g.info(n.inputs[0]).shape;
   int64_t k = dim_or_zero(a[n.attr_int("transA", 0) ? 0 : 1]);
-  return 2.0 * static_cast<double>(dim_or_zero(y[0])) * static_cast<double>(dim_or_zero(y[1])) *
-         static_cast<double>(k);
+  return 2.0 * static_cast<double>(dim_or_zero(y[0])) * static_cast<double>(dim_or_zero(y[1])) * static_cast<double>(k);
 }
 
 // A[M,K] (or [K,M]), B[K,N] (or [N,K]), C broadcast to [M,N] -> Y[M,N]
@@ -121,7 +121,8 @@ void matmul_infer(InferContext& ctx) {
   DataType t = require_float(ctx, 0);
   require_same_dtype(ctx, 0, 1);
   int64_t ra = ctx.input_rank(0), rb = ctx.input_rank(1);
-  if (ra < 1 || rb < 1) ctx.fail("inputs must have rank >= 1, got " + std::to_string(ra) + " and " + std::to_string(rb));
+  if (ra < 1 || rb < 1)
+    ctx.fail("inputs must have rank >= 1, got " + std::to_string(ra) + " and " + std::to_string(rb));
   Shape a = *ctx.input(0).shape, b = *ctx.input(1).shape;
   const std::string shapes = shape_to_string(a) + " and " + shape_to_string(b);
   if (ra == 1) a.insert(a.begin(), Dim::of(1));

@@ -32,8 +32,9 @@ std::vector<int64_t> constant_ints(const InferContext& ctx, size_t i, const std:
   const std::string field = "input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' (" + role + ")";
   const Tensor* t = ctx.input_constant(i);
   if (!t)
-    throw_unsupported(ctx.where(), field + " must be a constant (an initializer or a Constant node's output): "
-                                            "trainrt needs static shapes");
+    throw_unsupported(ctx.where(), field +
+                                       " must be a constant (an initializer or a Constant node's output): "
+                                       "trainrt needs static shapes");
   if (t->dtype() != DataType::Int64 && t->dtype() != DataType::Int32)
     ctx.fail(field + " must be int64, got " + dtype_name(t->dtype()));
   if (t->rank() != 1) ctx.fail(field + " must be 1-D, got " + dims_to_string(t->dims()));
@@ -64,8 +65,10 @@ Dim dim_product(const Shape& s, size_t begin, size_t end) {
   int64_t known = 1;
   std::vector<Dim> symbols;
   for (size_t i = begin; i < end; ++i) {
-    if (s[i].known()) known *= s[i].value;
-    else symbols.push_back(s[i]);
+    if (s[i].known())
+      known *= s[i].value;
+    else
+      symbols.push_back(s[i]);
   }
   if (symbols.empty()) return Dim::of(known);
   if (symbols.size() == 1 && known == 1) return symbols[0];
@@ -118,7 +121,8 @@ void reshape_infer(InferContext& ctx) {
   const Shape& x = *ctx.input(0).shape;
   (void)ctx.input_rank(0);
   int64_t allowzero = n.attr_int("allowzero", 0);
-  if (allowzero != 0 && allowzero != 1) ctx.fail("attribute 'allowzero' must be 0 or 1, got " + std::to_string(allowzero));
+  if (allowzero != 0 && allowzero != 1)
+    ctx.fail("attribute 'allowzero' must be 0 or 1, got " + std::to_string(allowzero));
   if (n.has_attr("allowzero") && ctx.graph().opset("") < 14)
     ctx.fail("attribute 'allowzero' needs ai.onnx opset 14, the model imports opset " +
              std::to_string(ctx.graph().opset("")));
@@ -131,15 +135,18 @@ void reshape_infer(InferContext& ctx) {
   std::vector<Dim> in_symbols;
   int64_t in_known = 1;
   for (const Dim& d : x) {
-    if (d.known()) in_known *= d.value;
-    else in_symbols.push_back(d);
+    if (d.known())
+      in_known *= d.value;
+    else
+      in_symbols.push_back(d);
   }
   int64_t out_known = 1;
   int infer_at = -1;
   bool has_zero = false;
   for (size_t i = 0; i < want.size(); ++i) {
     int64_t v = want[i];
-    if (v < -1) ctx.fail("shape " + want_str + " has an invalid value " + std::to_string(v) + " at index " + std::to_string(i));
+    if (v < -1)
+      ctx.fail("shape " + want_str + " has an invalid value " + std::to_string(v) + " at index " + std::to_string(i));
     if (v == -1) {
       if (infer_at >= 0) ctx.fail("shape " + want_str + " has more than one -1");
       infer_at = static_cast<int>(i);
@@ -174,7 +181,8 @@ void reshape_infer(InferContext& ctx) {
     if (out_known == 0) ctx.fail(mismatch + ": -1 cannot be inferred next to a dimension of 0");
     if (in_symbols.empty() && !y_has_unknown) {
       if (in_known % out_known != 0)
-        ctx.fail(mismatch + ": " + std::to_string(in_known) + " elements do not divide by " + std::to_string(out_known));
+        ctx.fail(mismatch + ": " + std::to_string(in_known) + " elements do not divide by " +
+                 std::to_string(out_known));
       d = Dim::of(in_known / out_known);
     } else if (in_symbols.size() == 1 && !in_symbols[0].symbol.empty() && in_known == out_known && !y_has_unknown) {
       d = in_symbols[0];
@@ -253,9 +261,9 @@ void concat_infer(InferContext& ctx) {
       if (d == axis) {
         y[d] = y[d].known() && s[d].known() ? Dim::of(y[d].value + s[d].value) : Dim{};
       } else if (y[d].known() && s[d].known() && y[d].value != s[d].value) {
-        ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' " + shape_to_string(s) + " differs from input 0 " +
-                 shape_to_string(*ctx.input(0).shape) + " in dimension " + std::to_string(d) +
-                 " (only the concat axis " + std::to_string(axis) + " may differ)");
+        ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' " + shape_to_string(s) +
+                 " differs from input 0 " + shape_to_string(*ctx.input(0).shape) + " in dimension " +
+                 std::to_string(d) + " (only the concat axis " + std::to_string(axis) + " may differ)");
       } else if (!y[d].known() && s[d].known()) {
         y[d] = s[d];
       }
@@ -268,7 +276,7 @@ void concat_infer(InferContext& ctx) {
 void concat_reference(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   const size_t axis = static_cast<size_t>(ctx.node.attr_int("axis", 0) < 0 ? ctx.node.attr_int("axis", 0) + y.rank()
-                                                                             : ctx.node.attr_int("axis", 0));
+                                                                           : ctx.node.attr_int("axis", 0));
   const size_t es = dtype_size(y.dtype());
   int64_t outer = 1;
   for (size_t d = 0; d < axis; ++d) outer *= y.dims()[d];
@@ -310,12 +318,15 @@ void pad_infer(InferContext& ctx) {
   std::vector<int64_t> pads = constant_ints(ctx, 1, "pads");
   std::vector<int64_t> axes;
   if (ctx.has_input(3)) {
+    if (ctx.graph().opset("") < 18)
+      ctx.fail("input 3 '" + n.inputs[3] + "' (axes) needs ai.onnx opset 18, the model imports opset " +
+               std::to_string(ctx.graph().opset("")));
     axes = constant_ints(ctx, 3, "axes");
     std::vector<bool> seen(static_cast<size_t>(r), false);
     for (int64_t a : axes) {
       if (a < -r || a >= r || seen[static_cast<size_t>(a < 0 ? a + r : a)])
-        ctx.fail("input 3 '" + n.inputs[3] + "' (axes) " + dims_to_string(axes) + " has an out-of-range or repeated axis for rank " +
-                 std::to_string(r));
+        ctx.fail("input 3 '" + n.inputs[3] + "' (axes) " + dims_to_string(axes) +
+                 " has an out-of-range or repeated axis for rank " + std::to_string(r));
       seen[static_cast<size_t>(a < 0 ? a + r : a)] = true;
     }
   }

@@ -36,9 +36,12 @@ struct AxisSplit {
 AxisSplit split_at(const std::vector<int64_t>& dims, size_t axis) {
   AxisSplit s;
   for (size_t d = 0; d < dims.size(); ++d) {
-    if (d < axis) s.outer *= dims[d];
-    else if (d == axis) s.len = dims[d];
-    else s.inner *= dims[d];
+    if (d < axis)
+      s.outer *= dims[d];
+    else if (d == axis)
+      s.len = dims[d];
+    else
+      s.inner *= dims[d];
   }
   return s;
 }
@@ -54,7 +57,8 @@ void log_softmax_into(const T* x, const AxisSplit& s, double* out) {
       double sum = 0;
       for (int64_t c = 0; c < s.len; ++c) sum += std::exp(static_cast<double>(x[base + c * s.inner]) - m);
       const double log_sum = std::log(sum);
-      for (int64_t c = 0; c < s.len; ++c) out[base + c * s.inner] = static_cast<double>(x[base + c * s.inner]) - m - log_sum;
+      for (int64_t c = 0; c < s.len; ++c)
+        out[base + c * s.inner] = static_cast<double>(x[base + c * s.inner]) - m - log_sum;
     }
 }
 
@@ -90,7 +94,8 @@ void sce_infer(InferContext& ctx) {
     ctx.fail("attribute 'reduction' = '" + reduction + "' must be none, mean or sum");
   const int64_t r = ctx.input_rank(0);
   const Shape& x = *ctx.input(0).shape;
-  if (r < 2) ctx.fail("input 0 '" + n.inputs[0] + "' (scores) must be [N,C] or [N,C,d1,...], got " + shape_to_string(x));
+  if (r < 2)
+    ctx.fail("input 0 '" + n.inputs[0] + "' (scores) must be [N,C] or [N,C,d1,...], got " + shape_to_string(x));
   DataType lt = ctx.input(1).dtype;
   if (lt != DataType::Int64 && lt != DataType::Int32)
     ctx.fail("input 1 '" + n.inputs[1] + "' (labels) must be int64 or int32, got " + dtype_name(lt));
@@ -110,8 +115,8 @@ void sce_infer(InferContext& ctx) {
     require_same_dtype(ctx, 0, 2);
     const ValueInfo& w = ctx.input(2);
     if (ctx.input_rank(2) != 1 || (w.shape->at(0).known() && x[1].known() && w.shape->at(0).value != x[1].value))
-      ctx.fail("input 2 '" + n.inputs[2] + "' (weights) must be [C] = [" + shape_to_string({x[1]}).substr(1) + ", got " +
-               shape_to_string(*w.shape));
+      ctx.fail("input 2 '" + n.inputs[2] + "' (weights) must be [C] = [" + shape_to_string({x[1]}).substr(1) +
+               ", got " + shape_to_string(*w.shape));
   }
   ctx.set_output(0, t, reduction == "none" ? labels : Shape{});
   ctx.set_output(1, t, x);
@@ -143,8 +148,8 @@ void sce_reference(KernelContext& ctx) {
       const int64_t l = labels.dtype() == DataType::Int64 ? labels.data<int64_t>()[k] : labels.data<int32_t>()[k];
       if (has_ii && l == ii) continue;  // loss 0, weight 0
       if (l < 0 || l >= C)
-        throw_bad_input("", "label " + std::to_string(l) + " at position " + std::to_string(k) +
-                                " is outside [0, " + std::to_string(C) + ")" +
+        throw_bad_input("", "label " + std::to_string(l) + " at position " + std::to_string(k) + " is outside [0, " +
+                                std::to_string(C) + ")" +
                                 (has_ii ? " and is not ignore_index " + std::to_string(ii) : ""));
       const double wl = w ? static_cast<double>(w[l]) : 1.0;
       loss[static_cast<size_t>(k)] = -wl * lp[static_cast<size_t>((nn * C + l) * D + d)];
@@ -191,7 +196,8 @@ void reduce_mean_infer(InferContext& ctx) {
                  dtype_name(axes_input->dtype()) + dims_to_string(axes_input->dims()));
     }
   } else {
-    if (ctx.has_input(1)) ctx.fail("axes as input 1 needs ai.onnx opset 18 (the model imports " + std::to_string(opset) + ")");
+    if (ctx.has_input(1))
+      ctx.fail("axes as input 1 needs ai.onnx opset 18 (the model imports " + std::to_string(opset) + ")");
     if (n.has_attr("noop_with_empty_axes")) ctx.fail("attribute 'noop_with_empty_axes' needs ai.onnx opset 18");
   }
   for (const char* key : {"keepdims", "noop_with_empty_axes"}) {
@@ -212,8 +218,10 @@ void reduce_mean_infer(InferContext& ctx) {
   }
   Shape y;
   for (size_t d = 0; d < x.size(); ++d) {
-    if (!reduced[d]) y.push_back(x[d]);
-    else if (keepdims) y.push_back(Dim::of(1));
+    if (!reduced[d])
+      y.push_back(x[d]);
+    else if (keepdims)
+      y.push_back(Dim::of(1));
   }
   ctx.set_output(0, t, y);
 }
@@ -268,9 +276,18 @@ void reduce_mean_reference(KernelContext& ctx) {
 void register_softmax_loss(Registry& r) {
   r.schemas.add(OpSchema{"", "Softmax", 1, 1, 1, 1, 13, softmax_infer, nullptr, {"axis"}});
   r.schemas.add(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, 13, softmax_infer, nullptr, {"axis"}});
-  r.schemas.add(OpSchema{"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, 12, sce_infer, nullptr, {"ignore_index", "reduction"}});
+  r.schemas.add(
+      OpSchema{"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, 12, sce_infer, nullptr, {"ignore_index", "reduction"}});
   // 13 = axes attribute; the opset 18 form (axes input) is chosen by the model's opset
-  r.schemas.add(OpSchema{"", "ReduceMean", 1, 2, 1, 1, 13, reduce_mean_infer, reduce_mean_flops,
+  r.schemas.add(OpSchema{"",
+                         "ReduceMean",
+                         1,
+                         2,
+                         1,
+                         1,
+                         13,
+                         reduce_mean_infer,
+                         reduce_mean_flops,
                          {"axes", "keepdims", "noop_with_empty_axes"}});
   r.kernels.add("reference", "", "Softmax", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_reference<decltype(tag), false>(ctx); });

@@ -29,7 +29,7 @@ Tensor naive_gemm(const Tensor& A, const Tensor& B, bool ta, bool tb, double alp
       double c = 0;
       if (C) {
         const auto& d = C->dims();
-        int64_t ci = d.size() == 2 ? (d[0] == 1 ? 0 : i) * d[1] + (d[1] == 1 ? 0 : j)
+        int64_t ci = d.size() == 2   ? (d[0] == 1 ? 0 : i) * d[1] + (d[1] == 1 ? 0 : j)
                      : d.size() == 1 ? (d[0] == 1 ? 0 : j)
                                      : 0;
         c = C->get_as_double(ci);
@@ -65,7 +65,8 @@ TEST_CASE("Gemm: transposes, alpha/beta, every C broadcast, fp32 and fp64") {
   for (DataType t : {DataType::Float32, DataType::Float64}) {
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
-        for (std::vector<int64_t> cd : std::vector<std::vector<int64_t>>{{}, {1}, {5}, {1, 5}, {4, 1}, {4, 5}, {1, 1}}) {
+        for (std::vector<int64_t> cd :
+             std::vector<std::vector<int64_t>>{{}, {1}, {5}, {1, 5}, {4, 1}, {4, 5}, {1, 1}}) {
           Tensor a = random_tensor(t, ta ? std::vector<int64_t>{3, 4} : std::vector<int64_t>{4, 3}, 1);
           Tensor b = random_tensor(t, tb ? std::vector<int64_t>{5, 3} : std::vector<int64_t>{3, 5}, 2);
           Tensor c = random_tensor(t, cd, 3);
@@ -115,8 +116,9 @@ TEST_CASE("Gemm: errors name the node and the field") {
   Tensor b = random_tensor(DataType::Float32, {3, 4}, 2);
   CHECK(error_of(make_node("Gemm", {"a", "b"}, {"y"}), {{"a", a}, {"b", random_tensor(DataType::Float32, {2, 4}, 1)}})
             .find("'Gemm_test' (Gemm): the inner dimensions K") != std::string::npos);
-  CHECK(error_of(make_node("Gemm", {"a", "b"}, {"y"}), {{"a", random_tensor(DataType::Float32, {2, 3, 1}, 1)}, {"b", b}})
-            .find("Gemm_test' (Gemm): input 0 'a' must be 2-D") != std::string::npos);
+  CHECK(
+      error_of(make_node("Gemm", {"a", "b"}, {"y"}), {{"a", random_tensor(DataType::Float32, {2, 3, 1}, 1)}, {"b", b}})
+          .find("Gemm_test' (Gemm): input 0 'a' must be 2-D") != std::string::npos);
   CHECK(error_of(make_node("Gemm", {"a", "b"}, {"y"}), {{"a", a}, {"b", b.cast(DataType::Float64)}})
             .find("Gemm_test' (Gemm): inputs 0 and 1 must share a dtype") != std::string::npos);
   CHECK(error_of(make_node("Gemm", {"a", "b"}, {"y"}), {{"a", a.cast(DataType::Int64)}, {"b", b}})
@@ -159,7 +161,8 @@ static Tensor naive_matmul(const Tensor& a, const Tensor& b, std::vector<int64_t
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         double s = 0;
-        for (int64_t k = 0; k < K; ++k) s += a.get_as_double(oa * M * K + i * K + k) * b.get_as_double(ob * K * N + k * N + j);
+        for (int64_t k = 0; k < K; ++k)
+          s += a.get_as_double(oa * M * K + i * K + k) * b.get_as_double(ob * K * N + k * N + j);
         y.set_from_double(p * M * N + i * N + j, s);
       }
   }
@@ -171,11 +174,16 @@ TEST_CASE("MatMul: 1-D promotion and batch broadcasting, fp32 and fp64") {
     std::vector<int64_t> a, b, y;
   };
   std::vector<Case> cases = {
-      {{3, 4}, {4, 5}, {3, 5}},          {{4}, {4, 5}, {5}},
-      {{3, 4}, {4}, {3}},                {{4}, {4}, {}},
-      {{2, 3, 4}, {4, 5}, {2, 3, 5}},    {{4}, {2, 4, 5}, {2, 5}},
-      {{2, 1, 3, 4}, {5, 4, 2}, {2, 5, 3, 2}}, {{1, 3, 4}, {2, 4, 1}, {2, 3, 1}},
-      {{2, 3, 4}, {4}, {2, 3}},          {{0, 3, 4}, {4, 2}, {0, 3, 2}},
+      {{3, 4}, {4, 5}, {3, 5}},
+      {{4}, {4, 5}, {5}},
+      {{3, 4}, {4}, {3}},
+      {{4}, {4}, {}},
+      {{2, 3, 4}, {4, 5}, {2, 3, 5}},
+      {{4}, {2, 4, 5}, {2, 5}},
+      {{2, 1, 3, 4}, {5, 4, 2}, {2, 5, 3, 2}},
+      {{1, 3, 4}, {2, 4, 1}, {2, 3, 1}},
+      {{2, 3, 4}, {4}, {2, 3}},
+      {{0, 3, 4}, {4, 2}, {0, 3, 2}},
   };
   for (DataType t : {DataType::Float32, DataType::Float64})
     for (const Case& c : cases) {
@@ -204,8 +212,10 @@ TEST_CASE("MatMul: symbolic batch, FLOPs and errors") {
 
   Tensor a = random_tensor(DataType::Float32, {2, 3, 4}, 1);
   CHECK(error_of(make_node("MatMul", {"a", "b"}, {"y"}), {{"a", a}, {"b", random_tensor(DataType::Float32, {3, 5}, 1)}})
-            .find("'MatMul_test' (MatMul): the inner dimensions K of [2,3,4] and [3,5] must match") != std::string::npos);
-  CHECK(error_of(make_node("MatMul", {"a", "b"}, {"y"}), {{"a", a}, {"b", random_tensor(DataType::Float32, {3, 4, 5}, 1)}})
+            .find("'MatMul_test' (MatMul): the inner dimensions K of [2,3,4] and [3,5] must match") !=
+        std::string::npos);
+  CHECK(error_of(make_node("MatMul", {"a", "b"}, {"y"}),
+                 {{"a", a}, {"b", random_tensor(DataType::Float32, {3, 4, 5}, 1)}})
             .find("'MatMul_test' (MatMul): batch dimension 0 of [2,3,4] and [3,4,5] cannot broadcast 2 with 3") !=
         std::string::npos);
   CHECK(error_of(make_node("MatMul", {"a", "b"}, {"y"}), {{"a", a}, {"b", Tensor(DataType::Float32, {})}})

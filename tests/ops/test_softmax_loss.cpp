@@ -59,7 +59,8 @@ TEST_CASE("Softmax and LogSoftmax: every axis, default -1, fp32 and fp64") {
     for (const char* op : {"Softmax", "LogSoftmax"})
       for (int64_t axis : {0, 1, 2, -1, -2, -3}) {
         Tensor x = random_tensor(t, {2, 3, 4}, 11, -3, 3);
-        TensorMap out = run_node(make_node(op, {"x"}, {"y"}, {{"axis", Attribute::of_int(axis)}}), {{"x", x}}, "reference");
+        TensorMap out =
+            run_node(make_node(op, {"x"}, {"y"}, {{"axis", Attribute::of_int(axis)}}), {{"x", x}}, "reference");
         Tensor want = naive_softmax3(x, static_cast<int>(axis < 0 ? axis + 3 : axis), std::string(op) == "LogSoftmax");
         CHECK(out["y"].dtype() == t);
         CHECK(max_abs_diff(out["y"], want) < (t == DataType::Float64 ? 1e-12 : 1e-6));
@@ -72,10 +73,11 @@ TEST_CASE("Softmax and LogSoftmax: every axis, default -1, fp32 and fp64") {
 TEST_CASE("Softmax: large inputs do not overflow") {
   // softmax([1000, 1001]) = [1/(1+e), e/(1+e)]
   const double e = std::exp(1.0);
-  TensorMap out = run_node(make_node("Softmax", {"x"}, {"y"}), {{"x", make(DataType::Float32, {1, 2}, {1000, 1001})}},
-                           "reference");
+  TensorMap out =
+      run_node(make_node("Softmax", {"x"}, {"y"}), {{"x", make(DataType::Float32, {1, 2}, {1000, 1001})}}, "reference");
   CHECK(max_abs_diff(out["y"], make(DataType::Float32, {1, 2}, {1 / (1 + e), e / (1 + e)})) < 1e-7);
-  out = run_node(make_node("LogSoftmax", {"x"}, {"y"}), {{"x", make(DataType::Float64, {1, 2}, {1000, 1001})}}, "reference");
+  out = run_node(make_node("LogSoftmax", {"x"}, {"y"}), {{"x", make(DataType::Float64, {1, 2}, {1000, 1001})}},
+                 "reference");
   CHECK(max_abs_diff(out["y"], make(DataType::Float64, {1, 2}, {-std::log(1 + e), 1 - std::log(1 + e)})) < 1e-12);
 }
 
@@ -98,7 +100,8 @@ TEST_CASE("Softmax: errors") {
   } catch (const Error& err) {
     e = err.what();
   }
-  CHECK(has(e, "'Softmax_test' (Softmax): model imports ai.onnx opset 12 but trainrt implements Softmax as of opset 13"));
+  CHECK(
+      has(e, "'Softmax_test' (Softmax): model imports ai.onnx opset 12 but trainrt implements Softmax as of opset 13"));
 }
 
 TEST_CASE("SoftmaxCrossEntropyLoss: by hand, weights and ignore_index") {
@@ -113,8 +116,8 @@ TEST_CASE("SoftmaxCrossEntropyLoss: by hand, weights and ignore_index") {
       auto run = [&](std::string reduction, bool weights, bool ii) {
         std::map<std::string, Attribute> attrs{{"reduction", Attribute::of_string(reduction)}};
         if (ii) attrs["ignore_index"] = Attribute::of_int(1);
-        Node n = make_node("SoftmaxCrossEntropyLoss", weights ? std::vector<std::string>{"x", "y", "w"}
-                                                              : std::vector<std::string>{"x", "y"},
+        Node n = make_node("SoftmaxCrossEntropyLoss",
+                           weights ? std::vector<std::string>{"x", "y", "w"} : std::vector<std::string>{"x", "y"},
                            {"loss", "log_prob"}, attrs);
         TensorMap feeds{{"x", x}, {"y", y}};
         if (weights) feeds["w"] = w;
@@ -158,8 +161,8 @@ TEST_CASE("SoftmaxCrossEntropyLoss: [N,C,d1,d2] against the definition") {
       double sum = 0;
       for (int64_t c = 0; c < C; ++c) sum += std::exp(x.get_as_double((i * C + c) * 4 + d));
       for (int64_t c = 0; c < C; ++c)
-        CHECK(std::fabs(out["lp"].get_as_double((i * C + c) * 4 + d) - std::log(std::exp(x.get_as_double((i * C + c) * 4 + d)) / sum)) <
-              1e-12);
+        CHECK(std::fabs(out["lp"].get_as_double((i * C + c) * 4 + d) -
+                        std::log(std::exp(x.get_as_double((i * C + c) * 4 + d)) / sum)) < 1e-12);
       int64_t l = labels[static_cast<size_t>(i * 4 + d)];
       double want = l < 0 ? 0 : -w.get_as_double(l) * std::log(std::exp(x.get_as_double((i * C + l) * 4 + d)) / sum);
       CHECK(std::fabs(out["loss"].get_as_double(i * 4 + d) - want) < 1e-12);
@@ -178,7 +181,8 @@ TEST_CASE("SoftmaxCrossEntropyLoss: symbolic batch and errors") {
   g.inputs = {"x", "y"};
   g.values["x"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(10)}};
   g.values["y"] = ValueInfo{DataType::Int64, Shape{Dim::sym("N")}};
-  g.nodes.push_back(make_node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"l", "lp"}, {{"reduction", Attribute::of_string("none")}}));
+  g.nodes.push_back(
+      make_node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"l", "lp"}, {{"reduction", Attribute::of_string("none")}}));
   g.outputs = {"l", "lp"};
   infer_shapes(g, registry().schemas, "test");
   CHECK(shape_to_string(*g.info("l").shape) == "[N]");
@@ -199,15 +203,17 @@ TEST_CASE("SoftmaxCrossEntropyLoss: symbolic batch and errors") {
   CHECK(has(error_of(make_node("SoftmaxCrossEntropyLoss", {"x", "y", "w"}, {"l"}),
                      {{"x", x}, {"y", y}, {"w", Tensor(DataType::Float32, {3})}}),
             at + "input 2 'w' (weights) must be [C] = [4], got [3]"));
-  CHECK(has(error_of(make_node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"l"}, {{"reduction", Attribute::of_string("max")}}),
-                     {{"x", x}, {"y", y}}),
-            at + "attribute 'reduction' = 'max' must be none, mean or sum"));
+  CHECK(has(
+      error_of(make_node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"l"}, {{"reduction", Attribute::of_string("max")}}),
+               {{"x", x}, {"y", y}}),
+      at + "attribute 'reduction' = 'max' must be none, mean or sum"));
   // a label out of range is found by the kernel, still naming the node
   CHECK(has(error_of(n, {{"x", x}, {"y", make(DataType::Int64, {3}, {0, 4, 2})}}),
             at + "label 4 at position 1 is outside [0, 4)"));
-  CHECK(has(error_of(make_node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"l"}, {{"ignore_index", Attribute::of_int(-100)}}),
-                     {{"x", x}, {"y", make(DataType::Int64, {3}, {0, -1, 2})}}),
-            at + "label -1 at position 1 is outside [0, 4) and is not ignore_index -100"));
+  CHECK(
+      has(error_of(make_node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"l"}, {{"ignore_index", Attribute::of_int(-100)}}),
+                   {{"x", x}, {"y", make(DataType::Int64, {3}, {0, -1, 2})}}),
+          at + "label -1 at position 1 is outside [0, 4) and is not ignore_index -100"));
 }
 
 // mean over the axes marked in `red` of a [2,3,4] tensor, keepdims layout.
@@ -223,13 +229,15 @@ static Tensor naive_mean3(const Tensor& x, std::array<bool, 3> red, std::vector<
         sum[static_cast<size_t>(o)] += x.get_as_double((i * 3 + j) * 4 + k);
         cnt[static_cast<size_t>(o)]++;
       }
-  for (int64_t o = 0; o < y.numel(); ++o) y.set_from_double(o, sum[static_cast<size_t>(o)] / cnt[static_cast<size_t>(o)]);
+  for (int64_t o = 0; o < y.numel(); ++o)
+    y.set_from_double(o, sum[static_cast<size_t>(o)] / cnt[static_cast<size_t>(o)]);
   return y;
 }
 
 TEST_CASE("ReduceMean: opset 13 axes attribute, keepdims, negative axes") {
   Tensor x6 = make(DataType::Float32, {2, 3}, {0, 1, 2, 3, 4, 5});
-  TensorMap out = run_node(make_node("ReduceMean", {"x"}, {"y"}, {{"axes", Attribute::of_ints({1})}}), {{"x", x6}}, "reference");
+  TensorMap out =
+      run_node(make_node("ReduceMean", {"x"}, {"y"}, {{"axes", Attribute::of_ints({1})}}), {{"x", x6}}, "reference");
   CHECK(max_abs_diff(out["y"], make(DataType::Float32, {2, 1}, {1, 4})) == 0);
   out = run_node(make_node("ReduceMean", {"x"}, {"y"}), {{"x", x6}}, "reference");
   CHECK(max_abs_diff(out["y"], make(DataType::Float32, {1, 1}, {2.5})) == 0);
@@ -253,7 +261,8 @@ TEST_CASE("ReduceMean: opset 13 axes attribute, keepdims, negative axes") {
         out = run_node(make_node("ReduceMean", {"x"}, {"y"}, attrs), {{"x", x}}, "reference");
         CAPTURE(dims_to_string(c.axes));
         CHECK(out["y"].dims() == (keepdims ? c.keep : c.drop));
-        CHECK(max_abs_diff(out["y"].reshaped(c.keep), naive_mean3(x, c.red, c.keep)) < (t == DataType::Float64 ? 1e-12 : 1e-6));
+        CHECK(max_abs_diff(out["y"].reshaped(c.keep), naive_mean3(x, c.red, c.keep)) <
+              (t == DataType::Float64 ? 1e-12 : 1e-6));
       }
 }
 
@@ -269,8 +278,8 @@ TEST_CASE("ReduceMean: opset 18 axes input and noop_with_empty_axes") {
   g = single_node_graph(make_node("ReduceMean", {"x"}, {"y"}), {{"x", x}}, {}, 18);
   out = run_graph(g, {{"x", x}}, *make_backend("reference"));
   CHECK(max_abs_diff(out["y"], naive_mean3(x, {true, true, true}, {1, 1, 1})) < 1e-12);
-  g = single_node_graph(make_node("ReduceMean", {"x"}, {"y"}, {{"noop_with_empty_axes", Attribute::of_int(1)}}), {{"x", x}},
-                        {}, 18);
+  g = single_node_graph(make_node("ReduceMean", {"x"}, {"y"}, {{"noop_with_empty_axes", Attribute::of_int(1)}}),
+                        {{"x", x}}, {}, 18);
   out = run_graph(g, {{"x", x}}, *make_backend("reference"));
   CHECK(max_abs_diff(out["y"], x) == 0);
 }
