@@ -1,0 +1,71 @@
+// Image-classification datasets read from local files into memory.
+//
+//   DatasetOptions o;                        // Fashion-MNIST from the Debian package
+//   o.name = "fashion-mnist"; o.train = true; o.limit = 1000;
+//   Dataset d = load_dataset(o);             // d.images uint8 [1000,1,28,28], d.labels int64 [1000]
+//
+//   o.name = "cifar100"; o.data_dir = "/data";   // /data/train.bin or /data/cifar-100-binary/train.bin
+//
+// Formats (all checked; a bad file is a BadInput Error "<file>: <what is wrong>"):
+//   IDX (MNIST, Fashion-MNIST), gzipped or raw (told apart by the gzip magic 1f 8b):
+//     images: big-endian u32 magic 0x00000803, n, rows, cols, then n*rows*cols bytes;
+//     labels: big-endian u32 magic 0x00000801, n, then n bytes (each < 10).
+//   CIFAR-10 binary: data_batch_1..5.bin / test_batch.bin, records of
+//     1 label byte + 3072 pixel bytes (1024 R, 1024 G, 1024 B: already C,H,W).
+//   CIFAR-100 binary: train.bin / test.bin, records of coarse label byte,
+//     fine label byte + 3072 pixel bytes; the fine label (100 classes) is used.
+//
+// Why in memory as uint8: the largest set (CIFAR, 50000x3x32x32) is 150 MB as
+// bytes; the pipeline (launch/pipeline.h) converts to normalised float32 per batch.
+// Mean/std are per channel in [0,1] units, the values of the seed's transforms.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace trainrt {
+
+struct Dataset {
+  std::string name;            // "fashion-mnist", "mnist", "cifar10", "cifar100"
+  std::string source;          // file or folder it was read from (error messages)
+  Tensor images;               // uint8 [N,C,H,W]
+  Tensor labels;               // int64 [N], each in [0, classes)
+  int64_t classes = 0;
+  std::vector<float> mean;     // [C], of x/255
+  std::vector<float> std;      // [C], of x/255
+
+  int64_t size() const { return images.empty() ? 0 : images.dims()[0]; }
+  int64_t channels() const { return images.dims()[1]; }
+  int64_t height() const { return images.dims()[2]; }
+  int64_t width() const { return images.dims()[3]; }
+  int64_t sample_bytes() const { return channels() * height() * width(); }
+  const uint8_t* image(int64_t i) const { return images.data<uint8_t>() + i * sample_bytes(); }
+  int64_t label(int64_t i) const { return labels.data<int64_t>()[i]; }
+};
+
+struct DatasetOptions {
+  std::string name = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | cifar100
+  std::string data_dir;                // "" = default_data_dir(name) (fashion-mnist only)
+  bool train = true;                   // train split, else the test split
+  int64_t limit = 0;                   // > 0: keep only the first `limit` samples
+  uint64_t max_file_bytes = uint64_t{4} << 30;  // per file, after decompression
+};
+
+// The folder used when --data-dir is not given ("" when there is none).
+std::string default_data_dir(const std::string& name);
+Dataset load_dataset(const DatasetOptions& opts);
+
+// The pieces, for tests and other tools.
+// IDX images as uint8 [N,1,rows,cols]; labels as int64 [N] each < classes.
+Tensor read_idx_images(const std::string& path, uint64_t max_bytes);
+Tensor read_idx_labels(const std::string& path, int64_t classes, uint64_t max_bytes);
+// Whole file, gunzipped when it starts with 1f 8b; over max_bytes is an error.
+std::string read_maybe_gzip(const std::string& path, uint64_t max_bytes);
+
+// Keeps the first n samples (a copy); n >= size() returns d unchanged.
+Dataset take_first(const Dataset& d, int64_t n);
+
+}  // namespace trainrt
