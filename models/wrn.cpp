@@ -46,12 +46,15 @@ class WrnBuilder {
     int64_t c = w[0];
     int block = 0;
     for (int stage = 1; stage <= 3; ++stage) {
-      for (int64_t b = 0; b < o_.blocks_per_stage; ++b) x = residual(x, "block" + std::to_string(++block), c, w[stage]), c = w[stage];
+      for (int64_t b = 0; b < o_.blocks_per_stage; ++b) {
+        x = residual(x, "block" + std::to_string(++block), c, w[stage]);
+        c = w[stage];
+      }
       if (stage < 3) x = max_pool(x, "pool" + std::to_string(stage));
     }
     // The seed's AvgPool2d(7): stride 7, no padding (8x8 -> 1x1 reads the top-left 7x7).
-    x = node("AveragePool", "pool", {x}, {{"kernel_shape", Attribute::of_ints({7, 7})},
-                                          {"strides", Attribute::of_ints({7, 7})}});
+    x = node("AveragePool", "pool", {x},
+             {{"kernel_shape", Attribute::of_ints({7, 7})}, {"strides", Attribute::of_ints({7, 7})}});
     x = node("Flatten", "flat", {x}, {{"axis", Attribute::of_int(1)}});
     std::string fw = param("fc.weight", {o_.num_classes, c}, c), fb = param("fc.bias", {o_.num_classes}, c);
     node("Gemm", "fc", {x, fw, fb}, {{"transB", Attribute::of_int(1)}}, "logits");
@@ -98,8 +101,7 @@ class WrnBuilder {
 
   // Conv3x3(pads 1, no bias) + BatchNormalization + Relu; `prefix` is the module path
   // ("block1.layer1.cbr"), `name` the node path ("block1/layer1").
-  std::string cbr(const std::string& x, const std::string& name, const std::string& prefix, int64_t cin,
-                  int64_t cout) {
+  std::string cbr(const std::string& x, const std::string& name, const std::string& prefix, int64_t cin, int64_t cout) {
     std::string w = param(prefix + ".0.weight", {cout, cin, 3, 3}, cin * 9);
     std::string y = node("Conv", name + "/conv", {x, w},
                          {{"kernel_shape", Attribute::of_ints({3, 3})},
@@ -132,8 +134,8 @@ class WrnBuilder {
   }
 
   std::string max_pool(const std::string& x, const std::string& name) {
-    return node("MaxPool", name, {x}, {{"kernel_shape", Attribute::of_ints({2, 2})},
-                                       {"strides", Attribute::of_ints({2, 2})}});
+    return node("MaxPool", name, {x},
+                {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}});
   }
 
   std::string describe() const {
@@ -166,7 +168,8 @@ WrnOptions wrn_options_for_dataset(const std::string& dataset) {
 
 void check_wrn_options(const WrnOptions& o) {
   if (o.widths.size() != 4)
-    throw_bad_input("--widths", "expected 4 widths (input block, stage 1, 2, 3), got " + std::to_string(o.widths.size()));
+    throw_bad_input("--widths",
+                    "expected 4 widths (input block, stage 1, 2, 3), got " + std::to_string(o.widths.size()));
   for (int64_t w : o.widths)
     if (w <= 0) throw_bad_input("--widths", "widths must be positive, got " + std::to_string(w));
   if (o.blocks_per_stage < 1)
@@ -185,8 +188,7 @@ void check_wrn_options(const WrnOptions& o) {
     floats += (9 * cin * c + (cin != c ? cin * c + c : 0)) + (o.blocks_per_stage - 1) * 9 * c * c +
               o.blocks_per_stage * (9 * c * c + 8 * c);
   }
-  if (floats * 4 > 2e9)
-  {
+  if (floats * 4 > 2e9) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", floats);
     throw_bad_input("wide resnet", std::string("--widths/--blocks-per-stage give ") + n +

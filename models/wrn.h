@@ -37,7 +37,7 @@ namespace trainrt {
 
 struct WrnOptions {
   int64_t in_channels = 3;
-  int64_t image_size = 32;                       // square H = W
+  int64_t image_size = 32;  // square H = W
   int64_t num_classes = 100;
   std::vector<int64_t> widths{16, 160, 320, 640};  // input block, stage 1, 2, 3
   int64_t blocks_per_stage = 2;

@@ -72,9 +72,9 @@ TEST_CASE("wrn: trainable parameters equal PyTorch's (tests/data/wrn_param_count
 
 TEST_CASE("wrn: op counts of the seed's layout") {
   Graph g = build_wide_resnet(wrn_options_for_dataset("cifar100"));
-  std::map<std::string, int> want{{"Conv", 13 + 3}, {"BatchNormalization", 13}, {"Relu", 13}, {"Dropout", 6},
-                                  {"Add", 6},       {"MaxPool", 2},             {"AveragePool", 1},
-                                  {"Flatten", 1},   {"Gemm", 1}};
+  std::map<std::string, int> want{
+      {"Conv", 13 + 3}, {"BatchNormalization", 13}, {"Relu", 13},   {"Dropout", 6}, {"Add", 6},
+      {"MaxPool", 2},   {"AveragePool", 1},         {"Flatten", 1}, {"Gemm", 1}};
   CHECK(op_counts(g) == want);
   CHECK(g.nodes.size() == 59);
   CHECK(g.opset("") == 17);
