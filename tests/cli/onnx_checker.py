@@ -11,7 +11,9 @@ For each dataset (small widths 4,8,12,16, plus the full-size CIFAR-100 model):
      ratios) equal PyTorch's numbers in tests/data/wrn_param_counts.json, and the
      initializer names/shapes equal the state_dict of tests/data/wrn_small_train.onnx;
   4. PyTorch's model (tools/wrn_reference.py) loaded with the file's weights gives
-     the same logits as `trainrt run` (reference backend) on a random batch.
+     the same logits as `trainrt run` (reference backend) on a random batch;
+  5. the full-size model's forward FLOPs per sample (inspect) are DESIGN.md's 4.82 G;
+  6. bad flags exit 2 with one line on stderr and leave no file behind.
 trainrt has no import->export command, so the PyTorch file's round trip through
 trainrt is tested in C++ (tests/models/test_wrn_typed.cpp), not here.
 Exits 1 listing every failure.
@@ -65,7 +67,27 @@ def trainable(model):
     return sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.name not in skip)
 
 
-def check_file(trainrt, path, want_params, torch_names):
+def check_bad_flags(trainrt, tmp):
+    out = os.path.join(tmp, "bad.onnx")
+    cases = [(["--dataset", "mnist"], "unknown dataset 'mnist'"),
+             (["--dataset", "cifar10", "--widths", "16,160,320"], "--widths"),
+             (["--dataset", "cifar10", "--widths", "16,0,320,640"], "--widths"),
+             (["--dataset", "cifar10", "--blocks-per-stage", "0"], "--blocks-per-stage"),
+             (["--dataset", "cifar10", "--seed", "x"], "--seed"),
+             (["--dataset", "cifar10", "--blocks-per-stage", "1000"], "2 GB limit")]
+    for flags, want in cases:
+        p = subprocess.run([trainrt, "model", "wrn"] + flags + ["-o", out], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        lines = p.stderr.strip().splitlines()
+        if p.returncode != 2 or len(lines) != 1 or want not in p.stderr:
+            fail("model wrn %s: exit %d, stderr %r (expected exit 2, one line with %r)" % (
+                " ".join(flags), p.returncode, p.stderr, want))
+        if os.path.exists(out) or any(f.startswith("bad.onnx") for f in os.listdir(tmp)):
+            fail("model wrn %s left a file behind" % " ".join(flags))
+    print("ok bad flags: exit 2, one line, no file")
+
+
+def check_file(trainrt, path, want_params, torch_names, want_gflops=None):
     label = os.path.basename(path)
     model = onnx.load(path)
     try:
@@ -105,7 +127,10 @@ def check_file(trainrt, path, want_params, torch_names):
         if ours != torch_names:
             fail("%s: initializers differ from PyTorch's state_dict: only trainrt %s, only PyTorch %s" % (
                 label, sorted(set(ours) - set(torch_names))[:5], sorted(set(torch_names) - set(ours))[:5]))
-    print("ok %s: checker, %d shapes equal onnx's, %d trainable parameters" % (label, compared, want_params))
+    if want_gflops is not None and abs(j["flops_per_sample"] / 1e9 - want_gflops) > 0.01 * want_gflops:
+        fail("%s: %.4g forward FLOPs per sample, DESIGN.md says %.3g G" % (label, j["flops_per_sample"], want_gflops))
+    print("ok %s: checker, %d shapes equal onnx's, %d trainable parameters, %.3f GFLOP per sample" % (
+        label, compared, want_params, j["flops_per_sample"] / 1e9))
 
 
 def check_against_torch(trainrt, src, path, dataset, tmp):
@@ -162,10 +187,11 @@ def main():
             check_file(trainrt, path, counts["small"]["trainable_parameters"][dataset],
                        torch_names if dataset == "fashion-mnist" else None)
             check_against_torch(trainrt, src, path, dataset, tmp)
-        # The seed's model itself (68 MB): checker, shapes and 17,175,444 parameters.
+        # The seed's model itself (68 MB): checker, shapes, 17,175,444 parameters, FLOPs.
         path = os.path.join(tmp, "wrn_cifar100.onnx")
         if run([trainrt, "model", "wrn", "--dataset", "cifar100", "-o", path]) is not None:
-            check_file(trainrt, path, counts["trainable_parameters"]["cifar100"], None)
+            check_file(trainrt, path, counts["trainable_parameters"]["cifar100"], None, want_gflops=4.82)
+        check_bad_flags(trainrt, tmp)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
