@@ -1,0 +1,187 @@
+// ConvGrad (fp32) on oneDNN's convolution_backward_data and _weights.
+//
+//   dY: N,M,Ho,Wo   X: N,C,H,W   W: M,C/G,kH,kW   ->   dX: like X, dW: like W, dB: M
+//   dX = dY convolved back through W (backward data), dW = dY correlated with X and
+//   dB = sum of dY over N,Ho,Wo (backward weights with bias), each only when requested.
+//
+// Geometry is ops/window.h's, resolved exactly as the forward Conv and the reference
+// ConvGrad resolve it. Both primitives are created against a forward_training hint
+// built from the same shapes, with format_tag::any everywhere, so oneDNN picks its
+// blocked layouts (nChw16c, OIhw16o16i... on AVX-512); the row-major tensors are
+// reordered in and the results out at the kernel boundary. dY is reordered once
+// when both primitives chose the same layout for it. dB alone (no dW) is a plain
+// per-channel sum. The plan (primitives, layouts, reorders) is cached by shapes,
+// attributes and the set of requested outputs.
+#include <algorithm>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tbb/parallel_for.h>
+
+#include "graph/error.h"
+#include "ops/cpu_grad_kernels.h"
+#include "ops/dnnl_grad_util.h"
+#include "ops/dnnl_util.h"
+#include "ops/register_all.h"
+#include "ops/window.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+namespace gu = grad_util;
+
+struct ConvGradPlan {
+  bool use_reference = false;
+  du::Md dy_plain, x_plain, w_plain, db_plain;  // row-major, at the kernel interface
+  // backward data: dY, W -> dX
+  dnnl::primitive data_prim;
+  du::Md bd_dy, bd_w, bd_dx;
+  dnnl::reorder bd_dy_reorder, bd_w_reorder, bd_dx_reorder;
+  // backward weights: dY, X -> dW (+ dB)
+  dnnl::primitive wts_prim;
+  du::Md bw_dy, bw_x, bw_dw;
+  dnnl::reorder bw_dy_reorder, bw_x_reorder, bw_dw_reorder;
+  bool share_dy = false;  // both primitives read dY in one layout
+};
+
+struct Want {
+  bool dx, dw, db;
+};
+
+ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, Want want) {
+  ConvGradPlan p;
+  const std::vector<int64_t>& xd = x.dims();
+  const std::vector<int64_t>& wd = w.dims();
+  const std::vector<int64_t>& yd = dy.dims();
+  const size_t sp = xd.size() - 2;
+  if (sp < 1 || sp > 3) return du::reference_plan<ConvGradPlan>();
+  Window win = read_window(n, sp, std::vector<int64_t>(wd.begin() + 2, wd.end()), "", {});
+  for (size_t i = 0; i < sp; ++i)
+    if (resolve_window_dim(win, i, xd[2 + i], "") != yd[2 + i]) return du::reference_plan<ConvGradPlan>();
+  const int64_t group = n.attr_int("group", 1);
+
+  // Grouped weights are the same bytes seen as G, M/G, C/G, *k.
+  std::vector<int64_t> wg = wd;
+  if (group > 1) {
+    wg[0] = wd[0] / group;
+    wg.insert(wg.begin(), group);
+  }
+  p.dy_plain = du::plain_desc(yd);
+  p.x_plain = du::plain_desc(xd);
+  p.w_plain = du::plain_desc(wg);
+  p.db_plain = du::plain_desc({wd[0]});
+  const du::Dims strides(win.strides.begin(), win.strides.end());
+  const du::Dims dil = du::dnnl_dilations(win.dilations);
+  const du::Dims pl(win.pads.begin(), win.pads.begin() + static_cast<std::ptrdiff_t>(sp));
+  const du::Dims pr(win.pads.begin() + static_cast<std::ptrdiff_t>(sp), win.pads.end());
+  const auto direct = dnnl::algorithm::convolution_direct;
+  const bool wts_bias = want.dw && want.db;
+  try {
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, direct, du::any_desc(xd), du::any_desc(wg),
+                                       wts_bias ? p.db_plain : du::Md(), du::any_desc(yd), strides, dil, pl, pr);
+    dnnl::convolution_forward::primitive_desc hint(fd, du::attr(), du::engine());
+    if (want.dx) {
+      dnnl::convolution_backward_data::desc d(direct, du::any_desc(xd), du::any_desc(wg), du::any_desc(yd), strides,
+                                              dil, pl, pr);
+      dnnl::convolution_backward_data::primitive_desc pd(d, du::attr(), du::engine(), hint);
+      p.data_prim = dnnl::convolution_backward_data(pd);
+      p.bd_dy = pd.diff_dst_desc();
+      p.bd_w = pd.weights_desc();
+      p.bd_dx = pd.diff_src_desc();
+    }
+    if (want.dw) {
+      dnnl::convolution_backward_weights::desc d(direct, du::any_desc(xd), du::any_desc(wg),
+                                                 wts_bias ? p.db_plain : du::Md(), du::any_desc(yd), strides, dil, pl,
+                                                 pr);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, du::attr(), du::engine(), hint);
+      p.wts_prim = dnnl::convolution_backward_weights(pd);
+      p.bw_dy = pd.diff_dst_desc();
+      p.bw_x = pd.src_desc();
+      p.bw_dw = pd.diff_weights_desc();
+      if (wts_bias && pd.diff_bias_desc() != p.db_plain) return du::reference_plan<ConvGradPlan>();
+    }
+  } catch (const dnnl::error&) {
+    return du::reference_plan<ConvGradPlan>();  // a window oneDNN rejects
+  }
+  if (want.dx) {
+    p.bd_dy_reorder = du::make_reorder(p.dy_plain, p.bd_dy);
+    p.bd_w_reorder = du::make_reorder(p.w_plain, p.bd_w);
+    p.bd_dx_reorder = du::make_reorder(p.bd_dx, p.x_plain);
+  }
+  if (want.dw) {
+    p.share_dy = want.dx && p.bw_dy == p.bd_dy;
+    if (!p.share_dy) p.bw_dy_reorder = du::make_reorder(p.dy_plain, p.bw_dy);
+    p.bw_x_reorder = du::make_reorder(p.x_plain, p.bw_x);
+    p.bw_dw_reorder = du::make_reorder(p.bw_dw, p.w_plain);
+  }
+  return p;
+}
+
+// dy: N,M,S -> db: M, summed in double per channel (channels in parallel).
+void bias_grad(const Tensor& dy, Tensor& db) {
+  const int64_t N = dy.dims()[0], M = dy.dims()[1], S = dy.numel() / std::max<int64_t>(N * M, 1);
+  const float* g = dy.data<float>();
+  float* out = db.data<float>();
+  tbb::parallel_for(int64_t{0}, M, [&](int64_t m) {
+    double acc = 0;
+    for (int64_t b = 0; b < N; ++b) {
+      const float* row = g + (b * M + m) * S;
+      float part = 0;  // one plane in fp32 (vectorises), planes summed in double
+      for (int64_t s = 0; s < S; ++s) part += row[s];
+      acc += part;
+    }
+    out[m] = static_cast<float>(acc);
+  });
+}
+
+void conv_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const Tensor& w = ctx.in(2);
+  const Want want{ctx.has_output(0), ctx.has_output(1), ctx.has_output(2)};
+  if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return du::run_reference(ctx);  // empty: zeros
+  const Node& n = ctx.node;
+  std::string key = du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db,
+                            n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
+                            n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
+  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, want); });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  const dnnl::memory dy_user = du::memory_of(dy, plan->dy_plain);
+  dnnl::memory dy_data;
+  if (want.dx) {
+    dy_data = gu::to_layout(plan->bd_dy_reorder, dy_user, plan->bd_dy, 0);
+    dnnl::memory wts = gu::to_layout(plan->bd_w_reorder, du::memory_of(w, plan->w_plain), plan->bd_w, 1);
+    dnnl::memory dx_user = du::memory_of(ctx.out(0), plan->x_plain);
+    dnnl::memory dx = gu::out_memory(plan->bd_dx_reorder, dx_user, plan->bd_dx, 2);
+    du::execute(plan->data_prim, {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DIFF_SRC, dx}});
+    gu::from_layout(plan->bd_dx_reorder, dx, dx_user);
+  }
+  if (want.dw) {
+    dnnl::memory dy_w = plan->share_dy ? dy_data : gu::to_layout(plan->bw_dy_reorder, dy_user, plan->bw_dy, 3);
+    dnnl::memory src = gu::to_layout(plan->bw_x_reorder, du::memory_of(x, plan->x_plain), plan->bw_x, 4);
+    dnnl::memory dw_user = du::memory_of(ctx.out(1), plan->w_plain);
+    dnnl::memory dw = gu::out_memory(plan->bw_dw_reorder, dw_user, plan->bw_dw, 5);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+    if (want.db) args[DNNL_ARG_DIFF_BIAS] = du::memory_of(ctx.out(2), plan->db_plain);
+    du::execute(plan->wts_prim, std::move(args));
+    gu::from_layout(plan->bw_dw_reorder, dw, dw_user);
+  } else if (want.db) {
+    bias_grad(dy, ctx.out(2));
+  }
+}
+
+}  // namespace
+
+void register_conv_grad_dnnl(Registry& r) {
+  if (r.schemas.find("ai.trainrt", "ConvGrad")) r.kernels.add("cpu", "ai.trainrt", "ConvGrad", conv_grad_cpu);
+}
+
+void register_cpu_grad_kernels(Registry& r) {
+  register_conv_grad_dnnl(r);
+  register_norm_grad_dnnl(r);
+  register_pool_grad_dnnl(r);
+  register_eltwise_grad_dnnl(r);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,120 @@
+// BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
+//
+//   dY, X: N,C,spatial...   scale: C   ->   dX: like X, dScale: C, dBias: C
+//   per channel over M = N*S: mean, biased var of X, r = 1/sqrt(var+eps), xh = (x-mean)*r
+//   dBias = sum dY, dScale = sum dY*xh, dX = scale*r*(dY - dBias/M - xh*dScale/M)
+//
+// The batch statistics the training forward normalised with are recomputed here
+// from X (two passes, channels in parallel with oneTBB, each channel summed in
+// double so the statistics are as exact as the reference's), then the backward
+// primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
+// Outputs that were not requested go to per-thread temporaries. Tensors are seen as
+// N,C,S like the forward kernel (ops/norm_dnnl.cpp) sees them; layout stays plain.
+#include <cmath>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tbb/parallel_for.h>
+
+#include "graph/error.h"
+#include "ops/cpu_grad_kernels.h"
+#include "ops/dnnl_util.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+
+struct NormGradPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, channel;
+};
+
+// x seen as N,C,S (S = product of the spatial dims) unless it has 3..5 dims.
+std::vector<int64_t> data_dims(const Tensor& x) {
+  const std::vector<int64_t>& d = x.dims();
+  if (d.size() >= 3 && d.size() <= 5) return d;
+  int64_t s = 1;
+  for (size_t i = 2; i < d.size(); ++i) s *= d[i];
+  return {d[0], d[1], s};
+}
+
+// x: N,C,S -> mean, var: C (biased variance), two passes per channel.
+void batch_stats(const Tensor& x, float* mean, float* var) {
+  const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / (N * C);
+  const double count = static_cast<double>(N * S);
+  const float* xp = x.data<float>();
+  tbb::parallel_for(int64_t{0}, C, [&](int64_t c) {
+    double sum = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = xp + (n * C + c) * S;
+      double part = 0;
+      for (int64_t s = 0; s < S; ++s) part += row[s];
+      sum += part;
+    }
+    const double m = sum / count;
+    double sq = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = xp + (n * C + c) * S;
+      for (int64_t s = 0; s < S; ++s) {
+        const double d = static_cast<double>(row[s]) - m;
+        sq += d * d;
+      }
+    }
+    mean[c] = static_cast<float>(m);
+    var[c] = static_cast<float>(sq / count);
+  });
+}
+
+void batchnorm_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
+  const float eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const int64_t channels = x.dims().at(1);
+  std::vector<int64_t> dd = data_dims(x);
+  auto plan = du::cached<NormGradPlan>(du::key("BatchNormalizationGrad", dd, eps), [&] {
+    NormGradPlan p;
+    p.data = du::plain_desc(dd);
+    p.channel = du::plain_desc({channels});
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    try {
+      dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, p.data, eps, flags);
+      dnnl::batch_normalization_forward::primitive_desc hint(fd, du::attr(), du::engine());
+      dnnl::batch_normalization_backward::desc bd(dnnl::prop_kind::backward, p.data, p.data, eps, flags);
+      p.prim = dnnl::batch_normalization_backward(
+          dnnl::batch_normalization_backward::primitive_desc(bd, du::attr(), du::engine(), hint));
+    } catch (const dnnl::error&) {
+      return du::reference_plan<NormGradPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  dnnl::memory mean = du::temp_memory(plan->channel, 0), var = du::temp_memory(plan->channel, 1);
+  batch_stats(x, static_cast<float*>(mean.get_data_handle()), static_cast<float*>(var.get_data_handle()));
+  // oneDNN 2.6 asks for the shift with use_shift though dX does not depend on it.
+  dnnl::memory shift = du::temp_memory(plan->channel, 5);
+  auto out_or_temp = [&](size_t i, const du::Md& md, int slot) {
+    return ctx.has_output(i) ? du::memory_of(ctx.out(i), md) : du::temp_memory(md, slot);
+  };
+  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+                           {DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->data)},
+                           {DNNL_ARG_MEAN, mean},
+                           {DNNL_ARG_VARIANCE, var},
+                           {DNNL_ARG_SCALE, du::memory_of(ctx.in(2), plan->channel)},
+                           {DNNL_ARG_SHIFT, shift},
+                           {DNNL_ARG_DIFF_SRC, out_or_temp(0, plan->data, 2)},
+                           {DNNL_ARG_DIFF_SCALE, out_or_temp(1, plan->channel, 3)},
+                           {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, plan->channel, 4)}});
+}
+
+}  // namespace
+
+void register_norm_grad_dnnl(Registry& r) {
+  if (r.schemas.find("ai.trainrt", "BatchNormalizationGrad"))
+    r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationGrad", batchnorm_grad_cpu);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,193 @@
+// Pooling backward ops (fp32) of the cpu backend.
+//
+//   MaxPoolGrad(dY: N,C,out..., X: N,C,in...) -> dX: like X
+//     by hand, planes (N*C) in parallel with oneTBB: each window's argmax is
+//     recomputed from X with the forward's tie rule (first maximum in window order,
+//     padding ignored) and gets the window's dY; overlapping windows add up. Exactly
+//     the reference's choice of element, without running the forward for a workspace.
+//   AveragePoolGrad(dY, X) -> dX
+//     oneDNN's pooling_v2_backward (avg include/exclude padding), with a
+//     forward_training hint of the same geometry. As in the forward kernel
+//     (ops/pool_dnnl.cpp), padding_r is what makes the output size exact; rows past
+//     the last window (AveragePool 7 stride 7 on 8x8) are left out of the described
+//     dX and zeroed here. count_include_pad with a derived padding_r beyond the ONNX
+//     end pad (ceil_mode) divides differently in oneDNN: the reference kernel runs.
+//   GlobalAveragePoolGrad(dY: N,C,1,..., X) -> dX: dY/plane size over each plane.
+#include <algorithm>
+#include <cstring>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tbb/parallel_for.h>
+
+#include "graph/error.h"
+#include "ops/cpu_grad_kernels.h"
+#include "ops/dnnl_util.h"
+#include "ops/register_all.h"
+#include "ops/window.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+
+// The pooling window of `n` resolved for x's spatial sizes (exactly as the shape
+// rule and the reference kernel resolve it); false when the sizes disagree with dY.
+bool pool_window(const Node& n, const Tensor& x, const Tensor& dy, Window& w) {
+  const size_t sp = static_cast<size_t>(x.rank() - 2);
+  w = read_window(n, sp, n.attr_ints("kernel_shape"), "", WindowOptions{.ceil_mode = true, .pad_below_kernel = true});
+  for (size_t i = 0; i < sp; ++i)
+    if (resolve_window_dim(w, i, x.dims()[2 + i], "") != dy.dims()[2 + i]) return false;
+  return true;
+}
+
+// ---- MaxPoolGrad ----------------------------------------------------------
+// One pooling plane as D,H,W (1-D/2-D pools have leading size-1 dims).
+struct Geometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+};
+
+Geometry geometry(const Window& w, const Tensor& x, const Tensor& dy) {
+  Geometry g;
+  const size_t sp = w.rank();
+  for (size_t i = 0; i < sp; ++i) {
+    const size_t j = 3 - sp + i;
+    g.in[j] = x.dims()[2 + i];
+    g.out[j] = dy.dims()[2 + i];
+    g.k[j] = w.kernel[i], g.s[j] = w.strides[i], g.d[j] = w.dilations[i], g.pb[j] = w.pads[i];
+  }
+  return g;
+}
+
+// dy: Do,Ho,Wo and x: D,H,W of one plane -> dx: D,H,W of that plane.
+void maxpool_grad_plane(const Geometry& g, const float* dy, const float* x, float* dx) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+  std::fill(dx, dx + D * H * W, 0.f);
+  for (int64_t od = 0; od < g.out[0]; ++od)
+    for (int64_t oh = 0; oh < g.out[1]; ++oh)
+      for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+        int64_t at = -1;
+        float best = 0;
+        for (int64_t a = 0; a < g.k[0]; ++a) {
+          const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
+          if (id < 0 || id >= D) continue;
+          for (int64_t b = 0; b < g.k[1]; ++b) {
+            const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
+            if (ih < 0 || ih >= H) continue;
+            const float* row = x + (id * H + ih) * W;
+            for (int64_t c = 0; c < g.k[2]; ++c) {
+              const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
+              if (iw < 0 || iw >= W) continue;
+              if (at < 0 || row[iw] > best) best = row[iw], at = (id * H + ih) * W + iw;
+            }
+          }
+        }
+        if (at >= 0) dx[at] += dy[(od * g.out[1] + oh) * g.out[2] + ow];
+      }
+}
+
+void maxpool_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  Tensor& dx = ctx.out(0);
+  if (x.numel() == 0) return;
+  Window w;
+  if (x.rank() < 3 || x.rank() > 5 || !pool_window(ctx.node, x, dy, w)) return du::run_reference(ctx);
+  const Geometry g = geometry(w, x, dy);
+  const int64_t planes = x.dims()[0] * x.dims()[1];
+  const int64_t in_size = g.in[0] * g.in[1] * g.in[2], out_size = g.out[0] * g.out[1] * g.out[2];
+  const float* dyp = dy.data<float>();
+  const float* xp = x.data<float>();
+  float* dxp = dx.data<float>();
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, planes), [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t p = r.begin(); p < r.end(); ++p)
+      maxpool_grad_plane(g, dyp + p * out_size, xp + p * in_size, dxp + p * in_size);
+  });
+}
+
+// ---- AveragePoolGrad ------------------------------------------------------
+struct AvgPlan {
+  bool use_reference = false;
+  bool zero_first = false;  // dX has rows no window reads: zero them
+  dnnl::primitive prim;
+  du::Md dx, dy;
+};
+
+AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, bool include_pad) {
+  AvgPlan p;
+  const std::vector<int64_t>& xd = x.dims();
+  const size_t sp = w.rank();
+  std::vector<int64_t> pb(w.pads.begin(), w.pads.begin() + static_cast<std::ptrdiff_t>(sp));
+  std::vector<int64_t> pr(sp), used = xd;
+  for (size_t i = 0; i < sp; ++i) {
+    pr[i] = (dy.dims()[2 + i] - 1) * w.strides[i] + w.effective_kernel(i) - xd[2 + i] - pb[i];
+    if (pr[i] < 0) used[2 + i] += pr[i], pr[i] = 0, p.zero_first = true;
+    if (include_pad && pr[i] > w.pads[sp + i]) return du::reference_plan<AvgPlan>();
+  }
+  const auto alg = include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                               : dnnl::algorithm::pooling_avg_exclude_padding;
+  p.dx = du::sub_block_desc(used, xd);
+  p.dy = du::plain_desc(dy.dims());
+  const du::Dims strides(w.strides.begin(), w.strides.end()), kernel(w.kernel.begin(), w.kernel.end()),
+      dil = du::dnnl_dilations(w.dilations), l(pb.begin(), pb.end()), r(pr.begin(), pr.end());
+  try {
+    dnnl::pooling_v2_forward::desc fd(dnnl::prop_kind::forward_training, alg, p.dx, p.dy, strides, kernel, dil, l, r);
+    dnnl::pooling_v2_forward::primitive_desc hint(fd, du::attr(), du::engine());
+    dnnl::pooling_v2_backward::desc bd(alg, p.dx, p.dy, strides, kernel, dil, l, r);
+    p.prim = dnnl::pooling_v2_backward(dnnl::pooling_v2_backward::primitive_desc(bd, du::attr(), du::engine(), hint));
+  } catch (const dnnl::error&) {
+    return du::reference_plan<AvgPlan>();
+  }
+  return p;
+}
+
+void averagepool_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  Tensor& dx = ctx.out(0);
+  if (x.numel() == 0) return;
+  const Node& n = ctx.node;
+  const bool include_pad = n.attr_int("count_include_pad", 0) == 1;
+  std::string key = du::key("AveragePoolGrad", x.dims(), dy.dims(), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
+                            n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
+                            n.attr_int("ceil_mode", 0), include_pad);
+  auto plan = du::cached<AvgPlan>(key, [&] {
+    Window w;
+    if (x.rank() < 3 || x.rank() > 5 || !pool_window(n, x, dy, w)) return du::reference_plan<AvgPlan>();
+    return make_avg_plan(w, x, dy, include_pad);
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+  if (plan->zero_first) std::memset(dx.raw(), 0, dx.nbytes());
+  du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->dy)}, {DNNL_ARG_DIFF_SRC, du::memory_of(dx, plan->dx)}});
+}
+
+// ---- GlobalAveragePoolGrad ------------------------------------------------
+// dy: N,C,1,... -> dx: N,C,spatial...; the share is rounded once, as the reference does.
+void global_average_pool_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  Tensor& dx = ctx.out(0);
+  const int64_t planes = dx.dims()[0] * dx.dims()[1];
+  if (dx.numel() == 0) return;
+  const int64_t size = dx.numel() / planes;
+  const float* dyp = ctx.in(0).data<float>();
+  float* dxp = dx.data<float>();
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, planes), [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t p = r.begin(); p < r.end(); ++p)
+      std::fill(dxp + p * size, dxp + (p + 1) * size,
+                static_cast<float>(static_cast<double>(dyp[p]) / static_cast<double>(size)));
+  });
+}
+
+}  // namespace
+
+void register_pool_grad_dnnl(Registry& r) {
+  auto add = [&](const char* op, Kernel k) {
+    if (r.schemas.find("ai.trainrt", op)) r.kernels.add("cpu", "ai.trainrt", op, std::move(k));
+  };
+  add("MaxPoolGrad", maxpool_grad_cpu);
+  add("AveragePoolGrad", averagepool_grad_cpu);
+  add("GlobalAveragePoolGrad", global_average_pool_grad_cpu);
+}
+
+}  // namespace trainrt
