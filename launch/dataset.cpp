@@ -161,12 +161,13 @@ std::string read_maybe_gzip(const std::string& path, uint64_t max_bytes) {
   size_t used = 0;
   for (;;) {
     if (used == out.size()) {
-      if (out.size() >= max_bytes) {
+      // One byte past the limit tells "exactly at the limit" from "over it".
+      if (out.size() > max_bytes) {
         inflateEnd(&z);
         throw_bad_input(path, "decompresses to more than the limit of " + std::to_string(max_bytes) + " bytes");
       }
       // Grow with the data actually produced (never with a size claimed by a header).
-      out.resize(std::min<uint64_t>(max_bytes, std::max<size_t>(size_t{1} << 20, out.size() * 2)));
+      out.resize(std::min<uint64_t>(max_bytes + 1, std::max<size_t>(size_t{1} << 20, out.size() * 2)));
     }
     z.next_out = reinterpret_cast<Bytef*>(out.data() + used);
     z.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - used, UINT32_MAX));
@@ -198,6 +199,8 @@ std::string read_maybe_gzip(const std::string& path, uint64_t max_bytes) {
     }
   }
   inflateEnd(&z);
+  if (used > max_bytes)
+    throw_bad_input(path, "decompresses to more than the limit of " + std::to_string(max_bytes) + " bytes");
   out.resize(used);
   return out;
 }

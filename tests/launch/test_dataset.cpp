@@ -165,6 +165,9 @@ TEST_CASE("gzip: concatenated members are one stream, corrupt and truncated data
   // A small file that inflates past the limit (a "gzip bomb") stops at the limit.
   write(dir / "bomb.gz", gzip(Bytes(1 << 16, '\0')));
   expect_bad([&] { read_maybe_gzip(dir / "bomb.gz", 1000); }, dir / "bomb.gz", "more than the limit of 1000");
+  write(dir / "exact.gz", gzip(Bytes(1000, 'a')));
+  CHECK(read_maybe_gzip(dir / "exact.gz", 1000) == Bytes(1000, 'a'));
+  expect_bad([&] { read_maybe_gzip(dir / "exact.gz", 999); }, dir / "exact.gz", "more than the limit of 999");
 }
 
 TEST_CASE("IDX bad files are BadInput errors naming the file") {
