@@ -7,7 +7,14 @@
 // ordinary (group 1), grouped and depthwise (group == C) convolution. Geometry
 // (pads, strides, dilations, auto_pad) comes from ops/window.h so the shape rule and
 // every kernel agree. FLOPs: 2*N*M*Ho*Wo*(C/group)*kH*kW (bias not counted).
+//
+// ConvGrad (ai.trainrt), the backward of Conv; attributes are the forward's:
+//   ConvGrad(dY: N,M,Ho,Wo, X: N,C,H,W, W: M,C/group,kH,kW) -> (dX: like X, dW: like W, dB: M)
+//   dX = dY convolved back through W (transposed conv), dW = correlation of dY with X,
+//   dB = sum of dY over N,Ho,Wo. Every output is optional ("" = not needed).
+//   FLOPs: the forward's for each of dX and dW requested.
 #include <string>
+#include <vector>
 
 #include "ops/common.h"
 #include "ops/register_all.h"
@@ -39,31 +46,44 @@ std::vector<int64_t> conv_kernel(const Node& n, const Shape& w, const std::strin
   return k;
 }
 
-void conv_infer(InferContext& ctx) {
+// Checks data X (input xi) and weights W (input wi) as Conv does and returns Y's shape
+// (N,M,Ho,Wo; unknown dims where X's are unknown). Shared by Conv and ConvGrad.
+Shape conv_output_shape(InferContext& ctx, size_t xi, size_t wi) {
   const Node& n = ctx.node();
-  const DataType t = require_float(ctx, 0);
-  require_same_dtype(ctx, 0, 1);
-  const int64_t rank = ctx.input_rank(0);
-  if (rank < 3)
-    ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
+  require_float(ctx, xi);
+  require_same_dtype(ctx, xi, wi);
+  const std::string x_name = "input " + std::to_string(xi) + " '" + n.inputs[xi] + "'";
+  const std::string w_name = "input " + std::to_string(wi) + " '" + n.inputs[wi] + "' (weights)";
+  const int64_t rank = ctx.input_rank(xi);
+  if (rank < 3) ctx.fail(x_name + " must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
   if (rank != 4)
-    throw_unsupported(ctx.where(), "only 2-D Conv (input rank 4, N,C,H,W) is implemented, input 0 '" + n.inputs[0] +
-                                       "' has rank " + std::to_string(rank));
-  const int64_t w_rank = ctx.input_rank(1);
-  if (w_rank != rank)
-    ctx.fail("input 1 '" + n.inputs[1] + "' (weights) must have rank 4 (M,C/group,kH,kW), got rank " +
-             std::to_string(w_rank));
-  const Shape& x = *ctx.input(0).shape;
-  const Shape& w = *ctx.input(1).shape;
+    throw_unsupported(ctx.where(), "only 2-D Conv (input rank 4, N,C,H,W) is implemented, " + x_name + " has rank " +
+                                       std::to_string(rank));
+  const int64_t w_rank = ctx.input_rank(wi);
+  if (w_rank != rank) ctx.fail(w_name + " must have rank 4 (M,C/group,kH,kW), got rank " + std::to_string(w_rank));
+  const Shape& x = *ctx.input(xi).shape;
+  const Shape& w = *ctx.input(wi).shape;
   const int64_t group = n.attr_int("group", 1);
   if (group < 1) ctx.fail("attribute 'group' must be >= 1, got " + std::to_string(group));
   if (x[1].known() && w[1].known() && x[1].value != w[1].value * group)
-    ctx.fail("input 0 '" + n.inputs[0] + "' has " + std::to_string(x[1].value) + " channels but weights " +
-             shape_to_string(w) + " with group " + std::to_string(group) + " expect " +
-             std::to_string(w[1].value * group));
+    ctx.fail(x_name + " has " + std::to_string(x[1].value) + " channels but weights " + shape_to_string(w) +
+             " with group " + std::to_string(group) + " expect " + std::to_string(w[1].value * group));
   if (w[0].known() && w[0].value % group != 0)
     ctx.fail("weights " + shape_to_string(w) + " have " + std::to_string(w[0].value) +
              " output channels, not divisible by group " + std::to_string(group));
+  Window win = read_window(n, 2, conv_kernel(n, w, ctx.where()), ctx.where(), {});
+  Shape y{x[0], w[0]};
+  for (size_t i = 0; i < 2; ++i) {
+    const Dim& in = x[2 + i];
+    y.push_back(in.known() ? Dim::of(resolve_window_dim(win, i, in.value, ctx.where())) : Dim{});
+  }
+  return y;
+}
+
+void conv_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const Shape y = conv_output_shape(ctx, 0, 1);
+  const Shape& w = *ctx.input(1).shape;
   if (ctx.has_input(2)) {
     require_same_dtype(ctx, 0, 2);
     if (ctx.input_rank(2) != 1)
@@ -73,24 +93,52 @@ void conv_infer(InferContext& ctx) {
       ctx.fail("input 2 '" + n.inputs[2] + "' (bias) has " + std::to_string(b.value) + " values, expected " +
                std::to_string(w[0].value) + " (output channels)");
   }
-  Window win = read_window(n, 2, conv_kernel(n, w, ctx.where()), ctx.where(), {});
-  Shape y{x[0], w[0]};
-  for (size_t i = 0; i < 2; ++i) {
-    const Dim& in = x[2 + i];
-    y.push_back(in.known() ? Dim::of(resolve_window_dim(win, i, in.value, ctx.where())) : Dim{});
-  }
-  ctx.set_output(0, t, y);
+  ctx.set_output(0, ctx.input(0).dtype, y);
 }
 
-double conv_flops(const Graph& g, const Node& n) {
-  const ValueInfo* w = g.find_info(n.inputs[1]);
-  const ValueInfo* y = g.find_info(n.outputs[0]);
+// True when two shapes have the same rank and no known dims that differ.
+bool shapes_agree(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].known() && b[i].known() && a[i].value != b[i].value) return false;
+  return true;
+}
+
+// ConvGrad(dY, X, W) -> (dX, dW, dB): X and W are checked as the forward Conv
+// checks them, dY must have the forward output's shape.
+void conv_grad_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const DataType t = require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  const Shape y = conv_output_shape(ctx, 1, 2);
+  const ValueInfo& dy = ctx.input(0);
+  if (!dy.shape || !shapes_agree(*dy.shape, y))
+    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
+             " but the forward Conv's output is " + shape_to_string(y));
+  const Shape& w = *ctx.input(2).shape;
+  ctx.set_output(0, ctx.input(1));
+  ctx.set_output(1, ctx.input(2));
+  ctx.set_output(2, t, Shape{w[0]});
+}
+
+// Multiply-adds of one Conv with output y and weights w: N*M*Ho*Wo * C/group*kH*kW.
+double conv_macs(const Graph& g, const std::string& y_name, const std::string& w_name) {
+  const ValueInfo* w = g.find_info(w_name);
+  const ValueInfo* y = g.find_info(y_name);
   if (!w || !y || !w->shape || !y->shape || !shape_is_known(*w->shape) || !shape_is_known(*y->shape)) return 0;
   double macs = 1;
   for (int64_t d : shape_dims(*y->shape)) macs *= static_cast<double>(d);  // N*M*Ho*Wo
   std::vector<int64_t> wd = shape_dims(*w->shape);
   for (size_t i = 1; i < wd.size(); ++i) macs *= static_cast<double>(wd[i]);  // C/group*kH*kW
-  return 2 * macs;
+  return macs;
+}
+
+double conv_flops(const Graph& g, const Node& n) { return 2 * conv_macs(g, n.outputs[0], n.inputs[1]); }
+
+// dX and dW each cost what the forward costs; dB is one add per dY element (not counted).
+double conv_grad_flops(const Graph& g, const Node& n) {
+  const int products = static_cast<int>(n.has_output(0)) + static_cast<int>(n.has_output(1));
+  return 2 * products * conv_macs(g, n.inputs[0], n.inputs[2]);
 }
 
 // x: N,C,H,W  w: M,Cg,kH,kW (Cg = C/group)  b: M or null  ->  y: N,M,Ho,Wo.
@@ -142,6 +190,73 @@ void conv_kernel_reference(KernelContext& ctx) {
   });
 }
 
+// dy: N,M,Ho,Wo  x: N,C,H,W  w: M,Cg,kH,kW  ->  dx: N,C,H,W, dw: M,Cg,kH,kW, db: M (each may be null).
+// The forward's loops with each product scattered back to its two factors:
+//   dx[n, c0+cg, ih, iw] += dy[n,m,oh,ow] * w[m,cg,i,j]
+//   dw[m, cg, i, j]      += dy[n,m,oh,ow] * x[n, c0+cg, ih, iw]
+//   db[m]                += dy[n,m,oh,ow]
+// Accumulated in double buffers, then rounded once.
+template <typename T>
+void conv2d_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
+                           const Window& win, int64_t group) {
+  const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+  const int64_t M = w.dims()[0], Cg = w.dims()[1], kH = w.dims()[2], kW = w.dims()[3];
+  const int64_t Ho = dy.dims()[2], Wo = dy.dims()[3];
+  const int64_t Mg = M / group;
+  const int64_t sh = win.strides[0], sw = win.strides[1], dh = win.dilations[0], dw_ = win.dilations[1];
+  const int64_t pt = win.pads[0], pl = win.pads[1];
+  const T* dyp = dy.data<T>();
+  const T* xp = x.data<T>();
+  const T* wp = w.data<T>();
+  std::vector<double> gx(dx ? static_cast<size_t>(x.numel()) : 0), gw(dw ? static_cast<size_t>(w.numel()) : 0),
+      gb(db ? static_cast<size_t>(M) : 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t c0 = (m / Mg) * Cg;
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const double g = static_cast<double>(dyp[((n * M + m) * Ho + oh) * Wo + ow]);
+          if (db) gb[static_cast<size_t>(m)] += g;
+          for (int64_t cg = 0; cg < Cg; ++cg)
+            for (int64_t i = 0; i < kH; ++i) {
+              const int64_t ih = oh * sh - pt + i * dh;
+              if (ih < 0 || ih >= H) continue;
+              for (int64_t j = 0; j < kW; ++j) {
+                const int64_t iw = ow * sw - pl + j * dw_;
+                if (iw < 0 || iw >= W) continue;
+                const int64_t xi = ((n * C + c0 + cg) * H + ih) * W + iw;
+                const int64_t wi = ((m * Cg + cg) * kH + i) * kW + j;
+                if (dx) gx[static_cast<size_t>(xi)] += g * static_cast<double>(wp[wi]);
+                if (dw) gw[static_cast<size_t>(wi)] += g * static_cast<double>(xp[xi]);
+              }
+            }
+        }
+    }
+  auto store = [](const std::vector<double>& from, Tensor* to) {
+    if (!to) return;
+    T* p = to->data<T>();
+    for (size_t i = 0; i < from.size(); ++i) p[i] = static_cast<T>(from[i]);
+  };
+  store(gx, dx);
+  store(gw, dw);
+  store(gb, db);
+}
+
+void conv_grad_kernel_reference(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const Tensor& w = ctx.in(2);
+  Window win = read_window(ctx.node, 2, {w.dims()[2], w.dims()[3]}, "", {});
+  for (size_t i = 0; i < 2; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
+  Tensor* out[3] = {};
+  for (size_t i = 0; i < 3; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
+  const int64_t group = ctx.node.attr_int("group", 1);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv2d_grad_reference<T>(dy, x, w, out[0], out[1], out[2], win, group);
+  });
+}
+
 }  // namespace
 
 void register_conv(Registry& r) {
@@ -155,6 +270,18 @@ void register_conv(Registry& r) {
   s.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
   r.schemas.add(std::move(s));
   r.kernels.add("reference", "", "Conv", conv_kernel_reference);
+
+  OpSchema grad;
+  grad.domain = "ai.trainrt";
+  grad.op_type = "ConvGrad";
+  grad.min_inputs = grad.max_inputs = 3;
+  grad.min_outputs = 1;
+  grad.max_outputs = 3;
+  grad.infer = conv_grad_infer;
+  grad.flops = conv_grad_flops;
+  grad.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
+  r.schemas.add(std::move(grad));
+  r.kernels.add("reference", "ai.trainrt", "ConvGrad", conv_grad_kernel_reference);
 }
 
 }  // namespace trainrt

@@ -20,6 +20,11 @@
 // 4th/5th outputs do not exist. The opset 7/8 attribute spatial is accepted only as 1.
 // FLOPs: 2 per element for inference (a folded multiply-add), 6 per element when
 // training (adds 1 for the mean and 3 for the variance).
+//
+// BatchNormalizationGrad (ai.trainrt), the backward of the training form:
+//   (dY: like X, X: N,C,spatial..., scale: C; epsilon) -> (dX: like X, dScale: C, dBias: C)
+// It recomputes the batch mean and biased variance from X (what the training forward
+// normalised with), so it needs no saved statistics; every output is optional.
 #include <cmath>
 #include <string>
 
@@ -142,6 +147,100 @@ void batchnorm_kernel(KernelContext& ctx) {
   });
 }
 
+// BatchNormalizationGrad(dY, X, scale) -> (dX, dScale, dBias); each output optional.
+void batchnorm_grad_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const DataType t = require_float(ctx, 1);
+  require_same_dtype(ctx, 0, 1);
+  require_same_dtype(ctx, 2, 1);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  if (!(eps >= 0)) ctx.fail("attribute 'epsilon' must be >= 0, got " + std::to_string(eps));
+  const int64_t rank = ctx.input_rank(1);
+  if (rank < 2)
+    ctx.fail("input 1 '" + n.inputs[1] + "' (X) must have rank >= 2 (N,C,...), got rank " + std::to_string(rank));
+  const Shape& x = *ctx.input(1).shape;
+  const ValueInfo& dy = ctx.input(0);
+  bool same = dy.shape && dy.shape->size() == x.size();
+  for (size_t i = 0; same && i < x.size(); ++i)
+    same = !((*dy.shape)[i].known() && x[i].known() && (*dy.shape)[i].value != x[i].value);
+  if (!same)
+    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
+             " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
+  if (ctx.input_rank(2) != 1)
+    ctx.fail("input 2 '" + n.inputs[2] + "' (scale) must have rank 1, got rank " + std::to_string(ctx.input_rank(2)));
+  const Dim& c = (*ctx.input(2).shape)[0];
+  if (c.known() && x[1].known() && c.value != x[1].value)
+    ctx.fail("input 2 '" + n.inputs[2] + "' (scale) has " + std::to_string(c.value) + " values, expected " +
+             std::to_string(x[1].value) + " (channels of X)");
+  ctx.set_output(0, ctx.input(1));
+  ctx.set_output(1, t, Shape{x[1]});
+  ctx.set_output(2, t, Shape{x[1]});
+}
+
+// dy, x: N,C,S; scale: C -> dx: N,C,S, dscale, dbias: C (any may be null).
+// With the batch statistics of the training forward, per channel over M = N*S elements:
+//   mean = sum(x)/M, var = sum((x-mean)^2)/M (biased), r = 1/sqrt(var+eps), xh = (x-mean)*r
+//   dbias = sum(dy), dscale = sum(dy*xh)
+//   dx = scale*r * (dy - dbias/M - xh*dscale/M)
+// (the last two terms are the gradient through mean and var).
+template <typename T>
+void batchnorm_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& scale, Tensor* dx, Tensor* dscale,
+                              Tensor* dbias, double eps) {
+  const int64_t N = x.dims()[0], C = x.dims()[1];
+  const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
+  const double M = static_cast<double>(N * S);
+  const T* xp = x.data<T>();
+  const T* dyp = dy.data<T>();
+  for (int64_t c = 0; c < C; ++c) {
+    auto at = [&](int64_t n, int64_t s) { return (n * C + c) * S + s; };
+    double sum = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(xp[at(n, s)]);
+    const double mean = sum / M;
+    double sq = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const double d = static_cast<double>(xp[at(n, s)]) - mean;
+        sq += d * d;
+      }
+    const double r = 1.0 / std::sqrt(sq / M + eps);
+    double g_bias = 0, g_scale = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const double g = static_cast<double>(dyp[at(n, s)]);
+        g_bias += g;
+        g_scale += g * (static_cast<double>(xp[at(n, s)]) - mean) * r;
+      }
+    if (dbias) dbias->data<T>()[c] = static_cast<T>(g_bias);
+    if (dscale) dscale->data<T>()[c] = static_cast<T>(g_scale);
+    if (!dx) continue;
+    const double k = static_cast<double>(scale.data<T>()[c]) * r;
+    T* dxp = dx->data<T>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const double xh = (static_cast<double>(xp[at(n, s)]) - mean) * r;
+        dxp[at(n, s)] = static_cast<T>(k * (static_cast<double>(dyp[at(n, s)]) - g_bias / M - xh * g_scale / M));
+      }
+  }
+}
+
+void batchnorm_grad_kernel(KernelContext& ctx) {
+  Tensor* out[3] = {};
+  for (size_t i = 0; i < 3; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    batchnorm_grad_reference<T>(ctx.in(0), ctx.in(1), ctx.in(2), out[0], out[1], out[2], eps);
+  });
+}
+
+double batchnorm_grad_flops(const Graph& g, const Node& n) {
+  const ValueInfo* x = g.find_info(n.inputs[1]);
+  if (!x || !x->shape || !shape_is_known(*x->shape)) return 0;
+  // per element: statistics 4 (recomputed), dScale/dBias sums 3, dX 5
+  return 12 * static_cast<double>(element_count(shape_dims(*x->shape)));
+}
+
 }  // namespace
 
 void register_norm(Registry& r) {
@@ -156,6 +255,18 @@ void register_norm(Registry& r) {
   s.attributes = {"epsilon", "momentum", "training_mode", "spatial"};
   r.schemas.add(std::move(s));
   r.kernels.add("reference", "", "BatchNormalization", batchnorm_kernel);
+
+  OpSchema grad;
+  grad.domain = "ai.trainrt";
+  grad.op_type = "BatchNormalizationGrad";
+  grad.min_inputs = grad.max_inputs = 3;
+  grad.min_outputs = 1;
+  grad.max_outputs = 3;
+  grad.infer = batchnorm_grad_infer;
+  grad.flops = batchnorm_grad_flops;
+  grad.attributes = {"epsilon"};
+  r.schemas.add(std::move(grad));
+  r.kernels.add("reference", "ai.trainrt", "BatchNormalizationGrad", batchnorm_grad_kernel);
 }
 
 }  // namespace trainrt

@@ -15,8 +15,16 @@
 // (count_include_pad 0) or by the window positions inside input plus pads
 // (count_include_pad 1; the part of a ceil_mode window past the end pad is not counted).
 // FLOPs: one per window element and output (a compare or an add); Global: one per input.
+//
+// Backward ops (ai.trainrt), attributes copied from the forward node:
+//   MaxPoolGrad(dY, X) -> dX      dY goes to the argmax of its window, recomputed from X
+//                                 with the forward's tie rule (first maximum in window order)
+//   AveragePoolGrad(dY, X) -> dX  dY / divisor to every real element of its window
+//   GlobalAveragePoolGrad(dY, X) -> dX   dY / plane size to every element of the plane
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "ops/common.h"
 #include "ops/register_all.h"
@@ -30,9 +38,14 @@ namespace {
 template <typename F>
 void dispatch_maxpool(DataType t, F&& f) {
   switch (t) {
-    case DataType::UInt8: f(uint8_t{}); break;
-    case DataType::Int8: f(int8_t{}); break;
-    default: dispatch_float(t, f);
+    case DataType::UInt8:
+      f(uint8_t{});
+      break;
+    case DataType::Int8:
+      f(int8_t{});
+      break;
+    default:
+      dispatch_float(t, f);
   }
 }
 
@@ -46,17 +59,16 @@ Window pool_window(const Node& n, size_t spatial, const std::string& where) {
   return read_window(n, spatial, std::move(k), where, WindowOptions{.ceil_mode = true, .pad_below_kernel = true});
 }
 
-void pool_infer(InferContext& ctx, bool is_max) {
+// Checks pooled input X (input xi) and the attributes; returns Y's shape. Shared by
+// the forward pools and their Grad ops (whose X must be float: no gradient of int8).
+Shape pool_output_shape(InferContext& ctx, size_t xi, bool is_max, bool allow_int) {
   const Node& n = ctx.node();
-  const DataType t = ctx.input(0).dtype;
-  if (is_max && (t == DataType::UInt8 || t == DataType::Int8)) {
-    // accepted as is
-  } else {
-    require_float(ctx, 0);
-  }
-  const int64_t rank = ctx.input_rank(0);
+  const DataType t = ctx.input(xi).dtype;
+  if (!(allow_int && (t == DataType::UInt8 || t == DataType::Int8))) require_float(ctx, xi);
+  const int64_t rank = ctx.input_rank(xi);
   if (rank < 3)
-    ctx.fail("input 0 '" + n.inputs[0] + "' must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
+    ctx.fail("input " + std::to_string(xi) + " '" + n.inputs[xi] + "' must have rank >= 3 (N,C,spatial...), got rank " +
+             std::to_string(rank));
   if (rank > 5)
     throw_unsupported(ctx.where(),
                       "pooling over " + std::to_string(rank - 2) + " spatial dims is not implemented (1 to 3 are)");
@@ -71,14 +83,39 @@ void pool_infer(InferContext& ctx, bool is_max) {
     int64_t cip = n.attr_int("count_include_pad", 0);
     if (cip != 0 && cip != 1) ctx.fail("attribute 'count_include_pad' must be 0 or 1, got " + std::to_string(cip));
   }
-  const Shape& x = *ctx.input(0).shape;
+  const Shape& x = *ctx.input(xi).shape;
   Shape y{x[0], x[1]};
   for (size_t i = 0; i < sp; ++i) {
     const Dim& in = x[2 + i];
     y.push_back(in.known() ? Dim::of(resolve_window_dim(win, i, in.value, ctx.where())) : Dim{});
   }
-  ctx.set_output(0, t, y);
+  return y;
+}
+
+void pool_infer(InferContext& ctx, bool is_max) {
+  const Shape y = pool_output_shape(ctx, 0, is_max, /*allow_int=*/is_max);
+  ctx.set_output(0, ctx.input(0).dtype, y);
   if (is_max) ctx.set_output(1, DataType::Int64, y);
+}
+
+// Input 0 (dY) of a pooling Grad op must have the forward output's shape `y` and X's dtype.
+void check_pool_dy(InferContext& ctx, const Shape& y, const char* forward) {
+  const Node& n = ctx.node();
+  require_same_dtype(ctx, 0, 1);
+  const ValueInfo& dy = ctx.input(0);
+  bool ok = dy.shape && dy.shape->size() == y.size();
+  for (size_t i = 0; ok && i < y.size(); ++i)
+    ok = !((*dy.shape)[i].known() && y[i].known() && (*dy.shape)[i].value != y[i].value);
+  if (!ok)
+    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
+             " but the forward " + forward + "'s output is " + shape_to_string(y));
+}
+
+// MaxPoolGrad / AveragePoolGrad (dY, X) -> dX: dX is typed like X.
+void pool_grad_infer(InferContext& ctx, bool is_max) {
+  const Shape y = pool_output_shape(ctx, 1, is_max, /*allow_int=*/false);
+  check_pool_dy(ctx, y, is_max ? "MaxPool" : "AveragePool");
+  ctx.set_output(0, ctx.input(1));
 }
 
 double pool_flops(const Graph& g, const Node& n) {
@@ -115,6 +152,35 @@ Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y) {
   return g;
 }
 
+// Position (d,h,w) of the maximum of window (od,oh,ow) in one D,H,W plane; ties go to
+// the first maximum in window order (a, then b, then c). d < 0 when the window holds
+// no input element. MaxPool and MaxPoolGrad both use it, so they pick the same element.
+struct Argmax {
+  int64_t d = -1, h = -1, w = -1;
+};
+
+template <typename T>
+Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+  T best = std::numeric_limits<T>::lowest();
+  Argmax at;
+  for (int64_t a = 0; a < g.k[0]; ++a) {
+    const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
+    if (id < 0 || id >= D) continue;
+    for (int64_t b = 0; b < g.k[1]; ++b) {
+      const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
+      if (ih < 0 || ih >= H) continue;
+      for (int64_t c = 0; c < g.k[2]; ++c) {
+        const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
+        if (iw < 0 || iw >= W) continue;
+        const T v = plane[(id * H + ih) * W + iw];
+        if (at.d < 0 || v > best) best = v, at = Argmax{id, ih, iw};
+      }
+    }
+  }
+  return at;
+}
+
 // x: P,D,H,W -> y: P,Do,Ho,Wo (P = N*C); idx (optional) gets flattened argmax positions.
 template <typename T>
 void maxpool_reference(const Pool3& g, const T* x, T* y, int64_t* idx, bool column_major) {
@@ -123,44 +189,54 @@ void maxpool_reference(const Pool3& g, const T* x, T* y, int64_t* idx, bool colu
     for (int64_t od = 0; od < g.out[0]; ++od)
       for (int64_t oh = 0; oh < g.out[1]; ++oh)
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-          T best = std::numeric_limits<T>::lowest();
-          int64_t best_d = -1, best_h = -1, best_w = -1;
-          for (int64_t a = 0; a < g.k[0]; ++a) {
-            const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
-            if (id < 0 || id >= D) continue;
-            for (int64_t b = 0; b < g.k[1]; ++b) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
-              if (ih < 0 || ih >= H) continue;
-              for (int64_t c = 0; c < g.k[2]; ++c) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
-                if (iw < 0 || iw >= W) continue;
-                const T v = x[((p * D + id) * H + ih) * W + iw];
-                if (best_d < 0 || v > best) best = v, best_d = id, best_h = ih, best_w = iw;
-              }
-            }
-          }
+          const T* plane = x + p * D * H * W;
+          const Argmax m = window_argmax(g, plane, od, oh, ow);
           const int64_t o = ((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow;
-          y[o] = best;
-          if (idx)
-            idx[o] = p * D * H * W +
-                     (column_major ? best_d + best_h * D + best_w * D * H : (best_d * H + best_h) * W + best_w);
+          y[o] = m.d < 0 ? std::numeric_limits<T>::lowest() : plane[(m.d * H + m.h) * W + m.w];
+          if (idx) idx[o] = p * D * H * W + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
         }
+}
+
+// dy: P,Do,Ho,Wo, x: P,D,H,W -> dx: P,D,H,W. Each dY goes to its window's argmax
+// (recomputed from x); overlapping windows that share a maximum add up.
+template <typename T>
+void maxpool_grad_reference(const Pool3& g, const T* dy, const T* x, T* dx) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+  std::vector<double> acc(static_cast<size_t>(g.planes * D * H * W), 0.0);
+  for (int64_t p = 0; p < g.planes; ++p)
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          const Argmax m = window_argmax(g, x + p * D * H * W, od, oh, ow);
+          if (m.d < 0) continue;
+          acc[static_cast<size_t>(((p * D + m.d) * H + m.h) * W + m.w)] +=
+              static_cast<double>(dy[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow]);
+        }
+  for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<T>(acc[i]);
+}
+
+// Number AveragePool divides window (od,oh,ow) by: its real input elements
+// (count_include_pad 0) or its positions inside input + pads (count_include_pad 1).
+int64_t average_divisor(const Pool3& g, const int64_t o[3], bool count_include_pad) {
+  int64_t count = 1;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t start = o[i] * g.s[i] - g.pb[i];
+    const int64_t lo = count_include_pad ? start : std::max<int64_t>(start, 0);
+    const int64_t hi =
+        count_include_pad ? std::min(start + g.k[i], g.in[i] + g.pe[i]) : std::min(start + g.k[i], g.in[i]);
+    count *= hi - lo;
+  }
+  return count;
 }
 
 template <typename T>
 void averagepool_reference(const Pool3& g, const T* x, T* y, bool count_include_pad) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
-  // Window positions of output o along dim i that lie inside input + pads.
-  auto padded_count = [&](int i, int64_t o) {
-    const int64_t start = o * g.s[i] - g.pb[i];
-    return std::min(start + g.k[i], g.in[i] + g.pe[i]) - start;
-  };
   for (int64_t p = 0; p < g.planes; ++p)
     for (int64_t od = 0; od < g.out[0]; ++od)
       for (int64_t oh = 0; oh < g.out[1]; ++oh)
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
           double sum = 0;
-          int64_t count = 0;
           for (int64_t a = 0; a < g.k[0]; ++a) {
             const int64_t id = od * g.s[0] - g.pb[0] + a;
             if (id < 0 || id >= D) continue;
@@ -171,13 +247,42 @@ void averagepool_reference(const Pool3& g, const T* x, T* y, bool count_include_
                 const int64_t iw = ow * g.s[2] - g.pb[2] + c;
                 if (iw < 0 || iw >= W) continue;
                 sum += static_cast<double>(x[((p * D + id) * H + ih) * W + iw]);
-                ++count;
               }
             }
           }
-          if (count_include_pad) count = padded_count(0, od) * padded_count(1, oh) * padded_count(2, ow);
-          y[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow] = static_cast<T>(sum / static_cast<double>(count));
+          const int64_t o[3] = {od, oh, ow};
+          const double count = static_cast<double>(average_divisor(g, o, count_include_pad));
+          y[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow] = static_cast<T>(sum / count);
         }
+}
+
+// dy: P,Do,Ho,Wo -> dx: P,D,H,W. Every real element of a window gets dY / divisor.
+template <typename T>
+void averagepool_grad_reference(const Pool3& g, const T* dy, T* dx, bool count_include_pad) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+  std::vector<double> acc(static_cast<size_t>(g.planes * D * H * W), 0.0);
+  for (int64_t p = 0; p < g.planes; ++p)
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          const int64_t o[3] = {od, oh, ow};
+          const double share = static_cast<double>(dy[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow]) /
+                               static_cast<double>(average_divisor(g, o, count_include_pad));
+          for (int64_t a = 0; a < g.k[0]; ++a) {
+            const int64_t id = od * g.s[0] - g.pb[0] + a;
+            if (id < 0 || id >= D) continue;
+            for (int64_t b = 0; b < g.k[1]; ++b) {
+              const int64_t ih = oh * g.s[1] - g.pb[1] + b;
+              if (ih < 0 || ih >= H) continue;
+              for (int64_t c = 0; c < g.k[2]; ++c) {
+                const int64_t iw = ow * g.s[2] - g.pb[2] + c;
+                if (iw < 0 || iw >= W) continue;
+                acc[static_cast<size_t>(((p * D + id) * H + ih) * W + iw)] += share;
+              }
+            }
+          }
+        }
+  for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<T>(acc[i]);
 }
 
 void maxpool_kernel(KernelContext& ctx) {
@@ -203,6 +308,23 @@ void averagepool_kernel(KernelContext& ctx) {
   });
 }
 
+void maxpool_grad_kernel(KernelContext& ctx) {
+  const Pool3 g = pool_geometry(ctx.node, ctx.in(1), ctx.in(0));
+  dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    maxpool_grad_reference<T>(g, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>());
+  });
+}
+
+void averagepool_grad_kernel(KernelContext& ctx) {
+  const Pool3 g = pool_geometry(ctx.node, ctx.in(1), ctx.in(0));
+  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
+  dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    averagepool_grad_reference<T>(g, ctx.in(0).data<T>(), ctx.out(0).data<T>(), include_pad);
+  });
+}
+
 void global_average_pool_infer(InferContext& ctx) {
   const DataType t = require_float(ctx, 0);
   const int64_t rank = ctx.input_rank(0);
@@ -212,6 +334,19 @@ void global_average_pool_infer(InferContext& ctx) {
   Shape y = *ctx.input(0).shape;
   for (size_t i = 2; i < y.size(); ++i) y[i] = Dim::of(1);
   ctx.set_output(0, t, y);
+}
+
+// GlobalAveragePoolGrad(dY: N,C,1,..., X: N,C,spatial...) -> dX: like X.
+void global_average_pool_grad_infer(InferContext& ctx) {
+  require_float(ctx, 1);
+  const int64_t rank = ctx.input_rank(1);
+  if (rank < 3)
+    ctx.fail("input 1 '" + ctx.node().inputs[1] + "' must have rank >= 3 (N,C,spatial...), got rank " +
+             std::to_string(rank));
+  Shape y = *ctx.input(1).shape;
+  for (size_t i = 2; i < y.size(); ++i) y[i] = Dim::of(1);
+  check_pool_dy(ctx, y, "GlobalAveragePool");
+  ctx.set_output(0, ctx.input(1));
 }
 
 double global_average_pool_flops(const Graph& g, const Node& n) {
@@ -231,6 +366,19 @@ void global_average_pool_reference(const Tensor& x, Tensor& y) {
     double sum = 0;
     for (int64_t i = 0; i < size; ++i) sum += static_cast<double>(xp[p * size + i]);
     yp[p] = static_cast<T>(sum / static_cast<double>(size));
+  }
+}
+
+// dy: N,C,1,... -> dx: N,C,spatial...: each element of plane p gets dy[p] / plane size.
+template <typename T>
+void global_average_pool_grad_reference(const Tensor& dy, Tensor& dx) {
+  const int64_t planes = dx.dims()[0] * dx.dims()[1];
+  const int64_t size = planes == 0 ? 0 : dx.numel() / planes;
+  const T* dyp = dy.data<T>();
+  T* dxp = dx.data<T>();
+  for (int64_t p = 0; p < planes; ++p) {
+    const T share = static_cast<T>(static_cast<double>(dyp[p]) / static_cast<double>(size));
+    for (int64_t i = 0; i < size; ++i) dxp[p * size + i] = share;
   }
 }
 
@@ -270,6 +418,31 @@ void register_pool(Registry& r) {
   global.flops = global_average_pool_flops;
   r.schemas.add(std::move(global));
   r.kernels.add("reference", "", "GlobalAveragePool", global_average_pool_kernel);
+
+  // Backward ops (ai.trainrt): (dY, X) -> dX with the forward node's attributes.
+  auto grad_schema = [](const char* op, ShapeRule infer, std::vector<std::string> attributes) {
+    OpSchema s;
+    s.domain = "ai.trainrt";
+    s.op_type = op;
+    s.min_inputs = s.max_inputs = 2;
+    s.infer = std::move(infer);
+    s.attributes = std::move(attributes);
+    return s;
+  };
+  r.schemas.add(
+      grad_schema("MaxPoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, true); },
+                  {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}));
+  r.kernels.add("reference", "ai.trainrt", "MaxPoolGrad", maxpool_grad_kernel);
+  r.schemas.add(grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
+                            {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
+  r.kernels.add("reference", "ai.trainrt", "AveragePoolGrad", averagepool_grad_kernel);
+  r.schemas.add(grad_schema("GlobalAveragePoolGrad", global_average_pool_grad_infer, {}));
+  r.kernels.add("reference", "ai.trainrt", "GlobalAveragePoolGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      global_average_pool_grad_reference<T>(ctx.in(0), ctx.out(0));
+    });
+  });
 }
 
 }  // namespace trainrt
