@@ -70,7 +70,9 @@ class GradBuilder {
 
 using GradRule = std::function<void(GradBuilder&)>;
 // Rewrites a forward node in place for training (adds outputs, sets training mode).
-using PrepareRule = std::function<void(Node&, const Graph&)>;
+// It may rename the inputs of other nodes (to rewire a renamed output), never add or
+// remove nodes: the driver is iterating over them.
+using PrepareRule = std::function<void(Node&, Graph&)>;
 
 struct GradEntry {
   GradRule rule;

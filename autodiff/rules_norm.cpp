@@ -1,7 +1,96 @@
+// Gradient rule of BatchNormalization (ops/norm.cpp) and its training rewrite.
+//
+//   BatchNormalization(X, scale, B, mean, var) -> Y, [running_mean, running_var, ...]
+//   (dX, dScale, dB) = BatchNormalizationGrad(dY, X, scale; epsilon)
+//
+// Training uses the batch statistics (mean and biased variance of X over N and the
+// spatial dims); the grad op recomputes them from X, so nothing else is saved.
+// Inputs 3 and 4 (running statistics) never get a gradient (the driver excludes
+// them), and neither do outputs 1..4: running statistics are state, as PyTorch's
+// buffers are. A model that feeds one of them into the loss is Unsupported.
+//
+// prepare() switches the node to training semantics before differentiation:
+//   - opset >= 14: training_mode = 1 (outputs Y, running_mean, running_var);
+//     opset < 14: a node with outputs besides Y trains by definition.
+//   - outputs 1 and 2 exist and are named "<mean initializer>.updated" and
+//     "<var initializer>.updated", so the driver writes the new running statistics
+//     back after every step. An existing output of another name is renamed, and the
+//     nodes that read it are rewired to the new name.
+//
+// Momentum: ONNX updates running = running * momentum + batch * (1 - momentum), while
+// PyTorch's BatchNorm2d updates running = (1 - m) * running + m * batch; so ONNX
+// momentum = 1 - PyTorch momentum (PyTorch's default 0.1 is exported as 0.9).
+// Running variance: ONNX's spec (and ops/norm.cpp) mixes in the *biased* batch
+// variance (divided by N*H*W), PyTorch the *unbiased* one (divided by N*H*W - 1).
+// We follow ONNX: after a step, running_var differs from PyTorch's by
+// (1 - momentum) * batch_var / (N*H*W - 1), negligible for image batches (N*H*W in
+// the thousands) but visible in tests with tiny batches. Y itself is normalised with
+// the biased variance in both.
+#include <algorithm>
+
 #include "autodiff/gradient.h"
+#include "graph/error.h"
 
 namespace trainrt {
 
-void register_norm_gradients(GradRegistry& r) { (void)r; }
+namespace {
+
+// Names output i of BatchNormalization `n` "<stat>.updated", rewiring readers of its old name.
+void rename_output(Node& n, size_t i, const std::string& stat, Graph& g) {
+  const std::string want = stat + ".updated";
+  const std::string old = n.outputs[i];
+  if (old == want) return;
+  for (const Node& m : g.nodes)
+    if (&m != &n && std::find(m.outputs.begin(), m.outputs.end(), want) != m.outputs.end())
+      throw_unsupported("node '" + n.name + "' (BatchNormalization)",
+                        "running statistic '" + stat + "' is also updated by node '" + m.name +
+                            "'; BatchNormalization nodes sharing running statistics cannot train");
+  if (!old.empty()) {
+    if (std::find(g.outputs.begin(), g.outputs.end(), old) != g.outputs.end())
+      throw_unsupported("node '" + n.name + "' (BatchNormalization)",
+                        "output '" + old +
+                            "' is a graph output; training writes the running statistics back to the "
+                            "initializers instead (remove it from the model's outputs)");
+    for (Node& m : g.nodes)
+      if (&m != &n) std::replace(m.inputs.begin(), m.inputs.end(), old, want);
+    g.values.erase(old);
+  }
+  n.outputs[i] = want;
+}
+
+void batchnorm_prepare(Node& n, Graph& g) {
+  if (g.opset("") >= 14) n.attrs["training_mode"] = Attribute::of_int(1);
+  if (n.outputs.size() < 3) n.outputs.resize(3);
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    const std::string& stat = n.inputs[i + 2];
+    if (g.is_initializer(stat)) {
+      rename_output(n, i, stat, g);
+    } else if (!n.has_output(i)) {  // fed statistics: computed, nothing to write back
+      std::string name = n.name + (i == 1 ? "/running_mean" : "/running_var");
+      for (int k = 1; g.find_info(name) || g.is_initializer(name); ++k)
+        name = n.name + (i == 1 ? "/running_mean_" : "/running_var_") + std::to_string(k);
+      n.outputs[i] = name;
+    }
+  }
+}
+
+void batchnorm_grad(GradBuilder& g) {
+  for (size_t i = 1; i < g.node().outputs.size(); ++i)
+    if (!g.dy(i).empty())
+      throw_unsupported("node '" + g.node().name + "' (BatchNormalization)",
+                        "output " + std::to_string(i) + " '" + g.output(i) +
+                            "' (a running or batch statistic) reaches the loss; only Y carries a gradient");
+  std::vector<std::string> outs{g.dx(0), g.dx(1), g.dx(2)};
+  while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
+  const float eps = g.node().attr_float("epsilon", 1e-5f);
+  g.add("BatchNormalizationGrad", {g.dy(0), g.input(0), g.input(1)}, std::move(outs),
+        {{"epsilon", Attribute::of_float(eps)}});
+}
+
+}  // namespace
+
+void register_norm_gradients(GradRegistry& r) {
+  r.add_rule("BatchNormalization", batchnorm_grad, /*differentiable=*/{0, 1, 2}, batchnorm_prepare);
+}
 
 }  // namespace trainrt
