@@ -1,7 +1,75 @@
+// Gradient rules of the shape family (ops/shape_ops.cpp).
+//
+//   Flatten, Reshape   dX = ReshapeLike(dY, X)                 (Reshape: data input only)
+//   Transpose          dX = Transpose(dY, perm = inverse(perm))
+//   Concat             (dX0, dX1, ...) = ConcatGrad(dY, X0, X1, ...; axis)
+//   Pad                dX = Pad(dY, -pads[, axes])             (data input only; constant mode)
+//
+// Pad with negated pads crops what the forward added and zero-fills what a
+// negative forward pad cropped, which is exactly the adjoint of constant padding.
 #include "autodiff/gradient.h"
+#include "graph/error.h"
 
 namespace trainrt {
 
-void register_shape_gradients(GradRegistry& r) { (void)r; }
+namespace {
+
+// The constant behind a value: an initializer or a Constant node's `value`.
+const Tensor* constant_of(const Graph& g, const std::string& name) {
+  if (auto it = g.initializers.find(name); it != g.initializers.end()) return &it->second;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Constant" && n.domain.empty() && !n.outputs.empty() && n.outputs[0] == name)
+      return n.attr_tensor("value");
+  return nullptr;
+}
+
+void reshape_grad(GradBuilder& g) { g.add("ReshapeLike", {g.dy(0), g.input(0)}, {g.dx(0)}); }
+
+void transpose_grad(GradBuilder& g) {
+  const int64_t rank = static_cast<int64_t>(g.graph().info(g.input(0)).shape.value().size());
+  std::vector<int64_t> perm = g.node().attr_ints("perm");
+  if (!g.node().has_attr("perm"))
+    for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) inverse[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
+  g.add_onnx("Transpose", {g.dy(0)}, {g.dx(0)}, {{"perm", Attribute::of_ints(inverse)}});
+}
+
+void concat_grad(GradBuilder& g) {
+  std::vector<std::string> inputs{g.dy(0)}, outputs;
+  for (size_t i = 0; i < g.node().inputs.size(); ++i) {
+    inputs.push_back(g.input(i));
+    outputs.push_back(g.dx(i));
+  }
+  g.add("ConcatGrad", inputs, outputs, {{"axis", Attribute::of_int(g.node().attr_int("axis", 0))}});
+}
+
+void pad_grad(GradBuilder& g) {
+  const Tensor* pads = constant_of(g.graph(), g.input(1));
+  if (!pads) throw_internal(g.node().name, "Pad's pads are not a constant (the shape rule requires one)");
+  Tensor neg(DataType::Int64, {pads->numel()});
+  for (int64_t k = 0; k < pads->numel(); ++k) neg.data<int64_t>()[k] = -static_cast<int64_t>(pads->get_as_double(k));
+  std::vector<std::string> inputs{g.dy(0), g.constant("neg_pads", neg)};
+  if (g.has_input(3)) inputs.insert(inputs.end(), {"", g.input(3)});  // opset 18 axes
+  // A padded dim of X that is symbolic comes back unknown from Pad: restore X's shape.
+  const Shape& x = g.graph().info(g.input(0)).shape.value();
+  const Shape& y = g.graph().info(g.output(0)).shape.value();
+  bool restore = false;
+  for (size_t d = 0; d < x.size(); ++d) restore = restore || (!x[d].known() && !(x[d] == y[d]));
+  if (!restore) return g.add_onnx("Pad", inputs, {g.dx(0)});
+  const std::string cropped = g.tmp("cropped");
+  g.add_onnx("Pad", inputs, {cropped});
+  g.add("ReshapeLike", {cropped, g.input(0)}, {g.dx(0)});
+}
+
+}  // namespace
+
+void register_shape_gradients(GradRegistry& r) {
+  r.add_rule("Flatten", reshape_grad);
+  r.add_rule("Reshape", reshape_grad, /*differentiable=*/{0});
+  r.add_rule("Transpose", transpose_grad);
+  r.add_rule("Concat", concat_grad);
+  r.add_rule("Pad", pad_grad, /*differentiable=*/{0});
+}
 
 }  // namespace trainrt

@@ -6,6 +6,13 @@
 //   Concat(a[N,2], b[N,3], axis=1)     -> [N,5]
 //   Pad(x[N,C,H,W], pads=[0,0,1,1, 0,0,1,1]) -> [N,C,H+2,W+2]  (constant mode only)
 //
+// Backward ops (domain ai.trainrt, autodiff/rules_shape.cpp):
+//   ReshapeLike(dY, X) -> dX                  dY's elements in X's shape (Flatten, Reshape; X is
+//                                             read for its shape only, so a symbolic batch works)
+//   ConcatGrad(dY, X0, X1, ..., axis) -> (dX0, dX1, ...)   dY split along axis into the Xi's
+//                                             extents; an empty output name skips that slice
+// Transpose's gradient is Transpose (inverse perm), Pad's is Pad with negated pads.
+//
 // Why these kernels move bytes: a shape op never looks at values, so one kernel
 // serves every numeric dtype (float, int64 indices, bool masks...). Shape inputs
 // (Reshape's shape, Pad's pads) must be constants so every shape is static once the
@@ -385,6 +392,82 @@ void pad_reference(KernelContext& ctx) {
   } while (next_index(idx, y.dims()));
 }
 
+// ---- backward ops -----------------------------------------------------------------
+
+constexpr const char* kTrainrt = "ai.trainrt";
+
+// ReshapeLike(dY, X): X's type; element counts must agree where both are known.
+void reshape_like_infer(InferContext& ctx) {
+  DataType t = require_numeric(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  const Shape& dy = *ctx.input(0).shape;
+  const Shape& x = *ctx.input(1).shape;
+  (void)ctx.input_rank(0);
+  (void)ctx.input_rank(1);
+  if (shape_is_known(dy) && shape_is_known(x) && element_count(shape_dims(dy)) != element_count(shape_dims(x)))
+    ctx.fail("input 0 '" + ctx.node().inputs[0] + "' " + shape_to_string(dy) + " has " +
+             std::to_string(element_count(shape_dims(dy))) + " elements, input 1 '" + ctx.node().inputs[1] + "' " +
+             shape_to_string(x) + " has " + std::to_string(element_count(shape_dims(x))));
+  ctx.set_output(0, t, x);
+}
+
+// ConcatGrad(dY, X0..Xk-1): output i has Xi's type; the Xi must concatenate to dY.
+void concat_grad_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  if (!n.has_attr("axis")) ctx.fail("attribute 'axis' is required");
+  DataType t = require_numeric(ctx, 0);
+  const Shape& dy = *ctx.input(0).shape;
+  const int64_t r = ctx.input_rank(0);
+  if (r == 0) ctx.fail("input 0 '" + n.inputs[0] + "' (dY) is a scalar; ConcatGrad needs rank >= 1");
+  const size_t axis = static_cast<size_t>(normalize_axis(ctx, "axis", n.attr_int("axis", 0), r));
+  const size_t parts = ctx.input_count() - 1;
+  if (parts == 0) ctx.fail("needs at least one forward input after dY");
+  if (ctx.output_count() > parts)
+    ctx.fail("has " + std::to_string(ctx.output_count()) + " outputs for " + std::to_string(parts) + " forward inputs");
+  int64_t total = 0;
+  bool total_known = true;
+  for (size_t i = 1; i <= parts; ++i) {
+    require_same_dtype(ctx, 0, i);
+    const Shape& x = *ctx.input(i).shape;
+    if (ctx.input_rank(i) != r)
+      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' " + shape_to_string(x) + " has rank " +
+               std::to_string(x.size()) + ", dY " + shape_to_string(dy) + " has rank " + std::to_string(r));
+    for (size_t d = 0; d < x.size(); ++d) {
+      if (d == axis) {
+        total_known = total_known && x[d].known();
+        total += x[d].known() ? x[d].value : 0;
+      } else if (x[d].known() && dy[d].known() && x[d].value != dy[d].value) {
+        ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' " + shape_to_string(x) + " differs from dY " +
+                 shape_to_string(dy) + " in dimension " + std::to_string(d));
+      }
+    }
+  }
+  if (total_known && dy[axis].known() && total != dy[axis].value)
+    ctx.fail("the inputs' extents along axis " + std::to_string(axis) + " sum to " + std::to_string(total) + ", dY " +
+             shape_to_string(dy) + " has " + std::to_string(dy[axis].value));
+  for (size_t i = 0; i < ctx.output_count(); ++i) ctx.set_output(i, t, *ctx.input(i + 1).shape);
+}
+
+// dX_i = the i-th block of dY along axis (the inverse of concat_reference's copies).
+void concat_grad_reference(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  int64_t axis = ctx.node.attr_int("axis", 0);
+  if (axis < 0) axis += dy.rank();
+  const size_t es = dtype_size(dy.dtype());
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= dy.dims()[static_cast<size_t>(d)];
+  const std::byte* in = dy.raw();
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+      const Tensor& x = ctx.in(i);
+      int64_t block = 1;
+      for (size_t d = static_cast<size_t>(axis); d < x.dims().size(); ++d) block *= x.dims()[d];
+      const size_t bytes = static_cast<size_t>(block) * es;
+      if (bytes && ctx.has_output(i - 1)) std::memcpy(ctx.out(i - 1).raw() + static_cast<size_t>(o) * bytes, in, bytes);
+      in += bytes;
+    }
+}
+
 }  // namespace
 
 void register_shape_ops(Registry& r) {
@@ -399,6 +482,11 @@ void register_shape_ops(Registry& r) {
   r.kernels.add("reference", "", "Transpose", transpose_reference);
   r.kernels.add("reference", "", "Concat", concat_reference);
   r.kernels.add("reference", "", "Pad", pad_reference);
+
+  r.schemas.add(OpSchema{kTrainrt, "ReshapeLike", 2, 2, 1, 1, 1, reshape_like_infer, nullptr, {}});
+  r.schemas.add(OpSchema{kTrainrt, "ConcatGrad", 2, 1 << 20, 1, 1 << 20, 1, concat_grad_infer, nullptr, {"axis"}});
+  r.kernels.add("reference", kTrainrt, "ReshapeLike", copy_bytes);
+  r.kernels.add("reference", kTrainrt, "ConcatGrad", concat_grad_reference);
 }
 
 }  // namespace trainrt

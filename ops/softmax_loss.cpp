@@ -10,6 +10,15 @@
 //   ReduceMean(x, axes, keepdims=1): opset 13 takes axes as an attribute, opset 18 as an
 //       optional constant input with noop_with_empty_axes.
 //
+// Backward ops (domain ai.trainrt, autodiff/rules_softmax_loss.cpp):
+//   SoftmaxGrad(dY, Y, axis) -> dX           dX = Y * (dY - sum_axis(dY * Y))
+//   LogSoftmaxGrad(dY, Y, axis) -> dX        dX = dY - exp(Y) * sum_axis(dY)
+//   SoftmaxCrossEntropyLossGrad(dLoss, log_prob, labels, weights?; reduction, ignore_index) -> dScores
+//       dScores[n,c,d] = g[n,d] * w[l] * (exp(log_prob[n,c,d]) - [c == l]),  l = labels[n,d],
+//       g = dLoss / sum(w[l] over non-ignored samples) (mean), dLoss (sum), dLoss[n,d] (none);
+//       0 for ignored samples.
+//   ReduceMeanGrad(dY, X; axes, keepdims, noop_with_empty_axes) -> dX   dY / count broadcast back to X
+//
 // Reference kernels subtract the max and accumulate in double.
 #include <algorithm>
 #include <cmath>
@@ -177,10 +186,36 @@ std::vector<int64_t> reduce_axes(const Node& n, const Tensor* axes_input) {
   return v;
 }
 
+// Shape of ReduceMean(x) over `axes` (keepdims / noop_with_empty_axes from the node);
+// checks the axes against x's rank.
+Shape reduced_shape(const InferContext& ctx, const Shape& x, const std::vector<int64_t>& axes) {
+  const Node& n = ctx.node();
+  for (const char* key : {"keepdims", "noop_with_empty_axes"}) {
+    int64_t v = n.attr_int(key, 0);
+    if (v != 0 && v != 1) ctx.fail(std::string("attribute '") + key + "' must be 0 or 1, got " + std::to_string(v));
+  }
+  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0)) return x;
+  const bool keepdims = n.attr_int("keepdims", 1) != 0;
+  std::vector<bool> reduced(x.size(), axes.empty());
+  for (int64_t a : axes) {
+    size_t d = static_cast<size_t>(normalize_axis(ctx, "axes entry", a, static_cast<int64_t>(x.size())));
+    if (reduced[d]) ctx.fail("axes " + dims_to_string(axes) + " repeat axis " + std::to_string(d));
+    reduced[d] = true;
+  }
+  Shape y;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (!reduced[d])
+      y.push_back(x[d]);
+    else if (keepdims)
+      y.push_back(Dim::of(1));
+  }
+  return y;
+}
+
 void reduce_mean_infer(InferContext& ctx) {
   const Node& n = ctx.node();
   DataType t = require_float(ctx, 0);
-  const int64_t r = ctx.input_rank(0);
+  (void)ctx.input_rank(0);
   const Shape& x = *ctx.input(0).shape;
   const int64_t opset = ctx.graph().opset("");
   const Tensor* axes_input = nullptr;
@@ -200,30 +235,7 @@ void reduce_mean_infer(InferContext& ctx) {
       ctx.fail("axes as input 1 needs ai.onnx opset 18 (the model imports " + std::to_string(opset) + ")");
     if (n.has_attr("noop_with_empty_axes")) ctx.fail("attribute 'noop_with_empty_axes' needs ai.onnx opset 18");
   }
-  for (const char* key : {"keepdims", "noop_with_empty_axes"}) {
-    int64_t v = n.attr_int(key, 0);
-    if (v != 0 && v != 1) ctx.fail(std::string("attribute '") + key + "' must be 0 or 1, got " + std::to_string(v));
-  }
-  const bool keepdims = n.attr_int("keepdims", 1) != 0;
-  std::vector<int64_t> axes = reduce_axes(n, axes_input);
-  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0)) {
-    ctx.set_output(0, t, x);
-    return;
-  }
-  std::vector<bool> reduced(x.size(), axes.empty());
-  for (int64_t a : axes) {
-    size_t d = static_cast<size_t>(normalize_axis(ctx, "axes entry", a, r));
-    if (reduced[d]) ctx.fail("axes " + dims_to_string(axes) + " repeat axis " + std::to_string(d));
-    reduced[d] = true;
-  }
-  Shape y;
-  for (size_t d = 0; d < x.size(); ++d) {
-    if (!reduced[d])
-      y.push_back(x[d]);
-    else if (keepdims)
-      y.push_back(Dim::of(1));
-  }
-  ctx.set_output(0, t, y);
+  ctx.set_output(0, t, reduced_shape(ctx, x, reduce_axes(n, axes_input)));
 }
 
 double reduce_mean_flops(const Graph& g, const Node& n) {
@@ -232,43 +244,225 @@ double reduce_mean_flops(const Graph& g, const Node& n) {
   return static_cast<double>(element_count(shape_dims(*x.shape)));  // one add per element
 }
 
+// Where each element of x lands in the reduced y: y offset of x element k, and the
+// number of x elements averaged into one y element. y is in keepdims layout (size 1
+// on reduced dims); dropping them leaves the same order. noop: y = x.
+struct ReduceMap {
+  std::vector<int64_t> offsets;  // per x element
+  int64_t count = 1;
+};
+ReduceMap reduce_map(const std::vector<int64_t>& xd, const std::vector<int64_t>& axes, bool noop_with_empty_axes) {
+  const size_t r = xd.size();
+  ReduceMap m;
+  m.offsets.resize(static_cast<size_t>(element_count(xd)));
+  std::vector<bool> reduced(r, axes.empty() && !noop_with_empty_axes);
+  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(r) : a)] = true;
+  std::vector<int64_t> ys(r, 0);
+  for (size_t d = r, stride = 1; d-- > 0;) {
+    if (reduced[d]) {
+      m.count *= xd[d];
+    } else {
+      ys[d] = static_cast<int64_t>(stride);
+      stride *= static_cast<size_t>(xd[d]);
+    }
+  }
+  std::vector<int64_t> idx(r, 0);
+  for (size_t k = 0; k < m.offsets.size(); ++k) {
+    int64_t o = 0;
+    for (size_t d = 0; d < r; ++d) o += idx[d] * ys[d];
+    m.offsets[k] = o;
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < xd[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return m;
+}
+
 template <typename T>
 void reduce_mean_reference(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
-  std::vector<int64_t> axes = reduce_axes(ctx.node, ctx.has_input(1) ? &ctx.in(1) : nullptr);
-  const size_t r = x.dims().size();
-  if (axes.empty() && ctx.node.attr_int("noop_with_empty_axes", 0)) {
-    if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
-    return;
-  }
-  std::vector<bool> reduced(r, axes.empty());
-  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(r) : a)] = true;
-  // y in keepdims layout (size 1 on reduced dims); dropping them leaves the same order.
-  std::vector<int64_t> ys(r, 0);
-  int64_t count = 1;
-  for (size_t d = r, stride = 1; d-- > 0;) {
-    if (reduced[d]) {
-      count *= x.dims()[d];
-    } else {
-      ys[d] = static_cast<int64_t>(stride);
-      stride *= static_cast<size_t>(x.dims()[d]);
-    }
-  }
+  const std::vector<int64_t> axes = reduce_axes(ctx.node, ctx.has_input(1) ? &ctx.in(1) : nullptr);
+  const ReduceMap m = reduce_map(x.dims(), axes, ctx.node.attr_int("noop_with_empty_axes", 0) != 0);
   std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
-  std::vector<int64_t> idx(r, 0);
   const T* xp = x.data<T>();
-  for (int64_t k = 0; k < x.numel(); ++k) {
-    int64_t o = 0;
-    for (size_t d = 0; d < r; ++d) o += idx[d] * ys[d];
-    acc[static_cast<size_t>(o)] += xp[k];
-    for (size_t d = r; d-- > 0;) {
-      if (++idx[d] < x.dims()[d]) break;
-      idx[d] = 0;
-    }
-  }
+  for (size_t k = 0; k < m.offsets.size(); ++k) acc[static_cast<size_t>(m.offsets[k])] += xp[k];
   T* yp = y.data<T>();
-  for (size_t k = 0; k < acc.size(); ++k) yp[k] = static_cast<T>(acc[k] / static_cast<double>(count));
+  for (size_t k = 0; k < acc.size(); ++k) yp[k] = static_cast<T>(acc[k] / static_cast<double>(m.count));
+}
+
+// ---- backward ops -----------------------------------------------------------------
+
+constexpr const char* kTrainrt = "ai.trainrt";
+
+// Input j must have the shape of input i where both dims are known.
+void require_same_shape(const InferContext& ctx, size_t i, size_t j, const std::string& what) {
+  const Shape& a = *ctx.input(i).shape;
+  const Shape& b = *ctx.input(j).shape;
+  bool ok = a.size() == b.size();
+  for (size_t k = 0; ok && k < a.size(); ++k) ok = !(a[k].known() && b[k].known() && a[k].value != b[k].value);
+  if (!ok)
+    ctx.fail("input " + std::to_string(j) + " '" + ctx.node().inputs[j] + "' " + shape_to_string(b) +
+             " must have the shape of " + what + " " + shape_to_string(a));
+}
+
+// SoftmaxGrad / LogSoftmaxGrad (dY, Y): one dtype, one shape; dX is typed like Y.
+void softmax_grad_infer(InferContext& ctx) {
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  (void)ctx.input_rank(0);
+  (void)ctx.input_rank(1);
+  require_same_shape(ctx, 0, 1, "dY");
+  const int64_t r = ctx.input_rank(1);
+  if (r == 0) ctx.fail("input 1 '" + ctx.node().inputs[1] + "' is a scalar; need rank >= 1");
+  normalize_axis(ctx, "attribute 'axis'", ctx.node().attr_int("axis", -1), r);
+  ctx.set_output(0, ctx.input(1));
+}
+
+// dX along the axis from dY and the forward output Y (double accumulation).
+template <typename T, bool kLog>
+void softmax_grad_reference(KernelContext& ctx) {
+  const Tensor& y = ctx.in(1);
+  int64_t axis = ctx.node.attr_int("axis", -1);
+  if (axis < 0) axis += y.rank();
+  const AxisSplit s = split_at(y.dims(), static_cast<size_t>(axis));
+  const T* dy = ctx.in(0).data<T>();
+  const T* yp = y.data<T>();
+  T* dx = ctx.out(0).data<T>();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t i = 0; i < s.inner; ++i) {
+      const int64_t base = o * s.len * s.inner + i;
+      double sum = 0;  // softmax: sum(dY * Y); log_softmax: sum(dY)
+      for (int64_t c = 0; c < s.len; ++c) {
+        const int64_t k = base + c * s.inner;
+        sum += kLog ? static_cast<double>(dy[k]) : static_cast<double>(dy[k]) * yp[k];
+      }
+      for (int64_t c = 0; c < s.len; ++c) {
+        const int64_t k = base + c * s.inner;
+        const double v = kLog ? dy[k] - std::exp(static_cast<double>(yp[k])) * sum : yp[k] * (dy[k] - sum);
+        dx[k] = static_cast<T>(v);
+      }
+    }
+}
+
+// SoftmaxCrossEntropyLossGrad(dLoss, log_prob, labels, weights?)
+void sce_grad_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  const std::string reduction = n.attr_string("reduction", "mean");
+  if (reduction != "none" && reduction != "mean" && reduction != "sum")
+    ctx.fail("attribute 'reduction' = '" + reduction + "' must be none, mean or sum");
+  const Shape& lp = *ctx.input(1).shape;
+  if (ctx.input_rank(1) < 2)
+    ctx.fail("input 1 '" + n.inputs[1] + "' (log_prob) must be [N,C] or [N,C,d1,...], got " + shape_to_string(lp));
+  DataType lt = ctx.input(2).dtype;
+  if (lt != DataType::Int64 && lt != DataType::Int32)
+    ctx.fail("input 2 '" + n.inputs[2] + "' (labels) must be int64 or int32, got " + dtype_name(lt));
+  Shape want{lp[0]};
+  for (size_t d = 2; d < lp.size(); ++d) want.push_back(lp[d]);
+  auto matches = [](const Shape& a, const Shape& b) {
+    bool ok = a.size() == b.size();
+    for (size_t k = 0; ok && k < a.size(); ++k) ok = !(a[k].known() && b[k].known() && a[k].value != b[k].value);
+    return ok;
+  };
+  const Shape& labels = *ctx.input(2).shape;
+  (void)ctx.input_rank(2);
+  if (!matches(labels, want))
+    ctx.fail("input 2 '" + n.inputs[2] + "' (labels) " + shape_to_string(labels) + " must be " + shape_to_string(want) +
+             " (log_prob " + shape_to_string(lp) + " without C)");
+  const Shape& dloss = *ctx.input(0).shape;
+  (void)ctx.input_rank(0);
+  const Shape want_dloss = reduction == "none" ? want : Shape{};
+  if (!matches(dloss, want_dloss))
+    ctx.fail("input 0 '" + n.inputs[0] + "' (dLoss) " + shape_to_string(dloss) + " must be " +
+             shape_to_string(want_dloss) + " for reduction '" + reduction + "'");
+  if (ctx.has_input(3)) {
+    require_same_dtype(ctx, 0, 3);
+    const Shape& w = *ctx.input(3).shape;
+    if (ctx.input_rank(3) != 1 || !matches(w, Shape{lp[1]}))
+      ctx.fail("input 3 '" + n.inputs[3] + "' (weights) " + shape_to_string(w) +
+               " must be [C] = " + shape_to_string({lp[1]}));
+  }
+  ctx.set_output(0, ctx.input(1));
+}
+
+template <typename T>
+void sce_grad_reference(KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const Tensor& lp = ctx.in(1);
+  const Tensor& labels = ctx.in(2);
+  const T* dloss = ctx.in(0).data<T>();
+  const T* w = ctx.has_input(3) ? ctx.in(3).data<T>() : nullptr;
+  const std::string reduction = n.attr_string("reduction", "mean");
+  const bool has_ii = n.has_attr("ignore_index");
+  const int64_t ii = n.attr_int("ignore_index", 0);
+  const AxisSplit s = split_at(lp.dims(), 1);  // [N,C,D]
+  const int64_t C = s.len, D = s.inner;
+  auto label_at = [&](int64_t k) {
+    return labels.dtype() == DataType::Int64 ? labels.data<int64_t>()[k] : labels.data<int32_t>()[k];
+  };
+  double weight_sum = 0;  // the forward's mean denominator
+  for (int64_t k = 0; k < labels.numel(); ++k) {
+    const int64_t l = label_at(k);
+    if (has_ii && l == ii) continue;
+    if (l < 0 || l >= C)
+      throw_bad_input("", "label " + std::to_string(l) + " at position " + std::to_string(k) + " is outside [0, " +
+                              std::to_string(C) + ")" +
+                              (has_ii ? " and is not ignore_index " + std::to_string(ii) : ""));
+    weight_sum += w ? static_cast<double>(w[l]) : 1.0;
+  }
+  const T* p = lp.data<T>();
+  T* dx = ctx.out(0).data<T>();
+  for (int64_t nn = 0; nn < s.outer; ++nn)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t k = nn * D + d;
+      const int64_t l = label_at(k);
+      const bool ignored = has_ii && l == ii;
+      double g = 0;
+      if (!ignored) {
+        g = (w ? static_cast<double>(w[l]) : 1.0) * (reduction == "none" ? dloss[k] : dloss[0]);
+        if (reduction == "mean") g /= weight_sum;
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t at = (nn * C + c) * D + d;
+        dx[at] = static_cast<T>(ignored ? 0.0 : g * (std::exp(static_cast<double>(p[at])) - (c == l ? 1.0 : 0.0)));
+      }
+    }
+}
+
+// ReduceMeanGrad(dY, X; axes, keepdims, noop_with_empty_axes) -> dX typed like X.
+void reduce_mean_grad_infer(InferContext& ctx) {
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  (void)ctx.input_rank(1);
+  const Shape& x = *ctx.input(1).shape;
+  const std::vector<int64_t> axes = ctx.node().attr_ints("axes");
+  for (int64_t a : axes)
+    if (a < -static_cast<int64_t>(x.size()) || a >= static_cast<int64_t>(x.size()))
+      ctx.fail("attribute 'axes' " + dims_to_string(axes) + " is out of range for input 1 '" + ctx.node().inputs[1] +
+               "' " + shape_to_string(x));
+  const Shape want = reduced_shape(ctx, x, axes);
+  const Shape& dy = *ctx.input(0).shape;
+  (void)ctx.input_rank(0);
+  bool ok = dy.size() == want.size();
+  for (size_t k = 0; ok && k < dy.size(); ++k) ok = !(dy[k].known() && want[k].known() && dy[k].value != want[k].value);
+  if (!ok)
+    ctx.fail("input 0 '" + ctx.node().inputs[0] + "' (dY) " + shape_to_string(dy) + " must be " +
+             shape_to_string(want) + ", the reduction of input 1 '" + ctx.node().inputs[1] + "' " + shape_to_string(x));
+  ctx.set_output(0, ctx.input(1));
+}
+
+// dx[k] = dy[offset(k)] / count.
+template <typename T>
+void reduce_mean_grad_reference(KernelContext& ctx) {
+  const ReduceMap m =
+      reduce_map(ctx.in(1).dims(), ctx.node.attr_ints("axes"), ctx.node.attr_int("noop_with_empty_axes", 0) != 0);
+  const T* dy = ctx.in(0).data<T>();
+  T* dx = ctx.out(0).data<T>();
+  for (size_t k = 0; k < m.offsets.size(); ++k)
+    dx[k] = static_cast<T>(static_cast<double>(dy[m.offsets[k]]) / static_cast<double>(m.count));
 }
 
 }  // namespace
@@ -300,6 +494,33 @@ void register_softmax_loss(Registry& r) {
   });
   r.kernels.add("reference", "", "ReduceMean", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_reference<decltype(tag)>(ctx); });
+  });
+
+  r.schemas.add(OpSchema{kTrainrt, "SoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
+  r.schemas.add(OpSchema{kTrainrt, "LogSoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
+  r.schemas.add(OpSchema{
+      kTrainrt, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, 1, sce_grad_infer, nullptr, {"ignore_index", "reduction"}});
+  r.schemas.add(OpSchema{kTrainrt,
+                         "ReduceMeanGrad",
+                         2,
+                         2,
+                         1,
+                         1,
+                         1,
+                         reduce_mean_grad_infer,
+                         nullptr,
+                         {"axes", "keepdims", "noop_with_empty_axes"}});
+  r.kernels.add("reference", kTrainrt, "SoftmaxGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_grad_reference<decltype(tag), false>(ctx); });
+  });
+  r.kernels.add("reference", kTrainrt, "LogSoftmaxGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_grad_reference<decltype(tag), true>(ctx); });
+  });
+  r.kernels.add("reference", kTrainrt, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_grad_reference<decltype(tag)>(ctx); });
+  });
+  r.kernels.add("reference", kTrainrt, "ReduceMeanGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_grad_reference<decltype(tag)>(ctx); });
   });
 }
 
