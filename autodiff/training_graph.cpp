@@ -271,9 +271,17 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
     for (const Node& n : g.nodes) {
       bool reads = std::find(n.inputs.begin(), n.inputs.end(), p) != n.inputs.end() ||
                    std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return needs.count(in); });
-      if (!reads || gr.find(n.domain, n.op_type)) continue;
+      // A node with a rule blocks too when no output is float (integer outputs carry no gradient).
+      const bool has_rule = gr.find(n.domain, n.op_type) != nullptr;
+      const bool float_out = std::any_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& out) {
+        const ValueInfo* v = out.empty() ? nullptr : g.find_info(out);
+        return v && dtype_is_float(v->dtype);
+      });
+      if (!reads || (has_rule && float_out)) continue;
       if (path.find(" -> " + n.name + " (") == std::string::npos) continue;
-      blocker = gr.is_non_differentiable(n.domain, n.op_type) ? "non-differentiable op " : "op without a gradient rule ";
+      blocker = has_rule ? "op with non-float outputs (no gradient flows through them) "
+                : gr.is_non_differentiable(n.domain, n.op_type) ? "non-differentiable op "
+                                                                 : "op without a gradient rule ";
       blocker += n.op_type + " (node '" + n.name + "')";
       break;
     }

@@ -1,5 +1,16 @@
-// Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh) and arithmetic
-// with numpy broadcasting (Add, Sub, Mul, Div, variadic Sum).
+// Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh), Neg and arithmetic
+// with numpy broadcasting (Add, Sub, Mul, Div, variadic Sum), and their backward
+// ops (domain ai.trainrt, used by autodiff/rules_elementwise.cpp):
+//
+//   ReluGrad(dY, Y) -> dX              dX = Y > 0 ? dY : 0          (Y = Relu's output)
+//   LeakyReluGrad(dY, X) -> dX         dX = X < 0 ? alpha*dY : dY   (attr alpha, default 0.01)
+//   SigmoidGrad(dY, Y) -> dX           dX = dY * Y * (1 - Y)
+//   TanhGrad(dY, Y) -> dX              dX = dY * (1 - Y^2)
+//   SumToShape(dY, X) -> dX            dY summed over the axes where X was broadcast
+//                                      (ops/broadcast.h); X's dtype and shape
+//
+// The activation grads take two tensors of one dtype and one shape; dX has the
+// type of input 1 (the forward tensor), so it has exactly the shape of X.
 //
 // Activations and Sum take float32/float64. Add/Sub/Mul/Div also take the integer
 // types (exported graphs do shape arithmetic in int64); integer results wrap
@@ -22,9 +33,16 @@ namespace {
 
 bool is_arith_dtype(DataType t) {
   switch (t) {
-    case DataType::Float32: case DataType::Float64:
-    case DataType::Int8: case DataType::Int16: case DataType::Int32: case DataType::Int64:
-    case DataType::UInt8: case DataType::UInt16: case DataType::UInt32: case DataType::UInt64:
+    case DataType::Float32:
+    case DataType::Float64:
+    case DataType::Int8:
+    case DataType::Int16:
+    case DataType::Int32:
+    case DataType::Int64:
+    case DataType::UInt8:
+    case DataType::UInt16:
+    case DataType::UInt32:
+    case DataType::UInt64:
       return true;
     default:
       return false;
@@ -35,17 +53,38 @@ bool is_arith_dtype(DataType t) {
 template <typename F>
 void dispatch_arith(DataType t, F&& f) {
   switch (t) {
-    case DataType::Float32: f(float{}); break;
-    case DataType::Float64: f(double{}); break;
-    case DataType::Int8: f(int8_t{}); break;
-    case DataType::Int16: f(int16_t{}); break;
-    case DataType::Int32: f(int32_t{}); break;
-    case DataType::Int64: f(int64_t{}); break;
-    case DataType::UInt8: f(uint8_t{}); break;
-    case DataType::UInt16: f(uint16_t{}); break;
-    case DataType::UInt32: f(uint32_t{}); break;
-    case DataType::UInt64: f(uint64_t{}); break;
-    default: throw_internal("dispatch_arith", std::string("unexpected dtype ") + dtype_name(t));
+    case DataType::Float32:
+      f(float{});
+      break;
+    case DataType::Float64:
+      f(double{});
+      break;
+    case DataType::Int8:
+      f(int8_t{});
+      break;
+    case DataType::Int16:
+      f(int16_t{});
+      break;
+    case DataType::Int32:
+      f(int32_t{});
+      break;
+    case DataType::Int64:
+      f(int64_t{});
+      break;
+    case DataType::UInt8:
+      f(uint8_t{});
+      break;
+    case DataType::UInt16:
+      f(uint16_t{});
+      break;
+    case DataType::UInt32:
+      f(uint32_t{});
+      break;
+    case DataType::UInt64:
+      f(uint64_t{});
+      break;
+    default:
+      throw_internal("dispatch_arith", std::string("unexpected dtype ") + dtype_name(t));
   }
 }
 
@@ -83,9 +122,9 @@ void broadcast_rule(InferContext& ctx, bool integers_ok) {
     std::string why;
     std::optional<Shape> b = broadcast_shapes(*out, *s, &why);
     if (!b) {
-      const std::string lhs = i == 1 ? "input 0 '" + ctx.node().inputs[0] + "' " + shape_to_string(*out)
-                                     : "inputs 0.." + std::to_string(i - 1) + " (broadcast " +
-                                           shape_to_string(*out) + ")";
+      const std::string lhs = i == 1
+                                  ? "input 0 '" + ctx.node().inputs[0] + "' " + shape_to_string(*out)
+                                  : "inputs 0.." + std::to_string(i - 1) + " (broadcast " + shape_to_string(*out) + ")";
       ctx.fail("cannot broadcast " + lhs + " with input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' " +
                shape_to_string(*s) + ": " + why);
     }
@@ -125,25 +164,35 @@ T wrap(uint64_t v) {
 }
 
 struct AddOp {
-  template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return a + b;
-    else return wrap<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return a + b;
+    else
+      return wrap<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
   }
 };
 struct SubOp {
-  template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return a - b;
-    else return wrap<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return a - b;
+    else
+      return wrap<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
   }
 };
 struct MulOp {
-  template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return a * b;
-    else return wrap<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return a * b;
+    else
+      return wrap<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
   }
 };
 struct DivOp {
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       return a / b;
     } else {
@@ -186,6 +235,103 @@ void sum_kernel(KernelContext& ctx) {
   });
 }
 
+// ---- backward ops ------------------------------------------------------------
+
+constexpr const char* kTrainrt = "ai.trainrt";
+
+// Inputs 0 and 1 must have the same shape where both are known (an unknown rank
+// or a symbolic dim matches anything but a different known size).
+void require_same_shape(const InferContext& ctx, size_t i, size_t j) {
+  const std::optional<Shape>&a = ctx.input(i).shape, &b = ctx.input(j).shape;
+  if (!a || !b) return;
+  bool ok = a->size() == b->size();
+  for (size_t k = 0; ok && k < a->size(); ++k) {
+    const Dim &x = (*a)[k], &y = (*b)[k];
+    ok = !(x.known() && y.known() && x.value != y.value) &&
+         !(!x.symbol.empty() && !y.symbol.empty() && x.symbol != y.symbol);
+  }
+  if (!ok)
+    ctx.fail("input " + std::to_string(j) + " '" + ctx.node().inputs[j] + "' " + shape_to_string(*b) +
+             " must have the shape of input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' " +
+             shape_to_string(*a));
+}
+
+// (dY, T) -> dX: float, one dtype, one shape; dX is typed like T (the forward's X or Y).
+void same_type_grad_rule(InferContext& ctx) {
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  require_same_shape(ctx, 0, 1);
+  ctx.set_output(0, ctx.input(1));
+}
+
+// SumToShape(dY, X): X must broadcast to dY (rank <= dY's; each aligned dim 1 or equal).
+void sum_to_shape_rule(InferContext& ctx) {
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  const std::optional<Shape>&dy = ctx.input(0).shape, &x = ctx.input(1).shape;
+  if (dy && x) {
+    std::string why;
+    if (x->size() > dy->size()) why = "it has rank " + std::to_string(x->size()) + " > " + std::to_string(dy->size());
+    for (size_t k = 0; why.empty() && k < x->size(); ++k) {
+      const Dim& a = (*x)[x->size() - 1 - k];
+      const Dim& b = (*dy)[dy->size() - 1 - k];
+      if (a.known() && b.known() && a.value != 1 && a.value != b.value)
+        why = "axis " + std::to_string(x->size() - 1 - k) + " is " + std::to_string(a.value) + " vs " +
+              std::to_string(b.value);
+    }
+    if (!why.empty())
+      ctx.fail("input 1 '" + ctx.node().inputs[1] + "' " + shape_to_string(*x) + " does not broadcast to input 0 '" +
+               ctx.node().inputs[0] + "' " + shape_to_string(*dy) + ": " + why);
+  }
+  ctx.set_output(0, ctx.input(1));
+}
+
+// One add per element of dY.
+double sum_to_shape_flops(const Graph& g, const Node& n) {
+  const ValueInfo* v = g.find_info(n.inputs[0]);
+  if (!v || !v->shape || !shape_is_known(*v->shape)) return 0.0;
+  return static_cast<double>(element_count(shape_dims(*v->shape)));
+}
+
+// dx[i] = fn(dy[i], t[i]) over same-shaped float tensors.
+template <typename Fn>
+void binary_same_loop(KernelContext& ctx, Fn fn) {
+  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* dy = ctx.in(0).data<T>();
+    const T* t = ctx.in(1).data<T>();
+    T* dx = ctx.out(0).data<T>();
+    const int64_t n = ctx.out(0).numel();
+    for (int64_t i = 0; i < n; ++i) dx[i] = fn(dy[i], t[i]);
+  });
+}
+
+// dx[j] = sum of dy[i] over the i that read x[j] in the forward broadcast.
+void sum_to_shape_kernel(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  Tensor& dx = ctx.out(0);
+  dispatch_float(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const BroadcastIndex ix(dx.dims(), dy.dims());
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    for (int64_t j = 0; j < dx.numel(); ++j) pdx[j] = T(0);
+    for (int64_t i = 0; i < dy.numel(); ++i) pdx[ix(i)] += pdy[i];
+  });
+}
+
+OpSchema make_grad_schema(const std::string& op, ShapeRule rule, FlopRule flops,
+                          std::vector<std::string> attributes = {}) {
+  OpSchema s;
+  s.domain = kTrainrt;
+  s.op_type = op;
+  s.min_inputs = s.max_inputs = 2;
+  s.infer = std::move(rule);
+  s.flops = std::move(flops);
+  s.attributes = std::move(attributes);
+  return s;
+}
+
 OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, ShapeRule rule, FlopRule flops,
                      std::vector<std::string> attributes = {}) {
   OpSchema s;
@@ -203,16 +349,18 @@ OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, S
 
 void register_elementwise(Registry& r) {
   // Activations: ONNX opset 6 dropped `consumed_inputs`; later versions only add types.
-  auto unary = [](InferContext& ctx) { reject_attributes(ctx); unary_float_rule(ctx); };
+  auto unary = [](InferContext& ctx) {
+    reject_attributes(ctx);
+    unary_float_rule(ctx);
+  };
   r.schemas.add(make_schema("Relu", 6, 1, 1, unary, per_output_element(1)));
   r.schemas.add(make_schema("Sigmoid", 6, 1, 1, unary, per_output_element(4)));
   r.schemas.add(make_schema("Tanh", 6, 1, 1, unary, per_output_element(4)));
   r.schemas.add(make_schema("LeakyRelu", 6, 1, 1, unary_float_rule, per_output_element(2), {"alpha"}));
 
   // Relu: y = max(x, 0); NaN stays NaN.
-  r.kernels.add("reference", "", "Relu", [](KernelContext& ctx) {
-    unary_loop(ctx, [](auto x) { return x < 0 ? decltype(x)(0) : x; });
-  });
+  r.kernels.add("reference", "", "Relu",
+                [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return x < 0 ? decltype(x)(0) : x; }); });
   // LeakyRelu: y = x if x >= 0 else alpha * x (alpha defaults to 0.01).
   r.kernels.add("reference", "", "LeakyRelu", [](KernelContext& ctx) {
     const double alpha = ctx.node.attr_float("alpha", 0.01f);
@@ -227,12 +375,17 @@ void register_elementwise(Registry& r) {
       return e / (T(1) + e);
     });
   });
-  r.kernels.add("reference", "", "Tanh", [](KernelContext& ctx) {
-    unary_loop(ctx, [](auto x) { return std::tanh(x); });
-  });
+  r.kernels.add("reference", "", "Tanh",
+                [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return std::tanh(x); }); });
+  // Neg: y = -x (float32/float64; the gradient rules' negation, and ONNX's op).
+  r.schemas.add(make_schema("Neg", 6, 1, 1, unary, per_output_element(1)));
+  r.kernels.add("reference", "", "Neg", [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return -x; }); });
 
   // Binary arithmetic: multidirectional broadcasting since opset 7.
-  auto binary = [](InferContext& ctx) { reject_attributes(ctx); broadcast_rule(ctx, /*integers_ok=*/true); };
+  auto binary = [](InferContext& ctx) {
+    reject_attributes(ctx);
+    broadcast_rule(ctx, /*integers_ok=*/true);
+  };
   for (const char* op : {"Add", "Sub", "Mul", "Div"})
     r.schemas.add(make_schema(op, 7, 2, 2, binary, per_output_element(1)));
   r.kernels.add("reference", "", "Add", binary_kernel<AddOp>);
@@ -243,12 +396,48 @@ void register_elementwise(Registry& r) {
   // Sum: variadic, broadcasting since opset 8; k inputs cost k-1 adds per element.
   OpSchema sum = make_schema(
       "Sum", 8, 1, std::numeric_limits<int>::max(),
-      [](InferContext& ctx) { reject_attributes(ctx); broadcast_rule(ctx, /*integers_ok=*/false); }, nullptr);
+      [](InferContext& ctx) {
+        reject_attributes(ctx);
+        broadcast_rule(ctx, /*integers_ok=*/false);
+      },
+      nullptr);
   sum.flops = [](const Graph& g, const Node& n) {
     return per_output_element(static_cast<double>(n.input_count()) - 1.0)(g, n);
   };
   r.schemas.add(std::move(sum));
   r.kernels.add("reference", "", "Sum", sum_kernel);
+
+  // ---- backward ops (ai.trainrt) ----
+  auto grad_rule = [](InferContext& ctx) {
+    reject_attributes(ctx);
+    same_type_grad_rule(ctx);
+  };
+  r.schemas.add(make_grad_schema("ReluGrad", grad_rule, per_output_element(1)));
+  r.schemas.add(make_grad_schema("SigmoidGrad", grad_rule, per_output_element(3)));
+  r.schemas.add(make_grad_schema("TanhGrad", grad_rule, per_output_element(3)));
+  r.schemas.add(make_grad_schema("LeakyReluGrad", same_type_grad_rule, per_output_element(2), {"alpha"}));
+  r.schemas.add(make_grad_schema(
+      "SumToShape",
+      [](InferContext& ctx) {
+        reject_attributes(ctx);
+        sum_to_shape_rule(ctx);
+      },
+      sum_to_shape_flops));
+
+  r.kernels.add("reference", kTrainrt, "ReluGrad", [](KernelContext& ctx) {
+    binary_same_loop(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
+  });
+  r.kernels.add("reference", kTrainrt, "LeakyReluGrad", [](KernelContext& ctx) {
+    const double alpha = ctx.node.attr_float("alpha", 0.01f);  // same branch as the forward: x < 0
+    binary_same_loop(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });
+  });
+  r.kernels.add("reference", kTrainrt, "SigmoidGrad", [](KernelContext& ctx) {
+    binary_same_loop(ctx, [](auto dy, auto y) { return dy * y * (decltype(y)(1) - y); });
+  });
+  r.kernels.add("reference", kTrainrt, "TanhGrad", [](KernelContext& ctx) {
+    binary_same_loop(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
+  });
+  r.kernels.add("reference", kTrainrt, "SumToShape", sum_to_shape_kernel);
 }
 
 }  // namespace trainrt

@@ -7,6 +7,11 @@
 //   u_i  = (splitmix64(key + i * 0x9E3779B97F4A7C15) >> 11) * 2^-53   in [0, 1)
 //   keep_i = u_i >= ratio;   y_i = keep_i ? x_i / (1 - ratio) : 0
 // ctx.seed differs per node and step (runtime/executor.cpp), so masks do too.
+//
+// Backward (domain ai.trainrt): DropoutGrad(dY, mask, [ratio], [training_mode]) -> dX,
+// dX = dY * mask / (1 - ratio) in training (ctx.training or training_mode true, the
+// forward's test), dX = dY * mask otherwise. ratio is read like the forward's:
+// the optional input, 0.5 when omitted.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,38 +26,75 @@ namespace {
 
 // ---- Cast: storage types of every numeric dtype ---------------------------
 
-struct HalfBits { uint16_t bits; };  // float16
-struct BF16Bits { uint16_t bits; };  // bfloat16
-struct BoolByte { uint8_t bits; };   // bool, one byte 0/1
+struct HalfBits {
+  uint16_t bits;
+};  // float16
+struct BF16Bits {
+  uint16_t bits;
+};  // bfloat16
+struct BoolByte {
+  uint8_t bits;
+};  // bool, one byte 0/1
 
 // Calls f(S{}) with S the element storage type of dtype t.
 template <typename F>
 void dispatch_storage(DataType t, F&& f) {
   switch (t) {
-    case DataType::Float32: f(float{}); break;
-    case DataType::Float64: f(double{}); break;
-    case DataType::Float16: f(HalfBits{}); break;
-    case DataType::BFloat16: f(BF16Bits{}); break;
-    case DataType::Int8: f(int8_t{}); break;
-    case DataType::Int16: f(int16_t{}); break;
-    case DataType::Int32: f(int32_t{}); break;
-    case DataType::Int64: f(int64_t{}); break;
-    case DataType::UInt8: f(uint8_t{}); break;
-    case DataType::UInt16: f(uint16_t{}); break;
-    case DataType::UInt32: f(uint32_t{}); break;
-    case DataType::UInt64: f(uint64_t{}); break;
-    case DataType::Bool: f(BoolByte{}); break;
-    default: throw_internal("Cast", std::string("unexpected dtype ") + dtype_name(t));
+    case DataType::Float32:
+      f(float{});
+      break;
+    case DataType::Float64:
+      f(double{});
+      break;
+    case DataType::Float16:
+      f(HalfBits{});
+      break;
+    case DataType::BFloat16:
+      f(BF16Bits{});
+      break;
+    case DataType::Int8:
+      f(int8_t{});
+      break;
+    case DataType::Int16:
+      f(int16_t{});
+      break;
+    case DataType::Int32:
+      f(int32_t{});
+      break;
+    case DataType::Int64:
+      f(int64_t{});
+      break;
+    case DataType::UInt8:
+      f(uint8_t{});
+      break;
+    case DataType::UInt16:
+      f(uint16_t{});
+      break;
+    case DataType::UInt32:
+      f(uint32_t{});
+      break;
+    case DataType::UInt64:
+      f(uint64_t{});
+      break;
+    case DataType::Bool:
+      f(BoolByte{});
+      break;
+    default:
+      throw_internal("Cast", std::string("unexpected dtype ") + dtype_name(t));
   }
 }
 
 // A stored element as a C++ arithmetic value (half types widen to float).
 template <typename S>
 auto load(S s) {
-  if constexpr (std::is_same_v<S, HalfBits>) return half_to_float(s.bits);
-  else if constexpr (std::is_same_v<S, BF16Bits>) return bfloat16_to_float(s.bits);
-  else if constexpr (std::is_same_v<S, BoolByte>) return s.bits != 0;
-  else return s;
+  if constexpr (std::is_same_v<S, HalfBits>)
+    return half_to_float(s.bits);
+  else if constexpr (std::is_same_v<S, BF16Bits>)
+    return bfloat16_to_float(s.bits);
+  else if constexpr (std::is_same_v<S, BoolByte>)
+    return s.bits != 0;
+  else
+    return s;
 }
 
 // Float to integer: truncation toward zero; NaN gives 0 and out-of-range values
@@ -62,7 +104,7 @@ D float_to_int(V v) {
   if (std::isnan(v)) return D(0);
   const long double w = v;
   const long double hi = std::ldexp(1.0L, std::numeric_limits<D>::digits);  // max + 1
-  const long double lo = std::is_signed_v<D> ? -hi : 0.0L;                   // min
+  const long double lo = std::is_signed_v<D> ? -hi : 0.0L;                  // min
   if (w >= hi) return std::numeric_limits<D>::max();
   if (w < lo) return std::numeric_limits<D>::lowest();
   return static_cast<D>(v);
@@ -71,11 +113,16 @@ D float_to_int(V v) {
 // Value v (from load) stored as D. Integer to integer wraps modulo 2^bits.
 template <typename D, typename V>
 D store(V v) {
-  if constexpr (std::is_same_v<D, HalfBits>) return HalfBits{float_to_half(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<D, BF16Bits>) return BF16Bits{float_to_bfloat16(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<D, BoolByte>) return BoolByte{static_cast<uint8_t>(v != V(0) ? 1 : 0)};
-  else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<V>) return float_to_int<D>(v);
-  else return static_cast<D>(v);
+  if constexpr (std::is_same_v<D, HalfBits>)
+    return HalfBits{float_to_half(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<D, BF16Bits>)
+    return BF16Bits{float_to_bfloat16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<D, BoolByte>)
+    return BoolByte{static_cast<uint8_t>(v != V(0) ? 1 : 0)};
+  else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<V>)
+    return float_to_int<D>(v);
+  else
+    return static_cast<D>(v);
 }
 
 void cast_kernel(KernelContext& ctx) {
@@ -125,12 +172,28 @@ void dropout_kernel(KernelContext& ctx) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     for (int64_t i = 0; i < n; ++i) {
-      const double u = static_cast<double>(splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) *
-                       0x1p-53;
+      const double u =
+          static_cast<double>(splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
       const bool keep = u >= ratio;
       py[i] = keep ? px[i] * scale : T(0);
       if (mask) mask[i] = keep ? 1 : 0;
     }
+  });
+}
+
+void dropout_grad_kernel(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const uint8_t* mask = ctx.in(1).data<uint8_t>();
+  const bool training = ctx.training || (ctx.has_input(3) && ctx.in(3).get_as_double(0) != 0.0);
+  const double ratio = ctx.has_input(2) ? ctx.in(2).get_as_double(0) : 0.5;
+  if (training && !(ratio >= 0.0 && ratio < 1.0))
+    throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  dispatch_float(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
+    const T* pdy = dy.data<T>();
+    T* pdx = ctx.out(0).data<T>();
+    for (int64_t i = 0; i < dy.numel(); ++i) pdx[i] = mask[i] ? pdy[i] * scale : T(0);
   });
 }
 
@@ -198,8 +261,39 @@ void dropout_rule(InferContext& ctx) {
   ctx.set_output(1, ValueInfo{DataType::Bool, ctx.input(0).shape});
 }
 
-OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, int min_out, int max_out,
-                     ShapeRule rule, std::vector<std::string> attributes = {}) {
+// DropoutGrad(dY, mask, [ratio], [training_mode]): mask bool with dY's shape.
+void dropout_grad_rule(InferContext& ctx) {
+  if (!ctx.node().attrs.empty())
+    throw_unsupported(ctx.where(), "attribute '" + ctx.node().attrs.begin()->first + "' is not supported");
+  require_float(ctx, 0);
+  const ValueInfo &dy = ctx.input(0), &mask = ctx.input(1);
+  if (mask.dtype != DataType::Bool)
+    ctx.fail("mask '" + ctx.node().inputs[1] + "' must be bool, got " + dtype_name(mask.dtype));
+  if (dy.shape && mask.shape) {
+    bool same = dy.shape->size() == mask.shape->size();
+    for (size_t k = 0; same && k < dy.shape->size(); ++k) {
+      const Dim &a = (*dy.shape)[k], &b = (*mask.shape)[k];
+      same = !(a.known() && b.known() && a.value != b.value);
+    }
+    if (!same)
+      ctx.fail("mask '" + ctx.node().inputs[1] + "' " + shape_to_string(*mask.shape) + " must have the shape of dY '" +
+               ctx.node().inputs[0] + "' " + shape_to_string(*dy.shape));
+  }
+  if (ctx.has_input(2)) {
+    if (!dtype_is_float(ctx.input(2).dtype))
+      ctx.fail("ratio '" + ctx.node().inputs[2] + "' must be a float type, got " + dtype_name(ctx.input(2).dtype));
+    require_scalar(ctx, 2, "ratio");
+  }
+  if (ctx.has_input(3)) {
+    if (ctx.input(3).dtype != DataType::Bool)
+      ctx.fail("training_mode '" + ctx.node().inputs[3] + "' must be bool, got " + dtype_name(ctx.input(3).dtype));
+    require_scalar(ctx, 3, "training_mode");
+  }
+  ctx.set_output(0, dy);
+}
+
+OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, int min_out, int max_out, ShapeRule rule,
+                     std::vector<std::string> attributes = {}) {
   OpSchema s;
   s.op_type = op;
   s.since_version = since;
@@ -239,6 +333,11 @@ void register_misc(Registry& r) {
   // Opset 12 moved ratio to an input and added training_mode.
   r.schemas.add(make_schema("Dropout", 12, 1, 3, 1, 2, dropout_rule, {"seed"}));
   r.kernels.add("reference", "", "Dropout", dropout_kernel);
+
+  OpSchema dropout_grad = make_schema("DropoutGrad", 1, 2, 4, 1, 1, dropout_grad_rule);
+  dropout_grad.domain = "ai.trainrt";
+  r.schemas.add(std::move(dropout_grad));
+  r.kernels.add("reference", "ai.trainrt", "DropoutGrad", dropout_grad_kernel);
 }
 
 }  // namespace trainrt
