@@ -40,11 +40,11 @@ class Error : public std::runtime_error {
 }
 
 // Checks an internal invariant; a failure is a trainrt bug, reported with file:line.
-#define TRAINRT_ASSERT(cond)                                                                   \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      ::trainrt::throw_internal(std::string(__FILE__) + ":" + std::to_string(__LINE__),       \
-                                "internal check failed: " #cond);                              \
+#define TRAINRT_ASSERT(cond)                                                            \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      ::trainrt::throw_internal(std::string(__FILE__) + ":" + std::to_string(__LINE__), \
+                                "internal check failed: " #cond);                       \
   } while (0)
 
 }  // namespace trainrt

@@ -17,10 +17,9 @@ void check_opset(const Graph& g, const Node& n, size_t i, const OpSchema& s, con
   int64_t v = g.opset("");
   if (v >= kMinOpset || v >= s.since_version) return;
   throw_unsupported(prefix(where, describe_node(n, i)),
-                    "model imports ai.onnx opset " + std::to_string(v) + " but trainrt implements " +
-                        n.op_type + " as of opset " + std::to_string(s.since_version) +
-                        " (accepted: opset >= " + std::to_string(kMinOpset) +
-                        "); hint: re-export with opset_version=13 or newer");
+                    "model imports ai.onnx opset " + std::to_string(v) + " but trainrt implements " + n.op_type +
+                        " as of opset " + std::to_string(s.since_version) + " (accepted: opset >= " +
+                        std::to_string(kMinOpset) + "); hint: re-export with opset_version=13 or newer");
 }
 
 }  // namespace
@@ -41,9 +40,8 @@ void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& wh
     }
   }
   if (unknown_count)
-    throw_unsupported(where, std::to_string(unknown_count) + " unsupported op" +
-                                 (unknown_count > 1 ? "s" : "") + ": " + unknown +
-                                 (unknown_count > 20 ? ", ..." : ""));
+    throw_unsupported(where, std::to_string(unknown_count) + " unsupported op" + (unknown_count > 1 ? "s" : "") + ": " +
+                                 unknown + (unknown_count > 20 ? ", ..." : ""));
 
   // 2. Names: each value is defined once.
   std::set<std::string> defined;
@@ -67,15 +65,15 @@ void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& wh
     const std::string at = prefix(where, describe_node(n, i));
     int ins = static_cast<int>(n.input_count()), outs = static_cast<int>(n.output_count());
     if (ins < s.min_inputs || ins > s.max_inputs)
-      throw_bad_input(at, "has " + std::to_string(ins) + " inputs, expected " +
-                              (s.min_inputs == s.max_inputs ? std::to_string(s.min_inputs)
-                                                            : std::to_string(s.min_inputs) + ".." +
-                                                                  std::to_string(s.max_inputs)));
+      throw_bad_input(
+          at, "has " + std::to_string(ins) + " inputs, expected " +
+                  (s.min_inputs == s.max_inputs ? std::to_string(s.min_inputs)
+                                                : std::to_string(s.min_inputs) + ".." + std::to_string(s.max_inputs)));
     if (outs < s.min_outputs || outs > s.max_outputs)
       throw_bad_input(at, "has " + std::to_string(outs) + " outputs, expected " +
-                              (s.min_outputs == s.max_outputs ? std::to_string(s.min_outputs)
-                                                              : std::to_string(s.min_outputs) + ".." +
-                                                                    std::to_string(s.max_outputs)));
+                              (s.min_outputs == s.max_outputs
+                                   ? std::to_string(s.min_outputs)
+                                   : std::to_string(s.min_outputs) + ".." + std::to_string(s.max_outputs)));
     for (int k = 0; k < s.min_inputs; ++k)
       if (n.inputs[k].empty()) throw_bad_input(at, "required input " + std::to_string(k) + " is empty");
     if (!s.attributes.empty()) {
@@ -127,9 +125,9 @@ void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
       if (d != declared.end()) {
         const ValueInfo& want = d->second;
         if (want.dtype != DataType::Undefined && want.dtype != out.dtype)
-          throw_bad_input(prefix(where, describe_node(n, i)),
-                          "output '" + n.outputs[k] + "' is declared " + dtype_name(want.dtype) +
-                              " but computes " + dtype_name(out.dtype));
+          throw_bad_input(prefix(where, describe_node(n, i)), "output '" + n.outputs[k] + "' is declared " +
+                                                                  dtype_name(want.dtype) + " but computes " +
+                                                                  dtype_name(out.dtype));
         if (want.shape && out.shape) {
           bool ok = want.shape->size() == out.shape->size();
           for (size_t j = 0; ok && j < want.shape->size(); ++j) {
@@ -137,9 +135,9 @@ void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
             ok = !(a.known() && b.known() && a.value != b.value);
           }
           if (!ok)
-            throw_bad_input(prefix(where, describe_node(n, i)),
-                            "output '" + n.outputs[k] + "' is declared " + shape_to_string(*want.shape) +
-                                " but computes " + shape_to_string(*out.shape));
+            throw_bad_input(prefix(where, describe_node(n, i)), "output '" + n.outputs[k] + "' is declared " +
+                                                                    shape_to_string(*want.shape) + " but computes " +
+                                                                    shape_to_string(*out.shape));
         }
         if (!out.shape && want.shape) out.shape = want.shape;
       }

@@ -37,13 +37,20 @@ std::vector<int64_t> shape_dims(const Shape& s) {
 
 const char* attribute_kind_name(Attribute::Kind k) {
   switch (k) {
-    case Attribute::Kind::Float: return "float";
-    case Attribute::Kind::Int: return "int";
-    case Attribute::Kind::String: return "string";
-    case Attribute::Kind::Tensor: return "tensor";
-    case Attribute::Kind::Floats: return "floats";
-    case Attribute::Kind::Ints: return "ints";
-    case Attribute::Kind::Strings: return "strings";
+    case Attribute::Kind::Float:
+      return "float";
+    case Attribute::Kind::Int:
+      return "int";
+    case Attribute::Kind::String:
+      return "string";
+    case Attribute::Kind::Tensor:
+      return "tensor";
+    case Attribute::Kind::Floats:
+      return "floats";
+    case Attribute::Kind::Ints:
+      return "ints";
+    case Attribute::Kind::Strings:
+      return "strings";
   }
   return "?";
 }
@@ -53,9 +60,9 @@ const Attribute* get_attr(const Node& n, const std::string& key, Attribute::Kind
   auto it = n.attrs.find(key);
   if (it == n.attrs.end()) return nullptr;
   if (it->second.kind != kind)
-    throw_bad_input("node '" + n.name + "' (" + n.op_type + ")",
-                    "attribute '" + key + "' must be " + attribute_kind_name(kind) + ", got " +
-                        attribute_kind_name(it->second.kind));
+    throw_bad_input("node '" + n.name + "' (" + n.op_type + ")", "attribute '" + key + "' must be " +
+                                                                     attribute_kind_name(kind) + ", got " +
+                                                                     attribute_kind_name(it->second.kind));
   return &it->second;
 }
 }  // namespace
@@ -163,8 +170,7 @@ std::vector<size_t> Graph::topological_order() const {
   }
   if (order.size() != nodes.size()) {
     for (size_t i = 0; i < nodes.size(); ++i)
-      if (pending[i] > 0)
-        throw_bad_input(describe_node(nodes[i], i), "is on a cycle (the graph is not a DAG)");
+      if (pending[i] > 0) throw_bad_input(describe_node(nodes[i], i), "is on a cycle (the graph is not a DAG)");
   }
   return order;
 }

@@ -54,12 +54,42 @@ struct Attribute {
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
 
-  static Attribute of_int(int64_t v) { Attribute a; a.kind = Kind::Int; a.i = v; return a; }
-  static Attribute of_float(float v) { Attribute a; a.kind = Kind::Float; a.f = v; return a; }
-  static Attribute of_string(std::string v) { Attribute a; a.kind = Kind::String; a.s = std::move(v); return a; }
-  static Attribute of_ints(std::vector<int64_t> v) { Attribute a; a.kind = Kind::Ints; a.ints = std::move(v); return a; }
-  static Attribute of_floats(std::vector<float> v) { Attribute a; a.kind = Kind::Floats; a.floats = std::move(v); return a; }
-  static Attribute of_tensor(trainrt::Tensor v) { Attribute a; a.kind = Kind::Tensor; a.t = std::move(v); return a; }
+  static Attribute of_int(int64_t v) {
+    Attribute a;
+    a.kind = Kind::Int;
+    a.i = v;
+    return a;
+  }
+  static Attribute of_float(float v) {
+    Attribute a;
+    a.kind = Kind::Float;
+    a.f = v;
+    return a;
+  }
+  static Attribute of_string(std::string v) {
+    Attribute a;
+    a.kind = Kind::String;
+    a.s = std::move(v);
+    return a;
+  }
+  static Attribute of_ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Kind::Ints;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attribute of_floats(std::vector<float> v) {
+    Attribute a;
+    a.kind = Kind::Floats;
+    a.floats = std::move(v);
+    return a;
+  }
+  static Attribute of_tensor(trainrt::Tensor v) {
+    Attribute a;
+    a.kind = Kind::Tensor;
+    a.t = std::move(v);
+    return a;
+  }
 };
 const char* attribute_kind_name(Attribute::Kind k);
 
@@ -94,11 +124,11 @@ std::string describe_node(const Node& n, size_t index);
 struct Graph {
   std::string name;
   std::vector<Node> nodes;
-  std::vector<std::string> inputs;   // graph inputs that are not initializers
+  std::vector<std::string> inputs;  // graph inputs that are not initializers
   std::vector<std::string> outputs;
   std::map<std::string, Tensor> initializers;
   std::unordered_map<std::string, ValueInfo> values;  // type of every known value
-  std::map<std::string, int64_t> opsets;               // domain -> version
+  std::map<std::string, int64_t> opsets;              // domain -> version
   int64_t ir_version = 8;
   std::string producer_name, producer_version, doc_string;
   std::vector<std::pair<std::string, std::string>> metadata;

@@ -30,8 +30,7 @@ std::string read_file_bytes(const std::string& path, uint64_t max_bytes) {
   std::streamoff size = in.tellg();
   if (size < 0) throw_bad_input(path, "cannot determine file size");
   if (static_cast<uint64_t>(size) > max_bytes)
-    throw_bad_input(path, "file is " + std::to_string(size) + " bytes, over the limit of " +
-                              std::to_string(max_bytes));
+    throw_bad_input(path, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(max_bytes));
   in.seekg(0);
   std::string bytes(static_cast<size_t>(size), '\0');
   if (size > 0 && !in.read(bytes.data(), size)) throw_bad_input(path, "read failed");
@@ -91,15 +90,14 @@ struct Ctx {
 
 std::vector<int64_t> checked_dims(const onnx::TensorProto& p, const Ctx& c, const std::string& at) {
   if (p.dims_size() > c.limits->max_rank)
-    throw_bad_input(at, "rank " + std::to_string(p.dims_size()) + " exceeds the limit of " +
-                            std::to_string(c.limits->max_rank));
+    throw_bad_input(
+        at, "rank " + std::to_string(p.dims_size()) + " exceeds the limit of " + std::to_string(c.limits->max_rank));
   std::vector<int64_t> dims;
   int64_t n = 1;
   for (int64_t d : p.dims()) {
     if (d < 0) throw_bad_input(at, "negative dimension " + std::to_string(d));
     if (d > c.limits->max_dim) throw_bad_input(at, "dimension " + std::to_string(d) + " exceeds the limit");
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
-      throw_bad_input(at, "element count overflows");
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) throw_bad_input(at, "element count overflows");
     n *= d;
     dims.push_back(d);
   }
@@ -109,8 +107,8 @@ std::vector<int64_t> checked_dims(const onnx::TensorProto& p, const Ctx& c, cons
 template <typename Field>
 void check_count(const Field& f, int64_t n, const std::string& at, const char* field) {
   if (static_cast<int64_t>(f.size()) != n)
-    throw_bad_input(at, std::string(field) + " holds " + std::to_string(f.size()) + " values, dims need " +
-                            std::to_string(n));
+    throw_bad_input(
+        at, std::string(field) + " holds " + std::to_string(f.size()) + " values, dims need " + std::to_string(n));
 }
 
 std::string read_external(const onnx::TensorProto& p, const Ctx& c, const std::string& at, uint64_t want) {
@@ -120,9 +118,12 @@ std::string read_external(const onnx::TensorProto& p, const Ctx& c, const std::s
   int64_t length = -1;
   for (const auto& kv : p.external_data()) {
     try {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoull(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoull(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
     } catch (const std::exception&) {
       throw_bad_input(at, "external_data '" + kv.key() + "' is not a number: '" + kv.value() + "'");
     }
@@ -145,8 +146,8 @@ std::string read_external(const onnx::TensorProto& p, const Ctx& c, const std::s
   if (ec) throw_bad_input(at, "external data file '" + location + "' cannot be read");
   if (offset > size || size - offset < want)
     throw_bad_input(at, "external data file '" + location + "' is " + std::to_string(size) +
-                            " bytes, too short for offset " + std::to_string(offset) + " + " +
-                            std::to_string(want) + " bytes");
+                            " bytes, too short for offset " + std::to_string(offset) + " + " + std::to_string(want) +
+                            " bytes");
   std::ifstream in(full, std::ios::binary);
   std::string bytes(want, '\0');
   in.seekg(static_cast<std::streamoff>(offset));
@@ -157,9 +158,10 @@ std::string read_external(const onnx::TensorProto& p, const Ctx& c, const std::s
 
 Tensor tensor_from_proto(const onnx::TensorProto& p, const Ctx& c, const std::string& at) {
   auto dtype = static_cast<DataType>(p.data_type());
+  if (dtype == DataType::Undefined) throw_bad_input(at, "tensor has no data_type (not a TensorProto?)");
   if (!dtype_is_supported(dtype))
-    throw_unsupported(at, "tensor data type " + std::to_string(p.data_type()) + " (" + dtype_name(dtype) +
-                              ") is not supported");
+    throw_unsupported(
+        at, "tensor data type " + std::to_string(p.data_type()) + " (" + dtype_name(dtype) + ") is not supported");
   if (p.has_segment()) throw_unsupported(at, "segmented tensors are not supported");
   std::vector<int64_t> dims = checked_dims(p, c, at);
   int64_t n = element_count(dims);
@@ -198,18 +200,33 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const Ctx& c, const std::st
       check_count(p.int64_data(), n, at, "int64_data");
       std::copy(p.int64_data().begin(), p.int64_data().end(), t.data<int64_t>());
       break;
-    case DataType::UInt32: case DataType::UInt64:
+    case DataType::UInt32:
+    case DataType::UInt64:
       check_count(p.uint64_data(), n, at, "uint64_data");
-      for (int64_t i = 0; i < n; ++i) t.set_from_double(i, static_cast<double>(p.uint64_data(static_cast<int>(i))));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t v = p.uint64_data(static_cast<int>(i));
+        if (dtype == DataType::UInt64) {
+          t.data<uint64_t>()[i] = v;  // exact: never through a double
+        } else {
+          if (v > UINT32_MAX) throw_bad_input(at, "uint64_data value " + std::to_string(v) + " does not fit uint32");
+          t.data<uint32_t>()[i] = static_cast<uint32_t>(v);
+        }
+      }
       break;
-    case DataType::Float16: case DataType::BFloat16:
+    case DataType::Float16:
+    case DataType::BFloat16:
       // 16-bit floats are stored as their bit patterns in int32_data.
       check_count(p.int32_data(), n, at, "int32_data");
       for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(static_cast<int>(i)));
       break;
     default:  // int32, int16, int8, uint16, uint8, bool
       check_count(p.int32_data(), n, at, "int32_data");
-      for (int64_t i = 0; i < n; ++i) t.set_from_double(i, p.int32_data(static_cast<int>(i)));
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t v = p.int32_data(static_cast<int>(i));
+        t.set_from_double(i, v);
+        if (t.get_as_double(i) != (dtype == DataType::Bool ? (v != 0) : v))
+          throw_bad_input(at, "int32_data value " + std::to_string(v) + " does not fit " + dtype_name(dtype));
+      }
       break;
   }
   return t;
@@ -259,27 +276,36 @@ void value_info_to_proto(const std::string& name, const ValueInfo& info, onnx::V
   auto* shape = tt->mutable_shape();
   for (const Dim& d : *info.shape) {
     auto* pd = shape->add_dim();
-    if (d.known()) pd->set_dim_value(d.value);
-    else if (!d.symbol.empty()) pd->set_dim_param(d.symbol);
+    if (d.known())
+      pd->set_dim_value(d.value);
+    else if (!d.symbol.empty())
+      pd->set_dim_param(d.symbol);
   }
 }
 
 Attribute attribute_from_proto(const onnx::AttributeProto& a, const Ctx& c, const std::string& at) {
   const std::string here = at + ": attribute '" + a.name() + "'";
   switch (a.type()) {
-    case onnx::AttributeProto::FLOAT: return Attribute::of_float(a.f());
-    case onnx::AttributeProto::INT: return Attribute::of_int(a.i());
-    case onnx::AttributeProto::STRING: return Attribute::of_string(a.s());
-    case onnx::AttributeProto::TENSOR: return Attribute::of_tensor(tensor_from_proto(a.t(), c, here));
-    case onnx::AttributeProto::FLOATS: return Attribute::of_floats({a.floats().begin(), a.floats().end()});
-    case onnx::AttributeProto::INTS: return Attribute::of_ints({a.ints().begin(), a.ints().end()});
+    case onnx::AttributeProto::FLOAT:
+      return Attribute::of_float(a.f());
+    case onnx::AttributeProto::INT:
+      return Attribute::of_int(a.i());
+    case onnx::AttributeProto::STRING:
+      return Attribute::of_string(a.s());
+    case onnx::AttributeProto::TENSOR:
+      return Attribute::of_tensor(tensor_from_proto(a.t(), c, here));
+    case onnx::AttributeProto::FLOATS:
+      return Attribute::of_floats({a.floats().begin(), a.floats().end()});
+    case onnx::AttributeProto::INTS:
+      return Attribute::of_ints({a.ints().begin(), a.ints().end()});
     case onnx::AttributeProto::STRINGS: {
       Attribute r;
       r.kind = Attribute::Kind::Strings;
       r.strings.assign(a.strings().begin(), a.strings().end());
       return r;
     }
-    case onnx::AttributeProto::GRAPH: case onnx::AttributeProto::GRAPHS:
+    case onnx::AttributeProto::GRAPH:
+    case onnx::AttributeProto::GRAPHS:
       throw_unsupported(here, "subgraph attributes (If, Loop, Scan) are not supported");
     default:
       if (!a.ref_attr_name().empty()) throw_unsupported(here, "attribute references are only valid inside functions");
@@ -290,10 +316,22 @@ Attribute attribute_from_proto(const onnx::AttributeProto& a, const Ctx& c, cons
 void attribute_to_proto(const std::string& name, const Attribute& a, onnx::AttributeProto* p) {
   p->set_name(name);
   switch (a.kind) {
-    case Attribute::Kind::Float: p->set_type(onnx::AttributeProto::FLOAT); p->set_f(a.f); break;
-    case Attribute::Kind::Int: p->set_type(onnx::AttributeProto::INT); p->set_i(a.i); break;
-    case Attribute::Kind::String: p->set_type(onnx::AttributeProto::STRING); p->set_s(a.s); break;
-    case Attribute::Kind::Tensor: p->set_type(onnx::AttributeProto::TENSOR); tensor_to_proto(a.t, "", p->mutable_t()); break;
+    case Attribute::Kind::Float:
+      p->set_type(onnx::AttributeProto::FLOAT);
+      p->set_f(a.f);
+      break;
+    case Attribute::Kind::Int:
+      p->set_type(onnx::AttributeProto::INT);
+      p->set_i(a.i);
+      break;
+    case Attribute::Kind::String:
+      p->set_type(onnx::AttributeProto::STRING);
+      p->set_s(a.s);
+      break;
+    case Attribute::Kind::Tensor:
+      p->set_type(onnx::AttributeProto::TENSOR);
+      tensor_to_proto(a.t, "", p->mutable_t());
+      break;
     case Attribute::Kind::Floats:
       p->set_type(onnx::AttributeProto::FLOATS);
       for (float f : a.floats) p->add_floats(f);
@@ -328,8 +366,7 @@ Graph parse_onnx_bytes(const std::string& bytes, const std::string& where, const
   if (bytes.empty()) throw_bad_input(where, "file is empty, not an ONNX model");
   onnx::ModelProto m;
   parse_proto(m, bytes, where, "ONNX model");
-  if (!m.has_ir_version() || !m.has_graph())
-    throw_bad_input(where, "is not an ONNX model (no ir_version or no graph)");
+  if (!m.has_ir_version() || !m.has_graph()) throw_bad_input(where, "is not an ONNX model (no ir_version or no graph)");
   if (m.ir_version() < 3 || m.ir_version() > 10)
     throw_unsupported(where, "ONNX IR version " + std::to_string(m.ir_version()) + " is not supported (3..10)");
   const onnx::GraphProto& gp = m.graph();
@@ -346,7 +383,8 @@ Graph parse_onnx_bytes(const std::string& bytes, const std::string& where, const
   g.doc_string = gp.doc_string();
   for (const auto& kv : m.metadata_props()) g.metadata.emplace_back(kv.key(), kv.value());
   for (const auto& op : m.opset_import()) {
-    if (op.version() < 1) throw_bad_input(where, "opset_import for '" + op.domain() + "' has version " + std::to_string(op.version()));
+    if (op.version() < 1)
+      throw_bad_input(where, "opset_import for '" + op.domain() + "' has version " + std::to_string(op.version()));
     g.opsets[canonical_domain(op.domain())] = op.version();
   }
 
@@ -403,8 +441,10 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& where, cons
   parse_proto(m, bytes, where, "ONNX model");
   Ctx c{where, base_dir, &limits, bytes.size()};
   std::unordered_map<std::string, ValueInfo> declared;
-  for (const auto& v : m.graph().output()) declared[v.name()] = value_info_from_proto(v, c, where + ": graph output '" + v.name() + "'");
-  for (const auto& v : m.graph().value_info()) declared[v.name()] = value_info_from_proto(v, c, where + ": value_info '" + v.name() + "'");
+  for (const auto& v : m.graph().output())
+    declared[v.name()] = value_info_from_proto(v, c, where + ": graph output '" + v.name() + "'");
+  for (const auto& v : m.graph().value_info())
+    declared[v.name()] = value_info_from_proto(v, c, where + ": value_info '" + v.name() + "'");
   validate_graph(g, reg, where);
   g.sort_topologically();
   infer_shapes(g, reg, where, declared);

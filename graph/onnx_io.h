@@ -19,9 +19,9 @@
 namespace trainrt {
 
 struct ImportLimits {
-  uint64_t max_file_bytes = 8ull << 30;        // the .onnx file itself
-  uint64_t max_tensor_bytes = 8ull << 30;      // one initializer (inline or external)
-  int64_t max_dim = int64_t{1} << 32;          // one dimension
+  uint64_t max_file_bytes = 8ull << 30;    // the .onnx file itself
+  uint64_t max_tensor_bytes = 8ull << 30;  // one initializer (inline or external)
+  int64_t max_dim = int64_t{1} << 32;      // one dimension
   int64_t max_rank = 8;
   uint64_t max_nodes = 1u << 20;
 };

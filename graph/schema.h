@@ -29,7 +29,7 @@ class InferContext {
   const Graph& graph() const { return graph_; }
   size_t input_count() const { return node_.input_count(); }
   bool has_input(size_t i) const { return node_.has_input(i); }
-  const ValueInfo& input(size_t i) const;        // type of input i (must be present)
+  const ValueInfo& input(size_t i) const;  // type of input i (must be present)
   // Constant value of input i when it is an initializer or a Constant node output.
   const Tensor* input_constant(size_t i) const;
   // Rank of input i; fails if unknown.

@@ -11,37 +11,65 @@ namespace trainrt {
 
 size_t dtype_size(DataType t) {
   switch (t) {
-    case DataType::Float32: case DataType::Int32: case DataType::UInt32: return 4;
-    case DataType::Float64: case DataType::Int64: case DataType::UInt64: return 8;
-    case DataType::Float16: case DataType::BFloat16: case DataType::Int16: case DataType::UInt16: return 2;
-    case DataType::Int8: case DataType::UInt8: case DataType::Bool: return 1;
-    default: return 0;
+    case DataType::Float32:
+    case DataType::Int32:
+    case DataType::UInt32:
+      return 4;
+    case DataType::Float64:
+    case DataType::Int64:
+    case DataType::UInt64:
+      return 8;
+    case DataType::Float16:
+    case DataType::BFloat16:
+    case DataType::Int16:
+    case DataType::UInt16:
+      return 2;
+    case DataType::Int8:
+    case DataType::UInt8:
+    case DataType::Bool:
+      return 1;
+    default:
+      return 0;
   }
 }
 
 const char* dtype_name(DataType t) {
   switch (t) {
-    case DataType::Float32: return "float32";
-    case DataType::Float64: return "float64";
-    case DataType::Float16: return "float16";
-    case DataType::BFloat16: return "bfloat16";
-    case DataType::Int8: return "int8";
-    case DataType::UInt8: return "uint8";
-    case DataType::Int16: return "int16";
-    case DataType::UInt16: return "uint16";
-    case DataType::Int32: return "int32";
-    case DataType::UInt32: return "uint32";
-    case DataType::Int64: return "int64";
-    case DataType::UInt64: return "uint64";
-    case DataType::Bool: return "bool";
-    case DataType::String: return "string";
-    default: return "undefined";
+    case DataType::Float32:
+      return "float32";
+    case DataType::Float64:
+      return "float64";
+    case DataType::Float16:
+      return "float16";
+    case DataType::BFloat16:
+      return "bfloat16";
+    case DataType::Int8:
+      return "int8";
+    case DataType::UInt8:
+      return "uint8";
+    case DataType::Int16:
+      return "int16";
+    case DataType::UInt16:
+      return "uint16";
+    case DataType::Int32:
+      return "int32";
+    case DataType::UInt32:
+      return "uint32";
+    case DataType::Int64:
+      return "int64";
+    case DataType::UInt64:
+      return "uint64";
+    case DataType::Bool:
+      return "bool";
+    case DataType::String:
+      return "string";
+    default:
+      return "undefined";
   }
 }
 
 bool dtype_is_float(DataType t) {
-  return t == DataType::Float32 || t == DataType::Float64 || t == DataType::Float16 ||
-         t == DataType::BFloat16;
+  return t == DataType::Float32 || t == DataType::Float64 || t == DataType::Float16 || t == DataType::BFloat16;
 }
 
 bool dtype_is_supported(DataType t) { return dtype_size(t) != 0; }
@@ -90,39 +118,80 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
 
 double Tensor::get_as_double(int64_t i) const {
   switch (dtype_) {
-    case DataType::Float32: return data<float>()[i];
-    case DataType::Float64: return data<double>()[i];
-    case DataType::Float16: return half_to_float(data<uint16_t>()[i]);
-    case DataType::BFloat16: return bfloat16_to_float(data<uint16_t>()[i]);
-    case DataType::Int8: return data<int8_t>()[i];
-    case DataType::UInt8: return data<uint8_t>()[i];
-    case DataType::Int16: return data<int16_t>()[i];
-    case DataType::UInt16: return data<uint16_t>()[i];
-    case DataType::Int32: return data<int32_t>()[i];
-    case DataType::UInt32: return data<uint32_t>()[i];
-    case DataType::Int64: return static_cast<double>(data<int64_t>()[i]);
-    case DataType::UInt64: return static_cast<double>(data<uint64_t>()[i]);
-    case DataType::Bool: return data<uint8_t>()[i] ? 1.0 : 0.0;
-    default: throw_internal("Tensor::get_as_double", std::string("dtype ") + dtype_name(dtype_));
+    case DataType::Float32:
+      return data<float>()[i];
+    case DataType::Float64:
+      return data<double>()[i];
+    case DataType::Float16:
+      return half_to_float(data<uint16_t>()[i]);
+    case DataType::BFloat16:
+      return bfloat16_to_float(data<uint16_t>()[i]);
+    case DataType::Int8:
+      return data<int8_t>()[i];
+    case DataType::UInt8:
+      return data<uint8_t>()[i];
+    case DataType::Int16:
+      return data<int16_t>()[i];
+    case DataType::UInt16:
+      return data<uint16_t>()[i];
+    case DataType::Int32:
+      return data<int32_t>()[i];
+    case DataType::UInt32:
+      return data<uint32_t>()[i];
+    case DataType::Int64:
+      return static_cast<double>(data<int64_t>()[i]);
+    case DataType::UInt64:
+      return static_cast<double>(data<uint64_t>()[i]);
+    case DataType::Bool:
+      return data<uint8_t>()[i] ? 1.0 : 0.0;
+    default:
+      throw_internal("Tensor::get_as_double", std::string("dtype ") + dtype_name(dtype_));
   }
 }
 
 void Tensor::set_from_double(int64_t i, double v) {
   switch (dtype_) {
-    case DataType::Float32: data<float>()[i] = static_cast<float>(v); break;
-    case DataType::Float64: data<double>()[i] = v; break;
-    case DataType::Float16: data<uint16_t>()[i] = float_to_half(static_cast<float>(v)); break;
-    case DataType::BFloat16: data<uint16_t>()[i] = float_to_bfloat16(static_cast<float>(v)); break;
-    case DataType::Int8: data<int8_t>()[i] = static_cast<int8_t>(v); break;
-    case DataType::UInt8: data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DataType::Int16: data<int16_t>()[i] = static_cast<int16_t>(v); break;
-    case DataType::UInt16: data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
-    case DataType::Int32: data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DataType::UInt32: data<uint32_t>()[i] = static_cast<uint32_t>(v); break;
-    case DataType::Int64: data<int64_t>()[i] = static_cast<int64_t>(v); break;
-    case DataType::UInt64: data<uint64_t>()[i] = static_cast<uint64_t>(v); break;
-    case DataType::Bool: data<uint8_t>()[i] = v != 0.0; break;
-    default: throw_internal("Tensor::set_from_double", std::string("dtype ") + dtype_name(dtype_));
+    case DataType::Float32:
+      data<float>()[i] = static_cast<float>(v);
+      break;
+    case DataType::Float64:
+      data<double>()[i] = v;
+      break;
+    case DataType::Float16:
+      data<uint16_t>()[i] = float_to_half(static_cast<float>(v));
+      break;
+    case DataType::BFloat16:
+      data<uint16_t>()[i] = float_to_bfloat16(static_cast<float>(v));
+      break;
+    case DataType::Int8:
+      data<int8_t>()[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::UInt8:
+      data<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::Int16:
+      data<int16_t>()[i] = static_cast<int16_t>(v);
+      break;
+    case DataType::UInt16:
+      data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+    case DataType::Int32:
+      data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::UInt32:
+      data<uint32_t>()[i] = static_cast<uint32_t>(v);
+      break;
+    case DataType::Int64:
+      data<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::UInt64:
+      data<uint64_t>()[i] = static_cast<uint64_t>(v);
+      break;
+    case DataType::Bool:
+      data<uint8_t>()[i] = v != 0.0;
+      break;
+    default:
+      throw_internal("Tensor::set_from_double", std::string("dtype ") + dtype_name(dtype_));
   }
 }
 
@@ -142,7 +211,10 @@ float half_to_float(uint16_t h) {
       bits = sign;
     } else {  // subnormal: renormalise
       int e = -1;
-      do { ++e; man <<= 1; } while ((man & 0x400u) == 0);
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
       bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
     }
   } else if (exp == 31) {
@@ -158,8 +230,8 @@ uint16_t float_to_half(float f) {
   uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow to inf after rounding
-  if (abs < 0x38800000u) {                          // subnormal or zero in half
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;        // overflow to inf after rounding
+  if (abs < 0x38800000u) {                              // subnormal or zero in half
     float v = std::bit_cast<float>(abs) * 16777216.0f;  // * 2^24
     return sign | static_cast<uint16_t>(std::nearbyint(v));
   }

@@ -36,12 +36,12 @@ enum class DataType : int32_t {
   BFloat16 = 16,
 };
 
-size_t dtype_size(DataType t);           // 0 for Undefined and String
-const char* dtype_name(DataType t);      // "float32", "int64", ...
-bool dtype_is_float(DataType t);         // float16/bfloat16/float32/float64
-bool dtype_is_supported(DataType t);     // every numeric type trainrt stores
+size_t dtype_size(DataType t);        // 0 for Undefined and String
+const char* dtype_name(DataType t);   // "float32", "int64", ...
+bool dtype_is_float(DataType t);      // float16/bfloat16/float32/float64
+bool dtype_is_supported(DataType t);  // every numeric type trainrt stores
 
-int64_t element_count(const std::vector<int64_t>& dims);  // 1 for a scalar
+int64_t element_count(const std::vector<int64_t>& dims);       // 1 for a scalar
 std::string dims_to_string(const std::vector<int64_t>& dims);  // "[2,3]"
 
 class Tensor {
@@ -58,8 +58,14 @@ class Tensor {
 
   std::byte* raw() { return buffer_.get(); }
   const std::byte* raw() const { return buffer_.get(); }
-  template <typename T> T* data() { return reinterpret_cast<T*>(buffer_.get()); }
-  template <typename T> const T* data() const { return reinterpret_cast<const T*>(buffer_.get()); }
+  template <typename T>
+  T* data() {
+    return reinterpret_cast<T*>(buffer_.get());
+  }
+  template <typename T>
+  const T* data() const {
+    return reinterpret_cast<const T*>(buffer_.get());
+  }
 
   Tensor clone() const;
   // Same buffer, new dims with the same element count (Reshape, Flatten).

@@ -102,8 +102,8 @@ void print_help(const CommandSpec& spec) {
   std::printf("usage: %s\n\n%s\n\noptions:\n", spec.usage.c_str(), spec.summary.c_str());
   for (const Flag& f : spec.flags) {
     std::string left = "  --" + f.name + (f.kind == Flag::Switch ? "" : " VALUE");
-    std::printf("%-30s %s%s%s\n", left.c_str(), f.help.c_str(), f.fallback.empty() ? "" : " (default: ",
-                f.fallback.empty() ? "" : (f.fallback + ")").c_str());
+    std::printf("%-30s %s%s%s\n", left.c_str(), f.help.c_str(),
+                f.fallback.empty() ? "" : " (default: ", f.fallback.empty() ? "" : (f.fallback + ")").c_str());
   }
   std::printf("  %-28s %s\n", "--help", "show this help");
 }

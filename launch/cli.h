@@ -19,8 +19,8 @@ namespace trainrt {
 
 struct Flag {
   enum Kind { Value, Switch, Repeat };
-  std::string name;       // without the leading --
-  std::string fallback;   // default value shown in --help ("" = none)
+  std::string name;      // without the leading --
+  std::string fallback;  // default value shown in --help ("" = none)
   std::string help;
   Kind kind = Value;
 };

@@ -4,11 +4,11 @@
 #include <set>
 #include <sstream>
 
+#include "autodiff/training_graph.h"
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
 #include "launch/cli.h"
-#include "autodiff/training_graph.h"
 #include "launch/commands.h"
 #include "ops/register_all.h"
 
@@ -35,12 +35,14 @@ const CommandSpec kSpec{
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
     else if (static_cast<unsigned char>(c) < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
-    } else out += c;
+    } else
+      out += c;
   }
   return out;
 }
@@ -123,7 +125,8 @@ void inspect_training(const Graph& g, const Args& a) {
   }
   int64_t saved_bytes = 0, state_bytes = 0;
   for (const std::string& v : saved) saved_bytes += bytes_of(v);
-  for (const std::string& s : t.optimizer_state) state_bytes += static_cast<int64_t>(t.graph.initializers.at(s).nbytes());
+  for (const std::string& s : t.optimizer_state)
+    state_bytes += static_cast<int64_t>(t.graph.initializers.at(s).nbytes());
   std::printf("forward nodes: %zu, backward nodes: %zu, optimizer nodes: %zu\n", t.forward_nodes, backward, optimizer);
   std::printf("saved activations for backward: %zu values, %lld bytes per sample (%.2f MiB)\n", saved.size(),
               static_cast<long long>(saved_bytes), static_cast<double>(saved_bytes) / (1 << 20));
@@ -137,11 +140,13 @@ int cmd_inspect(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
   const std::string path = a.positional[0];
-  if (a.on("json") && a.on("training")) throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
+  if (a.on("json") && a.on("training"))
+    throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
   const Registry& reg = registry();
   ImportLimits limits;
   std::string bytes = read_file_bytes(path, limits.max_file_bytes);
-  std::string dir = std::filesystem::path(path).has_parent_path() ? std::filesystem::path(path).parent_path().string() : ".";
+  std::string dir =
+      std::filesystem::path(path).has_parent_path() ? std::filesystem::path(path).parent_path().string() : ".";
   Graph g = parse_onnx_bytes(bytes, path, dir, limits);
 
   std::vector<std::string> unsupported;

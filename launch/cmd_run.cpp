@@ -13,17 +13,16 @@
 namespace trainrt {
 
 namespace {
-const CommandSpec kSpec{
-    "run",
-    "trainrt run MODEL.onnx --input NAME=FILE.pb [--input ...] --output-dir DIR [options]",
-    "Run inference on inputs stored as ONNX TensorProto files and write each graph output\n"
-    "as DIR/output_K.pb (K in graph-output order).",
-    {{"input", "", "NAME=FILE.pb, one per graph input", Flag::Repeat},
-     {"output-dir", "", "folder for output_K.pb files (created if missing)"},
-     {"backend", "cpu", "reference or cpu"},
-     {"threads", "0", "threads for the cpu backend (0 = all cores)"}},
-    1,
-    1};
+const CommandSpec kSpec{"run",
+                        "trainrt run MODEL.onnx --input NAME=FILE.pb [--input ...] --output-dir DIR [options]",
+                        "Run inference on inputs stored as ONNX TensorProto files and write each graph output\n"
+                        "as DIR/output_K.pb (K in graph-output order).",
+                        {{"input", "", "NAME=FILE.pb, one per graph input", Flag::Repeat},
+                         {"output-dir", "", "folder for output_K.pb files (created if missing)"},
+                         {"backend", "cpu", "reference or cpu"},
+                         {"threads", "0", "threads for the cpu backend (0 = all cores)"}},
+                        1,
+                        1};
 }  // namespace
 
 int cmd_run(const Argv& argv) {
@@ -46,11 +45,20 @@ int cmd_run(const Argv& argv) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw_bad_input(dir, "cannot create the output folder: " + ec.message());
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    std::string file = (std::filesystem::path(dir) / ("output_" + std::to_string(k) + ".pb")).string();
-    write_tensor_file(out.at(g.outputs[k]), file, g.outputs[k]);
-    std::printf("%s: %s %s\n", file.c_str(), g.outputs[k].c_str(), dims_to_string(out.at(g.outputs[k]).dims()).c_str());
+  // All outputs or none: a failure part-way removes the files this run wrote.
+  std::vector<std::string> written;
+  try {
+    for (size_t k = 0; k < g.outputs.size(); ++k) {
+      std::string file = (std::filesystem::path(dir) / ("output_" + std::to_string(k) + ".pb")).string();
+      write_tensor_file(out.at(g.outputs[k]), file, g.outputs[k]);
+      written.push_back(file);
+    }
+  } catch (...) {
+    for (const std::string& f : written) std::filesystem::remove(f, ec);
+    throw;
   }
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    std::printf("%s: %s %s\n", written[k].c_str(), g.outputs[k].c_str(), dims_to_string(out.at(g.outputs[k]).dims()).c_str());
   return 0;
 }
 

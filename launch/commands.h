@@ -13,6 +13,8 @@ using Argv = std::vector<std::string>;
 int cmd_inspect(const Argv& args);
 int cmd_run(const Argv& args);
 int cmd_model(const Argv& args);
+int cmd_train(const Argv& args);
+int cmd_evaluate(const Argv& args);
 
 // `trainrt --version`: version and every library compiled in.
 std::string version_report();

@@ -1,8 +1,8 @@
 #include <google/protobuf/stubs/common.h>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <oneapi/tbb/version.h>
 #include <onnx/common/version.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
 #include "launch/commands.h"
@@ -22,7 +22,11 @@ std::string version_report() {
   r += "  onnx       " + std::string(ONNX_NAMESPACE::LAST_RELEASE_VERSION) + "\n";
   r += "  protobuf   " + google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION) + "\n";
   r += "  oneDNN     " + std::to_string(d->major) + "." + std::to_string(d->minor) + "." + std::to_string(d->patch) +
-       " (cpu runtime " + (d->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : d->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB" : "other") + ")\n";
+       " (cpu runtime " +
+       (d->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+        : d->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
+                                             : "other") +
+       ")\n";
   r += "  oneTBB     " + std::string(TBB_VERSION_STRING) + "\n";
 #ifdef TRAINRT_HAVE_MPI
   r += "  MPI        " + std::to_string(MPI_VERSION) + "." + std::to_string(MPI_SUBVERSION);

@@ -50,8 +50,10 @@ std::vector<std::string> backend_names() {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
   std::unique_ptr<Backend> b;
-  if (name == "reference") b = std::make_unique<ReferenceBackend>();
-  else if (name == "cpu") b = std::make_unique<CpuBackend>();
+  if (name == "reference")
+    b = std::make_unique<ReferenceBackend>();
+  else if (name == "cpu")
+    b = std::make_unique<CpuBackend>();
   else if (name == "cuda") {
 #ifdef TRAINRT_HAVE_CUDA
     throw_unsupported("--backend cuda", "the CUDA backend has no kernels yet in this build");

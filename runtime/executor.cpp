@@ -16,15 +16,15 @@ Graph specialize(const Graph& g, const TensorMap& feeds) {
     const Tensor& t = it->second;
     const ValueInfo& want = g.info(in);
     if (t.dtype() != want.dtype)
-      throw_bad_input("input '" + in + "'", std::string("expected ") + dtype_name(want.dtype) + ", got " +
-                                                dtype_name(t.dtype()));
+      throw_bad_input("input '" + in + "'",
+                      std::string("expected ") + dtype_name(want.dtype) + ", got " + dtype_name(t.dtype()));
     if (want.shape) {
       bool ok = want.shape->size() == t.dims().size();
       for (size_t i = 0; ok && i < t.dims().size(); ++i)
         ok = !(*want.shape)[i].known() || (*want.shape)[i].value == t.dims()[i];
       if (!ok)
-        throw_bad_input("input '" + in + "'", "expected shape " + shape_to_string(*want.shape) + ", got " +
-                                                  dims_to_string(t.dims()));
+        throw_bad_input("input '" + in + "'",
+                        "expected shape " + shape_to_string(*want.shape) + ", got " + dims_to_string(t.dims()));
     }
     s.values[in] = ValueInfo{t.dtype(), shape_of(t.dims())};
   }

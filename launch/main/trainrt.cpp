@@ -19,6 +19,8 @@ const Command kCommands[] = {
     {"inspect", trainrt::cmd_inspect, "print a model's nodes, shapes, parameters and FLOPs"},
     {"run", trainrt::cmd_run, "run inference on TensorProto inputs, write TensorProto outputs"},
     {"model", trainrt::cmd_model, "write a built-in model (the Wide ResNet) as ONNX"},
+    {"train", trainrt::cmd_train, "train a model on Fashion-MNIST / CIFAR and export it"},
+    {"evaluate", trainrt::cmd_evaluate, "test loss and accuracy of a model on a dataset"},
 };
 
 void usage(FILE* to) {
@@ -40,8 +42,7 @@ int main(int argc, char** argv) {
     }
     for (const Command& c : kCommands)
       if (cmd == c.name) return c.run(trainrt::Argv(argv + 2, argv + argc));
-    std::fprintf(stderr, "trainrt: error: unknown command '%s'\n", cmd.c_str());
-    usage(stderr);
+    std::fprintf(stderr, "trainrt: error: unknown command '%s' (see trainrt --help)\n", cmd.c_str());
     return 2;
   } catch (const trainrt::Error& e) {
     std::fprintf(stderr, "trainrt: error: %s\n", e.what());

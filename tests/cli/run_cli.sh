@@ -146,7 +146,7 @@ expect_bad "non-existent input file" "$tmp/missing.pb: cannot open" \
   "$relu" --input "x=$tmp/missing.pb" --output-dir "$tmp/bad"
 expect_bad "file that is not a TensorProto" "x_text.pb: is not a valid ONNX TensorProto" \
   "$relu" --input "x=$tmp/x_text.pb" --output-dir "$tmp/bad"
-expect_bad "a model given as an input tensor" "model.onnx: .*(not supported|not a valid)" \
+expect_bad "a model given as an input tensor" "model.onnx: .*(not supported|not a valid|no data_type)" \
   "$relu" --input "x=$relu" --output-dir "$tmp/bad"
 expect_bad "unknown flag" "unknown flag --bogus" \
   "$relu" --input "x=$x" --output-dir "$tmp/bad" --bogus 1
@@ -168,14 +168,7 @@ rc=0
   >"$tmp/stdout" 2>"$tmp/stderr" || rc=$?
 [ "$rc" -eq 2 ] || fail "unwritable output_1.pb: exit code $rc, expected 2 ($(cat "$tmp/stderr"))"
 grep -q "output_1.pb" "$tmp/stderr" || fail "unwritable output_1.pb: stderr does not name it: $(cat "$tmp/stderr")"
-# Known bug: launch/cmd_run.cpp writes output_K.pb one at a time, so output_0.pb
-# stays behind. Reported as XFAIL; once fixed this says XPASS and fails: then
-# turn it into a plain `fail` check.
-if [ -e "$tmp/bad/output_0.pb" ]; then
-  echo "XFAIL: unwritable output_1.pb: output_0.pb was left behind (known: trainrt run writes outputs one by one)"
-else
-  fail "XPASS: unwritable output_1.pb no longer leaves output_0.pb behind: make this check strict in run_cli.sh"
-fi
+[ -e "$tmp/bad/output_0.pb" ] && fail "unwritable output_1.pb: output_0.pb was left behind"
 
 if [ "$fails" -ne 0 ]; then
   echo "run_cli.sh: $fails check(s) failed"

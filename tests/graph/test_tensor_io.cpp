@@ -215,11 +215,8 @@ TEST_CASE("typed fields: uint64_data holds uint32 and uint64") {
   CHECK(t64.data<uint64_t>()[1] == uint64_t{1} << 53);
 }
 
-// Known bug (graph/onnx_io.cpp, tensor_from_proto): uint64_data goes through
-// set_from_double, so values above 2^53 lose their low bits. should_fail: this
-// case reports a failure once the importer copies the integers exactly; then
-// drop the decorator.
-TEST_CASE("typed fields: uint64_data above 2^53 is exact" * doctest::should_fail()) {
+// uint64_data is copied exactly, never through a double.
+TEST_CASE("typed fields: uint64_data above 2^53 is exact") {
   TempDir dir;
   onnx::TensorProto u64 = proto(DataType::UInt64, {2});
   u64.add_uint64_data((uint64_t{1} << 53) + 1);

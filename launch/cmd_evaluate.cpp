@@ -1,0 +1,49 @@
+// `trainrt evaluate MODEL.onnx --dataset ...`: test loss and accuracy of any model
+// whose one input takes the dataset's images and whose output is [N,classes] logits.
+#include <cstdio>
+
+#include "graph/error.h"
+#include "graph/onnx_io.h"
+#include "launch/cli.h"
+#include "launch/commands.h"
+#include "launch/train_util.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+
+namespace {
+const CommandSpec kSpec{"evaluate",
+                        "trainrt evaluate MODEL.onnx --dataset fashion-mnist|mnist|cifar10|cifar100 [options]",
+                        "Print the test-set loss (mean cross-entropy per batch) and accuracy of a model.",
+                        {{"dataset", "fashion-mnist", "fashion-mnist, mnist, cifar10 or cifar100"},
+                         {"data-dir", "", "dataset folder (default: Debian's /usr/share/datasets/fashion-mnist)"},
+                         {"batch-size", "128", "images per forward pass"},
+                         {"limit", "0", "use only the first N test images (0 = all)"},
+                         {"backend", "cpu", "cpu or reference"},
+                         {"threads", "0", "CPU threads (0 = all cores)"}},
+                        1,
+                        1};
+}  // namespace
+
+int cmd_evaluate(const Argv& argv) {
+  Args a = parse_args(kSpec, argv);
+  if (a.help) return print_help(kSpec), 0;
+  const int64_t batch = a.integer("batch-size"), limit = a.integer("limit"), threads = a.integer("threads");
+  if (batch <= 0) throw_bad_input("--batch-size", "must be > 0");
+  if (limit < 0) throw_bad_input("--limit", "must be >= 0");
+  configure_threads(static_cast<int>(threads));
+  auto backend = make_backend(a.str("backend"), static_cast<int>(threads));
+  DatasetOptions o;
+  o.name = a.str("dataset");
+  o.data_dir = a.str("data-dir");
+  o.train = false;
+  o.limit = limit;
+  Dataset test = load_dataset(o);
+  Graph g = import_onnx_file(a.positional[0], registry().schemas);
+  Evaluation e = evaluate(g, model_io(g, test, a.positional[0]), test, batch, *backend);
+  std::printf("Test Loss = %5.3f, Test Accuracy = %5.3f (%lld images)\n", e.loss, e.accuracy,
+              static_cast<long long>(e.images));
+  return 0;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,117 @@
+#include "launch/train_util.h"
+
+#include <oneapi/tbb/global_control.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numbers>
+
+#include "graph/error.h"
+#include "launch/pipeline.h"
+#include "runtime/executor.h"
+
+namespace trainrt {
+
+ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
+  if (g.inputs.size() != 1)
+    throw_bad_input(where, "expected one graph input (the images), the model has " + std::to_string(g.inputs.size()));
+  if (g.outputs.empty()) throw_bad_input(where, "the model has no outputs");
+  ModelIo io{g.inputs[0], g.outputs[0]};
+  const ValueInfo& in = g.info(io.input);
+  Shape want{Dim::sym("N"), Dim::of(d.channels()), Dim::of(d.height()), Dim::of(d.width())};
+  bool ok = in.dtype == DataType::Float32 && in.shape && in.shape->size() == 4;
+  for (size_t i = 1; ok && i < 4; ++i) ok = !(*in.shape)[i].known() || (*in.shape)[i].value == want[i].value;
+  if (!ok)
+    throw_bad_input(where, "input '" + io.input + "' is " + dtype_name(in.dtype) +
+                               shape_to_string(in.shape.value_or(Shape{})) + " but " + d.name + " images are float32" +
+                               shape_to_string(want));
+  const ValueInfo& out = g.info(io.logits);
+  if (!out.shape || out.shape->size() != 2 || ((*out.shape)[1].known() && (*out.shape)[1].value != d.classes))
+    throw_bad_input(where, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) +
+                               " but " + d.name + " has " + std::to_string(d.classes) + " classes: expected [N," +
+                               std::to_string(d.classes) + "]");
+  return io;
+}
+
+Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b) {
+  BatchStream stream(d, eval_options(batch_size));
+  Evaluation e;
+  int64_t correct = 0, batches = 0;
+  while (auto batch = stream.next()) {
+    TensorMap out = run_graph(g, {{io.input, batch->images}}, b);
+    const Tensor& logits = out.at(io.logits);
+    const int64_t n = logits.dims()[0], c = logits.dims()[1];
+    const float* z = logits.data<float>();
+    double loss = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = z + i * c;
+      int64_t best = 0;
+      double mx = row[0];
+      for (int64_t k = 1; k < c; ++k)
+        if (row[k] > mx) mx = row[best = k];
+      double sum = 0;
+      for (int64_t k = 0; k < c; ++k) sum += std::exp(row[k] - mx);
+      const int64_t y = batch->labels.data<int64_t>()[i];
+      loss += std::log(sum) + mx - row[y];  // -log softmax(z)_y
+      correct += best == y;
+    }
+    e.loss += loss / static_cast<double>(n);
+    e.images += n;
+    ++batches;
+  }
+  if (batches) e.loss /= static_cast<double>(batches);
+  e.accuracy = e.images ? static_cast<double>(correct) / static_cast<double>(e.images) : 0.0;
+  return e;
+}
+
+double LrSchedule::at(int64_t epoch, int64_t step, int64_t steps_per_epoch) const {
+  const double progress = static_cast<double>(epoch) + static_cast<double>(step) / std::max<int64_t>(1, steps_per_epoch);
+  double lr = base_lr;
+  if (kind == "step") lr = base_lr * std::pow(0.1, static_cast<double>(epoch / std::max<int64_t>(1, step_epochs)));
+  if (kind == "cosine") lr = 0.5 * base_lr * (1.0 + std::cos(std::numbers::pi * progress / static_cast<double>(epochs)));
+  if (warmup_epochs > 0 && progress < warmup_epochs) lr *= (progress + 1.0 / std::max<int64_t>(1, steps_per_epoch)) / warmup_epochs;
+  return lr;
+}
+
+void configure_threads(int threads) {
+  if (threads <= 0) return;
+  // oneDNN here is built on OpenMP: its pool size is read from the environment
+  // when the first parallel region starts, which has not happened yet.
+  ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  static std::unique_ptr<tbb::global_control> tbb_limit;
+  tbb_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                    static_cast<size_t>(threads));
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) throw_bad_input("--metrics " + path, std::string("cannot open for writing: ") + std::strerror(errno));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double lr) {
+  if (!f_) return;
+  std::fprintf(f_, "{\"kind\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g}\n",
+               static_cast<long long>(step), static_cast<long long>(epoch), loss, lr);
+  std::fflush(f_);
+}
+
+void MetricsWriter::epoch(int64_t epoch, double epoch_time, double train_loss, double val_loss, double val_accuracy,
+                          double images_per_sec, double cumulative_time, double lr) {
+  if (!f_) return;
+  std::fprintf(f_,
+               "{\"kind\":\"epoch\",\"epoch\":%lld,\"epoch_time\":%.4f,\"train_loss\":%.6g,\"val_loss\":%.6g,"
+               "\"val_accuracy\":%.6g,\"images_per_sec\":%.4f,\"cumulative_time\":%.4f,\"lr\":%.6g}\n",
+               static_cast<long long>(epoch), epoch_time, train_loss, val_loss, val_accuracy, images_per_sec,
+               cumulative_time, lr);
+  std::fflush(f_);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,62 @@
+// Pieces of the training job shared by `train` and `evaluate`.
+//
+//   ModelIo io = model_io(graph, dataset, "m.onnx");   // input/output names, checked against the data
+//   Evaluation e = evaluate(graph, io, test, 128, *backend);   // mean loss per batch, accuracy
+//   LrSchedule s{...};  double lr = s.at(epoch, step, steps_per_epoch);
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "launch/dataset.h"
+#include "runtime/backend.h"
+
+namespace trainrt {
+
+struct ModelIo {
+  std::string input;   // the image input [N,C,H,W]
+  std::string logits;  // [N,classes]
+};
+// The model must take one float input shaped like the dataset's images and give
+// [N,classes] logits with the dataset's class count; BadInput naming both otherwise.
+ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where);
+
+struct Evaluation {
+  double loss = 0;      // mean over batches of the batch-mean cross-entropy (the seed's v_loss)
+  double accuracy = 0;  // correct / total
+  int64_t images = 0;
+};
+Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b);
+
+struct LrSchedule {
+  std::string kind = "constant";  // constant | step | cosine
+  double base_lr = 0.01;
+  int64_t step_epochs = 30;       // step: x0.1 every step_epochs
+  double warmup_epochs = 0;       // linear ramp from 0 over the first warmup epochs
+  int64_t epochs = 1;             // cosine: period
+  double at(int64_t epoch, int64_t step, int64_t steps_per_epoch) const;
+};
+
+// Sets the thread count of oneDNN (OpenMP) and oneTBB; 0 keeps all cores.
+void configure_threads(int threads);
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One JSON object per line; "" disables it. Lines are flushed as written so a
+// plot can follow a running job.
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  void step(int64_t step, int64_t epoch, double loss, double lr);
+  void epoch(int64_t epoch, double epoch_time, double train_loss, double val_loss, double val_accuracy,
+             double images_per_sec, double cumulative_time, double lr);
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+}  // namespace trainrt

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `trainrt inspect` and the CLI's error contract: bad input -> exit 2 and exactly
+# one line on stderr that names the file; no crash, no partial output.
+set -uo pipefail
+trainrt=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect_error CODE PATTERN -- command...
+expect_error() {
+  local code=$1 pattern=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
+  grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
+}
+
+model=$tmp/wrn.onnx
+"$trainrt" model wrn --dataset fashion-mnist --widths 4,8,12,16 -o "$model" >/dev/null || fail "model wrn failed"
+if [ -f "$model" ]; then
+  "$trainrt" inspect "$model" >"$tmp/table" || fail "inspect exited $?"
+  grep -q "^parameters: " "$tmp/table" || fail "inspect lacks the parameters line"
+  grep -q "forward FLOPs per sample" "$tmp/table" || fail "inspect lacks FLOPs"
+  grep -q "unsupported ops: none" "$tmp/table" || fail "inspect reports unsupported ops: $(grep -A3 unsupported "$tmp/table")"
+  grep -Eq " Conv +\(float32\[N,1,28,28\]" "$tmp/table" || fail "inspect does not show the symbolic batch on the first Conv"
+  "$trainrt" inspect "$model" --json >"$tmp/json" || fail "inspect --json exited $?"
+  /usr/bin/python3 - "$tmp/json" "$tmp/table" <<'PY' || fail "inspect --json disagrees with the table"
+import json, sys
+j = json.load(open(sys.argv[1]))
+table = open(sys.argv[2]).read()
+params = int([l for l in table.splitlines() if l.startswith("parameters: ")][0].split()[1])
+assert j["parameters"] == params, (j["parameters"], params)
+assert j["flops_per_sample"] > 0
+assert j["unsupported"] == []
+assert len(j["nodes"]) == int(table.splitlines()[0].split(": ")[1].split()[0])
+PY
+  # A model with an op trainrt lacks: listed with its node name, exit 2.
+  /usr/bin/python3 - "$model" "$tmp/unsupported.onnx" <<'PY'
+import onnx, sys
+m = onnx.load(sys.argv[1])
+n = onnx.helper.make_node("Einsum", ["logits"], ["e"], name="my_einsum", equation="ij->ij")
+m.graph.node.append(n)
+m.graph.output[0].name = "e"
+onnx.save(m, sys.argv[2])
+PY
+  "$trainrt" inspect "$tmp/unsupported.onnx" >"$tmp/table2" 2>/dev/null
+  [ $? -eq 2 ] || fail "inspect of a model with an unsupported op should exit 2"
+  grep -q "'my_einsum' (Einsum)" "$tmp/table2" || fail "inspect does not list the unsupported node"
+  # A truncated model.
+  head -c 3000 "$model" >"$tmp/truncated.onnx"
+  expect_error 2 "truncated.onnx" -- "$trainrt" inspect "$tmp/truncated.onnx"
+fi
+
+printf 'not a model\n' >"$tmp/text.onnx"
+expect_error 2 "text.onnx" -- "$trainrt" inspect "$tmp/text.onnx"
+: >"$tmp/empty.onnx"
+expect_error 2 "empty" -- "$trainrt" inspect "$tmp/empty.onnx"
+expect_error 2 "nope.onnx" -- "$trainrt" inspect "$tmp/nope.onnx"
+expect_error 2 "unknown flag --frobnicate" -- "$trainrt" inspect "$tmp/x.onnx" --frobnicate
+expect_error 2 "usage" -- "$trainrt" inspect
+expect_error 2 "unknown command" -- "$trainrt" frobnicate
+"$trainrt" --version >"$tmp/version" || fail "--version exited $?"
+for lib in onnx oneDNN oneTBB MPI CUDA cuDNN cuBLASLt NCCL; do
+  grep -q "^  $lib " "$tmp/version" || fail "--version does not report $lib"
+done
+
+[ "$fails" -eq 0 ] && echo "inspect_cli: all checks passed"
+exit $((fails > 0))
