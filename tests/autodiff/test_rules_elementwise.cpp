@@ -26,11 +26,6 @@ namespace {
 
 constexpr double kTol = 1e-6;
 
-// The finite-difference tests end in ReduceMean, whose rule belongs to the loss
-// family (autodiff/rules_softmax_loss.cpp). Until it is registered they are
-// reported as skipped, and they run as soon as it is.
-const bool kNoLossRule = gradients().find("", "ReduceMean") == nullptr;
-
 std::vector<int64_t> random_dims(std::mt19937_64& rng, int min_rank = 1, int max_rank = 3) {
   std::uniform_int_distribution<int> rank(min_rank, max_rank), extent(1, 4);
   std::vector<int64_t> d(static_cast<size_t>(rank(rng)));
@@ -128,7 +123,7 @@ Tensor run_grad_op(const std::string& op, const TensorMap& feeds, std::vector<st
 
 // ---- finite differences, one rule at a time -------------------------------------
 
-TEST_CASE("gradcheck: Relu, LeakyRelu, Sigmoid, Tanh, Neg on random shapes" * doctest::skip(kNoLossRule)) {
+TEST_CASE("gradcheck: Relu, LeakyRelu, Sigmoid, Tanh, Neg on random shapes") {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 3; ++trial) {
     for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"}) {
@@ -143,7 +138,7 @@ TEST_CASE("gradcheck: Relu, LeakyRelu, Sigmoid, Tanh, Neg on random shapes" * do
   }
 }
 
-TEST_CASE("gradcheck: Add, Sub, Mul, Div with broadcasting and scalars" * doctest::skip(kNoLossRule)) {
+TEST_CASE("gradcheck: Add, Sub, Mul, Div with broadcasting and scalars") {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
       {{2, 3, 4}, {3, 1}},    {{3, 1}, {2, 3, 4}}, {{2, 3, 4}, {}},        {{}, {2, 3, 4}},
       {{2, 3, 4}, {2, 3, 4}}, {{4}, {2, 3, 1}},    {{1, 3, 1}, {2, 1, 4}}, {{}, {}}};
@@ -161,7 +156,7 @@ TEST_CASE("gradcheck: Add, Sub, Mul, Div with broadcasting and scalars" * doctes
   }
 }
 
-TEST_CASE("gradcheck: the same parameter on both sides of Mul and Div" * doctest::skip(kNoLossRule)) {
+TEST_CASE("gradcheck: the same parameter on both sides of Mul and Div") {
   for (const char* op : {"Mul", "Div", "Sub", "Add"}) {
     CAPTURE(op);
     GraphBuilder b;
@@ -170,7 +165,7 @@ TEST_CASE("gradcheck: the same parameter on both sides of Mul and Div" * doctest
   }
 }
 
-TEST_CASE("gradcheck: variadic Sum with broadcasting, Identity, float Cast" * doctest::skip(kNoLossRule)) {
+TEST_CASE("gradcheck: variadic Sum with broadcasting, Identity, float Cast") {
   {
     GraphBuilder b;
     check(b, b.node("Sum", {b.param("a", {2, 3, 4}), b.param("b", {3, 1}), b.param("c", {})}));
@@ -189,8 +184,7 @@ TEST_CASE("gradcheck: variadic Sum with broadcasting, Identity, float Cast" * do
   }
 }
 
-TEST_CASE("Cast float64 -> float32 -> float64: the gradient is cast back to each input's dtype" *
-          doctest::skip(kNoLossRule)) {
+TEST_CASE("Cast float64 -> float32 -> float64: the gradient is cast back to each input's dtype") {
   GraphBuilder b;
   const std::string p = b.param("p", {2, 3});
   const std::string f32 = b.node("Cast", {p}, {{"to", Attribute::of_int(int64_t(DataType::Float32))}});
@@ -211,7 +205,7 @@ TEST_CASE("Cast float64 -> float32 -> float64: the gradient is cast back to each
 
 // ---- fan-out, non-differentiable paths, Dropout -------------------------------
 
-TEST_CASE("a Relu read by two consumers gets the sum of both gradients" * doctest::skip(kNoLossRule)) {
+TEST_CASE("a Relu read by two consumers gets the sum of both gradients") {
   GraphBuilder b;
   const std::string h = b.node("Relu", {b.param("p", {3, 4})}, {}, "h");
   const std::string y1 = b.node("Sigmoid", {h});
@@ -244,8 +238,7 @@ TEST_CASE("a parameter reaching the loss only through Cast to int64 is a BadInpu
   CHECK(msg.find("-> Mul_0 (Mul) -> Cast_1 (Cast) -> Cast_2 (Cast)") != std::string::npos);
 }
 
-TEST_CASE("an integer Cast beside a float path contributes zero, the float path the gradient" *
-          doctest::skip(kNoLossRule)) {
+TEST_CASE("an integer Cast beside a float path contributes zero, the float path the gradient") {
   GraphBuilder b;
   const std::string p = b.param("p", {2, 3}, -3, 3);  // trunc steps at integers: far from the samples
   const std::string ints = b.node("Cast", {p}, {{"to", Attribute::of_int(int64_t(DataType::Int32))}});
@@ -253,8 +246,7 @@ TEST_CASE("an integer Cast beside a float path contributes zero, the float path 
   check(b, b.node("Mul", {back, b.node("Sigmoid", {p})}));
 }
 
-TEST_CASE("Dropout: the mask is exposed, fixed by the seed, and the gradient matches finite differences" *
-          doctest::skip(kNoLossRule)) {
+TEST_CASE("Dropout: the mask is exposed, fixed by the seed, and the gradient matches finite differences") {
   for (bool with_ratio : {false, true}) {
     CAPTURE(with_ratio);
     GraphBuilder b;
@@ -293,7 +285,7 @@ TEST_CASE("Dropout: the mask is exposed, fixed by the seed, and the gradient mat
   }
 }
 
-TEST_CASE("Dropout that already names its mask keeps it" * doctest::skip(kNoLossRule)) {
+TEST_CASE("Dropout that already names its mask keeps it") {
   GraphBuilder b;
   Node n = make_node("Dropout", {b.param("p", {3, 3})}, {"y", "my_mask"});
   n.name = "drop";
