@@ -1,7 +1,20 @@
+// The cpu backend's kernels: oneDNN primitives per op family (ops/*_dnnl.cpp).
+// Each family registers a kernel only for ops whose schema is registered, so this
+// runs after every register_<family>() (see register_all.cpp). Ops without a cpu
+// kernel use the reference one (Backend::fallback_ops, `trainrt inspect`).
+#include "ops/cpu_grad_kernels.h"
+#include "ops/dnnl_util.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
 
-void register_cpu_kernels(Registry& r) { (void)r; }
+void register_cpu_kernels(Registry& r) {
+  register_conv_dnnl(r);
+  register_pool_dnnl(r);
+  register_norm_dnnl(r);
+  register_gemm_dnnl(r);
+  register_eltwise_dnnl(r);
+  register_cpu_grad_kernels(r);
+}
 
 }  // namespace trainrt

@@ -1,0 +1,109 @@
+// BatchNormalization (fp32) on oneDNN's batch_normalization_forward.
+//
+//   x: N,C,spatial...   scale, B, input_mean, input_var: C   ->   Y: like x
+//   Y = (x - m) / sqrt(v + epsilon) * scale + B
+//
+// Semantics are the reference kernel's (ops/norm.cpp): the node trains when the
+// executor trains, training_mode = 1, or any output besides Y is requested. Then m, v
+// are the batch mean and biased variance (oneDNN's forward_training computes both)
+// and the running statistics are updated here, as oneDNN does not:
+//   running = input * momentum + current * (1 - momentum)
+// outputs 1/2 are the running mean/var, 3/4 (opset <= 13 form) the batch mean/var.
+// Inference uses use_global_stats with input_mean/input_var.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "graph/error.h"
+#include "ops/dnnl_util.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+
+struct NormPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, channel;
+};
+
+bool node_trains(const KernelContext& ctx) {
+  if (ctx.training || ctx.node.attr_int("training_mode", 0) == 1) return true;
+  for (size_t i = 1; i < ctx.node.outputs.size(); ++i)
+    if (ctx.node.has_output(i)) return true;
+  return false;
+}
+
+// x seen as N,C,S with S the product of the spatial dims (oneDNN's 3-D "ncw" case)
+// unless it already has 3..5 dims, which oneDNN takes as they are.
+std::vector<int64_t> data_dims(const Tensor& x) {
+  const std::vector<int64_t>& d = x.dims();
+  if (d.size() >= 3 && d.size() <= 5) return d;
+  int64_t s = 1;
+  for (size_t i = 2; i < d.size(); ++i) s *= d[i];
+  return {d[0], d[1], s};
+}
+
+void batchnorm_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  const bool training = node_trains(ctx);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  const float momentum = n.attr_float("momentum", 0.9f);
+  const int64_t channels = x.dims().at(1);
+  if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
+  std::vector<int64_t> dd = data_dims(x);
+  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps), [&] {
+    NormPlan p;
+    p.data = du::plain_desc(dd);
+    p.channel = du::plain_desc({channels});
+    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
+    try {
+      dnnl::batch_normalization_forward::desc d(
+          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, eps, flags);
+      p.prim = dnnl::batch_normalization_forward(
+          dnnl::batch_normalization_forward::primitive_desc(d, du::attr(), du::engine()));
+    } catch (const dnnl::error&) {
+      return du::reference_plan<NormPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+      {DNNL_ARG_DST, du::memory_of(y, plan->data)},
+      {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
+      {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
+  };
+  if (!training) {
+    args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
+    args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
+    du::execute(plan->prim, std::move(args));
+    return;
+  }
+  // Batch statistics go straight into outputs 3/4 when requested, else temporaries.
+  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
+  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
+  args[DNNL_ARG_MEAN] = mean;
+  args[DNNL_ARG_VARIANCE] = var;
+  du::execute(plan->prim, std::move(args));
+  const float* bm = static_cast<const float*>(mean.get_data_handle());
+  const float* bv = static_cast<const float*>(var.get_data_handle());
+  const float* im = ctx.in(3).data<float>();
+  const float* iv = ctx.in(4).data<float>();
+  if (ctx.has_output(1))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(1).data<float>()[c] = im[c] * momentum + bm[c] * (1 - momentum);
+  if (ctx.has_output(2))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
+}
+
+}  // namespace
+
+void register_norm_dnnl(Registry& r) {
+  if (r.schemas.find("", "BatchNormalization")) r.kernels.add("cpu", "", "BatchNormalization", batchnorm_cpu);
+}
+
+}  // namespace trainrt
