@@ -8,6 +8,7 @@
 #include "graph/onnx_io.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
+#include "launch/train_util.h"
 #include "runtime/executor.h"
 
 namespace trainrt {
@@ -29,6 +30,7 @@ int cmd_run(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
   if (!a.on("output-dir")) throw_bad_input("trainrt run", "--output-dir is required");
+  configure_threads(static_cast<int>(a.integer("threads")));
   auto backend = make_backend(a.str("backend"), static_cast<int>(a.integer("threads")));
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
   TensorMap feeds;

@@ -133,7 +133,7 @@ int cmd_train(const Argv& argv) {
   std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), static_cast<int>(threads));
   MetricsWriter metrics(a.str("metrics"));
 
-  std::printf("Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameters)\n",
+  std::printf("Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors)\n",
               model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size),
               static_cast<long long>(train.size()), static_cast<long long>(test.size()), session.training().params.size());
   std::fflush(stdout);

@@ -1,5 +1,6 @@
 #include "launch/train_util.h"
 
+#include <omp.h>
 #include <oneapi/tbb/global_control.h>
 
 #include <cerrno>
@@ -78,9 +79,9 @@ double LrSchedule::at(int64_t epoch, int64_t step, int64_t steps_per_epoch) cons
 
 void configure_threads(int threads) {
   if (threads <= 0) return;
-  // oneDNN here is built on OpenMP: its pool size is read from the environment
-  // when the first parallel region starts, which has not happened yet.
-  ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  // oneDNN here is built on OpenMP; kernels run on this (the main) thread, whose
+  // parallel regions take their size from this setting.
+  omp_set_num_threads(threads);
   static std::unique_ptr<tbb::global_control> tbb_limit;
   tbb_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                     static_cast<size_t>(threads));

@@ -8,7 +8,7 @@ set -euo pipefail
 BUILD_DIR=${1:-build}
 OUT=${TRAINRT_OUT:-out}
 WIDTHS=${TRAINRT_WIDTHS:-8,16,32,64}
-LIMIT=${TRAINRT_LIMIT:-12000}
+LIMIT=${TRAINRT_LIMIT:-20000}
 EPOCHS=${TRAINRT_EPOCHS:-2}
 mkdir -p "$OUT"
 trainrt="$BUILD_DIR/trainrt"
@@ -16,7 +16,7 @@ trainrt="$BUILD_DIR/trainrt"
 "$trainrt" model wrn --dataset fashion-mnist --widths "$WIDTHS" -o "$OUT/wrn-fashion-mnist.onnx"
 "$trainrt" inspect "$OUT/wrn-fashion-mnist.onnx" | tail -n 4
 "$trainrt" train "$OUT/wrn-fashion-mnist.onnx" --dataset fashion-mnist --epochs "$EPOCHS" --batch-size 64 \
-  --base-lr 0.05 --momentum 0.9 --weight-decay 5e-4 --limit-train "$LIMIT" --log-every 50 \
+  --optimizer adam --base-lr 0.002 --lr-schedule cosine --limit-train "$LIMIT" --log-every 50 \
   --metrics "$OUT/metrics.jsonl" --export "$OUT/wrn-fashion-mnist-trained.onnx"
 "$trainrt" evaluate "$OUT/wrn-fashion-mnist-trained.onnx" --dataset fashion-mnist
 echo "main job: trained model in $OUT/wrn-fashion-mnist-trained.onnx, metrics in $OUT/metrics.jsonl"
