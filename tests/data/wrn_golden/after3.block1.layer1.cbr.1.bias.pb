@@ -1,0 +1,1 @@
+Bafter3.block1.layer1.cbr.1.biasJ ˆİ%:«ƒ:lâQ:ªäÅ¸µH:ø¹9«-¹±H¹

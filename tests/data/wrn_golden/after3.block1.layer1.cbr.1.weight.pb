@@ -1,0 +1,1 @@
+B!after3.block1.layer1.cbr.1.weightJ “ð?¹1€?Õ€?{†?aÍ?’¨?×€?¸€?

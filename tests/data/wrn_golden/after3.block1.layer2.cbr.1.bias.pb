@@ -1,0 +1,1 @@
+Bafter3.block1.layer2.cbr.1.biasJ Oðæºš9€:…éöº`‹ºÐYºP8»"\ƒºá&º

@@ -1,0 +1,1 @@
+Bafter3.block1.scale.biasJ &´ž>Kâõ>«°Ç¾LÚ<¾Ð"G><[Ó>}ÄÞ>yÍá>

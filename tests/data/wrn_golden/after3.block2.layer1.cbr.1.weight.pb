@@ -1,0 +1,2 @@
+B!after3.block2.layer1.cbr.1.weightJ [€?Nı?ìù?¸€?æõ?íÛ?=
+€?×?

@@ -1,0 +1,1 @@
+Bafter3.block2.layer2.cbr.1.biasJ .‚¹õÆ\¸Ş]7»`‘šºcË»DèºÂ¡¹K#.:

@@ -1,0 +1,1 @@
+B!after3.block2.layer2.cbr.1.weightJ ‡¹?˜ò?¯U?8j?á?ßÞ?„&€?3&€?

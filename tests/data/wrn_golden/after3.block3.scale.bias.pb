@@ -1,0 +1,1 @@
+Bafter3.block3.scale.biasJ0Xê=Áq®½¾¾™ºÎ=ëÉ½©é¾Z¬L=¢¦=Üù¼|t¾á×S½óP¾

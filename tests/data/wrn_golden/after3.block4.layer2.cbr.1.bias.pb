@@ -1,0 +1,1 @@
+Bafter3.block4.layer2.cbr.1.biasJ0Â±õ∫ìü∫"p%ª≠«∫π	Hª÷¡ø9Åb2;3òLªJ^^:m–ã8Ã›…: ª

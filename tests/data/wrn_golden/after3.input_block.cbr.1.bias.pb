@@ -1,0 +1,1 @@
+Bafter3.input_block.cbr.1.biasJÀ§úº+F»¡ó¸¾qI»

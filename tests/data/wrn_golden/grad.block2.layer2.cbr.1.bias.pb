@@ -1,0 +1,1 @@
+Bgrad.block2.layer2.cbr.1.biasJ @H6<‘8<HX]=«¶ê<­<=%b=ºäc;ÂÉO¼

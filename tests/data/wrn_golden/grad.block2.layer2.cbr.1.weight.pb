@@ -1,0 +1,1 @@
+Bgrad.block2.layer2.cbr.1.weightJ h,â< {-<¬^=ÓE=+³Š=¯'<-n½ç¨m¼

@@ -1,0 +1,1 @@
+Bgrad.block3.layer1.cbr.1.biasJ0Æ4à;ûÉÃ¼îy	<×µ;ùL`<l‰´»\§Ö»Gd»«;x‰¼bnò»ÒAm¼

@@ -1,0 +1,1 @@
+Bgrad.block3.layer1.cbr.1.weightJ0¨üâ;qÅy»Sù;Ó$<SMº<¨À3¼~j»«T;,z…¼Ä›w;»wñ¹ã¨¼

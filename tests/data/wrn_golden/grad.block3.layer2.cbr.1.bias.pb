@@ -1,0 +1,1 @@
+Bgrad.block3.layer2.cbr.1.biasJ0PZÓ<biP<6ôy=vº ºîš‘=Š$»ßu½IÐ[= µ¼¿‡¹¼dÕ¼ý^#=

@@ -1,0 +1,1 @@
+Bgrad.block3.layer2.cbr.1.weightJ0“~;=™Œ=èçƒ=¬â/¼[c³=jAl¼kÚ½´ùœ=A.ã¼}²¼ûð|»)'=

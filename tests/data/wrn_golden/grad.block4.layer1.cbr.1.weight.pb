@@ -1,0 +1,1 @@
+Bgrad.block4.layer1.cbr.1.weightJ0~“¼f«H<ÊUä;ù|-¼›™< ;ë»…	»y‚<l±7;ªá;KÕ.¼E;·:

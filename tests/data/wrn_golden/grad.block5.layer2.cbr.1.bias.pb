@@ -1,0 +1,1 @@
+Bgrad.block5.layer2.cbr.1.biasJ@M„Ω‡äΩ=¢ç©=À¨ΩlèÍª»ﬂT<f•=F¶à<wpAªí˛á< ‰Ÿº]k†ºÅO»<«œ∂<Øv3Ω

@@ -1,0 +1,1 @@
+Bgrad.input_block.cbr.1.biasJ$e=˜Cb»"¢<<Í%Õ=

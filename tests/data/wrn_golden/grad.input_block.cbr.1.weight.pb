@@ -1,0 +1,1 @@
+Bgrad.input_block.cbr.1.weightJ&¤_=¹Á¾9–=>
