@@ -49,44 +49,6 @@ bool is_arith_dtype(DataType t) {
   }
 }
 
-// Calls f(T{}) for the C++ type of a float or integer dtype (see is_arith_dtype).
-template <typename F>
-void dispatch_arith(DataType t, F&& f) {
-  switch (t) {
-    case DataType::Float32:
-      f(float{});
-      break;
-    case DataType::Float64:
-      f(double{});
-      break;
-    case DataType::Int8:
-      f(int8_t{});
-      break;
-    case DataType::Int16:
-      f(int16_t{});
-      break;
-    case DataType::Int32:
-      f(int32_t{});
-      break;
-    case DataType::Int64:
-      f(int64_t{});
-      break;
-    case DataType::UInt8:
-      f(uint8_t{});
-      break;
-    case DataType::UInt16:
-      f(uint16_t{});
-      break;
-    case DataType::UInt32:
-      f(uint32_t{});
-      break;
-    case DataType::UInt64:
-      f(uint64_t{});
-      break;
-    default:
-      throw_internal("dispatch_arith", std::string("unexpected dtype ") + dtype_name(t));
-  }
-}
 
 // ---- shape rules -----------------------------------------------------------
 

@@ -6,11 +6,15 @@
 //   CHECK(max_abs_diff(out["y"], expected) < 1e-5);
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "graph/error.h"
 #include "graph/infer.h"
 #include "ops/register_all.h"
 #include "runtime/executor.h"
@@ -23,6 +27,25 @@ inline Tensor random_tensor(DataType t, std::vector<int64_t> dims, uint64_t seed
   std::uniform_real_distribution<double> u(lo, hi);
   for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, u(rng));
   return x;
+}
+
+// A tensor of the given values (as many as dims need), converted to dtype t.
+inline Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> values) {
+  Tensor x(t, std::move(dims));
+  REQUIRE(static_cast<int64_t>(values.size()) == x.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, values[static_cast<size_t>(i)]);
+  return x;
+}
+
+// The message of the trainrt::Error thrown by f ("" if none); its kind in *kind.
+inline std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (kind) *kind = e.kind();
+    return e.what();
+  }
+  return "";
 }
 
 inline Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,

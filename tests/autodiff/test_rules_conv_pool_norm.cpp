@@ -85,16 +85,6 @@ void check(Net& net, const std::string& y, int samples = 12) {
 
 Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
 
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 const Node* find_node(const Graph& g, const std::string& op) {

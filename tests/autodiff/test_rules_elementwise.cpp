@@ -85,28 +85,11 @@ void check(GraphBuilder& b, const std::string& y) {
   CHECK(r.max_error < kTol);
 }
 
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
-
 bool has_node(const Graph& g, const std::string& op, const std::string& output = "") {
   for (const Node& n : g.nodes)
     if (n.op_type == op && (output.empty() || std::find(n.outputs.begin(), n.outputs.end(), output) != n.outputs.end()))
       return true;
   return false;
-}
-
-Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> values) {
-  Tensor x(t, std::move(dims));
-  REQUIRE(static_cast<int64_t>(values.size()) == x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, values[static_cast<size_t>(i)]);
-  return x;
 }
 
 Tensor run_grad_op(const std::string& op, const TensorMap& feeds, std::vector<std::string> ins,

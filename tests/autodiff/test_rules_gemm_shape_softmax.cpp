@@ -34,13 +34,6 @@ Tensor ints(std::vector<int64_t> values) {
   return t;
 }
 
-Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> values) {
-  Tensor x(t, std::move(dims));
-  REQUIRE(static_cast<int64_t>(values.size()) == x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, values[static_cast<size_t>(i)]);
-  return x;
-}
-
 // A float64 forward graph: parameters are initializers, feeds are graph inputs;
 // finish(y) appends loss = ReduceMean(y * r).
 struct GraphBuilder {
@@ -100,16 +93,6 @@ GradCheck check(GraphBuilder& b, const std::string& y, int samples = 12) {
   CHECK(r.checked > 0);
   CHECK(r.max_error < kTol);
   return r;
-}
-
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
 }
 
 bool has_node(const Graph& g, const std::string& op) {

@@ -14,24 +14,6 @@ using namespace trainrt::test;
 
 namespace {
 
-Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> values) {
-  Tensor x(t, std::move(dims));
-  REQUIRE(static_cast<int64_t>(values.size()) == x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, values[static_cast<size_t>(i)]);
-  return x;
-}
-
-// The message of the trainrt::Error thrown by f ("" if none).
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
-
 Tensor run1(const std::string& op, const TensorMap& feeds, std::map<std::string, Attribute> attrs = {}) {
   std::vector<std::string> ins;
   for (const auto& [name, t] : feeds) ins.push_back(name);

@@ -10,12 +10,6 @@ using namespace trainrt::test;
 
 namespace {
 
-Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> v) {
-  Tensor x(t, std::move(dims));
-  for (size_t i = 0; i < v.size(); ++i) x.set_from_double(static_cast<int64_t>(i), v[i]);
-  return x;
-}
-
 // y[i,j] = sum_k a(i,k) b(k,j), with a(i,k) = A[i,k] (or A[k,i] when ta).
 Tensor naive_gemm(const Tensor& A, const Tensor& B, bool ta, bool tb, double alpha, double beta, const Tensor* C) {
   int64_t M = ta ? A.dims()[1] : A.dims()[0], K = ta ? A.dims()[0] : A.dims()[1];

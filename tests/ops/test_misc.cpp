@@ -13,23 +13,6 @@ using namespace trainrt::test;
 
 namespace {
 
-Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> values) {
-  Tensor x(t, std::move(dims));
-  REQUIRE(static_cast<int64_t>(values.size()) == x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, values[static_cast<size_t>(i)]);
-  return x;
-}
-
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
-
 Tensor cast(const Tensor& x, DataType to) {
   Node n = make_node("Cast", {"x"}, {"y"}, {{"to", Attribute::of_int(static_cast<int64_t>(to))}});
   return run_node(n, {{"x", x}}, "reference").at("y");

@@ -13,12 +13,6 @@ using namespace trainrt::test;
 
 namespace {
 
-Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> v) {
-  Tensor x(t, std::move(dims));
-  for (size_t i = 0; i < v.size(); ++i) x.set_from_double(static_cast<int64_t>(i), v[i]);
-  return x;
-}
-
 std::string error_of(const Node& n, const TensorMap& feeds, const TensorMap& inits = {}) {
   try {
     run_node(n, feeds, "reference", inits);
