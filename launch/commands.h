@@ -15,6 +15,8 @@ int cmd_run(const Argv& args);
 int cmd_model(const Argv& args);
 int cmd_train(const Argv& args);
 int cmd_evaluate(const Argv& args);
+int cmd_bench(const Argv& args);
+int cmd_plot(const Argv& args);
 
 // `trainrt --version`: version and every library compiled in.
 std::string version_report();

@@ -25,6 +25,22 @@ double TrainingSession::step(const TensorMap& batch, float lr) {
   return last_.at(t_.loss).get_as_double(0);
 }
 
+std::vector<std::string> TrainingSession::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& [produced, state] : t_.updates) names.push_back(state);
+  return names;
+}
+
+void TrainingSession::set_state(const std::string& name, const Tensor& value) {
+  auto it = t_.graph.initializers.find(name);
+  if (it == t_.graph.initializers.end()) throw_bad_input("state '" + name + "'", "is not a state of this training graph");
+  if (it->second.dtype() != value.dtype() || it->second.dims() != value.dims())
+    throw_bad_input("state '" + name + "'", "expected " + std::string(dtype_name(it->second.dtype())) + " " +
+                                                dims_to_string(it->second.dims()) + ", got " +
+                                                dtype_name(value.dtype()) + " " + dims_to_string(value.dims()));
+  it->second = value.clone();
+}
+
 Graph TrainingSession::trained_forward(const Graph& forward) const {
   Graph g = forward;
   for (auto& [name, tensor] : g.initializers) {

@@ -29,6 +29,13 @@ class TrainingSession {
   const TrainingGraph& training() const { return t_; }
   const Tensor& state(const std::string& name) const { return t_.graph.initializers.at(name); }
   int64_t steps_done() const { return steps_; }
+  // Everything a checkpoint must hold to continue exactly: the names of the
+  // training graph's state (parameters, optimizer state, BatchNormalization
+  // running statistics, optimizer.step), read with state() and restored with
+  // set_state(); set_steps_done() restores the step counter that seeds Dropout.
+  std::vector<std::string> state_names() const;
+  void set_state(const std::string& name, const Tensor& value);
+  void set_steps_done(int64_t steps) { steps_ = steps; }
   // The forward graph with this session's trained initializers (parameters and
   // BatchNormalization running statistics); inputs, outputs and nodes unchanged.
   Graph trained_forward(const Graph& forward) const;

@@ -25,11 +25,12 @@ install_packages() {
     libonnx-dev libprotobuf-dev protobuf-compiler
     libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
     doctest-dev libopenmpi-dev openmpi-bin zlib1g-dev
-    dataset-fashion-mnist
+    dataset-fashion-mnist gnuplot-nox
   )
   if [ "$mode" = test ]; then
     # Conformance data, onnx.checker and PyTorch reference scripts.
-    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch)
+    # Fuzzing and sanitizer builds use clang's libFuzzer.
+    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-pip clang libclang-rt-14-dev)
   fi
   local missing=()
   for p in "${pkgs[@]}"; do
@@ -52,8 +53,18 @@ build() {
   cmake --build "$BUILD_DIR" -j "$JOBS"
 }
 
+# ONNX Runtime (PyPI) checks exported models; Debian has no package of it. Installed
+# without dependencies into the build folder so Debian's numpy/onnx stay in use.
+install_python_deps() {
+  local target="$BUILD_DIR/pydeps"
+  [ -d "$target/onnxruntime" ] && return 0
+  echo "== installing onnxruntime into $target"
+  /usr/bin/python3 -m pip install -q --no-deps --target "$target" "onnxruntime==1.31.1"
+}
+
 install_packages
 build
+[ "$mode" = test ] && install_python_deps
 
 if [ "$mode" = test ]; then
   echo "== testing (labels: cpu; gpu tests need a GPU: trainrt selftest --device cuda)"

@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"model", trainrt::cmd_model, "write a built-in model (the Wide ResNet) as ONNX"},
     {"train", trainrt::cmd_train, "train a model on Fashion-MNIST / CIFAR and export it"},
     {"evaluate", trainrt::cmd_evaluate, "test loss and accuracy of a model on a dataset"},
+    {"bench", trainrt::cmd_bench, "time the full training step of a model (images/s, ms/step, memory)"},
+    {"plot", trainrt::cmd_plot, "draw loss and accuracy curves from a --metrics file"},
 };
 
 void usage(FILE* to) {
