@@ -102,8 +102,9 @@ void print_help(const CommandSpec& spec) {
   std::printf("usage: %s\n\n%s\n\noptions:\n", spec.usage.c_str(), spec.summary.c_str());
   for (const Flag& f : spec.flags) {
     std::string left = "  --" + f.name + (f.kind == Flag::Switch ? "" : " VALUE");
+    const std::string fallback = f.fallback.empty() && f.kind == Flag::Value ? "none" : f.fallback;
     std::printf("%-30s %s%s%s\n", left.c_str(), f.help.c_str(),
-                f.fallback.empty() ? "" : " (default: ", f.fallback.empty() ? "" : (f.fallback + ")").c_str());
+                fallback.empty() ? "" : " (default: ", fallback.empty() ? "" : (fallback + ")").c_str());
   }
   std::printf("  %-28s %s\n", "--help", "show this help");
 }

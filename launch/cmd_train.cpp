@@ -4,22 +4,33 @@
 // accuracy, images/sec, cumulative time), stops early like the seed (the last
 // --patience validation accuracies all >= --target-accuracy), and at the end the
 // seed's summary. --export writes the trained model with the input model's
-// interface; --metrics writes one JSON object per epoch.
+// interface; --metrics writes one JSON object per epoch (and per --metrics-every
+// steps).
+//
+// Checkpoints (launch/checkpoint.h) hold the state tensors and the trainer's
+// position; --resume continues bit-exactly, also mid-epoch: the epoch's batches
+// before the saved step are skipped, not replayed. SIGTERM/SIGUSR1 write a
+// checkpoint at the next step boundary and exit 0. A non-finite loss stops the
+// run at that step, naming the last good checkpoint.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
+#include "launch/checkpoint.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/pipeline.h"
 #include "launch/train_util.h"
+#include "ops/register_all.h"
 #include "runtime/training_session.h"
 
 namespace trainrt {
@@ -39,12 +50,13 @@ const CommandSpec kSpec{
      {"optimizer", "sgd", "sgd, adam or adamw"},
      {"momentum", "0", "SGD momentum"},
      {"weight-decay", "0", "weight decay (L2 for sgd/adam, decoupled for adamw)"},
-     {"nesterov", "", "Nesterov momentum (sgd)", Flag::Switch},
+     {"nesterov", "off", "Nesterov momentum (sgd, needs --momentum > 0)", Flag::Switch},
      {"lr-schedule", "constant", "constant, step (x0.1 every --lr-step-epochs) or cosine"},
      {"lr-step-epochs", "30", "epochs between x0.1 steps of the step schedule"},
-     {"warmup-epochs", "0", "linear warm-up of the learning rate over this many epochs"},
+     {"warmup-epochs", "0", "linear warm-up of the learning rate over this many epochs (<= --epochs)"},
      {"target-accuracy", "0.95", "early stopping: accuracy the last --patience epochs must reach"},
      {"patience", "2", "early stopping: number of epochs at or above the target"},
+     {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
      {"precision", "fp32", "fp32 (bf16 and fp16 are not implemented yet)"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
@@ -54,9 +66,15 @@ const CommandSpec kSpec{
      {"augment", "auto", "auto (CIFAR: crop+flip; MNIST-like: none), on or none"},
      {"limit-train", "0", "use only the first N training images (0 = all)"},
      {"limit-test", "0", "use only the first N test images (0 = all)"},
-     {"log-every", "50", "print a progress line every N steps (0 = never)"},
-     {"export", "", "write the trained model (same inputs/outputs, trained initializers) here"},
-     {"metrics", "", "write one JSON object per epoch to this file"}},
+     {"log-every", "50", "progress line every N steps (redrawn in place on a terminal; 0 = never)"},
+     {"metrics", "", "write one JSON object per epoch (and per --metrics-every steps) to this file"},
+     {"metrics-every", "50", "a JSON 'step' line every N steps in --metrics (0 = epoch lines only)"},
+     {"checkpoint-dir", "", "folder for checkpoints (a stop signal without it writes to ./checkpoints)"},
+     {"checkpoint-every", "1", "with --checkpoint-dir: a checkpoint every N epochs (0 = none)"},
+     {"checkpoint-every-steps", "0", "with --checkpoint-dir: also a checkpoint every N steps (0 = none)"},
+     {"keep-checkpoints", "3", "keep the newest K checkpoints in --checkpoint-dir"},
+     {"resume", "", "continue from checkpoint PATH, or 'auto' = the newest in --checkpoint-dir"},
+     {"export", "", "write the trained model (same inputs/outputs, trained initializers) here"}},
     1,
     1};
 
@@ -73,8 +91,28 @@ std::string choice(const Args& a, const std::string& flag, std::initializer_list
 int64_t positive(const Args& a, const std::string& flag, bool allow_zero = false) {
   int64_t v = a.integer(flag);
   if (v < 0 || (!allow_zero && v == 0))
-    throw_bad_input("--" + flag, std::string("must be ") + (allow_zero ? ">= 0" : "> 0") + ", got " + std::to_string(v));
+    throw_bad_input("--" + flag,
+                    std::string("must be ") + (allow_zero ? ">= 0" : "> 0") + ", got " + std::to_string(v));
   return v;
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool early_stop(const std::vector<double>& acc, int64_t patience, double target) {
+  return static_cast<int64_t>(acc.size()) >= patience &&
+         std::all_of(acc.end() - patience, acc.end(), [&](double a) { return a >= target; });
 }
 
 }  // namespace
@@ -87,6 +125,7 @@ int cmd_train(const Argv& argv) {
   const std::string dataset = choice(a, "dataset", {"fashion-mnist", "mnist", "cifar10", "cifar100"});
   const int64_t batch_size = positive(a, "batch-size"), epochs = positive(a, "epochs");
   const int64_t patience = positive(a, "patience"), log_every = positive(a, "log-every", true);
+  const int64_t metrics_every = positive(a, "metrics-every", true);
   const int64_t threads = positive(a, "threads", true);
   LrSchedule schedule;
   schedule.base_lr = a.number("base-lr");
@@ -94,18 +133,26 @@ int cmd_train(const Argv& argv) {
   schedule.step_epochs = positive(a, "lr-step-epochs");
   schedule.warmup_epochs = a.number("warmup-epochs");
   schedule.epochs = epochs;
-  if (!(schedule.base_lr > 0)) throw_bad_input("--base-lr", "must be > 0");
-  if (schedule.warmup_epochs < 0) throw_bad_input("--warmup-epochs", "must be >= 0");
+  if (!(schedule.base_lr > 0) || !std::isfinite(schedule.base_lr))
+    throw_bad_input("--base-lr", "must be a finite number > 0");
+  if (!(schedule.warmup_epochs >= 0)) throw_bad_input("--warmup-epochs", "must be >= 0");
+  if (schedule.warmup_epochs > static_cast<double>(epochs))
+    throw_bad_input("--warmup-epochs",
+                    num(schedule.warmup_epochs) + " is more than --epochs " + std::to_string(epochs));
+  if (a.on("lr-step-epochs") && schedule.kind != "step")
+    throw_bad_input("--lr-step-epochs", "applies to --lr-schedule step only");
   const double target = a.number("target-accuracy");
   TrainingOptions topts;
   topts.optimizer = choice(a, "optimizer", {"sgd", "adam", "adamw"});
   topts.momentum = static_cast<float>(a.number("momentum"));
   topts.weight_decay = static_cast<float>(a.number("weight-decay"));
   topts.nesterov = a.on("nesterov");
+  topts.freeze = split_commas(a.str("freeze"));
+  if (a.on("freeze") && topts.freeze.empty()) throw_bad_input("--freeze", "expected NAME[,NAME...]");
   if (topts.nesterov && (topts.optimizer != "sgd" || topts.momentum <= 0))
     throw_bad_input("--nesterov", "needs --optimizer sgd and --momentum > 0");
-  if (topts.optimizer != "sgd" && topts.momentum != 0)
-    throw_bad_input("--momentum", "applies to --optimizer sgd only");
+  if (topts.optimizer != "sgd" && topts.momentum != 0) throw_bad_input("--momentum", "applies to --optimizer sgd only");
+  if (topts.momentum < 0 || topts.weight_decay < 0) throw_bad_input("--momentum/--weight-decay", "must be >= 0");
   const std::string precision = choice(a, "precision", {"fp32", "bf16", "fp16"});
   if (precision != "fp32") throw_unsupported("--precision " + precision, "only fp32 is implemented so far");
   const std::string device = choice(a, "device", {"cpu", "cuda"});
@@ -114,6 +161,52 @@ int cmd_train(const Argv& argv) {
   const bool shuffle = choice(a, "shuffle", {"on", "off"}) == "on";
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
   const std::string model_path = a.positional[0];
+
+  const std::string ckpt_dir = a.str("checkpoint-dir");
+  const int64_t ckpt_every = positive(a, "checkpoint-every", true);
+  const int64_t ckpt_every_steps = positive(a, "checkpoint-every-steps", true);
+  const int64_t keep = positive(a, "keep-checkpoints");
+  for (const char* f : {"checkpoint-every", "checkpoint-every-steps", "keep-checkpoints"})
+    if (a.on(f) && ckpt_dir.empty()) throw_bad_input(std::string("--") + f, "needs --checkpoint-dir");
+  std::string resume = a.str("resume");
+  if (a.on("resume")) {
+    if (resume == "auto") {
+      if (ckpt_dir.empty()) throw_bad_input("--resume auto", "needs --checkpoint-dir (where to look)");
+      resume = latest_checkpoint(ckpt_dir);
+      if (resume.empty()) throw_bad_input("--resume auto", "no checkpoint in " + ckpt_dir);
+    } else if (resume.empty()) {
+      throw_bad_input("--resume", "expected a checkpoint path or 'auto'");
+    }
+  }
+
+  // What must be the same on resume for the run to continue exactly.
+  std::map<std::string, std::string> config{{"model", std::filesystem::path(model_path).filename().string()},
+                                            {"dataset", dataset},
+                                            {"batch-size", std::to_string(batch_size)},
+                                            {"optimizer", topts.optimizer},
+                                            {"momentum", num(topts.momentum)},
+                                            {"weight-decay", num(topts.weight_decay)},
+                                            {"nesterov", topts.nesterov ? "on" : "off"},
+                                            {"base-lr", num(schedule.base_lr)},
+                                            {"lr-schedule", schedule.kind},
+                                            {"warmup-epochs", num(schedule.warmup_epochs)},
+                                            {"seed", std::to_string(seed)},
+                                            {"shuffle", shuffle ? "on" : "off"},
+                                            {"augment", augment},
+                                            {"limit-train", a.str("limit-train")},
+                                            {"freeze", a.str("freeze")}};
+  if (schedule.kind == "step") config["lr-step-epochs"] = std::to_string(schedule.step_epochs);
+  if (schedule.kind == "cosine") config["epochs"] = std::to_string(epochs);  // the cosine period
+
+  // A bad checkpoint is refused before the data and model are loaded.
+  Checkpoint resumed;
+  if (!resume.empty()) {
+    resumed = read_checkpoint(resume);
+    std::string diff = config_mismatch(resumed.trainer.config, config);
+    if (!diff.empty()) throw_bad_input("--resume " + resume, diff);
+    if (resumed.trainer.seed != seed) throw_bad_input("--resume " + resume, "the checkpoint's seed differs");
+  }
+
   configure_threads(static_cast<int>(threads));
   auto backend = make_backend(a.str("backend"), static_cast<int>(threads));
 
@@ -128,76 +221,166 @@ int cmd_train(const Argv& argv) {
   Dataset test = load_dataset(dopt);
   Graph forward = import_onnx_file(model_path, registry().schemas);
   const ModelIo io = model_io(forward, train, model_path);
+  for (const std::string& f : topts.freeze)
+    if (!forward.is_initializer(f) || !dtype_is_float(forward.initializers.at(f).dtype()))
+      throw_bad_input("--freeze " + f, "is not a float initializer of " + model_path);
 
   TrainingSession session(build_training_graph(forward, topts), std::move(backend), seed);
   std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), static_cast<int>(threads));
-  MetricsWriter metrics(a.str("metrics"));
 
-  std::printf("Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors)\n",
-              model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size),
-              static_cast<long long>(train.size()), static_cast<long long>(test.size()), session.training().params.size());
+  TrainerState st;
+  st.seed = seed;
+  std::string last_checkpoint;
+  if (!resume.empty()) {
+    // Every name and shape is checked before anything is applied.
+    std::vector<std::string> names = session.state_names();
+    std::set<std::string> want(names.begin(), names.end());
+    for (const auto& [name, t] : resumed.state)
+      if (!want.count(name)) throw_bad_input(resume, "checkpoint tensor '" + name + "' is not a state of this model");
+    for (const std::string& n : names) {
+      auto it = resumed.state.find(n);
+      if (it == resumed.state.end()) throw_bad_input(resume, "checkpoint has no tensor '" + n + "'");
+      const Tensor& cur = session.state(n);
+      if (it->second.dtype() != cur.dtype() || it->second.dims() != cur.dims())
+        throw_bad_input(resume, "checkpoint tensor '" + n + "' is " + dtype_name(it->second.dtype()) +
+                                    dims_to_string(it->second.dims()) + ", the model has " + dtype_name(cur.dtype()) +
+                                    dims_to_string(cur.dims()));
+    }
+    for (const std::string& n : names) session.set_state(n, resumed.state.at(n));
+    st = resumed.trainer;
+    st.config.clear();
+    session.set_steps_done(st.global_step);
+    last_checkpoint = resume;
+  }
+
+  MetricsWriter metrics(a.str("metrics"), !resume.empty());
+  std::printf(
+      "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors)\n",
+      model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size), static_cast<long long>(train.size()),
+      static_cast<long long>(test.size()), session.training().params.size());
+  if (!resume.empty())
+    std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", resume.c_str(),
+                static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),
+                static_cast<long long>(st.global_step));
   std::fflush(stdout);
 
+  auto save = [&](const std::string& dir) {
+    std::filesystem::create_directories(dir);
+    Checkpoint c;
+    c.trainer = st;
+    c.trainer.config = config;
+    for (const std::string& n : session.state_names()) c.state[n] = session.state(n);
+    const std::string path = checkpoint_path(dir, st.global_step);
+    write_checkpoint(c, path);
+    prune_checkpoints(dir, keep);
+    last_checkpoint = path;
+    return path;
+  };
+  // At a step boundary: a pending SIGTERM/SIGUSR1 ends the run with a checkpoint.
+  auto stop_requested = [&]() {
+    const int sig = stop_signal();
+    if (!sig) return false;
+    const std::string path = save(ckpt_dir.empty() ? "checkpoints" : ckpt_dir);
+    std::printf("\nReceived %s: checkpoint written to %s (epoch %lld, step %lld); continue with --resume %s\n",
+                signal_name(sig), path.c_str(), static_cast<long long>(st.epoch + 1),
+                static_cast<long long>(st.step_in_epoch), path.c_str());
+    std::fflush(stdout);
+    return true;
+  };
+  install_stop_signals();
+
   const bool tty = ::isatty(STDOUT_FILENO);
-  std::vector<double> val_accuracy;
-  double total_time = 0;
-  int64_t total_images = 0, global_step = 0;
-  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+  while (st.epoch < epochs) {
+    if (st.step_in_epoch == 0 && early_stop(st.val_accuracy, patience, target)) {
+      std::printf("Early stopping after epoch %lld\n", static_cast<long long>(st.epoch));
+      break;
+    }
     PipelineOptions po;
     po.batch_size = batch_size;
     po.seed = seed;
-    po.epoch = epoch;
+    po.epoch = st.epoch;
     po.shuffle = shuffle;
     po.augment = augment == "auto" ? augment_by_default(train) : augment == "on";
+    po.first_batch = st.step_in_epoch;
     BatchStream stream(train, po);
     if (stream.size() == 0)
       throw_bad_input("--batch-size", "is larger than the training set (" + std::to_string(train.size()) + " images)");
+    if (st.step_in_epoch > stream.size())
+      throw_bad_input(resume, "checkpoint is at step " + std::to_string(st.step_in_epoch) + " of an epoch of " +
+                                  std::to_string(stream.size()) + " steps");
     const auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0, lr = 0;
-    int64_t steps = 0;
+    const double seconds_before = st.epoch_seconds;  // of this epoch, before a resume
+    const int64_t first_step = st.step_in_epoch;
     while (auto batch = stream.next()) {
-      lr = schedule.at(epoch, steps, stream.size());
-      double loss = session.step({{io.input, batch->images}, {session.training().labels, batch->labels}},
-                                 static_cast<float>(lr));
-      if (!std::isfinite(loss))
-        throw_bad_input("training", "loss became " + std::to_string(loss) + " at epoch " + std::to_string(epoch + 1) +
-                                        " step " + std::to_string(steps + 1) + "; lower --base-lr");
-      loss_sum += loss;
-      ++steps;
-      ++global_step;
-      if (log_every > 0 && (steps % log_every == 0 || steps == stream.size())) {
-        double secs = seconds_since(t0);
-        std::printf(tty ? "\rEpoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec   " : "Epoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec\n",
-                    static_cast<long long>(epoch + 1), static_cast<long long>(steps),
-                    static_cast<long long>(stream.size()), loss, static_cast<double>(steps * batch_size) / secs);
-        std::fflush(stdout);
-        metrics.step(global_step, epoch + 1, loss, lr);
+      const double lr = schedule.at(st.epoch, st.step_in_epoch, stream.size());
+      // A failed step (the runtime's NaN/Inf checks, or a non-finite loss) ends the run
+      // naming the step and the newest checkpoint, which holds the state before it.
+      auto step_failed = [&](const std::string& what, ErrorKind kind) {
+        const bool numeric = what.find("NaN") != std::string::npos || what.find("Inf") != std::string::npos;
+        throw Error(kind, "training: at epoch " + std::to_string(st.epoch + 1) + " step " +
+                              std::to_string(st.step_in_epoch + 1) + " (global step " +
+                              std::to_string(st.global_step + 1) + "): " + what + "; last good checkpoint: " +
+                              (last_checkpoint.empty() ? "none written" : last_checkpoint) +
+                              (numeric ? "; lower --base-lr" : ""));
+      };
+      double loss = 0;
+      try {
+        loss = session.step({{io.input, batch->images}, {session.training().labels, batch->labels}},
+                            static_cast<float>(lr));
+      } catch (const Error& e) {
+        step_failed(e.what(), e.kind());
       }
+      if (!std::isfinite(loss))
+        step_failed(std::string("loss is ") + (std::isnan(loss) ? "NaN"
+                                               : loss > 0       ? "Inf"
+                                                                : "-Inf"),
+                    ErrorKind::BadInput);
+      st.epoch_loss_sum += loss;
+      st.lr = lr;
+      ++st.step_in_epoch;
+      ++st.global_step;
+      st.epoch_seconds = seconds_before + seconds_since(t0);
+      if (log_every > 0 && (st.step_in_epoch % log_every == 0 || st.step_in_epoch == stream.size())) {
+        const double rate = static_cast<double>((st.step_in_epoch - first_step) * batch_size) / seconds_since(t0);
+        std::printf(tty ? "\rEpoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec   "
+                        : "Epoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec\n",
+                    static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),
+                    static_cast<long long>(stream.size()), loss, rate);
+        std::fflush(stdout);
+      }
+      if (metrics_every > 0 && st.global_step % metrics_every == 0)
+        metrics.step(st.global_step, st.epoch + 1, loss, lr);
+      if (!ckpt_dir.empty() && ckpt_every_steps > 0 && st.global_step % ckpt_every_steps == 0) save(ckpt_dir);
+      if (stop_requested()) return 0;
     }
     if (tty && log_every > 0) std::printf("\n");
-    const double epoch_time = seconds_since(t0);
-    total_time += epoch_time;
+    const double epoch_time = seconds_before + seconds_since(t0);
+    const int64_t steps = st.step_in_epoch;
     const double images_per_sec = static_cast<double>(steps * batch_size) / epoch_time;
-    total_images += steps * batch_size;
 
     Evaluation ev = evaluate(session.trained_forward(forward), io, test, batch_size, *eval_backend);
-    val_accuracy.push_back(ev.accuracy);
+    st.total_seconds += epoch_time;
+    st.total_images += steps * batch_size;
+    st.val_accuracy.push_back(ev.accuracy);
     std::printf(
         "Epoch = %2lld: Epoch Time = %5.3f, Validation Loss = %5.3f, Validation Accuracy = %5.3f, Images/sec = %5.3f, "
         "Cumulative Time = %5.3f\n",
-        static_cast<long long>(epoch + 1), epoch_time, ev.loss, ev.accuracy, images_per_sec, total_time);
+        static_cast<long long>(st.epoch + 1), epoch_time, ev.loss, ev.accuracy, images_per_sec, st.total_seconds);
     std::fflush(stdout);
-    metrics.epoch(epoch + 1, epoch_time, loss_sum / static_cast<double>(steps), ev.loss, ev.accuracy, images_per_sec,
-                  total_time, lr);
-    if (static_cast<int64_t>(val_accuracy.size()) >= patience &&
-        std::all_of(val_accuracy.end() - patience, val_accuracy.end(), [&](double acc) { return acc >= target; })) {
-      std::printf("Early stopping after epoch %lld\n", static_cast<long long>(epoch + 1));
-      break;
-    }
+    metrics.epoch(st.epoch + 1, epoch_time, st.epoch_loss_sum / static_cast<double>(steps), ev.loss, ev.accuracy,
+                  images_per_sec, st.total_seconds, st.lr);
+    ++st.epoch;
+    st.step_in_epoch = 0;
+    st.epoch_loss_sum = 0;
+    st.epoch_seconds = 0;
+    if (!ckpt_dir.empty() && ckpt_every > 0 && st.epoch % ckpt_every == 0) save(ckpt_dir);
+    if (stop_requested()) return 0;
   }
-  std::printf("\nTraining complete. Final Validation Accuracy = %5.3f\n", val_accuracy.back());
-  std::printf("Total Training Time: %5.3f seconds\n", total_time);
-  std::printf("Throughput: %5.3f images/second\n", static_cast<double>(total_images) / total_time);
+  if (!st.val_accuracy.empty())
+    std::printf("\nTraining complete. Final Validation Accuracy = %5.3f\n", st.val_accuracy.back());
+  std::printf("Total Training Time: %5.3f seconds\n", st.total_seconds);
+  std::printf("Throughput: %5.3f images/second\n",
+              st.total_seconds > 0 ? static_cast<double>(st.total_images) / st.total_seconds : 0.0);
   if (a.on("export")) {
     export_onnx_file(session.trained_forward(forward), a.str("export"));
     std::printf("Trained model written to %s\n", a.str("export").c_str());

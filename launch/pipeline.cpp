@@ -169,8 +169,10 @@ BatchStream::BatchStream(const Dataset& d, const PipelineOptions& o) : data_(d),
   lut_ = normalise_table(d);
   batches_ = batch_count(static_cast<int64_t>(samples_.size()), o.batch_size, o.drop_last);
   state_ = std::make_unique<State>();
+  if (o.first_batch < 0) throw_bad_input("data pipeline", "first_batch must be >= 0");
+  next_ = std::min(o.first_batch, batches_);
   state_->slots.resize(static_cast<size_t>(o.prefetch));
-  for (int64_t k = 0; k < std::min(o.prefetch, batches_); ++k) schedule(k);
+  for (int64_t k = next_; k < std::min(next_ + o.prefetch, batches_); ++k) schedule(k);
 }
 
 BatchStream::~BatchStream() {

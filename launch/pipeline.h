@@ -49,11 +49,12 @@ struct PipelineOptions {
   uint64_t seed = 0;
   int64_t epoch = 0;
   bool shuffle = true;
-  bool drop_last = true;   // training: like the seed's DataLoader(drop_last=True)
-  bool augment = false;    // random flip + crop; see augment_by_default()
-  int64_t pad = 4;         // crop padding in pixels
+  bool drop_last = true;  // training: like the seed's DataLoader(drop_last=True)
+  bool augment = false;   // random flip + crop; see augment_by_default()
+  int64_t pad = 4;        // crop padding in pixels
   int64_t rank = 0, world = 1;
-  int64_t prefetch = 4;    // batches prepared ahead of the consumer
+  int64_t prefetch = 4;     // batches prepared ahead of the consumer
+  int64_t first_batch = 0;  // start the epoch here (resume mid-epoch); earlier batches are never built
 };
 
 // Options for evaluation: fixed order, last partial batch kept, no augmentation.

@@ -2,9 +2,11 @@
 
 #include <omp.h>
 #include <oneapi/tbb/global_control.h>
+#include <signal.h>
 
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -31,8 +33,8 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
                                shape_to_string(want));
   const ValueInfo& out = g.info(io.logits);
   if (!out.shape || out.shape->size() != 2 || ((*out.shape)[1].known() && (*out.shape)[1].value != d.classes))
-    throw_bad_input(where, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) +
-                               " but " + d.name + " has " + std::to_string(d.classes) + " classes: expected [N," +
+    throw_bad_input(where, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) + " but " +
+                               d.name + " has " + std::to_string(d.classes) + " classes: expected [N," +
                                std::to_string(d.classes) + "]");
   return io;
 }
@@ -69,11 +71,14 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
 }
 
 double LrSchedule::at(int64_t epoch, int64_t step, int64_t steps_per_epoch) const {
-  const double progress = static_cast<double>(epoch) + static_cast<double>(step) / std::max<int64_t>(1, steps_per_epoch);
+  const double progress =
+      static_cast<double>(epoch) + static_cast<double>(step) / std::max<int64_t>(1, steps_per_epoch);
   double lr = base_lr;
   if (kind == "step") lr = base_lr * std::pow(0.1, static_cast<double>(epoch / std::max<int64_t>(1, step_epochs)));
-  if (kind == "cosine") lr = 0.5 * base_lr * (1.0 + std::cos(std::numbers::pi * progress / static_cast<double>(epochs)));
-  if (warmup_epochs > 0 && progress < warmup_epochs) lr *= (progress + 1.0 / std::max<int64_t>(1, steps_per_epoch)) / warmup_epochs;
+  if (kind == "cosine")
+    lr = 0.5 * base_lr * (1.0 + std::cos(std::numbers::pi * progress / static_cast<double>(epochs)));
+  if (warmup_epochs > 0 && progress < warmup_epochs)
+    lr *= (progress + 1.0 / std::max<int64_t>(1, steps_per_epoch)) / warmup_epochs;
   return lr;
 }
 
@@ -83,13 +88,40 @@ void configure_threads(int threads) {
   // parallel regions take their size from this setting.
   omp_set_num_threads(threads);
   static std::unique_ptr<tbb::global_control> tbb_limit;
-  tbb_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
-                                                    static_cast<size_t>(threads));
+  tbb_limit =
+      std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // reads and writes in flight continue; the flag is polled
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+}
+
+int stop_signal() { return g_stop_signal; }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "a signal";
+  }
+}
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
-  f_ = std::fopen(path.c_str(), "w");
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) throw_bad_input("--metrics " + path, std::string("cannot open for writing: ") + std::strerror(errno));
 }
 

@@ -32,9 +32,9 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
 struct LrSchedule {
   std::string kind = "constant";  // constant | step | cosine
   double base_lr = 0.01;
-  int64_t step_epochs = 30;       // step: x0.1 every step_epochs
-  double warmup_epochs = 0;       // linear ramp from 0 over the first warmup epochs
-  int64_t epochs = 1;             // cosine: period
+  int64_t step_epochs = 30;  // step: x0.1 every step_epochs
+  double warmup_epochs = 0;  // linear ramp from 0 over the first warmup epochs
+  int64_t epochs = 1;        // cosine: period
   double at(int64_t epoch, int64_t step, int64_t steps_per_epoch) const;
 };
 
@@ -45,11 +45,18 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// SIGTERM and SIGUSR1 (what Slurm sends before a time limit or preemption) set a
+// flag instead of ending the process; the trainer polls stop_signal() at each step
+// boundary, writes a checkpoint and exits 0. 0 = no signal yet, else its number.
+void install_stop_signals();
+int stop_signal();
+const char* signal_name(int sig);  // "SIGTERM", "SIGUSR1"
+
 // One JSON object per line; "" disables it. Lines are flushed as written so a
-// plot can follow a running job.
+// plot can follow a running job; `append` continues the file of a resumed run.
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);
+  explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();
   void step(int64_t step, int64_t epoch, double loss, double lr);
   void epoch(int64_t epoch, double epoch_time, double train_loss, double val_loss, double val_accuracy,

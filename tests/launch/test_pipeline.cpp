@@ -270,6 +270,39 @@ TEST_CASE("augmented stream: the same batches whatever the prefetch depth and th
   }
 }
 
+TEST_CASE("first_batch (resume mid-epoch): the remaining batches of the full epoch, numbered as there") {
+  Dataset d = make_dataset(50, 3, 8, 8);
+  auto batches = [&](int64_t first, int64_t prefetch) {
+    PipelineOptions o;
+    o.batch_size = 7;
+    o.seed = 5;
+    o.epoch = 2;
+    o.augment = true;
+    o.prefetch = prefetch;
+    o.first_batch = first;
+    BatchStream s(d, o);
+    std::vector<Batch> out;
+    while (auto b = s.next()) out.push_back(std::move(*b));
+    return out;
+  };
+  const std::vector<Batch> full = batches(0, 4);
+  REQUIRE(full.size() == 7);
+  for (int64_t first : {1, 3, 6, 7, 9}) {
+    for (int64_t prefetch : {1, 4}) {
+      INFO("first " << first << " prefetch " << prefetch);
+      const std::vector<Batch> rest = batches(first, prefetch);
+      REQUIRE(static_cast<int64_t>(rest.size()) == std::max<int64_t>(0, 7 - first));
+      for (size_t j = 0; j < rest.size(); ++j) {
+        const Batch& want = full[static_cast<size_t>(first) + j];
+        CHECK(rest[j].index == want.index);
+        CHECK(rest[j].samples == want.samples);
+        CHECK(std::equal(want.images.data<float>(), want.images.data<float>() + want.images.numel(),
+                         rest[j].images.data<float>()));
+      }
+    }
+  }
+}
+
 TEST_CASE("a bad sample surfaces in next() as the same BadInput error") {
   Dataset d = make_dataset(20, 1, 2, 2);
   d.labels.data<int64_t>()[5] = 12;
