@@ -1,0 +1,43 @@
+# Sanitizer and fuzzing instrumentation for every target defined after this file.
+#
+#   cmake -S . -B build-as -DTRAINRT_SANITIZE=address,undefined   # g++: ASan+UBSan, whole suite
+#   cmake -S . -B build-ts -DTRAINRT_SANITIZE=thread              # g++: TSan (pipeline, executor)
+#   cmake -S . -B build-fz -DTRAINRT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+#
+# Why here and global: a sanitizer only sees the code it instruments, so all of
+# trainrt's libraries, tests and tools get the same flags. Third-party libraries
+# (protobuf, libonnx, oneDNN, oneTBB, libgomp) come from Debian uninstrumented;
+# their reports are handled by the narrow suppression files in fuzz/ (see
+# docs/reliability.md). Any report ends the process (no recovery), so CI fails.
+
+set(TRAINRT_SANITIZE OFF CACHE STRING "Sanitizers: address,undefined | thread | OFF")
+set_property(CACHE TRAINRT_SANITIZE PROPERTY STRINGS OFF "address,undefined" address undefined thread)
+option(TRAINRT_FUZZ "Build the libFuzzer targets in fuzz/ (clang; implies address,undefined)" OFF)
+
+if(TRAINRT_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "TRAINRT_FUZZ=ON needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang")
+  endif()
+  if(TRAINRT_SANITIZE AND NOT TRAINRT_SANITIZE STREQUAL "OFF" AND NOT TRAINRT_SANITIZE STREQUAL "address,undefined")
+    message(FATAL_ERROR "TRAINRT_FUZZ=ON runs with address,undefined; TRAINRT_SANITIZE=${TRAINRT_SANITIZE} conflicts")
+  endif()
+  set(TRAINRT_SANITIZE "address,undefined")
+  # Coverage hooks everywhere; the libFuzzer main is linked only into fuzz targets.
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
+if(TRAINRT_SANITIZE AND NOT TRAINRT_SANITIZE STREQUAL "OFF")
+  if(NOT TRAINRT_SANITIZE MATCHES "^(address,undefined|undefined,address|address|undefined|thread)$")
+    message(FATAL_ERROR "TRAINRT_SANITIZE=${TRAINRT_SANITIZE}: expected address,undefined | thread | OFF")
+  endif()
+  set(_trainrt_san -fsanitize=${TRAINRT_SANITIZE} -fno-omit-frame-pointer)
+  # Line tables are all a sanitizer report needs; full -g makes instrumented objects
+  # several times larger and the three CI builds slower.
+  add_compile_options(-g1)
+  if(TRAINRT_SANITIZE MATCHES "undefined")
+    list(APPEND _trainrt_san -fno-sanitize-recover=all)  # every UB report is fatal
+  endif()
+  add_compile_options(${_trainrt_san})
+  add_link_options(${_trainrt_san})
+  message(STATUS "trainrt: sanitizers ${TRAINRT_SANITIZE} (fuzz targets: ${TRAINRT_FUZZ})")
+endif()
