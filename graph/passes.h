@@ -1,8 +1,32 @@
 // Graph passes that keep the graph valid and typed.
 //
 //   eliminate_dead_nodes(g, {"loss", "w.updated"});   // keeps graph outputs too
+//   simplify(g);                                       // constant folding + dead nodes
+//   Graph infer = optimize_for_inference(forward);     // BN folded, Dropout gone, fused ops
+//   Graph onnx = optimize_for_inference(forward, {.standard_onnx_only = true});  // for export
+//   TrainingGraph t = build_training_graph(forward, opts);
+//   fuse_training_graph(t.graph);                      // BN+Relu, Conv+residual Add
+//   std::cout << describe_passes(before, after);       // node counts per op type
+//
+// Why: the graph is optimised once, before planning, as TensorRT does. Every pass
+// keeps the graph's inputs, outputs and the names of every value a caller can see
+// (graph outputs, `keep`), so a pass can be dropped without changing results beyond
+// float rounding. A fusion happens only when the intermediate value it removes has
+// no other reader (forward or backward) and is not a graph output.
+//
+// Fused ops (domain ai.trainrt; schemas and kernels in ops/fused.cpp):
+//   FusedConv(X, W, [B], [Z]; Conv's attributes, activation = "" | "Relu") -> Y
+//       Y = act(Conv(X, W, B)) + Z            Z: Y's shape (a residual), optional
+//   BatchNormalizationRelu(X, scale, B, mean, var; BatchNormalization's attributes)
+//       -> (Y, [running_mean, running_var, ...])   Y = Relu(BatchNormalization(...))
+// Relu's backward (ReluGrad(dY, Y)) reads Relu's output, which the fused op still
+// writes under the same name; BatchNormalizationGrad reads X, not BN's output. So
+// fusing after autodiff leaves every backward node valid.
 #pragma once
 
+#include <cstddef>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,5 +37,62 @@ namespace trainrt {
 // Removes nodes none of whose outputs reach a graph output or a value in `keep`,
 // then drops initializers and value types nothing uses. Returns nodes removed.
 size_t eliminate_dead_nodes(Graph& g, const std::vector<std::string>& keep = {});
+
+struct SimplifyOptions {
+  std::vector<std::string> keep;  // values that must survive (besides graph outputs)
+  // Initializers whose value changes between runs (training state: parameters,
+  // optimizer state, BN running statistics — the states of TrainingGraph::updates).
+  // Nothing reading them is folded. Initializers that are also graph inputs are
+  // never folded either.
+  std::set<std::string> variable;
+  int64_t max_fold_elements = int64_t{1} << 22;  // larger results stay computed at run time
+};
+
+// Replaces nodes whose inputs are all constant (initializers, Constant nodes) by
+// initializers, for cheap ops only: Constant, Identity, Cast, Shape (also of any
+// value whose shape is fully known), Size, Reshape, Flatten, Squeeze, Unsqueeze,
+// Concat, Gather. Returns the number of nodes folded. Values keep their names.
+size_t fold_constants(Graph& g, const SimplifyOptions& o = {});
+
+// fold_constants then eliminate_dead_nodes; returns nodes removed in total.
+size_t simplify(Graph& g, const SimplifyOptions& o = {});
+
+struct InferenceOptions {
+  // Only standard ONNX ops in the result (for --export-inference: onnx.checker and
+  // ONNX Runtime must accept it): BN folded, Dropout/Identity removed, MatMul+Add ->
+  // Gemm, but no FusedConv / BatchNormalizationRelu.
+  bool standard_onnx_only = false;
+};
+
+// The inference form of a forward graph, same inputs and outputs:
+//   - constant folding and dead nodes removed;
+//   - Identity and (inference) Dropout removed, readers rewired;
+//   - BatchNormalization (inference form) after a Conv folded into the Conv's weights
+//     and bias (a bias is added when absent): W' = W*s, B' = (B - mean)*s + bias,
+//     s = scale / sqrt(var + epsilon), per output channel (computed in double);
+//   - MatMul(A[M,K], B[K,N]) + Add(bias [N] or [1,N]) -> Gemm; Gemm without C + Add -> Gemm;
+//   - unless standard_onnx_only: Conv (+bias) + Relu -> FusedConv(activation=Relu),
+//     Conv + Add of a same-shape value -> FusedConv(Z), BatchNormalization + Relu ->
+//     BatchNormalizationRelu.
+// The forward graph must be typed (infer_shapes). Folded weights get new initializer
+// names ("<W>.bn_folded"); the old ones disappear when nothing else reads them.
+Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {});
+
+// Fusions of a training graph (after build_training_graph), in place:
+//   BatchNormalization + Relu -> BatchNormalizationRelu (running-stat outputs kept),
+//   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z).
+// Relu + Dropout is not fused: once Relu is inside the BN kernel it would not save a
+// pass. Returns the number of fusions made.
+size_t fuse_training_graph(Graph& g);
+
+// Node counts per op type ("Conv", "ai.trainrt::FusedConv") before and after passes.
+struct PassReport {
+  std::map<std::string, size_t> before, after;
+  size_t nodes_before = 0, nodes_after = 0;
+  size_t initializers_before = 0, initializers_after = 0;
+};
+PassReport pass_report(const Graph& before, const Graph& after);
+// A table: one line per op type "op  before  after  change", then the totals.
+std::string describe_passes(const Graph& before, const Graph& after);
 
 }  // namespace trainrt

@@ -1,0 +1,192 @@
+// Constant folding (graph/passes.h fold_constants): nodes of cheap ops whose inputs
+// are all constant become initializers.
+//
+// Constant means: an initializer that is neither a graph input (overridable) nor in
+// SimplifyOptions::variable (training state), or the output of a node folded before.
+// Shape and Size need no constant input, only a fully known input shape (a fixed
+// dimension cannot change: specialize() rejects a feed that disagrees).
+// Shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze) take their result's dims
+// from the inferred output type, so they follow the op's own shape rule exactly.
+// Cast folds only when every value converts exactly (no rounding, no truncation),
+// so the folded value is what any backend's Cast kernel would produce.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "graph/error.h"
+#include "graph/fuse_util.h"
+#include "graph/passes.h"
+
+namespace trainrt {
+
+namespace {
+
+using passes::is_onnx;
+
+// Dims of value v from its inferred type, when fully known.
+std::optional<std::vector<int64_t>> inferred_dims(const Graph& g, const std::string& v) {
+  const Shape* s = passes::known_shape(g, v);
+  if (!s) return std::nullopt;
+  return shape_dims(*s);
+}
+
+Tensor int64_vector(const std::vector<int64_t>& v) {
+  Tensor t(DataType::Int64, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return t;
+}
+
+// True when every element of x converts to `to` and back to the same double.
+bool cast_is_exact(const Tensor& x, DataType to) {
+  if (!dtype_is_supported(to) || dtype_size(to) == 0 || x.dtype() == DataType::String) return false;
+  if (to == DataType::Float16 || to == DataType::BFloat16 || x.dtype() == DataType::Float16 ||
+      x.dtype() == DataType::BFloat16 || to == DataType::Bool || x.dtype() == DataType::Bool)
+    return false;  // rounding rules of the narrow types: leave them to the kernel
+  Tensor probe(to, {1});
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.get_as_double(i);
+    if (!std::isfinite(v) || std::fabs(v) > 9007199254740992.0) return false;  // beyond 2^53
+    probe.set_from_double(0, v);
+    if (probe.get_as_double(0) != v) return false;
+  }
+  return true;
+}
+
+// Concatenation of same-dtype tensors along `axis` (already normalised).
+Tensor concat(const std::vector<const Tensor*>& in, int64_t axis, const std::vector<int64_t>& out_dims) {
+  Tensor out(in[0]->dtype(), out_dims);
+  const size_t esize = dtype_size(out.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out_dims[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < out_dims.size(); ++d) inner *= out_dims[d];
+  std::byte* dst = out.raw();
+  for (int64_t o = 0; o < outer; ++o)
+    for (const Tensor* t : in) {
+      const size_t chunk = static_cast<size_t>(t->dims()[static_cast<size_t>(axis)] * inner) * esize;
+      if (chunk == 0) continue;
+      std::memcpy(dst, t->raw() + static_cast<size_t>(o) * chunk, chunk);
+      dst += chunk;
+    }
+  return out;
+}
+
+// Gather(data, indices; axis) -> data[outer, indices..., inner]; nullopt on a bad index.
+std::optional<Tensor> gather(const Tensor& data, const Tensor& idx, int64_t axis,
+                             const std::vector<int64_t>& out_dims) {
+  if (idx.dtype() != DataType::Int64 && idx.dtype() != DataType::Int32) return std::nullopt;
+  Tensor out(data.dtype(), out_dims);
+  const size_t esize = dtype_size(data.dtype());
+  const int64_t dim = data.dims()[static_cast<size_t>(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= data.dims()[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < data.dims().size(); ++d) inner *= data.dims()[d];
+  if (out.numel() != outer * idx.numel() * inner) return std::nullopt;
+  const size_t row = static_cast<size_t>(inner) * esize;
+  std::byte* dst = out.raw();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < idx.numel(); ++k) {
+      int64_t j = static_cast<int64_t>(idx.get_as_double(k));
+      if (j < 0) j += dim;
+      if (j < 0 || j >= dim) return std::nullopt;  // the kernel reports it at run time
+      if (row) std::memcpy(dst, data.raw() + static_cast<size_t>(o * dim + j) * row, row);
+      dst += row;
+    }
+  return out;
+}
+
+// The folded value of node n (single output) or nullopt when n is not foldable.
+// `in[i]` is the constant value of input i (nullptr when omitted or not constant).
+std::optional<Tensor> evaluate(const Graph& g, const Node& n, const std::vector<const Tensor*>& in) {
+  auto all_const = [&](size_t from) {
+    for (size_t i = from; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty() && !in[i]) return false;
+    return true;
+  };
+  const std::optional<std::vector<int64_t>> out_dims = inferred_dims(g, n.outputs[0]);
+  if (is_onnx(n, "Constant")) {
+    const Tensor* t = n.has_attr("value") ? n.attr_tensor("value") : nullptr;
+    return t ? std::optional<Tensor>(t->clone()) : std::nullopt;
+  }
+  if (is_onnx(n, "Shape") || is_onnx(n, "Size")) {
+    const std::optional<std::vector<int64_t>> d = inferred_dims(g, n.inputs.at(0));
+    if (!d) return std::nullopt;
+    if (is_onnx(n, "Size")) {
+      Tensor t(DataType::Int64, {});
+      t.data<int64_t>()[0] = element_count(*d);
+      return t;
+    }
+    const int64_t rank = static_cast<int64_t>(d->size());
+    auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
+    const int64_t start = clamp(n.attr_int("start", 0)), end = clamp(n.attr_int("end", rank));
+    return int64_vector(std::vector<int64_t>(d->begin() + start, d->begin() + std::max(start, end)));
+  }
+  if (!all_const(0) || in.empty() || !in[0]) return std::nullopt;
+  const Tensor& x = *in[0];
+  if (is_onnx(n, "Identity")) return x.clone();
+  if (is_onnx(n, "Cast")) {
+    const DataType to = static_cast<DataType>(n.attr_int("to", 0));
+    if (!cast_is_exact(x, to)) return std::nullopt;
+    return x.dtype() == to ? x.clone() : x.cast(to);
+  }
+  if (!out_dims) return std::nullopt;
+  if (is_onnx(n, "Reshape") || is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze")) {
+    if (element_count(*out_dims) != x.numel()) return std::nullopt;
+    return x.clone().reshaped(*out_dims);
+  }
+  if (is_onnx(n, "Concat")) {
+    std::vector<const Tensor*> parts;
+    for (const Tensor* t : in) {
+      if (!t || t->dtype() != x.dtype() || t->rank() != x.rank()) return std::nullopt;
+      parts.push_back(t);
+    }
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis >= x.rank()) return std::nullopt;
+    return concat(parts, axis, *out_dims);
+  }
+  if (is_onnx(n, "Gather") && in.size() == 2) {
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis >= x.rank()) return std::nullopt;
+    return gather(x, *in[1], axis, *out_dims);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+size_t fold_constants(Graph& g, const SimplifyOptions& o) {
+  std::set<std::string> not_constant(o.variable.begin(), o.variable.end());
+  not_constant.insert(g.inputs.begin(), g.inputs.end());
+  not_constant.insert(g.initializer_inputs.begin(), g.initializer_inputs.end());
+  const std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t folded = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.output_count() != 1 || !n.has_output(0) || outputs.count(n.outputs[0])) continue;
+    std::vector<const Tensor*> in(n.inputs.size(), nullptr);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      auto it = g.initializers.find(n.inputs[k]);
+      if (it != g.initializers.end() && !not_constant.count(n.inputs[k])) in[k] = &it->second;
+    }
+    std::optional<Tensor> v;
+    try {
+      v = evaluate(g, n, in);
+    } catch (const Error&) {
+      v.reset();  // a malformed node: left for the shape rule / kernel to report
+    }
+    if (!v || v->numel() > o.max_fold_elements) continue;
+    const std::string out = n.outputs[0];
+    g.values[out] = ValueInfo{v->dtype(), shape_of(v->dims())};
+    g.initializers[out] = std::move(*v);
+    dead[i] = true;
+    ++folded;
+  }
+  passes::erase_marked(g, dead);
+  return folded;
+}
+
+}  // namespace trainrt

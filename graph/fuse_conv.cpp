@@ -1,0 +1,147 @@
+// The fusions shared by inference and training graphs, and fuse_training_graph:
+//   Conv (+B) + Relu              -> FusedConv(X, W, B; activation=Relu)
+//   Conv (+B) [+Relu] + Add(Z)    -> FusedConv(X, W, B, Z)      Y = act(conv) + Z
+//   BatchNormalization + Relu     -> BatchNormalizationRelu (all BN outputs kept)
+// The fused node takes the name of the pattern's first node and the position of
+// its last, and writes the last node's output name, so readers and graph outputs
+// are unchanged. The swallowed intermediate must have that one reader only.
+#include <algorithm>
+
+#include "graph/error.h"
+#include "graph/fuse_util.h"
+#include "graph/passes.h"
+
+namespace trainrt {
+namespace passes {
+
+namespace {
+
+bool is_fused_conv(const Node& n) { return n.op_type == "FusedConv" && n.domain == kTrainrtDomain; }
+
+// A Conv, or a FusedConv that has no residual yet (it can still take an activation or Z).
+bool conv_like(const Node& n) { return is_onnx(n, "Conv") || (is_fused_conv(n) && !n.has_input(3)); }
+
+// True when node n reads v only for its shape (SumToShape / ReshapeLike input 1, as
+// the Add and Reshape gradient rules write them): it may read any value of v's type.
+bool shape_only_read(const Node& n, const std::string& v) {
+  if (n.domain != kTrainrtDomain || (n.op_type != "SumToShape" && n.op_type != "ReshapeLike")) return false;
+  return n.inputs.size() == 2 && n.inputs[1] == v && n.inputs[0] != v;
+}
+
+Node to_fused_conv(const Node& conv) {
+  Node f = conv;
+  f.op_type = "FusedConv";
+  f.domain = kTrainrtDomain;
+  return f;
+}
+
+}  // namespace
+
+size_t fuse_conv_relu(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& relu = g.nodes[j];
+    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
+    const size_t i = u.producer_of(relu.inputs[0]);
+    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
+    const Node& conv = g.nodes[i];
+    if (!conv_like(conv) || conv.has_input(3) || !conv.attr_string("activation", "").empty()) continue;
+    Node f = to_fused_conv(conv);
+    f.attrs["activation"] = Attribute::of_string("Relu");
+    f.outputs = {relu.outputs[0]};
+    g.nodes[j] = std::move(f);
+    dead[i] = true;
+    ++fused;
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
+size_t fuse_conv_add(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& add = g.nodes[j];
+    if (!is_onnx(add, "Add") || add.input_count() != 2 || !add.has_output(0)) continue;
+    if (add.inputs[0] == add.inputs[1]) continue;
+    for (size_t k : {size_t{0}, size_t{1}}) {
+      const std::string& y = add.inputs[k];
+      const std::string& z = add.inputs[1 - k];
+      const size_t i = u.producer_of(y);
+      if (i == npos || dead[i] || !conv_like(g.nodes[i]) || u.graph_outputs.count(y)) continue;
+      // The Add must be y's only real reader; shape-only readers after it move to the Add's output.
+      std::vector<size_t> shape_readers;
+      size_t add_reads = 0;
+      bool other = false;
+      for (size_t r : u.readers.at(y)) {
+        if (r == j)
+          ++add_reads;
+        else if (r > j && shape_only_read(g.nodes[r], y))
+          shape_readers.push_back(r);
+        else
+          other = true;
+      }
+      if (other || add_reads != 1) continue;
+      // Z must have Y's exact type (no broadcasting: the conv accumulates into it).
+      const ValueInfo* yi = g.find_info(y);
+      const ValueInfo* zi = g.find_info(z);
+      const ValueInfo* oi = g.find_info(add.outputs[0]);
+      if (!yi || !zi || !oi || !yi->shape || !(*yi == *zi) || !(*yi == *oi)) continue;
+      const std::string out = add.outputs[0];
+      for (size_t r : shape_readers) g.nodes[r].inputs[1] = out;
+      Node f = to_fused_conv(g.nodes[i]);
+      f.inputs.resize(4);
+      f.inputs[3] = z;
+      f.outputs = {out};
+      g.nodes[j] = std::move(f);
+      dead[i] = true;
+      ++fused;
+      break;
+    }
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
+size_t fuse_batchnorm_relu(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& relu = g.nodes[j];
+    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
+    const size_t i = u.producer_of(relu.inputs[0]);
+    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
+    const Node& bn = g.nodes[i];
+    if (!is_onnx(bn, "BatchNormalization") || bn.outputs.empty() || bn.outputs[0] != relu.inputs[0]) continue;
+    // The other outputs (running statistics) move to position j: no reader may come before it.
+    bool later = true;
+    for (size_t k = 1; k < bn.outputs.size(); ++k)
+      if (auto r = u.readers.find(bn.outputs[k]); !bn.outputs[k].empty() && r != u.readers.end())
+        later = later && std::all_of(r->second.begin(), r->second.end(), [&](size_t reader) { return reader > j; });
+    if (!later) continue;
+    Node f = bn;
+    f.op_type = "BatchNormalizationRelu";
+    f.domain = kTrainrtDomain;
+    f.outputs[0] = relu.outputs[0];
+    g.nodes[j] = std::move(f);
+    dead[i] = true;
+    ++fused;
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
+}  // namespace passes
+
+size_t fuse_training_graph(Graph& g) {
+  size_t fused = passes::fuse_batchnorm_relu(g);
+  fused += passes::fuse_conv_add(g);
+  if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
+  return fused;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,67 @@
+// Helpers shared by the graph passes (graph/passes.cpp, fold_*.cpp, fuse_*.cpp).
+//
+//   Uses u(g);
+//   size_t relu = u.sole_reader(g.nodes[i].outputs[0]);   // npos unless exactly one reader
+//   ... rewrite g.nodes[relu], mark i dead ...
+//   erase_marked(g, dead);
+//
+// Why: every fusion asks the same questions — who writes a value, who reads it,
+// is it a graph output — and every fusion removes nodes in place. A sweep computes
+// Uses once, marks the nodes it swallowed and compacts at the end; the fused node
+// takes the position of the pattern's last node, so the order stays topological.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace trainrt::passes {
+
+inline constexpr size_t npos = static_cast<size_t>(-1);
+inline constexpr const char* kTrainrtDomain = "ai.trainrt";
+
+struct Uses {
+  explicit Uses(const Graph& g);
+  std::unordered_map<std::string, size_t> producer;              // value -> writing node
+  std::unordered_map<std::string, std::vector<size_t>> readers;  // value -> reading node, once per input slot
+  std::unordered_set<std::string> graph_outputs;
+  // The node that reads `v` in exactly one input slot when no other node reads it and
+  // it is not a graph output; npos otherwise.
+  size_t sole_reader(const std::string& v) const;
+  size_t producer_of(const std::string& v) const;  // npos for inputs/initializers
+};
+
+// True for a node of the default domain ("" or "ai.onnx") with this op type.
+bool is_onnx(const Node& n, const char* op_type);
+// Replaces every read of `from` (node inputs) by `to`. Graph outputs are left alone.
+void replace_reads(Graph& g, const std::string& from, const std::string& to);
+// Removes nodes flagged in `dead` (same size as g.nodes).
+void erase_marked(Graph& g, const std::vector<bool>& dead);
+// Removes node i, whose output 0 equals its input 0 (Identity, inference Dropout):
+// readers read the input instead. When the output is a graph output, the input's
+// producer writes it under the output's name instead; if that is impossible (the
+// input is a graph input, initializer or graph output) the node stays. True if removed.
+bool bypass_node(Graph& g, size_t i);
+// A name not used by any value or initializer of g: base, base_1, base_2, ...
+std::string fresh_name(const Graph& g, const std::string& base);
+// Shape of value v when it is known and fully static; nullptr otherwise.
+const Shape* known_shape(const Graph& g, const std::string& v);
+
+}  // namespace trainrt::passes
+
+namespace trainrt::passes {
+
+// The pattern rewrites (graph/fuse_inference.cpp, graph/fuse_conv.cpp). Each sweeps
+// the graph once and returns the number of rewrites; the graph must be typed.
+size_t remove_identities(Graph& g);         // Identity and inference Dropout
+size_t fold_batchnorm_into_conv(Graph& g);  // inference BN after Conv
+size_t fuse_matmul_add(Graph& g);           // MatMul/Gemm + Add(bias) -> Gemm
+size_t fuse_conv_relu(Graph& g);            // Conv + Relu -> FusedConv(activation=Relu)
+size_t fuse_conv_add(Graph& g);             // Conv + Add(residual) -> FusedConv(Z)
+size_t fuse_batchnorm_relu(Graph& g);       // BatchNormalization + Relu -> BatchNormalizationRelu
+
+}  // namespace trainrt::passes

@@ -1,0 +1,125 @@
+// Fused ops written by the graph passes (graph/passes.h), domain ai.trainrt.
+//
+//   FusedConv(X: N,C,H,W, W: M,C/group,kH,kW, [B: M], [Z: N,M,Ho,Wo]) -> Y: N,M,Ho,Wo
+//     attributes: Conv's, plus activation = "" (none) | "Relu"
+//     Y = act(Conv(X, W, B)) + Z                       (Z, a residual, is optional)
+//   BatchNormalizationRelu(X, scale, B, input_mean, input_var) -> (Y, [running_mean, running_var, ...])
+//     attributes: BatchNormalization's;  Y = Relu(BatchNormalization(...)), the other
+//     outputs and the training rule exactly BatchNormalization's (ops/norm.cpp).
+//
+// Why no gradient rules: fusion runs after autodiff (graph/passes.h), and every
+// backward node reads values the fused node still writes under the same names.
+// The shape rules and reference kernels are Conv's and BatchNormalization's, taken
+// from the registry when these ops register (so they must register after them),
+// followed by the activation and the residual add. cpu kernels: ops/fused_dnnl.cpp.
+#include <string>
+
+#include "ops/common.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+
+void register_fused_dnnl(Registry& r);  // ops/fused_dnnl.cpp
+
+namespace {
+
+const char* const kDomain = "ai.trainrt";
+
+// Index of `n` in its graph (for error messages of a rule run on a local context).
+size_t node_index(const InferContext& ctx) {
+  const std::vector<Node>& nodes = ctx.graph().nodes;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (&nodes[i] == &ctx.node()) return i;
+  return 0;
+}
+
+void check_activation(const InferContext& ctx) {
+  const std::string act = ctx.node().attr_string("activation", "");
+  if (!act.empty() && act != "Relu")
+    throw_unsupported(ctx.where(), "attribute 'activation' must be \"\" or \"Relu\", got \"" + act + "\"");
+}
+
+void fused_conv_infer(InferContext& ctx, const ShapeRule& conv_rule) {
+  check_activation(ctx);
+  std::vector<ValueInfo> out(1);
+  InferContext conv_ctx(ctx.graph(), ctx.node(), node_index(ctx), out);
+  conv_rule(conv_ctx);
+  if (ctx.has_input(3)) {
+    require_same_dtype(ctx, 0, 3);
+    const ValueInfo& z = ctx.input(3);
+    bool same = z.shape && out[0].shape && z.shape->size() == out[0].shape->size();
+    for (size_t i = 0; same && i < z.shape->size(); ++i) {
+      const Dim &a = (*z.shape)[i], &b = (*out[0].shape)[i];
+      same = !(a.known() && b.known() && a.value != b.value);
+    }
+    if (!same)
+      ctx.fail("input 3 '" + ctx.node().inputs[3] + "' (Z) has shape " + shape_to_string(z.shape.value_or(Shape{})) +
+               " but the convolution's output is " + shape_to_string(out[0].shape.value_or(Shape{})));
+  }
+  ctx.set_output(0, out[0]);
+}
+
+// y = act(y) + z elementwise (z may be null).
+template <typename T>
+void finish(Tensor& y, const Tensor* z, bool relu) {
+  T* py = y.data<T>();
+  const T* pz = z ? z->data<T>() : nullptr;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    T v = py[i];
+    if (relu && !(v > T(0))) v = T(0);
+    py[i] = pz ? v + pz[i] : v;
+  }
+}
+
+void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
+  KernelContext c{ctx.node,
+                  {ctx.inputs.begin(), ctx.inputs.begin() + std::min<size_t>(3, ctx.inputs.size())},
+                  {ctx.outputs[0]},
+                  ctx.training,
+                  ctx.seed};
+  conv(c);
+  const bool relu = ctx.node.attr_string("activation", "") == "Relu";
+  const Tensor* z = ctx.has_input(3) ? &ctx.in(3) : nullptr;
+  dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), z, relu); });
+}
+
+void bn_relu_reference(KernelContext& ctx, const Kernel& bn) {
+  bn(ctx);
+  dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), nullptr, true); });
+}
+
+}  // namespace
+
+void register_fused(Registry& r) {
+  const OpSchema* conv = r.schemas.find("", "Conv");
+  const OpSchema* bn = r.schemas.find("", "BatchNormalization");
+  const Kernel* conv_ref = r.kernels.find("reference", "", "Conv");
+  const Kernel* bn_ref = r.kernels.find("reference", "", "BatchNormalization");
+  if (!conv || !bn || !conv_ref || !bn_ref)
+    throw_internal("register_fused", "Conv and BatchNormalization must be registered first");
+
+  OpSchema fc;
+  fc.domain = kDomain;
+  fc.op_type = "FusedConv";
+  fc.min_inputs = 2;
+  fc.max_inputs = 4;
+  fc.infer = [rule = conv->infer](InferContext& ctx) { fused_conv_infer(ctx, rule); };
+  fc.flops = conv->flops;
+  fc.attributes = conv->attributes;
+  fc.attributes.push_back("activation");
+  r.schemas.add(std::move(fc));
+  r.kernels.add("reference", kDomain, "FusedConv",
+                [k = *conv_ref](KernelContext& ctx) { fused_conv_reference(ctx, k); });
+
+  OpSchema br = *bn;
+  br.domain = kDomain;
+  br.op_type = "BatchNormalizationRelu";
+  br.since_version = 1;
+  r.schemas.add(std::move(br));
+  r.kernels.add("reference", kDomain, "BatchNormalizationRelu",
+                [k = *bn_ref](KernelContext& ctx) { bn_relu_reference(ctx, k); });
+
+  register_fused_dnnl(r);
+}
+
+}  // namespace trainrt

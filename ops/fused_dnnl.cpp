@@ -1,0 +1,200 @@
+// cpu (oneDNN, fp32) kernels of the fused ops (ops/fused.cpp).
+//
+//   FusedConv: convolution_forward with post-ops: eltwise_relu when activation is Relu,
+//     then sum (dst = act(conv) + dst) when Z is given; dst starts as Z (reordered into
+//     the primitive's layout), so the residual add costs no extra pass over Y.
+//   BatchNormalizationRelu: batch_normalization_forward with fuse_norm_relu; training
+//     gives oneDNN a workspace (the relu mask it would keep for its own backward; ours
+//     is ReluGrad on Y, so it is scratch). Running statistics as in ops/norm_dnnl.cpp:
+//     running = input * momentum + batch * (1 - momentum).
+// fp64 and windows oneDNN rejects run the reference kernel.
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "graph/error.h"
+#include "ops/dnnl_util.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+
+struct FusedConvPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md src_plain, w_plain, dst_plain, bias_plain;
+  du::Md src_md, w_md, dst_md;
+  dnnl::reorder src_reorder, w_reorder, dst_reorder, z_reorder;
+};
+
+FusedConvPlan make_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, bool has_z,
+                        const Tensor& y) {
+  FusedConvPlan p;
+  const std::vector<int64_t>& xd = x.dims();
+  const std::vector<int64_t>& wd = w.dims();
+  const std::vector<int64_t>& yd = y.dims();
+  std::vector<int64_t> in(xd.begin() + 2, xd.end()), out(yd.begin() + 2, yd.end()), k(wd.begin() + 2, wd.end());
+  if (in.empty() || in.size() > 3) return du::reference_plan<FusedConvPlan>();
+  du::Window win = du::window_of(n, in, out, k);
+  const int64_t group = n.attr_int("group", 1);
+  std::vector<int64_t> wg = wd;  // grouped weights: G, M/G, C/G, *k (same bytes)
+  if (group > 1) {
+    wg[0] = wd[0] / group;
+    wg.insert(wg.begin(), group);
+  }
+  p.src_plain = du::plain_desc(xd);
+  p.w_plain = du::plain_desc(wg);
+  p.dst_plain = du::plain_desc(yd);
+  p.bias_plain = du::plain_desc({wd[0]});
+  du::Dims strides(win.strides.begin(), win.strides.end()), pl(win.pads_begin.begin(), win.pads_begin.end()),
+      pr(win.pads_end.begin(), win.pads_end.end());
+  try {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                      du::any_desc(xd), du::any_desc(wg), has_bias ? p.bias_plain : du::Md(),
+                                      du::any_desc(yd), strides, du::dnnl_dilations(win.dilations), pl, pr);
+    dnnl::post_ops po;
+    if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    if (has_z) po.append_sum(1.f);
+    dnnl::primitive_attr a = du::attr();
+    a.set_post_ops(po);
+    dnnl::convolution_forward::primitive_desc pd(d, a, du::engine());
+    p.prim = dnnl::convolution_forward(pd);
+    p.src_md = pd.src_desc();
+    p.w_md = pd.weights_desc();
+    p.dst_md = pd.dst_desc();
+  } catch (const dnnl::error&) {
+    return du::reference_plan<FusedConvPlan>();
+  }
+  p.src_reorder = du::make_reorder(p.src_plain, p.src_md);
+  p.w_reorder = du::make_reorder(p.w_plain, p.w_md);
+  p.dst_reorder = du::make_reorder(p.dst_md, p.dst_plain);
+  if (has_z) p.z_reorder = du::make_reorder(p.dst_plain, p.dst_md);
+  return p;
+}
+
+dnnl::memory to_layout(const dnnl::reorder& r, const dnnl::memory& user, const du::Md& want, int slot) {
+  if (!r) return user;
+  dnnl::memory m = du::temp_memory(want, slot);
+  du::reorder(r, user, m);
+  return m;
+}
+
+void fused_conv_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const bool has_bias = ctx.has_input(2), has_z = ctx.has_input(3);
+  const bool relu = n.attr_string("activation", "") == "Relu";
+  const std::string key = du::key("FusedConv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z,
+                                  n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
+                                  n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
+  auto plan = du::cached<FusedConvPlan>(key, [&] { return make_plan(n, x, w, has_bias, relu, has_z, y); });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  dnnl::memory src = to_layout(plan->src_reorder, du::memory_of(x, plan->src_plain), plan->src_md, 0);
+  dnnl::memory wts = to_layout(plan->w_reorder, du::memory_of(w, plan->w_plain), plan->w_md, 1);
+  dnnl::memory dst_user = du::memory_of(y, plan->dst_plain);
+  dnnl::memory dst = plan->dst_reorder ? du::temp_memory(plan->dst_md, 2) : dst_user;
+  if (has_z) {  // the sum post-op accumulates into dst: start it as Z
+    if (plan->z_reorder)
+      du::reorder(plan->z_reorder, du::memory_of(ctx.in(3), plan->dst_plain), dst);
+    else
+      std::memcpy(y.raw(), ctx.in(3).raw(), y.nbytes());
+  }
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}};
+  if (has_bias) args[DNNL_ARG_BIAS] = du::memory_of(ctx.in(2), plan->bias_plain);
+  du::execute(plan->prim, std::move(args));
+  if (plan->dst_reorder) du::reorder(plan->dst_reorder, dst, dst_user);
+}
+
+struct BnReluPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, channel, workspace;
+};
+
+bool node_trains(const KernelContext& ctx) {
+  if (ctx.training || ctx.node.attr_int("training_mode", 0) == 1) return true;
+  for (size_t i = 1; i < ctx.node.outputs.size(); ++i)
+    if (ctx.node.has_output(i)) return true;
+  return false;
+}
+
+// x as N,C,S when its rank is outside oneDNN's 3..5 (as ops/norm_dnnl.cpp does).
+std::vector<int64_t> data_dims(const Tensor& x) {
+  const std::vector<int64_t>& d = x.dims();
+  if (d.size() >= 3 && d.size() <= 5) return d;
+  int64_t s = 1;
+  for (size_t i = 2; i < d.size(); ++i) s *= d[i];
+  return {d[0], d[1], s};
+}
+
+void bn_relu_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  if (x.numel() == 0) return du::run_reference(ctx);
+  const bool training = node_trains(ctx);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  const float momentum = n.attr_float("momentum", 0.9f);
+  const int64_t channels = x.dims().at(1);
+  const std::vector<int64_t> dd = data_dims(x);
+  auto plan = du::cached<BnReluPlan>(du::key("BatchNormalizationRelu", dd, training, eps), [&] {
+    BnReluPlan p;
+    p.data = du::plain_desc(dd);
+    p.channel = du::plain_desc({channels});
+    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift |
+                                      dnnl::normalization_flags::fuse_norm_relu;
+    if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
+    try {
+      dnnl::batch_normalization_forward::desc d(
+          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, eps, flags);
+      dnnl::batch_normalization_forward::primitive_desc pd(d, du::attr(), du::engine());
+      p.prim = dnnl::batch_normalization_forward(pd);
+      p.workspace = pd.workspace_desc();
+    } catch (const dnnl::error&) {
+      return du::reference_plan<BnReluPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+      {DNNL_ARG_DST, du::memory_of(ctx.out(0), plan->data)},
+      {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
+      {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
+  };
+  if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
+  if (!training) {
+    args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
+    args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
+    du::execute(plan->prim, std::move(args));
+    return;
+  }
+  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
+  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
+  args[DNNL_ARG_MEAN] = mean;
+  args[DNNL_ARG_VARIANCE] = var;
+  du::execute(plan->prim, std::move(args));
+  const float* bm = static_cast<const float*>(mean.get_data_handle());
+  const float* bv = static_cast<const float*>(var.get_data_handle());
+  const float* im = ctx.in(3).data<float>();
+  const float* iv = ctx.in(4).data<float>();
+  if (ctx.has_output(1))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(1).data<float>()[c] = im[c] * momentum + bm[c] * (1 - momentum);
+  if (ctx.has_output(2))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
+}
+
+}  // namespace
+
+void register_fused_dnnl(Registry& r) {
+  r.kernels.add("cpu", "ai.trainrt", "FusedConv", fused_conv_cpu);
+  r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationRelu", bn_relu_cpu);
+}
+
+}  // namespace trainrt
