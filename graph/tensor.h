@@ -48,6 +48,10 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(DataType dtype, std::vector<int64_t> dims);  // zero-filled
+  // A view of memory owned elsewhere (the runtime's arena): `buffer` is usually an
+  // aliasing shared_ptr into a larger block, which it keeps alive. Not zero-filled.
+  Tensor(DataType dtype, std::vector<int64_t> dims, std::shared_ptr<std::byte[]> buffer)
+      : dtype_(dtype), dims_(std::move(dims)), buffer_(std::move(buffer)) {}
 
   DataType dtype() const { return dtype_; }
   const std::vector<int64_t>& dims() const { return dims_; }

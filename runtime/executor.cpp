@@ -1,6 +1,13 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <set>
+#include <sstream>
 #include <unordered_map>
 
 #include "graph/error.h"
@@ -35,41 +42,248 @@ Graph specialize(const Graph& g, const TensorMap& feeds) {
   return s;
 }
 
-TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts) {
-  Graph s = specialize(g, feeds);
-  std::unordered_map<std::string, Tensor> values;
-  for (const auto& [name, t] : s.initializers) values[name] = t;
-  for (const auto& [name, t] : feeds) values[name] = t;
-  uint64_t node_index = 0;
-  for (const Node& n : s.nodes) {
-    const Kernel& k = backend.kernel(n);
-    KernelContext ctx{n, {}, {}, opts.training, opts.seed * 1000003u + node_index++};
-    for (const std::string& in : n.inputs) ctx.inputs.push_back(in.empty() ? nullptr : &values.at(in));
-    std::vector<Tensor> outs(n.outputs.size());
-    for (size_t i = 0; i < n.outputs.size(); ++i) {
-      if (n.outputs[i].empty()) continue;
-      const ValueInfo& info = s.info(n.outputs[i]);
-      if (!info.shape || !shape_is_known(*info.shape))
-        throw_internal(describe_node(n, node_index - 1), "output '" + n.outputs[i] + "' has no concrete shape");
-      values[n.outputs[i]] = Tensor(info.dtype, shape_dims(*info.shape));
+size_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+namespace {
+
+std::string gib(size_t bytes) {
+  std::ostringstream s;
+  s.precision(bytes >= (size_t{1} << 30) ? 3 : 6);
+  s << static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30);
+  return s.str();
+}
+
+// Index of the first non-finite element of a float tensor, or -1.
+int64_t first_non_finite(const Tensor& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DataType::Float32: {
+      const float* p = t.data<float>();
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(p[i])) return i;
+      return -1;
     }
-    for (const std::string& out : n.outputs) ctx.outputs.push_back(out.empty() ? nullptr : &values.at(out));
+    case DataType::Float64: {
+      const double* p = t.data<double>();
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(p[i])) return i;
+      return -1;
+    }
+    case DataType::Float16:
+    case DataType::BFloat16:
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(t.get_as_double(i))) return i;
+      return -1;
+    default:
+      return -1;
+  }
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct Executor::Prepared {
+  // Signature: feed dtypes and dims (in graph input order) and the extra outputs.
+  std::vector<DataType> feed_types;
+  std::vector<std::vector<int64_t>> feed_dims;
+  std::vector<std::string> extra;
+
+  Plan plan;
+  std::shared_ptr<std::byte[]> arena;
+  std::vector<Tensor> slots;  // one per plan value; kernels get pointers to these
+  std::vector<const Kernel*> kernels;
+  std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
+  std::vector<int> feed_values;                            // plan value of each graph input
+  std::vector<std::pair<std::string, int>> result_values;  // returned name -> plan value
+  std::vector<double> flops;                               // per step, for profiles
+  TensorMap results;
+  // Which outputs of each step are checked for NaN/Inf, for the check set below.
+  std::vector<std::vector<char>> checked;
+  std::vector<std::string> check_names;
+  bool check_anomaly = false;
+  bool check_ready = false;
+};
+
+Executor::Executor(Graph g, const Backend& backend, ExecutorOptions o)
+    : graph_(std::move(g)), backend_(backend), opts_(std::move(o)) {}
+Executor::~Executor() = default;
+
+const Plan& Executor::plan() const {
+  if (!last_) throw_bad_input("Executor::plan", "no run yet");
+  return last_->plan;
+}
+
+Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& ro) {
+  // A cached plan whose signature matches: no allocation on this path.
+  for (auto& p : prepared_) {
+    if (feeds.size() != graph_.inputs.size() || p->extra != ro.extra_outputs) continue;
+    bool same = true;
+    for (size_t i = 0; same && i < graph_.inputs.size(); ++i) {
+      auto it = feeds.find(graph_.inputs[i]);
+      same = it != feeds.end() && it->second.dtype() == p->feed_types[i] && it->second.dims() == p->feed_dims[i];
+    }
+    if (same) return *p;
+  }
+  auto p = std::make_unique<Prepared>();
+  Graph s = specialize(graph_, feeds);
+  PlanOptions po = opts_.plan;
+  for (const std::string& out : graph_.outputs) po.keep.push_back(out);
+  for (const std::string& out : ro.extra_outputs) {
+    if (!s.find_info(out) && !s.is_initializer(out))
+      throw_bad_input("output '" + out + "'", "is not a value of the model");
+    po.keep.push_back(out);
+  }
+  p->plan = build_plan(s, po);
+  const Plan& plan = p->plan;
+  for (const std::string& in : graph_.inputs) {
+    p->feed_types.push_back(feeds.at(in).dtype());
+    p->feed_dims.push_back(feeds.at(in).dims());
+    p->feed_values.push_back(plan.index.at(in));
+  }
+  p->extra = ro.extra_outputs;
+
+  // Memory refusal before the arena exists.
+  const size_t need = plan.arena_bytes + plan.output_bytes;
+  const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : available_memory_bytes();
+  if (limit && need > limit)
+    throw_bad_input("memory plan", "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
+                                       (ro.memory_limit_bytes ? " (the set limit)" : " (MemAvailable)") +
+                                       ": use a smaller batch");
+  // Other signatures' arenas are released; they come back on their next use.
+  for (auto& q : prepared_) {
+    q->arena.reset();
+    q->results.clear();
+    for (Tensor& t : q->slots) t = Tensor();
+  }
+  prepared_.push_back(std::move(p));
+  Prepared& r = *prepared_.back();
+  r.slots.resize(plan.values.size());
+  for (const std::string& name : graph_.outputs) r.result_values.push_back({name, plan.index.at(name)});
+  for (const std::string& name : ro.extra_outputs) r.result_values.push_back({name, plan.index.at(name)});
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    r.kernels.push_back(&backend_.kernel(n));
+    const OpSchema* schema = registry().schemas.find(n.domain, n.op_type);
+    r.flops.push_back(schema && schema->flops ? schema->flops(plan.graph, n) : 0.0);
+  }
+  return r;
+}
+
+const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
+  Prepared& p = prepare(feeds, ro);
+  last_ = &p;
+  const Plan& plan = p.plan;
+  // (Re)bind buffers after a build or after another signature released them.
+  if (!p.arena) {
+    p.arena = std::shared_ptr<std::byte[]>(
+        static_cast<std::byte*>(
+            ::operator new[](std::max<size_t>(plan.arena_bytes, kPlanAlignment), std::align_val_t(kPlanAlignment))),
+        [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
+    if (opts_.poison_arena) std::memset(p.arena.get(), 0xff, std::max<size_t>(plan.arena_bytes, kPlanAlignment));
+    for (size_t v = 0; v < plan.values.size(); ++v) {
+      const PlannedValue& pv = plan.values[v];
+      if (pv.storage == Storage::Arena)
+        p.slots[v] = Tensor(pv.dtype, pv.dims, std::shared_ptr<std::byte[]>(p.arena, p.arena.get() + pv.offset));
+      else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0)
+        p.slots[v] = plan.graph.initializers.at(pv.name);
+    }
+    for (size_t v = 0; v < plan.values.size(); ++v)  // updates written in place share their state's buffer
+      if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
+        p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
+    p.contexts.clear();
+    p.contexts.reserve(plan.steps.size());
+    for (const PlanStep& st : plan.steps) {
+      KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
+      for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
+      for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
+    }
+  }
+  for (size_t i = 0; i < p.feed_values.size(); ++i)
+    p.slots[static_cast<size_t>(p.feed_values[i])] = feeds.at(graph_.inputs[i]);
+  for (size_t v = 0; v < plan.values.size(); ++v)  // kept values returned to a caller that owns them
+    if (plan.values[v].storage == Storage::Output) p.slots[v] = Tensor(plan.values[v].dtype, plan.values[v].dims);
+
+  // NaN/Inf checks: which outputs of which steps.
+  const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
+  if (checking && (!p.check_ready || p.check_anomaly != ro.detect_anomaly || p.check_names != ro.check_finite)) {
+    std::set<int> named;
+    for (const std::string& name : ro.check_finite) {
+      auto it = plan.index.find(name);
+      if (it == plan.index.end()) throw_bad_input("check_finite '" + name + "'", "is not a value of the model");
+      named.insert(it->second);
+    }
+    p.checked.assign(plan.steps.size(), {});
+    for (size_t s = 0; s < plan.steps.size(); ++s)
+      for (int v : plan.steps[s].outputs)
+        p.checked[s].push_back(
+            v >= 0 &&
+            (named.count(v) || (ro.detect_anomaly && dtype_is_float(plan.values[static_cast<size_t>(v)].dtype))));
+    p.check_names = ro.check_finite;
+    p.check_anomaly = ro.detect_anomaly;
+    p.check_ready = true;
+  }
+
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const PlanStep& st = plan.steps[s];
+    if (ro.skip_state_writes && st.writes_state) break;
+    const Node& n = plan.graph.nodes[st.node];
+    KernelContext& ctx = p.contexts[s];
+    ctx.training = ro.training;
+    ctx.seed = ro.seed * 1000003u + st.node;  // the node's graph index: any order gives the same Dropout masks
+    const int64_t t0 = ro.profile ? now_ns() : 0;
     try {
-      k(ctx);
+      (*p.kernels[s])(ctx);
     } catch (const Error& e) {
-      throw Error(e.kind(), describe_node(n, node_index - 1) + ": " + e.what());
+      throw Error(e.kind(), describe_node(n, st.node) + ": " + e.what());
     } catch (const std::exception& e) {
-      throw_internal(describe_node(n, node_index - 1), e.what());
+      throw_internal(describe_node(n, st.node), e.what());
     }
+    if (ro.profile) {
+      NodeEvent ev;
+      ev.name = n.name;
+      ev.op = n.op_type;
+      ev.node = st.node;
+      ev.start_ns = t0;
+      ev.end_ns = now_ns();
+      ev.flops = p.flops[s];
+      for (const Tensor* t : ctx.inputs) ev.input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+      for (const Tensor* t : ctx.outputs) ev.output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+      ro.profile->events.push_back(std::move(ev));
+    }
+    if (checking)
+      for (size_t k = 0; k < st.outputs.size(); ++k) {
+        if (!p.checked[s][k]) continue;
+        int64_t bad = first_non_finite(*ctx.outputs[k]);
+        if (bad < 0) continue;
+        const std::string& value = n.outputs[k];
+        const double x = ctx.outputs[k]->get_as_double(bad);
+        throw NumericalError(n.name, n.op_type, value, st.node,
+                             describe_node(n, st.node) + ": output '" + value + "' has " +
+                                 (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(bad) +
+                                 " (the run stopped before later nodes; state is unchanged)");
+      }
   }
-  TensorMap result;
-  for (const std::string& out : s.outputs) result[out] = values.at(out);
-  for (const std::string& out : opts.extra_outputs) {
-    auto it = values.find(out);
-    if (it == values.end()) throw_bad_input("output '" + out + "'", "is not a value of the model");
-    result[out] = it->second;
-  }
-  return result;
+  for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
+  return p.results;
+}
+
+TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts) {
+  ExecutorOptions o;
+  o.plan.kept_outside = true;  // results outlive this call; the arena does not
+  Executor ex(g, backend, o);
+  return ex.run(feeds, opts);
 }
 
 }  // namespace trainrt

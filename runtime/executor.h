@@ -1,19 +1,31 @@
 // Runs a graph on a backend for given inputs.
 //
 //   auto backend = make_backend("cpu");
-//   Graph concrete = specialize(g, {{"input", x}});          // every shape known
-//   std::map<std::string, Tensor> out = run_graph(g, {{"input", x}}, *backend);
+//   std::map<std::string, Tensor> out = run_graph(g, {{"input", x}}, *backend);   // one-shot
+//
+//   Executor ex(g, *backend);                         // repeated runs: planned once per shape
+//   const TensorMap& y = ex.run({{"input", x}});      // views into the arena, valid until the next run
 //
 // Why: kernels get preallocated outputs, so the graph is first specialised to the
-// feeds' shapes (symbolic batch dims become numbers) by re-running shape
-// inference. The planner (memory arena, order, buckets) will replace the
-// per-value allocation here without changing this interface.
+// feeds' shapes (symbolic batch dims become numbers) and planned (runtime/plan.h):
+// order, lifetimes, one arena. An Executor keeps the plan, the arena and every
+// kernel's argument list per feed-shape signature, so a repeated run neither
+// re-plans nor allocates graph values. run_graph is an Executor used once whose
+// results own their buffers.
+//
+// Numerical faults: values named in RunOptions::check_finite (or every float
+// output with detect_anomaly) are checked right after their node; a NaN/Inf stops
+// the run before any later node and throws NumericalError naming node, op and value.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 
+#include "graph/error.h"
 #include "runtime/backend.h"
+#include "runtime/plan.h"
+#include "runtime/trace.h"
 
 namespace trainrt {
 
@@ -24,6 +36,28 @@ struct RunOptions {
   uint64_t seed = 0;
   // Values to return besides the graph outputs (e.g. intermediates for tests).
   std::vector<std::string> extra_outputs;
+  // Per-node events are appended here when set (runtime/trace.h).
+  ProfileCollector* profile = nullptr;
+  // NaN/Inf checks right after the producing node.
+  std::vector<std::string> check_finite;
+  bool detect_anomaly = false;  // check every float output
+  // Stop before the first node that writes state in place (a diagnostic rerun).
+  bool skip_state_writes = false;
+  // Refuse a plan whose arena needs more bytes than this (0: /proc/meminfo MemAvailable).
+  size_t memory_limit_bytes = 0;
+};
+
+// A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.
+class NumericalError : public Error {
+ public:
+  NumericalError(std::string node, std::string op, std::string value, size_t node_index, const std::string& message)
+      : Error(ErrorKind::BadInput, message),
+        node(std::move(node)),
+        op(std::move(op)),
+        value(std::move(value)),
+        node_index(node_index) {}
+  std::string node, op, value;
+  size_t node_index;
 };
 
 // Copies `g` with graph input shapes taken from `feeds` and re-infers all shapes.
@@ -31,5 +65,41 @@ struct RunOptions {
 Graph specialize(const Graph& g, const TensorMap& feeds);
 
 TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts = {});
+
+// Bytes available for a new arena: MemAvailable from /proc/meminfo (0 if unreadable).
+size_t available_memory_bytes();
+
+struct ExecutorOptions {
+  PlanOptions plan;           // keep is extended by the graph outputs and RunOptions::extra_outputs
+  bool poison_arena = false;  // tests: fill a new arena with 0xff (NaN) so reads of unwritten bytes show
+};
+
+class Executor {
+ public:
+  // `g`'s initializers are shared, not copied: state written in place (PlanOptions::
+  // state_updates) is visible through the caller's tensors. The backend must outlive this.
+  Executor(Graph g, const Backend& backend, ExecutorOptions o = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Outputs (graph outputs, extra outputs) are views into the arena, or into state
+  // for updates written in place; the next run overwrites them.
+  const TensorMap& run(const TensorMap& feeds, const RunOptions& ro = {});
+  // The plan of the last run (BadInput before the first run).
+  const Plan& plan() const;
+  // Plans built so far (one per feed-shape signature and option set).
+  size_t plans_built() const { return prepared_.size(); }
+
+ private:
+  struct Prepared;
+  Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
+
+  Graph graph_;
+  const Backend& backend_;
+  ExecutorOptions opts_;
+  std::vector<std::unique_ptr<Prepared>> prepared_;
+  Prepared* last_ = nullptr;
+};
 
 }  // namespace trainrt

@@ -1,28 +1,105 @@
 #include "runtime/training_session.h"
 
 #include <cmath>
+#include <cstring>
+#include <new>
 
 #include "graph/error.h"
 
 namespace trainrt {
 
-TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed)
-    : t_(std::move(t)), backend_(std::move(backend)), seed_(seed) {}
+PlanOptions training_plan_options(const TrainingGraph& t) {
+  PlanOptions o;
+  o.state_updates = t.updates;
+  o.state_writes_last = true;
+  return o;
+}
 
-double TrainingSession::step(const TensorMap& batch, float lr) {
-  TensorMap feeds = batch;
-  if (!t_.lr.empty()) {
-    Tensor l(DataType::Float32, {});
-    l.data<float>()[0] = lr;
-    feeds[t_.lr] = l;
+TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed)
+    : t_(std::move(t)), backend_(std::move(backend)), seed_(seed) {
+  // One persistent block for every state tensor; the initializers become views into it.
+  for (const auto& [produced, state] : t_.updates)
+    persistent_bytes_ += align_up(t_.graph.initializers.at(state).nbytes());
+  persistent_ = std::shared_ptr<std::byte[]>(
+      static_cast<std::byte*>(
+          ::operator new[](std::max<size_t>(persistent_bytes_, kPlanAlignment), std::align_val_t(kPlanAlignment))),
+      [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
+  size_t at = 0;
+  for (const auto& [produced, state] : t_.updates) {
+    Tensor& init = t_.graph.initializers.at(state);
+    Tensor view(init.dtype(), init.dims(), std::shared_ptr<std::byte[]>(persistent_, persistent_.get() + at));
+    if (init.nbytes()) std::memcpy(view.raw(), init.raw(), init.nbytes());
+    at += align_up(init.nbytes());
+    init = view;
   }
+  for (const std::string& p : t_.params)
+    if (auto it = t_.gradients.find(p); it != t_.gradients.end()) check_names_.push_back(it->second);
+  if (!t_.loss.empty()) check_names_.push_back(t_.loss);
+  ExecutorOptions eo;
+  eo.plan = training_plan_options(t_);
+  exec_ = std::make_unique<Executor>(t_.graph, *backend_, eo);
+}
+
+TrainingSession::~TrainingSession() = default;
+TrainingSession::TrainingSession(TrainingSession&&) noexcept = default;
+
+const TensorMap& TrainingSession::last_outputs() const {
+  static const TensorMap empty;
+  return last_ ? *last_ : empty;
+}
+
+RunOptions TrainingSession::run_options() const {
   RunOptions ro;
   ro.training = true;
   ro.seed = seed_ * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(steps_);
-  last_ = run_graph(t_.graph, feeds, *backend_, ro);
-  for (const auto& [produced, state] : t_.updates) t_.graph.initializers[state] = last_.at(produced);
+  if (check_) ro.check_finite = check_names_;
+  ro.profile = profile_;
+  ro.memory_limit_bytes = memory_limit_;
+  return ro;
+}
+
+// The batch plus lr, in a map reused across steps (no per-step allocation when the keys repeat).
+const TensorMap& TrainingSession::feeds_for(const TensorMap& batch, float lr) {
+  bool same = feeds_.size() == batch.size() + (t_.lr.empty() ? 0 : 1);
+  for (auto it = batch.begin(); same && it != batch.end(); ++it) same = feeds_.count(it->first) != 0;
+  if (!same) feeds_.clear();
+  for (const auto& [name, t] : batch) feeds_[name] = t;
+  if (!t_.lr.empty()) {
+    Tensor& l = feeds_[t_.lr];
+    if (l.dtype() != DataType::Float32 || !l.dims().empty()) l = Tensor(DataType::Float32, {});
+    l.data<float>()[0] = lr;
+  }
+  return feeds_;
+}
+
+double TrainingSession::step(const TensorMap& batch, float lr) {
+  RunOptions ro = run_options();
+  const TensorMap& out = exec_->run(feeds_for(batch, lr), ro);
+  last_ = &out;
+  // Updates not written in place (BatchNormalization running statistics) are copied back.
+  const Plan& plan = exec_->plan();
+  for (const auto& [produced, state] : t_.updates) {
+    if (plan.value(produced).storage == Storage::State) continue;
+    const Tensor& from = out.at(produced);
+    Tensor& to = t_.graph.initializers.at(state);
+    if (from.nbytes() != to.nbytes()) throw_internal("TrainingSession::step", "update '" + produced + "' changed size");
+    std::memcpy(to.raw(), from.raw(), to.nbytes());
+  }
   ++steps_;
-  return last_.at(t_.loss).get_as_double(0);
+  return out.at(t_.loss).get_as_double(0);
+}
+
+std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& batch, float lr) {
+  RunOptions ro = run_options();
+  ro.check_finite.clear();
+  ro.detect_anomaly = true;
+  ro.skip_state_writes = true;
+  try {
+    exec_->run(feeds_for(batch, lr), ro);
+  } catch (const NumericalError& e) {
+    return e;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> TrainingSession::state_names() const {
@@ -33,12 +110,16 @@ std::vector<std::string> TrainingSession::state_names() const {
 
 void TrainingSession::set_state(const std::string& name, const Tensor& value) {
   auto it = t_.graph.initializers.find(name);
-  if (it == t_.graph.initializers.end()) throw_bad_input("state '" + name + "'", "is not a state of this training graph");
+  bool is_state = false;
+  for (const auto& [produced, state] : t_.updates) is_state = is_state || state == name;
+  if (it == t_.graph.initializers.end() || !is_state)
+    throw_bad_input("state '" + name + "'", "is not a state of this training graph");
   if (it->second.dtype() != value.dtype() || it->second.dims() != value.dims())
     throw_bad_input("state '" + name + "'", "expected " + std::string(dtype_name(it->second.dtype())) + " " +
                                                 dims_to_string(it->second.dims()) + ", got " +
                                                 dtype_name(value.dtype()) + " " + dims_to_string(value.dims()));
-  it->second = value.clone();
+  // The executor shares this buffer: write into it rather than replacing it.
+  if (value.nbytes()) std::memcpy(it->second.raw(), value.raw(), value.nbytes());
 }
 
 Graph TrainingSession::trained_forward(const Graph& forward) const {

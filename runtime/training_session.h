@@ -1,32 +1,47 @@
-// A training step over a training graph: run, then write state updates back.
+// A training step over a training graph: run the plan, state updated in place.
 //
 //   TrainingSession s(build_training_graph(forward, opts), make_backend("cpu"), /*seed=*/0);
 //   double loss = s.step({{"input", x}, {"labels", y}}, /*lr=*/0.01f);
 //   Graph trained = s.trained_forward(forward);   // same interface, updated initializers
 //
 // Why: parameters, optimizer state and BatchNormalization running statistics are
-// initializers of the training graph; each step's ".updated" outputs replace
-// them (the planner will make this in place). Dropout masks derive from the
-// session seed and the step number, so a run is reproducible.
+// initializers of the training graph, held in one persistent block. The plan
+// (runtime/plan.h) is built on the first step for the batch's shapes and reused:
+// optimizer updates write parameters and their state in place, the other updates
+// (running statistics) are copied back after the step. Dropout masks derive from the
+// session seed and the step number, so a run is reproducible. Each step checks the
+// loss and every gradient for NaN/Inf right after it is computed and stops before
+// any state is written (NumericalError); find_anomaly() reruns a step checking
+// every node's output, to name the first node that produced one.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "autodiff/training_graph.h"
 #include "runtime/executor.h"
 
 namespace trainrt {
 
+// The plan options of a training step: updates in place where kernels allow, state
+// written only after every other node.
+PlanOptions training_plan_options(const TrainingGraph& t);
+
 class TrainingSession {
  public:
   TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed = 0);
+  ~TrainingSession();
+  TrainingSession(TrainingSession&&) noexcept;
 
-  // One step on a batch (model inputs + labels); returns the loss.
+  // One step on a batch (model inputs + labels); returns the loss. Throws
+  // NumericalError (state unchanged, step not counted) when the loss or a gradient
+  // is not finite and check_finite is on.
   double step(const TensorMap& batch, float lr);
-  // Forward outputs (e.g. logits) of the last step.
-  const TensorMap& last_outputs() const { return last_; }
+  // Graph outputs (logits, loss, updates) of the last step: views that the next step overwrites.
+  const TensorMap& last_outputs() const;
 
   const TrainingGraph& training() const { return t_; }
+  // The state's persistent buffer: the next step overwrites it (clone() to keep a copy).
   const Tensor& state(const std::string& name) const { return t_.graph.initializers.at(name); }
   int64_t steps_done() const { return steps_; }
   // Everything a checkpoint must hold to continue exactly: the names of the
@@ -34,18 +49,43 @@ class TrainingSession {
   // running statistics, optimizer.step), read with state() and restored with
   // set_state(); set_steps_done() restores the step counter that seeds Dropout.
   std::vector<std::string> state_names() const;
-  void set_state(const std::string& name, const Tensor& value);
+  void set_state(const std::string& name, const Tensor& value);  // copies into the persistent buffer
   void set_steps_done(int64_t steps) { steps_ = steps; }
   // The forward graph with this session's trained initializers (parameters and
   // BatchNormalization running statistics); inputs, outputs and nodes unchanged.
   Graph trained_forward(const Graph& forward) const;
 
+  // Loss and gradient checks of every step (on by default).
+  void set_check_finite(bool on) { check_ = on; }
+  // Reruns a step on `batch` (same seed as the next step) checking every float output,
+  // without writing any state; returns the first fault, or nothing if the step is finite.
+  std::optional<NumericalError> find_anomaly(const TensorMap& batch, float lr);
+  // Per-node events of the following steps are appended here (nullptr: off).
+  void set_profile(ProfileCollector* p) { profile_ = p; }
+  // Refuse plans needing more bytes than this (0: MemAvailable).
+  void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
+  // The plan of the last step (BadInput before the first).
+  const Plan& plan() const { return exec_->plan(); }
+  // Bytes of the persistent block (parameters, optimizer and BN state).
+  size_t persistent_bytes() const { return persistent_bytes_; }
+
  private:
+  RunOptions run_options() const;
+  const TensorMap& feeds_for(const TensorMap& batch, float lr);
+
   TrainingGraph t_;
   std::unique_ptr<Backend> backend_;
   uint64_t seed_;
   int64_t steps_ = 0;
-  TensorMap last_;
+  std::shared_ptr<std::byte[]> persistent_;
+  size_t persistent_bytes_ = 0;
+  std::unique_ptr<Executor> exec_;
+  const TensorMap* last_ = nullptr;
+  TensorMap feeds_;
+  std::vector<std::string> check_names_;
+  bool check_ = true;
+  ProfileCollector* profile_ = nullptr;
+  size_t memory_limit_ = 0;
 };
 
 }  // namespace trainrt

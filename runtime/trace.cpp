@@ -1,0 +1,128 @@
+#include "runtime/trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "graph/onnx_io.h"
+
+namespace trainrt {
+
+namespace {
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string shapes(const std::vector<std::vector<int64_t>>& s) {
+  std::string out;
+  for (const auto& d : s) out += (out.empty() ? "" : " ") + dims_to_string(d);
+  return out;
+}
+
+std::string micros(int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(ns) / 1e3);
+  return buf;
+}
+
+}  // namespace
+
+std::string chrome_trace_json(const std::vector<NodeEvent>& events, const std::vector<TraceLane>& lanes) {
+  int64_t t0 = INT64_MAX;
+  for (const NodeEvent& e : events) t0 = std::min(t0, e.start_ns);
+  for (const TraceLane& l : lanes)
+    for (const TraceSlice& s : l.slices) t0 = std::min(t0, s.start_ns);
+  if (t0 == INT64_MAX) t0 = 0;
+  std::string j = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) j += ",\n";
+    first = false;
+  };
+  auto lane_name = [&](int tid, const std::string& name) {
+    sep();
+    j += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":\"" +
+         escape(name) + "\"}}";
+  };
+  lane_name(1, "nodes");
+  for (const NodeEvent& e : events) {
+    sep();
+    j += "{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"name\":\"" + escape(e.name) + "\",\"cat\":\"" + escape(e.op) +
+         "\",\"ts\":" + micros(e.start_ns - t0) + ",\"dur\":" + micros(e.end_ns - e.start_ns) + ",\"args\":{\"op\":\"" +
+         escape(e.op) + "\",\"node\":" + std::to_string(e.node) + ",\"inputs\":\"" + shapes(e.input_shapes) +
+         "\",\"outputs\":\"" + shapes(e.output_shapes) + "\"}}";
+  }
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    int tid = static_cast<int>(l) + 2;
+    lane_name(tid, lanes[l].name);
+    for (const TraceSlice& s : lanes[l].slices) {
+      sep();
+      j += "{\"ph\":\"X\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"name\":\"" + escape(s.name) +
+           "\",\"cat\":\"" + escape(lanes[l].name) + "\",\"ts\":" + micros(s.start_ns - t0) +
+           ",\"dur\":" + micros(s.end_ns - s.start_ns) + "}";
+    }
+  }
+  return j + "\n]}\n";
+}
+
+void write_chrome_trace(const std::string& path, const std::vector<NodeEvent>& events,
+                        const std::vector<TraceLane>& lanes) {
+  write_file_atomic(path, chrome_trace_json(events, lanes));
+}
+
+std::string profile_table(const std::vector<NodeEvent>& events) {
+  struct Row {
+    size_t calls = 0;
+    int64_t ns = 0;
+    double flops = 0;
+    bool flops_known = true;
+  };
+  std::map<std::string, Row> rows;
+  int64_t total = 0;
+  for (const NodeEvent& e : events) {
+    Row& r = rows[e.op];
+    ++r.calls;
+    r.ns += e.end_ns - e.start_ns;
+    r.flops += e.flops;
+    r.flops_known = r.flops_known && e.flops > 0;
+    total += e.end_ns - e.start_ns;
+  }
+  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  std::string out;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%-28s %7s %11s %7s %9s\n", "op", "calls", "total ms", "%", "GFLOP/s");
+  out += buf;
+  for (const auto& [op, r] : sorted) {
+    double ms = static_cast<double>(r.ns) / 1e6;
+    double pct = total ? 100.0 * static_cast<double>(r.ns) / static_cast<double>(total) : 0.0;
+    std::string gf = "-";
+    if (r.flops_known && r.ns > 0) {
+      char g[32];
+      std::snprintf(g, sizeof g, "%.1f", r.flops / static_cast<double>(r.ns));  // flop/ns = GFLOP/s
+      gf = g;
+    }
+    std::snprintf(buf, sizeof buf, "%-28s %7zu %11.3f %6.1f%% %9s\n", op.c_str(), r.calls, ms, pct, gf.c_str());
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%-28s %7zu %11.3f %6.1f%%\n", "total", events.size(),
+                static_cast<double>(total) / 1e6, total ? 100.0 : 0.0);
+  return out + buf;
+}
+
+}  // namespace trainrt

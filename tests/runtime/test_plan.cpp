@@ -1,0 +1,237 @@
+// The memory plan: verifier on the Wide ResNet training graph and random DAGs, the
+// verifier rejecting broken plans, and results bit-identical to the naive executor
+// (one zero-filled buffer per value, file order) on the reference and cpu backends,
+// with the arena poisoned (NaN bytes) so a kernel reading unwritten memory shows.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "runtime_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+namespace {
+
+// A random DAG of elementwise ops over float32 values of shapes [4,6], [6] and [1,6]
+// (broadcasting both ways), some values read many times, a few graph outputs.
+Graph random_dag(uint64_t seed, TensorMap& feeds) {
+  std::mt19937_64 rng(seed);
+  Graph g;
+  g.name = "dag";
+  g.opsets[""] = 17;
+  std::vector<std::string> vals;
+  std::vector<std::vector<int64_t>> shapes{{4, 6}, {6}, {1, 6}};
+  for (int i = 0; i < 3; ++i) {
+    std::string name = "x" + std::to_string(i);
+    auto dims = shapes[static_cast<size_t>(i)];
+    g.inputs.push_back(name);
+    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
+    feeds[name] = random_tensor(DataType::Float32, dims, seed * 10 + static_cast<uint64_t>(i));
+    vals.push_back(name);
+  }
+  g.initializers["c"] = random_tensor(DataType::Float32, {4, 6}, seed + 99);
+  g.values["c"] = ValueInfo{DataType::Float32, shape_of({4, 6})};
+  vals.push_back("c");
+  const char* unary[] = {"Relu", "Sigmoid", "Tanh", "Neg"};
+  const char* binary[] = {"Add", "Sub", "Mul", "Div"};
+  const int nodes = 20 + static_cast<int>(rng() % 20);
+  for (int i = 0; i < nodes; ++i) {
+    // Prefer recent values so chains form (and in-place chances), sometimes reach back.
+    auto pick = [&]() -> std::string {
+      size_t n = vals.size();
+      size_t back = rng() % 4 == 0 ? rng() % n : rng() % std::min<size_t>(n, 4);
+      return vals[n - 1 - back];
+    };
+    Node n;
+    n.name = "n" + std::to_string(i);
+    bool un = rng() % 3 == 0;
+    n.op_type = un ? unary[rng() % 4] : binary[rng() % 4];
+    n.inputs.push_back(pick());
+    if (!un) n.inputs.push_back(pick());
+    if (n.op_type == "Div") {  // keep denominators away from 0: 2 + sigmoid(.)
+      Node sg;
+      sg.name = n.name + "_den";
+      sg.op_type = "Sigmoid";
+      sg.inputs = {n.inputs[1]};
+      sg.outputs = {n.name + "_s"};
+      g.nodes.push_back(sg);
+      Node add2;
+      add2.name = n.name + "_two";
+      add2.op_type = "Add";
+      add2.inputs = {n.name + "_s", "two"};
+      add2.outputs = {n.name + "_d"};
+      g.nodes.push_back(add2);
+      n.inputs[1] = n.name + "_d";
+    }
+    n.outputs = {"v" + std::to_string(i)};
+    vals.push_back(n.outputs[0]);
+    g.nodes.push_back(n);
+  }
+  g.initializers["two"] = make(DataType::Float32, {1}, {2.0});
+  g.values["two"] = ValueInfo{DataType::Float32, shape_of({1})};
+  g.outputs = {vals.back(), vals[vals.size() / 2]};
+  validate_graph(g, registry().schemas, "dag");
+  infer_shapes(g, registry().schemas, "dag");
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("plan of the Wide ResNet training graph: verified, smaller than naive, outputs bit-identical") {
+  Graph g = small_wrn();
+  TrainingGraph t = wrn_training(g);
+  TensorMap feeds = wrn_batch(4, 7);
+  Tensor lr(DataType::Float32, {});
+  lr.data<float>()[0] = 0.05f;
+  feeds[t.lr] = lr;
+  Graph s = specialize(t.graph, feeds);
+  PlanOptions o;
+  o.keep = s.outputs;
+  Plan p = build_plan(s, o);
+  verify_plan(p);
+  CHECK(p.arena_bytes < p.naive_bytes / 2);
+  CHECK(p.in_place_count > 0);
+  CHECK(p.peak_live_bytes <= p.arena_bytes);
+  MESSAGE("order " << p.order << ": arena " << p.arena_bytes << " B, naive " << p.naive_bytes << " B, in place "
+                   << p.in_place_count);
+  PlanOptions naive = o;
+  naive.reuse = naive.reorder = naive.in_place = false;
+  Plan n = build_plan(s, naive);
+  verify_plan(n);
+  CHECK(n.arena_bytes == n.naive_bytes);
+  CHECK(p.naive_bytes == n.naive_bytes);
+  // The session's plan: updates in place, state written after everything else.
+  Plan sp = build_plan(s, training_plan_options(t));
+  verify_plan(sp);
+  CHECK(sp.first_state_write > 0);
+  for (size_t i = static_cast<size_t>(sp.first_state_write); i < sp.steps.size(); ++i) CHECK(sp.steps[i].writes_state);
+  CHECK(sp.value(t.updates.front().first).storage == Storage::State);
+
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    auto b = make_backend(backend);
+    TensorMap want = naive_run(t.graph, feeds, *b, true, 11);
+    ExecutorOptions eo;
+    eo.poison_arena = true;
+    Executor ex(t.graph, *b, eo);
+    RunOptions ro;
+    ro.training = true;
+    ro.seed = 11;
+    const TensorMap& got = ex.run(feeds, ro);
+    for (const std::string& out : t.graph.outputs) {
+      CAPTURE(out);
+      CHECK(bitwise_equal(got.at(out), want.at(out)));
+    }
+  }
+}
+
+TEST_CASE("TrainingSession with the plan matches naive steps bit for bit (SGD momentum and Adam, 3 steps)") {
+  Graph g = small_wrn({3, 5, 6, 7});
+  for (const char* optimizer : {"sgd", "adam"}) {
+    for (const char* backend : {"reference", "cpu"}) {
+      CAPTURE(optimizer);
+      CAPTURE(backend);
+      TrainingGraph t = wrn_training(g, optimizer);
+      TrainingGraph naive_t = t;
+      for (auto& [name, x] : naive_t.graph.initializers) x = x.clone();
+      TrainingSession s(t, make_backend(backend), 5);
+      auto b = make_backend(backend);
+      for (int step = 0; step < 3; ++step) {
+        TensorMap batch = wrn_batch(3, 20 + static_cast<uint64_t>(step));
+        double loss = s.step(batch, 0.01f);
+        TensorMap feeds = batch;
+        Tensor lr(DataType::Float32, {});
+        lr.data<float>()[0] = 0.01f;
+        feeds[t.lr] = lr;
+        TensorMap want =
+            naive_run(naive_t.graph, feeds, *b, true, 5 * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(step));
+        for (const auto& [produced, state] : naive_t.updates) naive_t.graph.initializers[state] = want.at(produced);
+        CHECK(loss == want.at(t.loss).get_as_double(0));
+      }
+      for (const std::string& name : s.state_names()) {
+        CAPTURE(name);
+        CHECK(bitwise_equal(s.state(name), naive_t.graph.initializers.at(name)));
+      }
+      CHECK(s.steps_done() == 3);
+    }
+  }
+}
+
+TEST_CASE("random DAGs: plans verify and runs equal the naive executor bit for bit") {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    CAPTURE(seed);
+    TensorMap feeds;
+    Graph g = random_dag(seed, feeds);
+    Graph s = specialize(g, feeds);
+    PlanOptions o;
+    o.keep = s.outputs;
+    Plan p = build_plan(s, o);
+    verify_plan(p);
+    CHECK(p.arena_bytes <= p.naive_bytes);
+    for (const char* backend : {"reference", "cpu"}) {
+      auto b = make_backend(backend);
+      TensorMap want = naive_run(g, feeds, *b, false, 0);
+      ExecutorOptions eo;
+      eo.poison_arena = true;
+      Executor ex(g, *b, eo);
+      RunOptions ro;
+      ro.extra_outputs = {g.nodes[g.nodes.size() / 3].outputs[0]};
+      const TensorMap& got = ex.run(feeds, ro);
+      for (const auto& [name, t] : got) {
+        CAPTURE(name);
+        CHECK(bitwise_equal(t, want.at(name)));
+      }
+      TensorMap once = run_graph(g, feeds, *b);
+      for (const std::string& out : g.outputs) CHECK(bitwise_equal(once.at(out), want.at(out)));
+    }
+  }
+}
+
+TEST_CASE("verify_plan rejects overlapping live values, misalignment, overflow and a too-early in-place write") {
+  TensorMap feeds;
+  Graph g = random_dag(3, feeds);
+  PlanOptions o;
+  o.keep = g.outputs;
+  Plan good = build_plan(specialize(g, feeds), o);
+  verify_plan(good);
+  // Two arena values live at the same step, moved onto the same bytes.
+  int a = -1, b = -1;
+  for (size_t v = 0; v < good.values.size() && b < 0; ++v)
+    for (size_t w = 0; w < v && b < 0; ++w) {
+      const PlannedValue &x = good.values[v], &y = good.values[w];
+      if (x.storage == Storage::Arena && y.storage == Storage::Arena && x.alias < 0 && y.alias < 0 && x.def <= y.last &&
+          y.def <= x.last && x.offset != y.offset)
+        a = static_cast<int>(v), b = static_cast<int>(w);
+    }
+  REQUIRE(b >= 0);
+  Plan bad = good;
+  bad.values[static_cast<size_t>(a)].offset = bad.values[static_cast<size_t>(b)].offset;
+  CHECK(error_of([&] { verify_plan(bad); }).find("share arena bytes") != std::string::npos);
+  bad = good;
+  bad.values[static_cast<size_t>(a)].offset += 4;
+  CHECK(error_of([&] { verify_plan(bad); }).find("aligned") != std::string::npos);
+  bad = good;
+  bad.arena_bytes = 64;
+  CHECK(error_of([&] { verify_plan(bad); }).find("does not fit") != std::string::npos);
+  bad = good;
+  std::swap(bad.steps.front(), bad.steps.back());
+  CHECK(!error_of([&] { verify_plan(bad); }).empty());
+}
+
+TEST_CASE("Executor: the second run with the same shapes reuses the plan and the arena") {
+  Graph g = small_wrn({2, 3, 4, 5});
+  auto b = make_backend("cpu");
+  Executor ex(g, *b);
+  TensorMap feeds{{"input", random_tensor(DataType::Float32, {2, 1, 28, 28}, 1)}};
+  const std::byte* first = ex.run(feeds).at("logits").raw();
+  Tensor keep = ex.run(feeds).at("logits").clone();
+  CHECK(ex.plans_built() == 1);
+  CHECK(ex.run(feeds).at("logits").raw() == first);
+  TensorMap other{{"input", random_tensor(DataType::Float32, {3, 1, 28, 28}, 1)}};
+  CHECK(ex.run(other).at("logits").dims() == std::vector<int64_t>{3, 10});
+  CHECK(ex.plans_built() == 2);
+  CHECK(bitwise_equal(ex.run(feeds).at("logits"), keep));
+  CHECK(ex.plans_built() == 2);
+  CHECK(bitwise_equal(keep, run_graph(g, feeds, *b).at("logits")));
+}
