@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# `trainrt bench` end to end on a tiny Wide ResNet (widths 2,4,6,8, Fashion-MNIST
+# shape): the report lines are there and consistent with each other (one step time
+# per timed step, images/s = batch / median step, the parameter count of the model,
+# a first loss near ln(10) for 10 random-init classes), --profile lists the ops of
+# the training graph, and every bad flag or model is exit 2 with one stderr line.
+# No timing is asserted.
+#
+#   bash tests/cli/bench_cli.sh build/trainrt .      (CTest runs it this way)
+set -uo pipefail
+trainrt=$1
+src=$2
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+[ -x "$trainrt" ] || { echo "bench_cli.sh: $trainrt is not an executable (build it first)"; exit 2; }
+
+# expect_error CODE PATTERN -- command...
+expect_error() {
+  local code=$1 pattern=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
+  grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
+}
+
+model=$tmp/wrn.onnx
+"$trainrt" model wrn --dataset fashion-mnist --widths 2,4,6,8 -o "$model" >/dev/null || fail "trainrt model wrn failed"
+# Trainable values counted independently: float initializers minus BatchNorm running statistics
+# and the Dropout ratios.
+params=$($py -c 'import onnx, numpy as np, sys; from onnx import numpy_helper as h
+print(sum(h.to_array(t).size for t in onnx.load(sys.argv[1]).graph.initializer
+          if t.data_type == 1 and not t.name.endswith(("running_mean", "running_var", "dropout.ratio"))))' "$model")
+
+# check_report FILE BATCH STEPS: the lines and their consistency.
+check_report() {
+  $py - "$1" "$2" "$3" "$params" <<'PY'
+import math, re, sys
+text, batch, steps, params = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def line(pattern):
+    m = re.search(pattern, text, re.M)
+    assert m, "no line matching %r in:\n%s" % (pattern, text)
+    return m.groups()
+n_tensors, n_values = map(int, line(r"^model: .*input 'input' \[(?:\d+),1,28,28\], 10 classes, (\d+) parameter tensors \((\d+) values\)"))
+assert n_values == params, (n_values, params)
+assert n_tensors == 47, n_tensors  # the Wide ResNet's 47 trainable tensors
+(b,) = line(r"^setup: backend \w+, threads \d+, precision fp32, optimizer sgd \(momentum 0.9, lr [0-9.e-]+\), batch (\d+),")
+assert int(b) == batch
+times = [float(v) for v in line(r"^step times \(ms\): (.*)$")[0].split()]
+assert len(times) == steps and all(t > 0 for t in times), times
+median, mean = map(float, line(r"^ms/step: median ([0-9.]+), mean ([0-9.]+)$"))
+srt = sorted(times)
+want_median = srt[len(srt) // 2] if len(srt) % 2 else (srt[len(srt) // 2 - 1] + srt[len(srt) // 2]) / 2
+assert abs(median - want_median) <= 0.06 and abs(mean - sum(times) / len(times)) <= 0.06, (median, mean, times)
+(ips,) = map(float, line(r"^images/s: ([0-9.]+) "))
+assert abs(ips - batch * 1e3 / median) <= 0.01 * ips + 0.01, (ips, batch, median)
+gflop, _ = map(float, line(r"^GFLOP/step: ([0-9.]+) .*, ([0-9.]+) GFLOP/s"))
+assert gflop > 0
+(rss,) = map(float, line(r"^peak memory: RSS ([0-9.]+) MiB"))
+assert rss > 1
+first, last = map(float, line(r"^loss: ([0-9.]+) \(first step\) -> ([0-9.]+) \(last step\)$"))
+assert abs(first - math.log(10)) < 1.5 and math.isfinite(last), (first, last)
+PY
+}
+
+if [ -f "$model" ]; then
+  "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --threads 1 >"$tmp/cpu" 2>"$tmp/err" || fail "bench on cpu exited $?: $(cat "$tmp/err")"
+  [ -s "$tmp/err" ] && fail "bench wrote to stderr: $(cat "$tmp/err")"
+  check_report "$tmp/cpu" 4 2 || fail "cpu report (above)"
+  "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 0 --backend reference >"$tmp/ref" 2>"$tmp/err" || fail "bench on reference exited $?: $(cat "$tmp/err")"
+  check_report "$tmp/ref" 4 1 || fail "reference report (above)"
+  # Same seed, so the same random batch and the same first step: the backends' first losses agree.
+  $py - "$tmp/cpu" "$tmp/ref" <<'PY' || fail "first-step loss differs between cpu and reference (above)"
+import re, sys
+first = [float(re.search(r"^loss: ([0-9.]+) \(first step\)", open(f).read(), re.M).group(1)) for f in sys.argv[1:]]
+assert abs(first[0] - first[1]) <= 2e-4, first
+PY
+  "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 0 --threads 1 --profile >"$tmp/prof" 2>"$tmp/err" || fail "bench --profile exited $?: $(cat "$tmp/err")"
+  check_report "$tmp/prof" 4 2 || fail "--profile report (above)"
+  grep -q "^profile over 2 timed steps" "$tmp/prof" || fail "--profile has no table header: $(cat "$tmp/prof")"
+  for op in Conv BatchNormalization ai.trainrt::ConvGrad ai.trainrt::SGD; do
+    grep -Eq "^$op +[0-9]+ " "$tmp/prof" || fail "--profile table lacks $op"
+  done
+  # Calls per step of Conv = the model's Conv count (inspect's node table).
+  convs=$("$trainrt" inspect "$model" --json | $py -c 'import json,sys; print(sum(n["op"] == "Conv" for n in json.load(sys.stdin)["nodes"]))')
+  grep -Eq "^Conv +$convs " "$tmp/prof" || fail "--profile: Conv calls/step is not $convs: $(grep '^Conv ' "$tmp/prof")"
+fi
+
+# Bad flags and models: exit 2, one line naming the flag or file.
+expect_error 2 "--batch is required" -- "$trainrt" bench "$model"
+expect_error 2 "--batch: must be >= 1" -- "$trainrt" bench "$model" --batch 0
+expect_error 2 "batch" -- "$trainrt" bench "$model" --batch many
+expect_error 2 "--steps: must be >= 1" -- "$trainrt" bench "$model" --batch 2 --steps 0
+expect_error 2 "--warmup: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --warmup -1
+expect_error 2 "--threads: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --threads -3
+expect_error 2 "--precision bf16: .*not implemented" -- "$trainrt" bench "$model" --batch 2 --precision bf16
+expect_error 2 "--precision: expected one of fp32, bf16, got 'fp16'" -- "$trainrt" bench "$model" --batch 2 --precision fp16
+expect_error 2 "--backend: expected one of cpu, reference" -- "$trainrt" bench "$model" --batch 2 --backend gpu
+expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam
+expect_error 2 "--lr: must be > 0" -- "$trainrt" bench "$model" --batch 2 --lr 0
+expect_error 2 "unknown" -- "$trainrt" bench "$model" --batch 2 --stepz 3
+expect_error 2 "no-such.onnx" -- "$trainrt" bench "$tmp/no-such.onnx" --batch 2
+# Two graph inputs (ONNX's Add test): not an image classifier.
+add=/usr/share/libonnx-testdata/data/node/test_add/model.onnx
+[ -f "$add" ] && expect_error 2 "one graph input" -- "$trainrt" bench "$add" --batch 2
+# One input but no [N,classes] logits (ONNX's Relu test, [3,4,5] -> [3,4,5]).
+relu=/usr/share/libonnx-testdata/data/node/test_relu/model.onnx
+[ -f "$relu" ] && expect_error 2 "fixed batch of 3, so --batch must be 3" -- "$trainrt" bench "$relu" --batch 2
+[ -f "$relu" ] && expect_error 2 "logits \[N,classes\]" -- "$trainrt" bench "$relu" --batch 3
+
+if [ "$fails" -ne 0 ]; then
+  echo "bench_cli.sh: $fails FAIL"
+  exit 1
+fi
+echo "bench_cli.sh: ok"
