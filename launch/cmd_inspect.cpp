@@ -1,4 +1,5 @@
 // `trainrt inspect MODEL.onnx [--json]`: one line per node, then totals.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -11,6 +12,8 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "ops/register_all.h"
+#include "runtime/buckets.h"
+#include "runtime/training_session.h"
 
 namespace trainrt {
 
@@ -18,17 +21,23 @@ namespace {
 
 const CommandSpec kSpec{
     "inspect",
-    "trainrt inspect MODEL.onnx [--json] [--training [--dump-training-graph OUT.onnx]]",
+    "trainrt inspect MODEL.onnx [--json] [--training [--dump-training-graph OUT.onnx] [--memory [--batch N] "
+    "[--bucket-cap-mb M]]]",
     "Print every node (name, op, input and output shapes) and the model's totals: parameters,\n"
     "forward FLOPs per sample, activation bytes per sample and unsupported ops. With --training,\n"
     "also build the training graph and list its backward and optimizer nodes and the memory\n"
-    "the saved activations need.",
+    "the saved activations need. With --memory, also plan a training step at --batch and print\n"
+    "the arena's peak bytes, the naive bytes (one buffer per value), the largest live set, the\n"
+    "persistent bytes and the gradient buckets.",
     {{"json", "", "print one JSON object instead of a table", Flag::Switch},
      {"training", "", "also build and summarise the training graph", Flag::Switch},
      {"dump-training-graph", "", "write the whole training graph as ONNX (domain ai.trainrt for backward ops)"},
      {"optimizer", "sgd", "optimizer of the training graph: sgd, adam, adamw or none"},
      {"momentum", "0.9", "SGD momentum (adds a momentum buffer per parameter)"},
-     {"freeze", "", "initializer to keep fixed (repeatable)", Flag::Repeat}},
+     {"freeze", "", "initializer to keep fixed (repeatable)", Flag::Repeat},
+     {"memory", "", "with --training: plan one training step and print its memory", Flag::Switch},
+     {"batch", "64", "batch size of the planned step (--memory)"},
+     {"bucket-cap-mb", "25", "gradient bucket cap in MB (--memory); the first bucket is 1 MB at most"}},
     1,
     1};
 
@@ -85,6 +94,61 @@ Graph per_sample(const Graph& g, const OpRegistry& reg) {
   return s;
 }
 
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// The memory plan of one training step at --batch (runtime/plan.h) and its gradient buckets.
+void inspect_memory(const TrainingGraph& t, const Args& a) {
+  const double batch_arg = a.number("batch"), cap_arg = a.number("bucket-cap-mb");
+  if (!(batch_arg >= 1) || batch_arg != static_cast<double>(static_cast<int64_t>(batch_arg)))
+    throw_bad_input("--batch", "must be a positive integer, got '" + a.str("batch") + "'");
+  if (!(cap_arg > 0)) throw_bad_input("--bucket-cap-mb", "must be > 0, got '" + a.str("bucket-cap-mb") + "'");
+  const int64_t batch = static_cast<int64_t>(batch_arg);
+  TensorMap feeds;
+  for (const std::string& in : t.graph.inputs) {
+    const ValueInfo& v = t.graph.info(in);
+    if (!v.shape) throw_bad_input("input '" + in + "'", "has no shape: cannot plan memory");
+    std::vector<int64_t> dims;
+    for (const Dim& d : *v.shape) dims.push_back(d.known() ? d.value : batch);
+    feeds[in] = Tensor(v.dtype, dims);
+  }
+  const Graph s = specialize(t.graph, feeds);
+  PlanOptions o = training_plan_options(t);
+  o.keep = t.graph.outputs;
+  const Plan p = build_plan(s, o);
+  verify_plan(p);
+  std::printf("memory plan of one training step, batch %lld (order: %s, %zu nodes)\n", static_cast<long long>(batch),
+              p.order.c_str(), p.steps.size());
+  std::printf("  peak arena bytes: %zu (%.2f MiB)\n", p.arena_bytes, mib(p.arena_bytes));
+  std::printf("  naive bytes (one buffer per value): %zu (%.2f MiB, %.2fx the arena)\n", p.naive_bytes,
+              mib(p.naive_bytes),
+              static_cast<double>(p.naive_bytes) / static_cast<double>(std::max<size_t>(p.arena_bytes, 1)));
+  std::printf("  persistent bytes (parameters, optimizer state, BN statistics): %zu (%.2f MiB)\n", p.state_bytes,
+              mib(p.state_bytes));
+  std::printf("  outputs written in place: %zu\n", p.in_place_count);
+  if (p.peak_step >= 0) {
+    const Node& n = s.nodes[p.steps[static_cast<size_t>(p.peak_step)].node];
+    std::vector<int> live = p.live_at(p.peak_step);
+    std::printf("  largest live set: %zu values, %zu bytes (%.2f MiB) at step %d, node '%s' (%s):\n", live.size(),
+                p.peak_live_bytes, mib(p.peak_live_bytes), p.peak_step, n.name.c_str(), n.op_type.c_str());
+    for (size_t i = 0; i < live.size() && i < 12; ++i) {
+      const PlannedValue& v = p.values[static_cast<size_t>(live[i])];
+      std::printf("    %-48s %-20s %10.2f MiB\n", v.name.c_str(), dims_to_string(v.dims).c_str(), mib(v.bytes));
+    }
+    if (live.size() > 12) std::printf("    ... %zu more\n", live.size() - 12);
+  }
+  const size_t cap = static_cast<size_t>(cap_arg * (1 << 20));  // MB as PyTorch DDP counts them (MiB)
+  const std::vector<GradientBucket> buckets = plan_buckets(t, p, cap, std::min<size_t>(cap, kDefaultFirstBucketCap));
+  std::printf("gradient buckets: %zu (cap %.3g MiB, first %.3g MiB)\n", buckets.size(), mib(cap),
+              mib(std::min<size_t>(cap, kDefaultFirstBucketCap)));
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const GradientBucket& b = buckets[i];
+    const Node& n = s.nodes[b.ready_after_node];
+    std::printf("  bucket %zu: %zu params, %.2f MiB, ready after step %d node %zu '%s' (first: %s)\n", i,
+                b.params.size(), mib(b.bytes), b.ready_after_step, b.ready_after_node, n.name.c_str(),
+                b.params.front().c_str());
+  }
+}
+
 // Backward/optimizer nodes, saved-activation memory per sample, state bytes.
 void inspect_training(const Graph& g, const Args& a) {
   const Registry& reg = registry();
@@ -132,6 +196,7 @@ void inspect_training(const Graph& g, const Args& a) {
               static_cast<long long>(saved_bytes), static_cast<double>(saved_bytes) / (1 << 20));
   std::printf("optimizer state: %lld bytes (%.2f MiB)\n", static_cast<long long>(state_bytes),
               static_cast<double>(state_bytes) / (1 << 20));
+  if (a.on("memory")) inspect_memory(t, a);
 }
 
 }  // namespace
@@ -140,6 +205,7 @@ int cmd_inspect(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
   const std::string path = a.positional[0];
+  if (a.on("memory") && !a.on("training")) throw_bad_input("trainrt inspect", "--memory needs --training");
   if (a.on("json") && a.on("training"))
     throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
   const Registry& reg = registry();

@@ -1,0 +1,235 @@
+// Executor features around the plan: profiling events and the Chrome trace,
+// NaN/Inf checks that stop a step before state is written, gradient buckets, and
+// the memory refusal.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "runtime/buckets.h"
+#include "runtime_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+namespace {
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// x [N,4] -> Gemm(w, transB) [N,3] -> Div by the input `scale` [1] -> logits; loss appended.
+Graph scaled_classifier() {
+  Graph g;
+  g.name = "scaled";
+  g.opsets[""] = 17;
+  g.inputs = {"x", "scale"};
+  g.values["x"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(4)}};
+  g.values["scale"] = ValueInfo{DataType::Float32, shape_of({1})};
+  g.initializers["w"] = random_tensor(DataType::Float32, {3, 4}, 3);
+  g.values["w"] = ValueInfo{DataType::Float32, shape_of({3, 4})};
+  g.initializers["b"] = random_tensor(DataType::Float32, {3}, 4);
+  g.values["b"] = ValueInfo{DataType::Float32, shape_of({3})};
+  Node gemm = make_node("Gemm", {"x", "w", "b"}, {"h"}, {{"transB", Attribute::of_int(1)}});
+  gemm.name = "fc";
+  Node div = make_node("Div", {"h", "scale"}, {"logits"});
+  div.name = "scale_logits";
+  g.nodes = {gemm, div};
+  g.outputs = {"logits"};
+  validate_graph(g, registry().schemas, "scaled");
+  infer_shapes(g, registry().schemas, "scaled");
+  return g;
+}
+
+TensorMap scaled_batch(float scale) {
+  return {{"x", random_tensor(DataType::Float32, {5, 4}, 9)},
+          {"scale", make(DataType::Float32, {1}, {scale})},
+          {"labels", make(DataType::Int64, {5}, {0, 1, 2, 1, 0})}};
+}
+
+}  // namespace
+
+TEST_CASE("profile: one event per node run, a Chrome trace that parses back, a per-op table") {
+  Graph g = small_wrn({2, 3, 4, 5});
+  auto b = make_backend("cpu");
+  ProfileCollector prof;
+  RunOptions ro;
+  ro.profile = &prof;
+  run_graph(g, {{"input", random_tensor(DataType::Float32, {2, 1, 28, 28}, 1)}}, *b, ro);
+  REQUIRE(prof.events.size() == g.nodes.size());
+  std::set<std::string> names;
+  for (const NodeEvent& e : prof.events) {
+    CHECK(e.end_ns >= e.start_ns);
+    names.insert(e.name);
+  }
+  CHECK(names.size() == g.nodes.size());
+  const NodeEvent& conv =
+      *std::find_if(prof.events.begin(), prof.events.end(), [](const NodeEvent& e) { return e.op == "Conv"; });
+  CHECK(conv.flops > 0);
+  CHECK(conv.input_shapes.at(0) == std::vector<int64_t>{2, 1, 28, 28});
+
+  const std::string path = (std::filesystem::temp_directory_path() / "trainrt_test_trace.json").string();
+  TraceLane data{"data loading", {{"batch 0", prof.events.front().start_ns - 1000, prof.events.front().start_ns}}};
+  write_chrome_trace(path, prof.events, {data});
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string json = ss.str();
+  std::filesystem::remove(path);
+  CHECK(json.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0);
+  CHECK(count_of(json, "\"ph\":\"X\"") == g.nodes.size() + 1);
+  CHECK(count_of(json, "\"tid\":2") == 2);  // the lane's name and its slice
+  for (const Node& n : g.nodes) CHECK(json.find("\"name\":\"" + n.name + "\"") != std::string::npos);
+  // Minimal structural parse: balanced brackets outside strings.
+  int depth = 0;
+  bool in_string = false, ok = true;
+  for (size_t i = 0; i < json.size(); ++i) {
+    char c = json[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"')
+      in_string = true;
+    else if (c == '{' || c == '[')
+      ++depth;
+    else if (c == '}' || c == ']')
+      ok = ok && --depth >= 0;
+  }
+  CHECK((ok && depth == 0 && !in_string));
+
+  const std::string table = profile_table(prof.events);
+  CHECK(table.find("Conv") != std::string::npos);
+  CHECK(table.find("BatchNormalization") != std::string::npos);
+  CHECK(table.find("total") != std::string::npos);
+  // Rows are sorted by time: the first data row is the op with the largest total.
+  std::map<std::string, int64_t> by_op;
+  for (const NodeEvent& e : prof.events) by_op[e.op] += e.end_ns - e.start_ns;
+  auto top = std::max_element(by_op.begin(), by_op.end(), [](auto& a, auto& c) { return a.second < c.second; });
+  CHECK(table.substr(table.find('\n') + 1, top->first.size()) == top->first);
+}
+
+TEST_CASE("numerical faults: a NaN loss stops the step before state changes; find_anomaly names the first node") {
+  Graph g = scaled_classifier();
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  TrainingSession s(build_training_graph(g, o), make_backend("reference"), 1);
+  s.step(scaled_batch(2.f), 0.1f);  // a finite step first: momentum buffers exist
+  std::map<std::string, Tensor> before;
+  for (const std::string& name : s.state_names()) before[name] = s.state(name).clone();
+  ErrorKind kind{};
+  std::string msg;
+  try {
+    s.step(scaled_batch(0.f), 0.1f);  // h / 0: Inf logits, NaN loss
+  } catch (const NumericalError& e) {
+    msg = e.what();
+    kind = e.kind();
+    CHECK(e.value == s.training().loss);
+  }
+  CHECK(kind == ErrorKind::BadInput);
+  CHECK(msg.find("'" + s.training().loss + "'") != std::string::npos);
+  CHECK(msg.find("NaN") != std::string::npos);
+  CHECK(s.steps_done() == 1);
+  for (const auto& [name, t] : before) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(s.state(name), t));
+  }
+  std::optional<NumericalError> first = s.find_anomaly(scaled_batch(0.f), 0.1f);
+  REQUIRE(first);
+  CHECK(first->node == "scale_logits");
+  CHECK(first->op == "Div");
+  CHECK(first->value == "logits");
+  CHECK(std::string(first->what()).find("'scale_logits' (Div)") != std::string::npos);
+  for (const auto& [name, t] : before) CHECK(bitwise_equal(s.state(name), t));
+  CHECK(!s.find_anomaly(scaled_batch(2.f), 0.1f));
+  for (const auto& [name, t] : before) CHECK(bitwise_equal(s.state(name), t));
+  // With the checks off the bad step runs and writes NaN into the parameters.
+  s.set_check_finite(false);
+  s.step(scaled_batch(0.f), 0.1f);
+  CHECK(std::isnan(s.state("w").get_as_double(0)));
+}
+
+TEST_CASE("check_finite on run_graph names the value; detect_anomaly the first node") {
+  Graph g = scaled_classifier();
+  auto b = make_backend("cpu");
+  TensorMap feeds = scaled_batch(0.f);
+  feeds.erase("labels");
+  RunOptions ro;
+  ro.check_finite = {"h"};
+  CHECK_NOTHROW(run_graph(g, feeds, *b, ro));  // h is finite
+  ro.check_finite = {"logits"};
+  CHECK(error_of([&] { run_graph(g, feeds, *b, ro); }).find("output 'logits' has Inf") != std::string::npos);
+  ro.check_finite = {"nope"};
+  CHECK(error_of([&] { run_graph(g, feeds, *b, ro); }).find("'nope'") != std::string::npos);
+}
+
+TEST_CASE("gradient buckets: every parameter once, caps respected, ready after its last gradient's producer") {
+  Graph g = small_wrn({8, 16, 24, 32});
+  TrainingGraph t = wrn_training(g);
+  TensorMap feeds = wrn_batch(2, 1);
+  feeds[t.lr] = Tensor(DataType::Float32, {});
+  Plan p = build_plan(specialize(t.graph, feeds), training_plan_options(t));
+  for (auto [cap, first] :
+       std::vector<std::pair<size_t, size_t>>{{20000, 4000}, {kDefaultBucketCap, kDefaultFirstBucketCap}, {1, 1}}) {
+    CAPTURE(cap);
+    std::vector<GradientBucket> buckets = plan_buckets(t, p, cap, first);
+    std::multiset<std::string> seen;
+    int last_ready = -1;
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      const GradientBucket& bk = buckets[i];
+      REQUIRE(!bk.params.empty());
+      size_t c = i == 0 ? first : cap;
+      CHECK((bk.bytes <= c || bk.params.size() == 1));
+      size_t bytes = 0;
+      int latest = -1;
+      for (const std::string& param : bk.params) {
+        seen.insert(param);
+        const std::string& grad = t.gradients.at(param);
+        bytes += p.value(grad).bytes;
+        latest = std::max(latest, p.value(grad).def);
+      }
+      CHECK(bytes == bk.bytes);
+      CHECK(bk.ready_after_step == latest);  // the last producer of the bucket's gradients
+      CHECK(p.steps[static_cast<size_t>(bk.ready_after_step)].node == bk.ready_after_node);
+      const Node& producer = p.graph.nodes[bk.ready_after_node];
+      bool writes_a_gradient = false;
+      for (const std::string& param : bk.params)
+        for (const std::string& out : producer.outputs)
+          writes_a_gradient = writes_a_gradient || out == t.gradients.at(param);
+      CHECK(writes_a_gradient);
+      CHECK(bk.ready_after_step >= last_ready);  // buckets complete in order
+      last_ready = bk.ready_after_step;
+      // A bucket closed because the next gradient did not fit.
+      if (i + 1 < buckets.size()) CHECK(bk.bytes + p.value(t.gradients.at(buckets[i + 1].params.front())).bytes > c);
+    }
+    CHECK(seen.size() == t.params.size());
+    for (const std::string& param : t.params) CHECK(seen.count(param) == 1);
+    if (cap == 1) CHECK(buckets.size() == t.params.size());
+  }
+  CHECK(plan_buckets(t, p).front().bytes <= kDefaultFirstBucketCap);
+  CHECK(error_of([&] { plan_buckets(t, p, 0); }).find("bucket cap") != std::string::npos);
+}
+
+TEST_CASE("memory refusal: a plan larger than the limit is refused before allocating, state unchanged") {
+  Graph g = small_wrn({2, 3, 4, 5});
+  TrainingSession s(wrn_training(g), make_backend("cpu"));
+  s.set_memory_limit(4096);
+  const Tensor w0 = s.state("fc.weight").clone();
+  ErrorKind kind{};
+  std::string msg = error_of([&] { s.step(wrn_batch(2, 1), 0.1f); }, &kind);
+  CHECK(kind == ErrorKind::BadInput);
+  CHECK(msg.find("needs ") != std::string::npos);
+  CHECK(msg.find("GiB, ") != std::string::npos);
+  CHECK(msg.find("GiB available") != std::string::npos);
+  CHECK(bitwise_equal(s.state("fc.weight"), w0));
+  CHECK(s.steps_done() == 0);
+  s.set_memory_limit(0);  // MemAvailable: a small model fits
+  CHECK_NOTHROW(s.step(wrn_batch(2, 1), 0.1f));
+  CHECK(available_memory_bytes() > 0);
+}
