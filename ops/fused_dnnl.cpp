@@ -10,6 +10,7 @@
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 
 #include "graph/error.h"
 #include "ops/dnnl_util.h"
@@ -25,6 +26,7 @@ struct FusedConvPlan {
   du::Md src_plain, w_plain, dst_plain, bias_plain;
   du::Md src_md, w_md, dst_md;
   dnnl::reorder src_reorder, w_reorder, dst_reorder, z_reorder;
+  bool add_z_after = false;  // Z added by a loop after the primitive (see make_plan)
 };
 
 FusedConvPlan make_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, bool has_z,
@@ -52,12 +54,21 @@ FusedConvPlan make_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                       du::any_desc(xd), du::any_desc(wg), has_bias ? p.bias_plain : du::Md(),
                                       du::any_desc(yd), strides, du::dnnl_dilations(win.dilations), pl, pr);
-    dnnl::post_ops po;
-    if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    if (has_z) po.append_sum(1.f);
-    dnnl::primitive_attr a = du::attr();
-    a.set_post_ops(po);
-    dnnl::convolution_forward::primitive_desc pd(d, a, du::engine());
+    auto make_pd = [&](bool sum) {
+      dnnl::post_ops po;
+      if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      if (sum) po.append_sum(1.f);
+      dnnl::primitive_attr a = du::attr();
+      a.set_post_ops(po);
+      return dnnl::convolution_forward::primitive_desc(d, a, du::engine());
+    };
+    dnnl::convolution_forward::primitive_desc pd = make_pd(has_z);
+    // Some implementations (the gemm-based one used for grouped convolutions) take
+    // relu-then-sum only in oneDNN's slow ref:any; then Z is added by a loop instead.
+    if (has_z && relu && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+      pd = make_pd(false);
+      p.add_z_after = true;
+    }
     p.prim = dnnl::convolution_forward(pd);
     p.src_md = pd.src_desc();
     p.w_md = pd.weights_desc();
@@ -68,7 +79,7 @@ FusedConvPlan make_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
   p.src_reorder = du::make_reorder(p.src_plain, p.src_md);
   p.w_reorder = du::make_reorder(p.w_plain, p.w_md);
   p.dst_reorder = du::make_reorder(p.dst_md, p.dst_plain);
-  if (has_z) p.z_reorder = du::make_reorder(p.dst_plain, p.dst_md);
+  if (has_z && !p.add_z_after) p.z_reorder = du::make_reorder(p.dst_plain, p.dst_md);
   return p;
 }
 
@@ -98,7 +109,7 @@ void fused_conv_cpu(KernelContext& ctx) {
   dnnl::memory wts = to_layout(plan->w_reorder, du::memory_of(w, plan->w_plain), plan->w_md, 1);
   dnnl::memory dst_user = du::memory_of(y, plan->dst_plain);
   dnnl::memory dst = plan->dst_reorder ? du::temp_memory(plan->dst_md, 2) : dst_user;
-  if (has_z) {  // the sum post-op accumulates into dst: start it as Z
+  if (has_z && !plan->add_z_after) {  // the sum post-op accumulates into dst: start it as Z
     if (plan->z_reorder)
       du::reorder(plan->z_reorder, du::memory_of(ctx.in(3), plan->dst_plain), dst);
     else
@@ -108,6 +119,12 @@ void fused_conv_cpu(KernelContext& ctx) {
   if (has_bias) args[DNNL_ARG_BIAS] = du::memory_of(ctx.in(2), plan->bias_plain);
   du::execute(plan->prim, std::move(args));
   if (plan->dst_reorder) du::reorder(plan->dst_reorder, dst, dst_user);
+  if (has_z && plan->add_z_after) {
+    float* py = y.data<float>();
+    const float* pz = ctx.in(3).data<float>();
+    const int64_t count = y.numel();
+    for (int64_t i = 0; i < count; ++i) py[i] += pz[i];
+  }
 }
 
 struct BnReluPlan {
