@@ -25,12 +25,14 @@
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
+#include "graph/passes.h"
 #include "launch/checkpoint.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/pipeline.h"
 #include "launch/train_util.h"
 #include "ops/register_all.h"
+#include "runtime/trace.h"
 #include "runtime/training_session.h"
 
 namespace trainrt {
@@ -74,7 +76,12 @@ const CommandSpec kSpec{
      {"checkpoint-every-steps", "0", "with --checkpoint-dir: also a checkpoint every N steps (0 = none)"},
      {"keep-checkpoints", "3", "keep the newest K checkpoints in --checkpoint-dir"},
      {"resume", "", "continue from checkpoint PATH, or 'auto' = the newest in --checkpoint-dir"},
-     {"export", "", "write the trained model (same inputs/outputs, trained initializers) here"}},
+     {"export", "", "write the trained model (same inputs/outputs, trained initializers) here"},
+     {"export-inference", "", "write the inference-optimised model (BN folded, Dropout removed, standard ONNX) here"},
+     {"trace", "", "write a Chrome/Perfetto trace (nodes, data loading) of --trace-steps steps here"},
+     {"trace-steps", "10", "steps recorded by --trace, from this run's 2nd step (the 1st builds the plan)"},
+     {"detect-anomaly", "off", "on a NaN/Inf, rerun the step checking every node and name the first bad one",
+      Flag::Switch}},
     1,
     1};
 
@@ -289,6 +296,29 @@ int cmd_train(const Argv& argv) {
   };
   install_stop_signals();
 
+  // --trace: per-node events from the session plus data-loading lanes on the same clock.
+  const std::string trace_path = a.str("trace");
+  const int64_t trace_steps = positive(a, "trace-steps");
+  if (a.on("trace-steps") && trace_path.empty()) throw_bad_input("--trace-steps", "needs --trace");
+  ProfileCollector profile;
+  std::vector<TraceLane> lanes{{"data: prepare batch", {}}, {"data: consumer wait", {}}, {"train step", {}}};
+  int64_t traced = 0, steps_this_run = 0;
+  bool trace_written = false;
+  auto write_trace = [&]() {
+    if (trace_path.empty() || trace_written || traced == 0) return;
+    session.set_profile(nullptr);
+    write_chrome_trace(trace_path, profile.events, lanes);
+    trace_written = true;
+    std::printf("Trace of %lld steps written to %s\n%s", static_cast<long long>(traced), trace_path.c_str(),
+                profile_table(profile.events).c_str());
+    std::fflush(stdout);
+  };
+  auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const bool detect_anomaly = a.on("detect-anomaly");
+
   const bool tty = ::isatty(STDOUT_FILENO);
   while (st.epoch < epochs) {
     if (st.step_in_epoch == 0 && early_stop(st.val_accuracy, patience, target)) {
@@ -323,13 +353,31 @@ int cmd_train(const Argv& argv) {
                               (last_checkpoint.empty() ? "none written" : last_checkpoint) +
                               (numeric ? "; lower --base-lr" : ""));
       };
+      const TensorMap feeds{{io.input, batch->images}, {session.training().labels, batch->labels}};
+      const bool tracing = !trace_path.empty() && steps_this_run >= 1 && traced < trace_steps;
+      session.set_profile(tracing ? &profile : nullptr);
+      const int64_t step_start = now_ns();
       double loss = 0;
       try {
-        loss = session.step({{io.input, batch->images}, {session.training().labels, batch->labels}},
-                            static_cast<float>(lr));
+        loss = session.step(feeds, static_cast<float>(lr));
+      } catch (const NumericalError& e) {
+        std::string what = e.what();
+        if (detect_anomaly) {
+          std::optional<NumericalError> first = session.find_anomaly(feeds, static_cast<float>(lr));
+          if (first) what = std::string("first non-finite value: ") + first->what();
+        }
+        step_failed(what, e.kind());
       } catch (const Error& e) {
         step_failed(e.what(), e.kind());
       }
+      if (tracing) {
+        const std::string k = "batch " + std::to_string(batch->index);
+        lanes[0].slices.push_back({k, batch->prepare_start_ns, batch->prepare_end_ns});
+        lanes[1].slices.push_back({k, step_start - static_cast<int64_t>(batch->wait_seconds * 1e9), step_start});
+        lanes[2].slices.push_back({"step " + std::to_string(st.global_step + 1), step_start, now_ns()});
+        if (++traced == trace_steps) write_trace();
+      }
+      ++steps_this_run;
       if (!std::isfinite(loss))
         step_failed(std::string("loss is ") + (std::isnan(loss) ? "NaN"
                                                : loss > 0       ? "Inf"
@@ -351,7 +399,7 @@ int cmd_train(const Argv& argv) {
       if (metrics_every > 0 && st.global_step % metrics_every == 0)
         metrics.step(st.global_step, st.epoch + 1, loss, lr);
       if (!ckpt_dir.empty() && ckpt_every_steps > 0 && st.global_step % ckpt_every_steps == 0) save(ckpt_dir);
-      if (stop_requested()) return 0;
+      if (stop_requested()) return write_trace(), 0;
     }
     if (tty && log_every > 0) std::printf("\n");
     const double epoch_time = seconds_before + seconds_since(t0);
@@ -374,16 +422,27 @@ int cmd_train(const Argv& argv) {
     st.epoch_loss_sum = 0;
     st.epoch_seconds = 0;
     if (!ckpt_dir.empty() && ckpt_every > 0 && st.epoch % ckpt_every == 0) save(ckpt_dir);
-    if (stop_requested()) return 0;
+    if (stop_requested()) return write_trace(), 0;
   }
   if (!st.val_accuracy.empty())
     std::printf("\nTraining complete. Final Validation Accuracy = %5.3f\n", st.val_accuracy.back());
   std::printf("Total Training Time: %5.3f seconds\n", st.total_seconds);
   std::printf("Throughput: %5.3f images/second\n",
               st.total_seconds > 0 ? static_cast<double>(st.total_images) / st.total_seconds : 0.0);
-  if (a.on("export")) {
-    export_onnx_file(session.trained_forward(forward), a.str("export"));
-    std::printf("Trained model written to %s\n", a.str("export").c_str());
+  write_trace();
+  if (a.on("export") || a.on("export-inference")) {
+    const Graph trained = session.trained_forward(forward);
+    if (a.on("export")) {
+      export_onnx_file(trained, a.str("export"));
+      std::printf("Trained model written to %s\n", a.str("export").c_str());
+    }
+    if (a.on("export-inference")) {
+      InferenceOptions io_opts;
+      io_opts.standard_onnx_only = true;  // any ONNX runtime can load it
+      export_onnx_file(optimize_for_inference(trained, io_opts), a.str("export-inference"));
+      std::printf("Inference model (BatchNormalization folded, Dropout removed) written to %s\n",
+                  a.str("export-inference").c_str());
+    }
   }
   return 0;
 }

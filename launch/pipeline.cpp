@@ -240,6 +240,8 @@ Batch BatchStream::build(int64_t k) const {
     fill_sample(data_, i, opts_.augment ? &a : nullptr, opts_.pad, lut_.data(), img + j * C * H * W);
   }
   b.prepare_seconds = seconds_since(t0);
+  b.prepare_start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
+  b.prepare_end_ns = b.prepare_start_ns + static_cast<int64_t>(b.prepare_seconds * 1e9);
   return b;
 }
 

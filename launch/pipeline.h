@@ -69,6 +69,7 @@ struct Batch {
   int64_t index = 0;             // batch number in this epoch
   double prepare_seconds = 0;    // wall time spent building it (one thread)
   double wait_seconds = 0;       // time next() waited for it (consumer stall)
+  int64_t prepare_start_ns = 0, prepare_end_ns = 0;  // steady_clock, for traces (runtime/trace.h)
 };
 
 // Sample order of one epoch for one rank (see the header comment).

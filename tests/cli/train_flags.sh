@@ -83,7 +83,7 @@ expect_error 2 "\-\-freeze nope: is not a float initializer" -- "$trainrt" "${ba
 for f in dataset data-dir batch-size epochs base-lr optimizer momentum weight-decay nesterov lr-schedule lr-step-epochs \
   warmup-epochs target-accuracy patience freeze precision device backend threads seed shuffle augment limit-train \
   limit-test log-every metrics metrics-every checkpoint-dir checkpoint-every checkpoint-every-steps keep-checkpoints \
-  resume export; do
+  resume export export-inference trace trace-steps detect-anomaly; do
   grep -Eq "^  --$f .*\(default: .*\)$" "$tmp/help" || fail "--help lacks --$f with a default"
 done
 
@@ -94,6 +94,7 @@ expect_error 2 "\-\-lr-step-epochs: applies to --lr-schedule step only" -- "$tra
 expect_error 2 "\-\-checkpoint-every: needs --checkpoint-dir" -- "$trainrt" "${base[@]}" --checkpoint-every 2
 expect_error 2 "\-\-momentum: applies to --optimizer sgd only" -- "$trainrt" "${base[@]}" --optimizer adam --momentum 0.9
 expect_error 2 "\-\-resume: expected a checkpoint path or 'auto'" -- "$trainrt" "${base[@]}" --resume ""
+expect_error 2 "\-\-trace-steps: needs --trace" -- "$trainrt" "${base[@]}" --trace-steps 3
 expect_error 2 "unknown flag --bogus" -- "$trainrt" "${base[@]}" --bogus 1
 expect_error 2 "\-\-keep-checkpoints: must be > 0" -- "$trainrt" "${base[@]}" --checkpoint-dir "$tmp/k" --keep-checkpoints 0
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""`trainrt train --export` gives a model ONNX Runtime runs like trainrt does.
+"""`trainrt train --export/--export-inference` give models ONNX Runtime runs like trainrt does.
 
 A tiny Wide ResNet is trained briefly on Fashion-MNIST, exported, passed through
 onnx.checker (full check, shape inference included), then run in ONNX Runtime
 (pip onnxruntime in <build dir>/pydeps, installed by tools/setup.sh) on 256 test
 images: its logits must match `trainrt run` on the same input tensor, and its
-accuracy must match `trainrt evaluate` on the same images.
+accuracy must match `trainrt evaluate` on the same images. The inference export
+(BatchNormalization folded into Conv, Dropout removed, standard ONNX ops only) must
+pass the same checker, keep the interface, and give the same logits in ONNX Runtime.
 Usage: train_onnxruntime.py <trainrt binary> <source dir>
 """
 import gzip
@@ -46,9 +48,11 @@ def idx(path, offset):
 with tempfile.TemporaryDirectory() as tmp:
     model = os.path.join(tmp, "wrn.onnx")
     trained = os.path.join(tmp, "trained.onnx")
+    infer = os.path.join(tmp, "infer.onnx")
     sh("model", "wrn", "--dataset", "fashion-mnist", "--widths", "4,8,8,8", "--blocks-per-stage", "1", "-o", model)
     sh("train", model, "--dataset", "fashion-mnist", "--limit-train", "512", "--limit-test", "64", "--epochs", "1",
-       "--batch-size", "32", "--optimizer", "adam", "--base-lr", "0.005", "--threads", "2", "--export", trained)
+       "--batch-size", "32", "--optimizer", "adam", "--base-lr", "0.005", "--threads", "2", "--export", trained,
+       "--export-inference", infer)
 
     m = onnx.load(trained)
     onnx.checker.check_model(m, full_check=True)
@@ -94,5 +98,18 @@ with tempfile.TemporaryDirectory() as tmp:
     # A 16-step run barely beats chance (eval-mode BatchNorm statistics still near their
     # initial values); the logits must still depend on the image.
     assert float(np.std(ort_logits, axis=0).max()) > 1e-3, "logits do not depend on the input"
+
+    mi = onnx.load(infer)
+    onnx.checker.check_model(mi, full_check=True)
+    assert [i.name for i in mi.graph.input] == [i.name for i in original.graph.input]
+    assert [o.name for o in mi.graph.output] == [o.name for o in original.graph.output]
+    ops = {n.op_type for n in mi.graph.node}
+    assert not ops & {"BatchNormalization", "Dropout", "Identity"}, ops
+    assert all(n.domain in ("", "ai.onnx") for n in mi.graph.node), {n.domain for n in mi.graph.node}
+    assert len(mi.graph.node) < len(m.graph.node), (len(mi.graph.node), len(m.graph.node))
+    infer_logits = ort.InferenceSession(infer, providers=["CPUExecutionProvider"]).run(None, {in_name: x})[0]
+    d2 = float(np.max(np.abs(infer_logits - ort_logits)))
+    print(f"max |inference export - full export| logits in onnxruntime = {d2:.3g}")
+    assert d2 <= 1e-4 * max(1.0, scale), d2
 
 print("train_onnxruntime: all checks passed")
