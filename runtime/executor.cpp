@@ -161,12 +161,6 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
     throw_bad_input("memory plan", "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
                                        (ro.memory_limit_bytes ? " (the set limit)" : " (MemAvailable)") +
                                        ": use a smaller batch");
-  // Other signatures' arenas are released; they come back on their next use.
-  for (auto& q : prepared_) {
-    q->arena.reset();
-    q->results.clear();
-    for (Tensor& t : q->slots) t = Tensor();
-  }
   prepared_.push_back(std::move(p));
   Prepared& r = *prepared_.back();
   r.slots.resize(plan.values.size());
@@ -187,6 +181,13 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
   const Plan& plan = p.plan;
   // (Re)bind buffers after a build or after another signature released them.
   if (!p.arena) {
+    // One arena at a time: other signatures' arenas are released and come back on their next use.
+    for (auto& q : prepared_) {
+      if (q.get() == &p || !q->arena) continue;
+      q->arena.reset();
+      q->results.clear();
+      for (Tensor& t : q->slots) t = Tensor();
+    }
     p.arena = std::shared_ptr<std::byte[]>(
         static_cast<std::byte*>(
             ::operator new[](std::max<size_t>(plan.arena_bytes, kPlanAlignment), std::align_val_t(kPlanAlignment))),
