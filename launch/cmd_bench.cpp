@@ -7,16 +7,17 @@
 // over the classes) of the model's input shape with the symbolic batch set to N,
 // runs --warmup untimed steps, then --steps timed TrainingSession::step calls
 // (forward, loss, backward, update) and prints images/s, ms/step (median, mean),
-// the FLOP rate, and peak memory (peak RSS from getrusage; the runtime has no
-// planned arena to report yet). The same batch is reused every step: the data
-// pipeline is not what is measured. --profile wraps the backend to time each
-// kernel call and prints a per-op-type table of the timed steps.
+// the FLOP rate, and memory: peak RSS (getrusage) and the runtime's plan (arena
+// bytes against a naive one-buffer-per-value plan, persistent state bytes). The
+// same batch is reused every step: the data pipeline is not what is measured.
+// --profile prints the runtime's per-op-type table (runtime/trace.h) of the timed
+// steps; --trace writes them as a Chrome/Perfetto trace.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
+#include <filesystem>
 #include <random>
 
 #include "autodiff/training_graph.h"
@@ -25,6 +26,7 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
+#include "runtime/trace.h"
 #include "runtime/training_session.h"
 
 namespace trainrt {
@@ -45,7 +47,8 @@ const CommandSpec kSpec{
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},
-     {"profile", "", "print time per op type over the timed steps", Flag::Switch}},
+     {"profile", "", "print time per op type over the timed steps", Flag::Switch},
+     {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
     1,
     1};
 
@@ -65,52 +68,13 @@ std::string one_of(const Args& a, const std::string& flag, std::initializer_list
   throw_bad_input("--" + flag, "expected one of " + list + ", got '" + v + "'");
 }
 
-// Per op type: kernel calls and time, gathered by wrapping another backend's kernels.
-class ProfilingBackend : public Backend {
- public:
-  struct Stat {
-    int64_t calls = 0;
-    double seconds = 0;
-  };
-  explicit ProfilingBackend(std::unique_ptr<Backend> inner) : Backend("", false), inner_(std::move(inner)) {
-    threads = inner_->threads;
-  }
-  std::string name() const override { return inner_->name(); }
-  const Kernel& kernel(const Node& n) const override {
-    const std::string key = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
-    auto it = wrapped_.find(key);
-    if (it != wrapped_.end()) return it->second;
-    (void)inner_->kernel(n);  // Unsupported now, not at the first call
-    return wrapped_[key] = [this, key](KernelContext& ctx) {
-      const Kernel& k = inner_->kernel(ctx.node);
-      const auto t0 = std::chrono::steady_clock::now();
-      k(ctx);
-      if (!on_) return;
-      Stat& s = stats_[key];
-      ++s.calls;
-      s.seconds += seconds_since(t0);
-    };
-  }
-  void record(bool on) { on_ = on; }
-  const std::map<std::string, Stat>& stats() const { return stats_; }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  mutable std::map<std::string, Kernel> wrapped_;
-  mutable std::map<std::string, Stat> stats_;
-  bool on_ = false;
-};
-
-// Forward FLOPs (multiply-add = 2) of each op type in the specialised training
-// graph, from the op schemas' FLOP rules; ops without a rule count 0.
-std::map<std::string, double> flops_per_op(const Graph& g) {
-  std::map<std::string, double> out;
-  for (const Node& n : g.nodes) {
-    const OpSchema* s = registry().schemas.find(n.domain, n.op_type);
-    const std::string key = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
-    out[key] += s && s->flops ? s->flops(g, n) : 0.0;
-  }
-  return out;
+// FLOPs of one step (multiply-add = 2): the op schemas' FLOP rules summed over the
+// specialised training graph; ops without a rule count 0.
+double step_flops(const Graph& g) {
+  double sum = 0;
+  for (const Node& n : g.nodes)
+    if (const OpSchema* s = registry().schemas.find(n.domain, n.op_type); s && s->flops) sum += s->flops(g, n);
+  return sum;
 }
 
 double peak_rss_mib() {
@@ -137,6 +101,10 @@ int cmd_bench(const Argv& argv) {
   if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
   const uint64_t seed = static_cast<uint64_t>(at_least(a, "seed", 0));
   const std::string path = a.positional[0];
+  if (a.on("trace")) {
+    const std::filesystem::path dir = std::filesystem::absolute(a.str("trace")).parent_path();
+    if (!std::filesystem::is_directory(dir)) throw_bad_input("--trace " + a.str("trace"), "its folder does not exist");
+  }
   configure_threads(static_cast<int>(threads));
 
   Graph forward = import_onnx_file(path, registry().schemas);
@@ -183,18 +151,11 @@ int cmd_bench(const Argv& argv) {
   TensorMap feeds{{input, images}, {t.labels, labels}};
   TensorMap typed = feeds;
   typed[t.lr] = Tensor(DataType::Float32, {});
-  const std::map<std::string, double> op_flops = flops_per_op(specialize(t.graph, typed));
-  double step_flops = 0;
-  for (const auto& [op, f] : op_flops) step_flops += f;
+  const double flops = step_flops(specialize(t.graph, typed));
 
-  std::unique_ptr<Backend> backend = make_backend(backend_name, static_cast<int>(threads));
-  ProfilingBackend* prof = nullptr;
-  if (a.on("profile")) {
-    auto wrapped = std::make_unique<ProfilingBackend>(std::move(backend));
-    prof = wrapped.get();
-    backend = std::move(wrapped);
-  }
-  TrainingSession session(std::move(t), std::move(backend), seed);
+  TrainingSession session(std::move(t), make_backend(backend_name, static_cast<int>(threads)), seed);
+  ProfileCollector prof;
+  const bool profile = a.on("profile") || a.on("trace");
 
   std::printf("model: %s, input '%s' %s, %lld classes, %zu parameter tensors (%lld values)\n", path.c_str(),
               input.c_str(), dims_to_string(dims).c_str(), static_cast<long long>(classes), params,
@@ -208,7 +169,7 @@ int cmd_bench(const Argv& argv) {
   double first_loss = 0, last_loss = 0;
   for (int64_t i = 0; i < warmup; ++i) first_loss = session.step(feeds, static_cast<float>(lr));
   std::vector<double> ms;
-  if (prof) prof->record(true);
+  if (profile) session.set_profile(&prof);
   for (int64_t i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     last_loss = session.step(feeds, static_cast<float>(lr));
@@ -233,28 +194,21 @@ int cmd_bench(const Argv& argv) {
   std::printf("images/s: %.2f (batch %lld / median step)\n", static_cast<double>(batch) * 1e3 / median,
               static_cast<long long>(batch));
   std::printf("GFLOP/step: %.2f (forward+backward ops with a FLOP rule), %.1f GFLOP/s at the median step\n",
-              step_flops * 1e-9, step_flops * 1e-9 / (median * 1e-3));
-  std::printf("peak memory: RSS %.1f MiB (getrusage ru_maxrss, whole process); planned arena: not available "
-              "(runtime/ has no memory planner yet)\n",
-              peak_rss_mib());
+              flops * 1e-9, flops * 1e-9 / (median * 1e-3));
+  const Plan& plan = session.plan();
+  const double mib = 1.0 / (1024.0 * 1024.0);
+  std::printf("peak memory: RSS %.1f MiB (getrusage ru_maxrss, whole process); planned arena %.1f MiB "
+              "(naive one buffer per value %.1f MiB), persistent state %.3f MiB\n",
+              peak_rss_mib(), static_cast<double>(plan.arena_bytes) * mib, static_cast<double>(plan.naive_bytes) * mib,
+              static_cast<double>(session.persistent_bytes()) * mib);
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", first_loss, last_loss);
 
-  if (prof) {
-    double total = 0;
-    for (const auto& [op, s] : prof->stats()) total += s.seconds;
-    std::vector<std::pair<std::string, ProfilingBackend::Stat>> rows(prof->stats().begin(), prof->stats().end());
-    std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
-    std::printf("\nprofile over %lld timed steps (kernel time %.1f ms/step of %.1f):\n", static_cast<long long>(steps),
-                total * 1e3 / static_cast<double>(steps), mean);
-    std::printf("%-40s %8s %12s %7s %9s\n", "op", "calls", "ms/step", "%", "GFLOP/s");
-    for (const auto& [op, s] : rows) {
-      const double per_step = s.seconds / static_cast<double>(steps);
-      const double f = op_flops.count(op) ? op_flops.at(op) : 0.0;
-      char rate[32] = "-";
-      if (f > 0 && per_step > 0) std::snprintf(rate, sizeof rate, "%.1f", f * 1e-9 / per_step);
-      std::printf("%-40s %8lld %12.2f %6.1f%% %9s\n", op.c_str(), static_cast<long long>(s.calls / steps),
-                  per_step * 1e3, 100.0 * s.seconds / total, rate);
-    }
+  if (a.on("profile"))
+    std::printf("\nprofile over %lld timed steps (kernel time per op type, all steps):\n%s",
+                static_cast<long long>(steps), profile_table(prof.events).c_str());
+  if (a.on("trace")) {
+    write_chrome_trace(a.str("trace"), prof.events);
+    std::printf("trace of the timed steps written to %s\n", a.str("trace").c_str());
   }
   return 0;
 }

@@ -60,8 +60,11 @@ assert abs(median - want_median) <= 0.06 and abs(mean - sum(times) / len(times))
 assert abs(ips - batch * 1e3 / median) <= 0.01 * ips + 0.01, (ips, batch, median)
 gflop, _ = map(float, line(r"^GFLOP/step: ([0-9.]+) .*, ([0-9.]+) GFLOP/s"))
 assert gflop > 0
-(rss,) = map(float, line(r"^peak memory: RSS ([0-9.]+) MiB"))
-assert rss > 1
+rss, arena, naive, state = map(float, line(r"^peak memory: RSS ([0-9.]+) MiB .*; planned arena ([0-9.]+) MiB "
+                                          r"\(naive one buffer per value ([0-9.]+) MiB\), persistent state ([0-9.]+) MiB$"))
+assert rss > 1 and 0 < arena <= naive, (rss, arena, naive)
+# Persistent state: parameters and momentum buffers (float32) at least.
+assert state * 2**20 >= 2 * 4 * params * 0.95, (state, params)  # printed to 0.001 MiB
 first, last = map(float, line(r"^loss: ([0-9.]+) \(first step\) -> ([0-9.]+) \(last step\)$"))
 assert abs(first - math.log(10)) < 1.5 and math.isfinite(last), (first, last)
 PY
@@ -79,13 +82,15 @@ import re, sys
 first = [float(re.search(r"^loss: ([0-9.]+) \(first step\)", open(f).read(), re.M).group(1)) for f in sys.argv[1:]]
 assert abs(first[0] - first[1]) <= 2e-4, first
 PY
-  "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 0 --threads 1 --profile >"$tmp/prof" 2>"$tmp/err" || fail "bench --profile exited $?: $(cat "$tmp/err")"
-  check_report "$tmp/prof" 4 2 || fail "--profile report (above)"
-  grep -q "^profile over 2 timed steps" "$tmp/prof" || fail "--profile has no table header: $(cat "$tmp/prof")"
-  for op in Conv BatchNormalization ai.trainrt::ConvGrad ai.trainrt::SGD; do
+  "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --threads 1 --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>"$tmp/err" || fail "bench --profile exited $?: $(cat "$tmp/err")"
+  check_report "$tmp/prof" 4 1 || fail "--profile report (above)"
+  grep -q "^profile over 1 timed steps" "$tmp/prof" || fail "--profile has no table header: $(cat "$tmp/prof")"
+  for op in Conv BatchNormalization ConvGrad SGD; do
     grep -Eq "^$op +[0-9]+ " "$tmp/prof" || fail "--profile table lacks $op"
   done
-  # Calls per step of Conv = the model's Conv count (inspect's node table).
+  $py -c 'import json, sys; e = json.load(open(sys.argv[1]))["traceEvents"]; assert any(x.get("name") for x in e), e[:3]' \
+    "$tmp/trace.json" || fail "--trace did not write a Chrome trace with events"
+  # Conv calls in one step = the model's Conv count (inspect's node table).
   convs=$("$trainrt" inspect "$model" --json | $py -c 'import json,sys; print(sum(n["op"] == "Conv" for n in json.load(sys.stdin)["nodes"]))')
   grep -Eq "^Conv +$convs " "$tmp/prof" || fail "--profile: Conv calls/step is not $convs: $(grep '^Conv ' "$tmp/prof")"
 fi
@@ -103,6 +108,7 @@ expect_error 2 "--backend: expected one of cpu, reference" -- "$trainrt" bench "
 expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam
 expect_error 2 "--lr: must be > 0" -- "$trainrt" bench "$model" --batch 2 --lr 0
 expect_error 2 "unknown" -- "$trainrt" bench "$model" --batch 2 --stepz 3
+expect_error 2 "--trace /no/such/dir/t.json: its folder does not exist" -- "$trainrt" bench "$model" --batch 2 --trace /no/such/dir/t.json
 expect_error 2 "no-such.onnx" -- "$trainrt" bench "$tmp/no-such.onnx" --batch 2
 # Two graph inputs (ONNX's Add test): not an image classifier.
 add=/usr/share/libonnx-testdata/data/node/test_add/model.onnx
