@@ -260,7 +260,8 @@ int cmd_train(const Argv& argv) {
     last_checkpoint = resume;
   }
 
-  MetricsWriter metrics(a.str("metrics"), !resume.empty());
+  MetricsWriter metrics =
+      resume.empty() ? MetricsWriter(a.str("metrics")) : MetricsWriter(a.str("metrics"), st.global_step, st.epoch);
   std::printf(
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors)\n",
       model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size), static_cast<long long>(train.size()),

@@ -9,10 +9,13 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numbers>
+#include <sstream>
 
 #include "graph/error.h"
+#include "graph/onnx_io.h"
 #include "launch/pipeline.h"
 #include "runtime/executor.h"
 
@@ -119,9 +122,34 @@ const char* signal_name(int sig) {
   }
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append) {
+MetricsWriter::MetricsWriter(const std::string& path) {
   if (path.empty()) return;
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) throw_bad_input("--metrics " + path, std::string("cannot open for writing: ") + std::strerror(errno));
+}
+
+namespace {
+// The number after `"key":` in a line MetricsWriter wrote, or -1.
+int64_t field_after(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\":");
+  return at == std::string::npos ? -1 : std::strtoll(line.c_str() + at + key.size() + 3, nullptr, 10);
+}
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resume_step, int64_t resume_epochs) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    std::stringstream in(read_file_bytes(path, uint64_t{1} << 30));
+    std::string kept;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"kind\":\"step\"") != std::string::npos && field_after(line, "step") > resume_step) continue;
+      if (line.find("\"kind\":\"epoch\"") != std::string::npos && field_after(line, "epoch") > resume_epochs) continue;
+      kept += line + "\n";
+    }
+    write_file_atomic(path, kept);
+  }
+  f_ = std::fopen(path.c_str(), "a");
   if (!f_) throw_bad_input("--metrics " + path, std::string("cannot open for writing: ") + std::strerror(errno));
 }
 

@@ -81,7 +81,7 @@ for round in 1 2 3 4; do
   resume=()
   [ -n "$(ls "$tmp/d" 2>/dev/null | grep '^checkpoint-')" ] && resume=(--resume auto)
   "$trainrt" "${common[@]}" --epochs 2 --checkpoint-dir "$tmp/d" --checkpoint-every-steps 1 --keep-checkpoints 2 \
-    "${resume[@]}" >"$tmp/d$round.log" 2>&1 &
+    --metrics "$tmp/d.jsonl" --metrics-every 1 "${resume[@]}" >"$tmp/d$round.log" 2>&1 &
   pid=$!
   # Wait for the first step of this round, then kill after a random 0-0.4 s.
   for _ in $(seq 600); do grep -q "step [0-9]*/" "$tmp/d$round.log" 2>/dev/null && break; sleep 0.02; done
@@ -92,8 +92,16 @@ for round in 1 2 3 4; do
 done
 ls "$tmp/d" | grep -q '^checkpoint-' || fail "no checkpoint survived the kills"
 "$trainrt" "${common[@]}" --epochs 2 --checkpoint-dir "$tmp/d" --keep-checkpoints 2 --resume auto --export "$tmp/d.onnx" \
-  >"$tmp/d.log" 2>&1 ||
+  --metrics "$tmp/d.jsonl" --metrics-every 1 >"$tmp/d.log" 2>&1 ||
   fail "resume after SIGKILLs: $(tail -3 "$tmp/d.log")"
+# The metrics file of the interrupted run: lines written after a run's last
+# checkpoint were dropped on resume, so every step and epoch appears once, in order.
+/usr/bin/python3 - "$tmp/d.jsonl" <<'PY' || fail "metrics after kills and resumes: $(cat "$tmp/d.jsonl")"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["step"] for l in lines if l["kind"] == "step"] == list(range(1, 17)), lines
+assert [l["epoch"] for l in lines if l["kind"] == "epoch"] == [1, 2], lines
+PY
 cmp -s "$tmp/a.onnx" "$tmp/d.onnx" || fail "SIGKILLs + resume differ from 2 epochs straight"
 [ "$(ls "$tmp/d" | grep -c '^checkpoint-')" -le 2 ] || fail "--keep-checkpoints 2 kept more: $(ls "$tmp/d")"
 
