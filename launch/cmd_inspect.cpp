@@ -122,6 +122,7 @@ void inspect_memory(const TrainingGraph& t, const Args& a) {
   std::printf("  naive bytes (one buffer per value): %zu (%.2f MiB, %.2fx the arena)\n", p.naive_bytes,
               mib(p.naive_bytes),
               static_cast<double>(p.naive_bytes) / static_cast<double>(std::max<size_t>(p.arena_bytes, 1)));
+  std::printf("  arena bytes in the file's node order: %zu (%.2f MiB)\n", p.file_order_bytes, mib(p.file_order_bytes));
   std::printf("  persistent bytes (parameters, optimizer state, BN statistics): %zu (%.2f MiB)\n", p.state_bytes,
               mib(p.state_bytes));
   std::printf("  outputs written in place: %zu\n", p.in_place_count);

@@ -362,11 +362,13 @@ Plan build_plan(const Graph& g, const PlanOptions& o) {
       kept.insert(it->second);
   Plan best = place(base, schedule(base, o, false, kept), o, kept);
   best.order = "file";
+  const size_t file_bytes = best.arena_bytes;
   if (o.reorder && o.reuse) {
     Plan greedy = place(base, schedule(base, o, true, kept), o, kept);
     greedy.order = "greedy";
     if (greedy.arena_bytes < best.arena_bytes) best = std::move(greedy);
   }
+  best.file_order_bytes = file_bytes;
   best.graph = std::move(base.graph);
   return best;
 }

@@ -80,6 +80,7 @@ struct Plan {
   std::string order;                           // "greedy" or "file": which order won
   size_t arena_bytes = 0;                      // the one allocation for all Arena values
   size_t naive_bytes = 0;                      // one aligned buffer per Arena value
+  size_t file_order_bytes = 0;                 // the arena the file order would need
   size_t state_bytes = 0;                      // State values (persistent region)
   size_t output_bytes = 0;                     // Output values (own buffers)
   size_t in_place_count = 0;                   // outputs written over an input

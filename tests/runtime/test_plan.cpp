@@ -93,6 +93,7 @@ TEST_CASE("plan of the Wide ResNet training graph: verified, smaller than naive,
   CHECK(p.arena_bytes < p.naive_bytes / 2);
   CHECK(p.in_place_count > 0);
   CHECK(p.peak_live_bytes <= p.arena_bytes);
+  CHECK(p.arena_bytes <= p.file_order_bytes);  // the chosen order is never worse than the file's
   MESSAGE("order " << p.order << ": arena " << p.arena_bytes << " B, naive " << p.naive_bytes << " B, in place "
                    << p.in_place_count);
   PlanOptions naive = o;
