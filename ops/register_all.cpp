@@ -13,6 +13,7 @@ void register_all(Registry& r) {
   register_misc(r);
   register_optimizer(r);
   register_cpu_kernels(r);
+  register_fused(r);  // after Conv and BatchNormalization, whose rules and kernels it reuses
 }
 
 const Registry& registry() {

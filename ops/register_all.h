@@ -33,5 +33,6 @@ void register_misc(Registry& r);
 void register_optimizer(Registry& r);  // ai.trainrt SGD, Adam, Increment
 // oneDNN/oneTBB kernels of the cpu backend (ops/*_dnnl.cpp), after all schemas.
 void register_cpu_kernels(Registry& r);
+void register_fused(Registry& r);  // ai.trainrt FusedConv, BatchNormalizationRelu (graph/passes.h)
 
 }  // namespace trainrt

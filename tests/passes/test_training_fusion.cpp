@@ -1,0 +1,128 @@
+// fuse_training_graph on the Wide ResNet's training graph: BN+Relu and the skip
+// Conv + residual Add fused; loss, every gradient, every updated parameter and BN
+// running statistic after one SGD step equal the unfused graph's on both backends.
+// Dropout ratio 0: the executor seeds each node's mask by its index, which fusion changes.
+#include <doctest/doctest.h>
+
+#include "autodiff/training_graph.h"
+#include "graph/passes.h"
+#include "runtime/training_session.h"
+#include "wrn_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equals the unfused graph's") {
+  const Graph g = random_bn_wrn({4, 8, 12, 16}, 0.f, 5);
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  o.weight_decay = 5e-4f;
+  const TrainingGraph t = build_training_graph(g, o);
+  TrainingGraph f = t;
+  CHECK(fuse_training_graph(f.graph) == 16);
+  const auto before = op_counts(t.graph), after = op_counts(f.graph);
+  CHECK(after.count("BatchNormalization") == 0);
+  CHECK(after.count("Relu") == 0);
+  CHECK(after.at("ai.trainrt::BatchNormalizationRelu") == 13);
+  CHECK(after.at("ai.trainrt::FusedConv") == 3);  // the three 1x1 skip convolutions
+  CHECK(after.at("Conv") == before.at("Conv") - 3);
+  CHECK(after.at("Add") == before.at("Add") - 3);
+  CHECK(after.at("ai.trainrt::ReluGrad") == 13);  // the backward is untouched
+  CHECK(f.graph.nodes.size() == t.graph.nodes.size() - 16);
+  CHECK(f.graph.outputs == t.graph.outputs);
+  CHECK(f.graph.inputs == t.graph.inputs);
+  validate_graph(f.graph, registry().schemas, "fused");
+  Graph typed = f.graph;
+  infer_shapes(typed, registry().schemas, "fused");
+  CHECK(fuse_training_graph(f.graph) == 0);  // nothing left to fuse
+
+  const Tensor x = random_tensor(DataType::Float32, {4, 1, 28, 28}, 6);
+  Tensor labels(DataType::Int64, {4});
+  for (int i = 0; i < 4; ++i) labels.data<int64_t>()[i] = (3 * i + 1) % 10;
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const double tol = std::string(backend) == "reference" ? 1e-6 : 1e-4;
+    // Loss and every gradient of one training run of each graph.
+    TensorMap feeds{{"input", x}, {t.labels, labels}, {t.lr, Tensor(DataType::Float32, {})}};
+    RunOptions ro;
+    ro.training = true;
+    for (const std::string& p : t.params) ro.extra_outputs.push_back(t.gradients.at(p));
+    const TensorMap ga = run_graph(t.graph, feeds, *make_backend(backend), ro);
+    const TensorMap gb = run_graph(f.graph, feeds, *make_backend(backend), ro);
+    CHECK(rel_diff(gb.at(t.loss), ga.at(t.loss)) < tol);
+    for (const std::string& p : t.params) {
+      CAPTURE(p);
+      CHECK(rel_diff(gb.at(t.gradients.at(p)), ga.at(t.gradients.at(p))) < tol);
+    }
+    // Parameters, momentum buffers and BN running statistics after one SGD step.
+    TrainingSession a(t, make_backend(backend)), b(f, make_backend(backend));
+    const double la = a.step({{"input", x}, {t.labels, labels}}, 0.05f);
+    const double lb = b.step({{"input", x}, {t.labels, labels}}, 0.05f);
+    CHECK(std::fabs(la - lb) <= tol * std::fabs(la));
+    for (const std::string& s : a.state_names()) {
+      CAPTURE(s);
+      CHECK(rel_diff(b.state(s), a.state(s)) < tol);
+    }
+  }
+}
+
+TEST_CASE("fusions leave a pattern alone when its intermediate value has another reader or is a graph output") {
+  auto build = [](bool bn_out_is_output, bool conv_read_twice) {
+    Graph g;
+    g.name = "shared";
+    g.opsets[""] = 17;
+    g.inputs = {"x"};
+    g.values["x"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(3), Dim::of(6), Dim::of(6)}};
+    auto init = [&](const std::string& name, std::vector<int64_t> dims, double lo, double hi) {
+      g.initializers[name] = random_tensor(DataType::Float32, dims, name.size(), lo, hi);
+      g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
+    };
+    init("w", {3, 3, 3, 3}, -0.5, 0.5);
+    init("w2", {3, 3, 1, 1}, -0.5, 0.5);
+    for (const char* p : {"s", "b", "m"}) init(p, {3}, -0.5, 0.5);
+    init("v", {3}, 0.5, 1.5);
+    const std::map<std::string, Attribute> conv{{"pads", Attribute::of_ints({1, 1, 1, 1})}};
+    auto add = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                   std::map<std::string, Attribute> attrs = {}) {
+      Node n = make_node(op, std::move(in), out, std::move(attrs));
+      n.name = out[0] + "_node";
+      g.nodes.push_back(n);
+    };
+    add("Conv", {"x", "w"}, {"c"}, conv);
+    add("BatchNormalization", {"c", "s", "b", "m", "v"}, {"bn", "m.updated", "v.updated"},
+        {{"training_mode", Attribute::of_int(1)}});
+    add("Relu", {"bn"}, {"r"});
+    add("Conv", {"r", "w2"}, {"c2"});
+    add("Add", {"c2", "x"}, {"y"});
+    g.outputs = {"y", "m.updated", "v.updated"};
+    if (bn_out_is_output) g.outputs.push_back("bn");
+    if (conv_read_twice) {
+      add("Relu", {"c2"}, {"r2"});
+      g.outputs.push_back("r2");
+    }
+    validate_graph(g, registry().schemas, "shared");
+    infer_shapes(g, registry().schemas, "shared");
+    return g;
+  };
+  Graph plain = build(false, false);
+  CHECK(fuse_training_graph(plain) == 2);
+  CHECK(op_counts(plain) == std::map<std::string, size_t>{
+                                {"Conv", 1}, {"ai.trainrt::BatchNormalizationRelu", 1}, {"ai.trainrt::FusedConv", 1}});
+  Graph shared = build(true, true);
+  const size_t nodes = shared.nodes.size();
+  CHECK(fuse_training_graph(shared) == 0);
+  CHECK(shared.nodes.size() == nodes);
+  // The fused graph computes what the plain one does (running statistics included).
+  const Graph ref = build(false, false);
+  const Tensor x = random_tensor(DataType::Float32, {2, 3, 6, 6}, 8);
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const TensorMap a = run_graph(ref, {{"x", x}}, *make_backend(backend));
+    const TensorMap b = run_graph(plain, {{"x", x}}, *make_backend(backend));
+    for (const std::string& o : ref.outputs) {
+      CAPTURE(o);
+      CHECK(rel_diff(b.at(o), a.at(o)) < 1e-5);
+    }
+  }
+}
