@@ -12,6 +12,7 @@ void register_all(Registry& r) {
   register_softmax_loss(r);
   register_misc(r);
   register_optimizer(r);
+  register_preview_training(r);
   register_cpu_kernels(r);
   register_fused(r);  // after Conv and BatchNormalization, whose rules and kernels it reuses
 }

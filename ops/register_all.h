@@ -31,6 +31,7 @@ void register_shape_ops(Registry& r);
 void register_softmax_loss(Registry& r);
 void register_misc(Registry& r);
 void register_optimizer(Registry& r);  // ai.trainrt SGD, Adam, Increment
+void register_preview_training(Registry& r);  // ai.onnx.preview.training Momentum, Adam, Adagrad
 // oneDNN/oneTBB kernels of the cpu backend (ops/*_dnnl.cpp), after all schemas.
 void register_cpu_kernels(Registry& r);
 void register_fused(Registry& r);  // ai.trainrt FusedConv, BatchNormalizationRelu (graph/passes.h)
