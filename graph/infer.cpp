@@ -22,6 +22,23 @@ void check_opset(const Graph& g, const Node& n, size_t i, const OpSchema& s, con
                         std::to_string(kMinOpset) + "); hint: re-export with opset_version=13 or newer");
 }
 
+// Largest element count of one value (product of its known non-zero dims): above any
+// tensor ImportLimits lets in (8 GiB), and low enough that the products of dims in
+// shape rules cannot overflow int64 (a hostile Pad or Reshape could make one).
+constexpr int64_t kMaxElements = int64_t{1} << 36;
+
+void check_size(const std::string& name, const ValueInfo& v, const std::string& at) {
+  if (!v.shape) return;
+  int64_t n = 1;
+  for (const Dim& d : *v.shape) {
+    if (!d.known() || d.value == 0) continue;
+    if (d.value > kMaxElements / n)
+      throw_bad_input(at, "value '" + name + "' would have shape " + shape_to_string(*v.shape) +
+                              ", over the limit of 2^36 elements");
+    n *= d.value;
+  }
+}
+
 }  // namespace
 
 void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& where) {
@@ -105,6 +122,7 @@ void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& wh
 void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
                   const std::unordered_map<std::string, ValueInfo>& declared) {
   std::vector<size_t> order = g.topological_order();
+  for (const auto& [name, v] : g.values) check_size(name, v, where);  // inputs and initializers
   for (size_t i : order) {
     const Node& n = g.nodes[i];
     const OpSchema* s = reg.find(n.domain, n.op_type);
@@ -141,6 +159,7 @@ void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
         }
         if (!out.shape && want.shape) out.shape = want.shape;
       }
+      check_size(n.outputs[k], out, prefix(where, describe_node(n, i)));
       g.values[n.outputs[k]] = std::move(out);
     }
   }

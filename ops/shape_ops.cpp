@@ -323,6 +323,9 @@ void pad_infer(InferContext& ctx) {
   const int64_t r = ctx.input_rank(0);
   const Shape& x = *ctx.input(0).shape;
   std::vector<int64_t> pads = constant_ints(ctx, 1, "pads");
+  for (int64_t p : pads)  // bounded so that the sums below cannot overflow (fuzz finding)
+    if (p > (int64_t{1} << 40) || p < -(int64_t{1} << 40))
+      ctx.fail("input 1 '" + n.inputs[1] + "' (pads) " + dims_to_string(pads) + " has a value beyond +-2^40");
   std::vector<int64_t> axes;
   if (ctx.has_input(3)) {
     if (ctx.graph().opset("") < 18)

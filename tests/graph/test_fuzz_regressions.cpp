@@ -1,0 +1,120 @@
+// Inputs found by the fuzz targets (fuzz/, tools/ci_reliability.sh) that once crashed
+// or hit undefined behaviour, each kept as a test: the saved input in
+// tests/data/fuzz_regressions/ and a minimal model written here that reaches the
+// same code. All must now be one-line BadInput errors naming the node or value.
+#include <doctest/doctest.h>
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "graph/error.h"
+#include "graph/onnx_io.h"
+#include "ops/register_all.h"
+
+using namespace trainrt;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The BadInput message of importing `bytes` with the real op set; fails if it imports.
+std::string import_error(const std::string& bytes) {
+  try {
+    (void)import_onnx_bytes(bytes, "m.onnx", "", registry().schemas);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::BadInput);
+    CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    return e.what();
+  }
+  FAIL("the model imported");
+  return "";
+}
+
+void set_type(onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims, bool batch) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* s = tt->mutable_shape();
+  if (batch) s->add_dim()->set_dim_param("N");
+  for (int64_t d : dims) s->add_dim()->set_dim_value(d);
+}
+
+// x[N,1,7,7] -> Pad(pads) -> AveragePool 7 -> Flatten -> y, as in the found input
+// (the Wide ResNet's tail with one pad value mutated to 7021111819070603264).
+std::string pad_pool_flatten(const std::vector<int64_t>& pads, std::vector<int64_t> x_dims = {1, 7, 7}) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(17);
+  auto* g = m.mutable_graph();
+  set_type(g->add_input(), "x", x_dims, true);
+  g->add_output()->set_name("y");
+  auto* p = g->add_initializer();
+  p->set_name("pads");
+  p->set_data_type(onnx::TensorProto::INT64);
+  p->add_dims(static_cast<int64_t>(pads.size()));
+  for (int64_t v : pads) p->add_int64_data(v);
+  auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    n->set_name(type);
+    for (auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  node("Pad", {"x", "pads"}, "padded");
+  auto* pool = node("AveragePool", {"padded"}, "pooled");
+  for (const char* key : {"kernel_shape", "strides"}) {
+    auto* a = pool->add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::INTS);
+    a->add_ints(7);
+    a->add_ints(7);
+  }
+  node("Flatten", {"pooled"}, "y");
+  std::string b;
+  REQUIRE(m.SerializeToString(&b));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: a huge Pad value no longer overflows the dims products downstream (UBSan, ops/shape_ops.cpp)") {
+  // The input fuzz_onnx_import found: UBSan "signed integer overflow: 16 * 1003015974152943324" in Flatten.
+  std::string e = import_error(read_all(TRAINRT_TEST_DATA "/fuzz_regressions/onnx_import-pad-overflow.onnx"));
+  CHECK(e.find("(Pad)") != std::string::npos);
+  CHECK(e.find("beyond +-2^40") != std::string::npos);
+
+  // Minimal versions: the same pad value; pads near INT64_MAX whose sum would overflow in Pad itself.
+  e = import_error(pad_pool_flatten({0, 0, 0, 0, 0, 0, 7021111819070603264, 29540}));
+  CHECK(e.find("(Pad)") != std::string::npos);
+  const int64_t big = std::numeric_limits<int64_t>::max() - 1;
+  e = import_error(pad_pool_flatten({0, 0, big, big, 0, 0, big, big}));
+  CHECK(e.find("beyond +-2^40") != std::string::npos);
+}
+
+TEST_CASE("fuzz: inferred and declared shapes over 2^36 elements are refused before any rule multiplies them") {
+  // Pads within the Pad limit that still make a [N,1,2^40+7,2^40+7] output.
+  const int64_t p = int64_t{1} << 40;
+  std::string e = import_error(pad_pool_flatten({0, 0, p, p, 0, 0, 0, 0}));
+  CHECK(e.find("(Pad)") != std::string::npos);
+  CHECK(e.find("over the limit of 2^36 elements") != std::string::npos);
+  // A declared input whose dims are each under ImportLimits::max_dim (2^32) but whose
+  // product is 2^96: refused as a value before Pad/Flatten multiply its dims.
+  const int64_t d = int64_t{1} << 32;
+  e = import_error(pad_pool_flatten({0, 0, 0, 0, 0, 0, 0, 0}, {d, d, d}));
+  CHECK(e.find("value 'x'") != std::string::npos);
+  CHECK(e.find("over the limit of 2^36 elements") != std::string::npos);
+  // Zero dims do not hide the others: [N,0,2^32,2^32,2^32] is refused too.
+  e = import_error(pad_pool_flatten({0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, d, d, d}));
+  CHECK(e.find("over the limit of 2^36 elements") != std::string::npos);
+}
