@@ -407,7 +407,11 @@ int cmd_train(const Argv& argv) {
     const int64_t steps = st.step_in_epoch;
     const double images_per_sec = static_cast<double>(steps * batch_size) / epoch_time;
 
-    Evaluation ev = evaluate(session.trained_forward(forward), io, test, batch_size, *eval_backend);
+    // A stop signal during validation: the checkpoint is this epoch's end before its
+    // validation, which the resumed run does first.
+    Evaluation ev = evaluate(session.trained_forward(forward), io, test, batch_size, *eval_backend,
+                             [] { return stop_signal() != 0; });
+    if (ev.interrupted && stop_requested()) return write_trace(), 0;
     st.total_seconds += epoch_time;
     st.total_images += steps * batch_size;
     st.val_accuracy.push_back(ev.accuracy);

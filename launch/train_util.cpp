@@ -42,11 +42,16 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
   return io;
 }
 
-Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b) {
+Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
+                    const std::function<bool()>& stop) {
   BatchStream stream(d, eval_options(batch_size));
   Evaluation e;
   int64_t correct = 0, batches = 0;
   while (auto batch = stream.next()) {
+    if (stop && stop()) {
+      e.interrupted = true;
+      return e;
+    }
     TensorMap out = run_graph(g, {{io.input, batch->images}}, b);
     const Tensor& logits = out.at(io.logits);
     const int64_t n = logits.dims()[0], c = logits.dims()[1];

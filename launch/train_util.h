@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "launch/dataset.h"
@@ -26,8 +27,12 @@ struct Evaluation {
   double loss = 0;      // mean over batches of the batch-mean cross-entropy (the seed's v_loss)
   double accuracy = 0;  // correct / total
   int64_t images = 0;
+  bool interrupted = false;  // `stop` returned true before the last batch
 };
-Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b);
+// `stop` (optional) is asked before each batch; when it returns true the evaluation
+// ends early with interrupted set (a stop signal during a long validation).
+Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
+                    const std::function<bool()>& stop = {});
 
 struct LrSchedule {
   std::string kind = "constant";  // constant | step | cosine

@@ -65,6 +65,26 @@ grep -q "Received SIGUSR1: checkpoint written to $tmp/c/checkpoint-" "$tmp/c1.lo
 grep -Eq "Resumed from .* at epoch 1, step [3-7] " "$tmp/c2.log" || fail "not resumed mid-epoch 1: $(grep Resumed "$tmp/c2.log")"
 cmp -s "$tmp/a.onnx" "$tmp/c.onnx" || fail "SIGUSR1 + resume differs from 2 epochs straight"
 
+# C2) SIGUSR1 after the last step of epoch 1 (during its validation on 10000 test
+# images): the checkpoint is the epoch's end; the resumed run validates, then goes on.
+long_eval=("${common[@]}")
+long_eval[7]=10000  # --limit-test 64 -> 10000 (not a resume-checked flag)
+"$trainrt" "${long_eval[@]}" --epochs 2 --checkpoint-dir "$tmp/c2" >"$tmp/c21.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q "step 8/8" "$tmp/c21.log" 2>/dev/null && break; sleep 0.05; done
+kill -USR1 $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] || fail "SIGUSR1 during validation: exited $rc: $(tail -3 "$tmp/c21.log")"
+grep -q "Received SIGUSR1: checkpoint written to .* (epoch 1, step 8)" "$tmp/c21.log" ||
+  fail "not stopped at the end of epoch 1: $(tail -2 "$tmp/c21.log")"
+grep -q "^Epoch =  1:" "$tmp/c21.log" && fail "validation finished although the signal came during it"
+"$trainrt" "${common[@]}" --epochs 2 --checkpoint-dir "$tmp/c2" --resume auto --export "$tmp/c2.onnx" >"$tmp/c22.log" 2>&1 ||
+  fail "resume after a signal during validation: $(tail -3 "$tmp/c22.log")"
+grep -q "^Epoch =  1:" "$tmp/c22.log" || fail "the resumed run did not validate epoch 1: $(cat "$tmp/c22.log")"
+grep -q "^Epoch 1: step" "$tmp/c22.log" && fail "the resumed run trained epoch 1 again"
+cmp -s "$tmp/a.onnx" "$tmp/c2.onnx" || fail "signal during validation + resume differs from 2 epochs straight"
+
 # SIGTERM also stops with a checkpoint (here with no --checkpoint-dir: ./checkpoints).
 (cd "$tmp" && exec "$trainrt" "${common[@]}" --epochs 2 >"$tmp/t.log" 2>&1) &
 pid=$!
