@@ -125,6 +125,13 @@ const Plan& Executor::plan() const {
   return last_->plan;
 }
 
+const Tensor& Executor::value(const std::string& name) const {
+  if (!last_) throw_bad_input("Executor::value", "no run yet");
+  auto it = last_->plan.index.find(name);
+  if (it == last_->plan.index.end()) throw_bad_input("value '" + name + "'", "is not a value of the model");
+  return last_->slots[static_cast<size_t>(it->second)];
+}
+
 Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& ro) {
   // A cached plan whose signature matches: no allocation on this path.
   for (auto& p : prepared_) {
@@ -275,6 +282,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
                                  (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(bad) +
                                  " (the run stopped before later nodes; state is unchanged)");
       }
+    if (ro.after_step) ro.after_step(static_cast<int>(s));
   }
   for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
   return p.results;

@@ -18,6 +18,7 @@
 // the run before any later node and throws NumericalError naming node, op and value.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,10 @@ struct RunOptions {
   bool skip_state_writes = false;
   // Refuse a plan whose arena needs more bytes than this (0: /proc/meminfo MemAvailable).
   size_t memory_limit_bytes = 0;
+  // Called after each plan step (index into Plan::steps) with its outputs written:
+  // where a gradient bucket's all-reduce starts (GradientBucket::ready_after_step).
+  // Executor::value() reads any live value from inside the callback.
+  std::function<void(int step)> after_step;
 };
 
 // A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.
@@ -88,6 +93,9 @@ class Executor {
   const TensorMap& run(const TensorMap& feeds, const RunOptions& ro = {});
   // The plan of the last run (BadInput before the first run).
   const Plan& plan() const;
+  // A value's buffer in the current (or last) run; its bytes are only meaningful while
+  // the value is live (Plan::values[...].def <= step <= last). BadInput for unknown names.
+  const Tensor& value(const std::string& name) const;
   // Plans built so far (one per feed-shape signature and option set).
   size_t plans_built() const { return prepared_.size(); }
 

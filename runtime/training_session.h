@@ -62,6 +62,10 @@ class TrainingSession {
   std::optional<NumericalError> find_anomaly(const TensorMap& batch, float lr);
   // Per-node events of the following steps are appended here (nullptr: off).
   void set_profile(ProfileCollector* p) { profile_ = p; }
+  // Called after each plan step of the following steps (RunOptions::after_step); value()
+  // reads a live value from inside it, e.g. a bucket's gradients at its ready_after_step.
+  void set_after_step(std::function<void(int step)> f) { after_step_ = std::move(f); }
+  const Tensor& value(const std::string& name) const { return exec_->value(name); }
   // Refuse plans needing more bytes than this (0: MemAvailable).
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
   // The plan of the last step (BadInput before the first).
@@ -86,6 +90,7 @@ class TrainingSession {
   bool check_ = true;
   ProfileCollector* profile_ = nullptr;
   size_t memory_limit_ = 0;
+  std::function<void(int)> after_step_;
 };
 
 }  // namespace trainrt

@@ -233,3 +233,37 @@ TEST_CASE("memory refusal: a plan larger than the limit is refused before alloca
   CHECK_NOTHROW(s.step(wrn_batch(2, 1), 0.1f));
   CHECK(available_memory_bytes() > 0);
 }
+
+TEST_CASE("after_step: at each bucket's ready step its gradients are final (equal to the naive run's)") {
+  Graph g = small_wrn({3, 5, 6, 7});
+  TrainingGraph t = wrn_training(g);
+  TrainingSession s(t, make_backend("cpu"), 2);
+  s.step(wrn_batch(3, 1), 0.05f);
+  std::vector<GradientBucket> buckets = plan_buckets(t, s.plan(), 4000, 1000);
+  REQUIRE(buckets.size() > 2);
+  // The naive run of the second step from the same state.
+  TrainingGraph naive_t = t;
+  for (const std::string& name : s.state_names()) naive_t.graph.initializers[name] = s.state(name).clone();
+  TensorMap feeds = wrn_batch(3, 2);
+  feeds[t.lr] = make(DataType::Float32, {}, {0.05});
+  auto b = make_backend("cpu");
+  TensorMap want = naive_run(naive_t.graph, feeds, *b, true, 2 * 0x9e3779b97f4a7c15ull + 1);
+
+  std::map<std::string, Tensor> seen;
+  std::vector<int> calls;
+  s.set_after_step([&](int step) {
+    calls.push_back(step);
+    for (const GradientBucket& bk : buckets)
+      if (bk.ready_after_step == step)
+        for (const std::string& p : bk.params) seen[p] = s.value(t.gradients.at(p)).clone();
+  });
+  s.step(wrn_batch(3, 2), 0.05f);
+  REQUIRE(calls.size() == s.plan().steps.size());
+  for (size_t i = 0; i < calls.size(); ++i) CHECK(calls[i] == static_cast<int>(i));
+  CHECK(seen.size() == t.params.size());
+  for (const auto& [p, grad] : seen) {
+    CAPTURE(p);
+    CHECK(bitwise_equal(grad, want.at(t.gradients.at(p))));
+  }
+  CHECK(error_of([&] { s.value("nope"); }).find("'nope'") != std::string::npos);
+}
