@@ -426,7 +426,14 @@ int cmd_train(const Argv& argv) {
     st.step_in_epoch = 0;
     st.epoch_loss_sum = 0;
     st.epoch_seconds = 0;
-    if (!ckpt_dir.empty() && ckpt_every > 0 && st.epoch % ckpt_every == 0) save(ckpt_dir);
+    if (!ckpt_dir.empty() && ckpt_every > 0 && st.epoch % ckpt_every == 0) {
+      const auto c0 = std::chrono::steady_clock::now();
+      const std::string path = save(ckpt_dir);
+      std::error_code ec;
+      std::printf("Checkpoint written to %s (%.1f MB, %.2f s)\n", path.c_str(),
+                  static_cast<double>(std::filesystem::file_size(path, ec)) / 1e6, seconds_since(c0));
+      std::fflush(stdout);
+    }
     if (stop_requested()) return write_trace(), 0;
   }
   if (!st.val_accuracy.empty())
