@@ -30,7 +30,8 @@ install_packages() {
   if [ "$mode" = test ]; then
     # Conformance data, onnx.checker and PyTorch reference scripts.
     # Fuzzing and sanitizer builds use clang's libFuzzer.
-    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-pip clang libclang-rt-14-dev)
+    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-pip clang libclang-rt-14-dev
+      libomp-14-dev)  # clang's OpenMP, for the fuzz build (tools/ci_reliability.sh)
   fi
   local missing=()
   for p in "${pkgs[@]}"; do
@@ -69,6 +70,9 @@ build
 if [ "$mode" = test ]; then
   echo "== testing (labels: cpu; gpu tests need a GPU: trainrt selftest --device cuda)"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -LE gpu -j "$JOBS"
+  # Fuzzing, ASan+UBSan suite, TSan pipeline/executor (docs/reliability.md has the budget);
+  # TRAINRT_RELIABILITY=0 skips it for a quick local check.
+  [ "${TRAINRT_RELIABILITY:-1}" = 0 ] || bash tools/ci_reliability.sh
 else
   bash tools/main_job.sh "$BUILD_DIR"
 fi

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Reliability phase of CI: fuzzing, ASan+UBSan over the test suite, TSan over the
+# threaded code. Called by `bash tools/setup.sh test` after ctest; runs alone too:
+#
+#   bash tools/ci_reliability.sh                    # all phases
+#   bash tools/ci_reliability.sh fuzz asan tsan     # any subset, in this order
+#   FUZZ_SECONDS=10 bash tools/ci_reliability.sh fuzz
+#
+# Why: hostile files must end in a one-line error, never a crash, a hang, a leak or
+# undefined behaviour, and the data pipeline's threads must not race. Any sanitizer
+# report or fuzz finding fails this script (exit 1); each phase prints its time.
+# docs/reliability.md describes the phases, their budget and the suppressions.
+#
+# Build folders (their own, next to the normal build): build-fz (clang, libFuzzer +
+# ASan + UBSan), build-as (g++, ASan + UBSan), build-ts (g++, TSan). Override the
+# prefix with TRAINRT_RELIABILITY_PREFIX (default "build-").
+#
+# Budget (2 cores, CI limit 90 min, the rest of CI ~7 min): about 4 fuzz targets x
+# FUZZ_SECONDS (60) + three builds + the ASan suite; measured times are in
+# docs/reliability.md. The ASan phase runs the whole ctest suite (label cpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+
+prefix=${TRAINRT_RELIABILITY_PREFIX:-build-}
+JOBS=${TRAINRT_JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+phases=("$@")
+[ ${#phases[@]} -eq 0 ] && phases=(fuzz asan tsan)
+for p in "${phases[@]}"; do
+  case "$p" in fuzz|asan|tsan) ;; *) echo "ci_reliability.sh: unknown phase '$p' (fuzz, asan, tsan)" >&2; exit 2 ;; esac
+done
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+summary=()
+failed=0
+phase_start=0
+begin() { phase_start=$(date +%s); echo "== reliability: $1"; }
+end() {  # end NAME STATUS
+  local t=$(($(date +%s) - phase_start))
+  summary+=("$(printf '%-24s %-4s %4d s' "$1" "$2" "$t")")
+  echo "== reliability: $1 $2 in ${t} s"
+  [ "$2" = ok ] || failed=1
+}
+
+configure() {  # configure DIR CMAKE_ARGS...
+  local dir=$1
+  shift
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINRT_CUDA=OFF "${launcher[@]}" "$@" >/dev/null
+}
+
+# ---------------------------------------------------------------- fuzz
+# Each target runs FUZZ_SECONDS from a fresh seed corpus (fuzz/make_corpus.py);
+# -timeout catches hangs (one input > 10 s), -rss_limit_mb and -malloc_limit_mb
+# memory blow-ups, LeakSanitizer leaks. A finding leaves crash-*/leak-*/timeout-*/
+# oom-* in $dir/findings and fails the phase.
+run_fuzz() {
+  local dir=${prefix}fz
+  begin "fuzz build"
+  local st=ok
+  configure "$dir" -DTRAINRT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ &&
+    nice cmake --build "$dir" -j "$JOBS" --target trainrt_fuzz || st=FAIL
+  end "fuzz build" $st
+  [ $st = ok ] || return 0
+  rm -rf "$dir/corpus"
+  mkdir -p "$dir/findings"
+  /usr/bin/python3 fuzz/make_corpus.py "$dir/corpus"
+  for exe in "$dir"/fuzz/fuzz_*; do
+    local name=${exe##*/fuzz_}
+    [ -d "$dir/corpus/$name" ] || mkdir -p "$dir/corpus/$name"
+    begin "fuzz $name"
+    st=ok
+    ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      "$exe" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+      -print_final_stats=1 -artifact_prefix="$dir/findings/${name}-" "$dir/corpus/$name" \
+      >"$dir/findings/$name.log" 2>&1 || st=FAIL
+    echo "   $(grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)" "$dir/findings/$name.log" | tr -s ' \n' ' ')"
+    if [ $st = FAIL ]; then
+      grep -m1 -E "ERROR|runtime error|fuzz finding|==[0-9]+==" "$dir/findings/$name.log" || true
+      ls "$dir/findings" | grep -v '\.log$' || true
+      echo "   full log: $dir/findings/$name.log"
+    fi
+    end "fuzz $name" $st
+  done
+}
+
+# ---------------------------------------------------------------- ASan + UBSan
+# The whole suite (ctest -LE gpu) on a g++ ASan+UBSan build: unit tests, the CLI
+# scripts (which run the instrumented trainrt binary) and ONNX conformance.
+san_env() {
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0"
+  export LSAN_OPTIONS="suppressions=$src/fuzz/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  # Python-driven CLI tests load torch/onnx (uninstrumented) but only run the
+  # instrumented trainrt as a child process, so nothing needs to be preloaded.
+}
+
+run_asan() {
+  local dir=${prefix}as
+  begin "asan build"
+  local st=ok
+  configure "$dir" -DTRAINRT_SANITIZE=address,undefined && nice cmake --build "$dir" -j "$JOBS" || st=FAIL
+  end "asan build" $st
+  [ $st = ok ] || return 0
+  begin "asan ctest"
+  st=ok
+  (san_env && ctest --test-dir "$dir" --output-on-failure -LE gpu -j "$JOBS" --timeout 1500) || st=FAIL
+  end "asan ctest" $st
+}
+
+# ---------------------------------------------------------------- TSan
+# The threaded code: the input pipeline (oneTBB task_group, tests/launch) and the
+# executor with the cpu backend (tests/runtime, when present). oneTBB and libgomp are
+# uninstrumented; fuzz/tsan.supp names the narrow suppressions and why.
+run_tsan() {
+  local dir=${prefix}ts
+  local targets=(test_launch)
+  [ -d tests/runtime ] && ls tests/runtime/*.cpp >/dev/null 2>&1 && targets+=(test_runtime)
+  begin "tsan build"
+  local st=ok
+  configure "$dir" -DTRAINRT_SANITIZE=thread && nice cmake --build "$dir" -j "$JOBS" --target "${targets[@]}" || st=FAIL
+  end "tsan build" $st
+  [ $st = ok ] || return 0
+  for t in "${targets[@]}"; do
+    begin "tsan $t"
+    st=ok
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/fuzz/tsan.supp" OMP_NUM_THREADS=2 \
+      "$dir/tests/$t" || st=FAIL
+    end "tsan $t" $st
+  done
+}
+
+total_start=$(date +%s)
+for p in "${phases[@]}"; do "run_$p"; done
+echo "== reliability summary (total $(($(date +%s) - total_start)) s)"
+printf '   %s\n' "${summary[@]}"
+exit $failed
