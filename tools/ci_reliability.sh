@@ -2,7 +2,7 @@
 # Reliability phase of CI: fuzzing, ASan+UBSan over the test suite, TSan over the
 # threaded code. Called by `bash tools/setup.sh test` after ctest; runs alone too:
 #
-#   bash tools/ci_reliability.sh                    # all phases
+#   bash tools/ci_reliability.sh                    # fuzz and asan (what CI runs)
 #   bash tools/ci_reliability.sh fuzz asan tsan     # any subset, in this order
 #   FUZZ_SECONDS=10 bash tools/ci_reliability.sh fuzz
 #
@@ -26,7 +26,11 @@ prefix=${TRAINRT_RELIABILITY_PREFIX:-build-}
 JOBS=${TRAINRT_JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(fuzz asan tsan)
+# tsan is not in the default set: with Debian's uninstrumented oneTBB, TSan cannot see
+# the handoff of a task_group task to its worker and reports the pipeline's plain
+# member reads in the task as races (tests/launch, pipeline.cpp:196 vs its
+# constructor). It needs a TSan-built oneTBB first (docs/reliability.md).
+[ ${#phases[@]} -eq 0 ] && phases=(fuzz asan)
 for p in "${phases[@]}"; do
   case "$p" in fuzz|asan|tsan) ;; *) echo "ci_reliability.sh: unknown phase '$p' (fuzz, asan, tsan)" >&2; exit 2 ;; esac
 done
