@@ -9,6 +9,7 @@
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
+#include "graph/passes.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "ops/register_all.h"
@@ -21,7 +22,7 @@ namespace {
 
 const CommandSpec kSpec{
     "inspect",
-    "trainrt inspect MODEL.onnx [--json] [--training [--dump-training-graph OUT.onnx] [--memory [--batch N] "
+    "trainrt inspect MODEL.onnx [--json] [--passes] [--training [--dump-training-graph OUT.onnx] [--memory [--batch N] "
     "[--bucket-cap-mb M]]]",
     "Print every node (name, op, input and output shapes) and the model's totals: parameters,\n"
     "forward FLOPs per sample, activation bytes per sample and unsupported ops. With --training,\n"
@@ -36,6 +37,8 @@ const CommandSpec kSpec{
      {"momentum", "0.9", "SGD momentum (adds a momentum buffer per parameter)"},
      {"freeze", "", "initializer to keep fixed (repeatable)", Flag::Repeat},
      {"memory", "", "with --training: plan one training step and print its memory", Flag::Switch},
+     {"passes", "", "print node counts per op before and after the graph passes (inference form; "
+                    "with --training also the fused training graph)", Flag::Switch},
      {"batch", "64", "batch size of the planned step (--memory)"},
      {"bucket-cap-mb", "25", "gradient bucket cap in MB (--memory); the first bucket is 1 MB at most"}},
     1,
@@ -198,6 +201,11 @@ void inspect_training(const Graph& g, const Args& a) {
   std::printf("optimizer state: %lld bytes (%.2f MiB)\n", static_cast<long long>(state_bytes),
               static_cast<double>(state_bytes) / (1 << 20));
   if (a.on("memory")) inspect_memory(t, a);
+  if (a.on("passes")) {
+    Graph fused = t.graph;
+    size_t n = fuse_training_graph(fused);
+    std::printf("training graph passes (%zu fusions):\n%s", n, describe_passes(t.graph, fused).c_str());
+  }
 }
 
 }  // namespace
@@ -207,6 +215,7 @@ int cmd_inspect(const Argv& argv) {
   if (a.help) return print_help(kSpec), 0;
   const std::string path = a.positional[0];
   if (a.on("memory") && !a.on("training")) throw_bad_input("trainrt inspect", "--memory needs --training");
+  if (a.on("json") && a.on("passes")) throw_bad_input("trainrt inspect", "--json and --passes cannot be combined yet");
   if (a.on("json") && a.on("training"))
     throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
   const Registry& reg = registry();
@@ -287,6 +296,8 @@ int cmd_inspect(const Argv& argv) {
     std::printf("unsupported ops: %s\n", unsupported.empty() ? "none" : "");
     for (const std::string& u : unsupported) std::printf("  %s\n", u.c_str());
   }
+  if (unsupported.empty() && a.on("passes") && !a.on("json"))
+    std::printf("inference passes:\n%s", describe_passes(g, optimize_for_inference(g)).c_str());
   if (unsupported.empty() && (a.on("training") || a.on("dump-training-graph"))) inspect_training(g, a);
   return unsupported.empty() ? 0 : 2;
 }

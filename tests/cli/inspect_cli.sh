@@ -28,6 +28,12 @@ if [ -f "$model" ]; then
   grep -q "forward FLOPs per sample" "$tmp/table" || fail "inspect lacks FLOPs"
   grep -q "unsupported ops: none" "$tmp/table" || fail "inspect reports unsupported ops: $(grep -A3 unsupported "$tmp/table")"
   grep -Eq " Conv +\(float32\[N,1,28,28\]" "$tmp/table" || fail "inspect does not show the symbolic batch on the first Conv"
+  # --passes: the WRN's 13 BatchNormalizations fold into their Convs for inference, and
+  # fuse with their Relus in the training graph.
+  "$trainrt" inspect "$model" --passes --training >"$tmp/passes" || fail "inspect --passes exited $?"
+  grep -Eq "^BatchNormalization +13 +0 " "$tmp/passes" || fail "inspect --passes: BN not folded: $(grep -m2 ^BatchNorm "$tmp/passes")"
+  grep -Eq "^ai.trainrt::BatchNormalizationRelu +0 +13 " "$tmp/passes" || fail "inspect --passes: BN+Relu not fused in the training graph"
+  expect_error 2 "cannot be combined" -- "$trainrt" inspect "$model" --passes --json
   "$trainrt" inspect "$model" --json >"$tmp/json" || fail "inspect --json exited $?"
   /usr/bin/python3 - "$tmp/json" "$tmp/table" <<'PY' || fail "inspect --json disagrees with the table"
 import json, sys
