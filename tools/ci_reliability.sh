@@ -30,7 +30,10 @@ phases=("$@")
 # the handoff of a task_group task to its worker and reports the pipeline's plain
 # member reads in the task as races (tests/launch, pipeline.cpp:196 vs its
 # constructor). It needs a TSan-built oneTBB first (docs/reliability.md).
-[ ${#phases[@]} -eq 0 ] && phases=(fuzz asan)
+# asan is not in the default set yet: the whole suite under ASan+UBSan has not had a
+# complete run on a CI-sized machine (docs/reliability.md); run it with
+# `bash tools/ci_reliability.sh asan`.
+[ ${#phases[@]} -eq 0 ] && phases=(fuzz)
 for p in "${phases[@]}"; do
   case "$p" in fuzz|asan|tsan) ;; *) echo "ci_reliability.sh: unknown phase '$p' (fuzz, asan, tsan)" >&2; exit 2 ;; esac
 done
