@@ -3,10 +3,8 @@
 //   FusedConv: convolution_forward with post-ops: eltwise_relu when activation is Relu,
 //     then sum (dst = act(conv) + dst) when Z is given; dst starts as Z (reordered into
 //     the primitive's layout), so the residual add costs no extra pass over Y.
-//   BatchNormalizationRelu: batch_normalization_forward with fuse_norm_relu; training
-//     gives oneDNN a workspace (the relu mask it would keep for its own backward; ours
-//     is ReluGrad on Y, so it is scratch). Running statistics as in ops/norm_dnnl.cpp:
-//     running = input * momentum + batch * (1 - momentum).
+//   BatchNormalizationRelu: ops/norm_dnnl.cpp's batch-normalization forward with
+//     oneDNN's fuse_norm_relu flag.
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -14,6 +12,7 @@
 
 #include "graph/error.h"
 #include "ops/dnnl_util.h"
+#include "ops/norm_dnnl.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
@@ -127,91 +126,12 @@ void fused_conv_cpu(KernelContext& ctx) {
   }
 }
 
-struct BnReluPlan {
-  bool use_reference = false;
-  dnnl::primitive prim;
-  du::Md data, channel, workspace;
-};
-
-bool node_trains(const KernelContext& ctx) {
-  if (ctx.training || ctx.node.attr_int("training_mode", 0) == 1) return true;
-  for (size_t i = 1; i < ctx.node.outputs.size(); ++i)
-    if (ctx.node.has_output(i)) return true;
-  return false;
-}
-
-// x as N,C,S when its rank is outside oneDNN's 3..5 (as ops/norm_dnnl.cpp does).
-std::vector<int64_t> data_dims(const Tensor& x) {
-  const std::vector<int64_t>& d = x.dims();
-  if (d.size() >= 3 && d.size() <= 5) return d;
-  int64_t s = 1;
-  for (size_t i = 2; i < d.size(); ++i) s *= d[i];
-  return {d[0], d[1], s};
-}
-
-void bn_relu_cpu(KernelContext& ctx) {
-  if (!du::all_f32(ctx)) return du::run_reference(ctx);
-  const Node& n = ctx.node;
-  const Tensor& x = ctx.in(0);
-  if (x.numel() == 0) return du::run_reference(ctx);
-  const bool training = node_trains(ctx);
-  const float eps = n.attr_float("epsilon", 1e-5f);
-  const float momentum = n.attr_float("momentum", 0.9f);
-  const int64_t channels = x.dims().at(1);
-  const std::vector<int64_t> dd = data_dims(x);
-  auto plan = du::cached<BnReluPlan>(du::key("BatchNormalizationRelu", dd, training, eps), [&] {
-    BnReluPlan p;
-    p.data = du::plain_desc(dd);
-    p.channel = du::plain_desc({channels});
-    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift |
-                                      dnnl::normalization_flags::fuse_norm_relu;
-    if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
-    try {
-      dnnl::batch_normalization_forward::desc d(
-          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, eps, flags);
-      dnnl::batch_normalization_forward::primitive_desc pd(d, du::attr(), du::engine());
-      p.prim = dnnl::batch_normalization_forward(pd);
-      p.workspace = pd.workspace_desc();
-    } catch (const dnnl::error&) {
-      return du::reference_plan<BnReluPlan>();
-    }
-    return p;
-  });
-  if (plan->use_reference) return du::run_reference(ctx);
-
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, du::memory_of(x, plan->data)},
-      {DNNL_ARG_DST, du::memory_of(ctx.out(0), plan->data)},
-      {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
-      {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
-  };
-  if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
-  if (!training) {
-    args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
-    args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
-    du::execute(plan->prim, std::move(args));
-    return;
-  }
-  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
-  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
-  args[DNNL_ARG_MEAN] = mean;
-  args[DNNL_ARG_VARIANCE] = var;
-  du::execute(plan->prim, std::move(args));
-  const float* bm = static_cast<const float*>(mean.get_data_handle());
-  const float* bv = static_cast<const float*>(var.get_data_handle());
-  const float* im = ctx.in(3).data<float>();
-  const float* iv = ctx.in(4).data<float>();
-  if (ctx.has_output(1))
-    for (int64_t c = 0; c < channels; ++c) ctx.out(1).data<float>()[c] = im[c] * momentum + bm[c] * (1 - momentum);
-  if (ctx.has_output(2))
-    for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
-}
-
 }  // namespace
 
 void register_fused_dnnl(Registry& r) {
   r.kernels.add("cpu", "ai.trainrt", "FusedConv", fused_conv_cpu);
-  r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationRelu", bn_relu_cpu);
+  r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationRelu",
+                [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true); });
 }
 
 }  // namespace trainrt

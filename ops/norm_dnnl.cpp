@@ -9,7 +9,11 @@
 // and the running statistics are updated here, as oneDNN does not:
 //   running = input * momentum + current * (1 - momentum)
 // outputs 1/2 are the running mean/var, 3/4 (opset <= 13 form) the batch mean/var.
-// Inference uses use_global_stats with input_mean/input_var.
+// Inference uses use_global_stats with input_mean/input_var. With fuse_relu (the fused
+// BatchNormalizationRelu) oneDNN applies Relu to Y and, when training, wants a
+// workspace (the relu mask for its own backward; ours is ReluGrad on Y, so it is scratch).
+#include "ops/norm_dnnl.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
@@ -23,7 +27,7 @@ namespace du = dnnl_util;
 struct NormPlan {
   bool use_reference = false;
   dnnl::primitive prim;
-  du::Md data, channel;
+  du::Md data, channel, workspace;
 };
 
 bool node_trains(const KernelContext& ctx) {
@@ -43,7 +47,9 @@ std::vector<int64_t> data_dims(const Tensor& x) {
   return {d[0], d[1], s};
 }
 
-void batchnorm_cpu(KernelContext& ctx) {
+}  // namespace
+
+void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Node& n = ctx.node;
   const Tensor& x = ctx.in(0);
@@ -54,17 +60,19 @@ void batchnorm_cpu(KernelContext& ctx) {
   const int64_t channels = x.dims().at(1);
   if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
   std::vector<int64_t> dd = data_dims(x);
-  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps), [&] {
+  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps, fuse_relu), [&] {
     NormPlan p;
     p.data = du::plain_desc(dd);
     p.channel = du::plain_desc({channels});
     dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    if (fuse_relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
     if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
     try {
       dnnl::batch_normalization_forward::desc d(
           training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, eps, flags);
-      p.prim = dnnl::batch_normalization_forward(
-          dnnl::batch_normalization_forward::primitive_desc(d, du::attr(), du::engine()));
+      dnnl::batch_normalization_forward::primitive_desc pd(d, du::attr(), du::engine());
+      p.prim = dnnl::batch_normalization_forward(pd);
+      p.workspace = pd.workspace_desc();
     } catch (const dnnl::error&) {
       return du::reference_plan<NormPlan>();
     }
@@ -78,6 +86,7 @@ void batchnorm_cpu(KernelContext& ctx) {
       {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
       {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
   };
+  if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
   if (!training) {
     args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
     args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
@@ -100,10 +109,9 @@ void batchnorm_cpu(KernelContext& ctx) {
     for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
 }
 
-}  // namespace
-
 void register_norm_dnnl(Registry& r) {
-  if (r.schemas.find("", "BatchNormalization")) r.kernels.add("cpu", "", "BatchNormalization", batchnorm_cpu);
+  if (r.schemas.find("", "BatchNormalization"))
+    r.kernels.add("cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); });
 }
 
 }  // namespace trainrt
