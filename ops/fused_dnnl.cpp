@@ -1,135 +1,20 @@
-// cpu (oneDNN, fp32) kernels of the fused ops (ops/fused.cpp).
+// cpu (oneDNN, fp32) kernels of the fused ops (ops/fused.cpp): each is its unfused
+// op's oneDNN kernel with post-ops or a flag.
 //
-//   FusedConv: convolution_forward with post-ops: eltwise_relu when activation is Relu,
-//     then sum (dst = act(conv) + dst) when Z is given; dst starts as Z (reordered into
-//     the primitive's layout), so the residual add costs no extra pass over Y.
+//   FusedConv: ops/conv_dnnl.cpp's convolution forward with eltwise_relu and sum post-ops.
 //   BatchNormalizationRelu: ops/norm_dnnl.cpp's batch-normalization forward with
 //     oneDNN's fuse_norm_relu flag.
 // fp64 and windows oneDNN rejects run the reference kernel.
-#include <cstring>
-#include <oneapi/dnnl/dnnl.hpp>
-#include <string>
-
-#include "graph/error.h"
-#include "ops/dnnl_util.h"
+#include "ops/conv_dnnl.h"
 #include "ops/norm_dnnl.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
-namespace {
-namespace du = dnnl_util;
-
-struct FusedConvPlan {
-  bool use_reference = false;
-  dnnl::primitive prim;
-  du::Md src_plain, w_plain, dst_plain, bias_plain;
-  du::Md src_md, w_md, dst_md;
-  dnnl::reorder src_reorder, w_reorder, dst_reorder, z_reorder;
-  bool add_z_after = false;  // Z added by a loop after the primitive (see make_plan)
-};
-
-FusedConvPlan make_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, bool has_z,
-                        const Tensor& y) {
-  FusedConvPlan p;
-  const std::vector<int64_t>& xd = x.dims();
-  const std::vector<int64_t>& wd = w.dims();
-  const std::vector<int64_t>& yd = y.dims();
-  std::vector<int64_t> in(xd.begin() + 2, xd.end()), out(yd.begin() + 2, yd.end()), k(wd.begin() + 2, wd.end());
-  if (in.empty() || in.size() > 3) return du::reference_plan<FusedConvPlan>();
-  du::Window win = du::window_of(n, in, out, k);
-  const int64_t group = n.attr_int("group", 1);
-  std::vector<int64_t> wg = wd;  // grouped weights: G, M/G, C/G, *k (same bytes)
-  if (group > 1) {
-    wg[0] = wd[0] / group;
-    wg.insert(wg.begin(), group);
-  }
-  p.src_plain = du::plain_desc(xd);
-  p.w_plain = du::plain_desc(wg);
-  p.dst_plain = du::plain_desc(yd);
-  p.bias_plain = du::plain_desc({wd[0]});
-  du::Dims strides(win.strides.begin(), win.strides.end()), pl(win.pads_begin.begin(), win.pads_begin.end()),
-      pr(win.pads_end.begin(), win.pads_end.end());
-  try {
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      du::any_desc(xd), du::any_desc(wg), has_bias ? p.bias_plain : du::Md(),
-                                      du::any_desc(yd), strides, du::dnnl_dilations(win.dilations), pl, pr);
-    auto make_pd = [&](bool sum) {
-      dnnl::post_ops po;
-      if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-      if (sum) po.append_sum(1.f);
-      dnnl::primitive_attr a = du::attr();
-      a.set_post_ops(po);
-      return dnnl::convolution_forward::primitive_desc(d, a, du::engine());
-    };
-    dnnl::convolution_forward::primitive_desc pd = make_pd(has_z);
-    // Some implementations (the gemm-based one used for grouped convolutions) take
-    // relu-then-sum only in oneDNN's slow ref:any; then Z is added by a loop instead.
-    if (has_z && relu && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
-      pd = make_pd(false);
-      p.add_z_after = true;
-    }
-    p.prim = dnnl::convolution_forward(pd);
-    p.src_md = pd.src_desc();
-    p.w_md = pd.weights_desc();
-    p.dst_md = pd.dst_desc();
-  } catch (const dnnl::error&) {
-    return du::reference_plan<FusedConvPlan>();
-  }
-  p.src_reorder = du::make_reorder(p.src_plain, p.src_md);
-  p.w_reorder = du::make_reorder(p.w_plain, p.w_md);
-  p.dst_reorder = du::make_reorder(p.dst_md, p.dst_plain);
-  if (has_z && !p.add_z_after) p.z_reorder = du::make_reorder(p.dst_plain, p.dst_md);
-  return p;
-}
-
-dnnl::memory to_layout(const dnnl::reorder& r, const dnnl::memory& user, const du::Md& want, int slot) {
-  if (!r) return user;
-  dnnl::memory m = du::temp_memory(want, slot);
-  du::reorder(r, user, m);
-  return m;
-}
-
-void fused_conv_cpu(KernelContext& ctx) {
-  if (!du::all_f32(ctx)) return du::run_reference(ctx);
-  const Node& n = ctx.node;
-  const Tensor& x = ctx.in(0);
-  const Tensor& w = ctx.in(1);
-  Tensor& y = ctx.out(0);
-  if (y.numel() == 0) return;
-  const bool has_bias = ctx.has_input(2), has_z = ctx.has_input(3);
-  const bool relu = n.attr_string("activation", "") == "Relu";
-  const std::string key = du::key("FusedConv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z,
-                                  n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
-                                  n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
-  auto plan = du::cached<FusedConvPlan>(key, [&] { return make_plan(n, x, w, has_bias, relu, has_z, y); });
-  if (plan->use_reference) return du::run_reference(ctx);
-
-  dnnl::memory src = to_layout(plan->src_reorder, du::memory_of(x, plan->src_plain), plan->src_md, 0);
-  dnnl::memory wts = to_layout(plan->w_reorder, du::memory_of(w, plan->w_plain), plan->w_md, 1);
-  dnnl::memory dst_user = du::memory_of(y, plan->dst_plain);
-  dnnl::memory dst = plan->dst_reorder ? du::temp_memory(plan->dst_md, 2) : dst_user;
-  if (has_z && !plan->add_z_after) {  // the sum post-op accumulates into dst: start it as Z
-    if (plan->z_reorder)
-      du::reorder(plan->z_reorder, du::memory_of(ctx.in(3), plan->dst_plain), dst);
-    else
-      std::memcpy(y.raw(), ctx.in(3).raw(), y.nbytes());
-  }
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}};
-  if (has_bias) args[DNNL_ARG_BIAS] = du::memory_of(ctx.in(2), plan->bias_plain);
-  du::execute(plan->prim, std::move(args));
-  if (plan->dst_reorder) du::reorder(plan->dst_reorder, dst, dst_user);
-  if (has_z && plan->add_z_after) {
-    float* py = y.data<float>();
-    const float* pz = ctx.in(3).data<float>();
-    const int64_t count = y.numel();
-    for (int64_t i = 0; i < count; ++i) py[i] += pz[i];
-  }
-}
-
-}  // namespace
 
 void register_fused_dnnl(Registry& r) {
-  r.kernels.add("cpu", "ai.trainrt", "FusedConv", fused_conv_cpu);
+  r.kernels.add("cpu", "ai.trainrt", "FusedConv", [](KernelContext& ctx) {
+    conv_forward_dnnl(ctx, /*relu=*/ctx.node.attr_string("activation", "") == "Relu");
+  });
   r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationRelu",
                 [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true); });
 }
