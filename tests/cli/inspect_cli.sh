@@ -4,21 +4,7 @@
 set -uo pipefail
 trainrt=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_error CODE PATTERN -- command...
-expect_error() {
-  local code=$1 pattern=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
-  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
-  grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 model=$tmp/wrn.onnx
 "$trainrt" model wrn --dataset fashion-mnist --widths 4,8,12,16 -o "$model" >/dev/null || fail "model wrn failed"

@@ -10,21 +10,8 @@
 set -uo pipefail
 trainrt=$1
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 [ -x "$trainrt" ] || { echo "inspect_memory.sh: $trainrt is not an executable (build it first)"; exit 2; }
-
-expect_error() {
-  local code=$1 pattern=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
-  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
-  grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
-}
 
 "$trainrt" model wrn --dataset fashion-mnist --widths 4,8,12,16 -o "$tmp/wrn.onnx" >/dev/null || { echo "FAIL: model"; exit 1; }
 for b in 8 16; do
@@ -67,10 +54,10 @@ assert len(params) > 1, params
 print("ok", a8, n8, p8)
 PY
 
-expect_error 2 "needs --training" "$trainrt" inspect "$tmp/wrn.onnx" --memory
-expect_error 2 "\-\-batch" "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 0
-expect_error 2 "\-\-batch" "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 2.5
-expect_error 2 "\-\-bucket-cap-mb" "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --bucket-cap-mb 0
+expect_error 2 "needs --training" -- "$trainrt" inspect "$tmp/wrn.onnx" --memory
+expect_error 2 "\-\-batch" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 0
+expect_error 2 "\-\-batch" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 2.5
+expect_error 2 "\-\-bucket-cap-mb" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --bucket-cap-mb 0
 
 [ "$fails" -eq 0 ] && echo "inspect_memory: all checks passed"
 exit $((fails > 0))

@@ -8,19 +8,7 @@
 set -uo pipefail
 trainrt=$(realpath "$1")
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect_error() {  # CODE PATTERN -- command...
-  local code=$1 pattern=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
-  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
-  grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 model=$tmp/wrn.onnx
 "$trainrt" model wrn --dataset fashion-mnist --widths 4,8,8,8 --blocks-per-stage 1 -o "$model" >/dev/null ||

@@ -1,0 +1,20 @@
+# (Named .bash so that the tests/cli/*.sh glob does not make it a test of its own.)
+# Shared by the CLI test scripts (source it after setting trainrt/src):
+#   $tmp                  a temporary folder, removed at exit
+#   fail MESSAGE          records a failure (the script ends with: exit $((fails > 0)))
+#   expect_error CODE PATTERN -- command...
+#                         the command exits CODE with exactly one stderr line matching
+#                         PATTERN (the CLI's error contract)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect_error() {
+  local code=$1 pattern=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
+  grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
+}
