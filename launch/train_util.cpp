@@ -47,12 +47,13 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
   BatchStream stream(d, eval_options(batch_size));
   Evaluation e;
   int64_t correct = 0, batches = 0;
+  Executor ex(g, b);  // planned once per batch shape, not per batch
   while (auto batch = stream.next()) {
     if (stop && stop()) {
       e.interrupted = true;
       return e;
     }
-    TensorMap out = run_graph(g, {{io.input, batch->images}}, b);
+    const TensorMap& out = ex.run({{io.input, batch->images}});  // valid until the next run
     const Tensor& logits = out.at(io.logits);
     const int64_t n = logits.dims()[0], c = logits.dims()[1];
     const float* z = logits.data<float>();
