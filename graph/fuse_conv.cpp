@@ -2,10 +2,12 @@
 //   Conv (+B) + Relu              -> FusedConv(X, W, B; activation=Relu)
 //   Conv (+B) [+Relu] + Add(Z)    -> FusedConv(X, W, B, Z)      Y = act(conv) + Z
 //   BatchNormalization + Relu     -> BatchNormalizationRelu (all BN outputs kept)
-// The fused node takes the name of the pattern's first node and the position of
-// its last, and writes the last node's output name, so readers and graph outputs
-// are unchanged. The swallowed intermediate must have that one reader only.
+// The fused node is named "<first>+<last>" after the nodes it replaces (so an error
+// or a profile names nodes the user knows), takes the position of the last, and
+// writes the last node's output name, so readers and graph outputs are unchanged.
+// The swallowed intermediate must have that one reader only.
 #include <algorithm>
+#include <string>
 
 #include "graph/error.h"
 #include "graph/fuse_util.h"
@@ -28,10 +30,17 @@ bool shape_only_read(const Node& n, const std::string& v) {
   return n.inputs.size() == 2 && n.inputs[1] == v && n.inputs[0] != v;
 }
 
-Node to_fused_conv(const Node& conv) {
+// "<first>+<last>"; either alone when the other is unnamed.
+std::string fused_name(const Node& first, const Node& last) {
+  if (first.name.empty() || last.name.empty()) return first.name + last.name;
+  return first.name + "+" + last.name;
+}
+
+Node to_fused_conv(const Node& conv, const Node& last) {
   Node f = conv;
   f.op_type = "FusedConv";
   f.domain = kTrainrtDomain;
+  f.name = fused_name(conv, last);
   return f;
 }
 
@@ -48,7 +57,7 @@ size_t fuse_conv_relu(Graph& g) {
     if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
     const Node& conv = g.nodes[i];
     if (!conv_like(conv) || conv.has_input(3) || !conv.attr_string("activation", "").empty()) continue;
-    Node f = to_fused_conv(conv);
+    Node f = to_fused_conv(conv, relu);
     f.attrs["activation"] = Attribute::of_string("Relu");
     f.outputs = {relu.outputs[0]};
     g.nodes[j] = std::move(f);
@@ -92,7 +101,7 @@ size_t fuse_conv_add(Graph& g) {
       if (!yi || !zi || !oi || !yi->shape || !(*yi == *zi) || !(*yi == *oi)) continue;
       const std::string out = add.outputs[0];
       for (size_t r : shape_readers) g.nodes[r].inputs[1] = out;
-      Node f = to_fused_conv(g.nodes[i]);
+      Node f = to_fused_conv(g.nodes[i], add);
       f.inputs.resize(4);
       f.inputs[3] = z;
       f.outputs = {out};
@@ -126,6 +135,7 @@ size_t fuse_batchnorm_relu(Graph& g) {
     Node f = bn;
     f.op_type = "BatchNormalizationRelu";
     f.domain = kTrainrtDomain;
+    f.name = fused_name(bn, relu);
     f.outputs[0] = relu.outputs[0];
     g.nodes[j] = std::move(f);
     dead[i] = true;

@@ -6,6 +6,7 @@
 //   Graph onnx = optimize_for_inference(forward, {.standard_onnx_only = true});  // for export
 //   TrainingGraph t = build_training_graph(forward, opts);
 //   fuse_training_graph(t.graph);                      // BN+Relu, Conv+residual Add
+//                                                      // (TrainingSession does this)
 //   std::cout << describe_passes(before, after);       // node counts per op type
 //
 // Why: the graph is optimised once, before planning, as TensorRT does. Every pass
@@ -78,11 +79,16 @@ struct InferenceOptions {
 // names ("<W>.bn_folded"); the old ones disappear when nothing else reads them.
 Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {});
 
-// Fusions of a training graph (after build_training_graph), in place:
+// Fusions of a training graph (after build_training_graph), in place; TrainingSession
+// applies them before planning (runtime/training_session.h):
 //   BatchNormalization + Relu -> BatchNormalizationRelu (running-stat outputs kept),
 //   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z).
-// Relu + Dropout is not fused: once Relu is inside the BN kernel it would not save a
-// pass. Returns the number of fusions made.
+// A fused node is named "<first>+<last>" after the nodes it replaced.
+// Relu + Dropout is not fused: in the Wide ResNet (models/wrn.h) the only Relu that
+// feeds a Dropout is cbr's, which follows a BatchNormalization and goes into the
+// BatchNormalizationRelu first, so a Relu+Dropout rule would never fire; and after
+// that the Relu is inside the BN kernel, so fusing the Dropout into it would not
+// save a pass. Returns the number of fusions made.
 size_t fuse_training_graph(Graph& g);
 
 // Node counts per op type ("Conv", "ai.trainrt::FusedConv") before and after passes.

@@ -11,7 +11,8 @@
 // bytes against a naive one-buffer-per-value plan, persistent state bytes). The
 // same batch is reused every step: the data pipeline is not what is measured.
 // --profile prints the runtime's per-op-type table (runtime/trace.h) of the timed
-// steps; --trace writes them as a Chrome/Perfetto trace.
+// steps; --trace writes them as a Chrome/Perfetto trace. --fuse off runs the
+// training graph without its fusions (TrainingSession), to measure what they gain.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -47,6 +48,7 @@ const CommandSpec kSpec{
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},
+     {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
      {"profile", "", "print time per op type over the timed steps", Flag::Switch},
      {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
     1,
@@ -100,6 +102,7 @@ int cmd_bench(const Argv& argv) {
   const double lr = a.number("lr");
   if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
   const uint64_t seed = static_cast<uint64_t>(at_least(a, "seed", 0));
+  const bool fuse = one_of(a, "fuse", {"on", "off"}) == "on";
   const std::string path = a.positional[0];
   if (a.on("trace")) {
     const std::filesystem::path dir = std::filesystem::absolute(a.str("trace")).parent_path();
@@ -153,7 +156,8 @@ int cmd_bench(const Argv& argv) {
   typed[t.lr] = Tensor(DataType::Float32, {});
   const double flops = step_flops(specialize(t.graph, typed));
 
-  TrainingSession session(std::move(t), make_backend(backend_name, static_cast<int>(threads)), seed);
+  const size_t nodes = t.graph.nodes.size();
+  TrainingSession session(std::move(t), make_backend(backend_name, static_cast<int>(threads)), seed, fuse);
   ProfileCollector prof;
   const bool profile = a.on("profile") || a.on("trace");
 
@@ -164,6 +168,8 @@ int cmd_bench(const Argv& argv) {
               "warmup %lld, steps %lld\n",
               backend_name.c_str(), static_cast<long long>(threads), precision.c_str(), optimizer.c_str(), lr,
               static_cast<long long>(batch), static_cast<long long>(warmup), static_cast<long long>(steps));
+  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run)\n", nodes, fuse ? "on" : "off",
+              session.training().graph.nodes.size());
   std::fflush(stdout);
 
   double first_loss = 0, last_loss = 0;

@@ -12,6 +12,12 @@
 // before the saved step are skipped, not replayed. SIGTERM/SIGUSR1 write a
 // checkpoint at the next step boundary and exit 0. A non-finite loss stops the
 // run at that step, naming the last good checkpoint.
+//
+// The training graph runs with its fusions (TrainingSession), validation with the
+// inference passes (optimize_for_inference); --fuse off runs both as given, for
+// debugging. They keep every state name, so a checkpoint resumes with either
+// setting; like --backend and --threads, --fuse is not part of the resume check
+// (it changes float rounding and, through node indices, the Dropout masks).
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,7 +87,8 @@ const CommandSpec kSpec{
      {"trace", "", "write a Chrome/Perfetto trace (nodes, data loading) of --trace-steps steps here"},
      {"trace-steps", "10", "steps recorded by --trace, from this run's 2nd step (the 1st builds the plan)"},
      {"detect-anomaly", "off", "on a NaN/Inf, rerun the step checking every node and name the first bad one",
-      Flag::Switch}},
+      Flag::Switch},
+     {"fuse", "on", "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"}},
     1,
     1};
 
@@ -167,6 +174,7 @@ int cmd_train(const Argv& argv) {
   const std::string augment = choice(a, "augment", {"auto", "on", "none"});
   const bool shuffle = choice(a, "shuffle", {"on", "off"}) == "on";
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
+  const bool fuse = choice(a, "fuse", {"on", "off"}) == "on";
   const std::string model_path = a.positional[0];
 
   const std::string ckpt_dir = a.str("checkpoint-dir");
@@ -232,7 +240,7 @@ int cmd_train(const Argv& argv) {
     if (!forward.is_initializer(f) || !dtype_is_float(forward.initializers.at(f).dtype()))
       throw_bad_input("--freeze " + f, "is not a float initializer of " + model_path);
 
-  TrainingSession session(build_training_graph(forward, topts), std::move(backend), seed);
+  TrainingSession session(build_training_graph(forward, topts), std::move(backend), seed, fuse);
   std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), static_cast<int>(threads));
 
   TrainerState st;
@@ -409,7 +417,10 @@ int cmd_train(const Argv& argv) {
 
     // A stop signal during validation: the checkpoint is this epoch's end before its
     // validation, which the resumed run does first.
-    Evaluation ev = evaluate(session.trained_forward(forward), io, test, batch_size, *eval_backend,
+    // Validation runs the forward graph in inference mode: with --fuse on, its inference
+    // form (BN folded into the Conv, Conv+Relu and Conv+residual Add fused).
+    const Graph trained = session.trained_forward(forward);
+    Evaluation ev = evaluate(fuse ? optimize_for_inference(trained) : trained, io, test, batch_size, *eval_backend,
                              [] { return stop_signal() != 0; });
     if (ev.interrupted && stop_requested()) return write_trace(), 0;
     st.total_seconds += epoch_time;

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "graph/error.h"
+#include "graph/passes.h"
 
 namespace trainrt {
 
@@ -15,8 +16,9 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
   return o;
 }
 
-TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed)
+TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed, bool fuse)
     : t_(std::move(t)), backend_(std::move(backend)), seed_(seed) {
+  if (fuse) fuse_training_graph(t_.graph);
   // One persistent block for every state tensor; the initializers become views into it.
   for (const auto& [produced, state] : t_.updates)
     persistent_bytes_ += align_up(t_.graph.initializers.at(state).nbytes());

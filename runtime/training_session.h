@@ -1,6 +1,7 @@
 // A training step over a training graph: run the plan, state updated in place.
 //
 //   TrainingSession s(build_training_graph(forward, opts), make_backend("cpu"), /*seed=*/0);
+//   s.training().graph;                           // what runs: the fused training graph
 //   double loss = s.step({{"input", x}, {"labels", y}}, /*lr=*/0.01f);
 //   Graph trained = s.trained_forward(forward);   // same interface, updated initializers
 //
@@ -13,6 +14,11 @@
 // loss and every gradient for NaN/Inf right after it is computed and stops before
 // any state is written (NumericalError); find_anomaly() reruns a step checking
 // every node's output, to name the first node that produced one.
+// The session runs the training graph after fuse_training_graph (graph/passes.h:
+// BN+Relu, Conv+residual Add), unless `fuse` is off (for debugging, or to compare):
+// fusion keeps every value a caller sees — parameters, state, gradients, loss — under
+// its name, so checkpoints and trained_forward() do not depend on it. It changes
+// node indices, which seed Dropout masks: the masks differ between fuse on and off.
 #pragma once
 
 #include <memory>
@@ -29,7 +35,7 @@ PlanOptions training_plan_options(const TrainingGraph& t);
 
 class TrainingSession {
  public:
-  TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed = 0);
+  TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed = 0, bool fuse = true);
   ~TrainingSession();
   TrainingSession(TrainingSession&&) noexcept;
 
@@ -40,6 +46,7 @@ class TrainingSession {
   // Graph outputs (logits, loss, updates) of the last step: views that the next step overwrites.
   const TensorMap& last_outputs() const;
 
+  // The training graph this session runs (fused unless `fuse` was off).
   const TrainingGraph& training() const { return t_; }
   // The state's persistent buffer: the next step overwrites it (clone() to keep a copy).
   const Tensor& state(const std::string& name) const { return t_.graph.initializers.at(name); }

@@ -3,7 +3,8 @@
 # shape): the report lines are there and consistent with each other (one step time
 # per timed step, images/s = batch / median step, the parameter count of the model,
 # a first loss near ln(10) for 10 random-init classes), --profile lists the ops of
-# the training graph, and every bad flag or model is exit 2 with one stderr line.
+# the fused training graph (--fuse off: the unfused one), and every bad flag or
+# model is exit 2 with one stderr line.
 # No timing is asserted.
 #
 #   bash tests/cli/bench_cli.sh build/trainrt .      (CTest runs it this way)
@@ -71,14 +72,32 @@ PY
   "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --threads 1 --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>"$tmp/err" || fail "bench --profile exited $?: $(cat "$tmp/err")"
   check_report "$tmp/prof" 4 1 || fail "--profile report (above)"
   grep -q "^profile over 1 timed steps" "$tmp/prof" || fail "--profile has no table header: $(cat "$tmp/prof")"
-  for op in Conv BatchNormalization ConvGrad SGD; do
+  # The session runs the fused training graph: every BN+Relu and the skip Conv+Add fused.
+  for op in Conv FusedConv BatchNormalizationRelu ConvGrad SGD; do
     grep -Eq "^$op +[0-9]+ " "$tmp/prof" || fail "--profile table lacks $op"
   done
+  grep -Eq "^BatchNormalization " "$tmp/prof" && fail "--profile: an unfused BatchNormalization ran"
+  $py - "$tmp/prof" <<'PY' || fail "--fuse on: the graph run is not smaller (above)"
+import re, sys
+m = re.search(r"^training graph: (\d+) nodes, fusions on \((\d+) nodes run\)$", open(sys.argv[1]).read(), re.M)
+assert m and int(m.group(2)) < int(m.group(1)), m and m.groups()
+PY
   $py -c 'import json, sys; e = json.load(open(sys.argv[1]))["traceEvents"]; assert any(x.get("name") for x in e), e[:3]' \
     "$tmp/trace.json" || fail "--trace did not write a Chrome trace with events"
   # Conv calls in one step = the model's Conv count (inspect's node table).
   convs=$("$trainrt" inspect "$model" --json | $py -c 'import json,sys; print(sum(n["op"] == "Conv" for n in json.load(sys.stdin)["nodes"]))')
-  grep -Eq "^Conv +$convs " "$tmp/prof" || fail "--profile: Conv calls/step is not $convs: $(grep '^Conv ' "$tmp/prof")"
+  $py - "$tmp/prof" "$convs" <<'PY' || fail "--profile: Conv + FusedConv calls/step is not $convs (above)"
+import re, sys
+text = open(sys.argv[1]).read()
+calls = sum(int(re.search(r"^%s +(\d+) " % op, text, re.M).group(1)) for op in ("Conv", "FusedConv"))
+assert calls == int(sys.argv[2]), (calls, sys.argv[2])
+PY
+  # --fuse off runs the training graph as autodiff built it.
+  "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 0 --threads 1 --profile --fuse off >"$tmp/nofuse" 2>"$tmp/err" || fail "bench --fuse off exited $?: $(cat "$tmp/err")"
+  check_report "$tmp/nofuse" 4 1 || fail "--fuse off report (above)"
+  grep -Eq "^training graph: ([0-9]+) nodes, fusions off \(\1 nodes run\)$" "$tmp/nofuse" || fail "--fuse off: $(grep '^training graph' "$tmp/nofuse")"
+  grep -Eq "^Conv +$convs " "$tmp/nofuse" || fail "--fuse off: Conv calls/step is not $convs: $(grep '^Conv ' "$tmp/nofuse")"
+  grep -Eq "^(FusedConv|BatchNormalizationRelu) " "$tmp/nofuse" && fail "--fuse off ran a fused op"
 fi
 
 # Bad flags and models: exit 2, one line naming the flag or file.
@@ -93,6 +112,7 @@ expect_error 2 "--precision: expected one of fp32, bf16, got 'fp16'" -- "$trainr
 expect_error 2 "--backend: expected one of cpu, reference" -- "$trainrt" bench "$model" --batch 2 --backend gpu
 expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam
 expect_error 2 "--lr: must be > 0" -- "$trainrt" bench "$model" --batch 2 --lr 0
+expect_error 2 "--fuse: expected one of on, off, got 'no'" -- "$trainrt" bench "$model" --batch 2 --fuse no
 expect_error 2 "unknown" -- "$trainrt" bench "$model" --batch 2 --stepz 3
 expect_error 2 "--trace /no/such/dir/t.json: its folder does not exist" -- "$trainrt" bench "$model" --batch 2 --trace /no/such/dir/t.json
 expect_error 2 "no-such.onnx" -- "$trainrt" bench "$tmp/no-such.onnx" --batch 2

@@ -71,7 +71,7 @@ expect_error 2 "\-\-freeze nope: is not a float initializer" -- "$trainrt" "${ba
 for f in dataset data-dir batch-size epochs base-lr optimizer momentum weight-decay nesterov lr-schedule lr-step-epochs \
   warmup-epochs target-accuracy patience freeze precision device backend threads seed shuffle augment limit-train \
   limit-test log-every metrics metrics-every checkpoint-dir checkpoint-every checkpoint-every-steps keep-checkpoints \
-  resume export export-inference trace trace-steps detect-anomaly; do
+  resume export export-inference trace trace-steps detect-anomaly fuse; do
   grep -Eq "^  --$f .*\(default: .*\)$" "$tmp/help" || fail "--help lacks --$f with a default"
 done
 
@@ -84,6 +84,7 @@ expect_error 2 "\-\-momentum: applies to --optimizer sgd only" -- "$trainrt" "${
 expect_error 2 "\-\-resume: expected a checkpoint path or 'auto'" -- "$trainrt" "${base[@]}" --resume ""
 expect_error 2 "\-\-trace-steps: needs --trace" -- "$trainrt" "${base[@]}" --trace-steps 3
 expect_error 2 "unknown flag --bogus" -- "$trainrt" "${base[@]}" --bogus 1
+expect_error 2 "\-\-fuse: expected one of on, off, got 'maybe'" -- "$trainrt" "${base[@]}" --fuse maybe
 expect_error 2 "\-\-keep-checkpoints: must be > 0" -- "$trainrt" "${base[@]}" --checkpoint-dir "$tmp/k" --keep-checkpoints 0
 
 [ $fails -eq 0 ] && echo "train_flags: all checks passed"

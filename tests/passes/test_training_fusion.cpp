@@ -1,6 +1,7 @@
 // fuse_training_graph on the Wide ResNet's training graph: BN+Relu and the skip
 // Conv + residual Add fused; loss, every gradient, every updated parameter and BN
 // running statistic after one SGD step equal the unfused graph's on both backends.
+// TrainingSession applies it unless told not to: 3 SGD steps fused and unfused agree.
 // Dropout ratio 0: the executor seeds each node's mask by its index, which fusion changes.
 #include <doctest/doctest.h>
 
@@ -56,7 +57,7 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
       CHECK(rel_diff(gb.at(t.gradients.at(p)), ga.at(t.gradients.at(p))) < tol);
     }
     // Parameters, momentum buffers and BN running statistics after one SGD step.
-    TrainingSession a(t, make_backend(backend)), b(f, make_backend(backend));
+    TrainingSession a(t, make_backend(backend), 0, /*fuse=*/false), b(f, make_backend(backend), 0, /*fuse=*/false);
     const double la = a.step({{"input", x}, {t.labels, labels}}, 0.05f);
     const double lb = b.step({{"input", x}, {t.labels, labels}}, 0.05f);
     CHECK(std::fabs(la - lb) <= tol * std::fabs(la));
@@ -64,6 +65,67 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
       CAPTURE(s);
       CHECK(rel_diff(b.state(s), a.state(s)) < tol);
     }
+  }
+}
+
+TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps equal the unfused session's") {
+  const Graph g = random_bn_wrn({4, 8, 12, 16}, 0.f, 7);
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  o.weight_decay = 5e-4f;
+  const TrainingGraph t = build_training_graph(g, o);
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const double tol = std::string(backend) == "reference" ? 1e-6 : 1e-4;
+    TrainingSession fused(t, make_backend(backend)), plain(t, make_backend(backend), 0, /*fuse=*/false);
+    // What each session runs.
+    const auto counts = op_counts(fused.training().graph);
+    CHECK(counts.at("ai.trainrt::BatchNormalizationRelu") == 13);
+    CHECK(counts.at("ai.trainrt::FusedConv") == 3);
+    CHECK(counts.count("BatchNormalization") == 0);
+    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - 16);
+    CHECK(op_counts(plain.training().graph) == op_counts(t.graph));
+    // A fused node is named after the nodes it replaced.
+    size_t named = 0;
+    for (const Node& n : fused.training().graph.nodes)
+      named += n.name == "block1/layer1/bn+block1/layer1/relu" || n.name == "block1/scale+block1/add";
+    CHECK(named == 2);
+    // Parameters, optimizer state and running statistics keep their names: checkpoints fit both.
+    CHECK(fused.state_names() == plain.state_names());
+    // Every gradient of the last step, read when its node has written it.
+    auto capture = [&](TrainingSession& s, std::map<std::string, Tensor>& grads) {
+      s.set_after_step([&s, &grads, &t](int step) {
+        const Plan& p = s.plan();
+        for (const std::string& out : p.graph.nodes[p.steps[static_cast<size_t>(step)].node].outputs)
+          for (const std::string& param : t.params)
+            if (out == t.gradients.at(param)) grads[param] = s.value(out).clone();
+      });
+    };
+    std::map<std::string, Tensor> ga, gb;
+    for (uint64_t step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      if (step == 2) capture(plain, ga), capture(fused, gb);
+      Tensor labels(DataType::Int64, {4});
+      for (int i = 0; i < 4; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>((3 * i + step) % 10);
+      const TensorMap batch{{"input", random_tensor(DataType::Float32, {4, 1, 28, 28}, 10 + step)}, {t.labels, labels}};
+      const double la = plain.step(batch, 0.05f), lb = fused.step(batch, 0.05f);
+      CHECK(std::fabs(la - lb) <= tol * std::fabs(la));
+    }
+    REQUIRE(ga.size() == t.params.size());
+    REQUIRE(gb.size() == t.params.size());
+    for (const std::string& p : t.params) {
+      CAPTURE(p);
+      CHECK(rel_diff(gb.at(p), ga.at(p)) < tol);
+    }
+    for (const std::string& s : plain.state_names()) {
+      CAPTURE(s);
+      CHECK(rel_diff(fused.state(s), plain.state(s)) < tol);
+    }
+    // trained_forward (what --export writes) is the input graph with the trained initializers.
+    const Graph exported = fused.trained_forward(g);
+    CHECK(exported.nodes.size() == g.nodes.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i) CHECK(exported.nodes[i].op_type == g.nodes[i].op_type);
   }
 }
 

@@ -241,8 +241,8 @@ TEST_CASE("after_step: at each bucket's ready step its gradients are final (equa
   s.step(wrn_batch(3, 1), 0.05f);
   std::vector<GradientBucket> buckets = plan_buckets(t, s.plan(), 4000, 1000);
   REQUIRE(buckets.size() > 2);
-  // The naive run of the second step from the same state.
-  TrainingGraph naive_t = t;
+  // The naive run of the second step from the same state, on the (fused) graph the session runs.
+  TrainingGraph naive_t = s.training();
   for (const std::string& name : s.state_names()) naive_t.graph.initializers[name] = s.state(name).clone();
   TensorMap feeds = wrn_batch(3, 2);
   feeds[t.lr] = make(DataType::Float32, {}, {0.05});
