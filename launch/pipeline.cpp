@@ -11,6 +11,7 @@
 #include <random>
 
 #include "graph/error.h"
+#include "graph/tsan.h"
 
 namespace trainrt {
 
@@ -178,17 +179,29 @@ BatchStream::BatchStream(const Dataset& d, const PipelineOptions& o) : data_(d),
 BatchStream::~BatchStream() {
   state_->cancelled = true;  // queued tasks return at once; running ones finish their batch
   state_->tasks.wait();
+  tsan_acquire(&state_->tasks);  // wait() orders every task before State's destruction
 }
 
+// The task reads the stream's members set by the constructor (state_, slots, opts_,
+// samples_, lut_) without the mutex: task_group::run orders them before the task.
+// TSan cannot see that inside the uninstrumented libtbb, hence the two edges
+// (graph/tsan.h): schedule -> task start (keyed by the slot), task end -> wait()
+// in the destructor. A slot's phase, k, batch and error stay under the mutex.
 void BatchStream::schedule(int64_t k) {
+  State::Slot* slot = nullptr;
   {
     std::lock_guard<std::mutex> lock(state_->m);
-    State::Slot& s = state_->slots[k % opts_.prefetch];
-    s = State::Slot{};
-    s.phase = State::Queued;
-    s.k = k;
+    slot = &state_->slots[k % opts_.prefetch];
+    *slot = State::Slot{};
+    slot->phase = State::Queued;
+    slot->k = k;
   }
-  state_->tasks.run([this, k] { run(k); });
+  tsan_release(slot);
+  state_->tasks.run([this, k, slot] {
+    tsan_acquire(slot);
+    run(k);
+    tsan_release(&state_->tasks);
+  });
 }
 
 // Builds batch k unless the consumer (or cancellation) got there first.
