@@ -11,6 +11,7 @@
 //   AveragePoolGrad(dY, X) -> dX                pooling_v2_backward
 //   GlobalAveragePoolGrad(dY, X) -> dX          by hand (a broadcast)
 //   ReluGrad(dY, Y) -> dX                       eltwise_backward, relu_use_dst_for_bwd
+//   SumToShape(dY, X) -> dX                     by hand (oneTBB), the reference's order
 //
 // Why a separate header: the forward kernels' files (ops/*_dnnl.cpp) belong to their
 // family; the backward kernels register only when their op's schema exists, so this
@@ -27,4 +28,5 @@ void register_conv_grad_dnnl(Registry& r);
 void register_norm_grad_dnnl(Registry& r);
 void register_pool_grad_dnnl(Registry& r);
 void register_eltwise_grad_dnnl(Registry& r);
+void register_sum_to_shape_cpu(Registry& r);  // ops/sum_to_shape_cpu.cpp
 }  // namespace trainrt

@@ -2,6 +2,9 @@
 // Each family registers a kernel only for ops whose schema is registered, so this
 // runs after every register_<family>() (see register_all.cpp). Ops without a cpu
 // kernel use the reference one (Backend::fallback_ops, `trainrt inspect`).
+// Per-element ops whose cpu kernel is the reference loop split over oneTBB chunks
+// (Sum, Dropout, DropoutGrad, SGD, Adam; ops/parallel.h) register it in their
+// family file, beside the reference kernel they share their code with.
 #include "ops/cpu_grad_kernels.h"
 #include "ops/dnnl_util.h"
 #include "ops/register_all.h"
@@ -15,6 +18,7 @@ void register_cpu_kernels(Registry& r) {
   register_gemm_dnnl(r);
   register_eltwise_dnnl(r);
   register_cpu_grad_kernels(r);
+  register_sum_to_shape_cpu(r);
 }
 
 }  // namespace trainrt

@@ -17,12 +17,17 @@
 // modulo 2^bits, integer Div truncates toward zero like C and ONNX Runtime, and
 // integer division by zero is a bad-input error. The broadcasting rule and the
 // index helper live in ops/broadcast.h (autodiff reuses them).
+//
+// cpu kernels: Sum is the reference loop split into parallel chunks (ops/parallel.h,
+// same bits); SumToShape's is in ops/sum_to_shape_cpu.cpp.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "ops/broadcast.h"
 #include "ops/common.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
@@ -182,18 +187,27 @@ void binary_kernel(KernelContext& ctx) {
   });
 }
 
-// y = x0 + x1 + ... (left to right) with broadcasting.
+// y = x0 + x1 + ... with broadcasting, per element left to right from 0.
+// kParallel: the cpu kernel, the same code over parallel chunks (same bits).
+template <bool kParallel>
 void sum_kernel(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* py = y.data<T>();
-    for (int64_t i = 0; i < y.numel(); ++i) py[i] = T(0);
-    for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-      const BroadcastIndex ix(ctx.in(k).dims(), y.dims());
-      const T* px = ctx.in(k).data<T>();
-      for (int64_t i = 0; i < y.numel(); ++i) py[i] += px[ix(i)];
-    }
+    std::vector<BroadcastIndex> ix;
+    for (size_t k = 0; k < ctx.inputs.size(); ++k) ix.emplace_back(ctx.in(k).dims(), y.dims());
+    for_range<kParallel>(y.numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] = T(0);
+      for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+        const T* px = ctx.in(k).data<T>();
+        if (ctx.in(k).numel() == y.numel()) {  // the gradient fan-out case: a dense loop
+          for (int64_t i = begin; i < end; ++i) py[i] += px[i];
+        } else {
+          for (int64_t i = begin; i < end; ++i) py[i] += px[ix[k](i)];
+        }
+      }
+    });
   });
 }
 
@@ -277,6 +291,10 @@ void sum_to_shape_kernel(KernelContext& ctx) {
     const BroadcastIndex ix(dx.dims(), dy.dims());
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
+    if (dx.numel() == dy.numel()) {  // nothing is broadcast: a copy, none when dX is over dY
+      if (pdx != pdy) std::memcpy(pdx, pdy, static_cast<size_t>(dx.numel()) * sizeof(T));
+      return;
+    }
     for (int64_t j = 0; j < dx.numel(); ++j) pdx[j] = T(0);
     for (int64_t i = 0; i < dy.numel(); ++i) pdx[ix(i)] += pdy[i];
   });
@@ -367,7 +385,8 @@ void register_elementwise(Registry& r) {
     return per_output_element(static_cast<double>(n.input_count()) - 1.0)(g, n);
   };
   r.schemas.add(std::move(sum));
-  r.kernels.add("reference", "", "Sum", sum_kernel);
+  r.kernels.add("reference", "", "Sum", sum_kernel<false>);
+  r.kernels.add("cpu", "", "Sum", sum_kernel<true>);
 
   // ---- backward ops (ai.trainrt) ----
   auto grad_rule = [](InferContext& ctx) {

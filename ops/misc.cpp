@@ -12,12 +12,16 @@
 // dX = dY * mask / (1 - ratio) in training (ctx.training or training_mode true, the
 // forward's test), dX = dY * mask otherwise. ratio is read like the forward's:
 // the optional input, 0.5 when omitted.
+//
+// The cpu kernels of Dropout and DropoutGrad are these loops split into parallel
+// chunks (ops/parallel.h): the same code, so the same mask and the same bits.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "ops/common.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
@@ -121,6 +125,9 @@ uint64_t splitmix64(uint64_t x) {
 
 // Inputs: data (N..), optional ratio (scalar, default 0.5), optional training_mode
 // (bool scalar). Outputs: output (like data), optional mask (bool, like data).
+// kParallel: the cpu kernel, the same per-element code over parallel chunks, so
+// its mask and output are the reference's bit for bit (ops/parallel.h).
+template <bool kParallel>
 void dropout_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
@@ -142,16 +149,19 @@ void dropout_kernel(KernelContext& ctx) {
     const T scale = static_cast<T>(1.0 / (1.0 - ratio));
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      const double u =
-          static_cast<double>(splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
-      const bool keep = u >= ratio;
-      py[i] = keep ? px[i] * scale : T(0);
-      if (mask) mask[i] = keep ? 1 : 0;
-    }
+    for_range<kParallel>(n, [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const double u =
+            static_cast<double>(splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
+        const bool keep = u >= ratio;
+        py[i] = keep ? px[i] * scale : T(0);
+        if (mask) mask[i] = keep ? 1 : 0;
+      }
+    });
   });
 }
 
+template <bool kParallel>
 void dropout_grad_kernel(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
   const uint8_t* mask = ctx.in(1).data<uint8_t>();
@@ -164,7 +174,9 @@ void dropout_grad_kernel(KernelContext& ctx) {
     const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
     const T* pdy = dy.data<T>();
     T* pdx = ctx.out(0).data<T>();
-    for (int64_t i = 0; i < dy.numel(); ++i) pdx[i] = mask[i] ? pdy[i] * scale : T(0);
+    for_range<kParallel>(dy.numel(), [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? pdy[i] * scale : T(0);
+    });
   });
 }
 
@@ -303,12 +315,14 @@ void register_misc(Registry& r) {
 
   // Opset 12 moved ratio to an input and added training_mode.
   r.schemas.add(make_schema("Dropout", 12, 1, 3, 1, 2, dropout_rule, {"seed"}));
-  r.kernels.add("reference", "", "Dropout", dropout_kernel);
+  r.kernels.add("reference", "", "Dropout", dropout_kernel<false>);
+  r.kernels.add("cpu", "", "Dropout", dropout_kernel<true>);
 
   OpSchema dropout_grad = make_schema("DropoutGrad", 1, 2, 4, 1, 1, dropout_grad_rule);
   dropout_grad.domain = "ai.trainrt";
   r.schemas.add(std::move(dropout_grad));
-  r.kernels.add("reference", "ai.trainrt", "DropoutGrad", dropout_grad_kernel);
+  r.kernels.add("reference", "ai.trainrt", "DropoutGrad", dropout_grad_kernel<false>);
+  r.kernels.add("cpu", "ai.trainrt", "DropoutGrad", dropout_grad_kernel<true>);
 }
 
 }  // namespace trainrt

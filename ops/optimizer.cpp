@@ -8,9 +8,13 @@
 //
 // `step` counts completed steps before this one (0 on the first step); lr is a
 // float32 scalar input so schedules change it without rebuilding the graph.
+// The cpu kernels run the reference's per-element update over parallel chunks
+// (ops/parallel.h); updates are in place (runtime/plan.cpp), and each element is
+// read before it is written, so chunks never see each other's writes.
 #include <cmath>
 
 #include "ops/common.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
@@ -33,7 +37,9 @@ void require_scalar(const InferContext& c, size_t i, DataType t) {
     c.fail("input " + std::to_string(i) + " '" + c.node().inputs[i] + "' must be a " + dtype_name(t) + " scalar");
 }
 
-template <typename T>
+// kParallel: the cpu kernel, the same per-element update over parallel chunks
+// (ops/parallel.h), so it equals the reference bit for bit.
+template <typename T, bool kParallel>
 void sgd(KernelContext& k) {
   const Tensor &p = k.in(0), &g = k.in(1);
   const double lr = k.in(2).data<float>()[0];
@@ -46,19 +52,21 @@ void sgd(KernelContext& k) {
   T* out = k.out(0).data<T>();
   const T* buf = has_buf ? k.in(4).data<T>() : nullptr;
   T* buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr;
-  for (int64_t i = 0; i < p.numel(); ++i) {
-    double d = gp[i] + wd * pp[i];
-    if (has_buf) {
-      // torch.optim.SGD: the buffer starts as the first step's d_p (no dampening).
-      double b = first ? d : momentum * buf[i] + (1.0 - dampening) * d;
-      if (buf_out) buf_out[i] = static_cast<T>(b);
-      d = nesterov ? d + momentum * b : b;
+  for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      double d = gp[i] + wd * pp[i];
+      if (has_buf) {
+        // torch.optim.SGD: the buffer starts as the first step's d_p (no dampening).
+        double b = first ? d : momentum * buf[i] + (1.0 - dampening) * d;
+        if (buf_out) buf_out[i] = static_cast<T>(b);
+        d = nesterov ? d + momentum * b : b;
+      }
+      out[i] = static_cast<T>(pp[i] - lr * d);
     }
-    out[i] = static_cast<T>(pp[i] - lr * d);
-  }
+  });
 }
 
-template <typename T>
+template <typename T, bool kParallel>
 void adam(KernelContext& k) {
   const Tensor& p = k.in(0);
   const double lr = k.in(2).data<float>()[0];
@@ -69,16 +77,18 @@ void adam(KernelContext& k) {
   const T *pp = p.data<T>(), *gp = k.in(1).data<T>(), *m = k.in(4).data<T>(), *v = k.in(5).data<T>();
   T *out = k.out(0).data<T>(), *m_out = k.out(1).data<T>(), *v_out = k.out(2).data<T>();
   const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
-  for (int64_t i = 0; i < p.numel(); ++i) {
-    double w = pp[i], g = gp[i];
-    if (decoupled) w *= 1.0 - lr * wd;  // AdamW
-    else g += wd * w;                   // Adam: L2 penalty folded into the gradient
-    double mi = b1 * m[i] + (1.0 - b1) * g;
-    double vi = b2 * v[i] + (1.0 - b2) * g * g;
-    m_out[i] = static_cast<T>(mi);
-    v_out[i] = static_cast<T>(vi);
-    out[i] = static_cast<T>(w - (lr / bc1) * mi / (std::sqrt(vi) / std::sqrt(bc2) + eps));
-  }
+  for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      double w = pp[i], g = gp[i];
+      if (decoupled) w *= 1.0 - lr * wd;  // AdamW
+      else g += wd * w;                   // Adam: L2 penalty folded into the gradient
+      double mi = b1 * m[i] + (1.0 - b1) * g;
+      double vi = b2 * v[i] + (1.0 - b2) * g * g;
+      m_out[i] = static_cast<T>(mi);
+      v_out[i] = static_cast<T>(vi);
+      out[i] = static_cast<T>(w - (lr / bc1) * mi / (std::sqrt(vi) / std::sqrt(bc2) + eps));
+    }
+  });
 }
 
 }  // namespace
@@ -104,7 +114,10 @@ void register_optimizer(Registry& r) {
   };
   r.schemas.add(s);
   r.kernels.add("reference", kDomain, "SGD", [](KernelContext& k) {
-    dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag)>(k); });
+    dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), false>(k); });
+  });
+  r.kernels.add("cpu", kDomain, "SGD", [](KernelContext& k) {
+    dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), true>(k); });
   });
 
   OpSchema a;
@@ -124,7 +137,10 @@ void register_optimizer(Registry& r) {
   };
   r.schemas.add(a);
   r.kernels.add("reference", kDomain, "Adam", [](KernelContext& k) {
-    dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag)>(k); });
+    dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), false>(k); });
+  });
+  r.kernels.add("cpu", kDomain, "Adam", [](KernelContext& k) {
+    dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), true>(k); });
   });
 
   OpSchema inc;
