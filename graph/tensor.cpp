@@ -105,12 +105,57 @@ Tensor::Tensor(DataType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_
 Tensor Tensor::clone() const {
   Tensor t(dtype_, dims_);
   if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  t.layout_ = layout_;
   return t;
+}
+
+bool blockable(const std::vector<int64_t>& dims) { return dims.size() == 4 && dims[1] > 0 && dims[1] % 16 == 0; }
+
+int64_t blocked_to_plain_index(const std::vector<int64_t>& d, int64_t offset) {
+  const int64_t hw = d[2] * d[3], cb_count = d[1] / 16;
+  const int64_t c16 = offset % 16, s = (offset / 16) % hw, ncb = offset / (16 * hw);
+  const int64_t n = ncb / cb_count, c = (ncb % cb_count) * 16 + c16;
+  return (n * d[1] + c) * hw + s;
+}
+
+namespace {
+// Copies between the Blocked16c storage `blocked` and the Plain storage `plain`.
+void copy_blocked(const Tensor& from, Tensor& to, bool from_blocked) {
+  const size_t es = dtype_size(from.dtype());
+  const std::byte* src = from.raw();
+  std::byte* dst = to.raw();
+  const int64_t count = from.numel();
+  for (int64_t off = 0; off < count; ++off) {
+    const int64_t i = blocked_to_plain_index(from.dims(), off);
+    if (from_blocked)
+      std::memcpy(dst + static_cast<size_t>(i) * es, src + static_cast<size_t>(off) * es, es);
+    else
+      std::memcpy(dst + static_cast<size_t>(off) * es, src + static_cast<size_t>(i) * es, es);
+  }
+}
+}  // namespace
+
+Tensor to_plain(const Tensor& t) {
+  if (t.layout() == Layout::Plain) return t.clone();
+  Tensor p(t.dtype(), t.dims());
+  copy_blocked(t, p, /*from_blocked=*/true);
+  return p;
+}
+
+void copy_from_plain(const Tensor& plain, Tensor& to) {
+  if (plain.dims() != to.dims() || plain.dtype() != to.dtype() || plain.layout() != Layout::Plain)
+    throw_internal("copy_from_plain", dims_to_string(plain.dims()) + " -> " + dims_to_string(to.dims()));
+  if (to.layout() == Layout::Plain) {
+    if (to.nbytes()) std::memcpy(to.raw(), plain.raw(), to.nbytes());
+    return;
+  }
+  copy_blocked(plain, to, /*from_blocked=*/false);
 }
 
 Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
   if (element_count(dims) != numel())
     throw_internal("Tensor::reshaped", dims_to_string(dims_) + " -> " + dims_to_string(dims));
+  if (layout_ != Layout::Plain) throw_internal("Tensor::reshaped", "a blocked tensor has no row-major view");
   Tensor t = *this;
   t.dims_ = std::move(dims);
   return t;
@@ -200,6 +245,7 @@ Tensor Tensor::cast(DataType to) const {
   const int64_t n = numel();
   if (to == DataType::Int64 && dtype_ == DataType::Int64) return clone();
   for (int64_t i = 0; i < n; ++i) t.set_from_double(i, get_as_double(i));
+  t.layout_ = layout_;  // element by element: storage order unchanged
   return t;
 }
 

@@ -41,6 +41,14 @@ const char* dtype_name(DataType t);   // "float32", "int64", ...
 bool dtype_is_float(DataType t);      // float16/bfloat16/float32/float64
 bool dtype_is_supported(DataType t);  // every numeric type trainrt stores
 
+// How a backend stores the elements of a tensor. Plain is dense row-major. Blocked16c
+// is oneDNN's nChw16c for a rank-4 [N,C,H,W] tensor with C a multiple of 16:
+// element (n,c,h,w) sits at ((n*C/16 + c/16)*H*W + h*W + w)*16 + c%16, so it has the
+// same size as the plain form and elementwise ops on two tensors of one layout are
+// unaffected. Only runtime arena values between kernels that accept it are blocked
+// (runtime/layout.h); everything a user sees is Plain.
+enum class Layout : uint8_t { Plain, Blocked16c };
+
 int64_t element_count(const std::vector<int64_t>& dims);       // 1 for a scalar
 std::string dims_to_string(const std::vector<int64_t>& dims);  // "[2,3]"
 
@@ -59,6 +67,8 @@ class Tensor {
   int64_t numel() const { return element_count(dims_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   bool empty() const { return dtype_ == DataType::Undefined; }
+  Layout layout() const { return layout_; }
+  void set_layout(Layout l) { layout_ = l; }
 
   std::byte* raw() { return buffer_.get(); }
   const std::byte* raw() const { return buffer_.get(); }
@@ -84,7 +94,16 @@ class Tensor {
   DataType dtype_ = DataType::Undefined;
   std::vector<int64_t> dims_;
   std::shared_ptr<std::byte[]> buffer_;
+  Layout layout_ = Layout::Plain;
 };
+
+// Whether `dims` can be stored as Blocked16c (rank 4, C a positive multiple of 16).
+bool blockable(const std::vector<int64_t>& dims);
+// Plain index of the element at storage offset `offset` of a Blocked16c tensor.
+int64_t blocked_to_plain_index(const std::vector<int64_t>& dims, int64_t offset);
+// A Plain deep copy of `t` in any layout, and the reverse (into `to`'s layout).
+Tensor to_plain(const Tensor& t);
+void copy_from_plain(const Tensor& plain, Tensor& to);
 
 // IEEE half and bfloat16 conversions used by Cast and the importer.
 float half_to_float(uint16_t h);

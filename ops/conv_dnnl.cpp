@@ -2,11 +2,13 @@
 //
 //   Y[N,M,*out] = sum_{c,k} X[N,g*C/G+c,*(out*s - pb + k*d)] * W[M,C/G,*k] + B[M]
 //
-// X, W, B, Y are row-major at the kernel interface. The primitive is created with
-// format_tag::any for src/weights/dst so oneDNN picks its blocked layout (nChw16c,
-// OIhw16i16o... on AVX-512); X and W are reordered into it and Y back out of it on
-// every call. Caching the reordered W would need a weight version counter that
-// Tensor does not have (buffer pointers are reused), so it is not done.
+// W and B are row-major; X, Y (and Z) are row-major or Blocked16c (nChw16c), as the
+// runtime chose (runtime/layout.h). The primitive is created with format_tag::any for
+// src/weights/dst so oneDNN picks its layout (nChw16c, OIhw16i16o... on AVX-512); an
+// argument in another layout is reordered into it (Y back out of it) on every call,
+// so between two oneDNN nodes that both keep nChw16c no reorder runs. Caching the
+// reordered W would need a weight version counter that Tensor does not have (buffer
+// pointers are reused), so W is reordered every call.
 //
 // The fused FusedConv (ops/fused.cpp) runs here too, with post-ops: eltwise_relu when
 // its activation is Relu, then sum (dst = act(conv) + dst) when Z is given; dst starts
@@ -18,24 +20,33 @@
 #include <string>
 
 #include "graph/error.h"
+#include "ops/dnnl_grad_util.h"
 #include "ops/dnnl_util.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
 namespace {
 namespace du = dnnl_util;
+namespace gu = grad_util;
 
 struct ConvPlan {
   bool use_reference = false;
   dnnl::primitive prim;
-  du::Md src_plain, w_plain, dst_plain, bias_plain;
+  du::Md src_user, w_plain, dst_user, z_user, bias_plain;  // *_user: the tensors' own layouts
   du::Md src_md, w_md, dst_md;
   dnnl::reorder src_reorder, w_reorder, dst_reorder, z_reorder;
   bool add_z_after = false;  // Z added by a loop after the primitive (see make_plan)
 };
 
-ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, bool has_z,
+// A blocked argument's own layout (the implementations for nChw16c are as fast as
+// the nhwc ones oneDNN otherwise picks for inference, and no reorder runs), else any.
+du::Md blocked_or_any(const Tensor& t) {
+  return t.layout() == Layout::Blocked16c ? du::desc_of(t) : du::any_desc(t.dims());
+}
+
+ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, const Tensor* z,
                         const Tensor& y) {
+  const bool has_z = z != nullptr;
   ConvPlan p;
   const std::vector<int64_t>& xd = x.dims();
   const std::vector<int64_t>& wd = w.dims();
@@ -49,16 +60,17 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
     wg[0] = wd[0] / group;
     wg.insert(wg.begin(), group);
   }
-  p.src_plain = du::plain_desc(xd);
+  p.src_user = du::desc_of(x);
   p.w_plain = du::plain_desc(wg);
-  p.dst_plain = du::plain_desc(yd);
+  p.dst_user = du::desc_of(y);
+  if (has_z) p.z_user = du::desc_of(*z);
   p.bias_plain = du::plain_desc({wd[0]});
   du::Dims strides(win.strides.begin(), win.strides.end()), pl(win.pads_begin.begin(), win.pads_begin.end()),
       pr(win.pads_end.begin(), win.pads_end.end());
   try {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      du::any_desc(xd), du::any_desc(wg), has_bias ? p.bias_plain : du::Md(),
-                                      du::any_desc(yd), strides, du::dnnl_dilations(win.dilations), pl, pr);
+                                      blocked_or_any(x), du::any_desc(wg), has_bias ? p.bias_plain : du::Md(),
+                                      blocked_or_any(y), strides, du::dnnl_dilations(win.dilations), pl, pr);
     auto make_pd = [&](bool sum) {
       dnnl::post_ops po;
       if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
@@ -81,18 +93,13 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
   } catch (const dnnl::error&) {
     return du::reference_plan<ConvPlan>();
   }
-  p.src_reorder = du::make_reorder(p.src_plain, p.src_md);
+  p.src_reorder = du::make_reorder(p.src_user, p.src_md);
   p.w_reorder = du::make_reorder(p.w_plain, p.w_md);
-  p.dst_reorder = du::make_reorder(p.dst_md, p.dst_plain);
-  if (has_z && !p.add_z_after) p.z_reorder = du::make_reorder(p.dst_plain, p.dst_md);
+  p.dst_reorder = du::make_reorder(p.dst_md, p.dst_user);
+  if (has_z && !p.add_z_after) p.z_reorder = du::make_reorder(p.z_user, p.dst_md);
+  // The loop that adds Z after the primitive needs Z and Y in one layout.
+  if (p.add_z_after && p.z_user != p.dst_user) return du::reference_plan<ConvPlan>();
   return p;
-}
-
-dnnl::memory to_layout(const dnnl::reorder& r, const dnnl::memory& user, const du::Md& want, int slot) {
-  if (!r) return user;
-  dnnl::memory m = du::temp_memory(want, slot);
-  du::reorder(r, user, m);
-  return m;
 }
 
 }  // namespace
@@ -105,29 +112,31 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
   const bool has_bias = ctx.has_input(2), has_z = ctx.has_input(3);
-  const std::string key = du::key("Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z,
+  const Tensor* z = has_z ? &ctx.in(3) : nullptr;
+  const std::string key = du::key("Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z, x.layout(), y.layout(),
+                                  has_z ? z->layout() : Layout::Plain,
                                   n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
                                   n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
-  auto plan = du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, has_z, y); });
+  auto plan = du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y); });
   if (plan->use_reference) return du::run_reference(ctx);
 
-  dnnl::memory src = to_layout(plan->src_reorder, du::memory_of(x, plan->src_plain), plan->src_md, 0);
-  dnnl::memory wts = to_layout(plan->w_reorder, du::memory_of(w, plan->w_plain), plan->w_md, 1);
-  dnnl::memory dst_user = du::memory_of(y, plan->dst_plain);
-  dnnl::memory dst = plan->dst_reorder ? du::temp_memory(plan->dst_md, 2) : dst_user;
+  dnnl::memory src = gu::to_layout(plan->src_reorder, du::memory_of(x, plan->src_user), plan->src_md, 0);
+  dnnl::memory wts = gu::to_layout(plan->w_reorder, du::memory_of(w, plan->w_plain), plan->w_md, 1);
+  dnnl::memory dst_user = du::memory_of(y, plan->dst_user);
+  dnnl::memory dst = gu::out_memory(plan->dst_reorder, dst_user, plan->dst_md, 2);
   if (has_z && !plan->add_z_after) {  // the sum post-op accumulates into dst: start it as Z
     if (plan->z_reorder)
-      du::reorder(plan->z_reorder, du::memory_of(ctx.in(3), plan->dst_plain), dst);
-    else
-      std::memcpy(y.raw(), ctx.in(3).raw(), y.nbytes());
+      du::reorder(plan->z_reorder, du::memory_of(*z, plan->z_user), dst);
+    else if (dst.get_data_handle() != z->raw())
+      std::memcpy(dst.get_data_handle(), z->raw(), plan->dst_md.get_size());
   }
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}};
   if (has_bias) args[DNNL_ARG_BIAS] = du::memory_of(ctx.in(2), plan->bias_plain);
   du::execute(plan->prim, std::move(args));
-  if (plan->dst_reorder) du::reorder(plan->dst_reorder, dst, dst_user);
+  gu::from_layout(plan->dst_reorder, dst, dst_user);
   if (has_z && plan->add_z_after) {
     float* py = y.data<float>();
-    const float* pz = ctx.in(3).data<float>();
+    const float* pz = z->data<float>();
     const int64_t count = y.numel();
     for (int64_t i = 0; i < count; ++i) py[i] += pz[i];
   }

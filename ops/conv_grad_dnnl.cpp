@@ -7,8 +7,9 @@
 // Geometry is ops/window.h's, resolved exactly as the forward Conv and the reference
 // ConvGrad resolve it. Both primitives are created against a forward_training hint
 // built from the same shapes, with format_tag::any everywhere, so oneDNN picks its
-// blocked layouts (nChw16c, OIhw16o16i... on AVX-512); the row-major tensors are
-// reordered in and the results out at the kernel boundary. dY is reordered once
+// blocked layouts (nChw16c, OIhw16o16i... on AVX-512); dY, X and dX come row-major
+// or Blocked16c (runtime/layout.h), W and dW row-major, and whatever differs from the
+// primitive's choice is reordered in or out at the kernel boundary. dY is reordered once
 // when both primitives chose the same layout for it. dB alone (no dW) is a plain
 // per-channel sum. The plan (primitives, layouts, reorders) is cached by shapes,
 // attributes and the set of requested outputs.
@@ -31,7 +32,7 @@ namespace gu = grad_util;
 
 struct ConvGradPlan {
   bool use_reference = false;
-  du::Md dy_plain, x_plain, w_plain, db_plain;  // row-major, at the kernel interface
+  du::Md dy_user, x_user, dx_user, w_plain, db_plain;  // the arguments' own layouts
   // backward data: dY, W -> dX
   dnnl::primitive data_prim;
   du::Md bd_dy, bd_w, bd_dx;
@@ -47,7 +48,8 @@ struct Want {
   bool dx, dw, db;
 };
 
-ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, Want want) {
+ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
+                       Want want) {
   ConvGradPlan p;
   const std::vector<int64_t>& xd = x.dims();
   const std::vector<int64_t>& wd = w.dims();
@@ -65,8 +67,9 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
     wg[0] = wd[0] / group;
     wg.insert(wg.begin(), group);
   }
-  p.dy_plain = du::plain_desc(yd);
-  p.x_plain = du::plain_desc(xd);
+  p.dy_user = du::desc_of(dy);
+  p.x_user = du::desc_of(x);
+  p.dx_user = dx ? du::desc_of(*dx) : p.x_user;
   p.w_plain = du::plain_desc(wg);
   p.db_plain = du::plain_desc({wd[0]});
   const du::Dims strides(win.strides.begin(), win.strides.end());
@@ -103,14 +106,14 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
     return du::reference_plan<ConvGradPlan>();  // a window oneDNN rejects
   }
   if (want.dx) {
-    p.bd_dy_reorder = du::make_reorder(p.dy_plain, p.bd_dy);
+    p.bd_dy_reorder = du::make_reorder(p.dy_user, p.bd_dy);
     p.bd_w_reorder = du::make_reorder(p.w_plain, p.bd_w);
-    p.bd_dx_reorder = du::make_reorder(p.bd_dx, p.x_plain);
+    p.bd_dx_reorder = du::make_reorder(p.bd_dx, p.dx_user);
   }
   if (want.dw) {
     p.share_dy = want.dx && p.bw_dy == p.bd_dy;
-    if (!p.share_dy) p.bw_dy_reorder = du::make_reorder(p.dy_plain, p.bw_dy);
-    p.bw_x_reorder = du::make_reorder(p.x_plain, p.bw_x);
+    if (!p.share_dy) p.bw_dy_reorder = du::make_reorder(p.dy_user, p.bw_dy);
+    p.bw_x_reorder = du::make_reorder(p.x_user, p.bw_x);
     p.bw_dw_reorder = du::make_reorder(p.bw_dw, p.w_plain);
   }
   return p;
@@ -141,25 +144,28 @@ void conv_grad_cpu(KernelContext& ctx) {
   const Want want{ctx.has_output(0), ctx.has_output(1), ctx.has_output(2)};
   if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return du::run_reference(ctx);  // empty: zeros
   const Node& n = ctx.node;
-  std::string key = du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db,
+  const Tensor* dx = want.dx ? &ctx.out(0) : nullptr;
+  if (want.db && !want.dw && dy.layout() != Layout::Plain) return du::run_reference(ctx);  // bias_grad is row-major
+  std::string key = du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db, dy.layout(),
+                            x.layout(), dx ? dx->layout() : Layout::Plain,
                             n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
                             n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
-  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, want); });
+  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want); });
   if (plan->use_reference) return du::run_reference(ctx);
 
-  const dnnl::memory dy_user = du::memory_of(dy, plan->dy_plain);
+  const dnnl::memory dy_user = du::memory_of(dy, plan->dy_user);
   dnnl::memory dy_data;
   if (want.dx) {
     dy_data = gu::to_layout(plan->bd_dy_reorder, dy_user, plan->bd_dy, 0);
     dnnl::memory wts = gu::to_layout(plan->bd_w_reorder, du::memory_of(w, plan->w_plain), plan->bd_w, 1);
-    dnnl::memory dx_user = du::memory_of(ctx.out(0), plan->x_plain);
+    dnnl::memory dx_user = du::memory_of(ctx.out(0), plan->dx_user);
     dnnl::memory dx = gu::out_memory(plan->bd_dx_reorder, dx_user, plan->bd_dx, 2);
     du::execute(plan->data_prim, {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DIFF_SRC, dx}});
     gu::from_layout(plan->bd_dx_reorder, dx, dx_user);
   }
   if (want.dw) {
     dnnl::memory dy_w = plan->share_dy ? dy_data : gu::to_layout(plan->bw_dy_reorder, dy_user, plan->bw_dy, 3);
-    dnnl::memory src = gu::to_layout(plan->bw_x_reorder, du::memory_of(x, plan->x_plain), plan->bw_x, 4);
+    dnnl::memory src = gu::to_layout(plan->bw_x_reorder, du::memory_of(x, plan->x_user), plan->bw_x, 4);
     dnnl::memory dw_user = du::memory_of(ctx.out(1), plan->w_plain);
     dnnl::memory dw = gu::out_memory(plan->bw_dw_reorder, dw_user, plan->bw_dw, 5);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}};

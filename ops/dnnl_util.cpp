@@ -46,6 +46,12 @@ Md sub_block_desc(const std::vector<int64_t>& used, const std::vector<int64_t>& 
   return Md(dims_or_scalar(used), dnnl::memory::data_type::f32, row_major_strides(dims_or_scalar(full)));
 }
 
+Md desc_of(const Tensor& t) {
+  if (t.layout() == Layout::Blocked16c)
+    return Md(dims_or_scalar(t.dims()), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c);
+  return plain_desc(t.dims());
+}
+
 Md any_desc(const std::vector<int64_t>& dims) {
   return Md(dims_or_scalar(dims), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
 }
@@ -110,9 +116,16 @@ dnnl::reorder make_reorder(const Md& from, const Md& to) {
   return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to, attr()));
 }
 
+namespace {
+std::atomic<uint64_t> g_reorder_bytes{0};
+}
+
 void reorder(const dnnl::reorder& r, const dnnl::memory& from, const dnnl::memory& to) {
+  g_reorder_bytes.fetch_add(to.get_desc().get_size(), std::memory_order_relaxed);
   execute(r, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
+
+uint64_t reorder_bytes() { return g_reorder_bytes.load(); }
 
 // ---- plan cache ----------------------------------------------------------
 namespace {
@@ -172,6 +185,7 @@ void key_part(std::string& s, const std::vector<int64_t>& v) {
 }
 void key_part(std::string& s, const std::string& v) { s += v; }
 void key_part(std::string& s, const char* v) { s += v; }
+void key_part(std::string& s, Layout v) { s += v == Layout::Plain ? "plain" : "b16c"; }
 
 // ---- kernel helpers ------------------------------------------------------
 bool all_f32(const KernelContext& ctx) {
@@ -192,7 +206,21 @@ void run_reference(KernelContext& ctx) {
   g_fallbacks.fetch_add(1);
   const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
   if (!k) throw_unsupported("cpu backend", "no reference kernel to fall back on for op " + ctx.node.op_type);
-  (*k)(ctx);
+  auto blocked = [](const Tensor* t) { return t && t->layout() != Layout::Plain; };
+  if (std::none_of(ctx.inputs.begin(), ctx.inputs.end(), blocked) &&
+      std::none_of(ctx.outputs.begin(), ctx.outputs.end(), blocked))
+    return (*k)(ctx);
+  // Reference kernels read row-major data: blocked arguments go through Plain copies.
+  std::vector<Tensor> copies;
+  copies.reserve(ctx.inputs.size() + ctx.outputs.size());
+  KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed};
+  for (const Tensor* t : ctx.inputs)
+    plain.inputs.push_back(blocked(t) ? &copies.emplace_back(to_plain(*t)) : t);
+  for (Tensor* t : ctx.outputs)
+    plain.outputs.push_back(blocked(t) ? &copies.emplace_back(t->dtype(), t->dims()) : t);
+  (*k)(plain);
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    if (blocked(ctx.outputs[i])) copy_from_plain(*plain.outputs[i], *ctx.outputs[i]);
 }
 
 Window window_of(const Node& n, const std::vector<int64_t>& in, const std::vector<int64_t>& out,

@@ -19,9 +19,11 @@
 // gives it a per-thread buffer, so one plan can run in several threads at once.
 // Temporaries for reorders (blocked layouts) come from per-thread slots too.
 //
-// Layout at the kernel interface is dense row-major (N,C,H,W), fp32 only: kernels
-// call run_reference() for other dtypes and for attribute combinations oneDNN
-// cannot express. Threads are OpenMP's (libdnnl here is built with OpenMP).
+// Layout at the kernel interface is dense row-major (N,C,H,W) unless the tensor says
+// Layout::Blocked16c (runtime/layout.h decides; only kernels that declared they take it
+// get one): such kernels describe their arguments with desc_of(t) and put the layout
+// in their plan's key. fp32 only: kernels call run_reference() for other dtypes and
+// for attribute combinations oneDNN cannot express; it converts blocked arguments. Threads are OpenMP's (libdnnl here is built with OpenMP).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,8 @@ Md plain_desc(const std::vector<int64_t>& dims);
 // The leading sub-block `used` (each dim <= full's) of a row-major fp32 tensor of
 // dims `full`: dims `used`, strides of `full`.
 Md sub_block_desc(const std::vector<int64_t>& used, const std::vector<int64_t>& full);
+// fp32 descriptor of the tensor's storage: plain_desc, or nChw16c for Blocked16c.
+Md desc_of(const Tensor& t);
 // fp32 descriptor with format_tag::any: the primitive picks the layout.
 Md any_desc(const std::vector<int64_t>& dims);
 // Wraps the tensor's buffer (no copy); `md` must describe the same bytes.
@@ -72,6 +76,9 @@ void execute(const dnnl::primitive& prim, std::unordered_map<int, dnnl::memory> 
 dnnl::reorder make_reorder(const Md& from, const Md& to);
 // Runs a reorder primitive from `from` to `to`.
 void reorder(const dnnl::reorder& r, const dnnl::memory& from, const dnnl::memory& to);
+// Bytes written by reorder() since the process started (tests and the benchmark
+// use it to see layout round trips).
+uint64_t reorder_bytes();
 
 // ---- plan cache ----------------------------------------------------------
 std::shared_ptr<const void> cache_find(const std::string& key);
@@ -105,6 +112,7 @@ void key_part(std::string& s, float v);  // exact bits
 void key_part(std::string& s, const std::vector<int64_t>& v);
 void key_part(std::string& s, const std::string& v);
 void key_part(std::string& s, const char* v);
+void key_part(std::string& s, Layout v);
 template <typename... A>
 std::string key(const A&... parts) {
   std::string s;

@@ -25,4 +25,16 @@ std::vector<std::string> KernelRegistry::ops_of(const std::string& backend) cons
   return out;
 }
 
+void KernelRegistry::set_layouts(const std::string& backend, const std::string& domain, const std::string& op_type,
+                                 LayoutRule r) {
+  auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
+  if (!kernels_.count(key)) throw_internal("KernelRegistry", "layouts for '" + op_type + "' before its kernel");
+  layouts_[key] = std::move(r);
+}
+
+NodeLayouts KernelRegistry::layouts(const std::string& backend, const Graph& g, const Node& n) const {
+  auto it = layouts_.find(std::make_tuple(backend, canonical_domain(n.domain), n.op_type));
+  return it == layouts_.end() ? NodeLayouts{} : it->second(g, n);
+}
+
 }  // namespace trainrt

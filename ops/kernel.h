@@ -8,7 +8,10 @@
 // Why: a kernel receives its inputs and preallocated outputs, already shaped by
 // the op's shape rule (the executor specialises the graph to the batch's shapes
 // first), so kernels never allocate graph values and never re-check shapes that
-// the rule checked. Layout is dense row-major (N,C,H,W) at this interface.
+// the rule checked. Layout is dense row-major (N,C,H,W) at this interface, unless a
+// kernel declared with set_layouts() that it also takes Blocked16c arguments
+// (graph/tensor.h); the runtime then keeps such values blocked between the kernels
+// that take them (runtime/layout.h), so consecutive oneDNN nodes skip the reorders.
 #pragma once
 
 #include <cstdint>
@@ -36,14 +39,29 @@ struct KernelContext {
 
 using Kernel = std::function<void(KernelContext&)>;
 
+// What a kernel accepts for one argument: only Plain; Any (Plain or Blocked16c, each
+// argument on its own); Shared (either, but every Shared argument of the node in the
+// same layout: elementwise loops, oneDNN primitives with one data descriptor).
+enum class SlotLayout : uint8_t { Plain, Any, Shared };
+struct NodeLayouts {
+  std::vector<SlotLayout> inputs, outputs;  // missing entries are Plain
+};
+// Decides per node (shapes are known: the graph is specialised).
+using LayoutRule = std::function<NodeLayouts(const Graph& g, const Node& n)>;
+
 class KernelRegistry {
  public:
   void add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k);
   const Kernel* find(const std::string& backend, const std::string& domain, const std::string& op_type) const;
   std::vector<std::string> ops_of(const std::string& backend) const;  // "domain::op" or "op"
+  // Declares which arguments the backend's kernel for the op takes in Blocked16c.
+  void set_layouts(const std::string& backend, const std::string& domain, const std::string& op_type, LayoutRule r);
+  // The declared layouts of `n`'s kernel on `backend`; all Plain when none was declared.
+  NodeLayouts layouts(const std::string& backend, const Graph& g, const Node& n) const;
 
  private:
   std::map<std::tuple<std::string, std::string, std::string>, Kernel> kernels_;
+  std::map<std::tuple<std::string, std::string, std::string>, LayoutRule> layouts_;
 };
 
 }  // namespace trainrt

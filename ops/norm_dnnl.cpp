@@ -12,6 +12,7 @@
 // Inference uses use_global_stats with input_mean/input_var. With fuse_relu (the fused
 // BatchNormalizationRelu) oneDNN applies Relu to Y and, when training, wants a
 // workspace (the relu mask for its own backward; ours is ReluGrad on Y, so it is scratch).
+// X and Y share one layout, row-major or Blocked16c (runtime/layout.h).
 #include "ops/norm_dnnl.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -60,9 +61,10 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
   const int64_t channels = x.dims().at(1);
   if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
   std::vector<int64_t> dd = data_dims(x);
-  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps, fuse_relu), [&] {
+  if (y.layout() != x.layout()) return du::run_reference(ctx);  // the primitive takes one data layout
+  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps, fuse_relu, x.layout()), [&] {
     NormPlan p;
-    p.data = du::plain_desc(dd);
+    p.data = x.layout() == Layout::Plain ? du::plain_desc(dd) : du::desc_of(x);
     p.channel = du::plain_desc({channels});
     dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     if (fuse_relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;

@@ -9,7 +9,8 @@
 // double so the statistics are as exact as the reference's), then the backward
 // primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
 // Outputs that were not requested go to per-thread temporaries. Tensors are seen as
-// N,C,S like the forward kernel (ops/norm_dnnl.cpp) sees them; layout stays plain.
+// N,C,S like the forward kernel (ops/norm_dnnl.cpp) sees them; dY, X and dX share one
+// layout, row-major or Blocked16c (runtime/layout.h), and the primitive works in it.
 #include <cmath>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -39,30 +40,39 @@ std::vector<int64_t> data_dims(const Tensor& x) {
   return {d[0], d[1], s};
 }
 
-// x: N,C,S -> mean, var: C (biased variance), two passes per channel.
+// x: N,C,S -> mean, var: C (biased variance), two passes per channel, each channel
+// summed in the same order (n, then s) whatever the layout, so both layouts give the
+// same bits. Blocked16c: 16 channels at once, interleaved (channel blocks in parallel).
 void batch_stats(const Tensor& x, float* mean, float* var) {
   const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / (N * C);
   const double count = static_cast<double>(N * S);
   const float* xp = x.data<float>();
-  tbb::parallel_for(int64_t{0}, C, [&](int64_t c) {
-    double sum = 0;
+  const bool blocked = x.layout() == Layout::Blocked16c;
+  const int64_t lanes = blocked ? 16 : 1, groups = C / lanes;
+  tbb::parallel_for(int64_t{0}, groups, [&](int64_t g) {
+    // Row of image n for this group: lanes channels side by side, S positions.
+    auto row = [&](int64_t n) { return xp + (n * groups + g) * S * lanes; };
+    double sum[16] = {}, sq[16] = {}, m[16];
     for (int64_t n = 0; n < N; ++n) {
-      const float* row = xp + (n * C + c) * S;
-      double part = 0;
-      for (int64_t s = 0; s < S; ++s) part += row[s];
-      sum += part;
+      const float* r = row(n);
+      double part[16] = {};
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t j = 0; j < lanes; ++j) part[j] += r[s * lanes + j];
+      for (int64_t j = 0; j < lanes; ++j) sum[j] += part[j];
     }
-    const double m = sum / count;
-    double sq = 0;
+    for (int64_t j = 0; j < lanes; ++j) m[j] = sum[j] / count;
     for (int64_t n = 0; n < N; ++n) {
-      const float* row = xp + (n * C + c) * S;
-      for (int64_t s = 0; s < S; ++s) {
-        const double d = static_cast<double>(row[s]) - m;
-        sq += d * d;
-      }
+      const float* r = row(n);
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t j = 0; j < lanes; ++j) {
+          const double d = static_cast<double>(r[s * lanes + j]) - m[j];
+          sq[j] += d * d;
+        }
     }
-    mean[c] = static_cast<float>(m);
-    var[c] = static_cast<float>(sq / count);
+    for (int64_t j = 0; j < lanes; ++j) {
+      mean[g * lanes + j] = static_cast<float>(m[j]);
+      var[g * lanes + j] = static_cast<float>(sq[j] / count);
+    }
   });
 }
 
@@ -74,9 +84,11 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
   const float eps = ctx.node.attr_float("epsilon", 1e-5f);
   const int64_t channels = x.dims().at(1);
   std::vector<int64_t> dd = data_dims(x);
-  auto plan = du::cached<NormGradPlan>(du::key("BatchNormalizationGrad", dd, eps), [&] {
+  if (dy.layout() != x.layout() || (ctx.has_output(0) && ctx.out(0).layout() != x.layout()))
+    return du::run_reference(ctx);  // the primitive takes one data layout
+  auto plan = du::cached<NormGradPlan>(du::key("BatchNormalizationGrad", dd, eps, x.layout()), [&] {
     NormGradPlan p;
-    p.data = du::plain_desc(dd);
+    p.data = x.layout() == Layout::Plain ? du::plain_desc(dd) : du::desc_of(x);
     p.channel = du::plain_desc({channels});
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     try {

@@ -8,7 +8,8 @@
 // (ceil_mode makes it larger than the ONNX end pad). Falls back to the reference
 // kernel for: MaxPool's Indices output, AveragePool counting padding when that
 // derived pr exceeds the ONNX end pad (the divisor rules differ there), and
-// windows oneDNN rejects. Layout stays plain N,C,H,W (oneDNN has ncsp kernels).
+// windows oneDNN rejects. X and Y are row-major or Blocked16c (runtime/layout.h):
+// the primitive works in X's layout and Y is reordered out when its layout differs.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
@@ -22,7 +23,8 @@ namespace du = dnnl_util;
 struct PoolPlan {
   bool use_reference = false;
   dnnl::primitive prim;
-  du::Md src, dst;
+  du::Md src, dst, y_user;
+  dnnl::reorder dst_reorder;  // dst (X's layout) -> Y's layout, when they differ
   // When the windows skip x's last rows: x's used sub-block, copied densely first
   // (oneDNN's jit pooling wants dense src; on a strided view it runs ref:any, 50x slower).
   du::Md x_view;
@@ -58,12 +60,18 @@ PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Ten
     if (pr[i] < 0) used[i + 2] += pr[i], pr[i] = 0;
     if (alg == dnnl::algorithm::pooling_avg_include_padding && pr[i] > win.pads_end[i]) return du::reference_plan<PoolPlan>();
   }
-  p.src = du::plain_desc(used);
+  const bool blocked = x.layout() == Layout::Blocked16c;
+  if (blocked && used != xd) return du::reference_plan<PoolPlan>();  // no blocked sub-block view
+  p.src = blocked ? du::desc_of(x) : du::plain_desc(used);
   if (used != xd) {
     p.x_view = du::sub_block_desc(used, xd);
     p.crop = du::make_reorder(p.x_view, p.src);
   }
-  p.dst = du::plain_desc(yd);
+  p.dst = blocked ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32,
+                           dnnl::memory::format_tag::nChw16c)
+                  : du::plain_desc(yd);
+  p.y_user = du::desc_of(y);
+  p.dst_reorder = du::make_reorder(p.dst, p.y_user);
   try {
     dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, p.src, p.dst,
                                      du::Dims(win.strides.begin(), win.strides.end()),
@@ -85,12 +93,16 @@ void pool_cpu(KernelContext& ctx) {
   const Node& n = ctx.node;
   std::string key = du::key("Pool", static_cast<int>(kind), x.dims(), y.dims(), n.attr_ints("kernel_shape"),
                             n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads"),
-                            n.attr_string("auto_pad", "NOTSET"), n.attr_int("count_include_pad", 0));
+                            n.attr_string("auto_pad", "NOTSET"), n.attr_int("count_include_pad", 0), x.layout(),
+                            y.layout());
   auto plan = du::cached<PoolPlan>(key, [&] { return make_pool_plan(kind, n, x, y); });
   if (plan->use_reference) return du::run_reference(ctx);
   dnnl::memory src = plan->crop ? du::temp_memory(plan->src, 0) : du::memory_of(x, plan->src);
   if (plan->crop) du::reorder(plan->crop, du::memory_of(x, plan->x_view), src);
-  du::execute(plan->prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, du::memory_of(y, plan->dst)}});
+  dnnl::memory y_user = du::memory_of(y, plan->y_user);
+  dnnl::memory dst = plan->dst_reorder ? du::temp_memory(plan->dst, 1) : y_user;
+  du::execute(plan->prim, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  if (plan->dst_reorder) du::reorder(plan->dst_reorder, dst, y_user);
 }
 
 }  // namespace

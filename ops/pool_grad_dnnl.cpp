@@ -13,6 +13,9 @@
 //     dX and zeroed here. count_include_pad with a derived padding_r beyond the ONNX
 //     end pad (ceil_mode) divides differently in oneDNN: the reference kernel runs.
 //   GlobalAveragePoolGrad(dY: N,C,1,..., X) -> dX: dY/plane size over each plane.
+// MaxPoolGrad and AveragePoolGrad take Blocked16c arguments (runtime/layout.h): a
+// channel's plane is then every 16th float of its channel block; AveragePoolGrad's
+// primitive works in dX's layout and dY is reordered into it when its layout differs.
 #include <algorithm>
 #include <cstring>
 
@@ -58,10 +61,11 @@ Geometry geometry(const Window& w, const Tensor& x, const Tensor& dy) {
   return g;
 }
 
-// dy: Do,Ho,Wo and x: D,H,W of one plane -> dx: D,H,W of that plane.
-void maxpool_grad_plane(const Geometry& g, const float* dy, const float* x, float* dx) {
+// dy: Do,Ho,Wo and x: D,H,W of one plane -> dx: D,H,W of that plane; element i of a
+// plane is at i*step (1 row-major, 16 in a Blocked16c channel block).
+void maxpool_grad_plane(const Geometry& g, const float* dy, const float* x, float* dx, int64_t step) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
-  std::fill(dx, dx + D * H * W, 0.f);
+  for (int64_t i = 0; i < D * H * W; ++i) dx[i * step] = 0.f;
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh)
       for (int64_t ow = 0; ow < g.out[2]; ++ow) {
@@ -73,15 +77,16 @@ void maxpool_grad_plane(const Geometry& g, const float* dy, const float* x, floa
           for (int64_t b = 0; b < g.k[1]; ++b) {
             const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
             if (ih < 0 || ih >= H) continue;
-            const float* row = x + (id * H + ih) * W;
+            const int64_t row = (id * H + ih) * W;
             for (int64_t c = 0; c < g.k[2]; ++c) {
               const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
               if (iw < 0 || iw >= W) continue;
-              if (at < 0 || row[iw] > best) best = row[iw], at = (id * H + ih) * W + iw;
+              const float v = x[(row + iw) * step];
+              if (at < 0 || v > best) best = v, at = row + iw;
             }
           }
         }
-        if (at >= 0) dx[at] += dy[(od * g.out[1] + oh) * g.out[2] + ow];
+        if (at >= 0) dx[at * step] += dy[((od * g.out[1] + oh) * g.out[2] + ow) * step];
       }
 }
 
@@ -93,15 +98,19 @@ void maxpool_grad_cpu(KernelContext& ctx) {
   if (x.numel() == 0) return;
   Window w;
   if (x.rank() < 3 || x.rank() > 5 || !pool_window(ctx.node, x, dy, w)) return du::run_reference(ctx);
+  if (dy.layout() != x.layout() || dx.layout() != x.layout()) return du::run_reference(ctx);
   const Geometry g = geometry(w, x, dy);
-  const int64_t planes = x.dims()[0] * x.dims()[1];
+  const int64_t lanes = x.layout() == Layout::Blocked16c ? 16 : 1;
+  const int64_t groups = x.dims()[0] * x.dims()[1] / lanes;  // planes, or channel blocks of 16 planes
   const int64_t in_size = g.in[0] * g.in[1] * g.in[2], out_size = g.out[0] * g.out[1] * g.out[2];
   const float* dyp = dy.data<float>();
   const float* xp = x.data<float>();
   float* dxp = dx.data<float>();
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, planes), [&](const tbb::blocked_range<int64_t>& r) {
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, groups), [&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t p = r.begin(); p < r.end(); ++p)
-      maxpool_grad_plane(g, dyp + p * out_size, xp + p * in_size, dxp + p * in_size);
+      for (int64_t j = 0; j < lanes; ++j)
+        maxpool_grad_plane(g, dyp + p * out_size * lanes + j, xp + p * in_size * lanes + j,
+                           dxp + p * in_size * lanes + j, lanes);
   });
 }
 
@@ -110,10 +119,11 @@ struct AvgPlan {
   bool use_reference = false;
   bool zero_first = false;  // dX has rows no window reads: zero them
   dnnl::primitive prim;
-  du::Md dx, dy;
+  du::Md dx, dy, dy_user;
+  dnnl::reorder dy_reorder;  // dY's layout -> dX's, when they differ
 };
 
-AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, bool include_pad) {
+AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, const Tensor& dx, bool include_pad) {
   AvgPlan p;
   const std::vector<int64_t>& xd = x.dims();
   const size_t sp = w.rank();
@@ -126,8 +136,15 @@ AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, bool i
   }
   const auto alg = include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                : dnnl::algorithm::pooling_avg_exclude_padding;
-  p.dx = du::sub_block_desc(used, xd);
-  p.dy = du::plain_desc(dy.dims());
+  const bool blocked = dx.layout() == Layout::Blocked16c;
+  if (blocked && used != xd) return du::reference_plan<AvgPlan>();  // no blocked sub-block view
+  p.dx = blocked ? du::desc_of(dx) : du::sub_block_desc(used, xd);
+  const std::vector<int64_t>& yd = dy.dims();
+  p.dy = blocked ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32,
+                          dnnl::memory::format_tag::nChw16c)
+                 : du::plain_desc(yd);
+  p.dy_user = du::desc_of(dy);
+  p.dy_reorder = du::make_reorder(p.dy_user, p.dy);
   const du::Dims strides(w.strides.begin(), w.strides.end()), kernel(w.kernel.begin(), w.kernel.end()),
       dil = du::dnnl_dilations(w.dilations), l(pb.begin(), pb.end()), r(pr.begin(), pr.end());
   try {
@@ -151,15 +168,21 @@ void averagepool_grad_cpu(KernelContext& ctx) {
   const bool include_pad = n.attr_int("count_include_pad", 0) == 1;
   std::string key = du::key("AveragePoolGrad", x.dims(), dy.dims(), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
                             n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
-                            n.attr_int("ceil_mode", 0), include_pad);
+                            n.attr_int("ceil_mode", 0), include_pad, dy.layout(), dx.layout());
   auto plan = du::cached<AvgPlan>(key, [&] {
     Window w;
     if (x.rank() < 3 || x.rank() > 5 || !pool_window(n, x, dy, w)) return du::reference_plan<AvgPlan>();
-    return make_avg_plan(w, x, dy, include_pad);
+    return make_avg_plan(w, x, dy, dx, include_pad);
   });
   if (plan->use_reference) return du::run_reference(ctx);
   if (plan->zero_first) std::memset(dx.raw(), 0, dx.nbytes());
-  du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->dy)}, {DNNL_ARG_DIFF_SRC, du::memory_of(dx, plan->dx)}});
+  dnnl::memory dy_mem = du::memory_of(dy, plan->dy_user);
+  if (plan->dy_reorder) {
+    dnnl::memory m = du::temp_memory(plan->dy, 0);
+    du::reorder(plan->dy_reorder, dy_mem, m);
+    dy_mem = m;
+  }
+  du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, dy_mem}, {DNNL_ARG_DIFF_SRC, du::memory_of(dx, plan->dx)}});
 }
 
 // ---- GlobalAveragePoolGrad ------------------------------------------------

@@ -15,6 +15,7 @@ void register_all(Registry& r) {
   register_preview_training(r);
   register_cpu_kernels(r);
   register_fused(r);  // after Conv and BatchNormalization, whose rules and kernels it reuses
+  register_cpu_layouts(r);
 }
 
 const Registry& registry() {

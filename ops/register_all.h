@@ -35,5 +35,7 @@ void register_preview_training(Registry& r);  // ai.onnx.preview.training Moment
 // oneDNN/oneTBB kernels of the cpu backend (ops/*_dnnl.cpp), after all schemas.
 void register_cpu_kernels(Registry& r);
 void register_fused(Registry& r);  // ai.trainrt FusedConv, BatchNormalizationRelu (graph/passes.h)
+// Which cpu kernels take blocked layouts (ops/layouts_cpu.cpp), after every kernel.
+void register_cpu_layouts(Registry& r);
 
 }  // namespace trainrt

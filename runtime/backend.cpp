@@ -14,6 +14,10 @@ const Kernel& Backend::kernel(const Node& n) const {
   throw_unsupported("backend " + name(), "no kernel for op " + n.op_type + " (node '" + n.name + "')");
 }
 
+NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
+  return registry().kernels.layouts(kernel_set_, g, n);
+}
+
 std::vector<std::string> Backend::fallback_ops() const {
   std::vector<std::string> out;
   if (!reference_fallback_) return out;

@@ -23,6 +23,9 @@ class Backend {
   virtual std::string name() const = 0;
   // The kernel for `n` on this backend; throws Unsupported naming the op.
   virtual const Kernel& kernel(const Node& n) const;
+  // Which arguments `n`'s kernel takes in a blocked layout (ops/kernel.h); all Plain
+  // for reference fallbacks and kernels that declared nothing.
+  NodeLayouts layouts(const Graph& g, const Node& n) const;
   // Ops whose kernel on this backend is the reference one.
   std::vector<std::string> fallback_ops() const;
   // Threads this backend may use (0 = all cores).

@@ -12,6 +12,7 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
+#include "runtime/layout.h"
 
 namespace trainrt {
 
@@ -101,6 +102,7 @@ struct Executor::Prepared {
   std::vector<std::string> extra;
 
   Plan plan;
+  std::vector<Layout> layouts;  // per plan value (runtime/layout.h)
   std::shared_ptr<std::byte[]> arena;
   std::vector<Tensor> slots;  // one per plan value; kernels get pointers to these
   std::vector<const Kernel*> kernels;
@@ -154,6 +156,8 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   }
   p->plan = build_plan(s, po);
   const Plan& plan = p->plan;
+  p->layouts = opts_.blocked_layouts ? choose_layouts(plan, backend_)
+                                     : std::vector<Layout>(plan.values.size(), Layout::Plain);
   for (const std::string& in : graph_.inputs) {
     p->feed_types.push_back(feeds.at(in).dtype());
     p->feed_dims.push_back(feeds.at(in).dims());
@@ -202,9 +206,10 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     if (opts_.poison_arena) std::memset(p.arena.get(), 0xff, std::max<size_t>(plan.arena_bytes, kPlanAlignment));
     for (size_t v = 0; v < plan.values.size(); ++v) {
       const PlannedValue& pv = plan.values[v];
-      if (pv.storage == Storage::Arena)
+      if (pv.storage == Storage::Arena) {
         p.slots[v] = Tensor(pv.dtype, pv.dims, std::shared_ptr<std::byte[]>(p.arena, p.arena.get() + pv.offset));
-      else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0)
+        p.slots[v].set_layout(p.layouts[v]);
+      } else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0)
         p.slots[v] = plan.graph.initializers.at(pv.name);
     }
     for (size_t v = 0; v < plan.values.size(); ++v)  // updates written in place share their state's buffer
@@ -277,9 +282,12 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
         if (bad < 0) continue;
         const std::string& value = n.outputs[k];
         const double x = ctx.outputs[k]->get_as_double(bad);
+        const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
+                                    ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
+                                    : bad;  // the row-major index a user can look up
         throw NumericalError(n.name, n.op_type, value, st.node,
                              describe_node(n, st.node) + ": output '" + value + "' has " +
-                                 (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(bad) +
+                                 (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(element) +
                                  " (the run stopped before later nodes; state is unchanged)");
       }
     if (ro.after_step) ro.after_step(static_cast<int>(s));

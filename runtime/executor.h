@@ -77,6 +77,9 @@ size_t available_memory_bytes();
 struct ExecutorOptions {
   PlanOptions plan;           // keep is extended by the graph outputs and RunOptions::extra_outputs
   bool poison_arena = false;  // tests: fill a new arena with 0xff (NaN) so reads of unwritten bytes show
+  // Keep values blocked between kernels that take it (runtime/layout.h); false: all
+  // Plain, every oneDNN kernel reorders at its boundary (tests compare the two).
+  bool blocked_layouts = true;
 };
 
 class Executor {
@@ -95,6 +98,7 @@ class Executor {
   const Plan& plan() const;
   // A value's buffer in the current (or last) run; its bytes are only meaningful while
   // the value is live (Plan::values[...].def <= step <= last). BadInput for unknown names.
+  // Intermediates may be Blocked16c (Tensor::layout(); to_plain() reads them).
   const Tensor& value(const std::string& name) const;
   // Plans built so far (one per feed-shape signature and option set).
   size_t plans_built() const { return prepared_.size(); }

@@ -1,0 +1,147 @@
+// Blocked layouts between kernels (runtime/layout.h): the index formula against
+// oneDNN's own nChw16c, the choice on a Wide ResNet training graph (what stays Plain,
+// the declared constraints hold), and a training step with blocked values equal to
+// the all-Plain run within float rounding while reordering far fewer bytes. (Not bit
+// for bit: oneDNN's batch normalization and pooling have their own implementations per
+// layout, which sum in another order.)
+#include <doctest/doctest.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "graph/passes.h"
+#include "ops/dnnl_util.h"
+#include "runtime/layout.h"
+#include "runtime_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+namespace du = trainrt::dnnl_util;
+
+namespace {
+
+// A WRN whose channel counts are multiples of 16, so its activations can be blocked.
+Graph blockable_wrn() { return small_wrn({16, 32, 32, 48}); }
+
+TensorMap step_feeds(const TrainingGraph& t, int64_t batch) {
+  TensorMap feeds = wrn_batch(batch, 5);
+  Tensor lr(DataType::Float32, {});
+  lr.data<float>()[0] = 0.05f;
+  feeds[t.lr] = lr;
+  return feeds;
+}
+
+}  // namespace
+
+TEST_CASE("Blocked16c storage order is oneDNN's nChw16c; to_plain and copy_from_plain invert each other") {
+  const std::vector<int64_t> dims{2, 32, 3, 5};
+  Tensor plain = random_tensor(DataType::Float32, dims, 3);
+  Tensor blocked(DataType::Float32, dims);
+  blocked.set_layout(Layout::Blocked16c);
+  copy_from_plain(plain, blocked);
+
+  Tensor by_dnnl(DataType::Float32, dims);
+  du::Md from = du::plain_desc(dims);
+  du::Md to(du::Dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c);
+  du::reorder(du::make_reorder(from, to), du::memory_of(plain, from), du::memory_of(by_dnnl, to));
+  CHECK(std::memcmp(blocked.raw(), by_dnnl.raw(), blocked.nbytes()) == 0);
+  CHECK(std::memcmp(plain.raw(), blocked.raw(), plain.nbytes()) != 0);  // really another order
+
+  Tensor back = to_plain(blocked);
+  CHECK(back.layout() == Layout::Plain);
+  CHECK(bitwise_equal(back, plain));
+  CHECK(blockable({1, 16, 1, 1}));
+  CHECK_FALSE(blockable({1, 24, 4, 4}));
+  CHECK_FALSE(blockable({16, 16}));
+}
+
+TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everything a caller sees Plain") {
+  TrainingGraph t = wrn_training(blockable_wrn());
+  fuse_training_graph(t.graph);
+  TensorMap feeds = step_feeds(t, 2);
+  Graph s = specialize(t.graph, feeds);
+  PlanOptions o = training_plan_options(t);
+  for (const std::string& out : s.outputs) o.keep.push_back(out);
+  Plan plan = build_plan(s, o);
+
+  auto cpu = make_backend("cpu");
+  std::vector<Layout> l = choose_layouts(plan, *cpu);
+  REQUIRE(l.size() == plan.values.size());
+  size_t blocked = 0;
+  for (size_t v = 0; v < l.size(); ++v) {
+    const PlannedValue& pv = plan.values[v];
+    if (l[v] != Layout::Blocked16c) continue;
+    ++blocked;
+    CAPTURE(pv.name);
+    CHECK(pv.storage == Storage::Arena);  // never a feed, state, constant or kept value
+    CHECK(blockable(pv.dims));
+  }
+  MESSAGE(blocked << " of " << l.size() << " values blocked");
+  CHECK(blocked >= 20);
+  // The declared constraints hold at every step.
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    NodeLayouts r = cpu->layouts(plan.graph, n);
+    std::vector<Layout> shared;
+    auto check = [&](const std::vector<int>& values, const std::vector<SlotLayout>& kinds) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (values[i] < 0) continue;
+        const SlotLayout k = i < kinds.size() ? kinds[i] : SlotLayout::Plain;
+        const Layout got = l[static_cast<size_t>(values[i])];
+        CAPTURE(n.name);
+        if (k == SlotLayout::Plain) CHECK(got == Layout::Plain);
+        if (k == SlotLayout::Shared) shared.push_back(got);
+      }
+    };
+    check(st.inputs, r.inputs);
+    check(st.outputs, r.outputs);
+    for (Layout x : shared) CHECK(x == shared.front());
+  }
+  // The reference backend declares nothing: all Plain.
+  auto ref = make_backend("reference");
+  for (Layout x : choose_layouts(plan, *ref)) CHECK(x == Layout::Plain);
+}
+
+TEST_CASE("a cpu training step with blocked layouts equals the all-Plain step, with far fewer reorders") {
+  for (bool fused : {false, true}) {
+    CAPTURE(fused);
+    TrainingGraph t = wrn_training(blockable_wrn());
+    if (fused) fuse_training_graph(t.graph);
+    TensorMap feeds = step_feeds(t, 8);
+    auto cpu = make_backend("cpu");
+    std::map<bool, TensorMap> results;
+    std::map<bool, uint64_t> moved;
+    for (bool blocked : {false, true}) {
+      ExecutorOptions eo;
+      eo.poison_arena = true;
+      eo.blocked_layouts = blocked;
+      Graph g = t.graph;  // updates write state in place: each run starts from the same weights
+      for (auto& [name, x] : g.initializers) x = x.clone();
+      Executor ex(g, *cpu, eo);
+      RunOptions ro;
+      ro.training = true;
+      ro.seed = 3;
+      ex.run(feeds, ro);  // first run: primitives made, caches warm
+      const uint64_t before = du::reorder_bytes();
+      for (const auto& [name, out] : ex.run(feeds, ro)) results[blocked][name] = out.clone();
+      moved[blocked] = du::reorder_bytes() - before;
+      if (blocked) CHECK(ex.value("block1/layer2/conv/out").layout() == Layout::Blocked16c);
+    }
+    double worst = 0;
+    for (const std::string& out : t.graph.outputs) {
+      CAPTURE(out);
+      const Tensor& got = results[true].at(out);
+      const Tensor& want = results[false].at(out);
+      CHECK(got.layout() == Layout::Plain);
+      double scale = 1e-3;  // each output against its own magnitude
+      for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(want.get_as_double(i)));
+      const double err = max_abs_diff(got, want) / scale;
+      worst = std::max(worst, err);
+      CHECK(err < 1e-4);
+    }
+    MESSAGE("largest difference, relative to each output's magnitude: " << worst);
+    MESSAGE("reordered bytes per step: plain " << moved[false] << ", blocked " << moved[true]);
+    // What is left is the weights' reorders (row-major W into the primitives' layouts,
+    // dW back), the 1-channel input and the activations next to Plain-only kernels.
+    CHECK(moved[true] * 2 < moved[false]);
+  }
+}
