@@ -2,7 +2,7 @@
 # Reliability phase of CI: fuzzing, ASan+UBSan over the test suite, TSan over the
 # threaded code. Called by `bash tools/setup.sh test` after ctest; runs alone too:
 #
-#   bash tools/ci_reliability.sh                    # fuzz and asan (what CI runs)
+#   bash tools/ci_reliability.sh                    # fuzz and tsan (what CI runs)
 #   bash tools/ci_reliability.sh fuzz asan tsan     # any subset, in this order
 #   FUZZ_SECONDS=10 bash tools/ci_reliability.sh fuzz
 #
@@ -15,9 +15,12 @@
 # ASan + UBSan), build-as (g++, ASan + UBSan), build-ts (g++, TSan). Override the
 # prefix with TRAINRT_RELIABILITY_PREFIX (default "build-").
 #
-# Budget (2 cores, CI limit 90 min, the rest of CI ~7 min): about 4 fuzz targets x
-# FUZZ_SECONDS (60) + three builds + the ASan suite; measured times are in
-# docs/reliability.md. The ASan phase runs the whole ctest suite (label cpu).
+# Budget (2 cores, CI limit 90 min; build + ctest ~10 min, fuzz ~8 min): the fuzz
+# phase (a clang build + 4 targets x FUZZ_SECONDS) and the tsan phase (a TSan build
+# of the libraries and test_launch, ~10 s of test) run by default. The asan phase
+# (a third full build + the whole ctest suite, label cpu) is on demand until it has
+# had a complete, clean run on a CI-sized machine. Measured times, and what each
+# phase leaves out and why, are in docs/reliability.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -26,14 +29,12 @@ prefix=${TRAINRT_RELIABILITY_PREFIX:-build-}
 JOBS=${TRAINRT_JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 phases=("$@")
-# tsan is not in the default set: with Debian's uninstrumented oneTBB, TSan cannot see
-# the handoff of a task_group task to its worker and reports the pipeline's plain
-# member reads in the task as races (tests/launch, pipeline.cpp:196 vs its
-# constructor). It needs a TSan-built oneTBB first (docs/reliability.md).
-# asan is not in the default set yet: the whole suite under ASan+UBSan has not had a
-# complete run on a CI-sized machine (docs/reliability.md); run it with
-# `bash tools/ci_reliability.sh asan`.
-[ ${#phases[@]} -eq 0 ] && phases=(fuzz)
+# asan is not in the default set yet: its build (~15-17 min on 2 idle cores, an
+# estimate) and a ctest run at 2-3x the normal one would bring CI to ~50-55 min, and
+# the whole suite under ASan+UBSan has no complete run yet; of the tests run so far
+# all gave no sanitizer report, but cli_train_accuracy missed its accuracy threshold
+# (open, docs/reliability.md). Run it with `bash tools/ci_reliability.sh asan`.
+[ ${#phases[@]} -eq 0 ] && phases=(fuzz tsan)
 for p in "${phases[@]}"; do
   case "$p" in fuzz|asan|tsan) ;; *) echo "ci_reliability.sh: unknown phase '$p' (fuzz, asan, tsan)" >&2; exit 2 ;; esac
 done
@@ -110,6 +111,10 @@ run_asan() {
   configure "$dir" -DTRAINRT_SANITIZE=address,undefined && nice cmake --build "$dir" -j "$JOBS" || st=FAIL
   end "asan build" $st
   [ $st = ok ] || return 0
+  # cli_train_onnxruntime imports onnxruntime from <trainrt's folder>/pydeps, which
+  # tools/setup.sh installs into the normal build folder only.
+  local main_build=${TRAINRT_BUILD_DIR:-build}
+  [ -e "$dir/pydeps" ] || [ ! -d "$main_build/pydeps" ] || ln -s "$src/$main_build/pydeps" "$dir/pydeps"
   begin "asan ctest"
   st=ok
   (san_env && ctest --test-dir "$dir" --output-on-failure -LE gpu -j "$JOBS" --timeout 1500) || st=FAIL

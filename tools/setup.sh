@@ -70,7 +70,8 @@ build
 if [ "$mode" = test ]; then
   echo "== testing (labels: cpu; gpu tests need a GPU: trainrt selftest --device cuda)"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -LE gpu -j "$JOBS"
-  # Fuzzing of the readers (docs/reliability.md: the budget, and why ASan and TSan suites run on demand);
+  # Fuzzing of the readers and TSan over the input pipeline (docs/reliability.md: the budget, and why
+  # the ASan+UBSan suite runs on demand);
   # TRAINRT_RELIABILITY=0 skips it for a quick local check.
   [ "${TRAINRT_RELIABILITY:-1}" = 0 ] || bash tools/ci_reliability.sh
 else
