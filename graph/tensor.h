@@ -101,6 +101,32 @@ class Tensor {
 bool blockable(const std::vector<int64_t>& dims);
 // Plain index of the element at storage offset `offset` of a Blocked16c tensor.
 int64_t blocked_to_plain_index(const std::vector<int64_t>& dims, int64_t offset);
+// Walks the storage offsets of a Blocked16c tensor from `offset` on, in order, giving
+// each one's row-major index without a division per element:
+//   for (BlockedWalk w(dims, begin); w.offset < end; w.next()) use(w.offset, w.plain);
+struct BlockedWalk {
+  BlockedWalk(const std::vector<int64_t>& dims, int64_t start)
+      : hw(dims[2] * dims[3]), offset(start), plain(blocked_to_plain_index(dims, start)) {
+    lane = start % 16;
+    s = (start / 16) % hw;
+  }
+  void next() {
+    ++offset;
+    if (++lane < 16) {
+      plain += hw;  // next channel, same position
+      return;
+    }
+    lane = 0;
+    plain -= 15 * hw;
+    if (++s < hw) {
+      plain += 1;  // next position, first channel of the block
+      return;
+    }
+    s = 0;  // next channel block (or the next image: C blocks follow each other)
+    plain += 16 * hw - (hw - 1);
+  }
+  int64_t hw, offset, plain, lane = 0, s = 0;
+};
 // A Plain deep copy of `t` in any layout, and the reverse (into `to`'s layout).
 Tensor to_plain(const Tensor& t);
 void copy_from_plain(const Tensor& plain, Tensor& to);

@@ -24,6 +24,7 @@
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
+#include "ops/dnnl_util.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
@@ -49,6 +50,7 @@ const CommandSpec kSpec{
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},
      {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
+     {"layouts", "blocked", "activations between oneDNN kernels: blocked (nChw16c kept), or plain (reorder at every kernel) to compare"},
      {"profile", "", "print time per op type over the timed steps", Flag::Switch},
      {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
     1,
@@ -103,6 +105,7 @@ int cmd_bench(const Argv& argv) {
   if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
   const uint64_t seed = static_cast<uint64_t>(at_least(a, "seed", 0));
   const bool fuse = one_of(a, "fuse", {"on", "off"}) == "on";
+  const bool blocked = one_of(a, "layouts", {"blocked", "plain"}) == "blocked";
   const std::string path = a.positional[0];
   if (a.on("trace")) {
     const std::filesystem::path dir = std::filesystem::absolute(a.str("trace")).parent_path();
@@ -157,7 +160,8 @@ int cmd_bench(const Argv& argv) {
   const double flops = step_flops(specialize(t.graph, typed));
 
   const size_t nodes = t.graph.nodes.size();
-  TrainingSession session(std::move(t), make_backend(backend_name, static_cast<int>(threads)), seed, fuse);
+  TrainingSession session(std::move(t), make_backend(backend_name, static_cast<int>(threads)), seed, fuse,
+                          blocked);
   ProfileCollector prof;
   const bool profile = a.on("profile") || a.on("trace");
 
@@ -168,14 +172,15 @@ int cmd_bench(const Argv& argv) {
               "warmup %lld, steps %lld\n",
               backend_name.c_str(), static_cast<long long>(threads), precision.c_str(), optimizer.c_str(), lr,
               static_cast<long long>(batch), static_cast<long long>(warmup), static_cast<long long>(steps));
-  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run)\n", nodes, fuse ? "on" : "off",
-              session.training().graph.nodes.size());
+  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s\n", nodes, fuse ? "on" : "off",
+              session.training().graph.nodes.size(), blocked ? "blocked" : "plain");
   std::fflush(stdout);
 
   double first_loss = 0, last_loss = 0;
   for (int64_t i = 0; i < warmup; ++i) first_loss = session.step(feeds, static_cast<float>(lr));
   std::vector<double> ms;
   if (profile) session.set_profile(&prof);
+  const uint64_t reordered = dnnl_util::reorder_bytes();
   for (int64_t i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     last_loss = session.step(feeds, static_cast<float>(lr));
@@ -207,6 +212,8 @@ int cmd_bench(const Argv& argv) {
               "(naive one buffer per value %.1f MiB), persistent state %.3f MiB\n",
               peak_rss_mib(), static_cast<double>(plan.arena_bytes) * mib, static_cast<double>(plan.naive_bytes) * mib,
               static_cast<double>(session.persistent_bytes()) * mib);
+  std::printf("layout reorders: %.1f MiB per step (oneDNN reorders between row-major and blocked layouts)\n",
+              static_cast<double>(dnnl_util::reorder_bytes() - reordered) * mib / static_cast<double>(steps));
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", first_loss, last_loss);
 
   if (a.on("profile"))

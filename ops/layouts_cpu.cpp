@@ -68,6 +68,16 @@ void register_cpu_layouts(Registry& r) {
   for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div"})
     declare(r, "", op, elementwise);
   declare(r, trt, "ReluGrad", elementwise);
+  // Dropout draws its mask from each element's row-major index (ops/misc.cpp).
+  declare(r, "", "Dropout", [](const Graph& g, const Node& n) {
+    if (!same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""}))
+      return NodeLayouts{};
+    return NodeLayouts{{S}, {S, S}};  // data; output, mask (ratio, training_mode: Plain scalars)
+  });
+  declare(r, trt, "DropoutGrad", [](const Graph& g, const Node& n) {
+    if (!same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+    return NodeLayouts{{S, S}, {S}};  // dY, mask; dX
+  });
   declare(r, "", "Sum", elementwise);
   // SumToShape(dY, like): a copy when the shapes agree; `like` only lends its dims.
   declare(r, trt, "SumToShape", [](const Graph& g, const Node& n) {

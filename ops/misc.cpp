@@ -149,14 +149,21 @@ void dropout_kernel(KernelContext& ctx) {
     const T scale = static_cast<T>(1.0 / (1.0 - ratio));
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    for_range<kParallel>(n, [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const double u =
-            static_cast<double>(splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
-        const bool keep = u >= ratio;
-        py[i] = keep ? px[i] * scale : T(0);
-        if (mask) mask[i] = keep ? 1 : 0;
-      }
+    // Element i (storage order) whose row-major index is `at`: the mask depends on `at`
+    // only, so a Blocked16c tensor (runtime/layout.h) draws the Plain tensor's mask.
+    auto draw = [=](int64_t i, int64_t at) {
+      const double u =
+          static_cast<double>(splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
+      const bool keep = u >= ratio;
+      py[i] = keep ? px[i] * scale : T(0);
+      if (mask) mask[i] = keep ? 1 : 0;
+    };
+    const bool blocked = x.layout() == Layout::Blocked16c;
+    for_range<kParallel>(n, [=, &x](int64_t begin, int64_t end) {
+      if (!blocked)
+        for (int64_t i = begin; i < end; ++i) draw(i, i);
+      else
+        for (BlockedWalk w(x.dims(), begin); w.offset < end; w.next()) draw(w.offset, w.plain);
     });
   });
 }

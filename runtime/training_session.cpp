@@ -16,7 +16,8 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
   return o;
 }
 
-TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed, bool fuse)
+TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed, bool fuse,
+                                 bool blocked_layouts)
     : t_(std::move(t)), backend_(std::move(backend)), seed_(seed) {
   if (fuse) fuse_training_graph(t_.graph);
   // One persistent block for every state tensor; the initializers become views into it.
@@ -39,6 +40,7 @@ TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backe
   if (!t_.loss.empty()) check_names_.push_back(t_.loss);
   ExecutorOptions eo;
   eo.plan = training_plan_options(t_);
+  eo.blocked_layouts = blocked_layouts;
   exec_ = std::make_unique<Executor>(t_.graph, *backend_, eo);
 }
 

@@ -35,7 +35,10 @@ PlanOptions training_plan_options(const TrainingGraph& t);
 
 class TrainingSession {
  public:
-  TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed = 0, bool fuse = true);
+  // fuse: fuse_training_graph first; blocked_layouts: ExecutorOptions::blocked_layouts
+  // (both on by default; off to compare or debug).
+  TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed = 0, bool fuse = true,
+                  bool blocked_layouts = true);
   ~TrainingSession();
   TrainingSession(TrainingSession&&) noexcept;
 

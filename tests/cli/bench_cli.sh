@@ -79,7 +79,7 @@ PY
   grep -Eq "^BatchNormalization " "$tmp/prof" && fail "--profile: an unfused BatchNormalization ran"
   $py - "$tmp/prof" <<'PY' || fail "--fuse on: the graph run is not smaller (above)"
 import re, sys
-m = re.search(r"^training graph: (\d+) nodes, fusions on \((\d+) nodes run\)$", open(sys.argv[1]).read(), re.M)
+m = re.search(r"^training graph: (\d+) nodes, fusions on \((\d+) nodes run\), layouts blocked$", open(sys.argv[1]).read(), re.M)
 assert m and int(m.group(2)) < int(m.group(1)), m and m.groups()
 PY
   $py -c 'import json, sys; e = json.load(open(sys.argv[1]))["traceEvents"]; assert any(x.get("name") for x in e), e[:3]' \
@@ -95,10 +95,25 @@ PY
   # --fuse off runs the training graph as autodiff built it.
   "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 0 --threads 1 --profile --fuse off >"$tmp/nofuse" 2>"$tmp/err" || fail "bench --fuse off exited $?: $(cat "$tmp/err")"
   check_report "$tmp/nofuse" 4 1 || fail "--fuse off report (above)"
-  grep -Eq "^training graph: ([0-9]+) nodes, fusions off \(\1 nodes run\)$" "$tmp/nofuse" || fail "--fuse off: $(grep '^training graph' "$tmp/nofuse")"
+  grep -Eq "^training graph: ([0-9]+) nodes, fusions off \(\1 nodes run\), layouts blocked$" "$tmp/nofuse" || fail "--fuse off: $(grep '^training graph' "$tmp/nofuse")"
   grep -Eq "^Conv +$convs " "$tmp/nofuse" || fail "--fuse off: Conv calls/step is not $convs: $(grep '^Conv ' "$tmp/nofuse")"
   grep -Eq "^(FusedConv|BatchNormalizationRelu) " "$tmp/nofuse" && fail "--fuse off ran a fused op"
 fi
+
+# Layouts: at 16 channels the activations stay nChw16c between oneDNN kernels; --layouts
+# plain reorders around every kernel, so the same step moves far more bytes.
+wide=$tmp/wrn16.onnx
+"$trainrt" model wrn --dataset fashion-mnist --widths 16,16,16,16 -o "$wide" >/dev/null || fail "trainrt model wrn (16) failed"
+for l in blocked plain; do
+  "$trainrt" bench "$wide" --batch 4 --steps 1 --warmup 1 --threads 1 --layouts $l >"$tmp/l_$l" 2>"$tmp/err" || fail "bench --layouts $l exited $?: $(cat "$tmp/err")"
+  grep -Eq "^training graph: .*, layouts $l$" "$tmp/l_$l" || fail "--layouts $l: $(grep '^training graph' "$tmp/l_$l")"
+done
+$py - "$tmp/l_blocked" "$tmp/l_plain" <<'PY' || fail "--layouts: blocked does not reorder less than plain (above)"
+import re, sys
+mib = [float(re.search(r"^layout reorders: ([0-9.]+) MiB per step", open(f).read(), re.M).group(1)) for f in sys.argv[1:]]
+print("layout reorders MiB/step: blocked %.2f, plain %.2f" % tuple(mib))
+sys.exit(0 if mib[0] * 5 < mib[1] else 1)
+PY
 
 # Bad flags and models: exit 2, one line naming the flag or file.
 expect_error 2 "--batch is required" -- "$trainrt" bench "$model"
@@ -113,6 +128,7 @@ expect_error 2 "--backend: expected one of cpu, reference" -- "$trainrt" bench "
 expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam
 expect_error 2 "--lr: must be > 0" -- "$trainrt" bench "$model" --batch 2 --lr 0
 expect_error 2 "--fuse: expected one of on, off, got 'no'" -- "$trainrt" bench "$model" --batch 2 --fuse no
+expect_error 2 "--layouts: expected one of blocked, plain, got 'nhwc'" -- "$trainrt" bench "$model" --batch 2 --layouts nhwc
 expect_error 2 "unknown" -- "$trainrt" bench "$model" --batch 2 --stepz 3
 expect_error 2 "--trace /no/such/dir/t.json: its folder does not exist" -- "$trainrt" bench "$model" --batch 2 --trace /no/such/dir/t.json
 expect_error 2 "no-such.onnx" -- "$trainrt" bench "$tmp/no-such.onnx" --batch 2

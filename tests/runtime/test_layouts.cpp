@@ -49,6 +49,12 @@ TEST_CASE("Blocked16c storage order is oneDNN's nChw16c; to_plain and copy_from_
   Tensor back = to_plain(blocked);
   CHECK(back.layout() == Layout::Plain);
   CHECK(bitwise_equal(back, plain));
+  for (int64_t start : {0, 1, 15, 16, 29, 95, 96, 191}) {  // the walk agrees with the formula
+    int64_t checked = 0;
+    for (BlockedWalk w(dims, start); w.offset < plain.numel(); w.next(), ++checked)
+      REQUIRE(w.plain == blocked_to_plain_index(dims, w.offset));
+    CHECK(checked == plain.numel() - start);
+  }
   CHECK(blockable({1, 16, 1, 1}));
   CHECK_FALSE(blockable({1, 24, 4, 4}));
   CHECK_FALSE(blockable({16, 16}));
@@ -124,7 +130,7 @@ TEST_CASE("a cpu training step with blocked layouts equals the all-Plain step, w
       const uint64_t before = du::reorder_bytes();
       for (const auto& [name, out] : ex.run(feeds, ro)) results[blocked][name] = out.clone();
       moved[blocked] = du::reorder_bytes() - before;
-      if (blocked) CHECK(ex.value("block1/layer2/conv/out").layout() == Layout::Blocked16c);
+      if (blocked) CHECK(ex.value("block1/layer1/conv/out").layout() == Layout::Blocked16c);
     }
     double worst = 0;
     for (const std::string& out : t.graph.outputs) {
@@ -141,7 +147,28 @@ TEST_CASE("a cpu training step with blocked layouts equals the all-Plain step, w
     MESSAGE("largest difference, relative to each output's magnitude: " << worst);
     MESSAGE("reordered bytes per step: plain " << moved[false] << ", blocked " << moved[true]);
     // What is left is the weights' reorders (row-major W into the primitives' layouts,
-    // dW back), the 1-channel input and the activations next to Plain-only kernels.
-    CHECK(moved[true] * 2 < moved[false]);
+    // dW back) and the 1-channel input: at batch 8 a fifteenth.
+    CHECK(moved[true] * 10 < moved[false]);
   }
+}
+
+TEST_CASE("Dropout on a Blocked16c tensor draws the row-major tensor's mask, element for element") {
+  const std::vector<int64_t> dims{3, 32, 5, 7};  // 3360 elements: several walks start mid-block
+  Node n = make_node("Dropout", {"x", "ratio"}, {"y", "mask"});
+  Tensor ratio = make(DataType::Float32, {}, {0.3f});
+  Tensor x = random_tensor(DataType::Float32, dims, 4);
+  Tensor xb(DataType::Float32, dims);
+  xb.set_layout(Layout::Blocked16c);
+  copy_from_plain(x, xb);
+  const Kernel& k = make_backend("cpu")->kernel(n);
+  Tensor y(DataType::Float32, dims), mask(DataType::Bool, dims);
+  KernelContext plain{n, {&x, &ratio}, {&y, &mask}, true, 77};
+  k(plain);
+  Tensor yb(DataType::Float32, dims), maskb(DataType::Bool, dims);
+  yb.set_layout(Layout::Blocked16c);
+  maskb.set_layout(Layout::Blocked16c);
+  KernelContext blocked{n, {&xb, &ratio}, {&yb, &maskb}, true, 77};
+  k(blocked);
+  CHECK(bitwise_equal(to_plain(yb), y));
+  CHECK(bitwise_equal(to_plain(maskb), mask));
 }
