@@ -163,7 +163,7 @@ void matmul_reference(KernelContext& ctx) {
   std::vector<int64_t> yb(nb), sa(nb), sb(nb);
   int64_t batches = 1;
   for (size_t i = nb; i-- > 0;) {
-    yb[i] = std::max(ad[i], bd[i]);
+    yb[i] = ad[i] == 1 ? bd[i] : ad[i];  // broadcast: 1 takes the other; a 0 stays 0 (max would read a 0-batch operand)
     batches *= yb[i];
   }
   for (int64_t i = static_cast<int64_t>(nb) - 1, ma = 1, mb = 1; i >= 0; --i) {
