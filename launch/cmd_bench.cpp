@@ -45,7 +45,7 @@ const CommandSpec kSpec{
      {"warmup", "2", "untimed steps first (kernel and plan caches, first-touch memory)"},
      {"threads", "0", "CPU threads (0 = all cores)"},
      {"backend", "cpu", "cpu or reference"},
-     {"precision", "fp32", "fp32 (bf16 is not implemented yet)"},
+     {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},
@@ -99,7 +99,7 @@ int cmd_bench(const Argv& argv) {
   const int64_t warmup = at_least(a, "warmup", 0), threads = at_least(a, "threads", 0);
   const std::string backend_name = one_of(a, "backend", {"cpu", "reference"});
   const std::string precision = one_of(a, "precision", {"fp32", "bf16"});
-  if (precision == "bf16") throw_unsupported("--precision bf16", "bf16 training is not implemented yet; use fp32");
+  const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
   const std::string optimizer = one_of(a, "optimizer", {"sgd"});
   const double lr = a.number("lr");
   if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
@@ -160,8 +160,10 @@ int cmd_bench(const Argv& argv) {
   const double flops = step_flops(specialize(t.graph, typed));
 
   const size_t nodes = t.graph.nodes.size();
-  TrainingSession session(std::move(t), make_backend(backend_name, static_cast<int>(threads)), seed, fuse,
-                          blocked);
+  std::unique_ptr<Backend> backend = make_backend(backend_name, static_cast<int>(threads));
+  backend->check_math(math);
+  TrainingSession session(std::move(t), std::move(backend),
+                          {.seed = seed, .fuse = fuse, .blocked_layouts = blocked, .math = math});
   ProfileCollector prof;
   const bool profile = a.on("profile") || a.on("trace");
 

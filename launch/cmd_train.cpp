@@ -18,6 +18,11 @@
 // debugging. They keep every state name, so a checkpoint resumes with either
 // setting; like --backend and --threads, --fuse is not part of the resume check
 // (it changes float rounding and, through node indices, the Dropout masks).
+// --precision bf16 is mixed precision (ops/kernel.h MathPrecision): the training
+// step's convolutions read bf16 copies and accumulate in fp32, every stored value
+// (parameters, optimizer state, checkpoints, exports) stays fp32, and validation runs
+// fp32; it is not part of the resume check either. fp16 needs a GPU's loss-scaled
+// training and is refused on the cpu device.
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,7 +70,7 @@ const CommandSpec kSpec{
      {"target-accuracy", "0.95", "early stopping: accuracy the last --patience epochs must reach"},
      {"patience", "2", "early stopping: number of epochs at or above the target"},
      {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
-     {"precision", "fp32", "fp32 (bf16 and fp16 are not implemented yet)"},
+     {"precision", "fp32", "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: GPU only"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
      {"threads", "0", "CPU threads (0 = all cores)"},
@@ -168,9 +173,12 @@ int cmd_train(const Argv& argv) {
   if (topts.optimizer != "sgd" && topts.momentum != 0) throw_bad_input("--momentum", "applies to --optimizer sgd only");
   if (topts.momentum < 0 || topts.weight_decay < 0) throw_bad_input("--momentum/--weight-decay", "must be >= 0");
   const std::string precision = choice(a, "precision", {"fp32", "bf16", "fp16"});
-  if (precision != "fp32") throw_unsupported("--precision " + precision, "only fp32 is implemented so far");
   const std::string device = choice(a, "device", {"cpu", "cuda"});
   if (device == "cuda") throw_unsupported("--device cuda", "the CUDA training backend is not implemented yet");
+  if (precision == "fp16")
+    throw_unsupported("--precision fp16",
+                      "fp16 training (with loss scaling) runs on GPUs; this CPU has no fp16 arithmetic: use bf16 or fp32");
+  const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
   const std::string augment = choice(a, "augment", {"auto", "on", "none"});
   const bool shuffle = choice(a, "shuffle", {"on", "off"}) == "on";
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
@@ -224,6 +232,7 @@ int cmd_train(const Argv& argv) {
 
   configure_threads(static_cast<int>(threads));
   auto backend = make_backend(a.str("backend"), static_cast<int>(threads));
+  backend->check_math(math);
 
   // Data and model.
   DatasetOptions dopt;
@@ -240,7 +249,8 @@ int cmd_train(const Argv& argv) {
     if (!forward.is_initializer(f) || !dtype_is_float(forward.initializers.at(f).dtype()))
       throw_bad_input("--freeze " + f, "is not a float initializer of " + model_path);
 
-  TrainingSession session(build_training_graph(forward, topts), std::move(backend), seed, fuse);
+  TrainingSession session(build_training_graph(forward, topts), std::move(backend),
+                          {.seed = seed, .fuse = fuse, .math = math});
   std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), static_cast<int>(threads));
 
   TrainerState st;
@@ -271,9 +281,9 @@ int cmd_train(const Argv& argv) {
   MetricsWriter metrics =
       resume.empty() ? MetricsWriter(a.str("metrics")) : MetricsWriter(a.str("metrics"), st.global_step, st.epoch);
   std::printf(
-      "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors)\n",
+      "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
       model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size), static_cast<long long>(train.size()),
-      static_cast<long long>(test.size()), session.training().params.size());
+      static_cast<long long>(test.size()), session.training().params.size(), precision.c_str());
   if (!resume.empty())
     std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", resume.c_str(),
                 static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),

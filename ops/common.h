@@ -16,6 +16,11 @@
 
 namespace trainrt {
 
+// `t` (fp32, row-major) with every element rounded to the nearest bfloat16 (ties to
+// even), still stored as fp32: what a kernel in MathPrecision::bf16 reads. Other
+// dtypes, or MathPrecision::fp32, return `t` itself (shared, no copy).
+Tensor math_input(const Tensor& t, MathPrecision m);
+
 // Calls f(float{}) or f(double{}); other dtypes are an internal error (the
 // shape rule should have rejected them).
 template <typename F>

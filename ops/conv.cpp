@@ -178,8 +178,8 @@ void conv2d_reference(const Tensor& x, const Tensor& w, const Tensor* b, Tensor&
 }
 
 void conv_kernel_reference(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  const Tensor& w = ctx.in(1);
+  const Tensor x = math_input(ctx.in(0), ctx.math);
+  const Tensor w = math_input(ctx.in(1), ctx.math);
   Window win = read_window(ctx.node, 2, {w.dims()[2], w.dims()[3]}, "", {});
   for (size_t i = 0; i < 2; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
@@ -243,9 +243,9 @@ void conv2d_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& w, T
 }
 
 void conv_grad_kernel_reference(KernelContext& ctx) {
-  const Tensor& dy = ctx.in(0);
-  const Tensor& x = ctx.in(1);
-  const Tensor& w = ctx.in(2);
+  const Tensor dy = math_input(ctx.in(0), ctx.math);
+  const Tensor x = math_input(ctx.in(1), ctx.math);
+  const Tensor w = math_input(ctx.in(2), ctx.math);
   Window win = read_window(ctx.node, 2, {w.dims()[2], w.dims()[3]}, "", {});
   for (size_t i = 0; i < 2; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
   Tensor* out[3] = {};

@@ -1,4 +1,5 @@
-// Conv (fp32) on oneDNN's convolution_forward.
+// Conv (fp32 values; fp32 or bf16 arithmetic, KernelContext::math) on oneDNN's
+// convolution_forward.
 //
 //   Y[N,M,*out] = sum_{c,k} X[N,g*C/G+c,*(out*s - pb + k*d)] * W[M,C/G,*k] + B[M]
 //
@@ -45,7 +46,7 @@ du::Md blocked_or_any(const Tensor& t) {
 }
 
 ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, const Tensor* z,
-                        const Tensor& y) {
+                        const Tensor& y, MathPrecision math) {
   const bool has_z = z != nullptr;
   ConvPlan p;
   const std::vector<int64_t>& xd = x.dims();
@@ -68,8 +69,11 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
   du::Dims strides(win.strides.begin(), win.strides.end()), pl(win.pads_begin.begin(), win.pads_begin.end()),
       pr(win.pads_end.begin(), win.pads_end.end());
   try {
+    // bf16: X and W are read as bf16 copies in the primitive's layout (the reorders
+    // below convert), the result and the bias stay fp32.
+    const du::Md src_want = math == MathPrecision::bf16 ? du::any_desc(xd, du::math_type(math)) : blocked_or_any(x);
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      blocked_or_any(x), du::any_desc(wg), has_bias ? p.bias_plain : du::Md(),
+                                      src_want, du::any_desc(wg, du::math_type(math)), has_bias ? p.bias_plain : du::Md(),
                                       blocked_or_any(y), strides, du::dnnl_dilations(win.dilations), pl, pr);
     auto make_pd = [&](bool sum) {
       dnnl::post_ops po;
@@ -116,8 +120,9 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
   const std::string key = du::key("Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z, x.layout(), y.layout(),
                                   has_z ? z->layout() : Layout::Plain,
                                   n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
-                                  n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
-  auto plan = du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y); });
+                                  n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
+                                  math_precision_name(ctx.math));
+  auto plan = du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math); });
   if (plan->use_reference) return du::run_reference(ctx);
 
   dnnl::memory src = gu::to_layout(plan->src_reorder, du::memory_of(x, plan->src_user), plan->src_md, 0);

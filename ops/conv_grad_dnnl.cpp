@@ -1,4 +1,5 @@
-// ConvGrad (fp32) on oneDNN's convolution_backward_data and _weights.
+// ConvGrad (fp32 values; fp32 or bf16 arithmetic, KernelContext::math) on oneDNN's
+// convolution_backward_data and _weights.
 //
 //   dY: N,M,Ho,Wo   X: N,C,H,W   W: M,C/G,kH,kW   ->   dX: like X, dW: like W, dB: M
 //   dX = dY convolved back through W (backward data), dW = dY correlated with X and
@@ -49,7 +50,7 @@ struct Want {
 };
 
 ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                       Want want) {
+                       Want want, MathPrecision math) {
   ConvGradPlan p;
   const std::vector<int64_t>& xd = x.dims();
   const std::vector<int64_t>& wd = w.dims();
@@ -78,13 +79,17 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
   const du::Dims pr(win.pads.begin() + static_cast<std::ptrdiff_t>(sp), win.pads.end());
   const auto direct = dnnl::algorithm::convolution_direct;
   const bool wts_bias = want.dw && want.db;
+  // The inputs dY, X, W in the arithmetic's type (bf16 copies for MathPrecision::bf16);
+  // dX, dW and dB are fp32 either way.
+  const dnnl::memory::data_type in_t = du::math_type(math);
   try {
-    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, direct, du::any_desc(xd), du::any_desc(wg),
-                                       wts_bias ? p.db_plain : du::Md(), du::any_desc(yd), strides, dil, pl, pr);
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, direct, du::any_desc(xd, in_t),
+                                       du::any_desc(wg, in_t), wts_bias ? p.db_plain : du::Md(), du::any_desc(yd, in_t),
+                                       strides, dil, pl, pr);
     dnnl::convolution_forward::primitive_desc hint(fd, du::attr(), du::engine());
     if (want.dx) {
-      dnnl::convolution_backward_data::desc d(direct, du::any_desc(xd), du::any_desc(wg), du::any_desc(yd), strides,
-                                              dil, pl, pr);
+      dnnl::convolution_backward_data::desc d(direct, du::any_desc(xd), du::any_desc(wg, in_t), du::any_desc(yd, in_t),
+                                              strides, dil, pl, pr);
       dnnl::convolution_backward_data::primitive_desc pd(d, du::attr(), du::engine(), hint);
       p.data_prim = dnnl::convolution_backward_data(pd);
       p.bd_dy = pd.diff_dst_desc();
@@ -92,9 +97,9 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
       p.bd_dx = pd.diff_src_desc();
     }
     if (want.dw) {
-      dnnl::convolution_backward_weights::desc d(direct, du::any_desc(xd), du::any_desc(wg),
-                                                 wts_bias ? p.db_plain : du::Md(), du::any_desc(yd), strides, dil, pl,
-                                                 pr);
+      dnnl::convolution_backward_weights::desc d(direct, du::any_desc(xd, in_t), du::any_desc(wg),
+                                                 wts_bias ? p.db_plain : du::Md(), du::any_desc(yd, in_t), strides, dil,
+                                                 pl, pr);
       dnnl::convolution_backward_weights::primitive_desc pd(d, du::attr(), du::engine(), hint);
       p.wts_prim = dnnl::convolution_backward_weights(pd);
       p.bw_dy = pd.diff_dst_desc();
@@ -119,8 +124,9 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
   return p;
 }
 
-// dy: N,M,S -> db: M, summed in double per channel (channels in parallel).
-void bias_grad(const Tensor& dy, Tensor& db) {
+// dy: N,M,S -> db: M, summed in double per channel (channels in parallel); with
+// bf16 arithmetic each dY is rounded to bf16 first, as the oneDNN primitive reads it.
+void bias_grad(const Tensor& dy, Tensor& db, MathPrecision math) {
   const int64_t N = dy.dims()[0], M = dy.dims()[1], S = dy.numel() / std::max<int64_t>(N * M, 1);
   const float* g = dy.data<float>();
   float* out = db.data<float>();
@@ -129,7 +135,10 @@ void bias_grad(const Tensor& dy, Tensor& db) {
     for (int64_t b = 0; b < N; ++b) {
       const float* row = g + (b * M + m) * S;
       float part = 0;  // one plane in fp32 (vectorises), planes summed in double
-      for (int64_t s = 0; s < S; ++s) part += row[s];
+      if (math == MathPrecision::bf16)
+        for (int64_t s = 0; s < S; ++s) part += bfloat16_to_float(float_to_bfloat16(row[s]));
+      else
+        for (int64_t s = 0; s < S; ++s) part += row[s];
       acc += part;
     }
     out[m] = static_cast<float>(acc);
@@ -149,8 +158,9 @@ void conv_grad_cpu(KernelContext& ctx) {
   std::string key = du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db, dy.layout(),
                             x.layout(), dx ? dx->layout() : Layout::Plain,
                             n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
-                            n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"));
-  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want); });
+                            n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
+                            math_precision_name(ctx.math));
+  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math); });
   if (plan->use_reference) return du::run_reference(ctx);
 
   const dnnl::memory dy_user = du::memory_of(dy, plan->dy_user);
@@ -173,7 +183,7 @@ void conv_grad_cpu(KernelContext& ctx) {
     du::execute(plan->wts_prim, std::move(args));
     gu::from_layout(plan->bw_dw_reorder, dw, dw_user);
   } else if (want.db) {
-    bias_grad(dy, ctx.out(2));
+    bias_grad(dy, ctx.out(2), ctx.math);
   }
 }
 

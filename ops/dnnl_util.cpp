@@ -52,8 +52,19 @@ Md desc_of(const Tensor& t) {
   return plain_desc(t.dims());
 }
 
-Md any_desc(const std::vector<int64_t>& dims) {
-  return Md(dims_or_scalar(dims), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+Md any_desc(const std::vector<int64_t>& dims, dnnl::memory::data_type dt) {
+  return Md(dims_or_scalar(dims), dt, dnnl::memory::format_tag::any);
+}
+
+dnnl::memory::data_type math_type(MathPrecision m) {
+  return m == MathPrecision::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+bool cpu_has_bf16() {
+  // oneDNN's ISA values are bit sets: a newer ISA contains the bits of the older ones.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
 }
 
 dnnl::memory memory_of(const Tensor& t, const Md& md) {
@@ -213,7 +224,7 @@ void run_reference(KernelContext& ctx) {
   // Reference kernels read row-major data: blocked arguments go through Plain copies.
   std::vector<Tensor> copies;
   copies.reserve(ctx.inputs.size() + ctx.outputs.size());
-  KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed};
+  KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed, ctx.math};
   for (const Tensor* t : ctx.inputs)
     plain.inputs.push_back(blocked(t) ? &copies.emplace_back(to_plain(*t)) : t);
   for (Tensor* t : ctx.outputs)

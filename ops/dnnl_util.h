@@ -61,8 +61,13 @@ Md plain_desc(const std::vector<int64_t>& dims);
 Md sub_block_desc(const std::vector<int64_t>& used, const std::vector<int64_t>& full);
 // fp32 descriptor of the tensor's storage: plain_desc, or nChw16c for Blocked16c.
 Md desc_of(const Tensor& t);
-// fp32 descriptor with format_tag::any: the primitive picks the layout.
-Md any_desc(const std::vector<int64_t>& dims);
+// Descriptor with format_tag::any (fp32 unless `dt` says): the primitive picks the layout.
+Md any_desc(const std::vector<int64_t>& dims, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
+// The data type a matrix-product kernel reads its inputs in (MathPrecision::bf16: bf16).
+dnnl::memory::data_type math_type(MathPrecision m);
+// True when this CPU runs oneDNN's bf16 convolutions natively (AVX-512 BF16 or newer);
+// elsewhere oneDNN would take its slow reference path, so callers refuse bf16 instead.
+bool cpu_has_bf16();
 // Wraps the tensor's buffer (no copy); `md` must describe the same bytes.
 dnnl::memory memory_of(const Tensor& t, const Md& md);
 // Memory of `md` in a per-thread temporary slot (valid until the slot is reused).

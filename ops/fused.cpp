@@ -76,7 +76,8 @@ void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
                   {ctx.inputs.begin(), ctx.inputs.begin() + std::min<size_t>(3, ctx.inputs.size())},
                   {ctx.outputs[0]},
                   ctx.training,
-                  ctx.seed};
+                  ctx.seed,
+                  ctx.math};
   conv(c);
   const bool relu = ctx.node.attr_string("activation", "") == "Relu";
   const Tensor* z = ctx.has_input(3) ? &ctx.in(3) : nullptr;

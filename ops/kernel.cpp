@@ -1,9 +1,23 @@
 #include "ops/kernel.h"
 
+#include "ops/common.h"
+
 #include "graph/error.h"
 #include "graph/schema.h"
 
 namespace trainrt {
+
+const char* math_precision_name(MathPrecision m) { return m == MathPrecision::bf16 ? "bf16" : "fp32"; }
+
+Tensor math_input(const Tensor& t, MathPrecision m) {
+  if (m != MathPrecision::bf16 || t.dtype() != DataType::Float32) return t;
+  TRAINRT_ASSERT(t.layout() == Layout::Plain);
+  Tensor r(DataType::Float32, t.dims());
+  const float* from = t.data<float>();
+  float* to = r.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) to[i] = bfloat16_to_float(float_to_bfloat16(from[i]));
+  return r;
+}
 
 void KernelRegistry::add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k) {
   auto key = std::make_tuple(backend, canonical_domain(domain), op_type);

@@ -24,12 +24,22 @@
 
 namespace trainrt {
 
+// Arithmetic of the matrix-product kernels (Conv, FusedConv, ConvGrad). bf16: each
+// reads bfloat16 copies of its fp32 inputs (round to nearest even) and accumulates in
+// fp32 into fp32 outputs, as mixed-precision training does on CPUs with AVX-512 BF16;
+// every value stays fp32 in memory, parameters included (the fp32 master weights).
+// Other kernels ignore it. The reference kernels round the same way, so they stay the
+// oracle for a bf16 run.
+enum class MathPrecision : uint8_t { fp32, bf16 };
+const char* math_precision_name(MathPrecision m);
+
 struct KernelContext {
   const Node& node;
   std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
   std::vector<Tensor*> outputs;       // nullptr where an optional output is not requested
   bool training = false;              // Dropout / BatchNormalization training semantics
   uint64_t seed = 0;                  // per node and step: Dropout masks derive from it
+  MathPrecision math = MathPrecision::fp32;
 
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i]; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i]; }

@@ -3,6 +3,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
+#include "ops/dnnl_util.h"
 
 namespace trainrt {
 
@@ -41,6 +42,12 @@ class CpuBackend : public Backend {
  public:
   CpuBackend() : Backend("cpu", true) {}
   std::string name() const override { return "cpu"; }
+  void check_math(MathPrecision m) const override {
+    if (m == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16())
+      throw_unsupported("--precision bf16",
+                        "this CPU has no AVX-512 BF16 instructions, where oneDNN runs bf16 convolutions on its slow "
+                        "reference path; use fp32");
+  }
 };
 }  // namespace
 

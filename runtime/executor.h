@@ -80,6 +80,8 @@ struct ExecutorOptions {
   // Keep values blocked between kernels that take it (runtime/layout.h); false: all
   // Plain, every oneDNN kernel reorders at its boundary (tests compare the two).
   bool blocked_layouts = true;
+  // Arithmetic of the convolution kernels (ops/kernel.h MathPrecision); storage stays fp32.
+  MathPrecision math = MathPrecision::fp32;
 };
 
 class Executor {

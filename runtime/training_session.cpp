@@ -16,10 +16,9 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
   return o;
 }
 
-TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed, bool fuse,
-                                 bool blocked_layouts)
-    : t_(std::move(t)), backend_(std::move(backend)), seed_(seed) {
-  if (fuse) fuse_training_graph(t_.graph);
+TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, SessionOptions o)
+    : t_(std::move(t)), backend_(std::move(backend)), seed_(o.seed) {
+  if (o.fuse) fuse_training_graph(t_.graph);
   // One persistent block for every state tensor; the initializers become views into it.
   for (const auto& [produced, state] : t_.updates)
     persistent_bytes_ += align_up(t_.graph.initializers.at(state).nbytes());
@@ -40,7 +39,8 @@ TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backe
   if (!t_.loss.empty()) check_names_.push_back(t_.loss);
   ExecutorOptions eo;
   eo.plan = training_plan_options(t_);
-  eo.blocked_layouts = blocked_layouts;
+  eo.blocked_layouts = o.blocked_layouts;
+  eo.math = o.math;
   exec_ = std::make_unique<Executor>(t_.graph, *backend_, eo);
 }
 

@@ -33,12 +33,16 @@ namespace trainrt {
 // written only after every other node.
 PlanOptions training_plan_options(const TrainingGraph& t);
 
+struct SessionOptions {
+  uint64_t seed = 0;             // Dropout masks derive from it and the step number
+  bool fuse = true;              // fuse_training_graph first (off to compare or debug)
+  bool blocked_layouts = true;   // ExecutorOptions::blocked_layouts
+  MathPrecision math = MathPrecision::fp32;  // ExecutorOptions::math (bf16: mixed precision)
+};
+
 class TrainingSession {
  public:
-  // fuse: fuse_training_graph first; blocked_layouts: ExecutorOptions::blocked_layouts
-  // (both on by default; off to compare or debug).
-  TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, uint64_t seed = 0, bool fuse = true,
-                  bool blocked_layouts = true);
+  TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, SessionOptions o = {});
   ~TrainingSession();
   TrainingSession(TrainingSession&&) noexcept;
 

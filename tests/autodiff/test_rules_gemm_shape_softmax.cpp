@@ -387,7 +387,7 @@ TEST_CASE("a Gemm(transB=1) classifier trained by TrainingSession with SGD separ
   TrainingOptions o;
   o.optimizer = "sgd";
   o.momentum = 0.9f;
-  TrainingSession s(build_training_graph(forward, o), make_backend("reference"), 1);
+  TrainingSession s(build_training_graph(forward, o), make_backend("reference"), {.seed = 1});
   CHECK(s.training().labels == "labels");
   Tensor x, labels;
   double first = 0, last = 0;

@@ -115,6 +115,18 @@ print("layout reorders MiB/step: blocked %.2f, plain %.2f" % tuple(mib))
 sys.exit(0 if mib[0] * 5 < mib[1] else 1)
 PY
 
+# --precision bf16 runs on CPUs with AVX-512 BF16 and is refused elsewhere, naming why.
+if grep -q avx512_bf16 /proc/cpuinfo; then
+  "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --precision bf16 >"$tmp/bf16" 2>&1 ||
+    fail "bench --precision bf16: $(tail -3 "$tmp/bf16")"
+  grep -q "^setup: backend cpu, threads [0-9]*, precision bf16," "$tmp/bf16" || fail "bench bf16 setup line: $(cat "$tmp/bf16")"
+  $py -c 'import math, re, sys
+first, last = map(float, re.search(r"^loss: ([0-9.]+) \(first step\) -> ([0-9.]+)", open(sys.argv[1]).read(), re.M).groups())
+sys.exit(0 if abs(first - math.log(10)) < 1.5 and math.isfinite(last) else 1)' "$tmp/bf16" || fail "bench bf16 loss: $(cat "$tmp/bf16")"
+else
+  expect_error 2 "--precision bf16: this CPU has no AVX-512 BF16" -- "$trainrt" bench "$model" --batch 2 --precision bf16
+fi
+
 # Bad flags and models: exit 2, one line naming the flag or file.
 expect_error 2 "--batch is required" -- "$trainrt" bench "$model"
 expect_error 2 "--batch: must be >= 1" -- "$trainrt" bench "$model" --batch 0
@@ -122,7 +134,6 @@ expect_error 2 "batch" -- "$trainrt" bench "$model" --batch many
 expect_error 2 "--steps: must be >= 1" -- "$trainrt" bench "$model" --batch 2 --steps 0
 expect_error 2 "--warmup: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --warmup -1
 expect_error 2 "--threads: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --threads -3
-expect_error 2 "--precision bf16: .*not implemented" -- "$trainrt" bench "$model" --batch 2 --precision bf16
 expect_error 2 "--precision: expected one of fp32, bf16, got 'fp16'" -- "$trainrt" bench "$model" --batch 2 --precision fp16
 expect_error 2 "--backend: expected one of cpu, reference" -- "$trainrt" bench "$model" --batch 2 --backend gpu
 expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam

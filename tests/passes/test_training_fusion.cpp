@@ -57,7 +57,7 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
       CHECK(rel_diff(gb.at(t.gradients.at(p)), ga.at(t.gradients.at(p))) < tol);
     }
     // Parameters, momentum buffers and BN running statistics after one SGD step.
-    TrainingSession a(t, make_backend(backend), 0, /*fuse=*/false), b(f, make_backend(backend), 0, /*fuse=*/false);
+    TrainingSession a(t, make_backend(backend), {.fuse = false}), b(f, make_backend(backend), {.fuse = false});
     const double la = a.step({{"input", x}, {t.labels, labels}}, 0.05f);
     const double lb = b.step({{"input", x}, {t.labels, labels}}, 0.05f);
     CHECK(std::fabs(la - lb) <= tol * std::fabs(la));
@@ -78,7 +78,7 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
   for (const char* backend : {"reference", "cpu"}) {
     CAPTURE(backend);
     const double tol = std::string(backend) == "reference" ? 1e-6 : 1e-4;
-    TrainingSession fused(t, make_backend(backend)), plain(t, make_backend(backend), 0, /*fuse=*/false);
+    TrainingSession fused(t, make_backend(backend)), plain(t, make_backend(backend), {.fuse = false});
     // What each session runs.
     const auto counts = op_counts(fused.training().graph);
     CHECK(counts.at("ai.trainrt::BatchNormalizationRelu") == 13);

@@ -119,7 +119,7 @@ TEST_CASE("numerical faults: a NaN loss stops the step before state changes; fin
   TrainingOptions o;
   o.optimizer = "sgd";
   o.momentum = 0.9f;
-  TrainingSession s(build_training_graph(g, o), make_backend("reference"), 1);
+  TrainingSession s(build_training_graph(g, o), make_backend("reference"), {.seed = 1});
   s.step(scaled_batch(2.f), 0.1f);  // a finite step first: momentum buffers exist
   std::map<std::string, Tensor> before;
   for (const std::string& name : s.state_names()) before[name] = s.state(name).clone();
@@ -237,7 +237,7 @@ TEST_CASE("memory refusal: a plan larger than the limit is refused before alloca
 TEST_CASE("after_step: at each bucket's ready step its gradients are final (equal to the naive run's)") {
   Graph g = small_wrn({3, 5, 6, 7});
   TrainingGraph t = wrn_training(g);
-  TrainingSession s(t, make_backend("cpu"), 2);
+  TrainingSession s(t, make_backend("cpu"), {.seed = 2});
   s.step(wrn_batch(3, 1), 0.05f);
   std::vector<GradientBucket> buckets = plan_buckets(t, s.plan(), 4000, 1000);
   REQUIRE(buckets.size() > 2);

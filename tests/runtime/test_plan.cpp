@@ -136,7 +136,7 @@ TEST_CASE("TrainingSession with the plan matches naive steps bit for bit (SGD mo
       CAPTURE(optimizer);
       CAPTURE(backend);
       TrainingGraph t = wrn_training(g, optimizer);
-      TrainingSession s(t, make_backend(backend), 5);
+      TrainingSession s(t, make_backend(backend), {.seed = 5});
       TrainingGraph naive_t = s.training();  // the fused graph the session runs
       for (auto& [name, x] : naive_t.graph.initializers) x = x.clone();
       auto b = make_backend(backend);

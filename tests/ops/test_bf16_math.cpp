@@ -1,0 +1,164 @@
+// bf16 arithmetic (MathPrecision::bf16, ops/kernel.h) in the convolution kernels:
+// Conv, FusedConv and ConvGrad read bf16 copies of their fp32 inputs and accumulate
+// in fp32.
+//
+// What is checked, on the Wide ResNet's layer shapes at batch 2-4 and on a few odd
+// windows:
+// - cpu bf16 against reference bf16. The reference rounds its inputs to bf16 and
+//   then computes exactly as in fp32 (in double). A product of two bf16 values is
+//   exact in fp32 (8-bit significands), so the two backends differ only by fp32
+//   summation order: the same bounds as the fp32 comparison (tests/ops/
+//   test_cpu_grad_vs_reference.cpp: 32 * sqrt(L) * 2^-24 * rms for a sum of L terms).
+// - cpu bf16 against reference fp32: the difference is the bf16 rounding of the
+//   inputs: each input moves by up to 2^-9 of itself (RMS 2^-9/sqrt(3)), so over a
+//   random-sign sum an output moves by ~1.6e-3 of the output's rms, and the largest
+//   of ~10^5 outputs by several times that (measured: at most 2.0% of the rms, dX of
+//   the strided 1x1). It must exceed 20x the fp32 bound (so a kernel that silently
+//   stays in fp32 fails) and stay under 5% of the rms.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ops/dnnl_util.h"
+#include "runtime/executor.h"
+#include "test_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+namespace {
+
+double rms(const Tensor& t) {
+  double s = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += t.get_as_double(i) * t.get_as_double(i);
+  return t.numel() ? std::sqrt(s / static_cast<double>(t.numel())) : 0;
+}
+
+TensorMap run(const Node& n, const TensorMap& feeds, const std::string& backend, MathPrecision math) {
+  Graph g = single_node_graph(n, feeds, {}, 17);
+  ExecutorOptions o;
+  o.math = math;
+  const std::unique_ptr<Backend> b = make_backend(backend);  // the executor keeps a reference
+  Executor ex(g, *b, o);
+  TensorMap out;
+  for (const auto& [name, t] : ex.run(feeds)) out[name] = t.clone();
+  return out;
+}
+
+// `reduction`: the length of the sum behind each output element.
+void check_bf16(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction) {
+  const TensorMap ref16 = run(n, feeds, "reference", MathPrecision::bf16);
+  const TensorMap ref32 = run(n, feeds, "reference", MathPrecision::fp32);
+  const uint64_t before = dnnl_util::reference_fallbacks();
+  const TensorMap cpu16 = run(n, feeds, "cpu", MathPrecision::bf16);
+  CHECK_MESSAGE(dnnl_util::reference_fallbacks() == before, n.op_type, " bf16 fell back to the reference kernel");
+  for (const auto& [name, r16] : ref16) {
+    const int64_t L = reduction.at(name);
+    const double scale = rms(r16);
+    const double fp32_bound = 32 * std::sqrt(static_cast<double>(L)) * std::ldexp(1.0, -24) * scale;
+    const double same = max_abs_diff(cpu16.at(name), r16);
+    const double rounding = max_abs_diff(cpu16.at(name), ref32.at(name));
+    INFO(n.op_type, " output '", name, "' ", dims_to_string(r16.dims()), ": |cpu bf16 - ref bf16| = ", same,
+         ", |cpu bf16 - ref fp32| = ", rounding, ", fp32 bound ", fp32_bound, ", rms ", scale);
+    CHECK(same <= fp32_bound);
+    CHECK(rounding > 20 * fp32_bound);
+    CHECK(rounding < 0.05 * scale);
+  }
+}
+
+Node conv_node(int64_t k, int64_t stride, int64_t pad, bool bias, const std::string& domain = "",
+               const std::string& op = "Conv") {
+  Node n = make_node(op, {"X", "W"}, {"Y"}, {}, domain);
+  if (bias) n.inputs.push_back("B");
+  n.attrs["kernel_shape"] = Attribute::of_ints({k, k});
+  n.attrs["strides"] = Attribute::of_ints({stride, stride});
+  n.attrs["pads"] = Attribute::of_ints({pad, pad, pad, pad});
+  return n;
+}
+
+Tensor weights(std::vector<int64_t> dims, uint64_t seed) {
+  const int64_t fan_in = dims[1] * dims[2] * dims[3];
+  const double a = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return random_tensor(DataType::Float32, std::move(dims), seed, -a, a);
+}
+
+struct ConvCase {
+  int64_t n, c, m, hw, k, stride, pad;
+};
+// Wide ResNet (width 10, Fashion-MNIST) layers at a small batch, plus odd windows.
+const ConvCase kShapes[] = {
+    {2, 1, 16, 28, 3, 1, 1},     // the stem
+    {2, 160, 160, 14, 3, 1, 1},  // a stage-2-sized 3x3
+    {2, 160, 320, 14, 1, 2, 0},  // a strided 1x1 shortcut
+    {3, 20, 36, 9, 3, 2, 1},     // channels not a multiple of 16, odd size
+    {4, 16, 16, 7, 5, 1, 2},
+};
+
+}  // namespace
+
+TEST_CASE("bf16 math: Conv on cpu equals the reference's bf16 emulation, and differs from fp32") {
+  uint64_t seed = 100;
+  for (const ConvCase& s : kShapes) {
+    CAPTURE(s.c);
+    CAPTURE(s.m);
+    CAPTURE(s.hw);
+    for (bool bias : {false, true}) {
+      TensorMap feeds{{"X", random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, ++seed, -1, 1)},
+                      {"W", weights({s.m, s.c, s.k, s.k}, ++seed)}};
+      if (bias) feeds["B"] = random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5);
+      check_bf16(conv_node(s.k, s.stride, s.pad, bias), feeds, {{"Y", s.c * s.k * s.k}});
+    }
+  }
+}
+
+TEST_CASE("bf16 math: FusedConv (Relu and the residual sum) on cpu equals the reference's bf16 emulation") {
+  const ConvCase s{2, 160, 160, 14, 3, 1, 1};
+  Node n = conv_node(s.k, s.stride, s.pad, true, "ai.trainrt", "FusedConv");
+  n.inputs.push_back("Z");
+  n.attrs["activation"] = Attribute::of_string("Relu");
+  TensorMap feeds{{"X", random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, 7, -1, 1)},
+                  {"W", weights({s.m, s.c, s.k, s.k}, 8)},
+                  {"B", random_tensor(DataType::Float32, {s.m}, 9, -0.5, 0.5)},
+                  {"Z", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, 10, -1, 1)}};
+  check_bf16(n, feeds, {{"Y", s.c * s.k * s.k}});
+}
+
+TEST_CASE("bf16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's bf16 emulation, and differs from fp32") {
+  uint64_t seed = 200;
+  for (const ConvCase& s : kShapes) {
+    CAPTURE(s.c);
+    CAPTURE(s.m);
+    CAPTURE(s.hw);
+    const int64_t ho = (s.hw + 2 * s.pad - s.k) / s.stride + 1;
+    Node n = conv_node(s.k, s.stride, s.pad, false, "ai.trainrt", "ConvGrad");
+    n.inputs = {"dY", "X", "W"};
+    n.outputs = {"dX", "dW", "dB"};
+    TensorMap feeds{{"dY", random_tensor(DataType::Float32, {s.n, s.m, ho, ho}, ++seed, -1, 1)},
+                    {"X", random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, ++seed, -1, 1)},
+                    {"W", weights({s.m, s.c, s.k, s.k}, ++seed)}};
+    check_bf16(n, feeds, {{"dX", s.m * s.k * s.k}, {"dW", s.n * ho * ho}, {"dB", s.n * ho * ho}});
+    // dB alone takes the per-channel loop instead of the primitive: it rounds dY too.
+    n.outputs = {"", "", "dB"};
+    check_bf16(n, feeds, {{"dB", s.n * ho * ho}});
+  }
+}
+
+TEST_CASE("bf16 math: the reference's emulation rounds the inputs, ties to even") {
+  // 1 + 2^-8 lies halfway between the bf16 values 1 and 1 + 2^-7: it rounds to 1 (even);
+  // 1 + 3*2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: it rounds to 1 + 2^-6.
+  Node n = conv_node(1, 1, 0, false);
+  Tensor x(DataType::Float32, {1, 2, 1, 1});
+  x.data<float>()[0] = 1.0f + std::ldexp(1.0f, -8);
+  x.data<float>()[1] = 1.0f + 3 * std::ldexp(1.0f, -8);
+  Tensor w(DataType::Float32, {2, 2, 1, 1});
+  w.data<float>()[0] = 1;  // y0 = x0, y1 = x1
+  w.data<float>()[3] = 1;
+  for (const std::string backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const TensorMap y = run(n, {{"X", x}, {"W", w}}, backend, MathPrecision::bf16);
+    CHECK(y.at("Y").data<float>()[0] == 1.0f);
+    CHECK(y.at("Y").data<float>()[1] == 1.0f + std::ldexp(1.0f, -6));
+    const TensorMap y32 = run(n, {{"X", x}, {"W", w}}, backend, MathPrecision::fp32);
+    CHECK(y32.at("Y").data<float>()[1] == x.data<float>()[1]);
+  }
+}
