@@ -46,6 +46,7 @@ const CommandSpec kSpec{
      {"threads", "0", "CPU threads (0 = all cores)"},
      {"backend", "cpu", "cpu or reference"},
      {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
+     {"conv-algorithm", "direct", "fp32 3x3 stride-1 convolutions: direct, or winograd (oneDNN F(4x4,3x3))"},
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},
@@ -100,6 +101,8 @@ int cmd_bench(const Argv& argv) {
   const std::string backend_name = one_of(a, "backend", {"cpu", "reference"});
   const std::string precision = one_of(a, "precision", {"fp32", "bf16"});
   const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
+  const ConvAlgorithm conv =
+      one_of(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd : ConvAlgorithm::direct;
   const std::string optimizer = one_of(a, "optimizer", {"sgd"});
   const double lr = a.number("lr");
   if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
@@ -163,7 +166,7 @@ int cmd_bench(const Argv& argv) {
   std::unique_ptr<Backend> backend = make_backend(backend_name, static_cast<int>(threads));
   backend->check_math(math);
   TrainingSession session(std::move(t), std::move(backend),
-                          {.seed = seed, .fuse = fuse, .blocked_layouts = blocked, .math = math});
+                          {.seed = seed, .fuse = fuse, .blocked_layouts = blocked, .math = math, .conv = conv});
   ProfileCollector prof;
   const bool profile = a.on("profile") || a.on("trace");
 
@@ -174,8 +177,9 @@ int cmd_bench(const Argv& argv) {
               "warmup %lld, steps %lld\n",
               backend_name.c_str(), static_cast<long long>(threads), precision.c_str(), optimizer.c_str(), lr,
               static_cast<long long>(batch), static_cast<long long>(warmup), static_cast<long long>(steps));
-  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s\n", nodes, fuse ? "on" : "off",
-              session.training().graph.nodes.size(), blocked ? "blocked" : "plain");
+  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s, convolutions %s\n", nodes,
+              fuse ? "on" : "off", session.training().graph.nodes.size(), blocked ? "blocked" : "plain",
+              conv_algorithm_name(conv));
   std::fflush(stdout);
 
   double first_loss = 0, last_loss = 0;

@@ -71,6 +71,7 @@ const CommandSpec kSpec{
      {"patience", "2", "early stopping: number of epochs at or above the target"},
      {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
      {"precision", "fp32", "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: GPU only"},
+     {"conv-algorithm", "direct", "fp32 3x3 stride-1 convolutions: direct, or winograd (oneDNN F(4x4,3x3))"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
      {"threads", "0", "CPU threads (0 = all cores)"},
@@ -179,6 +180,8 @@ int cmd_train(const Argv& argv) {
     throw_unsupported("--precision fp16",
                       "fp16 training (with loss scaling) runs on GPUs; this CPU has no fp16 arithmetic: use bf16 or fp32");
   const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
+  const ConvAlgorithm conv =
+      choice(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd : ConvAlgorithm::direct;
   const std::string augment = choice(a, "augment", {"auto", "on", "none"});
   const bool shuffle = choice(a, "shuffle", {"on", "off"}) == "on";
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
@@ -250,7 +253,7 @@ int cmd_train(const Argv& argv) {
       throw_bad_input("--freeze " + f, "is not a float initializer of " + model_path);
 
   TrainingSession session(build_training_graph(forward, topts), std::move(backend),
-                          {.seed = seed, .fuse = fuse, .math = math});
+                          {.seed = seed, .fuse = fuse, .math = math, .conv = conv});
   std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), static_cast<int>(threads));
 
   TrainerState st;

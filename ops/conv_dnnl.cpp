@@ -46,7 +46,7 @@ du::Md blocked_or_any(const Tensor& t) {
 }
 
 ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, const Tensor* z,
-                        const Tensor& y, MathPrecision math) {
+                        const Tensor& y, MathPrecision math, dnnl::algorithm algorithm) {
   const bool has_z = z != nullptr;
   ConvPlan p;
   const std::vector<int64_t>& xd = x.dims();
@@ -72,8 +72,13 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
     // bf16: X and W are read as bf16 copies in the primitive's layout (the reorders
     // below convert), the result and the bias stay fp32.
     const du::Md src_want = math == MathPrecision::bf16 ? du::any_desc(xd, du::math_type(math)) : blocked_or_any(x);
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      src_want, du::any_desc(wg, du::math_type(math)), has_bias ? p.bias_plain : du::Md(),
+    // Winograd's forward_inference wants its weights pre-transformed (a wino_reorder of
+    // W on every call, as slow as the convolution); forward_training transforms them
+    // inside the primitive.
+    const auto prop = algorithm == dnnl::algorithm::convolution_winograd ? dnnl::prop_kind::forward_training
+                                                                         : dnnl::prop_kind::forward_inference;
+    dnnl::convolution_forward::desc d(prop, algorithm, src_want,
+                                      du::any_desc(wg, du::math_type(math)), has_bias ? p.bias_plain : du::Md(),
                                       blocked_or_any(y), strides, du::dnnl_dilations(win.dilations), pl, pr);
     auto make_pd = [&](bool sum) {
       dnnl::post_ops po;
@@ -94,16 +99,27 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
     p.src_md = pd.src_desc();
     p.w_md = pd.weights_desc();
     p.dst_md = pd.dst_desc();
+    p.src_reorder = du::make_reorder(p.src_user, p.src_md);
+    p.w_reorder = du::make_reorder(p.w_plain, p.w_md);
+    p.dst_reorder = du::make_reorder(p.dst_md, p.dst_user);
+    if (has_z && !p.add_z_after) p.z_reorder = du::make_reorder(p.z_user, p.dst_md);
   } catch (const dnnl::error&) {
     return du::reference_plan<ConvPlan>();
   }
-  p.src_reorder = du::make_reorder(p.src_user, p.src_md);
-  p.w_reorder = du::make_reorder(p.w_plain, p.w_md);
-  p.dst_reorder = du::make_reorder(p.dst_md, p.dst_user);
-  if (has_z && !p.add_z_after) p.z_reorder = du::make_reorder(p.z_user, p.dst_md);
   // The loop that adds Z after the primitive needs Z and Y in one layout.
   if (p.add_z_after && p.z_user != p.dst_user) return du::reference_plan<ConvPlan>();
   return p;
+}
+
+// Winograd where asked for and oneDNN implements it for this fp32 convolution (3x3,
+// stride 1, no dilation or groups), else direct.
+ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, const Tensor* z,
+                        const Tensor& y, MathPrecision math, ConvAlgorithm conv) {
+  if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
+    ConvPlan p = make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_winograd);
+    if (!p.use_reference) return p;
+  }
+  return make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_direct);
 }
 
 }  // namespace
@@ -121,8 +137,9 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
                                   has_z ? z->layout() : Layout::Plain,
                                   n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
                                   n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
-                                  math_precision_name(ctx.math));
-  auto plan = du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math); });
+                                  math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
+  auto plan =
+      du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
 
   dnnl::memory src = gu::to_layout(plan->src_reorder, du::memory_of(x, plan->src_user), plan->src_md, 0);

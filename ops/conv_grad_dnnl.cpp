@@ -50,7 +50,7 @@ struct Want {
 };
 
 ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                       Want want, MathPrecision math) {
+                       Want want, MathPrecision math, dnnl::algorithm algorithm) {
   ConvGradPlan p;
   const std::vector<int64_t>& xd = x.dims();
   const std::vector<int64_t>& wd = w.dims();
@@ -77,18 +77,17 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
   const du::Dims dil = du::dnnl_dilations(win.dilations);
   const du::Dims pl(win.pads.begin(), win.pads.begin() + static_cast<std::ptrdiff_t>(sp));
   const du::Dims pr(win.pads.begin() + static_cast<std::ptrdiff_t>(sp), win.pads.end());
-  const auto direct = dnnl::algorithm::convolution_direct;
   const bool wts_bias = want.dw && want.db;
   // The inputs dY, X, W in the arithmetic's type (bf16 copies for MathPrecision::bf16);
   // dX, dW and dB are fp32 either way.
   const dnnl::memory::data_type in_t = du::math_type(math);
   try {
-    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, direct, du::any_desc(xd, in_t),
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, algorithm, du::any_desc(xd, in_t),
                                        du::any_desc(wg, in_t), wts_bias ? p.db_plain : du::Md(), du::any_desc(yd, in_t),
                                        strides, dil, pl, pr);
     dnnl::convolution_forward::primitive_desc hint(fd, du::attr(), du::engine());
     if (want.dx) {
-      dnnl::convolution_backward_data::desc d(direct, du::any_desc(xd), du::any_desc(wg, in_t), du::any_desc(yd, in_t),
+      dnnl::convolution_backward_data::desc d(algorithm, du::any_desc(xd), du::any_desc(wg, in_t), du::any_desc(yd, in_t),
                                               strides, dil, pl, pr);
       dnnl::convolution_backward_data::primitive_desc pd(d, du::attr(), du::engine(), hint);
       p.data_prim = dnnl::convolution_backward_data(pd);
@@ -97,7 +96,7 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
       p.bd_dx = pd.diff_src_desc();
     }
     if (want.dw) {
-      dnnl::convolution_backward_weights::desc d(direct, du::any_desc(xd, in_t), du::any_desc(wg),
+      dnnl::convolution_backward_weights::desc d(algorithm, du::any_desc(xd, in_t), du::any_desc(wg),
                                                  wts_bias ? p.db_plain : du::Md(), du::any_desc(yd, in_t), strides, dil,
                                                  pl, pr);
       dnnl::convolution_backward_weights::primitive_desc pd(d, du::attr(), du::engine(), hint);
@@ -107,21 +106,32 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
       p.bw_dw = pd.diff_weights_desc();
       if (wts_bias && pd.diff_bias_desc() != p.db_plain) return du::reference_plan<ConvGradPlan>();
     }
+    if (want.dx) {
+      p.bd_dy_reorder = du::make_reorder(p.dy_user, p.bd_dy);
+      p.bd_w_reorder = du::make_reorder(p.w_plain, p.bd_w);
+      p.bd_dx_reorder = du::make_reorder(p.bd_dx, p.dx_user);
+    }
+    if (want.dw) {
+      p.share_dy = want.dx && p.bw_dy == p.bd_dy;
+      if (!p.share_dy) p.bw_dy_reorder = du::make_reorder(p.dy_user, p.bw_dy);
+      p.bw_x_reorder = du::make_reorder(p.x_user, p.bw_x);
+      p.bw_dw_reorder = du::make_reorder(p.bw_dw, p.w_plain);
+    }
   } catch (const dnnl::error&) {
     return du::reference_plan<ConvGradPlan>();  // a window oneDNN rejects
   }
-  if (want.dx) {
-    p.bd_dy_reorder = du::make_reorder(p.dy_user, p.bd_dy);
-    p.bd_w_reorder = du::make_reorder(p.w_plain, p.bd_w);
-    p.bd_dx_reorder = du::make_reorder(p.bd_dx, p.dx_user);
-  }
-  if (want.dw) {
-    p.share_dy = want.dx && p.bw_dy == p.bd_dy;
-    if (!p.share_dy) p.bw_dy_reorder = du::make_reorder(p.dy_user, p.bw_dy);
-    p.bw_x_reorder = du::make_reorder(p.x_user, p.bw_x);
-    p.bw_dw_reorder = du::make_reorder(p.bw_dw, p.w_plain);
-  }
   return p;
+}
+
+// Winograd where asked for and oneDNN implements both passes for this fp32
+// convolution (3x3, stride 1, no dilation or groups), else direct.
+ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
+                       Want want, MathPrecision math, ConvAlgorithm conv) {
+  if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
+    ConvGradPlan p = make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_winograd);
+    if (!p.use_reference) return p;
+  }
+  return make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_direct);
 }
 
 // dy: N,M,S -> db: M, summed in double per channel (channels in parallel); with
@@ -159,8 +169,8 @@ void conv_grad_cpu(KernelContext& ctx) {
                             x.layout(), dx ? dx->layout() : Layout::Plain,
                             n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
                             n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
-                            math_precision_name(ctx.math));
-  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math); });
+                            math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
+  auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
 
   const dnnl::memory dy_user = du::memory_of(dy, plan->dy_user);

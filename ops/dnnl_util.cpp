@@ -224,7 +224,7 @@ void run_reference(KernelContext& ctx) {
   // Reference kernels read row-major data: blocked arguments go through Plain copies.
   std::vector<Tensor> copies;
   copies.reserve(ctx.inputs.size() + ctx.outputs.size());
-  KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed, ctx.math};
+  KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed, ctx.math, ctx.conv};
   for (const Tensor* t : ctx.inputs)
     plain.inputs.push_back(blocked(t) ? &copies.emplace_back(to_plain(*t)) : t);
   for (Tensor* t : ctx.outputs)
@@ -232,6 +232,15 @@ void run_reference(KernelContext& ctx) {
   (*k)(plain);
   for (size_t i = 0; i < ctx.outputs.size(); ++i)
     if (blocked(ctx.outputs[i])) copy_from_plain(*plain.outputs[i], *ctx.outputs[i]);
+}
+
+bool winograd_shape(const Node& n, const Tensor& w) {
+  const std::vector<int64_t>& wd = w.dims();
+  auto all_one = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
+  };
+  return wd.size() == 4 && wd[2] == 3 && wd[3] == 3 && n.attr_int("group", 1) == 1 &&
+         all_one(n.attr_ints("strides", {1, 1})) && all_one(n.attr_ints("dilations", {1, 1}));
 }
 
 Window window_of(const Node& n, const std::vector<int64_t>& in, const std::vector<int64_t>& out,

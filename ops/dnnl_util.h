@@ -146,6 +146,10 @@ Window window_of(const Node& n, const std::vector<int64_t>& in, const std::vecto
 // ONNX end pad under ceil_mode (larger) or when the last rows are dropped (smaller).
 std::vector<int64_t> effective_pads_end(const Window& w, const std::vector<int64_t>& in,
                                         const std::vector<int64_t>& out);
+// A 2-D convolution oneDNN's Winograd F(4x4, 3x3) can take: 3x3 weights, stride 1,
+// no dilation, one group (whether it has an implementation is known only when its
+// primitive descriptor is created).
+bool winograd_shape(const Node& n, const Tensor& w);
 // oneDNN dilation = ONNX dilation - 1.
 Dims dnnl_dilations(const std::vector<int64_t>& onnx_dilations);
 

@@ -77,7 +77,8 @@ void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
                   {ctx.outputs[0]},
                   ctx.training,
                   ctx.seed,
-                  ctx.math};
+                  ctx.math,
+                  ctx.conv};
   conv(c);
   const bool relu = ctx.node.attr_string("activation", "") == "Relu";
   const Tensor* z = ctx.has_input(3) ? &ctx.in(3) : nullptr;

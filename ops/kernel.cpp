@@ -8,6 +8,7 @@
 namespace trainrt {
 
 const char* math_precision_name(MathPrecision m) { return m == MathPrecision::bf16 ? "bf16" : "fp32"; }
+const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::winograd ? "winograd" : "direct"; }
 
 Tensor math_input(const Tensor& t, MathPrecision m) {
   if (m != MathPrecision::bf16 || t.dtype() != DataType::Float32) return t;

@@ -33,6 +33,14 @@ namespace trainrt {
 enum class MathPrecision : uint8_t { fp32, bf16 };
 const char* math_precision_name(MathPrecision m);
 
+// The algorithm of fp32 3x3 stride-1 convolutions on the cpu backend. winograd:
+// oneDNN's Winograd F(4x4, 3x3) (forward, backward data and weights) where it has an
+// implementation for the shape, direct elsewhere; it does ~4x fewer multiplications
+// and rounds differently (tests/ops/test_conv_algorithm.cpp measures how much). The
+// reference backend always runs the direct sum; bf16 arithmetic is always direct.
+enum class ConvAlgorithm : uint8_t { direct, winograd };
+const char* conv_algorithm_name(ConvAlgorithm a);
+
 struct KernelContext {
   const Node& node;
   std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
@@ -40,6 +48,7 @@ struct KernelContext {
   bool training = false;              // Dropout / BatchNormalization training semantics
   uint64_t seed = 0;                  // per node and step: Dropout masks derive from it
   MathPrecision math = MathPrecision::fp32;
+  ConvAlgorithm conv = ConvAlgorithm::direct;
 
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i]; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i]; }

@@ -220,6 +220,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     for (const PlanStep& st : plan.steps) {
       KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
       c.math = opts_.math;
+      c.conv = opts_.conv;
       for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
       for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
     }

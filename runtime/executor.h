@@ -82,6 +82,7 @@ struct ExecutorOptions {
   bool blocked_layouts = true;
   // Arithmetic of the convolution kernels (ops/kernel.h MathPrecision); storage stays fp32.
   MathPrecision math = MathPrecision::fp32;
+  ConvAlgorithm conv = ConvAlgorithm::direct;  // ops/kernel.h
 };
 
 class Executor {

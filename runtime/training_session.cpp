@@ -41,6 +41,7 @@ TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backe
   eo.plan = training_plan_options(t_);
   eo.blocked_layouts = o.blocked_layouts;
   eo.math = o.math;
+  eo.conv = o.conv;
   exec_ = std::make_unique<Executor>(t_.graph, *backend_, eo);
 }
 

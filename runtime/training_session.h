@@ -38,6 +38,7 @@ struct SessionOptions {
   bool fuse = true;              // fuse_training_graph first (off to compare or debug)
   bool blocked_layouts = true;   // ExecutorOptions::blocked_layouts
   MathPrecision math = MathPrecision::fp32;  // ExecutorOptions::math (bf16: mixed precision)
+  ConvAlgorithm conv = ConvAlgorithm::direct;  // ExecutorOptions::conv
 };
 
 class TrainingSession {
