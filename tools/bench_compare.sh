@@ -2,13 +2,14 @@
 # trainrt against PyTorch on the same Wide ResNet training step, in the same run.
 #
 #   tools/bench_compare.sh --trainrt build/trainrt [--dataset fashion-mnist|cifar100|both]
-#       [--batch 64|128|both] [--precision fp32|bf16|both] [--threads 2] [--steps 3] [--warmup 1]
+#       [--batch 64|128|both] [--precision fp32|bf16|fp32-winograd|all] [--threads 2] [--steps 3] [--warmup 1]
 #       [--widths 16,160,320,640]
 #
 # For each dataset shape (Fashion-MNIST 1x28x28, CIFAR-100 3x32x32) and batch:
 # writes the seed's Wide ResNet with `trainrt model wrn` (same architecture as
 # tools/wrn_reference.py, which bench_pytorch.py builds), runs `trainrt bench` on it
-# (cpu backend, SGD momentum 0.9; fp32 and/or bf16 mixed precision), then
+# (cpu backend, SGD momentum 0.9; fp32, bf16 mixed precision, fp32 with Winograd
+# convolutions, or all three), then
 # tools/bench_pytorch.py (fp32, best of channels_last and contiguous), and prints the
 # figures and the ratios trainrt/PyTorch fp32 of images/s and peak RSS. Both run with the same --threads, one
 # after the other; `uptime`'s load average is printed before each, because the
@@ -33,8 +34,8 @@ while [ $# -gt 0 ]; do
                  *) die "--dataset: expected fashion-mnist, cifar100 or both, got '$2'" ;; esac; shift 2 ;;
     --batch) case $2 in both) batches="64 128" ;; 64 | 128) batches=$2 ;;
                *) die "--batch: expected 64, 128 or both, got '$2'" ;; esac; shift 2 ;;
-    --precision) case $2 in both) precisions="fp32 bf16" ;; fp32 | bf16) precisions=$2 ;;
-                   *) die "--precision: expected fp32, bf16 or both, got '$2'" ;; esac; shift 2 ;;
+    --precision) case $2 in all) precisions="fp32 bf16 fp32-winograd" ;; fp32 | bf16 | fp32-winograd) precisions=$2 ;;
+                   *) die "--precision: expected fp32, bf16, fp32-winograd or all, got '$2'" ;; esac; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -60,7 +61,8 @@ for dataset in $datasets; do
     for precision in $precisions; do
       echo "load before trainrt $precision: $(uptime | sed 's/.*load average: //')"
       "$trainrt" bench "$model" --batch "$batch" --threads "$threads" --steps "$steps" --warmup "$warmup" \
-        --backend cpu --precision "$precision" | tee "$tmp/trainrt_$precision.txt" | sed "s/^/trainrt $precision | /"
+        --backend cpu --precision "${precision%-winograd}" \
+        --conv-algorithm "$([ "$precision" = fp32-winograd ] && echo winograd || echo direct)" | tee "$tmp/trainrt_$precision.txt" | sed "s/^/trainrt $precision | /"
     done
     echo "load before pytorch: $(uptime | sed 's/.*load average: //')"
     $py "$here/bench_pytorch.py" --dataset "$dataset" --batch "$batch" --threads "$threads" --steps "$steps" \
