@@ -44,7 +44,8 @@ srt = sorted(times)
 want_median = srt[len(srt) // 2] if len(srt) % 2 else (srt[len(srt) // 2 - 1] + srt[len(srt) // 2]) / 2
 assert abs(median - want_median) <= 0.06 and abs(mean - sum(times) / len(times)) <= 0.06, (median, mean, times)
 (ips,) = map(float, line(r"^images/s: ([0-9.]+) "))
-assert abs(ips - batch * 1e3 / median) <= 0.01 * ips + 0.01, (ips, batch, median)
+# The median is printed to 0.1 ms: on a fast step that rounding alone is a few % of it.
+assert abs(ips - batch * 1e3 / median) <= ips * (0.01 + 0.05 / median) + 0.01, (ips, batch, median)
 gflop, _ = map(float, line(r"^GFLOP/step: ([0-9.]+) .*, ([0-9.]+) GFLOP/s"))
 assert gflop > 0
 rss, arena, naive, state = map(float, line(r"^peak memory: RSS ([0-9.]+) MiB .*; planned arena ([0-9.]+) MiB "
