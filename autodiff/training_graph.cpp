@@ -223,11 +223,20 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
     return name;
   };
 
-  Tensor seed(g.info(t.loss).dtype, {});
-  seed.set_from_double(0, 1.0);
-  const std::string seed_name = unique_name(g, t.loss + "_grad");
-  constants[seed_name] = seed;
-  contributions[t.loss].push_back(seed_name);
+  if (o.loss_scale_name.empty()) {
+    Tensor seed(g.info(t.loss).dtype, {});
+    seed.set_from_double(0, 1.0);
+    const std::string seed_name = unique_name(g, t.loss + "_grad");
+    constants[seed_name] = seed;
+    contributions[t.loss].push_back(seed_name);
+  } else {
+    if (g.info(t.loss).dtype != DataType::Float32)
+      throw_bad_input("loss scaling", "needs a float32 loss, '" + t.loss + "' is " + dtype_name(g.info(t.loss).dtype));
+    t.loss_scale = unique_name(g, o.loss_scale_name);
+    g.inputs.push_back(t.loss_scale);
+    g.values[t.loss_scale] = ValueInfo{DataType::Float32, Shape{}};
+    contributions[t.loss].push_back(t.loss_scale);
+  }
 
   for (size_t idx = t.forward_nodes; idx-- > 0;) {
     const Node& n = g.nodes[idx];
@@ -297,6 +306,20 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
   std::stable_sort(t.params.begin(), t.params.end(), [&](const std::string& a, const std::string& b) {
     return produced_at[t.gradients[a]] < produced_at[t.gradients[b]];
   });
+
+  // Loss scaling: each parameter's gradient divided by the scale, right after it is complete.
+  if (!t.loss_scale.empty())
+    for (const std::string& p : t.params) {
+      const std::string scaled = t.gradients[p];
+      Node div;
+      div.name = p + "/grad/unscale";
+      div.op_type = "Div";
+      div.inputs = {scaled, t.loss_scale};
+      div.outputs = {unique_name(g, scaled + ".unscaled")};
+      t.scaled_gradients[p] = scaled;
+      t.gradients[p] = div.outputs[0];
+      backward.push_back(std::move(div));
+    }
 
   for (auto& [name, c] : constants) {
     g.values[name] = ValueInfo{c.dtype(), shape_of(c.dims())};

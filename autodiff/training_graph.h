@@ -28,6 +28,12 @@ struct TrainingOptions {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
   std::string labels_name = "labels";
   std::string lr_name = "lr";
+  // Loss scaling (fp16 training): the backward pass starts from a float32 scalar graph
+  // input of this name instead of 1, so every gradient comes out multiplied by it, and
+  // each parameter's gradient is divided by it again (a Div node) before the optimizer
+  // reads it. A power-of-two scale changes no bit in fp32; in fp16 arithmetic it keeps
+  // small gradients from rounding to zero. Empty: no loss scaling.
+  std::string loss_scale_name;
 };
 
 struct TrainingGraph {
@@ -35,6 +41,10 @@ struct TrainingGraph {
   std::string loss;    // float scalar
   std::string labels;  // label input added for the appended loss ("" when the model has its own)
   std::string lr;      // float32 scalar input ("" when optimizer == none)
+  std::string loss_scale;  // float32 scalar input ("" without loss scaling)
+  // With loss scaling: param -> its gradient before the division by the scale (the
+  // values a non-finite check must look at to find an overflow of the scaled pass).
+  std::map<std::string, std::string> scaled_gradients;
   std::vector<std::string> params;               // trainable, in the order their gradients complete
   std::map<std::string, std::string> gradients;  // param -> its gradient value
   // After each step: value computed by the graph -> the initializer it replaces

@@ -21,8 +21,11 @@
 // --precision bf16 is mixed precision (ops/kernel.h MathPrecision): the training
 // step's convolutions read bf16 copies and accumulate in fp32, every stored value
 // (parameters, optimizer state, checkpoints, exports) stays fp32, and validation runs
-// fp32; it is not part of the resume check either. fp16 needs a GPU's loss-scaled
-// training and is refused on the cpu device.
+// fp32; it is not part of the resume check either. --precision fp16 rounds the
+// convolutions' inputs to IEEE half instead, with dynamic loss scaling (runtime/
+// loss_scaler.h: steps whose gradients overflow are skipped); the cpu backend emulates
+// it (no speed-up), to check a GPU run's numerics on a CPU. The loss scaler's state is
+// in the checkpoint, so an fp16 run resumes only as fp16.
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,7 +73,8 @@ const CommandSpec kSpec{
      {"target-accuracy", "0.95", "early stopping: accuracy the last --patience epochs must reach"},
      {"patience", "2", "early stopping: number of epochs at or above the target"},
      {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
-     {"precision", "fp32", "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: GPU only"},
+     {"precision", "fp32",
+      "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on cpu)"},
      {"conv-algorithm", "direct", "fp32 3x3 stride-1 convolutions: direct, or winograd (oneDNN F(4x4,3x3))"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
@@ -176,10 +180,10 @@ int cmd_train(const Argv& argv) {
   const std::string precision = choice(a, "precision", {"fp32", "bf16", "fp16"});
   const std::string device = choice(a, "device", {"cpu", "cuda"});
   if (device == "cuda") throw_unsupported("--device cuda", "the CUDA training backend is not implemented yet");
-  if (precision == "fp16")
-    throw_unsupported("--precision fp16",
-                      "fp16 training (with loss scaling) runs on GPUs; this CPU has no fp16 arithmetic: use bf16 or fp32");
-  const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
+  const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
+                            : precision == "fp16" ? MathPrecision::fp16
+                                                  : MathPrecision::fp32;
+  if (math == MathPrecision::fp16) topts.loss_scale_name = "loss_scale";
   const ConvAlgorithm conv =
       choice(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd : ConvAlgorithm::direct;
   const std::string augment = choice(a, "augment", {"auto", "on", "none"});
@@ -264,10 +268,14 @@ int cmd_train(const Argv& argv) {
     std::vector<std::string> names = session.state_names();
     std::set<std::string> want(names.begin(), names.end());
     for (const auto& [name, t] : resumed.state)
-      if (!want.count(name)) throw_bad_input(resume, "checkpoint tensor '" + name + "' is not a state of this model");
+      if (!want.count(name))
+        throw_bad_input(resume, "checkpoint tensor '" + name + "' is not a state of this model" +
+                                    (name.rfind("loss_scaler.", 0) == 0 ? " (the checkpoint is of an fp16 run)" : ""));
     for (const std::string& n : names) {
       auto it = resumed.state.find(n);
-      if (it == resumed.state.end()) throw_bad_input(resume, "checkpoint has no tensor '" + n + "'");
+      if (it == resumed.state.end())
+        throw_bad_input(resume, "checkpoint has no tensor '" + n + "'" +
+                                    (n.rfind("loss_scaler.", 0) == 0 ? " (it is not of an fp16 run)" : ""));
       const Tensor& cur = session.state(n);
       if (it->second.dtype() != cur.dtype() || it->second.dims() != cur.dims())
         throw_bad_input(resume, "checkpoint tensor '" + n + "' is " + dtype_name(it->second.dtype()) +
@@ -287,6 +295,10 @@ int cmd_train(const Argv& argv) {
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
       model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size), static_cast<long long>(train.size()),
       static_cast<long long>(test.size()), session.training().params.size(), precision.c_str());
+  if (math == MathPrecision::fp16)
+    std::printf("fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
+                "dynamic loss scaling from %g\n",
+                a.str("backend").c_str(), static_cast<double>(session.loss_scale()));
   if (!resume.empty())
     std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", resume.c_str(),
                 static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),
@@ -443,6 +455,9 @@ int cmd_train(const Argv& argv) {
         "Epoch = %2lld: Epoch Time = %5.3f, Validation Loss = %5.3f, Validation Accuracy = %5.3f, Images/sec = %5.3f, "
         "Cumulative Time = %5.3f\n",
         static_cast<long long>(st.epoch + 1), epoch_time, ev.loss, ev.accuracy, images_per_sec, st.total_seconds);
+    if (session.loss_scaling())
+      std::printf("Loss scale = %g (%lld steps skipped for non-finite gradients in this process)\n",
+                  static_cast<double>(session.loss_scale()), static_cast<long long>(session.skipped_steps()));
     std::fflush(stdout);
     metrics.epoch(st.epoch + 1, epoch_time, st.epoch_loss_sum / static_cast<double>(steps), ev.loss, ev.accuracy,
                   images_per_sec, st.total_seconds, st.lr);

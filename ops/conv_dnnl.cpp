@@ -142,8 +142,9 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
       du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
 
-  dnnl::memory src = gu::to_layout(plan->src_reorder, du::memory_of(x, plan->src_user), plan->src_md, 0);
-  dnnl::memory wts = gu::to_layout(plan->w_reorder, du::memory_of(w, plan->w_plain), plan->w_md, 1);
+  // Slots 0-2 hold the primitive's layouts, 3-4 the fp16 rounded copies (du::math_rounded).
+  dnnl::memory src = gu::to_layout(plan->src_reorder, du::math_rounded(x, plan->src_user, ctx.math, 3), plan->src_md, 0);
+  dnnl::memory wts = gu::to_layout(plan->w_reorder, du::math_rounded(w, plan->w_plain, ctx.math, 4), plan->w_md, 1);
   dnnl::memory dst_user = du::memory_of(y, plan->dst_user);
   dnnl::memory dst = gu::out_memory(plan->dst_reorder, dst_user, plan->dst_md, 2);
   if (has_z && !plan->add_z_after) {  // the sum post-op accumulates into dst: start it as Z

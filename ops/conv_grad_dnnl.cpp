@@ -20,6 +20,7 @@
 #include <tbb/parallel_for.h>
 
 #include "graph/error.h"
+#include "ops/common.h"
 #include "ops/cpu_grad_kernels.h"
 #include "ops/dnnl_grad_util.h"
 #include "ops/dnnl_util.h"
@@ -135,7 +136,7 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
 }
 
 // dy: N,M,S -> db: M, summed in double per channel (channels in parallel); with
-// bf16 arithmetic each dY is rounded to bf16 first, as the oneDNN primitive reads it.
+// bf16/fp16 arithmetic each dY is rounded first, as the oneDNN primitive reads it.
 void bias_grad(const Tensor& dy, Tensor& db, MathPrecision math) {
   const int64_t N = dy.dims()[0], M = dy.dims()[1], S = dy.numel() / std::max<int64_t>(N * M, 1);
   const float* g = dy.data<float>();
@@ -145,8 +146,8 @@ void bias_grad(const Tensor& dy, Tensor& db, MathPrecision math) {
     for (int64_t b = 0; b < N; ++b) {
       const float* row = g + (b * M + m) * S;
       float part = 0;  // one plane in fp32 (vectorises), planes summed in double
-      if (math == MathPrecision::bf16)
-        for (int64_t s = 0; s < S; ++s) part += bfloat16_to_float(float_to_bfloat16(row[s]));
+      if (math != MathPrecision::fp32)
+        for (int64_t s = 0; s < S; ++s) part += round_to_math(row[s], math);
       else
         for (int64_t s = 0; s < S; ++s) part += row[s];
       acc += part;
@@ -173,11 +174,12 @@ void conv_grad_cpu(KernelContext& ctx) {
   auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
 
-  const dnnl::memory dy_user = du::memory_of(dy, plan->dy_user);
+  // Slots 0-5 hold the primitives' layouts, 6-8 the fp16 rounded copies (du::math_rounded).
+  const dnnl::memory dy_user = du::math_rounded(dy, plan->dy_user, ctx.math, 6);
   dnnl::memory dy_data;
   if (want.dx) {
     dy_data = gu::to_layout(plan->bd_dy_reorder, dy_user, plan->bd_dy, 0);
-    dnnl::memory wts = gu::to_layout(plan->bd_w_reorder, du::memory_of(w, plan->w_plain), plan->bd_w, 1);
+    dnnl::memory wts = gu::to_layout(plan->bd_w_reorder, du::math_rounded(w, plan->w_plain, ctx.math, 7), plan->bd_w, 1);
     dnnl::memory dx_user = du::memory_of(ctx.out(0), plan->dx_user);
     dnnl::memory dx = gu::out_memory(plan->bd_dx_reorder, dx_user, plan->bd_dx, 2);
     du::execute(plan->data_prim, {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DIFF_SRC, dx}});
@@ -185,7 +187,7 @@ void conv_grad_cpu(KernelContext& ctx) {
   }
   if (want.dw) {
     dnnl::memory dy_w = plan->share_dy ? dy_data : gu::to_layout(plan->bw_dy_reorder, dy_user, plan->bw_dy, 3);
-    dnnl::memory src = gu::to_layout(plan->bw_x_reorder, du::memory_of(x, plan->x_user), plan->bw_x, 4);
+    dnnl::memory src = gu::to_layout(plan->bw_x_reorder, du::math_rounded(x, plan->x_user, ctx.math, 8), plan->bw_x, 4);
     dnnl::memory dw_user = du::memory_of(ctx.out(1), plan->w_plain);
     dnnl::memory dw = gu::out_memory(plan->bw_dw_reorder, dw_user, plan->bw_dw, 5);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}};

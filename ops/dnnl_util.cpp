@@ -6,7 +6,11 @@
 #include <cstring>
 #include <mutex>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include "graph/error.h"
+#include "ops/common.h"
 #include "ops/register_all.h"
 
 namespace trainrt::dnnl_util {
@@ -58,6 +62,19 @@ Md any_desc(const std::vector<int64_t>& dims, dnnl::memory::data_type dt) {
 
 dnnl::memory::data_type math_type(MathPrecision m) {
   return m == MathPrecision::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+dnnl::memory math_rounded(const Tensor& t, const Md& md, MathPrecision m, int slot) {
+  if (m != MathPrecision::fp16) return memory_of(t, md);
+  dnnl::memory r = temp_memory(md, slot);
+  const int64_t count = static_cast<int64_t>(md.get_size() / sizeof(float));
+  TRAINRT_ASSERT(count <= t.numel());
+  const float* from = t.data<float>();
+  float* to = static_cast<float*>(r.get_data_handle());
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1 << 14), [&](const tbb::blocked_range<int64_t>& b) {
+    for (int64_t i = b.begin(); i < b.end(); ++i) to[i] = round_to_math(from[i], m);
+  });
+  return r;
 }
 
 bool cpu_has_bf16() {

@@ -63,8 +63,13 @@ Md sub_block_desc(const std::vector<int64_t>& used, const std::vector<int64_t>& 
 Md desc_of(const Tensor& t);
 // Descriptor with format_tag::any (fp32 unless `dt` says): the primitive picks the layout.
 Md any_desc(const std::vector<int64_t>& dims, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
-// The data type a matrix-product kernel reads its inputs in (MathPrecision::bf16: bf16).
+// The data type a convolution primitive reads its inputs in: bf16 for MathPrecision::
+// bf16, else f32 (fp16 is emulated: the inputs are rounded copies, see math_rounded).
 dnnl::memory::data_type math_type(MathPrecision m);
+// The tensor's memory as the primitive should read it: for MathPrecision::fp16 a copy
+// in per-thread `slot` with every element rounded to half precision (same layout: the
+// rounding is per element), else the tensor itself.
+dnnl::memory math_rounded(const Tensor& t, const Md& md, MathPrecision m, int slot);
 // True when this CPU runs oneDNN's bf16 convolutions natively (AVX-512 BF16 or newer);
 // elsewhere oneDNN would take its slow reference path, so callers refuse bf16 instead.
 bool cpu_has_bf16();

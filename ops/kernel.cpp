@@ -7,16 +7,30 @@
 
 namespace trainrt {
 
-const char* math_precision_name(MathPrecision m) { return m == MathPrecision::bf16 ? "bf16" : "fp32"; }
+const char* math_precision_name(MathPrecision m) {
+  switch (m) {
+    case MathPrecision::bf16: return "bf16";
+    case MathPrecision::fp16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+float round_to_math(float v, MathPrecision m) {
+  switch (m) {
+    case MathPrecision::bf16: return bfloat16_to_float(float_to_bfloat16(v));
+    case MathPrecision::fp16: return half_to_float(float_to_half(v));
+    default: return v;
+  }
+}
 const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::winograd ? "winograd" : "direct"; }
 
 Tensor math_input(const Tensor& t, MathPrecision m) {
-  if (m != MathPrecision::bf16 || t.dtype() != DataType::Float32) return t;
+  if (m == MathPrecision::fp32 || t.dtype() != DataType::Float32) return t;
   TRAINRT_ASSERT(t.layout() == Layout::Plain);
   Tensor r(DataType::Float32, t.dims());
   const float* from = t.data<float>();
   float* to = r.data<float>();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) to[i] = bfloat16_to_float(float_to_bfloat16(from[i]));
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) to[i] = round_to_math(from[i], m);
   return r;
 }
 

@@ -24,13 +24,15 @@
 
 namespace trainrt {
 
-// Arithmetic of the matrix-product kernels (Conv, FusedConv, ConvGrad). bf16: each
-// reads bfloat16 copies of its fp32 inputs (round to nearest even) and accumulates in
-// fp32 into fp32 outputs, as mixed-precision training does on CPUs with AVX-512 BF16;
-// every value stays fp32 in memory, parameters included (the fp32 master weights).
-// Other kernels ignore it. The reference kernels round the same way, so they stay the
-// oracle for a bf16 run.
-enum class MathPrecision : uint8_t { fp32, bf16 };
+// Arithmetic of the convolution kernels (Conv, FusedConv, ConvGrad). bf16: each reads
+// bfloat16 copies of its fp32 inputs (round to nearest even) and accumulates in fp32
+// into fp32 outputs, as mixed-precision training does on CPUs with AVX-512 BF16. fp16:
+// the same with IEEE half copies (overflow to Inf, subnormals kept); on the cpu backend
+// this is emulated (rounded fp32 copies, fp32 convolutions: no speed-up), so that a
+// GPU run's fp16 numerics and dynamic loss scaling can be checked on a CPU. Every value
+// stays fp32 in memory, parameters included (the fp32 master weights). Other kernels
+// ignore it. The reference kernels round the same way, so they stay the oracle.
+enum class MathPrecision : uint8_t { fp32, bf16, fp16 };
 const char* math_precision_name(MathPrecision m);
 
 // The algorithm of fp32 3x3 stride-1 convolutions on the cpu backend. winograd:

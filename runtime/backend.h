@@ -27,8 +27,8 @@ class Backend {
   // for reference fallbacks and kernels that declared nothing.
   NodeLayouts layouts(const Graph& g, const Node& n) const;
   // Throws Unsupported (naming why) when this backend cannot run the convolutions in
-  // `m` arithmetic at a useful speed: the cpu backend needs AVX-512 BF16 for bf16;
-  // the reference backend emulates bf16 (the oracle) and takes everything.
+  // `m` arithmetic at a useful speed: the cpu backend needs AVX-512 BF16 for bf16 (fp16
+  // it emulates: rounded copies, no speed-up); the reference backend takes everything.
   virtual void check_math(MathPrecision m) const { (void)m; }
   // Ops whose kernel on this backend is the reference one.
   std::vector<std::string> fallback_ops() const;

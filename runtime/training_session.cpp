@@ -17,7 +17,7 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
 }
 
 TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, SessionOptions o)
-    : t_(std::move(t)), backend_(std::move(backend)), seed_(o.seed) {
+    : t_(std::move(t)), backend_(std::move(backend)), seed_(o.seed), scaler_(o.loss_scaling) {
   if (o.fuse) fuse_training_graph(t_.graph);
   // One persistent block for every state tensor; the initializers become views into it.
   for (const auto& [produced, state] : t_.updates)
@@ -66,7 +66,7 @@ RunOptions TrainingSession::run_options() const {
 
 // The batch plus lr, in a map reused across steps (no per-step allocation when the keys repeat).
 const TensorMap& TrainingSession::feeds_for(const TensorMap& batch, float lr) {
-  bool same = feeds_.size() == batch.size() + (t_.lr.empty() ? 0 : 1);
+  bool same = feeds_.size() == batch.size() + (t_.lr.empty() ? 0 : 1) + (t_.loss_scale.empty() ? 0 : 1);
   for (auto it = batch.begin(); same && it != batch.end(); ++it) same = feeds_.count(it->first) != 0;
   if (!same) feeds_.clear();
   for (const auto& [name, t] : batch) feeds_[name] = t;
@@ -75,13 +75,33 @@ const TensorMap& TrainingSession::feeds_for(const TensorMap& batch, float lr) {
     if (l.dtype() != DataType::Float32 || !l.dims().empty()) l = Tensor(DataType::Float32, {});
     l.data<float>()[0] = lr;
   }
+  if (!t_.loss_scale.empty()) {
+    Tensor& s = feeds_[t_.loss_scale];
+    if (s.dtype() != DataType::Float32 || !s.dims().empty()) s = Tensor(DataType::Float32, {});
+    s.data<float>()[0] = scaler_.scale();
+  }
   return feeds_;
 }
 
 double TrainingSession::step(const TensorMap& batch, float lr) {
   RunOptions ro = run_options();
-  const TensorMap& out = exec_->run(feeds_for(batch, lr), ro);
+  last_skipped_ = false;
+  const TensorMap* ran = nullptr;
+  try {
+    ran = &exec_->run(feeds_for(batch, lr), ro);
+  } catch (const NumericalError& e) {
+    // An overflow of the scaled backward pass: the check stopped the step before any
+    // state was written; skip it and shrink the scale. A non-finite loss is a real fault.
+    if (t_.loss_scale.empty() || e.value == t_.loss) throw;
+    scaler_.overflow();
+    last_skipped_ = true;
+    ++skipped_;
+    ++steps_;
+    return exec_->value(t_.loss).get_as_double(0);
+  }
+  const TensorMap& out = *ran;
   last_ = &out;
+  if (!t_.loss_scale.empty()) scaler_.good_step();
   // Updates not written in place (BatchNormalization running statistics) are copied back.
   const Plan& plan = exec_->plan();
   for (const auto& [produced, state] : t_.updates) {
@@ -108,13 +128,44 @@ std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& bat
   return std::nullopt;
 }
 
+namespace {
+constexpr const char* kScalerScale = "loss_scaler.scale";
+constexpr const char* kScalerGood = "loss_scaler.good_steps";
+}  // namespace
+
 std::vector<std::string> TrainingSession::state_names() const {
   std::vector<std::string> names;
   for (const auto& [produced, state] : t_.updates) names.push_back(state);
+  if (!t_.loss_scale.empty()) {
+    names.push_back(kScalerScale);
+    names.push_back(kScalerGood);
+  }
   return names;
 }
 
+const Tensor& TrainingSession::state(const std::string& name) const {
+  if (!t_.loss_scale.empty() && (name == kScalerScale || name == kScalerGood)) {
+    scaler_scale_ = Tensor(DataType::Float32, {});
+    scaler_scale_.data<float>()[0] = scaler_.scale();
+    scaler_good_ = Tensor(DataType::Int64, {});
+    scaler_good_.data<int64_t>()[0] = scaler_.good_steps();
+    return name == kScalerScale ? scaler_scale_ : scaler_good_;
+  }
+  return t_.graph.initializers.at(name);
+}
+
 void TrainingSession::set_state(const std::string& name, const Tensor& value) {
+  if (!t_.loss_scale.empty() && (name == kScalerScale || name == kScalerGood)) {
+    const bool scale = name == kScalerScale;
+    if (value.dtype() != (scale ? DataType::Float32 : DataType::Int64) || !value.dims().empty())
+      throw_bad_input("state '" + name + "'", "must be a " + std::string(scale ? "float32" : "int64") + " scalar");
+    const float s = scale ? value.data<float>()[0] : scaler_.scale();
+    const int64_t good = scale ? scaler_.good_steps() : value.data<int64_t>()[0];
+    if (!(s > 0) || !std::isfinite(s) || good < 0)
+      throw_bad_input("state '" + name + "'", "is not a valid loss scaler state");
+    scaler_.restore(s, good);
+    return;
+  }
   auto it = t_.graph.initializers.find(name);
   bool is_state = false;
   for (const auto& [produced, state] : t_.updates) is_state = is_state || state == name;

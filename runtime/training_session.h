@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "autodiff/training_graph.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/executor.h"
 
 namespace trainrt {
@@ -39,6 +40,8 @@ struct SessionOptions {
   bool blocked_layouts = true;   // ExecutorOptions::blocked_layouts
   MathPrecision math = MathPrecision::fp32;  // ExecutorOptions::math (bf16: mixed precision)
   ConvAlgorithm conv = ConvAlgorithm::direct;  // ExecutorOptions::conv
+  // Used when the training graph has a loss-scale input (TrainingOptions::loss_scale_name).
+  LossScalerOptions loss_scaling = {};
 };
 
 class TrainingSession {
@@ -57,11 +60,20 @@ class TrainingSession {
   // The training graph this session runs (fused unless `fuse` was off).
   const TrainingGraph& training() const { return t_; }
   // The state's persistent buffer: the next step overwrites it (clone() to keep a copy).
-  const Tensor& state(const std::string& name) const { return t_.graph.initializers.at(name); }
+  const Tensor& state(const std::string& name) const;
   int64_t steps_done() const { return steps_; }
+  // Loss scaling (a training graph with a loss-scale input): each step feeds the
+  // scaler's scale; a step whose gradients are not finite is skipped (no state is
+  // written, the step still counts) and the scale halves. The scaler's state is part
+  // of state_names() ("loss_scaler.scale", "loss_scaler.good_steps"), so a checkpoint
+  // resumes it. Without loss scaling a non-finite gradient is a NumericalError.
+  bool loss_scaling() const { return !t_.loss_scale.empty(); }
+  float loss_scale() const { return scaler_.scale(); }
+  bool last_step_skipped() const { return last_skipped_; }
+  int64_t skipped_steps() const { return skipped_; }
   // Everything a checkpoint must hold to continue exactly: the names of the
   // training graph's state (parameters, optimizer state, BatchNormalization
-  // running statistics, optimizer.step), read with state() and restored with
+  // running statistics, optimizer.step, the loss scaler's), read with state() and restored with
   // set_state(); set_steps_done() restores the step counter that seeds Dropout.
   std::vector<std::string> state_names() const;
   void set_state(const std::string& name, const Tensor& value);  // copies into the persistent buffer
@@ -106,6 +118,10 @@ class TrainingSession {
   ProfileCollector* profile_ = nullptr;
   size_t memory_limit_ = 0;
   std::function<void(int)> after_step_;
+  LossScaler scaler_;
+  mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()
+  bool last_skipped_ = false;
+  int64_t skipped_ = 0;
 };
 
 }  // namespace trainrt

@@ -1,20 +1,21 @@
-// bf16 arithmetic (MathPrecision::bf16, ops/kernel.h) in the convolution kernels:
-// Conv, FusedConv and ConvGrad read bf16 copies of their fp32 inputs and accumulate
-// in fp32.
+// bf16 and fp16 arithmetic (MathPrecision, ops/kernel.h) in the convolution kernels:
+// Conv, FusedConv and ConvGrad read bf16 (oneDNN's bf16 primitives) or half-precision
+// (emulated: rounded fp32 copies) copies of their fp32 inputs and accumulate in fp32.
 //
 // What is checked, on the Wide ResNet's layer shapes at batch 2-4 and on a few odd
 // windows:
-// - cpu bf16 against reference bf16. The reference rounds its inputs to bf16 and
-//   then computes exactly as in fp32 (in double). A product of two bf16 values is
-//   exact in fp32 (8-bit significands), so the two backends differ only by fp32
-//   summation order: the same bounds as the fp32 comparison (tests/ops/
+// - cpu against reference, both in bf16 (or both in fp16). The reference rounds its
+//   inputs and then computes exactly as in fp32 (in double). A product of two bf16 (or
+//   two fp16) values is exact in fp32 (8- or 11-bit significands), so the two backends
+//   differ only by fp32 summation order: the same bounds as the fp32 comparison (tests/ops/
 //   test_cpu_grad_vs_reference.cpp: 32 * sqrt(L) * 2^-24 * rms for a sum of L terms).
 // - cpu bf16 against reference fp32: the difference is the bf16 rounding of the
 //   inputs: each input moves by up to 2^-9 of itself (RMS 2^-9/sqrt(3)), so over a
 //   random-sign sum an output moves by ~1.6e-3 of the output's rms, and the largest
 //   of ~10^5 outputs by several times that (measured: at most 2.0% of the rms, dX of
 //   the strided 1x1). It must exceed 20x the fp32 bound (so a kernel that silently
-//   stays in fp32 fails) and stay under 5% of the rms.
+//   stays in fp32 fails) and stay under 5% of the rms. fp16 rounds 16x finer (2^-11),
+//   so its difference from fp32 must exceed only 2x the fp32 bound.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -46,22 +47,24 @@ TensorMap run(const Node& n, const TensorMap& feeds, const std::string& backend,
 }
 
 // `reduction`: the length of the sum behind each output element.
-void check_bf16(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction) {
-  const TensorMap ref16 = run(n, feeds, "reference", MathPrecision::bf16);
+void check_math(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction,
+                MathPrecision math) {
+  CAPTURE(math_precision_name(math));
+  const TensorMap ref16 = run(n, feeds, "reference", math);
   const TensorMap ref32 = run(n, feeds, "reference", MathPrecision::fp32);
   const uint64_t before = dnnl_util::reference_fallbacks();
-  const TensorMap cpu16 = run(n, feeds, "cpu", MathPrecision::bf16);
-  CHECK_MESSAGE(dnnl_util::reference_fallbacks() == before, n.op_type, " bf16 fell back to the reference kernel");
+  const TensorMap cpu16 = run(n, feeds, "cpu", math);
+  CHECK_MESSAGE(dnnl_util::reference_fallbacks() == before, n.op_type, " fell back to the reference kernel");
   for (const auto& [name, r16] : ref16) {
     const int64_t L = reduction.at(name);
     const double scale = rms(r16);
     const double fp32_bound = 32 * std::sqrt(static_cast<double>(L)) * std::ldexp(1.0, -24) * scale;
     const double same = max_abs_diff(cpu16.at(name), r16);
     const double rounding = max_abs_diff(cpu16.at(name), ref32.at(name));
-    INFO(n.op_type, " output '", name, "' ", dims_to_string(r16.dims()), ": |cpu bf16 - ref bf16| = ", same,
-         ", |cpu bf16 - ref fp32| = ", rounding, ", fp32 bound ", fp32_bound, ", rms ", scale);
+    INFO(n.op_type, " output '", name, "' ", dims_to_string(r16.dims()), ": |cpu - ref| = ", same,
+         ", |cpu - ref fp32| = ", rounding, ", fp32 bound ", fp32_bound, ", rms ", scale);
     CHECK(same <= fp32_bound);
-    CHECK(rounding > 20 * fp32_bound);
+    CHECK(rounding > (math == MathPrecision::bf16 ? 20 : 2) * fp32_bound);
     CHECK(rounding < 0.05 * scale);
   }
 }
@@ -96,7 +99,13 @@ const ConvCase kShapes[] = {
 
 }  // namespace
 
-TEST_CASE("bf16 math: Conv on cpu equals the reference's bf16 emulation, and differs from fp32") {
+// Both reduced precisions over the cases of one op.
+void check_both(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction) {
+  check_math(n, feeds, reduction, MathPrecision::bf16);
+  check_math(n, feeds, reduction, MathPrecision::fp16);
+}
+
+TEST_CASE("bf16/fp16 math: Conv on cpu equals the reference's emulation, and differs from fp32") {
   uint64_t seed = 100;
   for (const ConvCase& s : kShapes) {
     CAPTURE(s.c);
@@ -106,12 +115,12 @@ TEST_CASE("bf16 math: Conv on cpu equals the reference's bf16 emulation, and dif
       TensorMap feeds{{"X", random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, ++seed, -1, 1)},
                       {"W", weights({s.m, s.c, s.k, s.k}, ++seed)}};
       if (bias) feeds["B"] = random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5);
-      check_bf16(conv_node(s.k, s.stride, s.pad, bias), feeds, {{"Y", s.c * s.k * s.k}});
+      check_both(conv_node(s.k, s.stride, s.pad, bias), feeds, {{"Y", s.c * s.k * s.k}});
     }
   }
 }
 
-TEST_CASE("bf16 math: FusedConv (Relu and the residual sum) on cpu equals the reference's bf16 emulation") {
+TEST_CASE("bf16/fp16 math: FusedConv (Relu and the residual sum) on cpu equals the reference's emulation") {
   const ConvCase s{2, 160, 160, 14, 3, 1, 1};
   Node n = conv_node(s.k, s.stride, s.pad, true, "ai.trainrt", "FusedConv");
   n.inputs.push_back("Z");
@@ -120,10 +129,10 @@ TEST_CASE("bf16 math: FusedConv (Relu and the residual sum) on cpu equals the re
                   {"W", weights({s.m, s.c, s.k, s.k}, 8)},
                   {"B", random_tensor(DataType::Float32, {s.m}, 9, -0.5, 0.5)},
                   {"Z", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, 10, -1, 1)}};
-  check_bf16(n, feeds, {{"Y", s.c * s.k * s.k}});
+  check_both(n, feeds, {{"Y", s.c * s.k * s.k}});
 }
 
-TEST_CASE("bf16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's bf16 emulation, and differs from fp32") {
+TEST_CASE("bf16/fp16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's emulation, and differs from fp32") {
   uint64_t seed = 200;
   for (const ConvCase& s : kShapes) {
     CAPTURE(s.c);
@@ -136,14 +145,14 @@ TEST_CASE("bf16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's bf16 e
     TensorMap feeds{{"dY", random_tensor(DataType::Float32, {s.n, s.m, ho, ho}, ++seed, -1, 1)},
                     {"X", random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, ++seed, -1, 1)},
                     {"W", weights({s.m, s.c, s.k, s.k}, ++seed)}};
-    check_bf16(n, feeds, {{"dX", s.m * s.k * s.k}, {"dW", s.n * ho * ho}, {"dB", s.n * ho * ho}});
+    check_both(n, feeds, {{"dX", s.m * s.k * s.k}, {"dW", s.n * ho * ho}, {"dB", s.n * ho * ho}});
     // dB alone takes the per-channel loop instead of the primitive: it rounds dY too.
     n.outputs = {"", "", "dB"};
-    check_bf16(n, feeds, {{"dB", s.n * ho * ho}});
+    check_both(n, feeds, {{"dB", s.n * ho * ho}});
   }
 }
 
-TEST_CASE("bf16 math: the reference's emulation rounds the inputs, ties to even") {
+TEST_CASE("bf16 math: both backends round the inputs, ties to even") {
   // 1 + 2^-8 lies halfway between the bf16 values 1 and 1 + 2^-7: it rounds to 1 (even);
   // 1 + 3*2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: it rounds to 1 + 2^-6.
   Node n = conv_node(1, 1, 0, false);
@@ -160,5 +169,22 @@ TEST_CASE("bf16 math: the reference's emulation rounds the inputs, ties to even"
     CHECK(y.at("Y").data<float>()[1] == 1.0f + std::ldexp(1.0f, -6));
     const TensorMap y32 = run(n, {{"X", x}, {"W", w}}, backend, MathPrecision::fp32);
     CHECK(y32.at("Y").data<float>()[1] == x.data<float>()[1]);
+  }
+}
+
+TEST_CASE("fp16 math: both backends round the inputs to half precision: ties to even, overflow to Inf") {
+  // 1 + 2^-11 is halfway between the halves 1 and 1 + 2^-10: rounds to 1; 70000 is
+  // beyond fp16's largest value 65504: Inf. One channel, two pixels, weight 1: y = x.
+  Node n = conv_node(1, 1, 0, false);
+  Tensor x(DataType::Float32, {1, 1, 1, 2});
+  x.data<float>()[0] = 1.0f + std::ldexp(1.0f, -11);
+  x.data<float>()[1] = 70000.0f;
+  Tensor w(DataType::Float32, {1, 1, 1, 1});
+  w.data<float>()[0] = 1;
+  for (const std::string backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const TensorMap y = run(n, {{"X", x}, {"W", w}}, backend, MathPrecision::fp16);
+    CHECK(y.at("Y").data<float>()[0] == 1.0f);
+    CHECK(std::isinf(y.at("Y").data<float>()[1]));
   }
 }
