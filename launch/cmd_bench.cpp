@@ -46,7 +46,7 @@ const CommandSpec kSpec{
      {"threads", "0", "CPU threads (0 = all cores)"},
      {"backend", "cpu", "cpu or reference"},
      {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
-     {"conv-algorithm", "direct", "fp32 3x3 stride-1 convolutions: direct, or winograd (oneDNN F(4x4,3x3))"},
+     {"conv-algorithm", "winograd", "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},

@@ -75,7 +75,7 @@ const CommandSpec kSpec{
      {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
      {"precision", "fp32",
       "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on cpu)"},
-     {"conv-algorithm", "direct", "fp32 3x3 stride-1 convolutions: direct, or winograd (oneDNN F(4x4,3x3))"},
+     {"conv-algorithm", "winograd", "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
      {"threads", "0", "CPU threads (0 = all cores)"},

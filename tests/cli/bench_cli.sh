@@ -80,7 +80,7 @@ PY
   grep -Eq "^BatchNormalization " "$tmp/prof" && fail "--profile: an unfused BatchNormalization ran"
   $py - "$tmp/prof" <<'PY' || fail "--fuse on: the graph run is not smaller (above)"
 import re, sys
-m = re.search(r"^training graph: (\d+) nodes, fusions on \((\d+) nodes run\), layouts blocked, convolutions direct$", open(sys.argv[1]).read(), re.M)
+m = re.search(r"^training graph: (\d+) nodes, fusions on \((\d+) nodes run\), layouts blocked, convolutions winograd$", open(sys.argv[1]).read(), re.M)
 assert m and int(m.group(2)) < int(m.group(1)), m and m.groups()
 PY
   $py -c 'import json, sys; e = json.load(open(sys.argv[1]))["traceEvents"]; assert any(x.get("name") for x in e), e[:3]' \
@@ -96,7 +96,7 @@ PY
   # --fuse off runs the training graph as autodiff built it.
   "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 0 --threads 1 --profile --fuse off >"$tmp/nofuse" 2>"$tmp/err" || fail "bench --fuse off exited $?: $(cat "$tmp/err")"
   check_report "$tmp/nofuse" 4 1 || fail "--fuse off report (above)"
-  grep -Eq "^training graph: ([0-9]+) nodes, fusions off \(\1 nodes run\), layouts blocked, convolutions direct$" "$tmp/nofuse" || fail "--fuse off: $(grep '^training graph' "$tmp/nofuse")"
+  grep -Eq "^training graph: ([0-9]+) nodes, fusions off \(\1 nodes run\), layouts blocked, convolutions winograd$" "$tmp/nofuse" || fail "--fuse off: $(grep '^training graph' "$tmp/nofuse")"
   grep -Eq "^Conv +$convs " "$tmp/nofuse" || fail "--fuse off: Conv calls/step is not $convs: $(grep '^Conv ' "$tmp/nofuse")"
   grep -Eq "^(FusedConv|BatchNormalizationRelu) " "$tmp/nofuse" && fail "--fuse off ran a fused op"
 fi
@@ -107,7 +107,7 @@ wide=$tmp/wrn16.onnx
 "$trainrt" model wrn --dataset fashion-mnist --widths 16,16,16,16 -o "$wide" >/dev/null || fail "trainrt model wrn (16) failed"
 for l in blocked plain; do
   "$trainrt" bench "$wide" --batch 4 --steps 1 --warmup 1 --threads 1 --layouts $l >"$tmp/l_$l" 2>"$tmp/err" || fail "bench --layouts $l exited $?: $(cat "$tmp/err")"
-  grep -Eq "^training graph: .*, layouts $l, convolutions direct$" "$tmp/l_$l" || fail "--layouts $l: $(grep '^training graph' "$tmp/l_$l")"
+  grep -Eq "^training graph: .*, layouts $l, convolutions winograd$" "$tmp/l_$l" || fail "--layouts $l: $(grep '^training graph' "$tmp/l_$l")"
 done
 $py - "$tmp/l_blocked" "$tmp/l_plain" <<'PY' || fail "--layouts: blocked does not reorder less than plain (above)"
 import re, sys
@@ -128,10 +128,10 @@ else
   expect_error 2 "--precision bf16: this CPU has no AVX-512 BF16" -- "$trainrt" bench "$model" --batch 2 --precision bf16
 fi
 
-# --conv-algorithm winograd runs and says so.
-"$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --conv-algorithm winograd >"$tmp/wino" 2>&1 ||
-  fail "bench --conv-algorithm winograd: $(tail -3 "$tmp/wino")"
-grep -q "^training graph: .*, convolutions winograd$" "$tmp/wino" || fail "winograd: $(grep '^training graph' "$tmp/wino")"
+# Winograd is the default; --conv-algorithm direct runs the direct convolutions and says so.
+"$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --conv-algorithm direct >"$tmp/direct" 2>&1 ||
+  fail "bench --conv-algorithm direct: $(tail -3 "$tmp/direct")"
+grep -q "^training graph: .*, convolutions direct$" "$tmp/direct" || fail "direct: $(grep '^training graph' "$tmp/direct")"
 
 # Bad flags and models: exit 2, one line naming the flag or file.
 expect_error 2 "--batch is required" -- "$trainrt" bench "$model"
