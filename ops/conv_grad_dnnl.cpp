@@ -17,13 +17,13 @@
 #include <algorithm>
 
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tbb/parallel_for.h>
 
 #include "graph/error.h"
 #include "ops/common.h"
 #include "ops/cpu_grad_kernels.h"
 #include "ops/dnnl_grad_util.h"
 #include "ops/dnnl_util.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 #include "ops/window.h"
 
@@ -141,18 +141,20 @@ void bias_grad(const Tensor& dy, Tensor& db, MathPrecision math) {
   const int64_t N = dy.dims()[0], M = dy.dims()[1], S = dy.numel() / std::max<int64_t>(N * M, 1);
   const float* g = dy.data<float>();
   float* out = db.data<float>();
-  tbb::parallel_for(int64_t{0}, M, [&](int64_t m) {
-    double acc = 0;
-    for (int64_t b = 0; b < N; ++b) {
-      const float* row = g + (b * M + m) * S;
-      float part = 0;  // one plane in fp32 (vectorises), planes summed in double
-      if (math != MathPrecision::fp32)
-        for (int64_t s = 0; s < S; ++s) part += round_to_math(row[s], math);
-      else
-        for (int64_t s = 0; s < S; ++s) part += row[s];
-      acc += part;
+  parallel_ranges(M, 1, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      double acc = 0;
+      for (int64_t b = 0; b < N; ++b) {
+        const float* row = g + (b * M + m) * S;
+        float part = 0;  // one plane in fp32 (vectorises), planes summed in double
+        if (math != MathPrecision::fp32)
+          for (int64_t s = 0; s < S; ++s) part += round_to_math(row[s], math);
+        else
+          for (int64_t s = 0; s < S; ++s) part += row[s];
+        acc += part;
+      }
+      out[m] = static_cast<float>(acc);
     }
-    out[m] = static_cast<float>(acc);
   });
 }
 

@@ -6,11 +6,10 @@
 #include <cstring>
 #include <mutex>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include "graph/error.h"
 #include "ops/common.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 
 namespace trainrt::dnnl_util {
@@ -71,8 +70,8 @@ dnnl::memory math_rounded(const Tensor& t, const Md& md, MathPrecision m, int sl
   TRAINRT_ASSERT(count <= t.numel());
   const float* from = t.data<float>();
   float* to = static_cast<float*>(r.get_data_handle());
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1 << 14), [&](const tbb::blocked_range<int64_t>& b) {
-    for (int64_t i = b.begin(); i < b.end(); ++i) to[i] = round_to_math(from[i], m);
+  parallel_chunks(count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) to[i] = round_to_math(from[i], m);
   });
   return r;
 }

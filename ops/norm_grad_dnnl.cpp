@@ -14,11 +14,11 @@
 #include <cmath>
 
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tbb/parallel_for.h>
 
 #include "graph/error.h"
 #include "ops/cpu_grad_kernels.h"
 #include "ops/dnnl_util.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
@@ -49,29 +49,31 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
   const float* xp = x.data<float>();
   const bool blocked = x.layout() == Layout::Blocked16c;
   const int64_t lanes = blocked ? 16 : 1, groups = C / lanes;
-  tbb::parallel_for(int64_t{0}, groups, [&](int64_t g) {
-    // Row of image n for this group: lanes channels side by side, S positions.
-    auto row = [&](int64_t n) { return xp + (n * groups + g) * S * lanes; };
-    double sum[16] = {}, sq[16] = {}, m[16];
-    for (int64_t n = 0; n < N; ++n) {
-      const float* r = row(n);
-      double part[16] = {};
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t j = 0; j < lanes; ++j) part[j] += r[s * lanes + j];
-      for (int64_t j = 0; j < lanes; ++j) sum[j] += part[j];
-    }
-    for (int64_t j = 0; j < lanes; ++j) m[j] = sum[j] / count;
-    for (int64_t n = 0; n < N; ++n) {
-      const float* r = row(n);
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t j = 0; j < lanes; ++j) {
-          const double d = static_cast<double>(r[s * lanes + j]) - m[j];
-          sq[j] += d * d;
-        }
-    }
-    for (int64_t j = 0; j < lanes; ++j) {
-      mean[g * lanes + j] = static_cast<float>(m[j]);
-      var[g * lanes + j] = static_cast<float>(sq[j] / count);
+  parallel_ranges(groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      // Row of image n for this group: lanes channels side by side, S positions.
+      auto row = [&](int64_t n) { return xp + (n * groups + g) * S * lanes; };
+      double sum[16] = {}, sq[16] = {}, m[16];
+      for (int64_t n = 0; n < N; ++n) {
+        const float* r = row(n);
+        double part[16] = {};
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < lanes; ++j) part[j] += r[s * lanes + j];
+        for (int64_t j = 0; j < lanes; ++j) sum[j] += part[j];
+      }
+      for (int64_t j = 0; j < lanes; ++j) m[j] = sum[j] / count;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* r = row(n);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < lanes; ++j) {
+            const double d = static_cast<double>(r[s * lanes + j]) - m[j];
+            sq[j] += d * d;
+          }
+      }
+      for (int64_t j = 0; j < lanes; ++j) {
+        mean[g * lanes + j] = static_cast<float>(m[j]);
+        var[g * lanes + j] = static_cast<float>(sq[j] / count);
+      }
     }
   });
 }

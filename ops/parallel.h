@@ -1,4 +1,4 @@
-// Parallel loops for the cpu backend's per-element kernels (oneTBB).
+// Parallel loops for the cpu backend's kernels (oneTBB; plain std::threads under TSan).
 //
 //   // the reference kernel: one call over everything
 //   update(0, n);
@@ -13,16 +13,51 @@
 // split. Chunks of at least kGrain elements keep each one vectorisable and the task
 // overhead small. Threads are oneTBB's, limited by `--threads` through
 // tbb::global_control (launch/train_util.cpp).
+//
+// Every parallel loop of the cpu kernels goes through parallel_ranges(). In a TSan
+// build it forks std::threads and joins them instead of calling oneTBB: Debian's
+// libtbb is not instrumented, so TSan would not see oneTBB's fork/join ordering and
+// would flag oneTBB's own inlined internals; with plain threads it sees exactly the
+// kernels' own accesses from several threads, which is what the executor's TSan run
+// (tools/ci_reliability.sh tsan, test_runtime) checks.
 #pragma once
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cstdint>
+
+#include "graph/tsan.h"
+
+#ifdef TRAINRT_TSAN
+#include <thread>
+#include <vector>
+#endif
 
 namespace trainrt {
 
 constexpr int64_t kGrain = 16384;  // elements: 64 KB of fp32
+
+// Calls f(begin, end) over disjoint ranges covering [0, n), each at least `grain`
+// items long where n allows, in parallel.
+template <typename F>
+void parallel_ranges(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+#ifdef TRAINRT_TSAN
+  // Up to 4 threads (more than the CI machine's cores, so the ranges really overlap in time).
+  const int64_t parts = std::min<int64_t>(4, (n + grain - 1) / grain);
+  if (parts <= 1) return f(int64_t{0}, n);
+  std::vector<std::thread> threads;
+  for (int64_t i = 1; i < parts; ++i) threads.emplace_back([&f, i, n, parts] { f(n * i / parts, n * (i + 1) / parts); });
+  f(int64_t{0}, n / parts);
+  for (std::thread& t : threads) t.join();
+#else
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+#endif
+}
 
 // Calls f(begin, end) over disjoint chunks covering [0, n), in parallel when n is
 // more than one chunk.
@@ -30,8 +65,7 @@ template <typename F>
 void parallel_chunks(int64_t n, F&& f) {
   if (n <= 0) return;
   if (n <= kGrain) return f(int64_t{0}, n);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+  parallel_ranges(n, kGrain, f);
 }
 
 // f(0, n) for the reference kernel, parallel_chunks(n, f) for the cpu kernel.

@@ -20,11 +20,11 @@
 #include <cstring>
 
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tbb/parallel_for.h>
 
 #include "graph/error.h"
 #include "ops/cpu_grad_kernels.h"
 #include "ops/dnnl_util.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 #include "ops/window.h"
 
@@ -106,8 +106,8 @@ void maxpool_grad_cpu(KernelContext& ctx) {
   const float* dyp = dy.data<float>();
   const float* xp = x.data<float>();
   float* dxp = dx.data<float>();
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, groups), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t p = r.begin(); p < r.end(); ++p)
+  parallel_ranges(groups, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
       for (int64_t j = 0; j < lanes; ++j)
         maxpool_grad_plane(g, dyp + p * out_size * lanes + j, xp + p * in_size * lanes + j,
                            dxp + p * in_size * lanes + j, lanes);
@@ -195,8 +195,8 @@ void global_average_pool_grad_cpu(KernelContext& ctx) {
   const int64_t size = dx.numel() / planes;
   const float* dyp = ctx.in(0).data<float>();
   float* dxp = dx.data<float>();
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, planes), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t p = r.begin(); p < r.end(); ++p)
+  parallel_ranges(planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
       std::fill(dxp + p * size, dxp + (p + 1) * size,
                 static_cast<float>(static_cast<double>(dyp[p]) / static_cast<double>(size)));
   });

@@ -113,9 +113,9 @@ void sum_to_shape(const Tensor& dy_t, Tensor& dx_t) {
   if (!c.inner_kept) c.reduced.pop_back();
   const int64_t per_run = (inner + kBlock - 1) / kBlock, items = n / inner * per_run;
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, r * std::min(inner, kBlock)));
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, grain), [&](const tbb::blocked_range<int64_t>& range) {
+  parallel_ranges(items, grain, [&](int64_t first, int64_t last) {
     T acc[kBlock];
-    for (int64_t it = range.begin(); it < range.end(); ++it) {
+    for (int64_t it = first; it < last; ++it) {
       const int64_t j0 = it / per_run * inner + it % per_run * kBlock;
       const int64_t w = std::min(kBlock, inner - it % per_run * kBlock);
       const T* p0 = dy + base_of(c.kept, j0);
