@@ -123,16 +123,15 @@ run_asan() {
 
 # ---------------------------------------------------------------- TSan
 # The code where trainrt itself shares state between threads: the input pipeline
-# (oneTBB task_group, tests/launch; its handoffs are annotated, graph/tsan.h).
-# Not tests/runtime: the executor is single-threaded and its kernels' threads are
-# oneDNN's OpenMP (uninstrumented, invisible to TSan) and tbb::parallel_for, whose
-# inlined oneTBB internals race against each other in TSan's view (their
-# synchronisation is in the uninstrumented libtbb.so): hundreds of reports with
-# only oneTBB frames, which no narrow suppression can tell from a real race in a
-# parallel_for body (docs/reliability.md). fuzz/tsan.supp names the suppressions.
+# (oneTBB task_group, tests/launch; its handoffs are annotated, graph/tsan.h), the
+# executor (tests/runtime) and the kernels (tests/ops): in a TSan build every parallel loop of the
+# cpu kernels forks plain std::threads (ops/parallel.h parallel_ranges) instead of
+# calling the uninstrumented oneTBB, and oneDNN's OpenMP (uninstrumented libgomp) runs
+# one thread, so TSan sees every access the kernels make from several threads.
+# fuzz/tsan.supp names the suppressions (docs/reliability.md).
 run_tsan() {
   local dir=${prefix}ts
-  local targets=(test_launch)
+  local targets=(test_launch test_runtime test_ops)
   begin "tsan build"
   local st=ok
   configure "$dir" -DTRAINRT_SANITIZE=thread && nice cmake --build "$dir" -j "$JOBS" --target "${targets[@]}" || st=FAIL
@@ -141,7 +140,10 @@ run_tsan() {
   for t in "${targets[@]}"; do
     begin "tsan $t"
     st=ok
-    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/fuzz/tsan.supp" OMP_NUM_THREADS=2 \
+    # OpenMP threads only where the test has no oneDNN primitives of its own to run.
+    local omp=2
+    [ "$t" = test_launch ] || omp=1
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/fuzz/tsan.supp" OMP_NUM_THREADS=$omp \
       "$dir/tests/$t" || st=FAIL
     end "tsan $t" $st
   done
