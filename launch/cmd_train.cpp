@@ -75,7 +75,8 @@ const CommandSpec kSpec{
      {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
      {"precision", "fp32",
       "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on cpu)"},
-     {"conv-algorithm", "winograd", "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+     {"conv-algorithm", "winograd",
+      "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
      {"threads", "0", "CPU threads (0 = all cores)"},
@@ -181,11 +182,11 @@ int cmd_train(const Argv& argv) {
   const std::string device = choice(a, "device", {"cpu", "cuda"});
   if (device == "cuda") throw_unsupported("--device cuda", "the CUDA training backend is not implemented yet");
   const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
-                            : precision == "fp16" ? MathPrecision::fp16
-                                                  : MathPrecision::fp32;
+                             : precision == "fp16" ? MathPrecision::fp16
+                                                   : MathPrecision::fp32;
   if (math == MathPrecision::fp16) topts.loss_scale_name = "loss_scale";
-  const ConvAlgorithm conv =
-      choice(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd : ConvAlgorithm::direct;
+  const ConvAlgorithm conv = choice(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd
+                                                                                               : ConvAlgorithm::direct;
   const std::string augment = choice(a, "augment", {"auto", "on", "none"});
   const bool shuffle = choice(a, "shuffle", {"on", "off"}) == "on";
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
@@ -296,9 +297,10 @@ int cmd_train(const Argv& argv) {
       model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size), static_cast<long long>(train.size()),
       static_cast<long long>(test.size()), session.training().params.size(), precision.c_str());
   if (math == MathPrecision::fp16)
-    std::printf("fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
-                "dynamic loss scaling from %g\n",
-                a.str("backend").c_str(), static_cast<double>(session.loss_scale()));
+    std::printf(
+        "fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
+        "dynamic loss scaling from %g\n",
+        a.str("backend").c_str(), static_cast<double>(session.loss_scale()));
   if (!resume.empty())
     std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", resume.c_str(),
                 static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),

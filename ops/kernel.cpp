@@ -1,25 +1,30 @@
 #include "ops/kernel.h"
 
-#include "ops/common.h"
-
 #include "graph/error.h"
 #include "graph/schema.h"
+#include "ops/common.h"
 
 namespace trainrt {
 
 const char* math_precision_name(MathPrecision m) {
   switch (m) {
-    case MathPrecision::bf16: return "bf16";
-    case MathPrecision::fp16: return "fp16";
-    default: return "fp32";
+    case MathPrecision::bf16:
+      return "bf16";
+    case MathPrecision::fp16:
+      return "fp16";
+    default:
+      return "fp32";
   }
 }
 
 float round_to_math(float v, MathPrecision m) {
   switch (m) {
-    case MathPrecision::bf16: return bfloat16_to_float(float_to_bfloat16(v));
-    case MathPrecision::fp16: return half_to_float(float_to_half(v));
-    default: return v;
+    case MathPrecision::bf16:
+      return bfloat16_to_float(float_to_bfloat16(v));
+    case MathPrecision::fp16:
+      return half_to_float(float_to_half(v));
+    default:
+      return v;
   }
 }
 const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::winograd ? "winograd" : "direct"; }

@@ -50,7 +50,8 @@ void parallel_ranges(int64_t n, int64_t grain, F&& f) {
   const int64_t parts = std::min<int64_t>(4, (n + grain - 1) / grain);
   if (parts <= 1) return f(int64_t{0}, n);
   std::vector<std::thread> threads;
-  for (int64_t i = 1; i < parts; ++i) threads.emplace_back([&f, i, n, parts] { f(n * i / parts, n * (i + 1) / parts); });
+  for (int64_t i = 1; i < parts; ++i)
+    threads.emplace_back([&f, i, n, parts] { f(n * i / parts, n * (i + 1) / parts); });
   f(int64_t{0}, n / parts);
   for (std::thread& t : threads) t.join();
 #else

@@ -25,8 +25,8 @@
 #include <optional>
 
 #include "autodiff/training_graph.h"
-#include "runtime/loss_scaler.h"
 #include "runtime/executor.h"
+#include "runtime/loss_scaler.h"
 
 namespace trainrt {
 
@@ -35,10 +35,10 @@ namespace trainrt {
 PlanOptions training_plan_options(const TrainingGraph& t);
 
 struct SessionOptions {
-  uint64_t seed = 0;             // Dropout masks derive from it and the step number
-  bool fuse = true;              // fuse_training_graph first (off to compare or debug)
-  bool blocked_layouts = true;   // ExecutorOptions::blocked_layouts
-  MathPrecision math = MathPrecision::fp32;  // ExecutorOptions::math (bf16: mixed precision)
+  uint64_t seed = 0;                           // Dropout masks derive from it and the step number
+  bool fuse = true;                            // fuse_training_graph first (off to compare or debug)
+  bool blocked_layouts = true;                 // ExecutorOptions::blocked_layouts
+  MathPrecision math = MathPrecision::fp32;    // ExecutorOptions::math (bf16: mixed precision)
   ConvAlgorithm conv = ConvAlgorithm::direct;  // ExecutorOptions::conv
   // Used when the training graph has a loss-scale input (TrainingOptions::loss_scale_name).
   LossScalerOptions loss_scaling = {};

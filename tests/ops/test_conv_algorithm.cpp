@@ -71,8 +71,8 @@ void check_winograd(const Node& n, const TensorMap& feeds) {
   for (const auto& [name, r] : ref) {
     const double scale = rms(r), diff = max_abs_diff(wino.at(name), r);
     g_worst = std::max(g_worst, diff / scale);
-    INFO(n.op_type, " output '", name, "' ", dims_to_string(r.dims()), ": |winograd - ref| = ", diff,
-         " (", diff / scale, " of the rms), |direct - ref| = ", max_abs_diff(direct.at(name), r));
+    INFO(n.op_type, " output '", name, "' ", dims_to_string(r.dims()), ": |winograd - ref| = ", diff, " (",
+         diff / scale, " of the rms), |direct - ref| = ", max_abs_diff(direct.at(name), r));
     CHECK(diff <= 1e-4 * scale);
     CHECK_FALSE(bit_equal(wino.at(name), direct.at(name)));
   }
@@ -83,8 +83,8 @@ struct Case {
 };
 // The Wide ResNet's 3x3 stride-1 layers (width 10, Fashion-MNIST) at a small batch, and
 // sizes that are not multiples of the 4x4 output tile or of 16 channels.
-const Case kCases[] = {{2, 1, 16, 28}, {2, 16, 160, 28}, {2, 160, 160, 28}, {2, 320, 320, 14},
-                       {2, 640, 640, 7}, {3, 20, 36, 9}, {1, 16, 16, 5}};
+const Case kCases[] = {{2, 1, 16, 28},   {2, 16, 160, 28}, {2, 160, 160, 28}, {2, 320, 320, 14},
+                       {2, 640, 640, 7}, {3, 20, 36, 9},   {1, 16, 16, 5}};
 
 }  // namespace
 
@@ -101,15 +101,16 @@ TEST_CASE("winograd: Conv, FusedConv and ConvGrad agree with the reference and d
     Node fused = conv_node("FusedConv", "ai.trainrt", 3, 1, 1);
     fused.inputs = {"X", "W", "B", "Z"};
     fused.attrs["activation"] = Attribute::of_string("Relu");
-    check_winograd(fused, {{"X", x}, {"W", w}, {"B", random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5)},
+    check_winograd(fused, {{"X", x},
+                           {"W", w},
+                           {"B", random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5)},
                            {"Z", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}});
 
     Node grad = conv_node("ConvGrad", "ai.trainrt", 3, 1, 1);
     grad.inputs = {"dY", "X", "W"};
     grad.outputs = {"dX", "dW", "dB"};
-    check_winograd(grad, {{"dY", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)},
-                          {"X", x},
-                          {"W", w}});
+    check_winograd(
+        grad, {{"dY", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}, {"X", x}, {"W", w}});
   }
   MESSAGE("largest |winograd - reference| / rms: ", g_worst);
 }

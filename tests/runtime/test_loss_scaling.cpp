@@ -132,10 +132,12 @@ TEST_CASE("loss scaling: the scaler's state restores from the checkpoint state, 
   CHECK(a.loss_scale() == b.loss_scale());
   for (const std::string& n : a.state_names()) CHECK(bitwise_equal(a.state(n), b.state(n)));
 
-  CHECK(error_of([&] { b.set_state("loss_scaler.scale", make(DataType::Float32, {}, {-1})); })
-            .find("not a valid loss scaler state") != std::string::npos);
-  CHECK(error_of([&] { b.set_state("loss_scaler.good_steps", make(DataType::Float32, {}, {1})); })
-            .find("must be a int64 scalar") != std::string::npos);
+  CHECK(error_of([&] {
+          b.set_state("loss_scaler.scale", make(DataType::Float32, {}, {-1}));
+        }).find("not a valid loss scaler state") != std::string::npos);
+  CHECK(error_of([&] {
+          b.set_state("loss_scaler.good_steps", make(DataType::Float32, {}, {1}));
+        }).find("must be a int64 scalar") != std::string::npos);
 }
 
 TEST_CASE("loss scaling: a non-finite loss is an error, not a skipped step") {
