@@ -20,13 +20,18 @@
 // would flag oneTBB's own inlined internals; with plain threads it sees exactly the
 // kernels' own accesses from several threads, which is what the executor's TSan run
 // (tools/ci_reliability.sh tsan, test_runtime) checks.
+//
+// for_rows() splits a loop over rows (a softmax row, a padded row) the same way, at
+// whole rows; parallel_copy() is the copy of the shape ops (Reshape, Flatten, ...).
 #pragma once
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "graph/tsan.h"
 
@@ -76,6 +81,29 @@ void for_range(int64_t n, F&& f) {
     parallel_chunks(n, f);
   else if (n > 0)
     f(int64_t{0}, n);
+}
+
+// f(0, rows) for the reference kernel; for the cpu kernel, f over chunks of whole rows
+// of `row_cost` elements each, at least kGrain elements per chunk (a row is never split).
+template <bool kParallel, typename F>
+void for_rows(int64_t rows, int64_t row_cost, F&& f) {
+  if (rows <= 0) return;
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, row_cost));
+  if (!kParallel || rows <= grain) return f(int64_t{0}, rows);
+  parallel_ranges(rows, grain, f);
+}
+
+// memcpy(dst, src, bytes) in parallel chunks; nothing when dst == src (an in-place copy).
+inline void parallel_copy(void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  constexpr size_t kBytes = kGrain * 4;  // one grain of fp32 per task
+  if (bytes <= kBytes) return void(std::memcpy(d, s, bytes));
+  parallel_ranges(static_cast<int64_t>((bytes + kBytes - 1) / kBytes), 1, [&](int64_t c0, int64_t c1) {
+    const size_t from = static_cast<size_t>(c0) * kBytes;
+    std::memcpy(d + from, s + from, std::min(static_cast<size_t>(c1 - c0) * kBytes, bytes - from));
+  });
 }
 
 }  // namespace trainrt

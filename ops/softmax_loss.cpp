@@ -19,12 +19,15 @@
 //       0 for ignored samples.
 //   ReduceMeanGrad(dY, X; axes, keepdims, noop_with_empty_axes) -> dX   dY / count broadcast back to X
 //
-// Reference kernels subtract the max and accumulate in double.
+// Reference kernels subtract the max and accumulate in double. The cpu kernels of
+// SoftmaxCrossEntropyLoss and its gradient are the same code with the independent rows
+// split over oneTBB chunks (ops/parallel.h), so they equal the reference bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "ops/common.h"
+#include "ops/parallel.h"
 #include "ops/register_all.h"
 
 namespace trainrt {
@@ -55,11 +58,13 @@ AxisSplit split_at(const std::vector<int64_t>& dims, size_t axis) {
   return s;
 }
 
-// log_softmax of x along the middle of `s`, written to out (double), for each outer/inner.
-template <typename T>
+// log_softmax of x along the middle of `s`, written to out (double), for each outer/inner;
+// each (outer, inner) row on its own, so kParallel splits the rows over oneTBB chunks.
+template <bool kParallel = false, typename T>
 void log_softmax_into(const T* x, const AxisSplit& s, double* out) {
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t i = 0; i < s.inner; ++i) {
+  for_rows<kParallel>(s.outer * s.inner, s.len, [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const int64_t o = row / s.inner, i = row % s.inner;
       const int64_t base = o * s.len * s.inner + i;
       double m = -INFINITY;
       for (int64_t c = 0; c < s.len; ++c) m = std::max(m, static_cast<double>(x[base + c * s.inner]));
@@ -69,6 +74,7 @@ void log_softmax_into(const T* x, const AxisSplit& s, double* out) {
       for (int64_t c = 0; c < s.len; ++c)
         out[base + c * s.inner] = static_cast<double>(x[base + c * s.inner]) - m - log_sum;
     }
+  });
 }
 
 // ---- Softmax / LogSoftmax ---------------------------------------------------------
@@ -131,8 +137,10 @@ void sce_infer(InferContext& ctx) {
   ctx.set_output(1, t, x);
 }
 
-template <typename T>
-void sce_reference(KernelContext& ctx) {
+// kParallel: the cpu kernel. The log_softmax rows and the copy to output 1 run over
+// oneTBB chunks; the loss and its sums stay one sequential loop, in the reference's order.
+template <typename T, bool kParallel>
+void sce_kernel(KernelContext& ctx) {
   const Node& n = ctx.node;
   const Tensor& x = ctx.in(0);
   const Tensor& labels = ctx.in(1);
@@ -144,10 +152,13 @@ void sce_reference(KernelContext& ctx) {
   const AxisSplit s = split_at(x.dims(), 1);
   const int64_t C = s.len, D = s.inner;
   std::vector<double> lp(static_cast<size_t>(x.numel()));
-  log_softmax_into(x.data<T>(), s, lp.data());
+  log_softmax_into<kParallel>(x.data<T>(), s, lp.data());
   if (ctx.has_output(1)) {
     T* out = ctx.out(1).data<T>();
-    for (size_t k = 0; k < lp.size(); ++k) out[k] = static_cast<T>(lp[k]);
+    const double* in = lp.data();
+    for_range<kParallel>(x.numel(), [=](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) out[k] = static_cast<T>(in[k]);
+    });
   }
   std::vector<double> loss(static_cast<size_t>(labels.numel()));
   double loss_sum = 0, weight_sum = 0;
@@ -388,8 +399,11 @@ void sce_grad_infer(InferContext& ctx) {
   ctx.set_output(0, ctx.input(1));
 }
 
-template <typename T>
-void sce_grad_reference(KernelContext& ctx) {
+// kParallel: the cpu kernel. The mean's denominator (and the label check) is one
+// sequential loop as in the reference; then each sample's C outputs on their own, so
+// the samples split over oneTBB chunks.
+template <typename T, bool kParallel>
+void sce_grad_kernel(KernelContext& ctx) {
   const Node& n = ctx.node;
   const Tensor& lp = ctx.in(1);
   const Tensor& labels = ctx.in(2);
@@ -415,9 +429,9 @@ void sce_grad_reference(KernelContext& ctx) {
   }
   const T* p = lp.data<T>();
   T* dx = ctx.out(0).data<T>();
-  for (int64_t nn = 0; nn < s.outer; ++nn)
-    for (int64_t d = 0; d < D; ++d) {
-      const int64_t k = nn * D + d;
+  for_rows<kParallel>(s.outer * D, C, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t nn = k / D, d = k % D;
       const int64_t l = label_at(k);
       const bool ignored = has_ii && l == ii;
       double g = 0;
@@ -430,6 +444,7 @@ void sce_grad_reference(KernelContext& ctx) {
         dx[at] = static_cast<T>(ignored ? 0.0 : g * (std::exp(static_cast<double>(p[at])) - (c == l ? 1.0 : 0.0)));
       }
     }
+  });
 }
 
 // ReduceMeanGrad(dY, X; axes, keepdims, noop_with_empty_axes) -> dX typed like X.
@@ -490,7 +505,10 @@ void register_softmax_loss(Registry& r) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_reference<decltype(tag), true>(ctx); });
   });
   r.kernels.add("reference", "", "SoftmaxCrossEntropyLoss", [](KernelContext& ctx) {
-    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_reference<decltype(tag)>(ctx); });
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_kernel<decltype(tag), false>(ctx); });
+  });
+  r.kernels.add("cpu", "", "SoftmaxCrossEntropyLoss", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_kernel<decltype(tag), true>(ctx); });
   });
   r.kernels.add("reference", "", "ReduceMean", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_reference<decltype(tag)>(ctx); });
@@ -517,7 +535,10 @@ void register_softmax_loss(Registry& r) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_grad_reference<decltype(tag), true>(ctx); });
   });
   r.kernels.add("reference", kTrainrt, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
-    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_grad_reference<decltype(tag)>(ctx); });
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_grad_kernel<decltype(tag), false>(ctx); });
+  });
+  r.kernels.add("cpu", kTrainrt, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_grad_kernel<decltype(tag), true>(ctx); });
   });
   r.kernels.add("reference", kTrainrt, "ReduceMeanGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_grad_reference<decltype(tag)>(ctx); });
