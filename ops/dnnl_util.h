@@ -44,6 +44,7 @@ void register_pool_dnnl(Registry& r);
 void register_norm_dnnl(Registry& r);
 void register_gemm_dnnl(Registry& r);
 void register_eltwise_dnnl(Registry& r);
+void register_misc_cpu(Registry& r);       // Cast (oneDNN reorder or oneTBB), Identity, Constant
 }  // namespace trainrt
 
 namespace trainrt::dnnl_util {
