@@ -24,6 +24,8 @@
 // get one): such kernels describe their arguments with desc_of(t) and put the layout
 // in their plan's key. fp32 only: kernels call run_reference() for other dtypes and
 // for attribute combinations oneDNN cannot express; it converts blocked arguments. Threads are OpenMP's (libdnnl here is built with OpenMP).
+// Kernels that only move bytes (Transpose, Concat: ops/shape_ops_cpu.cpp) take every
+// dtype, described to oneDNN as s32 or u8 words.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,7 @@ void register_pool_dnnl(Registry& r);
 void register_norm_dnnl(Registry& r);
 void register_gemm_dnnl(Registry& r);
 void register_eltwise_dnnl(Registry& r);
+void register_shape_ops_cpu(Registry& r);  // Transpose, Concat (oneDNN), Pad, copies (oneTBB)
 void register_misc_cpu(Registry& r);       // Cast (oneDNN reorder or oneTBB), Identity, Constant
 }  // namespace trainrt
 

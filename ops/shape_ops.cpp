@@ -17,6 +17,8 @@
 // serves every numeric dtype (float, int64 indices, bool masks...). Shape inputs
 // (Reshape's shape, Pad's pads) must be constants so every shape is static once the
 // batch is known; a symbolic batch dimension survives where it is copied through.
+#include "ops/shape_ops.h"
+
 #include <cstring>
 
 #include "ops/common.h"
@@ -204,13 +206,6 @@ void reshape_infer(InferContext& ctx) {
 
 // ---- Transpose --------------------------------------------------------------------
 
-std::vector<int64_t> transpose_perm(const Node& n, int64_t rank) {
-  std::vector<int64_t> perm = n.attr_ints("perm");
-  if (!n.has_attr("perm"))
-    for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
-  return perm;
-}
-
 void transpose_infer(InferContext& ctx) {
   DataType t = require_numeric(ctx, 0);
   const int64_t r = ctx.input_rank(0);
@@ -282,8 +277,7 @@ void concat_infer(InferContext& ctx) {
 // y = [x0 | x1 | ...] along axis: each outer slice copies every input's block in turn.
 void concat_reference(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
-  const size_t axis = static_cast<size_t>(ctx.node.attr_int("axis", 0) < 0 ? ctx.node.attr_int("axis", 0) + y.rank()
-                                                                           : ctx.node.attr_int("axis", 0));
+  const size_t axis = concat_axis(ctx.node, y.rank());
   const size_t es = dtype_size(y.dtype());
   int64_t outer = 1;
   for (size_t d = 0; d < axis; ++d) outer *= y.dims()[d];
@@ -372,9 +366,7 @@ void pad_reference(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
-  std::vector<int64_t> axes;
-  if (ctx.has_input(3)) axes = tensor_ints(ctx.in(3));
-  const std::vector<int64_t> pads = full_pads(tensor_ints(ctx.in(1)), ctx.has_input(3) ? &axes : nullptr, x.rank());
+  const std::vector<int64_t> pads = pad_amounts(ctx);
   const size_t es = dtype_size(x.dtype());
   std::vector<std::byte> value(es, std::byte{0});
   if (ctx.has_input(2) && ctx.in(2).numel() > 0) std::memcpy(value.data(), ctx.in(2).raw(), es);
@@ -472,6 +464,24 @@ void concat_grad_reference(KernelContext& ctx) {
 }
 
 }  // namespace
+
+std::vector<int64_t> transpose_perm(const Node& n, int64_t rank) {
+  std::vector<int64_t> perm = n.attr_ints("perm");
+  if (!n.has_attr("perm"))
+    for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+  return perm;
+}
+
+std::vector<int64_t> pad_amounts(const KernelContext& ctx) {
+  std::vector<int64_t> axes;
+  if (ctx.has_input(3)) axes = tensor_ints(ctx.in(3));
+  return full_pads(tensor_ints(ctx.in(1)), ctx.has_input(3) ? &axes : nullptr, ctx.in(0).rank());
+}
+
+size_t concat_axis(const Node& n, int64_t rank) {
+  const int64_t axis = n.attr_int("axis", 0);
+  return static_cast<size_t>(axis < 0 ? axis + rank : axis);
+}
 
 void register_shape_ops(Registry& r) {
   r.schemas.add(OpSchema{"", "Flatten", 1, 1, 1, 1, 11, flatten_infer, nullptr, {"axis"}});
