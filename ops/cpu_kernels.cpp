@@ -18,6 +18,7 @@ void register_cpu_kernels(Registry& r) {
   register_norm_dnnl(r);
   register_gemm_dnnl(r);
   register_eltwise_dnnl(r);
+  register_reduce_dnnl(r);
   register_shape_ops_cpu(r);
   register_misc_cpu(r);
   register_cpu_grad_kernels(r);

@@ -46,6 +46,7 @@ void register_pool_dnnl(Registry& r);
 void register_norm_dnnl(Registry& r);
 void register_gemm_dnnl(Registry& r);
 void register_eltwise_dnnl(Registry& r);
+void register_reduce_dnnl(Registry& r);    // ReduceMean
 void register_shape_ops_cpu(Registry& r);  // Transpose, Concat (oneDNN), Pad, copies (oneTBB)
 void register_misc_cpu(Registry& r);       // Cast (oneDNN reorder or oneTBB), Identity, Constant
 }  // namespace trainrt

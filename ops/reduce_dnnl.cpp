@@ -1,0 +1,86 @@
+// ReduceMean on the cpu backend: oneDNN's reduction primitive (reduction_mean), fp32
+// (ops/softmax_loss.cpp has the schema and the reference kernel).
+//
+//   ReduceMean(x[N,C,H,W], axes=[2,3], keepdims=1) -> y[N,C,1,1]
+//
+// y is described in its keepdims form (extent 1 on reduced axes), which has the bytes
+// of the keepdims=0 form. Size-1 axes are dropped and neighbouring axes of one kind
+// (kept or reduced) merged first, so [N,C,H,W] over [2,3] runs as [N*C, H*W] -> [N*C, 1].
+// When no axis of extent > 1 is reduced (or noop_with_empty_axes with no axes) y is x,
+// copied. oneDNN accumulates in fp32, the reference in double: the results differ by
+// the fp32 sum's rounding (tests/ops/test_cpu_vs_reference.cpp states the tolerance).
+// The reference kernel runs for fp64, for an empty x (a mean of nothing is NaN there)
+// and when oneDNN rejects the descriptors.
+#include <algorithm>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "ops/dnnl_util.h"
+#include "ops/parallel.h"
+#include "ops/register_all.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+
+struct Plan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md src, dst;
+};
+
+// The reduced axes (normalised): attribute `axes` (opset 13) or input 1 (opset 18);
+// none given means every axis unless noop_with_empty_axes (then none).
+std::vector<bool> reduced_axes(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const int64_t r = ctx.in(0).rank();
+  std::vector<int64_t> axes = n.attr_ints("axes");
+  if (!n.has_attr("axes") && ctx.has_input(1))
+    axes.assign(ctx.in(1).data<int64_t>(), ctx.in(1).data<int64_t>() + ctx.in(1).numel());
+  std::vector<bool> reduced(static_cast<size_t>(r), axes.empty() && n.attr_int("noop_with_empty_axes", 0) == 0);
+  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+  return reduced;
+}
+
+void reduce_mean_cpu(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (x.dtype() != DataType::Float32 || x.numel() == 0) return du::run_reference(ctx);
+  const std::vector<bool> reduced = reduced_axes(ctx);
+  // Collapsed src dims and their kinds.
+  std::vector<int64_t> src;
+  std::vector<bool> kind;
+  for (size_t d = 0; d < reduced.size(); ++d) {
+    const int64_t e = x.dims()[d];
+    if (e == 1) continue;
+    if (!kind.empty() && kind.back() == reduced[d])
+      src.back() *= e;
+    else
+      src.push_back(e), kind.push_back(reduced[d]);
+  }
+  if (std::find(kind.begin(), kind.end(), true) == kind.end())
+    return parallel_copy(y.raw(), x.raw(), x.nbytes());  // a mean of one element each
+  if (src.size() > DNNL_MAX_NDIMS) return du::run_reference(ctx);
+  std::vector<int64_t> dst = src;
+  for (size_t k = 0; k < dst.size(); ++k)
+    if (kind[k]) dst[k] = 1;
+  auto plan = du::cached<Plan>(du::key("ReduceMean", src, dst), [&] {
+    du::Md s = du::plain_desc(src), t = du::plain_desc(dst);
+    try {
+      dnnl::reduction::desc d(dnnl::algorithm::reduction_mean, s, t, 0.f, 0.f);
+      dnnl::reduction::primitive_desc pd(d, du::attr(), du::engine());
+      return Plan{false, dnnl::reduction(pd), s, t};
+    } catch (const dnnl::error&) {
+      return du::reference_plan<Plan>();
+    }
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->src)}, {DNNL_ARG_DST, du::memory_of(y, plan->dst)}});
+}
+
+}  // namespace
+
+void register_reduce_dnnl(Registry& r) {
+  if (r.schemas.find("", "ReduceMean")) r.kernels.add("cpu", "", "ReduceMean", reduce_mean_cpu);
+}
+
+}  // namespace trainrt
