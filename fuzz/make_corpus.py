@@ -185,6 +185,7 @@ def main():
     for c in checkpoints():
         put(ck_dir, c)
     for d in (onnx_dir, tp_dir, ds_dir, ck_dir):
+        os.makedirs(d, exist_ok=True)  # a seedless target still starts (from empty input)
         print(f"{d}: {len(os.listdir(d))} seeds")
     return 0
 

@@ -111,6 +111,28 @@ void check_count(const Field& f, int64_t n, const std::string& at, const char* f
         at, std::string(field) + " holds " + std::to_string(f.size()) + " values, dims need " + std::to_string(n));
 }
 
+// Whether an int32_data entry is representable in `dtype` (int32, int16, int8, uint16,
+// uint8 or bool, the types ONNX stores there); bool takes any value as v != 0.
+bool int32_data_fits(DataType dtype, int32_t v) {
+  auto in = [v](auto lo_hi) {
+    using T = decltype(lo_hi);
+    return v >= static_cast<int32_t>(std::numeric_limits<T>::min()) &&
+           v <= static_cast<int32_t>(std::numeric_limits<T>::max());
+  };
+  switch (dtype) {
+    case DataType::Int8:
+      return in(int8_t{});
+    case DataType::UInt8:
+      return in(uint8_t{});
+    case DataType::Int16:
+      return in(int16_t{});
+    case DataType::UInt16:
+      return in(uint16_t{});
+    default:
+      return true;
+  }
+}
+
 std::string read_external(const onnx::TensorProto& p, const Ctx& c, const std::string& at, uint64_t want) {
   if (c.base_dir.empty()) throw_bad_input(at, "external data is not allowed here");
   std::string location;
@@ -223,9 +245,11 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const Ctx& c, const std::st
       check_count(p.int32_data(), n, at, "int32_data");
       for (int64_t i = 0; i < n; ++i) {
         const int32_t v = p.int32_data(static_cast<int>(i));
-        t.set_from_double(i, v);
-        if (t.get_as_double(i) != (dtype == DataType::Bool ? (v != 0) : v))
+        // Range first: converting an out-of-range value to a narrower integer type
+        // before checking it would already be undefined behaviour.
+        if (!int32_data_fits(dtype, v))
           throw_bad_input(at, "int32_data value " + std::to_string(v) + " does not fit " + dtype_name(dtype));
+        t.set_from_double(i, v);
       }
       break;
   }

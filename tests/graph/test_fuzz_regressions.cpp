@@ -118,3 +118,72 @@ TEST_CASE("fuzz: inferred and declared shapes over 2^36 elements are refused bef
   e = import_error(pad_pool_flatten({0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, d, d, d}));
   CHECK(e.find("over the limit of 2^36 elements") != std::string::npos);
 }
+
+namespace {
+
+// The BadInput message of reading `bytes` as a TensorProto file; fails if it reads.
+std::string tensor_error(const std::string& bytes) {
+  const std::string path = "fuzz_regression_input_0.pb";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+  }
+  try {
+    (void)read_tensor_file(path, ImportLimits{});
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::BadInput);
+    CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    return e.what();
+  }
+  FAIL("the tensor was read");
+  return "";
+}
+
+std::string int32_data_tensor(onnx::TensorProto::DataType dtype, std::vector<int32_t> values) {
+  onnx::TensorProto p;
+  p.set_data_type(dtype);
+  p.add_dims(static_cast<int64_t>(values.size()));
+  for (int32_t v : values) p.add_int32_data(v);
+  std::string b;
+  REQUIRE(p.SerializeToString(&b));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: int32_data values outside a narrow integer type are refused before conversion (UBSan, onnx_io.cpp)") {
+  // The input fuzz_tensor_proto found: an int8 tensor whose int32_data holds 81919;
+  // UBSan "81919 is outside the range of representable values of type 'signed char'".
+  std::string e = tensor_error(read_all(TRAINRT_TEST_DATA "/fuzz_regressions/tensor_proto-int8-out-of-range.pb"));
+  CHECK(e.find("int32_data value 81919 does not fit int8") != std::string::npos);
+
+  // Each narrow type at one past either end of its range.
+  using TP = onnx::TensorProto;
+  const std::pair<TP::DataType, std::vector<int32_t>> bad[] = {
+      {TP::INT8, {-129}},    {TP::INT8, {128}},    {TP::UINT8, {-1}},  {TP::UINT8, {256}},
+      {TP::INT16, {-32769}}, {TP::INT16, {32768}}, {TP::UINT16, {-1}}, {TP::UINT16, {65536}}};
+  for (const auto& [dtype, values] : bad) {
+    CAPTURE(dtype);
+    e = tensor_error(int32_data_tensor(dtype, values));
+    CHECK(e.find("does not fit") != std::string::npos);
+  }
+
+  // The ends of each range, and any value for bool, still read exactly.
+  const std::string path = "fuzz_regression_input_0.pb";
+  const std::pair<TP::DataType, std::vector<int32_t>> good[] = {{TP::INT8, {-128, 127}},
+                                                                {TP::UINT8, {0, 255}},
+                                                                {TP::INT16, {-32768, 32767}},
+                                                                {TP::UINT16, {0, 65535}},
+                                                                {TP::BOOL, {0, 7}}};
+  for (const auto& [dtype, values] : good) {
+    CAPTURE(dtype);
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << int32_data_tensor(dtype, values);
+    }
+    Tensor t = read_tensor_file(path, ImportLimits{});
+    REQUIRE(t.numel() == 2);
+    for (int64_t i = 0; i < 2; ++i)
+      CHECK(t.get_as_double(i) == (dtype == TP::BOOL ? (values[i] != 0) : values[static_cast<size_t>(i)]));
+  }
+}
