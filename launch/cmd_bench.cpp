@@ -24,10 +24,10 @@
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
-#include "ops/dnnl_util.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
+#include "ops/dnnl_util.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 
@@ -46,12 +46,14 @@ const CommandSpec kSpec{
      {"threads", "0", "CPU threads (0 = all cores)"},
      {"backend", "cpu", "cpu or reference"},
      {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
-     {"conv-algorithm", "winograd", "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+     {"conv-algorithm", "winograd",
+      "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
      {"lr", "0.01", "learning rate"},
      {"seed", "0", "seed of the random batch and of Dropout"},
      {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
-     {"layouts", "blocked", "activations between oneDNN kernels: blocked (nChw16c kept), or plain (reorder at every kernel) to compare"},
+     {"layouts", "blocked",
+      "activations between oneDNN kernels: blocked (nChw16c kept), or plain (reorder at every kernel) to compare"},
      {"profile", "", "print time per op type over the timed steps", Flag::Switch},
      {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
     1,
@@ -101,8 +103,8 @@ int cmd_bench(const Argv& argv) {
   const std::string backend_name = one_of(a, "backend", {"cpu", "reference"});
   const std::string precision = one_of(a, "precision", {"fp32", "bf16"});
   const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
-  const ConvAlgorithm conv =
-      one_of(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd : ConvAlgorithm::direct;
+  const ConvAlgorithm conv = one_of(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd
+                                                                                               : ConvAlgorithm::direct;
   const std::string optimizer = one_of(a, "optimizer", {"sgd"});
   const double lr = a.number("lr");
   if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
@@ -118,8 +120,8 @@ int cmd_bench(const Argv& argv) {
 
   Graph forward = import_onnx_file(path, registry().schemas);
   if (forward.inputs.size() != 1)
-    throw_bad_input(path, "bench needs one graph input (the images), the model has " +
-                              std::to_string(forward.inputs.size()));
+    throw_bad_input(path,
+                    "bench needs one graph input (the images), the model has " + std::to_string(forward.inputs.size()));
   if (forward.outputs.empty()) throw_bad_input(path, "the model has no outputs");
   const std::string input = forward.inputs[0], logits = forward.outputs[0];
   const ValueInfo& in = forward.info(input);
@@ -173,13 +175,20 @@ int cmd_bench(const Argv& argv) {
   std::printf("model: %s, input '%s' %s, %lld classes, %zu parameter tensors (%lld values)\n", path.c_str(),
               input.c_str(), dims_to_string(dims).c_str(), static_cast<long long>(classes), params,
               static_cast<long long>(param_values));
-  std::printf("setup: backend %s, threads %lld, precision %s, optimizer %s (momentum 0.9, lr %g), batch %lld, "
-              "warmup %lld, steps %lld\n",
-              backend_name.c_str(), static_cast<long long>(threads), precision.c_str(), optimizer.c_str(), lr,
-              static_cast<long long>(batch), static_cast<long long>(warmup), static_cast<long long>(steps));
+  std::printf(
+      "setup: backend %s, threads %lld, precision %s, optimizer %s (momentum 0.9, lr %g), batch %lld, "
+      "warmup %lld, steps %lld\n",
+      backend_name.c_str(), static_cast<long long>(threads), precision.c_str(), optimizer.c_str(), lr,
+      static_cast<long long>(batch), static_cast<long long>(warmup), static_cast<long long>(steps));
+  // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
+  // cpu backend keeps every value plain and convolves directly (ops/dnnl_util.h).
+  const bool avx512 = backend_name != "cpu" || dnnl_util::cpu_has_avx512_core();
+  const std::string layouts = !blocked ? "plain" : avx512 ? "blocked" : "plain (blocked needs AVX-512)";
+  const std::string convs = conv != ConvAlgorithm::winograd ? "direct"
+                            : avx512                        ? "winograd"
+                                                            : "direct (winograd needs AVX-512)";
   std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s, convolutions %s\n", nodes,
-              fuse ? "on" : "off", session.training().graph.nodes.size(), blocked ? "blocked" : "plain",
-              conv_algorithm_name(conv));
+              fuse ? "on" : "off", session.training().graph.nodes.size(), layouts.c_str(), convs.c_str());
   std::fflush(stdout);
 
   double first_loss = 0, last_loss = 0;
@@ -214,10 +223,11 @@ int cmd_bench(const Argv& argv) {
               flops * 1e-9, flops * 1e-9 / (median * 1e-3));
   const Plan& plan = session.plan();
   const double mib = 1.0 / (1024.0 * 1024.0);
-  std::printf("peak memory: RSS %.1f MiB (getrusage ru_maxrss, whole process); planned arena %.1f MiB "
-              "(naive one buffer per value %.1f MiB), persistent state %.3f MiB\n",
-              peak_rss_mib(), static_cast<double>(plan.arena_bytes) * mib, static_cast<double>(plan.naive_bytes) * mib,
-              static_cast<double>(session.persistent_bytes()) * mib);
+  std::printf(
+      "peak memory: RSS %.1f MiB (getrusage ru_maxrss, whole process); planned arena %.1f MiB "
+      "(naive one buffer per value %.1f MiB), persistent state %.3f MiB\n",
+      peak_rss_mib(), static_cast<double>(plan.arena_bytes) * mib, static_cast<double>(plan.naive_bytes) * mib,
+      static_cast<double>(session.persistent_bytes()) * mib);
   std::printf("layout reorders: %.1f MiB per step (oneDNN reorders between row-major and blocked layouts)\n",
               static_cast<double>(dnnl_util::reorder_bytes() - reordered) * mib / static_cast<double>(steps));
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", first_loss, last_loss);

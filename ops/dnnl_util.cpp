@@ -6,7 +6,6 @@
 #include <cstring>
 #include <mutex>
 
-
 #include "graph/error.h"
 #include "ops/common.h"
 #include "ops/parallel.h"
@@ -81,6 +80,12 @@ bool cpu_has_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
   return (isa & bf16) == bf16;
+}
+
+bool cpu_has_avx512_core() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
 }
 
 dnnl::memory memory_of(const Tensor& t, const Md& md) {
@@ -241,10 +246,8 @@ void run_reference(KernelContext& ctx) {
   std::vector<Tensor> copies;
   copies.reserve(ctx.inputs.size() + ctx.outputs.size());
   KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed, ctx.math, ctx.conv};
-  for (const Tensor* t : ctx.inputs)
-    plain.inputs.push_back(blocked(t) ? &copies.emplace_back(to_plain(*t)) : t);
-  for (Tensor* t : ctx.outputs)
-    plain.outputs.push_back(blocked(t) ? &copies.emplace_back(t->dtype(), t->dims()) : t);
+  for (const Tensor* t : ctx.inputs) plain.inputs.push_back(blocked(t) ? &copies.emplace_back(to_plain(*t)) : t);
+  for (Tensor* t : ctx.outputs) plain.outputs.push_back(blocked(t) ? &copies.emplace_back(t->dtype(), t->dims()) : t);
   (*k)(plain);
   for (size_t i = 0; i < ctx.outputs.size(); ++i)
     if (blocked(ctx.outputs[i])) copy_from_plain(*plain.outputs[i], *ctx.outputs[i]);

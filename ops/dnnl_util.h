@@ -23,18 +23,17 @@
 // Layout::Blocked16c (runtime/layout.h decides; only kernels that declared they take it
 // get one): such kernels describe their arguments with desc_of(t) and put the layout
 // in their plan's key. fp32 only: kernels call run_reference() for other dtypes and
-// for attribute combinations oneDNN cannot express; it converts blocked arguments. Threads are OpenMP's (libdnnl here is built with OpenMP).
-// Kernels that only move bytes (Transpose, Concat: ops/shape_ops_cpu.cpp) take every
-// dtype, described to oneDNN as s32 or u8 words.
+// for attribute combinations oneDNN cannot express; it converts blocked arguments. Threads are OpenMP's (libdnnl here
+// is built with OpenMP). Kernels that only move bytes (Transpose, Concat: ops/shape_ops_cpu.cpp) take every dtype,
+// described to oneDNN as s32 or u8 words.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "ops/kernel.h"
 
@@ -78,6 +77,12 @@ dnnl::memory math_rounded(const Tensor& t, const Md& md, MathPrecision m, int sl
 // True when this CPU runs oneDNN's bf16 convolutions natively (AVX-512 BF16 or newer);
 // elsewhere oneDNN would take its slow reference path, so callers refuse bf16 instead.
 bool cpu_has_bf16();
+// True when oneDNN runs its AVX-512 kernels here (avx512_core or newer): the ones that
+// take the nChw16c layout natively (runtime/layout.h) and the fp32 Winograd
+// convolutions. On AVX2 oneDNN's kernels block by 8 channels and have no Winograd, and
+// nChw16c tensors would go to its reference implementations (measured on an AVX2
+// machine: a Wide ResNet step ~100x slower), so blocked layouts stay off there.
+bool cpu_has_avx512_core();
 // Wraps the tensor's buffer (no copy); `md` must describe the same bytes.
 dnnl::memory memory_of(const Tensor& t, const Md& md);
 // Memory of `md` in a per-thread temporary slot (valid until the slot is reused).

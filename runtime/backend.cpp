@@ -16,6 +16,7 @@ const Kernel& Backend::kernel(const Node& n) const {
 }
 
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
+  if (!blocked_layouts) return {};
   return registry().kernels.layouts(kernel_set_, g, n);
 }
 
@@ -40,7 +41,7 @@ class ReferenceBackend : public Backend {
 };
 class CpuBackend : public Backend {
  public:
-  CpuBackend() : Backend("cpu", true) {}
+  CpuBackend() : Backend("cpu", true) { blocked_layouts = dnnl_util::cpu_has_avx512_core(); }
   std::string name() const override { return "cpu"; }
   void check_math(MathPrecision m) const override {
     if (m == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16())

@@ -24,7 +24,7 @@ class Backend {
   // The kernel for `n` on this backend; throws Unsupported naming the op.
   virtual const Kernel& kernel(const Node& n) const;
   // Which arguments `n`'s kernel takes in a blocked layout (ops/kernel.h); all Plain
-  // for reference fallbacks and kernels that declared nothing.
+  // for reference fallbacks, kernels that declared nothing and !blocked_layouts.
   NodeLayouts layouts(const Graph& g, const Node& n) const;
   // Throws Unsupported (naming why) when this backend cannot run the convolutions in
   // `m` arithmetic at a useful speed: the cpu backend needs AVX-512 BF16 for bf16 (fp16
@@ -34,6 +34,11 @@ class Backend {
   std::vector<std::string> fallback_ops() const;
   // Threads this backend may use (0 = all cores).
   int threads = 0;
+  // Whether layouts() reports the kernels' blocked slots. The cpu backend turns it off
+  // where oneDNN has no nChw16c kernels (no AVX-512: they would run on its reference
+  // implementations, ops/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
+  // the layout choice and the blocked kernels on any CPU.
+  bool blocked_layouts = true;
 
  protected:
   explicit Backend(std::string kernel_set, bool reference_fallback)

@@ -70,6 +70,11 @@ TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everyt
   Plan plan = build_plan(s, o);
 
   auto cpu = make_backend("cpu");
+  // Off by default without AVX-512 (runtime/backend.h); the choice itself is checked on any CPU.
+  CHECK(cpu->blocked_layouts == du::cpu_has_avx512_core());
+  if (!cpu->blocked_layouts)
+    for (Layout x : choose_layouts(plan, *cpu)) CHECK(x == Layout::Plain);
+  cpu->blocked_layouts = true;
   std::vector<Layout> l = choose_layouts(plan, *cpu);
   REQUIRE(l.size() == plan.values.size());
   size_t blocked = 0;
@@ -114,6 +119,7 @@ TEST_CASE("a cpu training step with blocked layouts equals the all-Plain step, w
     if (fused) fuse_training_graph(t.graph);
     TensorMap feeds = step_feeds(t, 8);
     auto cpu = make_backend("cpu");
+    cpu->blocked_layouts = true;  // also without AVX-512, where the blocked kernels are slow but must agree
     std::map<bool, TensorMap> results;
     std::map<bool, uint64_t> moved;
     for (bool blocked : {false, true}) {
@@ -147,8 +153,9 @@ TEST_CASE("a cpu training step with blocked layouts equals the all-Plain step, w
     MESSAGE("largest difference, relative to each output's magnitude: " << worst);
     MESSAGE("reordered bytes per step: plain " << moved[false] << ", blocked " << moved[true]);
     // What is left is the weights' reorders (row-major W into the primitives' layouts,
-    // dW back) and the 1-channel input: at batch 8 a fifteenth.
-    CHECK(moved[true] * 10 < moved[false]);
+    // dW back) and the 1-channel input: at batch 8 a fifteenth. Without AVX-512
+    // oneDNN's kernels want nChw8c and reorder the nChw16c values themselves.
+    if (du::cpu_has_avx512_core()) CHECK(moved[true] * 10 < moved[false]);
   }
 }
 
