@@ -63,5 +63,6 @@ size_t fuse_matmul_add(Graph& g);           // MatMul/Gemm + Add(bias) -> Gemm
 size_t fuse_conv_relu(Graph& g);            // Conv + Relu -> FusedConv(activation=Relu)
 size_t fuse_conv_add(Graph& g);             // Conv + Add(residual) -> FusedConv(Z)
 size_t fuse_batchnorm_relu(Graph& g);       // BatchNormalization + Relu -> BatchNormalizationRelu
+size_t fuse_dropout_relu_grad(Graph& g);    // DropoutGrad + ReluGrad -> DropoutReluGrad (training)
 
 }  // namespace trainrt::passes

@@ -82,13 +82,15 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 // Fusions of a training graph (after build_training_graph), in place; TrainingSession
 // applies them before planning (runtime/training_session.h):
 //   BatchNormalization + Relu -> BatchNormalizationRelu (running-stat outputs kept),
-//   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z).
-// A fused node is named "<first>+<last>" after the nodes it replaced.
-// Relu + Dropout is not fused: in the Wide ResNet (models/wrn.h) the only Relu that
-// feeds a Dropout is cbr's, which follows a BatchNormalization and goes into the
-// BatchNormalizationRelu first, so a Relu+Dropout rule would never fire; and after
-// that the Relu is inside the BN kernel, so fusing the Dropout into it would not
-// save a pass. Returns the number of fusions made.
+//   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z),
+//   Relu + Dropout's backward: ReluGrad(DropoutGrad(dZ, mask), Y) -> DropoutReluGrad(dZ, Z)
+//     for Z = Dropout(Y), which reads the Dropout's output instead of the Relu's, so
+//     Y dies after the Dropout and the mask is no longer written (graph/fuse_dropout.cpp).
+// A fused node is named "<first>+<last>" after the nodes it replaced. The Relu's
+// forward is not fused into the Dropout: in the Wide ResNet (models/wrn.h) every Relu
+// that feeds a Dropout follows a BatchNormalization and goes into the
+// BatchNormalizationRelu, where it costs no pass of its own. Returns the number of
+// fusions made.
 size_t fuse_training_graph(Graph& g);
 
 // Node counts per op type ("Conv", "ai.trainrt::FusedConv") before and after passes.

@@ -23,7 +23,7 @@ namespace {
 const CommandSpec kSpec{
     "inspect",
     "trainrt inspect MODEL.onnx [--json] [--passes] [--training [--dump-training-graph OUT.onnx] [--memory [--batch N] "
-    "[--bucket-cap-mb M]]]",
+    "[--bucket-cap-mb M] [--fuse on|off]]]",
     "Print every node (name, op, input and output shapes) and the model's totals: parameters,\n"
     "forward FLOPs per sample, activation bytes per sample and unsupported ops. With --training,\n"
     "also build the training graph and list its backward and optimizer nodes and the memory\n"
@@ -37,9 +37,12 @@ const CommandSpec kSpec{
      {"momentum", "0.9", "SGD momentum (adds a momentum buffer per parameter)"},
      {"freeze", "", "initializer to keep fixed (repeatable)", Flag::Repeat},
      {"memory", "", "with --training: plan one training step and print its memory", Flag::Switch},
-     {"passes", "", "print node counts per op before and after the graph passes (inference form; "
-                    "with --training also the fused training graph)", Flag::Switch},
+     {"passes", "",
+      "print node counts per op before and after the graph passes (inference form; "
+      "with --training also the fused training graph)",
+      Flag::Switch},
      {"batch", "64", "batch size of the planned step (--memory)"},
+     {"fuse", "on", "plan the fused training graph as train and bench run it (--memory); off: the unfused graph"},
      {"bucket-cap-mb", "25", "gradient bucket cap in MB (--memory); the first bucket is 1 MB at most"}},
     1,
     1};
@@ -100,12 +103,15 @@ Graph per_sample(const Graph& g, const OpRegistry& reg) {
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // The memory plan of one training step at --batch (runtime/plan.h) and its gradient buckets.
-void inspect_memory(const TrainingGraph& t, const Args& a) {
+void inspect_memory(TrainingGraph t, const Args& a) {
   const double batch_arg = a.number("batch"), cap_arg = a.number("bucket-cap-mb");
   if (!(batch_arg >= 1) || batch_arg != static_cast<double>(static_cast<int64_t>(batch_arg)))
     throw_bad_input("--batch", "must be a positive integer, got '" + a.str("batch") + "'");
   if (!(cap_arg > 0)) throw_bad_input("--bucket-cap-mb", "must be > 0, got '" + a.str("bucket-cap-mb") + "'");
   const int64_t batch = static_cast<int64_t>(batch_arg);
+  const std::string fuse = a.str("fuse");
+  if (fuse != "on" && fuse != "off") throw_bad_input("--fuse", "must be on or off, got '" + fuse + "'");
+  if (fuse == "on") fuse_training_graph(t.graph);  // what TrainingSession plans (runtime/training_session.h)
   TensorMap feeds;
   for (const std::string& in : t.graph.inputs) {
     const ValueInfo& v = t.graph.info(in);
@@ -119,8 +125,8 @@ void inspect_memory(const TrainingGraph& t, const Args& a) {
   o.keep = t.graph.outputs;
   const Plan p = build_plan(s, o);
   verify_plan(p);
-  std::printf("memory plan of one training step, batch %lld (order: %s, %zu nodes)\n", static_cast<long long>(batch),
-              p.order.c_str(), p.steps.size());
+  std::printf("memory plan of one training step, batch %lld (%s graph, order: %s, %zu nodes)\n",
+              static_cast<long long>(batch), fuse == "on" ? "fused" : "unfused", p.order.c_str(), p.steps.size());
   std::printf("  peak arena bytes: %zu (%.2f MiB)\n", p.arena_bytes, mib(p.arena_bytes));
   std::printf("  naive bytes (one buffer per value): %zu (%.2f MiB, %.2fx the arena)\n", p.naive_bytes,
               mib(p.naive_bytes),

@@ -8,7 +8,8 @@
 //           (a loop over planes in one layout) and every
 //           elementwise kernel over same-shape tensors: a position-independent loop
 //           gives the same bits in any layout as long as all its arguments share it.
-// A kernel whose arguments are listed here must describe them with
+// The cpu backend uses these only where oneDNN has nChw16c kernels (AVX-512; see
+// Backend::blocked_layouts in runtime/backend.h). A kernel whose arguments are listed here must describe them with
 // dnnl_util::desc_of (or be elementwise over same-shape arguments) and fall back
 // through dnnl_util::run_reference, which converts blocked arguments.
 #include "graph/ir.h"
@@ -77,6 +78,10 @@ void register_cpu_layouts(Registry& r) {
   declare(r, trt, "DropoutGrad", [](const Graph& g, const Node& n) {
     if (!same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
     return NodeLayouts{{S, S}, {S}};  // dY, mask; dX
+  });
+  declare(r, trt, "DropoutReluGrad", [](const Graph& g, const Node& n) {
+    if (!same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+    return NodeLayouts{{S, S}, {S}};  // dZ, Z; dX
   });
   declare(r, "", "Sum", elementwise);
   // SumToShape(dY, like): a copy when the shapes agree; `like` only lends its dims.

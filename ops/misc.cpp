@@ -13,8 +13,16 @@
 // forward's test), dX = dY * mask otherwise. ratio is read like the forward's:
 // the optional input, 0.5 when omitted.
 //
-// The cpu kernels of Dropout and DropoutGrad are these loops split into parallel
-// chunks (ops/parallel.h): the same code, so the same mask and the same bits.
+// DropoutReluGrad(dZ, Z, [ratio], [training_mode]) -> dX (domain ai.trainrt) is
+// ReluGrad(DropoutGrad(dZ, mask, ratio, training_mode), Y) for Z = Dropout(Y) with
+// that mask, written by the training fusion (graph/fuse_dropout.cpp) from Z alone:
+//   dX = Z > 0 ? dZ * scale : 0      scale as DropoutGrad's
+// Exact: where the mask kept an element Z = Y * scale (scale >= 1), so Z > 0 exactly
+// when Y > 0; where it dropped one the gradient is 0 either way.
+//
+// The cpu kernels of Dropout, DropoutGrad and DropoutReluGrad are these loops split
+// into parallel chunks (ops/parallel.h): the same code, so the same mask and the
+// same bits.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,6 +110,26 @@ void dropout_grad_kernel(KernelContext& ctx) {
     T* pdx = ctx.out(0).data<T>();
     for_range<kParallel>(dy.numel(), [=](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? pdy[i] * scale : T(0);
+    });
+  });
+}
+
+template <bool kParallel>
+void dropout_relu_grad_kernel(KernelContext& ctx) {
+  const Tensor& dz = ctx.in(0);
+  const Tensor& z = ctx.in(1);
+  const bool training = ctx.training || (ctx.has_input(3) && ctx.in(3).get_as_double(0) != 0.0);
+  const double ratio = ctx.has_input(2) ? ctx.in(2).get_as_double(0) : 0.5;
+  if (training && !(ratio >= 0.0 && ratio < 1.0))
+    throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  dispatch_float(dz.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
+    const T* pdz = dz.data<T>();
+    const T* pz = z.data<T>();
+    T* pdx = ctx.out(0).data<T>();
+    for_range<kParallel>(dz.numel(), [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pdx[i] = pz[i] > T(0) ? pdz[i] * scale : T(0);
     });
   });
 }
@@ -201,6 +229,38 @@ void dropout_grad_rule(InferContext& ctx) {
   ctx.set_output(0, dy);
 }
 
+// DropoutReluGrad(dZ, Z, [ratio], [training_mode]): Z of dZ's float type and shape.
+void dropout_relu_grad_rule(InferContext& ctx) {
+  if (!ctx.node().attrs.empty())
+    throw_unsupported(ctx.where(), "attribute '" + ctx.node().attrs.begin()->first + "' is not supported");
+  require_float(ctx, 0);
+  const ValueInfo &dz = ctx.input(0), &z = ctx.input(1);
+  if (z.dtype != dz.dtype)
+    ctx.fail("Z '" + ctx.node().inputs[1] + "' must have dZ's type " + dtype_name(dz.dtype) + ", got " +
+             dtype_name(z.dtype));
+  if (dz.shape && z.shape) {
+    bool same = dz.shape->size() == z.shape->size();
+    for (size_t k = 0; same && k < dz.shape->size(); ++k) {
+      const Dim &a = (*dz.shape)[k], &b = (*z.shape)[k];
+      same = !(a.known() && b.known() && a.value != b.value);
+    }
+    if (!same)
+      ctx.fail("Z '" + ctx.node().inputs[1] + "' " + shape_to_string(*z.shape) + " must have the shape of dZ '" +
+               ctx.node().inputs[0] + "' " + shape_to_string(*dz.shape));
+  }
+  if (ctx.has_input(2)) {
+    if (!dtype_is_float(ctx.input(2).dtype))
+      ctx.fail("ratio '" + ctx.node().inputs[2] + "' must be a float type, got " + dtype_name(ctx.input(2).dtype));
+    require_scalar(ctx, 2, "ratio");
+  }
+  if (ctx.has_input(3)) {
+    if (ctx.input(3).dtype != DataType::Bool)
+      ctx.fail("training_mode '" + ctx.node().inputs[3] + "' must be bool, got " + dtype_name(ctx.input(3).dtype));
+    require_scalar(ctx, 3, "training_mode");
+  }
+  ctx.set_output(0, dz);
+}
+
 OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, int min_out, int max_out, ShapeRule rule,
                      std::vector<std::string> attributes = {}) {
   OpSchema s;
@@ -249,6 +309,12 @@ void register_misc(Registry& r) {
   r.schemas.add(std::move(dropout_grad));
   r.kernels.add("reference", "ai.trainrt", "DropoutGrad", dropout_grad_kernel<false>);
   r.kernels.add("cpu", "ai.trainrt", "DropoutGrad", dropout_grad_kernel<true>);
+
+  OpSchema dropout_relu_grad = make_schema("DropoutReluGrad", 1, 2, 4, 1, 1, dropout_relu_grad_rule);
+  dropout_relu_grad.domain = "ai.trainrt";
+  r.schemas.add(std::move(dropout_relu_grad));
+  r.kernels.add("reference", "ai.trainrt", "DropoutReluGrad", dropout_relu_grad_kernel<false>);
+  r.kernels.add("cpu", "ai.trainrt", "DropoutReluGrad", dropout_relu_grad_kernel<true>);
 }
 
 }  // namespace trainrt

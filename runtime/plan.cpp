@@ -24,12 +24,12 @@ struct Candidate {
 //    supports dst == src0, and for Add/Mul it swaps the operands so that the one with
 //    the output's shape is src0 (so input 1 is only taken when input 0 is broadcast);
 //  - activation grads: dx[i] = f(dy[i], t[i]) (oneDNN eltwise_backward supports
-//    diff_src == diff_dst; the others are reference-only loops);
+//    diff_src == diff_dst; the others, DropoutReluGrad included, are plain loops);
 //  - SGD/Adam/Increment: each element is read before it is written (ops/optimizer.cpp).
 std::vector<Candidate> in_place_candidates(const Node& n, const std::function<const PlannedValue*(size_t)>& in,
                                            const PlannedValue* out0) {
   static const std::set<std::string> unary{"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"};
-  static const std::set<std::string> grads{"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"};
+  static const std::set<std::string> grads{"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad", "DropoutReluGrad"};
   if (n.domain.empty()) {
     if (unary.count(n.op_type)) return {{0, 0}};
     const bool commutative = n.op_type == "Add" || n.op_type == "Mul";

@@ -389,5 +389,5 @@ TEST_CASE("every elementwise/misc op with a reference kernel has a gradient rule
     CHECK((gr.find(s->domain, s->op_type) != nullptr || gr.is_non_differentiable(s->domain, s->op_type)));
   }
   CHECK(forward == 14);  // Relu LeakyRelu Sigmoid Tanh Neg Add Sub Mul Div Sum Identity Constant Cast Dropout
-  CHECK(backward == 6);  // ReluGrad LeakyReluGrad SigmoidGrad TanhGrad SumToShape DropoutGrad
+  CHECK(backward == 7);  // ReluGrad LeakyReluGrad SigmoidGrad TanhGrad SumToShape DropoutGrad DropoutReluGrad
 }

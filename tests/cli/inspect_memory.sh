@@ -3,7 +3,8 @@
 # Fashion-MNIST shape): the memory report's lines are present and consistent (the
 # arena is below the naive bytes, the live set fits in the arena, the persistent bytes
 # equal parameters + momentum buffers + BN statistics + the step counter computed
-# here independently, the batch scales activations), the buckets cover every
+# here independently, the batch scales activations, the fused graph's peak is below
+# the unfused one's), the buckets cover every
 # parameter once, and bad flags are exit 2 with one stderr line.
 #
 #   bash tests/cli/inspect_memory.sh build/trainrt .      (CTest runs it this way)
@@ -18,7 +19,9 @@ for b in 8 16; do
   "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch $b --bucket-cap-mb 0.01 >"$tmp/mem$b.txt" 2>"$tmp/err" ||
     fail "inspect --memory --batch $b exited $?: $(cat "$tmp/err")"
 done
-"$py" - "$tmp/mem8.txt" "$tmp/mem16.txt" "$tmp/wrn.onnx" <<'PY' || fail "memory report"
+"$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 8 --bucket-cap-mb 0.01 --fuse off >"$tmp/mem8u.txt" 2>"$tmp/err" ||
+  fail "inspect --memory --fuse off exited $?: $(cat "$tmp/err")"
+"$py" - "$tmp/mem8.txt" "$tmp/mem16.txt" "$tmp/wrn.onnx" "$tmp/mem8u.txt" <<'PY' || fail "memory report"
 import re, sys, onnx, numpy as np
 from onnx import numpy_helper
 t8, t16 = open(sys.argv[1]).read(), open(sys.argv[2]).read()
@@ -51,13 +54,21 @@ params = re.findall(r"bucket \d+: (\d+) params", t8)
 trainable = sum(1 for i in m.graph.initializer if "dropout" not in i.name and i.name not in stats)
 assert sum(map(int, params)) == trainable, (params, trainable)
 assert len(params) > 1, params
-print("ok", a8, n8, p8)
+# The default plans the fused graph train runs; fusions (the Relu outputs that fed a
+# Dropout die at the Dropout, BN+Relu and Conv+Add write no intermediate) lower the peak.
+u8 = open(sys.argv[4]).read()
+assert "batch 8 (fused graph" in t8 and "batch 8 (unfused graph" in u8, (t8.splitlines()[0], u8.splitlines()[0])
+au8 = num(u8, "peak arena bytes")
+assert a8 < au8, (a8, au8)
+assert num(u8, "persistent bytes (parameters, optimizer state, BN statistics)") == p8
+print("ok", a8, n8, p8, "unfused", au8)
 PY
 
 expect_error 2 "needs --training" -- "$trainrt" inspect "$tmp/wrn.onnx" --memory
 expect_error 2 "\-\-batch" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 0
 expect_error 2 "\-\-batch" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --batch 2.5
 expect_error 2 "\-\-bucket-cap-mb" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --bucket-cap-mb 0
+expect_error 2 "\-\-fuse" -- "$trainrt" inspect "$tmp/wrn.onnx" --training --memory --fuse maybe
 
 [ "$fails" -eq 0 ] && echo "inspect_memory: all checks passed"
 exit $((fails > 0))

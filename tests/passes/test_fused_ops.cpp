@@ -2,6 +2,7 @@
 // replace, run on the reference backend; the cpu kernels must take the oneDNN path.
 #include <doctest/doctest.h>
 
+#include "graph/fuse_util.h"
 #include "ops/dnnl_util.h"
 #include "wrn_util.h"
 
@@ -116,6 +117,85 @@ TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inf
     for (int64_t i = 0; i < want.at("y").numel(); ++i) zeros += want.at("y").get_as_double(i) == 0.0 ? 1 : 0;
     CHECK(zeros > 0);  // the Relu did clip something
   }
+}
+
+TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for bit, on both backends") {
+  // Y = Relu(X); (Z, mask) = Dropout(Y); dX = ReluGrad(DropoutGrad(dZ, mask), Y), then
+  // the same graph after fuse_dropout_relu_grad. X has exact zeros and negatives, dZ
+  // has signs of its own; ratios 0, 0.3 and 0.9; training_mode given or not.
+  for (const float ratio : {0.f, 0.3f, 0.9f}) {
+    for (const bool explicit_mode : {false, true}) {
+      CAPTURE(ratio);
+      CAPTURE(explicit_mode);
+      Tensor x = random_tensor(DataType::Float32, {2, 5, 6, 7}, 11);
+      for (int64_t i = 0; i < x.numel(); i += 9) x.data<float>()[i] = 0.f;
+      const TensorMap feeds{{"x", x}, {"dz", random_tensor(DataType::Float32, {2, 5, 6, 7}, 12)}};
+      Tensor r(DataType::Float32, {});
+      r.data<float>()[0] = ratio;
+      Tensor mode(DataType::Bool, {});
+      mode.data<uint8_t>()[0] = 1;
+      TensorMap inits{{"ratio", r}};
+      std::vector<std::string> options{"ratio"};
+      if (explicit_mode) inits["mode"] = mode, options.push_back("mode");
+      std::vector<std::string> drop_in{"y"}, grad_in{"dz", "mask"};
+      drop_in.insert(drop_in.end(), options.begin(), options.end());
+      grad_in.insert(grad_in.end(), options.begin(), options.end());
+      const Graph plain = graph_of({make_node("Relu", {"x"}, {"y"}), make_node("Dropout", drop_in, {"z", "mask"}),
+                                    make_node("DropoutGrad", grad_in, {"dy"}, {}, "ai.trainrt"),
+                                    make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, "ai.trainrt")},
+                                   feeds, inits, {"z", "dx"});
+      Graph fused = plain;
+      REQUIRE(passes::fuse_dropout_relu_grad(fused) == 1);
+      REQUIRE(fused.nodes.size() == 3);
+      CHECK(fused.nodes[2].op_type == "DropoutReluGrad");
+      CHECK(fused.nodes[2].name == "n2+n3");
+      CHECK(fused.nodes[2].inputs[1] == "z");
+      CHECK(fused.nodes[1].outputs == std::vector<std::string>{"z"});  // the mask is no longer written
+      infer_shapes(fused, registry().schemas, "fused");
+      for (const char* backend : {"reference", "cpu"}) {
+        CAPTURE(backend);
+        RunOptions ro;
+        ro.training = true;
+        ro.seed = 5;
+        const TensorMap a = run_graph(plain, feeds, *make_backend(backend), ro);
+        const TensorMap b = run_graph(fused, feeds, *make_backend(backend), ro);
+        CHECK(max_abs_diff(b.at("z"), a.at("z")) == 0.0);  // the same mask: no forward node moved
+        CHECK(max_abs_diff(b.at("dx"), a.at("dx")) == 0.0);
+        // Not vacuous: some gradients pass, some are dropped or cut by the Relu.
+        int64_t passed = 0;
+        for (int64_t i = 0; i < a.at("dx").numel(); ++i) passed += a.at("dx").data<float>()[i] != 0.f;
+        CHECK(passed > 0);
+        CHECK(passed < a.at("dx").numel());
+      }
+    }
+  }
+  // A mask read elsewhere (here a graph output) stays written; a DropoutGrad whose
+  // output has another reader is not fused.
+  const TensorMap feeds{{"x", random_tensor(DataType::Float32, {3, 4}, 13)},
+                        {"dz", random_tensor(DataType::Float32, {3, 4}, 14)}};
+  const Graph shared = graph_of({make_node("Relu", {"x"}, {"y"}), make_node("Dropout", {"y"}, {"z", "mask"}),
+                                 make_node("DropoutGrad", {"dz", "mask"}, {"dy"}, {}, "ai.trainrt"),
+                                 make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, "ai.trainrt")},
+                                feeds, {}, {"dx", "mask"});
+  Graph g = shared;
+  CHECK(passes::fuse_dropout_relu_grad(g) == 1);
+  CHECK(g.nodes[1].outputs.size() == 2);
+  Graph read_twice = graph_of({make_node("Relu", {"x"}, {"y"}), make_node("Dropout", {"y"}, {"z", "mask"}),
+                               make_node("DropoutGrad", {"dz", "mask"}, {"dy"}, {}, "ai.trainrt"),
+                               make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, "ai.trainrt")},
+                              feeds, {}, {"dx", "dy"});
+  CHECK(passes::fuse_dropout_relu_grad(read_twice) == 0);
+  // The op's shape rule: Z must match dZ.
+  const TensorMap bad{{"dz", Tensor(DataType::Float32, {3, 4})}, {"z", Tensor(DataType::Float32, {4, 3})}};
+  ErrorKind kind{};
+  const std::string e = error_of(
+      [&] {
+        graph_of({make_node("DropoutReluGrad", {"dz", "z"}, {"dx"}, {}, "ai.trainrt")}, bad, {}, {"dx"});
+      },
+      &kind);
+  CHECK(kind == ErrorKind::BadInput);
+  CHECK(e.find("(DropoutReluGrad)") != std::string::npos);
+  CHECK(e.find("must have the shape of dZ") != std::string::npos);
 }
 
 TEST_CASE("fused ops' shape rules: Z of the wrong shape and an unknown activation are one-line errors") {

@@ -1,11 +1,12 @@
-// fuse_training_graph on the Wide ResNet's training graph: BN+Relu and the skip
-// Conv + residual Add fused; loss, every gradient, every updated parameter and BN
+// fuse_training_graph on the Wide ResNet's training graph: BN+Relu, the skip
+// Conv + residual Add and the backward of Relu + Dropout fused; loss, every gradient, every updated parameter and BN
 // running statistic after one SGD step equal the unfused graph's on both backends.
 // TrainingSession applies it unless told not to: 3 SGD steps fused and unfused agree.
 // Dropout ratio 0: the executor seeds each node's mask by its index, which fusion changes.
 #include <doctest/doctest.h>
 
 #include "autodiff/training_graph.h"
+#include "graph/fuse_util.h"
 #include "graph/passes.h"
 #include "runtime/training_session.h"
 #include "wrn_util.h"
@@ -21,7 +22,7 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   o.weight_decay = 5e-4f;
   const TrainingGraph t = build_training_graph(g, o);
   TrainingGraph f = t;
-  CHECK(fuse_training_graph(f.graph) == 16);
+  CHECK(fuse_training_graph(f.graph) == 22);
   const auto before = op_counts(t.graph), after = op_counts(f.graph);
   CHECK(after.count("BatchNormalization") == 0);
   CHECK(after.count("Relu") == 0);
@@ -29,8 +30,11 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   CHECK(after.at("ai.trainrt::FusedConv") == 3);  // the three 1x1 skip convolutions
   CHECK(after.at("Conv") == before.at("Conv") - 3);
   CHECK(after.at("Add") == before.at("Add") - 3);
-  CHECK(after.at("ai.trainrt::ReluGrad") == 13);  // the backward is untouched
-  CHECK(f.graph.nodes.size() == t.graph.nodes.size() - 16);
+  // The six blocks' DropoutGrad + ReluGrad; the other seven Relus feed no Dropout.
+  CHECK(after.at("ai.trainrt::DropoutReluGrad") == 6);
+  CHECK(after.count("ai.trainrt::DropoutGrad") == 0);
+  CHECK(after.at("ai.trainrt::ReluGrad") == 7);
+  CHECK(f.graph.nodes.size() == t.graph.nodes.size() - 22);
   CHECK(f.graph.outputs == t.graph.outputs);
   CHECK(f.graph.inputs == t.graph.inputs);
   validate_graph(f.graph, registry().schemas, "fused");
@@ -84,13 +88,16 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     CHECK(counts.at("ai.trainrt::BatchNormalizationRelu") == 13);
     CHECK(counts.at("ai.trainrt::FusedConv") == 3);
     CHECK(counts.count("BatchNormalization") == 0);
-    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - 16);
+    CHECK(counts.at("ai.trainrt::DropoutReluGrad") == 6);
+    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - 22);
     CHECK(op_counts(plain.training().graph) == op_counts(t.graph));
     // A fused node is named after the nodes it replaced.
     size_t named = 0;
     for (const Node& n : fused.training().graph.nodes)
-      named += n.name == "block1/layer1/bn+block1/layer1/relu" || n.name == "block1/scale+block1/add";
-    CHECK(named == 2);
+      named += n.name == "block1/layer1/bn+block1/layer1/relu" || n.name == "block1/scale+block1/add" ||
+               (n.op_type == "DropoutReluGrad" && n.name.find("block1/dropout") != std::string::npos &&
+                n.name.find("block1/layer1/relu") != std::string::npos);
+    CHECK(named == 3);
     // Parameters, optimizer state and running statistics keep their names: checkpoints fit both.
     CHECK(fused.state_names() == plain.state_names());
     // Every gradient of the last step, read when its node has written it.
@@ -126,6 +133,42 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     const Graph exported = fused.trained_forward(g);
     CHECK(exported.nodes.size() == g.nodes.size());
     for (size_t i = 0; i < g.nodes.size(); ++i) CHECK(exported.nodes[i].op_type == g.nodes[i].op_type);
+  }
+}
+
+TEST_CASE("Relu + Dropout's backward fused on the Wide ResNet with dropout 0.2: the same bits, Y freed early") {
+  // Only this fusion, so no forward node moves and the Dropout masks are the same.
+  const Graph g = random_bn_wrn({4, 8, 12, 16}, 0.2f, 9);
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  const TrainingGraph t = build_training_graph(g, o);
+  TrainingGraph f = t;
+  CHECK(passes::fuse_dropout_relu_grad(f.graph) == 6);
+  size_t masks = 0;
+  for (const Node& n : f.graph.nodes) masks += n.op_type == "Dropout" && n.outputs.size() > 1;
+  CHECK(masks == 0);  // nothing reads the masks any more
+  validate_graph(f.graph, registry().schemas, "fused");
+  const Tensor x = random_tensor(DataType::Float32, {4, 1, 28, 28}, 16);
+  Tensor labels(DataType::Int64, {4});
+  for (int i = 0; i < 4; ++i) labels.data<int64_t>()[i] = (7 * i + 2) % 10;
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    TrainingSession a(t, make_backend(backend), {.fuse = false}), b(f, make_backend(backend), {.fuse = false});
+    for (int step = 0; step < 2; ++step) {
+      const double la = a.step({{"input", x}, {t.labels, labels}}, 0.05f);
+      const double lb = b.step({{"input", x}, {t.labels, labels}}, 0.05f);
+      CHECK(la == lb);
+    }
+    for (const std::string& s : a.state_names()) {
+      CAPTURE(s);
+      CHECK(max_abs_diff(b.state(s), a.state(s)) == 0.0);
+    }
+    // The Relu outputs that fed a Dropout now die at the Dropout: a smaller peak.
+    CHECK(b.plan().peak_live_bytes < a.plan().peak_live_bytes);
+    MESSAGE(std::string(backend) << ": peak live bytes " << a.plan().peak_live_bytes << " -> "
+                                 << b.plan().peak_live_bytes << ", arena " << a.plan().arena_bytes << " -> "
+                                 << b.plan().arena_bytes);
   }
 }
 
