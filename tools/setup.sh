@@ -70,9 +70,9 @@ build
 if [ "$mode" = test ]; then
   echo "== testing (labels: cpu; gpu tests need a GPU: trainrt selftest --device cuda)"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -LE gpu -j "$JOBS"
-  # Fuzzing of the readers and TSan over the input pipeline (docs/reliability.md: the budget, and why
-  # the ASan+UBSan suite runs on demand);
-  # TRAINRT_RELIABILITY=0 skips it for a quick local check.
+  # Fuzzing of the readers, the whole suite under ASan+UBSan, TSan over the pipeline,
+  # executor and kernels (docs/reliability.md: phases and time budget);
+  # TRAINRT_RELIABILITY=0 skips them for a quick local check.
   [ "${TRAINRT_RELIABILITY:-1}" = 0 ] || bash tools/ci_reliability.sh
 else
   bash tools/main_job.sh "$BUILD_DIR"

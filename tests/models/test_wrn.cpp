@@ -2,10 +2,10 @@
 // wrote tests/data/wrn_param_counts.json and the small wrn_small_*.onnx exports).
 #include <doctest/doctest.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -32,10 +32,14 @@ std::string read_text(const std::string& path) {
 int64_t json_count(const std::string& json, const std::string& object, const std::string& key) {
   size_t at = json.find("\"" + object + "\": {");
   REQUIRE_MESSAGE(at != std::string::npos, "no object '" << object << "' in wrn_param_counts.json");
-  std::smatch m;
-  std::string rest = json.substr(at, json.find('}', at) - at);
-  REQUIRE_MESSAGE(std::regex_search(rest, m, std::regex("\"" + key + "\": ([0-9]+)")), "no '" << key << "'");
-  return std::stoll(m[1]);
+  const std::string rest = json.substr(at, json.find('}', at) - at);
+  const std::string field = "\"" + key + "\": ";
+  const size_t k = rest.find(field);
+  REQUIRE_MESSAGE(k != std::string::npos, "no '" << key << "' in '" << object << "'");
+  const size_t digits = k + field.size();
+  REQUIRE_MESSAGE(digits < rest.size(), "no number after '" << key << "'");
+  REQUIRE_MESSAGE(std::isdigit(static_cast<unsigned char>(rest[digits])), "no number after '" << key << "'");
+  return std::stoll(rest.substr(digits));
 }
 
 WrnOptions small_fashion() {
