@@ -198,24 +198,23 @@ void dropout_rule(InferContext& ctx) {
   ctx.set_output(1, ValueInfo{DataType::Bool, ctx.input(0).shape});
 }
 
-// DropoutGrad(dY, mask, [ratio], [training_mode]): mask bool with dY's shape.
-void dropout_grad_rule(InferContext& ctx) {
-  if (!ctx.node().attrs.empty())
-    throw_unsupported(ctx.where(), "attribute '" + ctx.node().attrs.begin()->first + "' is not supported");
-  require_float(ctx, 0);
-  const ValueInfo &dy = ctx.input(0), &mask = ctx.input(1);
-  if (mask.dtype != DataType::Bool)
-    ctx.fail("mask '" + ctx.node().inputs[1] + "' must be bool, got " + dtype_name(mask.dtype));
-  if (dy.shape && mask.shape) {
-    bool same = dy.shape->size() == mask.shape->size();
-    for (size_t k = 0; same && k < dy.shape->size(); ++k) {
-      const Dim &a = (*dy.shape)[k], &b = (*mask.shape)[k];
-      same = !(a.known() && b.known() && a.value != b.value);
-    }
-    if (!same)
-      ctx.fail("mask '" + ctx.node().inputs[1] + "' " + shape_to_string(*mask.shape) + " must have the shape of dY '" +
-               ctx.node().inputs[0] + "' " + shape_to_string(*dy.shape));
+// Input 1 (`what`) must have input 0's (`like`) shape where both dims are known.
+void require_shape_of_input0(InferContext& ctx, const char* what, const char* like) {
+  const ValueInfo &x = ctx.input(0), &y = ctx.input(1);
+  if (!x.shape || !y.shape) return;
+  bool same = x.shape->size() == y.shape->size();
+  for (size_t k = 0; same && k < x.shape->size(); ++k) {
+    const Dim &a = (*x.shape)[k], &b = (*y.shape)[k];
+    same = !(a.known() && b.known() && a.value != b.value);
   }
+  if (!same)
+    ctx.fail(std::string(what) + " '" + ctx.node().inputs[1] + "' " + shape_to_string(*y.shape) +
+             " must have the shape of " + like + " '" + ctx.node().inputs[0] + "' " + shape_to_string(*x.shape));
+}
+
+// The optional inputs 2 and 3 of the Dropout gradients: ratio (float scalar) and
+// training_mode (bool scalar), as the forward Dropout takes them.
+void require_dropout_options(InferContext& ctx) {
   if (ctx.has_input(2)) {
     if (!dtype_is_float(ctx.input(2).dtype))
       ctx.fail("ratio '" + ctx.node().inputs[2] + "' must be a float type, got " + dtype_name(ctx.input(2).dtype));
@@ -226,7 +225,18 @@ void dropout_grad_rule(InferContext& ctx) {
       ctx.fail("training_mode '" + ctx.node().inputs[3] + "' must be bool, got " + dtype_name(ctx.input(3).dtype));
     require_scalar(ctx, 3, "training_mode");
   }
-  ctx.set_output(0, dy);
+}
+
+// DropoutGrad(dY, mask, [ratio], [training_mode]): mask bool with dY's shape.
+void dropout_grad_rule(InferContext& ctx) {
+  if (!ctx.node().attrs.empty())
+    throw_unsupported(ctx.where(), "attribute '" + ctx.node().attrs.begin()->first + "' is not supported");
+  require_float(ctx, 0);
+  if (ctx.input(1).dtype != DataType::Bool)
+    ctx.fail("mask '" + ctx.node().inputs[1] + "' must be bool, got " + dtype_name(ctx.input(1).dtype));
+  require_shape_of_input0(ctx, "mask", "dY");
+  require_dropout_options(ctx);
+  ctx.set_output(0, ctx.input(0));
 }
 
 // DropoutReluGrad(dZ, Z, [ratio], [training_mode]): Z of dZ's float type and shape.
@@ -238,26 +248,8 @@ void dropout_relu_grad_rule(InferContext& ctx) {
   if (z.dtype != dz.dtype)
     ctx.fail("Z '" + ctx.node().inputs[1] + "' must have dZ's type " + dtype_name(dz.dtype) + ", got " +
              dtype_name(z.dtype));
-  if (dz.shape && z.shape) {
-    bool same = dz.shape->size() == z.shape->size();
-    for (size_t k = 0; same && k < dz.shape->size(); ++k) {
-      const Dim &a = (*dz.shape)[k], &b = (*z.shape)[k];
-      same = !(a.known() && b.known() && a.value != b.value);
-    }
-    if (!same)
-      ctx.fail("Z '" + ctx.node().inputs[1] + "' " + shape_to_string(*z.shape) + " must have the shape of dZ '" +
-               ctx.node().inputs[0] + "' " + shape_to_string(*dz.shape));
-  }
-  if (ctx.has_input(2)) {
-    if (!dtype_is_float(ctx.input(2).dtype))
-      ctx.fail("ratio '" + ctx.node().inputs[2] + "' must be a float type, got " + dtype_name(ctx.input(2).dtype));
-    require_scalar(ctx, 2, "ratio");
-  }
-  if (ctx.has_input(3)) {
-    if (ctx.input(3).dtype != DataType::Bool)
-      ctx.fail("training_mode '" + ctx.node().inputs[3] + "' must be bool, got " + dtype_name(ctx.input(3).dtype));
-    require_scalar(ctx, 3, "training_mode");
-  }
+  require_shape_of_input0(ctx, "Z", "dZ");
+  require_dropout_options(ctx);
   ctx.set_output(0, dz);
 }
 
