@@ -30,12 +30,6 @@ bool shape_only_read(const Node& n, const std::string& v) {
   return n.inputs.size() == 2 && n.inputs[1] == v && n.inputs[0] != v;
 }
 
-// "<first>+<last>"; either alone when the other is unnamed.
-std::string fused_name(const Node& first, const Node& last) {
-  if (first.name.empty() || last.name.empty()) return first.name + last.name;
-  return first.name + "+" + last.name;
-}
-
 Node to_fused_conv(const Node& conv, const Node& last) {
   Node f = conv;
   f.op_type = "FusedConv";

@@ -58,8 +58,7 @@ size_t fuse_dropout_relu_grad(Graph& g) {
     f.op_type = "DropoutReluGrad";
     f.inputs[1] = dropout.outputs[0];
     f.outputs = {relu_grad.outputs[0]};
-    f.name = drop_grad.name.empty() || relu_grad.name.empty() ? drop_grad.name + relu_grad.name
-                                                              : drop_grad.name + "+" + relu_grad.name;
+    f.name = fused_name(drop_grad, relu_grad);
     masks.insert(dropout.outputs[1]);
     g.nodes[j] = std::move(f);
     dead[i] = true;

@@ -46,6 +46,12 @@ void erase_marked(Graph& g, const std::vector<bool>& dead);
 // producer writes it under the output's name instead; if that is impossible (the
 // input is a graph input, initializer or graph output) the node stays. True if removed.
 bool bypass_node(Graph& g, size_t i);
+// The name of a node fused from `first` .. `last`: "<first>+<last>"; either alone
+// when the other is unnamed.
+inline std::string fused_name(const Node& first, const Node& last) {
+  if (first.name.empty() || last.name.empty()) return first.name + last.name;
+  return first.name + "+" + last.name;
+}
 // A name not used by any value or initializer of g: base, base_1, base_2, ...
 std::string fresh_name(const Graph& g, const std::string& base);
 // Shape of value v when it is known and fully static; nullptr otherwise.
