@@ -5,7 +5,8 @@
 //
 // Why: every layer adds context (file, node index/name/op, field) to the message
 // and the CLI prints `error: <message>` and exits 2 for bad input (the user can fix
-// it) or 1 for an internal fault (a bug in trainrt).
+// it), 1 for an internal fault (a bug in trainrt) and 3 when another rank of a
+// multi-rank job died, hung or disagrees.
 #pragma once
 
 #include <stdexcept>
@@ -17,13 +18,15 @@ enum class ErrorKind {
   BadInput,     // malformed or hostile file, bad flag, wrong shape: exit 2
   Unsupported,  // valid ONNX that trainrt does not implement yet: exit 2
   Internal,     // a trainrt bug or a library failure: exit 1
+  Peer,         // another rank died, hung or disagrees (runtime/communicator.h): exit 3,
+                // so a job script can tell it from bad input and requeue
 };
 
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
-  int exit_code() const { return kind_ == ErrorKind::Internal ? 1 : 2; }
+  int exit_code() const { return kind_ == ErrorKind::Internal ? 1 : kind_ == ErrorKind::Peer ? 3 : 2; }
 
  private:
   ErrorKind kind_;

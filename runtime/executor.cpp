@@ -253,6 +253,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const PlanStep& st = plan.steps[s];
     if (ro.skip_state_writes && st.writes_state) break;
+    if (ro.before_step) ro.before_step(static_cast<int>(s));
     const Node& n = plan.graph.nodes[st.node];
     KernelContext& ctx = p.contexts[s];
     ctx.training = ro.training;

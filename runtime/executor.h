@@ -50,6 +50,9 @@ struct RunOptions {
   // where a gradient bucket's all-reduce starts (GradientBucket::ready_after_step).
   // Executor::value() reads any live value from inside the callback.
   std::function<void(int step)> after_step;
+  // Called before each plan step runs: where an optimizer step waits for the all-reduce
+  // of the gradients it reads (runtime/data_parallel.h). An exception stops the run there.
+  std::function<void(int step)> before_step;
 };
 
 // A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.

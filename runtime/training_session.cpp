@@ -61,6 +61,7 @@ RunOptions TrainingSession::run_options() const {
   ro.profile = profile_;
   ro.memory_limit_bytes = memory_limit_;
   ro.after_step = after_step_;
+  ro.before_step = before_step_;
   return ro;
 }
 
@@ -118,6 +119,8 @@ double TrainingSession::step(const TensorMap& batch, float lr) {
 std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& batch, float lr) {
   RunOptions ro = run_options();
   ro.check_finite.clear();
+  ro.after_step = nullptr;  // a diagnostic rerun on this process alone: no step hooks
+  ro.before_step = nullptr;
   ro.detect_anomaly = true;
   ro.skip_state_writes = true;
   try {

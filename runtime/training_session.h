@@ -92,6 +92,10 @@ class TrainingSession {
   // Called after each plan step of the following steps (RunOptions::after_step); value()
   // reads a live value from inside it, e.g. a bucket's gradients at its ready_after_step.
   void set_after_step(std::function<void(int step)> f) { after_step_ = std::move(f); }
+  // Called before each plan step (RunOptions::before_step): an optimizer step waits there
+  // for the all-reduce of its gradients; a NumericalError thrown there (a non-finite
+  // reduced gradient) stops the step like the session's own checks.
+  void set_before_step(std::function<void(int step)> f) { before_step_ = std::move(f); }
   const Tensor& value(const std::string& name) const { return exec_->value(name); }
   // Refuse plans needing more bytes than this (0: MemAvailable).
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
@@ -117,7 +121,7 @@ class TrainingSession {
   bool check_ = true;
   ProfileCollector* profile_ = nullptr;
   size_t memory_limit_ = 0;
-  std::function<void(int)> after_step_;
+  std::function<void(int)> after_step_, before_step_;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()
   bool last_skipped_ = false;

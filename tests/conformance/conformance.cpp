@@ -244,7 +244,8 @@ Outcome from_error(const std::string& backend, const Error& e, const std::string
   switch (e.kind()) {
     case ErrorKind::Unsupported: return {backend, Status::Skip, msg};
     case ErrorKind::BadInput: return {backend, Status::Fail, std::string(stage) + " rejected the official test as bad input: " + msg};
-    case ErrorKind::Internal: break;
+    case ErrorKind::Internal:
+    case ErrorKind::Peer: break;
   }
   return {backend, Status::Fail, std::string(stage) + ": internal error: " + msg};
 }

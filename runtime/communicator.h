@@ -1,0 +1,145 @@
+// Communicators: sums and broadcasts across the ranks of a data-parallel job.
+//
+//   RankEnvironment env = rank_environment();          // SLURM_*, OMPI_COMM_WORLD_*, RANK/WORLD_SIZE
+//   std::unique_ptr<Communicator> c = make_communicator(env, {.timeout_seconds = 300});   // MPI when world > 1
+//   auto r = c->all_reduce_sum_async(grads, n, DataType::Float32, "bucket 0");   // returns at once
+//   ... more backward work ...
+//   r->wait();                                          // grads now hold the sum over ranks
+//
+// Why: gradients are summed while the backward pass goes on, so every operation runs
+// on the communicator's own thread, in the order it was asked for (collectives match by
+// order on every rank; MPI then needs only MPI_THREAD_SERIALIZED). A peer that died or
+// hangs must not hang this rank: every wait has a deadline (CommOptions::timeout_seconds),
+// after which it throws ErrorKind::Peer naming the operation, this rank and the timeout,
+// and the communicator is broken (every later call throws the same). Backends plug in
+// below by implementing the blocking primitives (MPI for CPU ranks; NCCL for GPU ranks
+// will issue the same calls on a communication stream).
+//
+// LocalGroup runs N ranks as threads of one process over shared memory: the tests of
+// the bucketed all-reduce (runtime/data_parallel.h) use it to run several ranks without
+// a launcher, and sums in rank order so results are reproducible.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "graph/tensor.h"
+
+namespace trainrt {
+
+// Which rank this process is, from the launcher's environment.
+struct RankEnvironment {
+  int rank = 0, world = 1, local_rank = 0, local_world = 1;
+  std::string launcher = "none";  // "srun", "mpirun", "env" (RANK/WORLD_SIZE) or "none"
+};
+// Reads SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun; not the batch script itself, which
+// has no SLURM_STEP_ID), OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (mpirun) or
+// RANK/WORLD_SIZE/LOCAL_RANK (in that order). `get` reads a variable ("" when unset); the
+// default reads the process environment. BadInput naming the variable when a value is not
+// a number or out of range.
+RankEnvironment rank_environment(const std::function<std::string(const char*)>& get = {});
+
+struct CommOptions {
+  double timeout_seconds = 300;  // how long a wait may take before a peer is declared dead
+};
+
+// One started operation; wait() blocks until it completed on every rank.
+class CommRequest {
+ public:
+  void wait();
+  bool done() const;
+  const std::string& what() const { return what_; }
+  // steady_clock ns: asked for, started and finished on the communicator's thread.
+  int64_t issue_ns = 0, start_ns = 0, end_ns = 0;
+
+ private:
+  friend class Communicator;
+  class Communicator* comm_ = nullptr;
+  std::string what_;
+  bool done_ = false;
+  std::string error_;  // set when it failed on the communicator's thread
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  virtual std::string name() const = 0;  // "mpi", "local"
+  double timeout_seconds() const { return opts_.timeout_seconds; }
+
+  // Sum over ranks, in place, of `count` float32 or float64 elements at `data`, which
+  // must stay valid until the request is done. `what` names it in errors ("bucket 3").
+  std::shared_ptr<CommRequest> all_reduce_sum_async(void* data, size_t count, DataType t, std::string what);
+  void all_reduce_sum(void* data, size_t count, DataType t, const std::string& what);
+  // `bytes` bytes at `data` from rank `root` to every rank (blocking).
+  void broadcast(void* data, size_t bytes, int root, const std::string& what);
+  // Sum over ranks of a few doubles (counts, flags), blocking.
+  void sum(std::vector<double>& values, const std::string& what);
+
+ protected:
+  Communicator(int rank, int world, CommOptions o);
+  // The blocking primitives, called on the communicator's thread only. Throw Error on failure.
+  virtual void do_all_reduce_sum(void* data, size_t count, DataType t) = 0;
+  virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
+  // Subclasses call this first in their destructor: the thread stops (or, when it is
+  // stuck in a dead peer's collective, is abandoned) before their state goes.
+  void stop_thread();
+  bool broken() const;
+
+ private:
+  friend class CommRequest;
+  std::shared_ptr<CommRequest> submit(std::string what, std::function<void()> op);
+  void wait(CommRequest& r);
+  void loop();
+
+  int rank_, world_;
+  CommOptions opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // the thread: new work; waiters: work done
+  std::deque<std::pair<std::shared_ptr<CommRequest>, std::function<void()>>> queue_;
+  std::string broken_;  // first failure; every later call throws it
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// Shared state of the N in-process ranks of a LocalGroup.
+class LocalGroup {
+ public:
+  explicit LocalGroup(int world) : world_(world) {}
+  int world() const { return world_; }
+  // Rank r's communicator; each rank's calls come from its own thread(s).
+  std::unique_ptr<Communicator> communicator(int rank, CommOptions o = {});
+
+ private:
+  friend class LocalCommunicator;
+  struct Call {  // the k-th collective of every rank
+    std::vector<void*> data;
+    int arrived = 0, left = 0;
+    bool done = false;
+  };
+  int world_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, Call> calls_;
+};
+
+// MPI when the environment has more than one rank (BadInput when trainrt was built
+// without MPI); nullptr for one rank. MPI_Init runs under a watchdog: a peer that never
+// starts ends this process after the timeout with one line naming it.
+std::unique_ptr<Communicator> make_communicator(const RankEnvironment& env, CommOptions o = {});
+
+// Whether this build has the MPI communicator.
+bool have_mpi();
+
+}  // namespace trainrt

@@ -1,0 +1,329 @@
+#include "runtime/data_parallel.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "graph/error.h"
+
+namespace trainrt {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// FNV-1a over bytes, kept below 2^40 so that a sum of a few copies stays exact in a double.
+struct Hash {
+  uint64_t h = 1469598103934665603ull;
+  void add(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  void add(const std::string& s) { add(s.data(), s.size() + 1); }
+  void add(int64_t x) { add(&x, sizeof x); }
+  double value() const { return static_cast<double>(h >> 24); }
+};
+
+// Index of the first NaN/Inf of a float32/float64 tensor, -1 when all are finite.
+int64_t first_non_finite(const Tensor& t) {
+  const int64_t n = t.numel();
+  if (t.dtype() == DataType::Float32) {
+    const float* x = t.data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) return i;
+  } else {
+    const double* x = t.data<double>();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+// A bucket's flat buffer: its gradients back to back, and in bucket 0 the loss and the
+// stop flag after them.
+struct DataParallel::Bucket {
+  Tensor flat;                           // dtype_ [elements (+2 in bucket 0)]
+  std::vector<std::string> gradients;    // value names, in the bucket's order
+  std::vector<size_t> offsets;           // element offset of each in `flat`
+  size_t elements = 0;                   // gradient elements (extras after them)
+  std::shared_ptr<CommRequest> request;  // the running all-reduce, if started
+  bool finished = true;
+};
+
+DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOptions o) : s_(s), comm_(c), opts_(o) {
+  if (opts_.bucket_cap_bytes == 0 || opts_.first_bucket_cap_bytes == 0)
+    throw_bad_input("--bucket-cap-mb", "a bucket cap must be > 0");
+  s_.set_check_finite(false);
+  s_.set_before_step([this](int step) { on_before(step); });
+  s_.set_after_step([this](int step) { on_after(step); });
+}
+
+DataParallel::~DataParallel() {
+  s_.set_before_step({});
+  s_.set_after_step({});
+  s_.set_check_finite(true);
+  // A bucket still in flight writes into our buffers: wait for it (it completes unless a
+  // peer died, in which case the communicator is broken and returns at once).
+  for (auto& b : state_)
+    if (b->request) try {
+        b->request->wait();
+      } catch (const Error&) {
+      }
+}
+
+void DataParallel::prepare() {
+  const Plan& plan = s_.plan();
+  drain();
+  buckets_ = plan_buckets(s_.training(), plan, opts_.bucket_cap_bytes, opts_.first_bucket_cap_bytes);
+  state_.clear();
+  ready_at_.assign(plan.steps.size() + 1, {});
+  need_at_.assign(plan.steps.size(), {});
+  std::map<int, size_t> bucket_of_value;
+  Hash agree;
+  agree.add(static_cast<int64_t>(buckets_.size()));
+  std::set<DataType> types;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto st = std::make_unique<Bucket>();
+    for (const std::string& p : buckets_[b].params) {
+      const std::string& g = s_.training().gradients.at(p);
+      const int v = plan.index.at(g);
+      const PlannedValue& pv = plan.values[static_cast<size_t>(v)];
+      types.insert(pv.dtype);
+      bucket_of_value[v] = b;
+      st->gradients.push_back(g);
+      st->offsets.push_back(st->elements);
+      st->elements += pv.bytes / std::max<size_t>(1, dtype_size(pv.dtype));
+      agree.add(g);
+      agree.add(static_cast<int64_t>(pv.bytes));
+    }
+    state_.push_back(std::move(st));
+    // A gradient written before the run (none in practice) starts with step 0's.
+    ready_at_[static_cast<size_t>(std::max(0, buckets_[b].ready_after_step))].push_back(b);
+  }
+  if (types.size() > 1)
+    throw_unsupported("data-parallel training",
+                      "gradients of more than one element type (one flat buffer each bucket)");
+  dtype_ = types.empty() ? DataType::Float32 : *types.begin();
+  if (dtype_ != DataType::Float32 && dtype_ != DataType::Float64)
+    throw_unsupported("data-parallel training", std::string("gradients of type ") + dtype_name(dtype_));
+  for (size_t b = 0; b < state_.size(); ++b)
+    state_[b]->flat = Tensor(dtype_, {static_cast<int64_t>(state_[b]->elements + (b == 0 ? 2 : 0))});
+  // Each step that reads a gradient waits for its bucket first (the optimizer nodes).
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    std::set<size_t> need;
+    for (int v : plan.steps[s].inputs)
+      if (auto it = bucket_of_value.find(v); it != bucket_of_value.end()) need.insert(it->second);
+    need_at_[s].assign(need.begin(), need.end());
+  }
+  // Every rank must cut the same buckets in the same order, or the sums would mix
+  // different gradients: compare a hash of the layout over the ranks.
+  std::vector<double> check{agree.value(), 1.0};
+  comm_.sum(check, "bucket layout check");
+  if (check[1] != comm_.world() || check[0] != agree.value() * comm_.world())
+    throw Error(ErrorKind::Peer, "data-parallel training: rank " + std::to_string(rank()) +
+                                     ": the ranks' gradient buckets differ (a different model, batch shape or "
+                                     "--bucket-cap-mb on some rank)");
+  timings_.assign(state_.size(), {});
+  plan_ = &plan;
+}
+
+void DataParallel::start(size_t b) {
+  Bucket& st = *state_[b];
+  std::byte* flat = st.flat.raw();
+  const size_t esize = dtype_size(dtype_);
+  for (size_t i = 0; i < st.gradients.size(); ++i) {
+    const Tensor& g = s_.value(st.gradients[i]);
+    if (g.layout() != Layout::Plain || g.dtype() != dtype_)
+      throw_internal("data-parallel training",
+                     "gradient '" + st.gradients[i] + "' is not a plain " + dtype_name(dtype_) + " tensor");
+    std::memcpy(flat + st.offsets[i] * esize, g.raw(), g.nbytes());
+  }
+  if (b == 0) {
+    st.flat.set_from_double(static_cast<int64_t>(st.elements), s_.value(s_.training().loss).get_as_double(0));
+    st.flat.set_from_double(static_cast<int64_t>(st.elements) + 1, stop_ ? 1.0 : 0.0);
+  }
+  st.finished = false;
+  timings_[b] = {};
+  timings_[b].bucket = static_cast<int>(b);
+  timings_[b].bytes = st.elements * esize;
+  timings_[b].ready_ns = now_ns();
+  st.request = comm_.all_reduce_sum_async(flat, static_cast<size_t>(st.flat.numel()), dtype_,
+                                          "all-reduce of gradient bucket " + std::to_string(b) + " (" +
+                                              std::to_string(st.gradients.size()) + " gradients)");
+}
+
+void DataParallel::finish(size_t b, bool check) {
+  if (b != 0 && !state_.empty()) finish(0, check);  // the loss first: a NaN loss is reported as such
+  Bucket& st = *state_[b];
+  if (st.finished) return;
+  const int64_t w0 = now_ns();
+  st.request->wait();
+  timings_[b].wait_ns = now_ns() - w0;
+  timings_[b].start_ns = st.request->start_ns;
+  timings_[b].end_ns = st.request->end_ns;
+  st.request.reset();
+  st.finished = true;
+  const double inv = 1.0 / comm_.world();
+  // Average in place; the flat buffer then holds what every rank writes back.
+  auto average = [&](auto* x, int64_t n) {
+    using T = std::remove_pointer_t<decltype(x)>;
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] * static_cast<T>(inv));
+  };
+  if (dtype_ == DataType::Float32)
+    average(st.flat.data<float>(), st.flat.numel());
+  else
+    average(st.flat.data<double>(), st.flat.numel());
+  if (b == 0) {
+    mean_loss_ = st.flat.get_as_double(static_cast<int64_t>(st.elements));
+    have_mean_loss_ = true;
+    stop_agreed_ = st.flat.get_as_double(static_cast<int64_t>(st.elements) + 1) > 0;
+  }
+  if (!check) return;
+  const Plan& plan = s_.plan();
+  auto fault = [&](const std::string& value, const std::string& what) {
+    const PlannedValue& pv = plan.value(value);
+    const size_t node = pv.def >= 0 ? plan.steps[static_cast<size_t>(pv.def)].node : 0;
+    const Node& n = plan.graph.nodes[node];
+    drain();
+    throw NumericalError(n.name, n.op_type, value, node,
+                         "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + ": " + what +
+                             " (averaged over the ranks; the step stopped before any state was written)");
+  };
+  if (b == 0 && !std::isfinite(mean_loss_))
+    fault(s_.training().loss, "loss '" + s_.training().loss + "' is " + (std::isnan(mean_loss_) ? "NaN" : "Inf"));
+  const size_t esize = dtype_size(dtype_);
+  for (size_t i = 0; i < st.gradients.size(); ++i) {
+    Tensor g = s_.value(st.gradients[i]);  // a handle on the arena value
+    std::memcpy(g.raw(), st.flat.raw() + st.offsets[i] * esize, g.nbytes());
+    if (const int64_t bad = first_non_finite(g); bad >= 0)
+      fault(st.gradients[i], "gradient '" + st.gradients[i] + "' has " +
+                                 (std::isnan(g.get_as_double(bad)) ? "NaN" : "Inf") + " at element " +
+                                 std::to_string(bad));
+  }
+}
+
+void DataParallel::drain() {
+  for (auto& st : state_) {
+    if (!st->request) continue;
+    std::shared_ptr<CommRequest> r = std::move(st->request);
+    st->finished = true;
+    r->wait();  // a Peer error goes up: the communicator is broken anyway
+  }
+}
+
+void DataParallel::on_before(int step) {
+  if (step == 0 && plan_ != &s_.plan()) prepare();
+  if (step == 0) {
+    drain();  // nothing of an earlier (failed) step may still write into the buffers
+    have_mean_loss_ = false;
+    stop_agreed_ = false;
+  }
+  if (static_cast<size_t>(step) < need_at_.size())
+    for (size_t b : need_at_[static_cast<size_t>(step)]) finish(b, true);
+}
+
+void DataParallel::on_after(int step) {
+  if (static_cast<size_t>(step) < ready_at_.size())
+    for (size_t b : ready_at_[static_cast<size_t>(step)]) start(b);
+}
+
+double DataParallel::step(const TensorMap& batch, float lr, bool stop) {
+  stop_ = stop;
+  double loss = s_.step(batch, lr);
+  // Buckets no optimizer node read (none in a training graph) and a skipped step's
+  // (fp16 loss scaling) still complete, so every rank has issued the same collectives.
+  for (size_t b = 0; b < state_.size(); ++b) finish(b, false);
+  return have_mean_loss_ ? mean_loss_ : loss;
+}
+
+std::optional<NumericalError> DataParallel::find_anomaly(const TensorMap& batch, float lr) {
+  s_.set_before_step({});
+  s_.set_after_step({});
+  std::optional<NumericalError> r;
+  try {
+    r = s_.find_anomaly(batch, lr);
+  } catch (...) {
+    s_.set_before_step([this](int step) { on_before(step); });
+    s_.set_after_step([this](int step) { on_after(step); });
+    throw;
+  }
+  s_.set_before_step([this](int step) { on_before(step); });
+  s_.set_after_step([this](int step) { on_after(step); });
+  return r;
+}
+
+std::vector<std::string> DataParallel::buffer_names() const {
+  const TrainingGraph& t = s_.training();
+  std::set<std::string> written(t.params.begin(), t.params.end());
+  written.insert(t.optimizer_state.begin(), t.optimizer_state.end());
+  std::vector<std::string> out;
+  for (const auto& [produced, state] : t.updates)
+    if (!written.count(state)) out.push_back(state);
+  return out;
+}
+
+void DataParallel::broadcast_names(const std::vector<std::string>& names, int root, const std::string& what) {
+  Hash agree;
+  size_t bytes = 0;
+  for (const std::string& n : names) {
+    const Tensor& t = s_.state(n);
+    agree.add(n);
+    agree.add(static_cast<int64_t>(t.dtype()));
+    for (int64_t d : t.dims()) agree.add(d);
+    bytes += t.nbytes();
+  }
+  std::vector<double> check{agree.value(), 1.0};
+  comm_.sum(check, what + " check");
+  if (check[1] != comm_.world() || check[0] != agree.value() * comm_.world())
+    throw Error(ErrorKind::Peer, what + ": rank " + std::to_string(rank()) +
+                                     ": the ranks' models differ (state names, types or shapes): every rank must "
+                                     "load the same model with the same flags");
+  std::vector<std::byte> flat(bytes);
+  size_t at = 0;
+  for (const std::string& n : names) {
+    const Tensor& t = s_.state(n);
+    if (t.nbytes()) std::memcpy(flat.data() + at, t.raw(), t.nbytes());
+    at += t.nbytes();
+  }
+  comm_.broadcast(flat.data(), flat.size(), root, what);
+  at = 0;
+  for (const std::string& n : names) {
+    Tensor t = s_.state(n).clone();
+    if (t.nbytes()) std::memcpy(t.raw(), flat.data() + at, t.nbytes());
+    at += t.nbytes();
+    s_.set_state(n, t);
+  }
+}
+
+void DataParallel::broadcast_state(int root) { broadcast_names(s_.state_names(), root, "broadcast of the state"); }
+
+void DataParallel::broadcast_buffers(int root) {
+  broadcast_names(buffer_names(), root, "broadcast of the running statistics");
+}
+
+bool DataParallel::state_identical() {
+  const TrainingGraph& t = s_.training();
+  // Two hashes with different starting values, each an integer below 2^40: their sums
+  // over the ranks are exact, and equal w times this rank's only if every rank agrees
+  // (short of a collision of both).
+  Hash a, b;
+  b.h ^= 0x9e3779b97f4a7c15ull;
+  for (const auto* names : {&t.params, &t.optimizer_state})
+    for (const std::string& n : *names) {
+      const Tensor& x = s_.state(n);
+      a.add(x.raw(), x.nbytes());
+      b.add(x.raw(), x.nbytes());
+    }
+  std::vector<double> v{a.value(), b.value()};
+  comm_.sum(v, "state comparison");
+  const double w = comm_.world();
+  return v[0] == a.value() * w && v[1] == b.value() * w;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,120 @@
+// Data-parallel training: every rank runs the same TrainingSession on its own shard of
+// the batch, and the gradients are averaged over the ranks in buckets while the backward
+// pass goes on.
+//
+//   TrainingSession s(build_training_graph(model, opts), make_backend("cpu"));
+//   std::unique_ptr<Communicator> c = make_communicator(rank_environment());
+//   DataParallel dp(s, *c);              // bucket caps: DataParallelOptions
+//   dp.broadcast_state();                // rank 0's parameters and state everywhere
+//   double loss = dp.step(my_shard, lr); // mean loss over the ranks
+//
+// How a step runs (PyTorch DDP's scheme, on the plan instead of autograd hooks):
+//   - the buckets (runtime/buckets.h) group the gradients in the order the plan writes
+//     them, about 25 MB each, the first one small so communication starts early;
+//   - after the plan step that writes a bucket's last gradient, the bucket's gradients are
+//     copied into one flat buffer and its sum all-reduce starts on the communicator's
+//     thread, while the executor goes on with the backward pass;
+//   - before an optimizer node runs, it waits for the buckets holding the gradients it
+//     reads (only those), divides by the rank count and writes them back: every rank then
+//     applies the same update to the same parameters, so parameters stay bit-identical;
+//   - the first bucket also carries the loss (the step's mean loss over the ranks) and a
+//     stop flag (a rank that got SIGTERM/SIGUSR1: every rank stops after the same step).
+// NaN/Inf checks run on the averaged gradients and loss, which every rank holds alike, so
+// every rank stops (or, with fp16 loss scaling, skips the step) together; a check of a
+// rank's own gradients would stop that rank alone and leave the others waiting.
+//
+// BatchNormalization running statistics stay per rank, as in DDP; broadcast_buffers()
+// gives every rank rank 0's before validation and export (DDP broadcasts them with every
+// forward pass, which leaves the same values).
+//
+// Backend-independent: it only moves tensors between the plan's gradient values and the
+// communicator, so the CPU tests (LocalGroup) exercise the logic a GPU run uses.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/buckets.h"
+#include "runtime/communicator.h"
+#include "runtime/trace.h"
+#include "runtime/training_session.h"
+
+namespace trainrt {
+
+struct DataParallelOptions {
+  size_t bucket_cap_bytes = kDefaultBucketCap;
+  size_t first_bucket_cap_bytes = kDefaultFirstBucketCap;
+};
+
+// When a bucket's all-reduce ran in the last step (steady_clock ns, runtime/trace.h clock).
+struct BucketTiming {
+  int bucket = 0;
+  size_t bytes = 0;
+  int64_t ready_ns = 0;              // its last gradient written, all-reduce asked for
+  int64_t start_ns = 0, end_ns = 0;  // on the communicator's thread
+  int64_t wait_ns = 0;               // how long the optimizer waited for it (not hidden by backward work)
+};
+
+class DataParallel {
+ public:
+  // Installs the session's step hooks (removed again by the destructor) and turns off its
+  // per-rank NaN checks: they run on the averaged values here instead.
+  DataParallel(TrainingSession& s, Communicator& c, DataParallelOptions o = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int rank() const { return comm_.rank(); }
+  int world() const { return comm_.world(); }
+  Communicator& communicator() { return comm_; }
+
+  // Checks that every rank holds the same model (state names, types and shapes; Peer
+  // error naming the first difference otherwise), then copies `root`'s state (parameters,
+  // optimizer state, running statistics, loss scaler) to every rank.
+  void broadcast_state(int root = 0);
+  // Only the state no optimizer writes (BatchNormalization running statistics).
+  void broadcast_buffers(int root = 0);
+
+  // One step on this rank's batch; returns the step's loss averaged over the ranks.
+  // `stop`: this rank wants to stop after this step (stop_agreed() tells whether any did).
+  // Throws NumericalError like TrainingSession::step, on every rank alike.
+  double step(const TensorMap& batch, float lr, bool stop = false);
+  bool stop_agreed() const { return stop_agreed_; }
+  // A diagnostic rerun on this rank alone (no communication): TrainingSession::find_anomaly.
+  std::optional<NumericalError> find_anomaly(const TensorMap& batch, float lr);
+
+  // True when every rank's parameters and optimizer state are bit-identical (a checksum
+  // compared over the ranks): what the averaged updates guarantee.
+  bool state_identical();
+
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  const std::vector<BucketTiming>& last_timings() const { return timings_; }
+
+ private:
+  struct Bucket;
+  void prepare();                     // buckets and buffers for the session's current plan
+  void start(size_t b);               // pack and all-reduce
+  void finish(size_t b, bool check);  // wait, average, unpack, check
+  void drain();                       // wait for every started bucket, no checks
+  void on_after(int step);
+  void on_before(int step);
+  std::vector<std::string> buffer_names() const;
+  void broadcast_names(const std::vector<std::string>& names, int root, const std::string& what);
+
+  TrainingSession& s_;
+  Communicator& comm_;
+  DataParallelOptions opts_;
+  const Plan* plan_ = nullptr;  // the plan the buckets were made for
+  std::vector<GradientBucket> buckets_;
+  std::vector<std::unique_ptr<Bucket>> state_;
+  std::vector<std::vector<size_t>> ready_at_, need_at_;  // per plan step: buckets to start / to finish
+  std::vector<BucketTiming> timings_;
+  DataType dtype_ = DataType::Float32;
+  bool stop_ = false, stop_agreed_ = false;
+  double mean_loss_ = 0;
+  bool have_mean_loss_ = false;
+};
+
+}  // namespace trainrt
