@@ -26,6 +26,15 @@
 // loss_scaler.h: steps whose gradients overflow are skipped); the cpu backend emulates
 // it (no speed-up), to check a GPU run's numerics on a CPU. The loss scaler's state is
 // in the checkpoint, so an fp16 run resumes only as fp16.
+//
+// Several ranks (srun, mpirun, or RANK/WORLD_SIZE; runtime/communicator.h) train data-
+// parallel (runtime/data_parallel.h): --batch-size is the global batch, each rank takes
+// batch-size/ranks images of its own shard of every epoch (DistributedSampler), the
+// gradients are averaged in buckets while the backward pass runs, validation is split
+// over the ranks and summed. Rank 0 prints, writes metrics, traces, checkpoints and
+// exports; every rank reads a checkpoint to resume. A stop signal on any rank stops all
+// of them after the same step. A rank that dies or hangs ends the others after
+// --comm-timeout with one line naming it (exit 3).
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +42,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -46,6 +56,7 @@
 #include "launch/pipeline.h"
 #include "launch/train_util.h"
 #include "ops/register_all.h"
+#include "runtime/data_parallel.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 
@@ -60,7 +71,7 @@ const CommandSpec kSpec{
     "printing the seed's per-epoch line, and export the trained model.",
     {{"dataset", "fashion-mnist", "fashion-mnist, mnist, cifar10 or cifar100"},
      {"data-dir", "", "dataset folder (default: Debian's /usr/share/datasets/fashion-mnist)"},
-     {"batch-size", "32", "images per step"},
+     {"batch-size", "32", "images per step (with several ranks: over all ranks, split evenly)"},
      {"epochs", "100", "maximum number of epochs"},
      {"base-lr", "0.01", "learning rate"},
      {"optimizer", "sgd", "sgd, adam or adamw"},
@@ -79,7 +90,7 @@ const CommandSpec kSpec{
       "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
      {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
      {"backend", "cpu", "cpu or reference"},
-     {"threads", "0", "CPU threads (0 = all cores)"},
+     {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
      {"seed", "0", "seed of shuffling, augmentation and dropout"},
      {"shuffle", "on", "on or off (off: the file's order every epoch)"},
      {"augment", "auto", "auto (CIFAR: crop+flip; MNIST-like: none), on or none"},
@@ -99,7 +110,10 @@ const CommandSpec kSpec{
      {"trace-steps", "10", "steps recorded by --trace, from this run's 2nd step (the 1st builds the plan)"},
      {"detect-anomaly", "off", "on a NaN/Inf, rerun the step checking every node and name the first bad one",
       Flag::Switch},
-     {"fuse", "on", "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"}},
+     {"fuse", "on", "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"},
+     {"bucket-cap-mb", "25", "several ranks: gradients are averaged in buckets of about this many MB"},
+     {"first-bucket-cap-mb", "1", "several ranks: cap of the first bucket (small, so averaging starts early)"},
+     {"comm-timeout", "300", "several ranks: seconds to wait for the other ranks before declaring one dead"}},
     1,
     1};
 
@@ -192,6 +206,16 @@ int cmd_train(const Argv& argv) {
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
   const bool fuse = choice(a, "fuse", {"on", "off"}) == "on";
   const std::string model_path = a.positional[0];
+  const double bucket_mb = a.number("bucket-cap-mb"), first_bucket_mb = a.number("first-bucket-cap-mb");
+  const double comm_timeout = a.number("comm-timeout");
+  if (!(bucket_mb > 0) || !(first_bucket_mb > 0) || !std::isfinite(bucket_mb) || !std::isfinite(first_bucket_mb))
+    throw_bad_input("--bucket-cap-mb/--first-bucket-cap-mb", "must be finite numbers > 0");
+  if (!(comm_timeout > 0) || !std::isfinite(comm_timeout)) throw_bad_input("--comm-timeout", "must be a number > 0");
+  const RankEnvironment env = rank_environment();
+  const int64_t world = env.world, per_rank_batch = batch_size / world;
+  if (per_rank_batch == 0)
+    throw_bad_input("--batch-size", std::to_string(batch_size) + " is smaller than the " + std::to_string(world) +
+                                        " ranks (each rank needs at least one image per step)");
 
   const std::string ckpt_dir = a.str("checkpoint-dir");
   const int64_t ckpt_every = positive(a, "checkpoint-every", true);
@@ -225,7 +249,8 @@ int cmd_train(const Argv& argv) {
                                             {"shuffle", shuffle ? "on" : "off"},
                                             {"augment", augment},
                                             {"limit-train", a.str("limit-train")},
-                                            {"freeze", a.str("freeze")}};
+                                            {"freeze", a.str("freeze")},
+                                            {"ranks", std::to_string(world)}};
   if (schedule.kind == "step") config["lr-step-epochs"] = std::to_string(schedule.step_epochs);
   if (schedule.kind == "cosine") config["epochs"] = std::to_string(epochs);  // the cosine period
 
@@ -238,8 +263,14 @@ int cmd_train(const Argv& argv) {
     if (resumed.trainer.seed != seed) throw_bad_input("--resume " + resume, "the checkpoint's seed differs");
   }
 
-  configure_threads(static_cast<int>(threads));
-  auto backend = make_backend(a.str("backend"), static_cast<int>(threads));
+  // Ranks first: MPI_Init waits for every rank (under a watchdog), before any long work.
+  std::unique_ptr<Communicator> comm = make_communicator(env, {.timeout_seconds = comm_timeout});
+  const bool lead = env.rank == 0;
+  // Only rank 0 talks (the seed's `if global_rank == 0: print`); errors still reach stderr.
+  if (!lead && !std::freopen("/dev/null", "w", stdout)) throw_internal("stdout", "cannot silence rank " + std::to_string(env.rank));
+  const int rank_threads = threads > 0 ? static_cast<int>(threads) : default_rank_threads(env.local_world);
+  configure_threads(rank_threads);
+  auto backend = make_backend(a.str("backend"), rank_threads);
   backend->check_math(math);
 
   // Data and model.
@@ -259,7 +290,13 @@ int cmd_train(const Argv& argv) {
 
   TrainingSession session(build_training_graph(forward, topts), std::move(backend),
                           {.seed = seed, .fuse = fuse, .math = math, .conv = conv});
-  std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), static_cast<int>(threads));
+  std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), rank_threads);
+  std::unique_ptr<DataParallel> dp;
+  if (comm)
+    dp = std::make_unique<DataParallel>(
+        session, *comm,
+        DataParallelOptions{.bucket_cap_bytes = static_cast<size_t>(bucket_mb * (1 << 20)),
+                            .first_bucket_cap_bytes = static_cast<size_t>(first_bucket_mb * (1 << 20))});
 
   TrainerState st;
   st.seed = seed;
@@ -289,12 +326,23 @@ int cmd_train(const Argv& argv) {
     session.set_steps_done(st.global_step);
     last_checkpoint = resume;
   }
+  // Every rank starts from rank 0's state (the same file, but this also catches ranks
+  // that loaded different models).
+  if (dp) dp->broadcast_state();
 
   MetricsWriter metrics =
       resume.empty() ? MetricsWriter(a.str("metrics")) : MetricsWriter(a.str("metrics"), st.global_step, st.epoch);
+  if (dp)
+    std::printf(
+        "Training started with %lld processes across %lld nodes (%s, MPI); %d threads per rank, global batch %lld = "
+        "%lld ranks x %lld, gradient buckets of %g MB (first %g MB)\n",
+        static_cast<long long>(world), static_cast<long long>(std::max<int64_t>(1, world / env.local_world)),
+        env.launcher.c_str(), rank_threads, static_cast<long long>(per_rank_batch * world),
+        static_cast<long long>(world), static_cast<long long>(per_rank_batch), bucket_mb, first_bucket_mb);
   std::printf(
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
-      model_path.c_str(), dataset.c_str(), static_cast<long long>(batch_size), static_cast<long long>(train.size()),
+      model_path.c_str(), dataset.c_str(), static_cast<long long>(per_rank_batch * world),
+      static_cast<long long>(train.size()),
       static_cast<long long>(test.size()), session.training().params.size(), precision.c_str());
   if (math == MathPrecision::fp16)
     std::printf(
@@ -308,25 +356,38 @@ int cmd_train(const Argv& argv) {
   std::fflush(stdout);
 
   auto save = [&](const std::string& dir) {
+    const std::string path = checkpoint_path(dir, st.global_step);
+    last_checkpoint = path;
+    if (!lead) return path;  // every rank holds the same state; rank 0 writes it
     std::filesystem::create_directories(dir);
     Checkpoint c;
     c.trainer = st;
     c.trainer.config = config;
     for (const std::string& n : session.state_names()) c.state[n] = session.state(n);
-    const std::string path = checkpoint_path(dir, st.global_step);
     write_checkpoint(c, path);
     prune_checkpoints(dir, keep);
-    last_checkpoint = path;
     return path;
   };
-  // At a step boundary: a pending SIGTERM/SIGUSR1 ends the run with a checkpoint.
-  auto stop_requested = [&]() {
+  // At a step boundary: a pending SIGTERM/SIGUSR1 ends the run with a checkpoint. With
+  // several ranks every rank must stop after the same step: after a training step the
+  // ranks' flags travelled with the gradients (`agreed`); elsewhere they are summed here.
+  auto stop_requested = [&](std::optional<bool> agreed = std::nullopt) {
     const int sig = stop_signal();
-    if (!sig) return false;
+    bool stop = sig != 0;
+    if (dp) {
+      if (agreed) {
+        stop = *agreed;
+      } else {
+        std::vector<double> flag{stop ? 1.0 : 0.0};
+        comm->sum(flag, "stop-signal agreement");
+        stop = flag[0] > 0;
+      }
+    }
+    if (!stop) return false;
     const std::string path = save(ckpt_dir.empty() ? "checkpoints" : ckpt_dir);
     std::printf("\nReceived %s: checkpoint written to %s (epoch %lld, step %lld); continue with --resume %s\n",
-                signal_name(sig), path.c_str(), static_cast<long long>(st.epoch + 1),
-                static_cast<long long>(st.step_in_epoch), path.c_str());
+                sig ? signal_name(sig) : "a stop signal on another rank", path.c_str(),
+                static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch), path.c_str());
     std::fflush(stdout);
     return true;
   };
@@ -338,6 +399,8 @@ int cmd_train(const Argv& argv) {
   if (a.on("trace-steps") && trace_path.empty()) throw_bad_input("--trace-steps", "needs --trace");
   ProfileCollector profile;
   std::vector<TraceLane> lanes{{"data: prepare batch", {}}, {"data: consumer wait", {}}, {"train step", {}}};
+  if (dp) lanes.push_back({"all-reduce (gradient buckets)", {}});
+  double reduce_ms = 0, exposed_ms = 0;  // this epoch's all-reduce time, and the part the optimizer waited for
   int64_t traced = 0, steps_this_run = 0;
   bool trace_written = false;
   auto write_trace = [&]() {
@@ -362,7 +425,9 @@ int cmd_train(const Argv& argv) {
       break;
     }
     PipelineOptions po;
-    po.batch_size = batch_size;
+    po.batch_size = per_rank_batch;
+    po.rank = env.rank;
+    po.world = world;
     po.seed = seed;
     po.epoch = st.epoch;
     po.shuffle = shuffle;
@@ -395,11 +460,13 @@ int cmd_train(const Argv& argv) {
       const int64_t step_start = now_ns();
       double loss = 0;
       try {
-        loss = session.step(feeds, static_cast<float>(lr));
+        loss = dp ? dp->step(feeds, static_cast<float>(lr), stop_signal() != 0)
+                  : session.step(feeds, static_cast<float>(lr));
       } catch (const NumericalError& e) {
         std::string what = e.what();
         if (detect_anomaly) {
-          std::optional<NumericalError> first = session.find_anomaly(feeds, static_cast<float>(lr));
+          std::optional<NumericalError> first = dp ? dp->find_anomaly(feeds, static_cast<float>(lr))
+                                                   : session.find_anomaly(feeds, static_cast<float>(lr));
           if (first) what = std::string("first non-finite value: ") + first->what();
         }
         step_failed(what, e.kind());
@@ -411,9 +478,20 @@ int cmd_train(const Argv& argv) {
         lanes[0].slices.push_back({k, batch->prepare_start_ns, batch->prepare_end_ns});
         lanes[1].slices.push_back({k, step_start - static_cast<int64_t>(batch->wait_seconds * 1e9), step_start});
         lanes[2].slices.push_back({"step " + std::to_string(st.global_step + 1), step_start, now_ns()});
+        if (dp)
+          for (const BucketTiming& b : dp->last_timings())
+            lanes[3].slices.push_back({"bucket " + std::to_string(b.bucket) + " (" +
+                                           std::to_string(b.bytes >> 10) + " KiB, optimizer waited " +
+                                           std::to_string(b.wait_ns / 1000) + " us)",
+                                       b.start_ns, b.end_ns});
         if (++traced == trace_steps) write_trace();
       }
       ++steps_this_run;
+      if (dp)
+        for (const BucketTiming& b : dp->last_timings()) {
+          reduce_ms += static_cast<double>(b.end_ns - b.start_ns) / 1e6;
+          exposed_ms += static_cast<double>(b.wait_ns) / 1e6;
+        }
       if (!std::isfinite(loss))
         step_failed(std::string("loss is ") + (std::isnan(loss) ? "NaN"
                                                : loss > 0       ? "Inf"
@@ -425,7 +503,8 @@ int cmd_train(const Argv& argv) {
       ++st.global_step;
       st.epoch_seconds = seconds_before + seconds_since(t0);
       if (log_every > 0 && (st.step_in_epoch % log_every == 0 || st.step_in_epoch == stream.size())) {
-        const double rate = static_cast<double>((st.step_in_epoch - first_step) * batch_size) / seconds_since(t0);
+        const double rate =
+            static_cast<double>((st.step_in_epoch - first_step) * per_rank_batch * world) / seconds_since(t0);
         std::printf(tty ? "\rEpoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec   "
                         : "Epoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec\n",
                     static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),
@@ -435,28 +514,38 @@ int cmd_train(const Argv& argv) {
       if (metrics_every > 0 && st.global_step % metrics_every == 0)
         metrics.step(st.global_step, st.epoch + 1, loss, lr);
       if (!ckpt_dir.empty() && ckpt_every_steps > 0 && st.global_step % ckpt_every_steps == 0) save(ckpt_dir);
-      if (stop_requested()) return write_trace(), 0;
+      if (stop_requested(dp ? std::optional<bool>(dp->stop_agreed()) : std::nullopt)) return write_trace(), 0;
     }
     if (tty && log_every > 0) std::printf("\n");
     const double epoch_time = seconds_before + seconds_since(t0);
     const int64_t steps = st.step_in_epoch;
-    const double images_per_sec = static_cast<double>(steps * batch_size) / epoch_time;
+    const int64_t epoch_images = steps * per_rank_batch * world;
+    const double images_per_sec = static_cast<double>(epoch_images) / epoch_time;
 
     // A stop signal during validation: the checkpoint is this epoch's end before its
     // validation, which the resumed run does first.
     // Validation runs the forward graph in inference mode: with --fuse on, its inference
     // form (BN folded into the Conv, Conv+Relu and Conv+residual Add fused).
+    // With several ranks each validates its share of the test batches with rank 0's
+    // running statistics, and the sums make the whole test set's figures.
+    if (dp) dp->broadcast_buffers();
     const Graph trained = session.trained_forward(forward);
-    Evaluation ev = evaluate(fuse ? optimize_for_inference(trained) : trained, io, test, batch_size, *eval_backend,
-                             [] { return stop_signal() != 0; });
+    Evaluation ev = evaluate_share(fuse ? optimize_for_inference(trained) : trained, io, test, batch_size,
+                                   *eval_backend, env.rank, world, comm.get(), [] { return stop_signal() != 0; });
     if (ev.interrupted && stop_requested()) return write_trace(), 0;
     st.total_seconds += epoch_time;
-    st.total_images += steps * batch_size;
+    st.total_images += epoch_images;
     st.val_accuracy.push_back(ev.accuracy);
     std::printf(
         "Epoch = %2lld: Epoch Time = %5.3f, Validation Loss = %5.3f, Validation Accuracy = %5.3f, Images/sec = %5.3f, "
         "Cumulative Time = %5.3f\n",
         static_cast<long long>(st.epoch + 1), epoch_time, ev.loss, ev.accuracy, images_per_sec, st.total_seconds);
+    if (dp) {
+      std::printf("All-reduce: %.1f ms per step, %.1f ms of it not hidden by the backward pass\n",
+                  reduce_ms / static_cast<double>(std::max<int64_t>(1, steps - first_step)),
+                  exposed_ms / static_cast<double>(std::max<int64_t>(1, steps - first_step)));
+      reduce_ms = exposed_ms = 0;
+    }
     if (session.loss_scaling())
       std::printf("Loss scale = %g (%lld steps skipped for non-finite gradients in this process)\n",
                   static_cast<double>(session.loss_scale()), static_cast<long long>(session.skipped_steps()));
@@ -482,8 +571,17 @@ int cmd_train(const Argv& argv) {
   std::printf("Total Training Time: %5.3f seconds\n", st.total_seconds);
   std::printf("Throughput: %5.3f images/second\n",
               st.total_seconds > 0 ? static_cast<double>(st.total_images) / st.total_seconds : 0.0);
+  if (dp) {
+    // The averaged updates keep the ranks' parameters bit-identical; say so, or fail.
+    if (!dp->state_identical())
+      throw_internal("data-parallel training", "the ranks' parameters differ at the end of training");
+    std::printf("Number of nodes: %lld\nRanks per node: %d\nTotal ranks used: %lld\n",
+                static_cast<long long>(std::max<int64_t>(1, world / env.local_world)), env.local_world,
+                static_cast<long long>(world));
+    std::printf("Parameters and optimizer state identical on all %lld ranks\n", static_cast<long long>(world));
+  }
   write_trace();
-  if (a.on("export") || a.on("export-inference")) {
+  if (lead && (a.on("export") || a.on("export-inference"))) {
     const Graph trained = session.trained_forward(forward);
     if (a.on("export")) {
       export_onnx_file(trained, a.str("export"));

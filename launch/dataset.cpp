@@ -255,13 +255,19 @@ Tensor read_idx_labels(const std::string& path, int64_t classes, uint64_t max_by
 
 Dataset take_first(const Dataset& d, int64_t n) {
   if (n <= 0 || n >= d.size()) return d;
+  return take_range(d, 0, n);
+}
+
+Dataset take_range(const Dataset& d, int64_t begin, int64_t n) {
+  if (begin < 0 || n < 0 || begin + n > d.size()) throw_internal("take_range", "range outside the dataset");
   Dataset s = d;
   std::vector<int64_t> dims = d.images.dims();
   dims[0] = n;
   s.images = Tensor(DataType::UInt8, dims);
-  std::memcpy(s.images.raw(), d.images.raw(), s.images.nbytes());
+  const size_t row = static_cast<size_t>(d.sample_bytes());
+  if (n) std::memcpy(s.images.raw(), d.images.raw() + static_cast<size_t>(begin) * row, s.images.nbytes());
   s.labels = Tensor(DataType::Int64, {n});
-  std::memcpy(s.labels.raw(), d.labels.raw(), s.labels.nbytes());
+  if (n) std::memcpy(s.labels.raw(), d.labels.raw() + static_cast<size_t>(begin) * sizeof(int64_t), s.labels.nbytes());
   return s;
 }
 

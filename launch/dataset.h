@@ -67,5 +67,7 @@ std::string read_maybe_gzip(const std::string& path, uint64_t max_bytes);
 
 // Keeps the first n samples (a copy); n >= size() returns d unchanged.
 Dataset take_first(const Dataset& d, int64_t n);
+// Samples [begin, begin+n) as a dataset of their own (a rank's share of the test set).
+Dataset take_range(const Dataset& d, int64_t begin, int64_t n);
 
 }  // namespace trainrt

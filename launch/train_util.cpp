@@ -2,8 +2,10 @@
 
 #include <omp.h>
 #include <oneapi/tbb/global_control.h>
+#include <sched.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <numbers>
 #include <sstream>
+#include <thread>
 
 #include "graph/error.h"
 #include "graph/onnx_io.h"
@@ -74,9 +77,45 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
     e.images += n;
     ++batches;
   }
+  e.batches = batches;
+  e.correct = correct;
   if (batches) e.loss /= static_cast<double>(batches);
   e.accuracy = e.images ? static_cast<double>(correct) / static_cast<double>(e.images) : 0.0;
   return e;
+}
+
+Evaluation evaluate_share(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
+                          int rank, int world, Communicator* comm, const std::function<bool()>& stop) {
+  if (!comm || world <= 1) return evaluate(g, io, d, batch_size, b, stop);
+  const int64_t batches = (d.size() + batch_size - 1) / batch_size;
+  const int64_t first = rank * batches / world, last = (rank + 1) * batches / world;
+  const int64_t begin = std::min(d.size(), first * batch_size), end = std::min(d.size(), last * batch_size);
+  Evaluation mine;
+  if (end > begin) mine = evaluate(g, io, take_range(d, begin, end - begin), batch_size, b);
+  std::vector<double> sums{mine.loss * static_cast<double>(mine.batches), static_cast<double>(mine.batches),
+                           static_cast<double>(mine.correct), static_cast<double>(mine.images)};
+  comm->sum(sums, "validation sums");
+  Evaluation e;
+  e.batches = static_cast<int64_t>(sums[1]);
+  e.correct = static_cast<int64_t>(sums[2]);
+  e.images = static_cast<int64_t>(sums[3]);
+  e.loss = e.batches ? sums[0] / sums[1] : 0.0;
+  e.accuracy = e.images ? sums[2] / sums[3] : 0.0;
+  return e;
+}
+
+int default_rank_threads(int local_ranks) {
+  if (const char* c = std::getenv("SLURM_CPUS_PER_TASK")) {
+    const long n = std::strtol(c, nullptr, 10);
+    if (n > 0) return static_cast<int>(n);
+  }
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int mine = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : all;
+  if (mine < all) return mine;  // the launcher bound this rank to its own CPUs
+  if (local_ranks <= 1) return 0;
+  return std::max(1, all / local_ranks);
 }
 
 double LrSchedule::at(int64_t epoch, int64_t step, int64_t steps_per_epoch) const {

@@ -12,6 +12,7 @@
 
 #include "launch/dataset.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 
 namespace trainrt {
 
@@ -27,12 +28,27 @@ struct Evaluation {
   double loss = 0;      // mean over batches of the batch-mean cross-entropy (the seed's v_loss)
   double accuracy = 0;  // correct / total
   int64_t images = 0;
+  int64_t batches = 0, correct = 0;  // for sums over the ranks of a data-parallel run
   bool interrupted = false;  // `stop` returned true before the last batch
 };
 // `stop` (optional) is asked before each batch; when it returns true the evaluation
 // ends early with interrupted set (a stop signal during a long validation).
 Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
                     const std::function<bool()>& stop = {});
+
+// Data-parallel validation: rank `rank` of `world` evaluates its contiguous share of the
+// test batches (the batches one process would make, split into `world` runs), and the
+// sums over the ranks (through `comm`) give every rank the whole test set's figures.
+// Without a communicator it is evaluate(). `stop` is asked only with one rank: ranks
+// must not leave a validation at different batches.
+Evaluation evaluate_share(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
+                          int rank, int world, Communicator* comm, const std::function<bool()>& stop = {});
+
+// Threads for one rank when --threads is 0: Slurm's --cpus-per-task when set, else the
+// CPUs this process may run on, shared out among the `local_ranks` ranks of the node
+// when they all share one CPU set; 0 (the libraries' default: all cores) for one rank
+// that Slurm did not restrict.
+int default_rank_threads(int local_ranks);
 
 struct LrSchedule {
   std::string kind = "constant";  // constant | step | cosine

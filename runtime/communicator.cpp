@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "graph/error.h"
 
@@ -181,7 +182,8 @@ std::shared_ptr<CommRequest> Communicator::submit(std::string what, std::functio
 void Communicator::wait(CommRequest& r) {
   std::unique_lock<std::mutex> l(mu_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeout_seconds);
-  const bool done = cv_.wait_until(l, deadline, [&] { return r.done_; });
+  // A broken communicator answers at once: its thread may never finish `r`.
+  const bool done = cv_.wait_until(l, deadline, [&] { return r.done_ || !broken_.empty(); }) && r.done_;
   if (!done) {
     if (broken_.empty())
       broken_ = r.what_ + ": rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " +
@@ -291,13 +293,62 @@ void mpi_check(int rc, const char* call) {
   if (rc != MPI_SUCCESS) throw_peer(std::string(call) + " failed: " + mpi_error(rc));
 }
 
+// Runs `call` (MPI_Init, MPI_Finalize: both wait for every rank) under a watchdog: when
+// a peer never starts or never finishes, the call would wait for ever; the watchdog ends
+// the process after the timeout with one line instead (exit 3, ErrorKind::Peer's code).
+int with_watchdog(const std::function<int()>& call, double timeout_seconds, const std::string& what) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> l(m);
+    if (cv.wait_for(l, std::chrono::duration<double>(timeout_seconds), [&] { return done; })) return;
+    std::fprintf(stderr, "trainrt: error: %s: no answer from the other ranks within %s\n", what.c_str(),
+                 seconds_text(timeout_seconds).c_str());
+    std::fflush(stderr);
+    ::_exit(3);
+  });
+  const int rc = call();
+  {
+    std::lock_guard<std::mutex> l(m);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  return rc;
+}
+
+void init_mpi(const RankEnvironment& env, double timeout_seconds) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) throw_internal("MPI", "MPI is already initialised in this process");
+  // Open MPI's progress loop spins while a blocking collective waits; yielding lets the
+  // compute threads of this rank (and of other ranks on the node) have the cores.
+  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  int provided = 0;
+  const int rc = with_watchdog(
+      [&] { return MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided); }, timeout_seconds,
+      "MPI_Init: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + " (" + env.launcher +
+          "): a peer rank did not start, or the launcher gave MPI no process manager (srun --mpi=pmix)");
+  mpi_check(rc, "MPI_Init_thread");
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw_internal("MPI", "the MPI library does not provide MPI_THREAD_SERIALIZED (level " +
+                              std::to_string(provided) + ")");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(int rank, int world, CommOptions o) : Communicator(rank, world, o) {}
   ~MpiCommunicator() override {
     stop_thread();
-    // After a peer failure MPI_Finalize would wait for the dead peer: leave it undone.
-    if (!broken()) MPI_Finalize();
+    // MPI_Finalize waits for every rank to finalize too. After a peer failure, or while
+    // an error ends this rank (the others may be waiting in a collective), it would hang:
+    // leave it undone and let the process end.
+    if (broken() || std::uncaught_exceptions() > 0) return;
+    with_watchdog(MPI_Finalize, timeout_seconds(),
+                  "MPI_Finalize: rank " + std::to_string(rank()) + " of " + std::to_string(world()) +
+                      ": another rank ended without finishing the job");
   }
   std::string name() const override { return "mpi"; }
 
@@ -319,43 +370,6 @@ class MpiCommunicator : public Communicator {
                 "MPI_Bcast");
   }
 };
-
-// MPI_Init_thread under a watchdog: when a peer never starts (or the launcher did not set
-// up PMIx), MPI_Init waits for ever; the watchdog ends the process with one line instead.
-void init_mpi(const RankEnvironment& env, double timeout_seconds) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) throw_internal("MPI", "MPI is already initialised in this process");
-  // Open MPI's progress loop spins while a blocking collective waits; yielding lets the
-  // compute threads of this rank (and of other ranks on the node) have the cores.
-  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> l(m);
-    if (cv.wait_for(l, std::chrono::duration<double>(timeout_seconds), [&] { return done; })) return;
-    std::fprintf(stderr,
-                 "trainrt: error: MPI_Init: rank %d of %d (%s): the other ranks did not join within %s: a peer "
-                 "rank did not start, or the launcher gave MPI no process manager (srun --mpi=pmix)\n",
-                 env.rank, env.world, env.launcher.c_str(), seconds_text(timeout_seconds).c_str());
-    std::fflush(stderr);
-    ::_exit(3);
-  });
-  int provided = 0;
-  const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-  {
-    std::lock_guard<std::mutex> l(m);
-    done = true;
-  }
-  cv.notify_all();
-  watchdog.join();
-  mpi_check(rc, "MPI_Init_thread");
-  if (provided < MPI_THREAD_SERIALIZED)
-    throw_internal("MPI",
-                   "the MPI library does not provide MPI_THREAD_SERIALIZED (level " + std::to_string(provided) + ")");
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-}
 
 }  // namespace
 #endif
