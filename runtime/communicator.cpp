@@ -97,28 +97,29 @@ RankEnvironment rank_environment(const std::function<std::string(const char*)>& 
 void CommRequest::wait() { comm_->wait(*this); }
 
 bool CommRequest::done() const {
-  std::lock_guard<std::mutex> l(comm_->mu_);
+  std::lock_guard<std::mutex> l(comm_->q_->mu);
   return done_;
 }
 
-Communicator::Communicator(int rank, int world, CommOptions o) : rank_(rank), world_(world), opts_(o) {
+Communicator::Communicator(int rank, int world, CommOptions o)
+    : rank_(rank), world_(world), opts_(o), q_(std::make_shared<Queue>()) {
   if (!(opts_.timeout_seconds > 0)) throw_bad_input("--comm-timeout", "must be > 0 seconds");
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([q = q_, rank, world] { loop(q, rank, world); });
 }
 
 Communicator::~Communicator() {
   // Subclasses stop the thread in their destructor; this covers a subclass that failed to.
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) stop_thread(false);
 }
 
-void Communicator::stop_thread() {
-  std::unique_lock<std::mutex> l(mu_);
-  stopping_ = true;
-  cv_.notify_all();
+void Communicator::stop_thread(bool may_abandon) {
+  std::unique_lock<std::mutex> l(q_->mu);
+  q_->stopping = true;
+  q_->cv.notify_all();
   // After a timeout the thread may be inside a collective that a dead peer never
   // completes: it is abandoned (the process is about to end with the error) rather than
   // joined, which would hang exactly as the timeout was there to prevent.
-  const bool abandon = !broken_.empty();
+  const bool abandon = may_abandon && !q_->broken.empty();
   l.unlock();
   if (!thread_.joinable()) return;
   if (abandon)
@@ -128,25 +129,25 @@ void Communicator::stop_thread() {
 }
 
 bool Communicator::broken() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return !broken_.empty();
+  std::lock_guard<std::mutex> l(q_->mu);
+  return !q_->broken.empty();
 }
 
-void Communicator::loop() {
+void Communicator::loop(const std::shared_ptr<Queue>& q, int rank, int world) {
   for (;;) {
     std::shared_ptr<CommRequest> r;
     std::function<void()> op;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      r = std::move(queue_.front().first);
-      op = std::move(queue_.front().second);
-      queue_.pop_front();
-      if (!broken_.empty()) {  // a failed collective breaks every later one
-        r->error_ = broken_;
+      std::unique_lock<std::mutex> l(q->mu);
+      q->cv.wait(l, [&] { return q->stopping || !q->work.empty(); });
+      if (q->work.empty()) return;  // stopping, nothing left
+      r = std::move(q->work.front().first);
+      op = std::move(q->work.front().second);
+      q->work.pop_front();
+      if (!q->broken.empty()) {  // a failed collective breaks every later one
+        r->error_ = q->broken;
         r->done_ = true;
-        cv_.notify_all();
+        q->cv.notify_all();
         continue;
       }
     }
@@ -155,15 +156,15 @@ void Communicator::loop() {
     try {
       op();
     } catch (const std::exception& e) {
-      error = r->what_ + ": rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + e.what();
+      error = r->what_ + ": rank " + std::to_string(rank) + " of " + std::to_string(world) + ": " + e.what();
     }
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> l(q->mu);
     r->start_ns = start;
     r->end_ns = now_ns();
     r->error_ = error;
-    if (!error.empty() && broken_.empty()) broken_ = error;
+    if (!error.empty() && q->broken.empty()) q->broken = error;
     r->done_ = true;
-    cv_.notify_all();
+    q->cv.notify_all();
   }
 }
 
@@ -172,23 +173,23 @@ std::shared_ptr<CommRequest> Communicator::submit(std::string what, std::functio
   r->comm_ = this;
   r->what_ = std::move(what);
   r->issue_ns = now_ns();
-  std::lock_guard<std::mutex> l(mu_);
-  if (!broken_.empty()) throw_peer(broken_);
-  queue_.emplace_back(r, std::move(op));
-  cv_.notify_all();
+  std::lock_guard<std::mutex> l(q_->mu);
+  if (!q_->broken.empty()) throw_peer(q_->broken);
+  q_->work.emplace_back(r, std::move(op));
+  q_->cv.notify_all();
   return r;
 }
 
 void Communicator::wait(CommRequest& r) {
-  std::unique_lock<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(q_->mu);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeout_seconds);
   // A broken communicator answers at once: its thread may never finish `r`.
-  const bool done = cv_.wait_until(l, deadline, [&] { return r.done_ || !broken_.empty(); }) && r.done_;
+  const bool done = q_->cv.wait_until(l, deadline, [&] { return r.done_ || !q_->broken.empty(); }) && r.done_;
   if (!done) {
-    if (broken_.empty())
-      broken_ = r.what_ + ": rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " +
-                no_answer(opts_.timeout_seconds);
-    throw_peer(broken_);
+    if (q_->broken.empty())
+      q_->broken = r.what_ + ": rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " +
+                   no_answer(opts_.timeout_seconds);
+    throw_peer(q_->broken);
   }
   if (!r.error_.empty()) throw_peer(r.error_);
 }
@@ -218,7 +219,8 @@ void Communicator::sum(std::vector<double>& values, const std::string& what) {
 class LocalCommunicator : public Communicator {
  public:
   LocalCommunicator(LocalGroup& g, int rank, CommOptions o) : Communicator(rank, g.world(), o), g_(g) {}
-  ~LocalCommunicator() override { stop_thread(); }
+  // Its collectives end at their own deadline, so the thread is always joined.
+  ~LocalCommunicator() override { stop_thread(/*may_abandon=*/false); }
   std::string name() const override { return "local"; }
 
  protected:
@@ -332,8 +334,8 @@ void init_mpi(const RankEnvironment& env, double timeout_seconds) {
           "): a peer rank did not start, or the launcher gave MPI no process manager (srun --mpi=pmix)");
   mpi_check(rc, "MPI_Init_thread");
   if (provided < MPI_THREAD_SERIALIZED)
-    throw_internal("MPI", "the MPI library does not provide MPI_THREAD_SERIALIZED (level " +
-                              std::to_string(provided) + ")");
+    throw_internal("MPI",
+                   "the MPI library does not provide MPI_THREAD_SERIALIZED (level " + std::to_string(provided) + ")");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 

@@ -92,24 +92,31 @@ class Communicator {
   // The blocking primitives, called on the communicator's thread only. Throw Error on failure.
   virtual void do_all_reduce_sum(void* data, size_t count, DataType t) = 0;
   virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
-  // Subclasses call this first in their destructor: the thread stops (or, when it is
-  // stuck in a dead peer's collective, is abandoned) before their state goes.
-  void stop_thread();
+  // Subclasses call this first in their destructor: the thread stops before their state
+  // goes. With `may_abandon`, a thread of a broken communicator (possibly stuck in a dead
+  // peer's collective for ever) is left behind instead of joined.
+  void stop_thread(bool may_abandon = true);
   bool broken() const;
 
  private:
   friend class CommRequest;
+  // What the communicator's thread shares with the callers. The thread holds its own
+  // reference, so an abandoned thread (stuck in a dead peer's collective) never touches
+  // freed memory should the call ever return.
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;  // the thread: new work; waiters: work done
+    std::deque<std::pair<std::shared_ptr<CommRequest>, std::function<void()>>> work;
+    std::string broken;  // first failure; every later call throws it
+    bool stopping = false;
+  };
   std::shared_ptr<CommRequest> submit(std::string what, std::function<void()> op);
   void wait(CommRequest& r);
-  void loop();
+  static void loop(const std::shared_ptr<Queue>& q, int rank, int world);
 
   int rank_, world_;
   CommOptions opts_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // the thread: new work; waiters: work done
-  std::deque<std::pair<std::shared_ptr<CommRequest>, std::function<void()>>> queue_;
-  std::string broken_;  // first failure; every later call throws it
-  bool stopping_ = false;
+  std::shared_ptr<Queue> q_;
   std::thread thread_;
 };
 

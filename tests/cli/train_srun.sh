@@ -30,7 +30,8 @@ flags=(train "$model" --dataset fashion-mnist --limit-train 2048 --limit-test 51
 common=("${flags[@]}" --batch-size 64 --comm-timeout 20)
 
 # A) 2 epochs on 2 ranks
-"${launch[@]}" "$trainrt" "${common[@]}" --epochs 2 --export "$tmp/a.onnx" >"$tmp/a.log" 2>"$tmp/a.err" ||
+"${launch[@]}" "$trainrt" "${common[@]}" --epochs 2 --export "$tmp/a.onnx" --trace "$tmp/a.json" --trace-steps 3 \
+  >"$tmp/a.log" 2>"$tmp/a.err" ||
   fail "2-rank run: $(tail -3 "$tmp/a.log") $(tail -3 "$tmp/a.err")"
 grep -q "^Training started with 2 processes across 1 nodes (srun, MPI); 1 threads per rank, global batch 64 = 2 ranks x 32" \
   "$tmp/a.log" || fail "no start line: $(head -2 "$tmp/a.log")"
@@ -39,6 +40,8 @@ grep -q "^Epoch 1: step 32/32," "$tmp/a.log" || fail "each rank should take 32 s
 grep -q "^Total ranks used: 2" "$tmp/a.log" || fail "no rank summary: $(tail -5 "$tmp/a.log")"
 grep -q "^Parameters and optimizer state identical on all 2 ranks" "$tmp/a.log" || fail "no identical-state line"
 grep -q "^All-reduce: .* ms per step" "$tmp/a.log" || fail "no all-reduce timing line"
+grep -q '"all-reduce (gradient buckets)"' "$tmp/a.json" && grep -q '"bucket 0 (' "$tmp/a.json" ||
+  fail "the trace has no all-reduce lane with buckets"
 [ -s "$tmp/a.err" ] && fail "stderr not empty: $(head -3 "$tmp/a.err")"
 acc=$("$trainrt" evaluate "$tmp/a.onnx" --dataset fashion-mnist --limit 512 --batch-size 64 --threads 2 |
   sed -n 's/.*Test Accuracy = \([0-9.]*\).*/\1/p')
