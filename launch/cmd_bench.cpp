@@ -54,6 +54,8 @@ const CommandSpec kSpec{
      {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
      {"layouts", "blocked",
       "activations between oneDNN kernels: blocked (nChw16c kept), or plain (reorder at every kernel) to compare"},
+     {"branches", "serial",
+      "serial, or concurrent: independent neighbouring nodes two at a time, each with half the threads"},
      {"profile", "", "print time per op type over the timed steps", Flag::Switch},
      {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
     1,
@@ -111,6 +113,7 @@ int cmd_bench(const Argv& argv) {
   const uint64_t seed = static_cast<uint64_t>(at_least(a, "seed", 0));
   const bool fuse = one_of(a, "fuse", {"on", "off"}) == "on";
   const bool blocked = one_of(a, "layouts", {"blocked", "plain"}) == "blocked";
+  const bool concurrent = one_of(a, "branches", {"serial", "concurrent"}) == "concurrent";
   const std::string path = a.positional[0];
   if (a.on("trace")) {
     const std::filesystem::path dir = std::filesystem::absolute(a.str("trace")).parent_path();
@@ -168,7 +171,12 @@ int cmd_bench(const Argv& argv) {
   std::unique_ptr<Backend> backend = make_backend(backend_name, static_cast<int>(threads));
   backend->check_math(math);
   TrainingSession session(std::move(t), std::move(backend),
-                          {.seed = seed, .fuse = fuse, .blocked_layouts = blocked, .math = math, .conv = conv});
+                          {.seed = seed,
+                           .fuse = fuse,
+                           .blocked_layouts = blocked,
+                           .math = math,
+                           .conv = conv,
+                           .concurrent_branches = concurrent});
   ProfileCollector prof;
   const bool profile = a.on("profile") || a.on("trace");
 
@@ -193,6 +201,9 @@ int cmd_bench(const Argv& argv) {
 
   double first_loss = 0, last_loss = 0;
   for (int64_t i = 0; i < warmup; ++i) first_loss = session.step(feeds, static_cast<float>(lr));
+  if (concurrent)
+    std::printf("branches: %zu pairs of independent nodes run concurrently (of %zu nodes)\n", session.plan().pairs,
+                session.plan().steps.size());
   std::vector<double> ms;
   if (profile) session.set_profile(&prof);
   const uint64_t reordered = dnnl_util::reorder_bytes();

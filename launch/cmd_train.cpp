@@ -111,6 +111,8 @@ const CommandSpec kSpec{
      {"detect-anomaly", "off", "on a NaN/Inf, rerun the step checking every node and name the first bad one",
       Flag::Switch},
      {"fuse", "on", "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"},
+     {"branches", "serial",
+      "serial, or concurrent: independent neighbouring nodes two at a time, each with half the threads"},
      {"bucket-cap-mb", "25", "several ranks: gradients are averaged in buckets of about this many MB"},
      {"first-bucket-cap-mb", "1", "several ranks: cap of the first bucket (small, so averaging starts early)"},
      {"comm-timeout", "300", "several ranks: seconds to wait for the other ranks before declaring one dead"}},
@@ -205,6 +207,7 @@ int cmd_train(const Argv& argv) {
   const bool shuffle = choice(a, "shuffle", {"on", "off"}) == "on";
   const uint64_t seed = static_cast<uint64_t>(a.integer("seed"));
   const bool fuse = choice(a, "fuse", {"on", "off"}) == "on";
+  const bool concurrent = choice(a, "branches", {"serial", "concurrent"}) == "concurrent";
   const std::string model_path = a.positional[0];
   const double bucket_mb = a.number("bucket-cap-mb"), first_bucket_mb = a.number("first-bucket-cap-mb");
   const double comm_timeout = a.number("comm-timeout");
@@ -267,7 +270,8 @@ int cmd_train(const Argv& argv) {
   std::unique_ptr<Communicator> comm = make_communicator(env, {.timeout_seconds = comm_timeout});
   const bool lead = env.rank == 0;
   // Only rank 0 talks (the seed's `if global_rank == 0: print`); errors still reach stderr.
-  if (!lead && !std::freopen("/dev/null", "w", stdout)) throw_internal("stdout", "cannot silence rank " + std::to_string(env.rank));
+  if (!lead && !std::freopen("/dev/null", "w", stdout))
+    throw_internal("stdout", "cannot silence rank " + std::to_string(env.rank));
   const int rank_threads = threads > 0 ? static_cast<int>(threads) : default_rank_threads(env.local_world);
   configure_threads(rank_threads);
   auto backend = make_backend(a.str("backend"), rank_threads);
@@ -289,7 +293,7 @@ int cmd_train(const Argv& argv) {
       throw_bad_input("--freeze " + f, "is not a float initializer of " + model_path);
 
   TrainingSession session(build_training_graph(forward, topts), std::move(backend),
-                          {.seed = seed, .fuse = fuse, .math = math, .conv = conv});
+                          {.seed = seed, .fuse = fuse, .math = math, .conv = conv, .concurrent_branches = concurrent});
   std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), rank_threads);
   std::unique_ptr<DataParallel> dp;
   if (comm)
@@ -342,8 +346,8 @@ int cmd_train(const Argv& argv) {
   std::printf(
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
       model_path.c_str(), dataset.c_str(), static_cast<long long>(per_rank_batch * world),
-      static_cast<long long>(train.size()),
-      static_cast<long long>(test.size()), session.training().params.size(), precision.c_str());
+      static_cast<long long>(train.size()), static_cast<long long>(test.size()), session.training().params.size(),
+      precision.c_str());
   if (math == MathPrecision::fp16)
     std::printf(
         "fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
@@ -480,9 +484,8 @@ int cmd_train(const Argv& argv) {
         lanes[2].slices.push_back({"step " + std::to_string(st.global_step + 1), step_start, now_ns()});
         if (dp)
           for (const BucketTiming& b : dp->last_timings())
-            lanes[3].slices.push_back({"bucket " + std::to_string(b.bucket) + " (" +
-                                           std::to_string(b.bytes >> 10) + " KiB, optimizer waited " +
-                                           std::to_string(b.wait_ns / 1000) + " us)",
+            lanes[3].slices.push_back({"bucket " + std::to_string(b.bucket) + " (" + std::to_string(b.bytes >> 10) +
+                                           " KiB, optimizer waited " + std::to_string(b.wait_ns / 1000) + " us)",
                                        b.start_ns, b.end_ns});
         if (++traced == trace_steps) write_trace();
       }

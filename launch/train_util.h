@@ -29,7 +29,7 @@ struct Evaluation {
   double accuracy = 0;  // correct / total
   int64_t images = 0;
   int64_t batches = 0, correct = 0;  // for sums over the ranks of a data-parallel run
-  bool interrupted = false;  // `stop` returned true before the last batch
+  bool interrupted = false;          // `stop` returned true before the last batch
 };
 // `stop` (optional) is asked before each batch; when it returns true the evaluation
 // ends early with interrupted set (a stop signal during a long validation).

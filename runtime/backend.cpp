@@ -1,8 +1,15 @@
 #include "runtime/backend.h"
 
+#include <omp.h>
+#include <oneapi/tbb/parallel_invoke.h>
+
+#include <algorithm>
+#include <exception>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <thread>
 
 #include "graph/error.h"
+#include "graph/tsan.h"
 #include "ops/dnnl_util.h"
 
 namespace trainrt {
@@ -43,6 +50,44 @@ class CpuBackend : public Backend {
  public:
   CpuBackend() : Backend("cpu", true) { blocked_layouts = dnnl_util::cpu_has_avx512_core(); }
   std::string name() const override { return "cpu"; }
+  void run_pair(const std::function<void()>& first, const std::function<void()>& second) const override {
+    // oneDNN's primitives open OpenMP regions sized by the calling thread's setting:
+    // each branch takes half of the threads, so the pair does not oversubscribe.
+    const int all = threads > 0 ? threads : omp_get_max_threads();
+    if (all < 2) return Backend::run_pair(first, second);
+    auto with_threads = [](int n, const std::function<void()>& f) {
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(n);
+      try {
+        f();
+      } catch (...) {
+        omp_set_num_threads(before);
+        throw;
+      }
+      omp_set_num_threads(before);
+    };
+#ifdef TRAINRT_TSAN
+    // TSan cannot see oneTBB's (uninstrumented) hand-offs: a plain thread, as in ops/parallel.h.
+    std::exception_ptr error;
+    std::thread other([&] {
+      try {
+        with_threads(all - all / 2, second);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    try {
+      with_threads(all / 2, first);
+    } catch (...) {
+      other.join();
+      throw;
+    }
+    other.join();
+    if (error) std::rethrow_exception(error);
+#else
+    oneapi::tbb::parallel_invoke([&] { with_threads(all / 2, first); }, [&] { with_threads(all - all / 2, second); });
+#endif
+  }
   void check_math(MathPrecision m) const override {
     if (m == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16())
       throw_unsupported("--precision bf16",

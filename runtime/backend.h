@@ -9,6 +9,7 @@
 // (cuDNN/cuBLASLt) slots in behind the same interface.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,13 @@ class Backend {
   // `m` arithmetic at a useful speed: the cpu backend needs AVX-512 BF16 for bf16 (fp16
   // it emulates: rounded copies, no speed-up); the reference backend takes everything.
   virtual void check_math(MathPrecision m) const { (void)m; }
+  // Runs two independent kernel calls (a pair of the plan, Plan::runs_with_next) at the
+  // same time where this backend can: the cpu backend runs them on two oneTBB threads
+  // and gives each half of its OpenMP threads. By default one after the other.
+  virtual void run_pair(const std::function<void()>& first, const std::function<void()>& second) const {
+    first();
+    second();
+  }
   // Ops whose kernel on this backend is the reference one.
   std::vector<std::string> fallback_ops() const;
   // Threads this backend may use (0 = all cores).

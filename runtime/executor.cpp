@@ -148,6 +148,7 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   auto p = std::make_unique<Prepared>();
   Graph s = specialize(graph_, feeds);
   PlanOptions po = opts_.plan;
+  po.pair_branches = po.pair_branches || opts_.concurrent_branches;
   for (const std::string& out : graph_.outputs) po.keep.push_back(out);
   for (const std::string& out : ro.extra_outputs) {
     if (!s.find_info(out) && !s.is_initializer(out))
@@ -156,8 +157,8 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   }
   p->plan = build_plan(s, po);
   const Plan& plan = p->plan;
-  p->layouts = opts_.blocked_layouts ? choose_layouts(plan, backend_)
-                                     : std::vector<Layout>(plan.values.size(), Layout::Plain);
+  p->layouts =
+      opts_.blocked_layouts ? choose_layouts(plan, backend_) : std::vector<Layout>(plan.values.size(), Layout::Plain);
   for (const std::string& in : graph_.inputs) {
     p->feed_types.push_back(feeds.at(in).dtype());
     p->feed_dims.push_back(feeds.at(in).dims());
@@ -250,15 +251,13 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     p.check_ready = true;
   }
 
-  for (size_t s = 0; s < plan.steps.size(); ++s) {
+  // One kernel call; its profile event goes to `ev` (the caller appends events in plan
+  // order, also for a pair that ran at the same time).
+  auto run_kernel = [&](size_t s, NodeEvent* ev) {
     const PlanStep& st = plan.steps[s];
-    if (ro.skip_state_writes && st.writes_state) break;
-    if (ro.before_step) ro.before_step(static_cast<int>(s));
     const Node& n = plan.graph.nodes[st.node];
     KernelContext& ctx = p.contexts[s];
-    ctx.training = ro.training;
-    ctx.seed = ro.seed * 1000003u + st.node;  // the node's graph index: any order gives the same Dropout masks
-    const int64_t t0 = ro.profile ? now_ns() : 0;
+    const int64_t t0 = ev ? now_ns() : 0;
     try {
       (*p.kernels[s])(ctx);
     } catch (const Error& e) {
@@ -266,34 +265,59 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     } catch (const std::exception& e) {
       throw_internal(describe_node(n, st.node), e.what());
     }
-    if (ro.profile) {
-      NodeEvent ev;
-      ev.name = n.name;
-      ev.op = n.op_type;
-      ev.node = st.node;
-      ev.start_ns = t0;
-      ev.end_ns = now_ns();
-      ev.flops = p.flops[s];
-      for (const Tensor* t : ctx.inputs) ev.input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
-      for (const Tensor* t : ctx.outputs) ev.output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
-      ro.profile->events.push_back(std::move(ev));
+    if (!ev) return;
+    ev->name = n.name;
+    ev->op = n.op_type;
+    ev->node = st.node;
+    ev->start_ns = t0;
+    ev->end_ns = now_ns();
+    ev->flops = p.flops[s];
+    for (const Tensor* t : ctx.inputs) ev->input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+    for (const Tensor* t : ctx.outputs) ev->output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+  };
+  auto check = [&](size_t s) {
+    const PlanStep& st = plan.steps[s];
+    const Node& n = plan.graph.nodes[st.node];
+    KernelContext& ctx = p.contexts[s];
+    for (size_t k = 0; k < st.outputs.size(); ++k) {
+      if (!p.checked[s][k]) continue;
+      int64_t bad = first_non_finite(*ctx.outputs[k]);
+      if (bad < 0) continue;
+      const std::string& value = n.outputs[k];
+      const double x = ctx.outputs[k]->get_as_double(bad);
+      const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
+                                  ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
+                                  : bad;  // the row-major index a user can look up
+      throw NumericalError(n.name, n.op_type, value, st.node,
+                           describe_node(n, st.node) + ": output '" + value + "' has " +
+                               (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(element) +
+                               " (the run stopped before later nodes; state is unchanged)");
     }
+  };
+
+  const size_t steps = plan.steps.size();
+  for (size_t s = 0; s < steps;) {
+    const size_t count = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s] ? 2 : 1;
+    if (ro.skip_state_writes && plan.steps[s].writes_state) break;  // paired steps never write state
+    for (size_t k = s; k < s + count; ++k) {
+      if (ro.before_step) ro.before_step(static_cast<int>(k));
+      KernelContext& ctx = p.contexts[k];
+      ctx.training = ro.training;
+      ctx.seed = ro.seed * 1000003u + plan.steps[k].node;  // the node's graph index: any order gives the same masks
+    }
+    NodeEvent ev[2];
+    if (count == 2)
+      backend_.run_pair([&] { run_kernel(s, ro.profile ? &ev[0] : nullptr); },
+                        [&] { run_kernel(s + 1, ro.profile ? &ev[1] : nullptr); });
+    else
+      run_kernel(s, ro.profile ? &ev[0] : nullptr);
+    if (ro.profile)
+      for (size_t k = 0; k < count; ++k) ro.profile->events.push_back(std::move(ev[k]));
     if (checking)
-      for (size_t k = 0; k < st.outputs.size(); ++k) {
-        if (!p.checked[s][k]) continue;
-        int64_t bad = first_non_finite(*ctx.outputs[k]);
-        if (bad < 0) continue;
-        const std::string& value = n.outputs[k];
-        const double x = ctx.outputs[k]->get_as_double(bad);
-        const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
-                                    ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
-                                    : bad;  // the row-major index a user can look up
-        throw NumericalError(n.name, n.op_type, value, st.node,
-                             describe_node(n, st.node) + ": output '" + value + "' has " +
-                                 (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(element) +
-                                 " (the run stopped before later nodes; state is unchanged)");
-      }
-    if (ro.after_step) ro.after_step(static_cast<int>(s));
+      for (size_t k = s; k < s + count; ++k) check(k);
+    if (ro.after_step)
+      for (size_t k = s; k < s + count; ++k) ro.after_step(static_cast<int>(k));
+    s += count;
   }
   for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
   return p.results;

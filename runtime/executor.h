@@ -86,6 +86,11 @@ struct ExecutorOptions {
   // Arithmetic of the convolution kernels (ops/kernel.h MathPrecision); storage stays fp32.
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::direct;  // ops/kernel.h
+  // Run the plan's independent neighbouring steps two at a time (PlanOptions::
+  // pair_branches, Backend::run_pair), e.g. a residual block's 1x1 skip convolution
+  // beside its main branch. Results equal the serial run's up to the kernels' own
+  // thread-count dependence (each kernel of a pair gets half the threads).
+  bool concurrent_branches = false;
 };
 
 class Executor {

@@ -370,7 +370,47 @@ Plan build_plan(const Graph& g, const PlanOptions& o) {
   }
   best.file_order_bytes = file_bytes;
   best.graph = std::move(base.graph);
+  if (o.pair_branches) {
+    best.runs_with_next.assign(best.steps.size(), 0);
+    for (size_t s = 0; s + 1 < best.steps.size(); ++s)
+      if (steps_independent(best, static_cast<int>(s), static_cast<int>(s) + 1)) {
+        best.runs_with_next[s] = 1;
+        ++best.pairs;
+        ++s;  // a step is in one pair at most
+      }
+  }
   return best;
+}
+
+bool steps_independent(const Plan& p, int a, int b) {
+  const PlanStep &x = p.steps[static_cast<size_t>(a)], &y = p.steps[static_cast<size_t>(b)];
+  if (x.writes_state || y.writes_state) return false;
+  for (int v : y.inputs)
+    if (v >= 0 && std::find(x.outputs.begin(), x.outputs.end(), v) != x.outputs.end()) return false;
+  for (int v : x.inputs)  // not in a topological order, but cheap to rule out
+    if (v >= 0 && std::find(y.outputs.begin(), y.outputs.end(), v) != y.outputs.end()) return false;
+  // Byte ranges: what one step writes must not meet anything the other touches. Values
+  // outside the arena are feeds and constants (read-only here: neither writes state) or
+  // kept outputs in buffers of their own.
+  auto range = [&](int v) {
+    const PlannedValue& pv = p.values[static_cast<size_t>(v)];
+    return std::pair<size_t, size_t>(pv.offset, pv.offset + std::max<size_t>(pv.bytes, 1));
+  };
+  auto in_arena = [&](int v) { return v >= 0 && p.values[static_cast<size_t>(v)].storage == Storage::Arena; };
+  auto meets = [&](const std::vector<int>& writes, const PlanStep& other) {
+    for (int w : writes) {
+      if (!in_arena(w)) continue;
+      const auto [lo, hi] = range(w);
+      for (const auto* list : {&other.inputs, &other.outputs})
+        for (int v : *list)
+          if (in_arena(v)) {
+            const auto [l, h] = range(v);
+            if (lo < h && l < hi) return true;
+          }
+    }
+    return false;
+  };
+  return !meets(x.outputs, y) && !meets(y.outputs, x);
 }
 
 void verify_plan(const Plan& p) {
@@ -435,6 +475,14 @@ void verify_plan(const Plan& p) {
       if (!handoff)
         throw_internal(where, "'" + va.name + "' and '" + vb.name + "' are live together and share arena bytes");
     }
+  for (size_t s = 0; s < p.runs_with_next.size(); ++s) {
+    if (!p.runs_with_next[s]) continue;
+    if (s + 1 >= p.steps.size() || !steps_independent(p, static_cast<int>(s), static_cast<int>(s) + 1))
+      throw_internal(where, "steps " + std::to_string(s) + " and " + std::to_string(s + 1) +
+                                " are paired but depend on each other or share arena bytes");
+    if (s + 1 < p.runs_with_next.size() && p.runs_with_next[s + 1])
+      throw_internal(where, "step " + std::to_string(s + 1) + " is in two pairs");
+  }
 }
 
 }  // namespace trainrt

@@ -43,6 +43,8 @@ struct PlanOptions {
   // Every node that writes state in place runs after all other nodes, so a run that
   // stops early (a NaN found) leaves the state untouched.
   bool state_writes_last = true;
+  // Mark neighbouring steps that may run at the same time (Plan::runs_with_next).
+  bool pair_branches = false;
 };
 
 enum class Storage {
@@ -87,6 +89,13 @@ struct Plan {
   int peak_step = -1;                          // step with the most live arena bytes
   size_t peak_live_bytes = 0;
   int first_state_write = -1;  // first step with writes_state (-1: none)
+  // PlanOptions::pair_branches: runs_with_next[s] marks steps s and s+1 as a pair that
+  // may run concurrently: s+1 reads nothing s writes, neither writes state, and no arena
+  // byte either writes is read or written by the other (the offsets were chosen for one
+  // node at a time, so a value dying at s may hand its bytes to s+1; such steps are not
+  // paired). A step is in at most one pair. Empty without pair_branches.
+  std::vector<char> runs_with_next;
+  size_t pairs = 0;
 
   const PlannedValue& value(const std::string& name) const { return values.at(index.at(name)); }
   // Arena values live at step s (their buffers' bytes, largest first).
@@ -101,10 +110,14 @@ inline size_t align_up(size_t bytes) {
 // `g` must be specialised (every value's shape known). Throws Internal otherwise.
 Plan build_plan(const Graph& g, const PlanOptions& o);
 
+// Whether plan steps a and b (a < b) may run at the same time (see runs_with_next).
+bool steps_independent(const Plan& p, int a, int b);
+
 // Checks the plan: a topological order running each node once; every Arena value
 // 64-byte aligned and inside the arena; no two values whose lifetimes overlap share
 // a byte unless one is the other's in-place output at the step the input dies;
-// an in-place state write is the last reader of that state. Throws Internal.
+// an in-place state write is the last reader of that state; every pair of
+// runs_with_next is independent (steps_independent). Throws Internal.
 void verify_plan(const Plan& p);
 
 }  // namespace trainrt

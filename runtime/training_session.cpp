@@ -42,6 +42,7 @@ TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backe
   eo.blocked_layouts = o.blocked_layouts;
   eo.math = o.math;
   eo.conv = o.conv;
+  eo.concurrent_branches = o.concurrent_branches;
   exec_ = std::make_unique<Executor>(t_.graph, *backend_, eo);
 }
 

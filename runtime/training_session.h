@@ -40,6 +40,7 @@ struct SessionOptions {
   bool blocked_layouts = true;                 // ExecutorOptions::blocked_layouts
   MathPrecision math = MathPrecision::fp32;    // ExecutorOptions::math (bf16: mixed precision)
   ConvAlgorithm conv = ConvAlgorithm::direct;  // ExecutorOptions::conv
+  bool concurrent_branches = false;            // ExecutorOptions::concurrent_branches
   // Used when the training graph has a loss-scale input (TrainingOptions::loss_scale_name).
   LossScalerOptions loss_scaling = {};
 };
