@@ -3,7 +3,8 @@
 # (tools/slurm_local.sh starts it), as a user's job script does:
 #   A) 2 epochs: rank 0 alone prints the seed's lines, the DDP summary says 2 ranks and
 #      that every rank holds the same parameters, the export reaches the accuracy bar;
-#      mpirun gives the same bytes as srun;
+#      mpirun gives the same bytes as srun; a model without BatchNormalization and
+#      Dropout trains on 2 ranks as 1 process does on the whole batch;
 #   B) 1 epoch + --resume auto + 1 epoch equals 2 epochs straight, byte for byte;
 #   C) SIGUSR1 to rank 1 only: both ranks stop after the same step with a checkpoint
 #      (rank 0 writes it), exit 0, and the resumed run equals the straight one;
@@ -65,6 +66,29 @@ mpirun -n 2 --oversubscribe "$trainrt" "${common[@]}" --epochs 2 --export "$tmp/
   fail "mpirun run: $(tail -3 "$tmp/m.log")"
 grep -q "(mpirun, MPI)" "$tmp/m.log" || fail "mpirun not detected: $(head -1 "$tmp/m.log")"
 cmp -s "$tmp/a.onnx" "$tmp/m.onnx" || fail "mpirun and srun exports differ"
+
+# A2) A model with no BatchNormalization and no Dropout: 2 ranks on 32 images each must
+# follow 1 process on 64 (the same samples per step) up to fp32 rounding.
+/usr/bin/python3 "$src/tools/make_cnn_no_bn.py" "$tmp/cnn.onnx" || fail "make_cnn_no_bn.py"
+cnn=(train "$tmp/cnn.onnx" --dataset fashion-mnist --limit-train 1024 --limit-test 500 --threads 1 --epochs 1
+  --batch-size 64 --optimizer sgd --momentum 0.9 --base-lr 0.05 --log-every 0 --seed 5)
+"$trainrt" "${cnn[@]}" --export "$tmp/cnn1.onnx" >"$tmp/cnn1.log" 2>&1 || fail "cnn, 1 process: $(tail -2 "$tmp/cnn1.log")"
+"${launch[@]}" "$trainrt" "${cnn[@]}" --export "$tmp/cnn2.onnx" >"$tmp/cnn2.log" 2>&1 ||
+  fail "cnn, 2 ranks: $(tail -2 "$tmp/cnn2.log")"
+[ "$(grep -o 'Validation Accuracy = [0-9.]*' "$tmp/cnn1.log")" = "$(grep -o 'Validation Accuracy = [0-9.]*' "$tmp/cnn2.log")" ] ||
+  fail "cnn: 2 ranks' validation differs from 1 process': $(grep '^Epoch' "$tmp/cnn1.log" "$tmp/cnn2.log")"
+/usr/bin/python3 - "$tmp/cnn1.onnx" "$tmp/cnn2.onnx" "$tmp/cnn.onnx" <<'PY' || fail "cnn: 2 ranks' weights differ from 1 process'"
+import sys
+import numpy as np, onnx
+from onnx import numpy_helper
+load = lambda f: {t.name: numpy_helper.to_array(t) for t in onnx.load(f).graph.initializer}
+one, two, start = (load(f) for f in sys.argv[1:])
+for k in one:
+    moved = np.abs(one[k] - start[k]).max()        # how far 16 SGD steps took the weights
+    diff = np.abs(one[k] - two[k]).max()           # fp32 rounding drift between the two runs
+    print(f"{k}: moved {moved:.3g}, 1 vs 2 ranks {diff:.3g}")
+    assert diff < 1e-4 * moved, k
+PY
 
 # B) 1 epoch + resume + 1 epoch
 "${launch[@]}" "$trainrt" "${common[@]}" --epochs 1 --checkpoint-dir "$tmp/b" >"$tmp/b1.log" 2>&1 ||
