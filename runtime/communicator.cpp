@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "graph/error.h"
+#include "runtime/trace.h"
 
 #ifdef TRAINRT_HAVE_MPI
 #include <mpi.h>
@@ -18,11 +19,6 @@
 namespace trainrt {
 
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 [[noreturn]] void throw_peer(const std::string& what) { throw Error(ErrorKind::Peer, what); }
 

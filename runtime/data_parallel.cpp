@@ -1,6 +1,5 @@
 #include "runtime/data_parallel.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -10,11 +9,6 @@
 namespace trainrt {
 
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // FNV-1a over bytes, kept below 2^40 so that a sum of a few copies stays exact in a double.
 struct Hash {
@@ -28,19 +22,15 @@ struct Hash {
   double value() const { return static_cast<double>(h >> 24); }
 };
 
-// Index of the first NaN/Inf of a float32/float64 tensor, -1 when all are finite.
-int64_t first_non_finite(const Tensor& t) {
-  const int64_t n = t.numel();
-  if (t.dtype() == DataType::Float32) {
-    const float* x = t.data<float>();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(x[i])) return i;
-  } else {
-    const double* x = t.data<double>();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(x[i])) return i;
-  }
-  return -1;
+// Whether every rank passed the same `mine` (integers below 2^40, as Hash::value gives:
+// their sums over the ranks are exact, and equal w times this rank's only when every rank
+// agrees, short of a collision).
+bool same_on_all_ranks(Communicator& c, const std::vector<double>& mine, const std::string& what) {
+  std::vector<double> sums = mine;
+  c.sum(sums, what);
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (sums[i] != mine[i] * c.world()) return false;
+  return true;
 }
 
 }  // namespace
@@ -60,13 +50,16 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
   if (opts_.bucket_cap_bytes == 0 || opts_.first_bucket_cap_bytes == 0)
     throw_bad_input("--bucket-cap-mb", "a bucket cap must be > 0");
   s_.set_check_finite(false);
-  s_.set_before_step([this](int step) { on_before(step); });
-  s_.set_after_step([this](int step) { on_after(step); });
+  set_hooks(true);
+}
+
+void DataParallel::set_hooks(bool on) {
+  s_.set_before_step(on ? std::function<void(int)>([this](int step) { on_before(step); }) : nullptr);
+  s_.set_after_step(on ? std::function<void(int)>([this](int step) { on_after(step); }) : nullptr);
 }
 
 DataParallel::~DataParallel() {
-  s_.set_before_step({});
-  s_.set_after_step({});
+  set_hooks(false);
   s_.set_check_finite(true);
   // A bucket still in flight writes into our buffers: wait for it (it completes unless a
   // peer died, in which case the communicator is broken and returns at once).
@@ -123,9 +116,7 @@ void DataParallel::prepare() {
   }
   // Every rank must cut the same buckets in the same order, or the sums would mix
   // different gradients: compare a hash of the layout over the ranks.
-  std::vector<double> check{agree.value(), 1.0};
-  comm_.sum(check, "bucket layout check");
-  if (check[1] != comm_.world() || check[0] != agree.value() * comm_.world())
+  if (!same_on_all_ranks(comm_, {agree.value()}, "bucket layout check"))
     throw Error(ErrorKind::Peer, "data-parallel training: rank " + std::to_string(rank()) +
                                      ": the ranks' gradient buckets differ (a different model, batch shape or "
                                      "--bucket-cap-mb on some rank)");
@@ -243,19 +234,8 @@ double DataParallel::step(const TensorMap& batch, float lr, bool stop) {
 }
 
 std::optional<NumericalError> DataParallel::find_anomaly(const TensorMap& batch, float lr) {
-  s_.set_before_step({});
-  s_.set_after_step({});
-  std::optional<NumericalError> r;
-  try {
-    r = s_.find_anomaly(batch, lr);
-  } catch (...) {
-    s_.set_before_step([this](int step) { on_before(step); });
-    s_.set_after_step([this](int step) { on_after(step); });
-    throw;
-  }
-  s_.set_before_step([this](int step) { on_before(step); });
-  s_.set_after_step([this](int step) { on_after(step); });
-  return r;
+  // TrainingSession::find_anomaly runs without the step hooks: nothing here to undo.
+  return s_.find_anomaly(batch, lr);
 }
 
 std::vector<std::string> DataParallel::buffer_names() const {
@@ -278,9 +258,7 @@ void DataParallel::broadcast_names(const std::vector<std::string>& names, int ro
     for (int64_t d : t.dims()) agree.add(d);
     bytes += t.nbytes();
   }
-  std::vector<double> check{agree.value(), 1.0};
-  comm_.sum(check, what + " check");
-  if (check[1] != comm_.world() || check[0] != agree.value() * comm_.world())
+  if (!same_on_all_ranks(comm_, {agree.value()}, what + " check"))
     throw Error(ErrorKind::Peer, what + ": rank " + std::to_string(rank()) +
                                      ": the ranks' models differ (state names, types or shapes): every rank must "
                                      "load the same model with the same flags");
@@ -309,9 +287,7 @@ void DataParallel::broadcast_buffers(int root) {
 
 bool DataParallel::state_identical() {
   const TrainingGraph& t = s_.training();
-  // Two hashes with different starting values, each an integer below 2^40: their sums
-  // over the ranks are exact, and equal w times this rank's only if every rank agrees
-  // (short of a collision of both).
+  // Two hashes with different starting values: a false "identical" needs both to collide.
   Hash a, b;
   b.h ^= 0x9e3779b97f4a7c15ull;
   for (const auto* names : {&t.params, &t.optimizer_state})
@@ -320,10 +296,7 @@ bool DataParallel::state_identical() {
       a.add(x.raw(), x.nbytes());
       b.add(x.raw(), x.nbytes());
     }
-  std::vector<double> v{a.value(), b.value()};
-  comm_.sum(v, "state comparison");
-  const double w = comm_.world();
-  return v[0] == a.value() * w && v[1] == b.value() * w;
+  return same_on_all_ranks(comm_, {a.value(), b.value()}, "state comparison");
 }
 
 }  // namespace trainrt

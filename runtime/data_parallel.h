@@ -99,6 +99,7 @@ class DataParallel {
   void finish(size_t b, bool check);  // wait, average, unpack, check
   void drain();                       // wait for every started bucket, no checks
   void on_after(int step);
+  void set_hooks(bool on);  // install (or remove) the session's before/after-step hooks
   void on_before(int step);
   std::vector<std::string> buffer_names() const;
   void broadcast_names(const std::vector<std::string>& names, int root, const std::string& what);

@@ -62,7 +62,8 @@ std::string gib(size_t bytes) {
   return s.str();
 }
 
-// Index of the first non-finite element of a float tensor, or -1.
+}  // namespace
+
 int64_t first_non_finite(const Tensor& t) {
   const int64_t n = t.numel();
   switch (t.dtype()) {
@@ -87,13 +88,6 @@ int64_t first_non_finite(const Tensor& t) {
       return -1;
   }
 }
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 struct Executor::Prepared {
   // Signature: feed dtypes and dims (in graph input order) and the extra outputs.

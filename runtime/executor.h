@@ -68,6 +68,10 @@ class NumericalError : public Error {
   size_t node_index;
 };
 
+// Index of the first NaN/Inf element of a float tensor (row-major storage order), or -1;
+// -1 for other element types.
+int64_t first_non_finite(const Tensor& t);
+
 // Copies `g` with graph input shapes taken from `feeds` and re-infers all shapes.
 // A feed with the wrong dtype, rank or a fixed dimension that differs is BadInput.
 Graph specialize(const Graph& g, const TensorMap& feeds);

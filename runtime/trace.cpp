@@ -1,12 +1,18 @@
 #include "runtime/trace.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 
 #include "graph/onnx_io.h"
 
 namespace trainrt {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 namespace {
 

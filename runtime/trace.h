@@ -18,6 +18,9 @@
 
 namespace trainrt {
 
+// The trace clock: std::chrono::steady_clock nanoseconds since its epoch.
+int64_t now_ns();
+
 struct NodeEvent {
   std::string name, op;
   size_t node = 0;  // index in the graph
