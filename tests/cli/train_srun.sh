@@ -138,7 +138,9 @@ wait $job
 took=$((SECONDS - t0))
 [ $took -le 20 ] || fail "SIGKILL of rank 1: the job ran on for $took s"
 grep -q "CANCELLED" "$d/0.err" "$d/srun.err" || fail "SIGKILL of rank 1: no step cancellation: $(cat "$d/srun.err")"
-alive "$(cat "$d/pid.0")" && fail "SIGKILL of rank 1: rank 0 still runs"
+# srun may return while Slurm's kill of rank 0 is still landing: the same 20 s from the kill.
+while alive "$(cat "$d/pid.0")" && [ $((SECONDS - t0)) -lt 20 ]; do sleep 0.2; done
+alive "$(cat "$d/pid.0")" && fail "SIGKILL of rank 1: rank 0 still runs $((SECONDS - t0)) s after the kill"
 # E) SIGSTOP of rank 1: nothing tells Slurm; rank 0 must end by itself after --comm-timeout
 # with one line naming the operation and exit code 3 (Slurm then cancels the stopped rank).
 d=$tmp/stop && mkdir -p "$d" && start_faulty_job "$d"
