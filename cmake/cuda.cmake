@@ -17,7 +17,15 @@ endif()
 
 if(TRAINRT_BUILD_CUDA)
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 17)
+  # The kernels include the C++20 headers of graph/ and ops/. CMake 3.25 knows no C++20
+  # flag for nvcc (nvcc has had -std=c++20 since CUDA 12): it is taught here.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   if(NOT CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 80)
@@ -26,13 +34,23 @@ if(TRAINRT_BUILD_CUDA)
   get_filename_component(_cuda_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
   find_library(TRAINRT_CUDNN cudnn HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)
   find_library(TRAINRT_NCCL nccl HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)
-  file(GLOB _cuda_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/ops/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cpp)
-  add_library(trainrt_cuda STATIC ${_cuda_srcs})
-  target_include_directories(trainrt_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-  target_link_libraries(trainrt_cuda PUBLIC CUDA::cudart CUDA::cublasLt ${TRAINRT_CUDNN} ${TRAINRT_NCCL})
-  target_compile_options(trainrt_cuda PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror>)
+  # Two object libraries folded into the folder libraries they belong to (the top-level
+  # CMakeLists.txt does it): ops/*.cu are kernels of ops/ (registered by register_all),
+  # runtime/cuda/* is the cuda Backend, its memory and the NCCL communicator.
+  set(_cuda_flags
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-unused-parameter>)
+  file(GLOB _cuda_ops_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/ops/*.cu)
+  file(GLOB _cuda_runtime_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cu
+       ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cpp)
+  add_library(trainrt_cuda_ops OBJECT ${_cuda_ops_srcs})
+  add_library(trainrt_cuda_runtime OBJECT ${_cuda_runtime_srcs})
+  foreach(t trainrt_cuda_ops trainrt_cuda_runtime)
+    target_include_directories(${t} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+    target_link_libraries(${t} PUBLIC CUDA::cudart CUDA::cublasLt ${TRAINRT_CUDNN} ${TRAINRT_NCCL})
+    target_compile_definitions(${t} PUBLIC TRAINRT_HAVE_CUDA=1)
+    target_compile_options(${t} PRIVATE ${_cuda_flags})
+  endforeach()
   message(STATUS "trainrt: CUDA backend ON (${CMAKE_CUDA_COMPILER})")
 else()
   message(STATUS "trainrt: CUDA backend OFF")

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda_util.h"
+
 namespace trainrt::cuda {
 
 // y[i] = max(x[i], 0), N elements.
@@ -20,4 +22,8 @@ cudaError_t relu(const float* x, float* y, int64_t n, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+}  // namespace trainrt::cuda
+
+namespace trainrt::cuda {
+void register_elementwise_cuda(Registry&) {}
 }  // namespace trainrt::cuda

@@ -2,6 +2,12 @@
 
 namespace trainrt {
 
+#ifdef TRAINRT_HAVE_CUDA
+namespace cuda {
+void register_cuda_kernels(Registry& r);  // ops/cuda_util.h (kept out of this g++-compiled file)
+}
+#endif
+
 void register_all(Registry& r) {
   register_elementwise(r);
   register_conv(r);
@@ -16,6 +22,9 @@ void register_all(Registry& r) {
   register_cpu_kernels(r);
   register_fused(r);  // after Conv and BatchNormalization, whose rules and kernels it reuses
   register_cpu_layouts(r);
+#ifdef TRAINRT_HAVE_CUDA
+  cuda::register_cuda_kernels(r);  // the cuda kernel set (ops/*_cuda.cu); plain layouts only
+#endif
 }
 
 const Registry& registry() {

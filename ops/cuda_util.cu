@@ -1,0 +1,84 @@
+// The CUDA context and error checks of ops/cuda_util.h. Compiled and linked in CI;
+// run only where a GPU exists.
+#include <memory>
+#include <mutex>
+
+#include "graph/error.h"
+#include "ops/cuda_util.h"
+
+namespace trainrt::cuda {
+
+namespace {
+int chosen_device = 0;
+std::mutex context_mu;
+Context* the_context = nullptr;
+void* work = nullptr;
+size_t work_bytes = 0;
+}  // namespace
+
+void set_device(int device) {
+  std::lock_guard<std::mutex> lock(context_mu);
+  if (the_context && the_context->device != device)
+    throw_internal("cuda::set_device", "the CUDA context already exists on device " +
+                                           std::to_string(the_context->device));
+  chosen_device = device;
+}
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    throw_internal(what, std::string("CUDA error ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+void check(cudnnStatus_t s, const std::string& what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw_internal(what, std::string("cuDNN error ") + cudnnGetErrorString(s));
+}
+
+void check(cublasStatus_t s, const std::string& what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw_internal(what, "cuBLAS error " + std::to_string(static_cast<int>(s)));
+}
+
+Context& context() {
+  std::lock_guard<std::mutex> lock(context_mu);
+  if (the_context) return *the_context;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw_unsupported("--device cuda", std::string("no usable GPU (") +
+                                           (e != cudaSuccess ? cudaGetErrorName(e) : "no CUDA devices") + ")");
+  if (chosen_device < 0 || chosen_device >= count)
+    throw_bad_input("--device cuda", "device " + std::to_string(chosen_device) + " does not exist (" +
+                                         std::to_string(count) + " GPUs)");
+  auto c = std::make_unique<Context>();
+  c->device = chosen_device;
+  check(cudaSetDevice(c->device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudnnCreate(&c->cudnn), "cudnnCreate");
+  check(cudnnSetStream(c->cudnn, c->stream), "cudnnSetStream");
+  check(cublasLtCreate(&c->lt), "cublasLtCreate");
+  the_context = c.release();  // lives until the process ends: kernels may run at exit
+  return *the_context;
+}
+
+void* workspace(size_t bytes) {
+  Context& c = context();
+  std::lock_guard<std::mutex> lock(context_mu);
+  if (bytes <= work_bytes) return work;
+  // The old buffer may still be in use by queued kernels: free it after they finish.
+  check(cudaStreamSynchronize(c.stream), "workspace");
+  if (work) check(cudaFree(work), "cudaFree workspace");
+  work = nullptr;
+  work_bytes = 0;
+  check(cudaMalloc(&work, bytes), "cudaMalloc workspace of " + std::to_string(bytes) + " bytes");
+  work_bytes = bytes;
+  return work;
+}
+
+void register_cuda_kernels(Registry& r) {
+  register_conv_cuda(r);
+  register_gemm_cuda(r);
+  register_elementwise_cuda(r);
+  register_norm_cuda(r);
+  register_optimizer_cuda(r);
+}
+
+}  // namespace trainrt::cuda
