@@ -57,6 +57,9 @@
 #include "launch/train_util.h"
 #include "ops/register_all.h"
 #include "runtime/data_parallel.h"
+#ifdef TRAINRT_HAVE_CUDA
+#include "runtime/cuda/nccl_communicator.h"
+#endif
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 
@@ -88,8 +91,8 @@ const CommandSpec kSpec{
       "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on cpu)"},
      {"conv-algorithm", "winograd",
       "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
-     {"device", "cpu", "cpu (cuda needs a CUDA build and a GPU)"},
-     {"backend", "cpu", "cpu or reference"},
+     {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},
+     {"backend", "cpu", "with --device cpu: cpu or reference"},
      {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
      {"seed", "0", "seed of shuffling, augmentation and dropout"},
      {"shuffle", "on", "on or off (off: the file's order every epoch)"},
@@ -196,7 +199,12 @@ int cmd_train(const Argv& argv) {
   if (topts.momentum < 0 || topts.weight_decay < 0) throw_bad_input("--momentum/--weight-decay", "must be >= 0");
   const std::string precision = choice(a, "precision", {"fp32", "bf16", "fp16"});
   const std::string device = choice(a, "device", {"cpu", "cuda"});
-  if (device == "cuda") throw_unsupported("--device cuda", "the CUDA training backend is not implemented yet");
+  // --backend picks among the host backends; --device cuda means the cuda backend.
+  std::string backend_name = a.str("backend");
+  if (device == "cuda") {
+    if (a.on("backend")) throw_bad_input("--backend " + backend_name, "contradicts --device cuda");
+    backend_name = "cuda";
+  }
   const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
                              : precision == "fp16" ? MathPrecision::fp16
                                                    : MathPrecision::fp32;
@@ -274,7 +282,7 @@ int cmd_train(const Argv& argv) {
     throw_internal("stdout", "cannot silence rank " + std::to_string(env.rank));
   const int rank_threads = threads > 0 ? static_cast<int>(threads) : default_rank_threads(env.local_world);
   configure_threads(rank_threads);
-  auto backend = make_backend(a.str("backend"), rank_threads);
+  auto backend = make_backend(backend_name, rank_threads);
   backend->check_math(math);
 
   // Data and model.
@@ -294,11 +302,16 @@ int cmd_train(const Argv& argv) {
 
   TrainingSession session(build_training_graph(forward, topts), std::move(backend),
                           {.seed = seed, .fuse = fuse, .math = math, .conv = conv, .concurrent_branches = concurrent});
-  std::unique_ptr<Backend> eval_backend = make_backend(a.str("backend"), rank_threads);
+  std::unique_ptr<Backend> eval_backend = make_backend(backend_name, rank_threads);
+  // GPU ranks sum their buckets with NCCL; MPI stays for NCCL's id and the host-side sums.
+  std::unique_ptr<Communicator> gpu_comm;
+#ifdef TRAINRT_HAVE_CUDA
+  if (comm && device == "cuda") gpu_comm = make_nccl_communicator(*comm, {.timeout_seconds = comm_timeout});
+#endif
   std::unique_ptr<DataParallel> dp;
   if (comm)
     dp = std::make_unique<DataParallel>(
-        session, *comm,
+        session, gpu_comm ? *gpu_comm : *comm,
         DataParallelOptions{.bucket_cap_bytes = static_cast<size_t>(bucket_mb * (1 << 20)),
                             .first_bucket_cap_bytes = static_cast<size_t>(first_bucket_mb * (1 << 20))});
 
@@ -352,7 +365,7 @@ int cmd_train(const Argv& argv) {
     std::printf(
         "fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
         "dynamic loss scaling from %g\n",
-        a.str("backend").c_str(), static_cast<double>(session.loss_scale()));
+        backend_name.c_str(), static_cast<double>(session.loss_scale()));
   if (!resume.empty())
     std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", resume.c_str(),
                 static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),

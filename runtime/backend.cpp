@@ -4,22 +4,48 @@
 #include <oneapi/tbb/parallel_invoke.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <thread>
 
 #include "graph/error.h"
 #include "graph/tsan.h"
 #include "ops/dnnl_util.h"
+#ifdef TRAINRT_HAVE_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
 
 namespace trainrt {
 
 const Kernel& Backend::kernel(const Node& n) const {
   const Registry& r = registry();
   if (const Kernel* k = r.kernels.find(kernel_set_, n.domain, n.op_type)) return *k;
-  if (reference_fallback_)
-    if (const Kernel* k = r.kernels.find("reference", n.domain, n.op_type)) return *k;
+  for (const std::string& set : fallbacks_)
+    if (const Kernel* k = r.kernels.find(set, n.domain, n.op_type)) return asynchronous() ? on_host(*k) : *k;
   throw_unsupported("backend " + name(), "no kernel for op " + n.op_type + " (node '" + n.name + "')");
+}
+
+const Kernel& Backend::on_host(const Kernel& k) const {
+  std::lock_guard<std::mutex> lock(host_mu_);
+  std::unique_ptr<Kernel>& w = host_kernels_[&k];
+  if (!w)
+    w = std::make_unique<Kernel>([this, &k](KernelContext& ctx) {
+      synchronize();
+      k(ctx);
+    });
+  return *w;
+}
+
+std::shared_ptr<std::byte[]> Backend::allocate(size_t bytes) const {
+  return std::shared_ptr<std::byte[]>(
+      static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 64), std::align_val_t(64))),
+      [](std::byte* q) { ::operator delete[](q, std::align_val_t(64)); });
+}
+
+void Backend::copy(void* to, const void* from, size_t bytes) const {
+  if (bytes) std::memcpy(to, from, bytes);
 }
 
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
@@ -29,7 +55,7 @@ NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
 
 std::vector<std::string> Backend::fallback_ops() const {
   std::vector<std::string> out;
-  if (!reference_fallback_) return out;
+  if (fallbacks_.empty()) return out;
   const Registry& r = registry();
   for (const std::string& op : r.kernels.ops_of("reference")) {
     auto sep = op.find("::");
@@ -43,12 +69,12 @@ std::vector<std::string> Backend::fallback_ops() const {
 namespace {
 class ReferenceBackend : public Backend {
  public:
-  ReferenceBackend() : Backend("reference", false) {}
+  ReferenceBackend() : Backend("reference", {}) {}
   std::string name() const override { return "reference"; }
 };
 class CpuBackend : public Backend {
  public:
-  CpuBackend() : Backend("cpu", true) { blocked_layouts = dnnl_util::cpu_has_avx512_core(); }
+  CpuBackend() : Backend("cpu", {"reference"}) { blocked_layouts = dnnl_util::cpu_has_avx512_core(); }
   std::string name() const override { return "cpu"; }
   void run_pair(const std::function<void()>& first, const std::function<void()>& second) const override {
     // oneDNN's primitives open OpenMP regions sized by the calling thread's setting:
@@ -113,7 +139,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
     b = std::make_unique<CpuBackend>();
   else if (name == "cuda") {
 #ifdef TRAINRT_HAVE_CUDA
-    throw_unsupported("--backend cuda", "the CUDA backend has no kernels yet in this build");
+    b = make_cuda_backend();
 #else
     throw_bad_input("--backend cuda", "this trainrt was built without CUDA (configure with -DTRAINRT_CUDA=ON)");
 #endif

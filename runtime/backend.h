@@ -7,10 +7,21 @@
 // backend uses oneDNN/oneTBB kernels and falls back to the reference kernel only
 // for ops listed by fallback_ops() (shown by `trainrt inspect`); the cuda backend
 // (cuDNN/cuBLASLt) slots in behind the same interface.
+//
+// Memory and time: the executor asks its backend for every buffer kernels touch
+// (allocate) and copies in what the backend cannot reach (feeds, constants from the
+// model). A backend whose kernels run asynchronously (cuda: queued on a stream) says
+// so, and the executor calls synchronize() before the host reads or writes a value
+// (NaN checks, step hooks, results); its kernels that have no device version run on
+// the host after a synchronize() too (fallback_ops). The cpu and reference backends
+// are synchronous host backends, so all of this is a no-op for them.
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,8 +49,26 @@ class Backend {
     first();
     second();
   }
-  // Ops whose kernel on this backend is the reference one.
+  // Ops whose kernel on this backend is the reference one (on an asynchronous backend:
+  // the ops that run on the host).
   std::vector<std::string> fallback_ops() const;
+
+  // `bytes` bytes (64-byte aligned) that this backend's kernels can read and write and
+  // the host can too, after synchronize(). Default: host memory.
+  virtual std::shared_ptr<std::byte[]> allocate(size_t bytes) const;
+  // Whether the kernels can use memory at `p` that allocate() did not hand out (a feed
+  // or a model's initializer in host memory); when not, the executor copies it in.
+  virtual bool reaches(const void* p) const {
+    (void)p;
+    return true;
+  }
+  // Copies `bytes` bytes between any memory the host or this backend uses, in order
+  // with the kernels already issued.
+  virtual void copy(void* to, const void* from, size_t bytes) const;
+  // Whether kernels may still be running when their call returns (device backends).
+  virtual bool asynchronous() const { return false; }
+  // Waits until every kernel and copy issued so far has finished.
+  virtual void synchronize() const {}
   // Threads this backend may use (0 = all cores).
   int threads = 0;
   // Whether layouts() reports the kernels' blocked slots. The cpu backend turns it off
@@ -49,15 +78,23 @@ class Backend {
   bool blocked_layouts = true;
 
  protected:
-  explicit Backend(std::string kernel_set, bool reference_fallback)
-      : kernel_set_(std::move(kernel_set)), reference_fallback_(reference_fallback) {}
+  // Kernels of `kernel_set`; ops without one take the first kernel set of `fallbacks`
+  // that has it ("cpu" and then "reference" for the cuda backend).
+  Backend(std::string kernel_set, std::vector<std::string> fallbacks)
+      : kernel_set_(std::move(kernel_set)), fallbacks_(std::move(fallbacks)) {}
+  // `k` made safe to call among asynchronous kernels: it calls synchronize() first
+  // (a host kernel reads what queued kernels write). One wrapper per kernel, kept.
+  const Kernel& on_host(const Kernel& k) const;
 
  private:
   std::string kernel_set_;
-  bool reference_fallback_;
+  std::vector<std::string> fallbacks_;
+  mutable std::mutex host_mu_;
+  mutable std::map<const Kernel*, std::unique_ptr<Kernel>> host_kernels_;
 };
 
 // "reference", "cpu" (and "cuda" when built with CUDA); BadInput for other names.
+// "cuda" without a usable GPU is Unsupported, naming the reason.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0);
 std::vector<std::string> backend_names();
 

@@ -105,8 +105,11 @@ void DataParallel::prepare() {
   dtype_ = types.empty() ? DataType::Float32 : *types.begin();
   if (dtype_ != DataType::Float32 && dtype_ != DataType::Float64)
     throw_unsupported("data-parallel training", std::string("gradients of type ") + dtype_name(dtype_));
-  for (size_t b = 0; b < state_.size(); ++b)
-    state_[b]->flat = Tensor(dtype_, {static_cast<int64_t>(state_[b]->elements + (b == 0 ? 2 : 0))});
+  // In the backend's memory: a GPU communicator (NCCL) reduces the buckets where they are.
+  for (size_t b = 0; b < state_.size(); ++b) {
+    const int64_t n = static_cast<int64_t>(state_[b]->elements + (b == 0 ? 2 : 0));
+    state_[b]->flat = Tensor(dtype_, {n}, s_.backend().allocate(static_cast<size_t>(n) * dtype_size(dtype_)));
+  }
   // Each step that reads a gradient waits for its bucket first (the optimizer nodes).
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     std::set<size_t> need;
@@ -262,18 +265,18 @@ void DataParallel::broadcast_names(const std::vector<std::string>& names, int ro
     throw Error(ErrorKind::Peer, what + ": rank " + std::to_string(rank()) +
                                      ": the ranks' models differ (state names, types or shapes): every rank must "
                                      "load the same model with the same flags");
-  std::vector<std::byte> flat(bytes);
+  std::shared_ptr<std::byte[]> flat = s_.backend().allocate(bytes);  // where a GPU communicator reaches it
   size_t at = 0;
   for (const std::string& n : names) {
     const Tensor& t = s_.state(n);
-    if (t.nbytes()) std::memcpy(flat.data() + at, t.raw(), t.nbytes());
+    if (t.nbytes()) std::memcpy(flat.get() + at, t.raw(), t.nbytes());
     at += t.nbytes();
   }
-  comm_.broadcast(flat.data(), flat.size(), root, what);
+  comm_.broadcast(flat.get(), bytes, root, what);
   at = 0;
   for (const std::string& n : names) {
     Tensor t = s_.state(n).clone();
-    if (t.nbytes()) std::memcpy(t.raw(), flat.data() + at, t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), flat.get() + at, t.nbytes());
     at += t.nbytes();
     s_.set_state(n, t);
   }

@@ -64,6 +64,13 @@ std::string gib(size_t bytes) {
 
 }  // namespace
 
+Tensor Executor::in_backend_memory(const Tensor& t) const {
+  Tensor copy(t.dtype(), t.dims(), backend_.allocate(t.nbytes()));
+  copy.set_layout(t.layout());
+  backend_.copy(copy.raw(), t.raw(), t.nbytes());
+  return copy;
+}
+
 int64_t first_non_finite(const Tensor& t) {
   const int64_t n = t.numel();
   switch (t.dtype()) {
@@ -99,6 +106,7 @@ struct Executor::Prepared {
   std::vector<Layout> layouts;  // per plan value (runtime/layout.h)
   std::shared_ptr<std::byte[]> arena;
   std::vector<Tensor> slots;  // one per plan value; kernels get pointers to these
+  std::vector<Tensor> staged;  // per feed: its copy in backend memory, when the backend cannot reach it
   std::vector<const Kernel*> kernels;
   std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
   std::vector<int> feed_values;                            // plan value of each graph input
@@ -193,23 +201,32 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
       q->arena.reset();
       q->results.clear();
       for (Tensor& t : q->slots) t = Tensor();
+      q->staged.clear();
     }
-    p.arena = std::shared_ptr<std::byte[]>(
-        static_cast<std::byte*>(
-            ::operator new[](std::max<size_t>(plan.arena_bytes, kPlanAlignment), std::align_val_t(kPlanAlignment))),
-        [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
+    p.arena = backend_.allocate(std::max<size_t>(plan.arena_bytes, kPlanAlignment));
     if (opts_.poison_arena) std::memset(p.arena.get(), 0xff, std::max<size_t>(plan.arena_bytes, kPlanAlignment));
     for (size_t v = 0; v < plan.values.size(); ++v) {
       const PlannedValue& pv = plan.values[v];
       if (pv.storage == Storage::Arena) {
         p.slots[v] = Tensor(pv.dtype, pv.dims, std::shared_ptr<std::byte[]>(p.arena, p.arena.get() + pv.offset));
         p.slots[v].set_layout(p.layouts[v]);
-      } else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0)
-        p.slots[v] = plan.graph.initializers.at(pv.name);
+      } else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0) {
+        const Tensor& init = plan.graph.initializers.at(pv.name);
+        if (init.nbytes() && !backend_.reaches(init.raw())) {
+          // State is written in place and read back by the caller: it must already live in
+          // the backend's memory (TrainingSession allocates it there). A constant is copied in.
+          if (pv.storage == Storage::State)
+            throw_internal("state '" + pv.name + "'", "is not in the memory of backend " + backend_.name());
+          p.slots[v] = in_backend_memory(init);
+        } else {
+          p.slots[v] = init;
+        }
+      }
     }
     for (size_t v = 0; v < plan.values.size(); ++v)  // updates written in place share their state's buffer
       if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
         p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
+    p.staged.assign(p.feed_values.size(), Tensor());
     p.contexts.clear();
     p.contexts.reserve(plan.steps.size());
     for (const PlanStep& st : plan.steps) {
@@ -220,10 +237,27 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
       for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
     }
   }
-  for (size_t i = 0; i < p.feed_values.size(); ++i)
-    p.slots[static_cast<size_t>(p.feed_values[i])] = feeds.at(graph_.inputs[i]);
-  for (size_t v = 0; v < plan.values.size(); ++v)  // kept values returned to a caller that owns them
-    if (plan.values[v].storage == Storage::Output) p.slots[v] = Tensor(plan.values[v].dtype, plan.values[v].dims);
+  const bool async = backend_.asynchronous();
+  for (size_t i = 0; i < p.feed_values.size(); ++i) {
+    const Tensor& feed = feeds.at(graph_.inputs[i]);
+    Tensor& slot = p.slots[static_cast<size_t>(p.feed_values[i])];
+    if (feed.nbytes() && !backend_.reaches(feed.raw())) {  // a host batch: staged in backend memory
+      Tensor& staged = p.staged[i];
+      if (staged.empty()) staged = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
+      backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
+      slot = staged;
+    } else {
+      slot = feed;
+    }
+  }
+  for (size_t v = 0; v < plan.values.size(); ++v) {  // kept values returned to a caller that owns them
+    const PlannedValue& pv = plan.values[v];
+    if (pv.storage != Storage::Output) continue;
+    if (async)
+      p.slots[v] = Tensor(pv.dtype, pv.dims, backend_.allocate(static_cast<size_t>(element_count(pv.dims)) * dtype_size(pv.dtype)));
+    else
+      p.slots[v] = Tensor(pv.dtype, pv.dims);
+  }
 
   // NaN/Inf checks: which outputs of which steps.
   const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
@@ -260,6 +294,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
       throw_internal(describe_node(n, st.node), e.what());
     }
     if (!ev) return;
+    if (async) backend_.synchronize();  // the kernel's own time, not its launch's
     ev->name = n.name;
     ev->op = n.op_type;
     ev->node = st.node;
@@ -293,6 +328,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
   for (size_t s = 0; s < steps;) {
     const size_t count = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s] ? 2 : 1;
     if (ro.skip_state_writes && plan.steps[s].writes_state) break;  // paired steps never write state
+    if (async && ro.before_step) backend_.synchronize();  // the hook reads and writes values on the host
     for (size_t k = s; k < s + count; ++k) {
       if (ro.before_step) ro.before_step(static_cast<int>(k));
       KernelContext& ctx = p.contexts[k];
@@ -305,6 +341,8 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
                         [&] { run_kernel(s + 1, ro.profile ? &ev[1] : nullptr); });
     else
       run_kernel(s, ro.profile ? &ev[0] : nullptr);
+    // Host reads below; a profile's times are the kernels' own only once they finished.
+    if (async && (checking || ro.after_step || ro.profile)) backend_.synchronize();
     if (ro.profile)
       for (size_t k = 0; k < count; ++k) ro.profile->events.push_back(std::move(ev[k]));
     if (checking)
@@ -313,6 +351,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
       for (size_t k = s; k < s + count; ++k) ro.after_step(static_cast<int>(k));
     s += count;
   }
+  if (async) backend_.synchronize();  // results, state and staged feeds are the host's again
   for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
   return p.results;
 }

@@ -121,6 +121,8 @@ class Executor {
  private:
   struct Prepared;
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
+  // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
+  Tensor in_backend_memory(const Tensor& t) const;
 
   Graph graph_;
   const Backend& backend_;

@@ -22,18 +22,17 @@ TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backe
   // One persistent block for every state tensor; the initializers become views into it.
   for (const auto& [produced, state] : t_.updates)
     persistent_bytes_ += align_up(t_.graph.initializers.at(state).nbytes());
-  persistent_ = std::shared_ptr<std::byte[]>(
-      static_cast<std::byte*>(
-          ::operator new[](std::max<size_t>(persistent_bytes_, kPlanAlignment), std::align_val_t(kPlanAlignment))),
-      [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
+  // The backend's memory (device memory for cuda), which the host reads after a run.
+  persistent_ = backend_->allocate(std::max<size_t>(persistent_bytes_, kPlanAlignment));
   size_t at = 0;
   for (const auto& [produced, state] : t_.updates) {
     Tensor& init = t_.graph.initializers.at(state);
     Tensor view(init.dtype(), init.dims(), std::shared_ptr<std::byte[]>(persistent_, persistent_.get() + at));
-    if (init.nbytes()) std::memcpy(view.raw(), init.raw(), init.nbytes());
+    backend_->copy(view.raw(), init.raw(), init.nbytes());
     at += align_up(init.nbytes());
     init = view;
   }
+  backend_->synchronize();  // the host tensors copied from may go
   for (const std::string& p : t_.params)
     if (auto it = t_.gradients.find(p); it != t_.gradients.end()) check_names_.push_back(it->second);
   if (!t_.loss.empty()) check_names_.push_back(t_.loss);

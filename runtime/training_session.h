@@ -60,6 +60,8 @@ class TrainingSession {
 
   // The training graph this session runs (fused unless `fuse` was off).
   const TrainingGraph& training() const { return t_; }
+  // Where the steps run; its allocate() gives memory its kernels (and communicators) reach.
+  const Backend& backend() const { return *backend_; }
   // The state's persistent buffer: the next step overwrites it (clone() to keep a copy).
   const Tensor& state(const std::string& name) const;
   int64_t steps_done() const { return steps_; }

@@ -1,0 +1,69 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "graph/error.h"
+#include "ops/cuda_util.h"
+#include "runtime/communicator.h"
+
+namespace trainrt {
+
+namespace {
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend() : Backend("cuda", {"cpu", "reference"}) {
+    blocked_layouts = false;  // the cuda kernels and the host fallbacks both take plain NCHW
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+      throw_unsupported("--device cuda", std::string("no usable GPU here (") +
+                                             (e != cudaSuccess ? cudaGetErrorName(e) : "no CUDA devices") + ")");
+    cuda::set_device(rank_environment().local_rank % count);
+    cuda::context();  // creates the stream and handles now, so a failure shows before training
+  }
+  std::string name() const override { return "cuda"; }
+  bool asynchronous() const override { return true; }
+
+  std::shared_ptr<std::byte[]> allocate(size_t bytes) const override {
+    cuda::context();
+    void* p = nullptr;
+    cudaError_t e = cudaMallocManaged(&p, bytes ? bytes : 64, cudaMemAttachGlobal);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls report their own
+      throw_bad_input("GPU memory", "cannot allocate " + std::to_string(bytes) + " bytes (" +
+                                        cudaGetErrorString(e) + "): use a smaller batch");
+    }
+    return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { (void)cudaFree(q); });
+  }
+
+  bool reaches(const void* p) const override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeDevice;
+  }
+
+  void copy(void* to, const void* from, size_t bytes) const override {
+    if (!bytes) return;
+    cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, cuda::context().stream), "copy to the GPU");
+  }
+
+  void synchronize() const override {
+    cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
+  }
+
+  void check_math(MathPrecision m) const override {
+    if (m != MathPrecision::fp32)
+      throw_unsupported(std::string("--precision ") + math_precision_name(m),
+                        "the cuda backend runs fp32 arithmetic only in this version");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace trainrt
