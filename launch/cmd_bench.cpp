@@ -44,7 +44,8 @@ const CommandSpec kSpec{
      {"steps", "10", "timed steps"},
      {"warmup", "2", "untimed steps first (kernel and plan caches, first-touch memory)"},
      {"threads", "0", "CPU threads (0 = all cores)"},
-     {"backend", "cpu", "cpu or reference"},
+     {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
+     {"backend", "cpu", "with --device cpu: cpu or reference"},
      {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
      {"conv-algorithm", "winograd",
       "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
@@ -102,7 +103,7 @@ int cmd_bench(const Argv& argv) {
   if (!a.on("batch")) throw_bad_input("trainrt bench", "--batch is required");
   const int64_t batch = at_least(a, "batch", 1), steps = at_least(a, "steps", 1);
   const int64_t warmup = at_least(a, "warmup", 0), threads = at_least(a, "threads", 0);
-  const std::string backend_name = one_of(a, "backend", {"cpu", "reference"});
+  const std::string backend_name = backend_for_device(a);
   const std::string precision = one_of(a, "precision", {"fp32", "bf16"});
   const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
   const ConvAlgorithm conv = one_of(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd

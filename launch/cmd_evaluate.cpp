@@ -19,7 +19,8 @@ const CommandSpec kSpec{"evaluate",
                          {"data-dir", "", "dataset folder (default: Debian's /usr/share/datasets/fashion-mnist)"},
                          {"batch-size", "128", "images per forward pass"},
                          {"limit", "0", "use only the first N test images (0 = all)"},
-                         {"backend", "cpu", "cpu or reference"},
+                         {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
+                         {"backend", "cpu", "with --device cpu: cpu or reference"},
                          {"threads", "0", "CPU threads (0 = all cores)"}},
                         1,
                         1};
@@ -32,7 +33,7 @@ int cmd_evaluate(const Argv& argv) {
   if (batch <= 0) throw_bad_input("--batch-size", "must be > 0");
   if (limit < 0) throw_bad_input("--limit", "must be >= 0");
   configure_threads(static_cast<int>(threads));
-  auto backend = make_backend(a.str("backend"), static_cast<int>(threads));
+  auto backend = make_backend(backend_for_device(a), static_cast<int>(threads));
   DatasetOptions o;
   o.name = a.str("dataset");
   o.data_dir = a.str("data-dir");

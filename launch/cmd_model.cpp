@@ -7,6 +7,7 @@
 #include "graph/onnx_io.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
+#include "launch/train_util.h"
 #include "models/wrn.h"
 #include "ops/register_all.h"
 
@@ -27,27 +28,6 @@ const CommandSpec kSpec{
      {"output", "", "the .onnx file to write (also -o)"}},
     1,
     1};
-
-std::vector<int64_t> parse_widths(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int64_t v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v <= 0)
-      throw_bad_input("--widths", "expected 4 positive integers like 16,160,320,640, got '" + text + "'");
-    out.push_back(v);
-  }
-  if (out.size() != 4 || text.back() == ',')
-    throw_bad_input("--widths", "expected 4 positive integers like 16,160,320,640, got '" + text + "'");
-  return out;
-}
 
 std::string with_commas(int64_t n) {
   std::string s = std::to_string(n);

@@ -198,13 +198,8 @@ int cmd_train(const Argv& argv) {
   if (topts.optimizer != "sgd" && topts.momentum != 0) throw_bad_input("--momentum", "applies to --optimizer sgd only");
   if (topts.momentum < 0 || topts.weight_decay < 0) throw_bad_input("--momentum/--weight-decay", "must be >= 0");
   const std::string precision = choice(a, "precision", {"fp32", "bf16", "fp16"});
-  const std::string device = choice(a, "device", {"cpu", "cuda"});
-  // --backend picks among the host backends; --device cuda means the cuda backend.
-  std::string backend_name = a.str("backend");
-  if (device == "cuda") {
-    if (a.on("backend")) throw_bad_input("--backend " + backend_name, "contradicts --device cuda");
-    backend_name = "cuda";
-  }
+  const std::string backend_name = backend_for_device(a);
+  const std::string device = a.str("device");
   const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
                              : precision == "fp16" ? MathPrecision::fp16
                                                    : MathPrecision::fp32;

@@ -17,6 +17,7 @@ int cmd_train(const Argv& args);
 int cmd_evaluate(const Argv& args);
 int cmd_bench(const Argv& args);
 int cmd_plot(const Argv& args);
+int cmd_selftest(const Argv& args);
 
 // `trainrt --version`: version and every library compiled in.
 std::string version_report();

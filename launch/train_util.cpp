@@ -220,4 +220,37 @@ void MetricsWriter::epoch(int64_t epoch, double epoch_time, double train_loss, d
   std::fflush(f_);
 }
 
+std::vector<int64_t> parse_widths(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v <= 0)
+      throw_bad_input("--widths", "expected 4 positive integers like 16,160,320,640, got '" + text + "'");
+    out.push_back(v);
+  }
+  if (out.size() != 4 || text.back() == ',')
+    throw_bad_input("--widths", "expected 4 positive integers like 16,160,320,640, got '" + text + "'");
+  return out;
+}
+
+std::string backend_for_device(const Args& a) {
+  const std::string device = a.str("device"), backend = a.str("backend");
+  if (device != "cpu" && device != "cuda") throw_bad_input("--device " + device, "expected cpu or cuda");
+  if (device == "cpu") {
+    if (backend != "cpu" && backend != "reference")
+      throw_bad_input("--backend " + backend, "expected cpu or reference");
+    return backend;
+  }
+  if (a.on("backend")) throw_bad_input("--backend " + backend, "contradicts --device cuda");
+  return "cuda";
+}
+
 }  // namespace trainrt

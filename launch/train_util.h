@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "launch/cli.h"
 #include "launch/dataset.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
@@ -58,6 +59,14 @@ struct LrSchedule {
   int64_t epochs = 1;        // cosine: period
   double at(int64_t epoch, int64_t step, int64_t steps_per_epoch) const;
 };
+
+// The backend a command runs on, from its --device (cpu or cuda) and --backend (a host
+// backend for --device cpu: cpu or reference) flags; "cuda" for --device cuda, whose
+// combination with --backend is a contradiction (BadInput).
+std::string backend_for_device(const Args& a);
+
+// "16,160,320,640" -> the Wide ResNet's 4 widths; BadInput naming --widths otherwise.
+std::vector<int64_t> parse_widths(const std::string& text);
 
 // Sets the thread count of oneDNN (OpenMP) and oneTBB; 0 keeps all cores.
 void configure_threads(int threads);

@@ -1,9 +1,379 @@
-// Placeholder while the conv family's CUDA kernels are written: registers nothing, so
-// these ops run on the host (Backend::fallback_ops).
+// Conv, FusedConv and ConvGrad of the cuda backend on cuDNN's convolution API; the
+// pooling ops (ops/pool_cuda.cu, own kernels) are registered from here too.
+//
+//   Conv       x: N,C,H,W  w: M,C/G,kH,kW  [b: M]  ->  y: N,M,Ho,Wo
+//   FusedConv  y = act(Conv(x, w, b)) + z        act: none | Relu, z: N,M,Ho,Wo (optional)
+//   ConvGrad   (dy: N,M,Ho,Wo, x, w) -> (dx: like x, dw: like w, db: M), each only if requested
+//
+// cuDNN calls: cudnnConvolutionForward, cudnnConvolutionBackwardData and
+// cudnnConvolutionBackwardFilter with algorithms from the cudnnGet*Algorithm_v7
+// heuristics (nothing is timed: no allocation, no synchronisation), and
+// cudnnConvolutionBackwardBias for db. The math type is CUDNN_FMA_MATH: the default
+// lets Ampere and later GPUs use TF32 tensor cores, which round fp32 inputs to 10-bit
+// mantissas and would no longer be the reference's arithmetic. Bias, Relu and the
+// residual are one epilogue kernel after the convolution, because
+// cudnnConvolutionBiasActivationForward adds z before the activation and FusedConv adds it after.
+//
+// Geometry is ops/window.h's. cuDNN pads both sides of a dim alike; an output element
+// depends only on the begin pads, so the convolution runs as is whenever cuDNN's output
+// size with the begin pads on both sides is the ONNX one. Otherwise (SAME_UPPER/LOWER or
+// explicit end pads that change the size) x is copied zero-padded into the workspace and
+// convolved unpadded; ConvGrad then computes dx padded and crops it.
+//
+// fp32 and fp64 (CUDNN_DATA_DOUBLE). Falls back to the host reference kernel (after
+// synchronising the stream) when a tensor has 2^31 or more elements (cuDNN's int
+// indexing), cuDNN rejects the descriptors, or its heuristics offer no FMA-math algorithm
+// within 256 MiB of workspace. Descriptors and algorithm choices are cached by
+// dtype, shapes, resolved window, group and requested outputs; like the context, they
+// live as long as the process.
+//
+// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graph/error.h"
+#include "ops/common.h"
 #include "ops/cuda_util.h"
+#include "ops/window.h"
+
+// cuDNN 9 marks this convolution API deprecated (when CUDNN_WARN_DEPRECATED is defined);
+// it is still the only one that needs no graph/engine plumbing, so use it on purpose.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace trainrt::cuda {
 
-void register_conv_cuda(Registry&) {}
+void register_pool_cuda(Registry& r);  // ops/pool_cuda.cu
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxCudnnWorkspace = size_t{256} << 20;
+
+std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
+
+void require_fp32_math(const KernelContext& ctx) {
+  if (ctx.math != MathPrecision::fp32)
+    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
+                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
+}
+
+// The op's host reference kernel, once the queued device work that writes its inputs is done.
+void run_reference(KernelContext& ctx) {
+  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
+  if (!k) throw_internal(what(ctx.node, "cuda fallback"), "no reference kernel");
+  check(cudaStreamSynchronize(context().stream), what(ctx.node, "cudaStreamSynchronize before the host fallback"));
+  (*k)(ctx);
+}
+
+// The plan cached under `key`, made by `make` on first use (under the lock: the cuDNN
+// heuristics run once per key). Never freed: see the header.
+template <typename Plan, typename Make>
+std::shared_ptr<const Plan> cached(const std::string& key, Make&& make) {
+  static std::mutex mu;
+  static auto* plans = new std::map<std::string, std::shared_ptr<const Plan>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it == plans->end()) it = plans->emplace(key, std::make_shared<const Plan>(make())).first;
+  return it->second;
+}
+
+// y[n,m,:] = act(y[n,m,:] + b[m]) + z[n,m,:]  (b, z may be null; plane = Ho*Wo)
+template <typename T>
+__global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t plane, int64_t channels, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    T v = y[i];
+    if (b) v += b[(i / plane) % channels];
+    if (relu && !(v > T(0))) v = T(0);  // as the reference: NaN becomes 0
+    if (z) v += z[i];
+    y[i] = v;
+  }
+}
+
+// xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around.
+template <typename T>
+__global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
+                           int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % wp - left, r = (i / wp) % hp - top, p = i / (wp * hp);
+    xp[i] = r >= 0 && r < h && c >= 0 && c < w ? x[(p * h + r) * w + c] : T(0);
+  }
+}
+
+// x: the h x w planes at (top, left) of xp's hp x wp planes (undoes pad_planes).
+template <typename T>
+__global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
+                            int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % w, r = (i / w) % h, p = i / (w * h);
+    x[i] = xp[(p * hp + r + top) * wp + c + left];
+  }
+}
+
+// Which passes a plan picks algorithms for.
+struct Want {
+  bool forward = false, data = false, filter = false;
+};
+
+struct ConvPlan {
+  bool use_reference = false;
+  bool padded = false;  // x goes through a zero-padded hp x wp copy, convolved unpadded
+  int64_t top = 0, left = 0, hp = 0, wp = 0;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;  // x: also dx (padded dims if padded)
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t forward{};
+  cudnnConvolutionBwdDataAlgo_t data{};
+  cudnnConvolutionBwdFilterAlgo_t filter{};
+  size_t cudnn_bytes = 0;  // workspace of the largest chosen algorithm
+};
+
+bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
+
+// The first heuristic result that runs in FMA math within the workspace cap.
+template <typename Perf, typename Algo>
+bool pick(const std::vector<Perf>& perf, int returned, Algo* algo) {
+  for (int i = 0; i < returned; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH &&
+        perf[i].memory <= kMaxCudnnWorkspace) {
+      *algo = perf[i].algo;
+      return true;
+    }
+  return false;
+}
+
+// x: N,C,H,W  w: M,C/G,kH,kW  y: N,M,Ho,Wo with `win` resolved for x.
+// cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
+ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
+                        const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, DataType t, Want want) {
+  ConvPlan p;
+  const int64_t pb = win.pads[2], pr = win.pads[3];  // end pads (bottom, right)
+  p.top = win.pads[0], p.left = win.pads[1];
+  p.hp = xd[2] + p.top + pb, p.wp = xd[3] + p.left + pr;
+  for (int64_t v : {element_count(xd), element_count(wd), element_count(yd), xd[0] * xd[1] * p.hp * p.wp,
+                    win.strides[0], win.strides[1], win.dilations[0], win.dilations[1], group})
+    if (v > INT_MAX) return ConvPlan{.use_reference = true};
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+
+  Context& c = context();
+  const std::string where = what(n, "cuDNN convolution descriptors");
+  check(cudnnCreateTensorDescriptor(&p.x), where);
+  check(cudnnCreateTensorDescriptor(&p.y), where);
+  check(cudnnCreateTensorDescriptor(&p.bias), where);
+  check(cudnnCreateFilterDescriptor(&p.w), where);
+  check(cudnnCreateConvolutionDescriptor(&p.conv), where);
+  const cudnnDataType_t type = t == DataType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  if (!ok(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(wd[0]), i(wd[1]), i(wd[2]), i(wd[3]))) ||
+      !ok(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
+      !ok(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, i(yd[1]), 1, 1)))
+    return ConvPlan{.use_reference = true};
+  // x (h x w planes) convolved with pads (ph, pw) on both sides: does cuDNN give y's size?
+  auto geometry_fits = [&](int64_t ph, int64_t pw, int64_t h, int64_t w) {
+    int n = 0, m = 0, ho = 0, wo = 0;
+    return ok(cudnnSetConvolution2dDescriptor(p.conv, i(ph), i(pw), i(win.strides[0]), i(win.strides[1]),
+                                              i(win.dilations[0]), i(win.dilations[1]), CUDNN_CROSS_CORRELATION,
+                                              type)) &&
+           ok(cudnnSetConvolutionGroupCount(p.conv, i(group))) &&
+           ok(cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH)) &&
+           ok(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
+           ok(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &m, &ho, &wo)) && n == yd[0] &&
+           m == yd[1] && ho == yd[2] && wo == yd[3];
+  };
+  if (!geometry_fits(p.top, p.left, xd[2], xd[3])) {
+    p.padded = true;
+    if (!geometry_fits(0, 0, p.hp, p.wp)) return ConvPlan{.use_reference = true};
+  }
+
+  const std::string heuristics = what(n, "cuDNN convolution heuristics");
+  size_t bytes = 0;
+  int count = 0, returned = 0;
+  if (want.forward) {
+    check(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &count), heuristics);
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(count));
+    if (!ok(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x, p.w, p.conv, p.y, count, &returned, perf.data())) ||
+        !pick(perf, returned, &p.forward) ||
+        !ok(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x, p.w, p.conv, p.y, p.forward, &bytes)))
+      return ConvPlan{.use_reference = true};
+    p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
+  }
+  if (want.data) {
+    check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.cudnn, &count), heuristics);
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(count));
+    if (!ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w, p.y, p.conv, p.x, count, &returned,
+                                                        perf.data())) ||
+        !pick(perf, returned, &p.data) ||
+        !ok(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, p.w, p.y, p.conv, p.x, p.data, &bytes)))
+      return ConvPlan{.use_reference = true};
+    p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
+  }
+  if (want.filter) {
+    check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.cudnn, &count), heuristics);
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(count));
+    if (!ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x, p.y, p.conv, p.w, count, &returned,
+                                                          perf.data())) ||
+        !pick(perf, returned, &p.filter) ||
+        !ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, p.x, p.y, p.conv, p.w, p.filter, &bytes)))
+      return ConvPlan{.use_reference = true};
+    p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
+  }
+  return p;
+}
+
+// The plan for node n's convolution of x with w into y (dims yd).
+std::shared_ptr<const ConvPlan> conv_plan(const Node& n, const Tensor& x, const Tensor& w,
+                                          const std::vector<int64_t>& yd, Want want) {
+  Window win = read_window(n, 2, {w.dims()[2], w.dims()[3]}, "", {});
+  for (size_t i = 0; i < 2; ++i) TRAINRT_ASSERT(resolve_window_dim(win, i, x.dims()[2 + i], "") == yd[2 + i]);
+  const int64_t group = n.attr_int("group", 1);
+  std::string key = dtype_name(x.dtype());
+  auto append = [&](const std::vector<int64_t>& v) {
+    key += '|';
+    for (int64_t d : v) key += std::to_string(d) + ',';
+  };
+  append(x.dims()), append(w.dims()), append(yd), append(win.strides), append(win.dilations), append(win.pads);
+  key += "|g" + std::to_string(group) + (want.forward ? "F" : "") + (want.data ? "D" : "") + (want.filter ? "W" : "");
+  return cached<ConvPlan>(key, [&] { return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.dtype(), want); });
+}
+
+// Byte offsets of the buffers one call carves out of the shared workspace.
+struct Carve {
+  size_t size = 0;
+  size_t take(size_t bytes) {
+    const size_t at = size;
+    size += (bytes + 255) / 256 * 256;  // cuDNN wants aligned workspaces
+    return at;
+  }
+};
+
+// Conv and FusedConv: y = act(conv(x, w) + b) + z.
+void conv_forward(KernelContext& ctx, bool fused) {
+  require_fp32_math(ctx);
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
+  const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
+  const bool relu = fused && n.attr_string("activation", "") == "Relu";
+  std::shared_ptr<const ConvPlan> plan;
+  if (x.numel() > 0 && w.numel() > 0) {
+    plan = conv_plan(n, x, w, y.dims(), Want{.forward = true});
+    if (plan->use_reference) return run_reference(ctx);
+  }
+  Context& c = context();
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T one = 1, zero = 0;
+    if (!plan) {  // no input channels: y is the bias alone
+      check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), c.stream), what(n, "cudaMemsetAsync"));
+    } else {
+      Carve carve;
+      const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
+      const size_t xp_at = carve.take(plan->padded ? static_cast<size_t>(padded_count) * sizeof(T) : 0);
+      const size_t ws_at = carve.take(plan->cudnn_bytes);
+      char* base = static_cast<char*>(workspace(carve.size));
+      const T* src = x.data<T>();
+      if (plan->padded) {
+        T* xp = reinterpret_cast<T*>(base + xp_at);
+        pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
+            src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count);
+        check(cudaGetLastError(), what(n, "pad_planes"));
+        src = xp;
+      }
+      check(cudnnConvolutionForward(c.cudnn, &one, plan->x, src, plan->w, w.data<T>(), plan->conv, plan->forward,
+                                    base + ws_at, plan->cudnn_bytes, &zero, plan->y, y.data<T>()),
+            what(n, "cudnnConvolutionForward"));
+    }
+    if (b || z || relu) {
+      conv_epilogue<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, c.stream>>>(
+          y.data<T>(), b ? b->data<T>() : nullptr, z ? z->data<T>() : nullptr, relu, y.dims()[2] * y.dims()[3],
+          y.dims()[1], y.numel());
+      check(cudaGetLastError(), what(n, "conv_epilogue"));
+    }
+  });
+}
+
+// ConvGrad(dy, x, w) -> (dx, dw, db), each optional.
+void conv_grad(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Node& n = ctx.node;
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const Tensor& w = ctx.in(2);
+  Tensor* dx = ctx.has_output(0) ? &ctx.out(0) : nullptr;
+  Tensor* dw = ctx.has_output(1) ? &ctx.out(1) : nullptr;
+  Tensor* db = ctx.has_output(2) ? &ctx.out(2) : nullptr;
+  Context& c = context();
+  if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) {  // sums over nothing: zeros, as the reference
+    for (Tensor* t : {dx, dw, db})
+      if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
+    return;
+  }
+  auto plan = conv_plan(n, x, w, dy.dims(), Want{.data = dx != nullptr, .filter = dw != nullptr});
+  if (plan->use_reference) return run_reference(ctx);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T one = 1, zero = 0;
+    const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
+    const size_t padded_bytes = static_cast<size_t>(padded_count) * sizeof(T);
+    Carve carve;
+    const size_t xp_at = carve.take(plan->padded && dw ? padded_bytes : 0);
+    const size_t dxp_at = carve.take(plan->padded && dx ? padded_bytes : 0);
+    const size_t ws_at = carve.take(plan->cudnn_bytes);
+    char* base = static_cast<char*>(workspace(carve.size));
+    const unsigned blocks = blocks_for(padded_count, kThreads);
+    if (dw) {
+      const T* src = x.data<T>();
+      if (plan->padded) {
+        T* xp = reinterpret_cast<T*>(base + xp_at);
+        pad_planes<T><<<blocks, kThreads, 0, c.stream>>>(src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp,
+                                                         plan->top, plan->left, padded_count);
+        check(cudaGetLastError(), what(n, "pad_planes"));
+        src = xp;
+      }
+      check(cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv,
+                                           plan->filter, base + ws_at, plan->cudnn_bytes, &zero, plan->w,
+                                           dw->data<T>()),
+            what(n, "cudnnConvolutionBackwardFilter"));
+    }
+    if (dx) {
+      T* dst = plan->padded ? reinterpret_cast<T*>(base + dxp_at) : dx->data<T>();
+      check(cudnnConvolutionBackwardData(c.cudnn, &one, plan->w, w.data<T>(), plan->y, dy.data<T>(), plan->conv,
+                                         plan->data, base + ws_at, plan->cudnn_bytes, &zero, plan->x, dst),
+            what(n, "cudnnConvolutionBackwardData"));
+      if (plan->padded) {
+        crop_planes<T><<<blocks_for(dx->numel(), kThreads), kThreads, 0, c.stream>>>(
+            dst, dx->data<T>(), x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, dx->numel());
+        check(cudaGetLastError(), what(n, "crop_planes"));
+      }
+    }
+    if (db)
+      check(cudnnConvolutionBackwardBias(c.cudnn, &one, plan->y, dy.data<T>(), &zero, plan->bias, db->data<T>()),
+            what(n, "cudnnConvolutionBackwardBias"));
+  });
+}
+
+}  // namespace
+
+void register_conv_cuda(Registry& r) {
+  auto add = [&](const char* domain, const char* op, Kernel k) {
+    if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
+  };
+  add("", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
+  add("ai.trainrt", "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
+  add("ai.trainrt", "ConvGrad", conv_grad);
+  register_pool_cuda(r);
+}
 
 }  // namespace trainrt::cuda

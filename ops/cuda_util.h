@@ -61,7 +61,7 @@ void register_cuda_kernels(Registry& r);
 void register_conv_cuda(Registry& r);         // Conv, FusedConv, ConvGrad: cuDNN
 void register_gemm_cuda(Registry& r);         // Gemm: cuBLASLt
 void register_elementwise_cuda(Registry& r);  // Relu, Add, Sum, ReluGrad, ...: own kernels
-void register_norm_cuda(Registry& r);         // BatchNormalization and its fused/grad forms: cuDNN
+void register_norm_cuda(Registry& r);         // BatchNormalization and its fused/grad forms: own kernels
 void register_optimizer_cuda(Registry& r);    // ai.trainrt SGD, Adam: own kernels
 
 }  // namespace trainrt::cuda

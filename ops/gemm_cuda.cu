@@ -1,9 +1,189 @@
-// Placeholder while the gemm family's CUDA kernels are written: registers nothing, so
-// these ops run on the host (Backend::fallback_ops).
+// Gemm of the cuda backend on cuBLASLt (cublasLtMatmul).
+//
+//   Y[M,N] = alpha * A'[M,K] B'[K,N] + beta * C   (A' = A or A^T by transA, B' likewise;
+//            C optional, broadcast from [], [1], [N], [1,N], [M,1], [M,N] ... as ONNX)
+//
+// cuBLASLt is column-major and Y is row-major, so it computes Y^T = B'^T A'^T: its "A"
+// is our B and its "B" our A, each read in place with the transpose as the operation.
+// fp32 runs in CUBLAS_COMPUTE_32F (no TF32: the reference's arithmetic), fp64 in
+// CUBLAS_COMPUTE_64F. A C of Y's full size is passed to cuBLASLt as its C (out of
+// place); a broadcast C is first expanded into Y by a kernel and the product added in
+// place (C == D); beta == 0 ignores C, as BLAS and the cpu kernel do. K == 0 is no
+// product: Y = beta * C (or 0) by the same kernel.
+//
+// The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
+// M, N, K, transA/transB and the pointers' alignments (the heuristic assumes 256-byte
+// aligned buffers unless told otherwise); like the context, they live as long as the
+// process. Falls back to the host reference kernel (after synchronising the stream)
+// when the heuristic offers no algorithm within 32 MiB of workspace.
+//
+// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "graph/error.h"
+#include "ops/common.h"
 #include "ops/cuda_util.h"
 
 namespace trainrt::cuda {
 
-void register_gemm_cuda(Registry&) {}
+namespace {
+
+constexpr int kThreads = 256;
+constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
+
+std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
+
+void require_fp32_math(const KernelContext& ctx) {
+  if (ctx.math != MathPrecision::fp32)
+    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
+                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
+}
+
+// The op's host reference kernel, once the queued device work that writes its inputs is done.
+void run_reference(KernelContext& ctx) {
+  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
+  if (!k) throw_internal(what(ctx.node, "cuda fallback"), "no reference kernel");
+  check(cudaStreamSynchronize(context().stream), what(ctx.node, "cudaStreamSynchronize before the host fallback"));
+  (*k)(ctx);
+}
+
+// y[i,j] = scale * c[i or 0, j or 0]: C broadcast to M,N (cm, cn: C's dims right-aligned, 1 or full).
+template <typename T>
+__global__ void broadcast_c(const T* c, T* y, int64_t cm, int64_t cn, int64_t n, T scale, int64_t count) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx % n;
+    y[idx] = scale * c[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
+  }
+}
+
+// Largest power of two (up to 256) dividing the address: what the heuristic may assume.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  uint32_t bytes = 1;
+  while (bytes < 256 && a % (2 * bytes) == 0) bytes *= 2;
+  return bytes;
+}
+
+struct GemmPlan {
+  bool use_reference = false;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // cuBLASLt's A (our B), B (our A), C and D
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+// align: of our B, our A, C and Y (cuBLASLt's A, B, C, D).
+GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                        const uint32_t align[4]) {
+  GemmPlan p;
+  const bool f64 = t == DataType::Float64;
+  const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const std::string where = what(node, "cuBLASLt matmul descriptors");
+  check(cublasLtMatmulDescCreate(&p.op, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, type), where);
+  const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), where);
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), where);
+  // Column-major views of the row-major buffers: B is N,K (or K,N stored when transB),
+  // A is K,M (or M,K stored when transA), Y is N,M.
+  const int64_t a_rows = tb ? k : n, b_rows = ta ? m : k;
+  check(cublasLtMatrixLayoutCreate(&p.a, type, a_rows, tb ? n : k, a_rows), where);
+  check(cublasLtMatrixLayoutCreate(&p.b, type, b_rows, ta ? k : m, b_rows), where);
+  check(cublasLtMatrixLayoutCreate(&p.d, type, n, m, n), where);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), where);
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxLtWorkspace,
+                                             sizeof(kMaxLtWorkspace)),
+        where);
+  const cublasLtMatmulPreferenceAttributes_t aligned[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    check(cublasLtMatmulPreferenceSetAttribute(pref, aligned[i], &align[i], sizeof(align[i])), where);
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(context().lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &returned);
+  check(cublasLtMatmulPreferenceDestroy(pref), where);
+  if (s != CUBLAS_STATUS_SUCCESS || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    p.use_reference = true;
+    return p;
+  }
+  p.algo = result.algo;
+  p.workspace = result.workspaceSize;
+  return p;
+}
+
+std::shared_ptr<const GemmPlan> gemm_plan(const std::string& key, const Node& node, DataType t, int64_t m, int64_t n,
+                                          int64_t k, bool ta, bool tb, const uint32_t align[4]) {
+  static std::mutex mu;
+  static auto* plans = new std::map<std::string, std::shared_ptr<const GemmPlan>>();  // never freed: see header
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it == plans->end())
+    it = plans->emplace(key, std::make_shared<const GemmPlan>(make_gemm_plan(node, t, m, n, k, ta, tb, align))).first;
+  return it->second;
+}
+
+// A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
+void gemm(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Node& node = ctx.node;
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
+  const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
+  const int64_t m = y.dims()[0], n = y.dims()[1], k = ta ? a.dims()[0] : a.dims()[1];
+  const Tensor* c = ctx.has_input(2) ? &ctx.in(2) : nullptr;
+  int64_t cm = 1, cn = 1;  // C's dims right-aligned to M,N
+  if (c && c->rank() == 2) cm = c->dims()[0], cn = c->dims()[1];
+  if (c && c->rank() == 1) cn = c->dims()[0];
+  const bool use_c = c && beta != 0.f;
+  const bool full_c = use_c && c->numel() == y.numel();  // C's layout is Y's: cuBLASLt reads it directly
+  const void* c_ptr = full_c ? c->raw() : y.raw();
+
+  std::shared_ptr<const GemmPlan> plan;
+  if (k > 0) {
+    const uint32_t align[4] = {alignment(b.raw()), alignment(a.raw()), alignment(c_ptr), alignment(y.raw())};
+    std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
+                      std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
+    for (uint32_t v : align) key += ',' + std::to_string(v);
+    plan = gemm_plan(key, node, y.dtype(), m, n, k, ta, tb, align);
+    if (plan->use_reference) return run_reference(ctx);
+  }
+  Context& cx = context();
+  dispatch_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    // K == 0: no products, Y = beta * C; else a broadcast C is expanded into Y first.
+    if ((k == 0 && c) || (use_c && !full_c)) {
+      broadcast_c<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(
+          c->data<T>(), y.data<T>(), cm, cn, n, k == 0 ? static_cast<T>(beta) : T(1), y.numel());
+      check(cudaGetLastError(), what(node, "broadcast_c"));
+    } else if (k == 0) {
+      check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), cx.stream), what(node, "cudaMemsetAsync"));
+    }
+    if (k == 0) return;
+    const T alpha_t = static_cast<T>(alpha), beta_t = use_c ? static_cast<T>(beta) : T(0);
+    void* ws = workspace(plan->workspace);
+    check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b.raw(), plan->a, a.raw(), plan->b, &beta_t, c_ptr, plan->d,
+                         y.raw(), plan->d, &plan->algo, ws, plan->workspace, cx.stream),
+          what(node, "cublasLtMatmul"));
+  });
+}
+
+}  // namespace
+
+void register_gemm_cuda(Registry& r) {
+  if (r.schemas.find("", "Gemm")) r.kernels.add("cuda", "", "Gemm", gemm);
+}
 
 }  // namespace trainrt::cuda

@@ -1,9 +1,358 @@
-// Placeholder while the norm family's CUDA kernels are written: registers nothing, so
-// these ops run on the host (Backend::fallback_ops).
+// The cuda backend's BatchNormalization, BatchNormalizationRelu and
+// BatchNormalizationGrad: own kernels that follow ops/norm.cpp's formulas output for
+// output (cuDNN saves an inverse std and updates running statistics its own way).
+//
+//   x, dy: N,C,S (S = product of spatial dims); each channel has M = N*S values, the
+//   j-th (j over n, then s) at (n*C + c)*S + s.
+//   pass 1   grid (C, G): block (c, g) sums x over slice g of channel c       -> sums[C,G]
+//   pass 2   the same slices: sum (x - mean)^2 [, dy, dy * (x - mean)]       -> devs[C,G,K]
+//   finish   one thread per channel: mean, biased variance, the optional outputs,
+//            and the per-channel coefficients of
+//   apply    every element: Y = (x - mean) * scale / sqrt(var + eps) + B [then Relu],
+//            or dX = scale * r * (dy - dBias/M - (x - mean) * r * dScale/M)
+// Inference runs finish (from input_mean/input_var) and apply only.
+//
+// Why this shape: the statistics are two passes like the reference (mean first, then
+// squared deviations: no cancellation), accumulated in double and combined in a fixed
+// order, so they match the reference's to double rounding and repeat bit for bit run to
+// run. G (up to 32 slices a channel) keeps the GPU busy in the first layers, where few
+// channels hold many values each; partial sums live in cuda::workspace. Only apply works
+// in T (with coefficients rounded to T), which is where results differ by rounding.
+//
+// Training follows the reference's rule: ctx.training, training_mode = 1, or any output
+// besides Y requested; running = input * momentum + batch * (1 - momentum); the 4th and
+// 5th outputs are the batch mean and the biased batch variance.
+//
+// Host fallbacks (reference kernel after a stream synchronisation): dtypes other than
+// float32/float64, which the shape rules reject anyway.
+//
+// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "graph/error.h"
 #include "ops/cuda_util.h"
 
 namespace trainrt::cuda {
 
-void register_norm_cuda(Registry&) {}
+namespace {
+
+constexpr const char* kTrainrt = "ai.trainrt";
+constexpr int kThreads = 256;
+constexpr int64_t kValuesPerSlice = 4096;  // a channel is split into slices of about this many values
+constexpr int kMaxSlices = 32;
+
+void check_launch(const KernelContext& ctx) {
+  check(cudaGetLastError(), ctx.node.op_type + " '" + ctx.node.name + "'");
+}
+
+// The op's reference kernel on the host, once the queued kernels that write its inputs are done.
+void run_on_host(KernelContext& ctx) {
+  check(cudaStreamSynchronize(context().stream), ctx.node.op_type + " '" + ctx.node.name + "' (host fallback)");
+  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
+  if (!k) throw_internal("cuda " + ctx.node.op_type, "no reference kernel to fall back to");
+  (*k)(ctx);
+}
+
+// f(float{}) or f(double{}); false (nothing called) for other dtypes.
+template <typename F>
+bool with_float(DataType t, F&& f) {
+  if (t == DataType::Float32) return f(float{}), true;
+  if (t == DataType::Float64) return f(double{}), true;
+  return false;
+}
+
+// ops/norm.cpp's rule for when the node computes batch statistics.
+bool node_trains(const Node& n, bool executor_training) {
+  if (executor_training || n.attr_int("training_mode", 0) == 1) return true;
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (n.has_output(i)) return true;
+  return false;
+}
+
+// A tensor N,C,S seen per channel, split into `slices` slices of `chunk` values.
+struct Channels {
+  int64_t C, S, M, chunk;
+  int slices;
+};
+
+Channels channels_of(const Tensor& x) {
+  Channels v;
+  const int64_t N = x.dims()[0];
+  v.C = x.dims()[1];
+  v.S = N * v.C == 0 ? 0 : x.numel() / (N * v.C);
+  v.M = N * v.S;
+  v.slices = static_cast<int>(std::clamp<int64_t>((v.M + kValuesPerSlice - 1) / kValuesPerSlice, 1, kMaxSlices));
+  v.chunk = (v.M + v.slices - 1) / v.slices;
+  return v;
+}
+
+// Calls f(offset) for this thread's share of slice blockIdx.y of channel blockIdx.x.
+// (n, s) advance by kThreads values with one compare instead of a division per value.
+template <typename F>
+__device__ void for_slice(const Channels& v, F&& f) {
+  const int64_t c = blockIdx.x, first = blockIdx.y * v.chunk + threadIdx.x;
+  const int64_t end = (blockIdx.y + 1) * v.chunk, last = end < v.M ? end : v.M;
+  if (first >= last) return;
+  const int64_t dn = kThreads / v.S, ds = kThreads % v.S;
+  int64_t n = first / v.S, s = first % v.S;
+  for (int64_t j = first; j < last; j += kThreads) {
+    f((n * v.C + c) * v.S + s);
+    n += dn;
+    s += ds;
+    if (s >= v.S) {
+      s -= v.S;
+      ++n;
+    }
+  }
+}
+
+// Sums of each v[k] over the block (kThreads threads); the results are thread 0's.
+// At most one call per kernel: nothing guards warp_sums against a second call's writes.
+template <int K>
+__device__ void block_sum(double (&v)[K]) {
+  __shared__ double warp_sums[K][kThreads / 32];
+  for (int k = 0; k < K; ++k)
+    for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+  if (threadIdx.x % 32 == 0)
+    for (int k = 0; k < K; ++k) warp_sums[k][threadIdx.x / 32] = v[k];
+  __syncthreads();
+  if (threadIdx.x < 32)
+    for (int k = 0; k < K; ++k) {
+      v[k] = threadIdx.x < kThreads / 32 ? warp_sums[k][threadIdx.x] : 0.0;
+      for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+    }
+}
+
+// Channel c's total of partial k: parts[c, 0..slices-1, k] added in slice order.
+__device__ double channel_total(const double* parts, const Channels& v, int64_t c, int K, int k) {
+  double total = 0;
+  for (int g = 0; g < v.slices; ++g) total += parts[(c * v.slices + g) * K + k];
+  return total;
+}
+
+// Pass 1: sums[c, g] = sum of x over slice g of channel c.
+template <typename T>
+__global__ void slice_sums(const T* x, Channels v, double* sums) {
+  double acc[1] = {0};
+  for_slice(v, [&](int64_t i) { acc[0] += static_cast<double>(x[i]); });
+  block_sum(acc);
+  if (threadIdx.x == 0) sums[static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y] = acc[0];
+}
+
+// Pass 2: devs[c, g, :] = sums over the slice of (x - mean)^2 and, for the gradient
+// (K = 3, dy given), dy and dy * (x - mean).
+template <typename T, int K>
+__global__ void slice_deviations(const T* x, const T* dy, Channels v, const double* sums, double* devs) {
+  __shared__ double mean;
+  if (threadIdx.x == 0) mean = channel_total(sums, v, blockIdx.x, 1, 0) / static_cast<double>(v.M);
+  __syncthreads();
+  double acc[K] = {};
+  for_slice(v, [&](int64_t i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    acc[0] += d * d;
+    if constexpr (K == 3) {
+      const double g = static_cast<double>(dy[i]);
+      acc[1] += g;
+      acc[2] += g * d;
+    }
+  });
+  block_sum(acc);
+  if (threadIdx.x == 0)
+    for (int k = 0; k < K; ++k) devs[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * K + k] = acc[k];
+}
+
+// The forward's per-channel inputs, optional outputs (nullptr when not requested) and
+// apply coefficients: Y = (x - shift) * mul + add.
+template <typename T>
+struct ForwardArgs {
+  const T *scale, *bias, *mean, *var;
+  T *running_mean, *running_var, *batch_mean, *batch_var;
+  T *shift, *mul, *add;
+  double eps, momentum;
+  bool training;
+};
+
+template <typename T>
+__global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums, const double* devs) {
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < v.C;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double m = static_cast<double>(a.mean[c]), var = static_cast<double>(a.var[c]);
+    if (a.training) {
+      const double count = static_cast<double>(v.M);
+      const double batch_mean = channel_total(sums, v, c, 1, 0) / count;
+      const double batch_var = channel_total(devs, v, c, 1, 0) / count;
+      if (a.running_mean) a.running_mean[c] = static_cast<T>(m * a.momentum + batch_mean * (1 - a.momentum));
+      if (a.running_var) a.running_var[c] = static_cast<T>(var * a.momentum + batch_var * (1 - a.momentum));
+      if (a.batch_mean) a.batch_mean[c] = static_cast<T>(batch_mean);
+      if (a.batch_var) a.batch_var[c] = static_cast<T>(batch_var);
+      m = batch_mean;
+      var = batch_var;
+    }
+    a.shift[c] = static_cast<T>(m);
+    a.mul[c] = static_cast<T>(static_cast<double>(a.scale[c]) / sqrt(var + a.eps));
+    a.add[c] = a.bias[c];
+  }
+}
+
+// Y = (x - shift[c]) * mul[c] + add[c], then max(., 0) with NaN to 0 as ops/fused.cpp does.
+template <typename T, bool kRelu>
+__global__ void forward_apply(const T* x, T* y, int64_t n, int64_t C, int64_t S, const T* shift, const T* mul,
+                              const T* add) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i / S % C;
+    T out = (x[i] - shift[c]) * mul[c] + add[c];
+    if constexpr (kRelu) out = out > T(0) ? out : T(0);
+    y[i] = out;
+  }
+}
+
+// Per channel, with r = 1/sqrt(var + eps): dBias = sum dy, dScale = r * sum dy * (x - mean),
+// and dX's coefficients: dX = k * (dy - bias_term - (x - mean) * x_term).
+template <typename T>
+struct GradArgs {
+  const T* scale;
+  T *dscale, *dbias;  // nullptr when not requested
+  T *mean, *k, *bias_term, *x_term;
+  double eps;
+};
+
+template <typename T>
+__global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const double* devs) {
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < v.C;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double count = static_cast<double>(v.M);
+    const double mean = channel_total(sums, v, c, 1, 0) / count;
+    const double r = 1.0 / sqrt(channel_total(devs, v, c, 3, 0) / count + a.eps);
+    const double g_bias = channel_total(devs, v, c, 3, 1);
+    const double g_scale = channel_total(devs, v, c, 3, 2) * r;
+    if (a.dbias) a.dbias[c] = static_cast<T>(g_bias);
+    if (a.dscale) a.dscale[c] = static_cast<T>(g_scale);
+    a.mean[c] = static_cast<T>(mean);
+    a.k[c] = static_cast<T>(static_cast<double>(a.scale[c]) * r);
+    a.bias_term[c] = static_cast<T>(g_bias / count);
+    a.x_term[c] = static_cast<T>(r * g_scale / count);
+  }
+}
+
+template <typename T>
+__global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t n, int64_t C, int64_t S, GradArgs<T> a) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i / S % C;
+    dx[i] = a.k[c] * (dy[i] - a.bias_term[c] - (x[i] - a.mean[c]) * a.x_term[c]);
+  }
+}
+
+// Workspace: sums[C, slices], devs[C, slices, K] (doubles), then `coefficients` arrays
+// of C values of T for the apply kernel.
+struct Scratch {
+  double *sums, *devs;
+  void* coefficients;
+};
+
+template <typename T>
+Scratch scratch(const Channels& v, int K, int coefficients) {
+  const size_t parts = static_cast<size_t>(v.C) * static_cast<size_t>(v.slices);
+  const size_t doubles = parts * static_cast<size_t>(1 + K);
+  auto* w =
+      static_cast<double*>(workspace(doubles * sizeof(double) + static_cast<size_t>(coefficients * v.C) * sizeof(T)));
+  return {w, w + parts, w + doubles};
+}
+
+template <typename T, bool kRelu>
+void batchnorm(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.in(0);
+  const Channels v = channels_of(x);
+  if (v.C == 0) return;
+  const bool training = node_trains(node, ctx.training);
+  cudaStream_t stream = context().stream;
+  const Scratch s = scratch<T>(v, 1, 3);
+  if (training) {
+    const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
+    slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
+    check_launch(ctx);
+    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, v, s.sums, s.devs);
+    check_launch(ctx);
+  }
+  auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<T>() : nullptr; };
+  T* coef = static_cast<T*>(s.coefficients);
+  const ForwardArgs<T> a{.scale = ctx.in(1).data<T>(),
+                         .bias = ctx.in(2).data<T>(),
+                         .mean = ctx.in(3).data<T>(),
+                         .var = ctx.in(4).data<T>(),
+                         .running_mean = out(1),
+                         .running_var = out(2),
+                         .batch_mean = out(3),
+                         .batch_var = out(4),
+                         .shift = coef,
+                         .mul = coef + v.C,
+                         .add = coef + 2 * v.C,
+                         .eps = node.attr_float("epsilon", 1e-5f),
+                         .momentum = node.attr_float("momentum", 0.9f),
+                         .training = training};
+  forward_finish<<<blocks_for(v.C), kThreads, 0, stream>>>(a, v, s.sums, s.devs);
+  check_launch(ctx);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  forward_apply<T, kRelu>
+      <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), ctx.out(0).data<T>(), n, v.C, v.S, a.shift, a.mul, a.add);
+  check_launch(ctx);
+}
+
+template <typename T>
+void batchnorm_grad(KernelContext& ctx) {
+  const Tensor &dy = ctx.in(0), &x = ctx.in(1);
+  const Channels v = channels_of(x);
+  if (v.C == 0) return;
+  cudaStream_t stream = context().stream;
+  const Scratch s = scratch<T>(v, 3, 4);
+  const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
+  slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
+  check_launch(ctx);
+  slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, s.sums, s.devs);
+  check_launch(ctx);
+  T* coef = static_cast<T*>(s.coefficients);
+  const GradArgs<T> a{.scale = ctx.in(2).data<T>(),
+                      .dscale = ctx.has_output(1) ? ctx.out(1).data<T>() : nullptr,
+                      .dbias = ctx.has_output(2) ? ctx.out(2).data<T>() : nullptr,
+                      .mean = coef,
+                      .k = coef + v.C,
+                      .bias_term = coef + 2 * v.C,
+                      .x_term = coef + 3 * v.C,
+                      .eps = ctx.node.attr_float("epsilon", 1e-5f)};
+  grad_finish<<<blocks_for(v.C), kThreads, 0, stream>>>(a, v, s.sums, s.devs);
+  check_launch(ctx);
+  const int64_t n = x.numel();
+  if (!ctx.has_output(0) || n == 0) return;
+  grad_apply<<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), ctx.out(0).data<T>(), n, v.C, v.S, a);
+  check_launch(ctx);
+}
+
+template <bool kRelu>
+void batchnorm_kernel(KernelContext& ctx) {
+  if (!with_float(ctx.in(0).dtype(), [&](auto tag) { batchnorm<decltype(tag), kRelu>(ctx); })) run_on_host(ctx);
+}
+
+void batchnorm_grad_kernel(KernelContext& ctx) {
+  if (!with_float(ctx.in(1).dtype(), [&](auto tag) { batchnorm_grad<decltype(tag)>(ctx); })) run_on_host(ctx);
+}
+
+void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k) {
+  if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
+}
+
+}  // namespace
+
+void register_norm_cuda(Registry& r) {
+  add_if_schema(r, "", "BatchNormalization", batchnorm_kernel<false>);
+  add_if_schema(r, kTrainrt, "BatchNormalizationRelu", batchnorm_kernel<true>);
+  add_if_schema(r, kTrainrt, "BatchNormalizationGrad", batchnorm_grad_kernel);
+}
 
 }  // namespace trainrt::cuda

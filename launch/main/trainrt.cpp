@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"evaluate", trainrt::cmd_evaluate, "test loss and accuracy of a model on a dataset"},
     {"bench", trainrt::cmd_bench, "time the full training step of a model (images/s, ms/step, memory)"},
     {"plot", trainrt::cmd_plot, "draw loss and accuracy curves from a --metrics file"},
+    {"selftest", trainrt::cmd_selftest, "check this machine's kernels (--device cpu|cuda) against the reference"},
 };
 
 void usage(FILE* to) {

@@ -232,3 +232,25 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
     CHECK(bitwise_equal(results[0].at(name), t));
   }
 }
+
+TEST_CASE("an asynchronous backend runs the kernels it lacks on the host, after synchronize()") {
+  // The cuda backend's fallback path: a kernel set without Relu, falling back to the
+  // reference set, must hand out a wrapper that waits for the queued work first.
+  struct Async : Backend {
+    Async() : Backend("no-such-kernel-set", {"reference"}) {}
+    std::string name() const override { return "async"; }
+    bool asynchronous() const override { return true; }
+    void synchronize() const override { ++syncs; }
+    mutable int syncs = 0;
+  } b;
+  Node relu = make_node("Relu", {"x"}, {"y"});
+  Tensor x = make(DataType::Float32, {2}, {-1, 2}), y(DataType::Float32, {2});
+  KernelContext ctx{relu, {&x}, {&y}};
+  const Kernel& k = b.kernel(relu);
+  CHECK(&k == &b.kernel(relu));  // one wrapper per kernel, kept
+  k(ctx);
+  CHECK(b.syncs == 1);
+  CHECK(y.data<float>()[1] == 2.f);
+  const std::vector<std::string> host = b.fallback_ops();
+  CHECK(std::find(host.begin(), host.end(), "Relu") != host.end());
+}

@@ -1,0 +1,222 @@
+// `trainrt selftest --device cpu|cuda`: this machine's kernels against the reference
+// backend, on a small Wide ResNet: the forward pass value by value, one training step
+// node by node (forward, backward and optimizer outputs), then two more steps' losses
+// and the whole state. Exit 0 when every value agrees within --tolerance, 1 naming the
+// first node that does not (a kernel bug, or a broken GPU/driver), 2 for bad flags.
+//
+// Why: the cuda backend can only be run where a GPU is, which is not where trainrt is
+// built and tested; a user checks their node with one command before a long job, and
+// the report names the op to look at. With --device cpu the same comparison runs in
+// CI, so the command itself is tested.
+//
+// Error measure per value: max |device - reference| / max(max |reference|, 1e-6) --
+// relative to the value's scale, so gradients near zero do not turn rounding noise into
+// failures. The reference accumulates in double; fp32 kernels differ by ~1e-6 here.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "autodiff/training_graph.h"
+#include "graph/error.h"
+#include "graph/infer.h"
+#include "launch/cli.h"
+#include "launch/commands.h"
+#include "launch/train_util.h"
+#include "models/wrn.h"
+#include "ops/register_all.h"
+#include "runtime/training_session.h"
+
+namespace trainrt {
+
+namespace {
+
+const CommandSpec kSpec{
+    "selftest",
+    "trainrt selftest [--device cpu|cuda] [options]",
+    "Compare this machine's kernels with the reference backend on a small Wide ResNet: the forward\n"
+    "pass value by value, one training step node by node, then three steps' losses and state.\n"
+    "Exit 0 when all agree within --tolerance; 1 naming the first node that does not.",
+    {{"device", "cpu", "cpu or cuda (the cuda backend on this node's GPU)"},
+     {"widths", "4,8,12,16", "Wide ResNet widths (input block, stages 1-3)"},
+     {"batch", "8", "images per step"},
+     {"tolerance", "0.002", "largest relative error allowed per value"},
+     {"threads", "0", "CPU threads (0 = all cores)"}},
+    0,
+    0};
+
+struct Worst {
+  double error = 0;
+  std::string where;
+  size_t values = 0;
+};
+
+// Scale-relative difference of two tensors of one shape (any layout).
+double relative_error(const Tensor& got, const Tensor& want) {
+  const Tensor a = to_plain(got), b = to_plain(want);
+  if (a.dims() != b.dims()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double x = a.get_as_double(i), y = b.get_as_double(i);
+    diff = std::max(diff, std::isnan(x) != std::isnan(y) ? INFINITY : std::fabs(x - y));
+    scale = std::max(scale, std::fabs(y));
+  }
+  return diff / std::max(scale, 1e-6);
+}
+
+// Compares every value `want` has, in `order`; the first one over `tol` is returned as a
+// failure message, and the worst is kept.
+std::string compare(const std::vector<std::pair<std::string, std::string>>& order, const TensorMap& got,
+                    const TensorMap& want, double tol, Worst& worst) {
+  for (const auto& [value, node] : order) {
+    auto g = got.find(value), w = want.find(value);
+    if (w == want.end() || !dtype_is_float(w->second.dtype())) continue;
+    if (g == got.end()) return "value '" + value + "' of " + node + " was not produced";
+    const double e = relative_error(g->second, w->second);
+    ++worst.values;
+    if (e > worst.error) worst = {e, node + " output '" + value + "'", worst.values};
+    if (!(e <= tol)) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.3g", e);
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", tol);
+      return node + " output '" + value + "': relative error " + buf + " (tolerance " + limit + ")";
+    }
+  }
+  return "";
+}
+
+std::string describe(const Node& n) { return "node '" + n.name + "' (" + n.op_type + ")"; }
+
+void report(const char* what, const Worst& w, const std::string& failure) {
+  std::printf("  %-36s %5zu values, worst relative error %.2g%s%s  %s\n", what, w.values, w.error,
+              w.where.empty() ? "" : " at ", w.where.c_str(), failure.empty() ? "ok" : "FAILED");
+  std::fflush(stdout);
+}
+
+// Every output of every step of one training step, by value name (as the host sees it).
+struct Recorder {
+  TrainingSession& s;
+  TensorMap values;
+  std::vector<std::pair<std::string, std::string>> order;  // value, node description
+  void operator()(int step) {
+    const Plan& p = s.plan();
+    const PlanStep& st = p.steps[static_cast<size_t>(step)];
+    const Node& n = p.graph.nodes[st.node];
+    for (size_t k = 0; k < st.outputs.size(); ++k) {
+      if (st.outputs[k] < 0) continue;
+      values[n.outputs[k]] = to_plain(s.value(n.outputs[k]));
+      order.push_back({n.outputs[k], describe(n)});
+    }
+  }
+};
+
+}  // namespace
+
+int cmd_selftest(const Argv& argv) {
+  Args a = parse_args(kSpec, argv);
+  if (a.help) return print_help(kSpec), 0;
+  const std::string device = a.str("device");
+  if (device != "cpu" && device != "cuda") throw_bad_input("--device " + device, "expected cpu or cuda");
+  const int64_t batch = a.integer("batch"), threads = a.integer("threads");
+  const double tol = a.number("tolerance");
+  if (batch < 2) throw_bad_input("--batch", "must be >= 2 (BatchNormalization needs two images)");
+  if (!(tol > 0) || !std::isfinite(tol)) throw_bad_input("--tolerance", "must be a number > 0");
+  WrnOptions o = wrn_options_for_dataset("fashion-mnist");
+  o.widths = parse_widths(a.str("widths"));
+  configure_threads(static_cast<int>(threads));
+  std::unique_ptr<Backend> backend = make_backend(device, static_cast<int>(threads));
+  Graph g = build_wide_resnet(o);
+  infer_shapes(g, registry().schemas, "selftest");
+
+  std::printf("trainrt selftest: backend %s against the reference backend\n", backend->name().c_str());
+  std::vector<std::string> host = backend->fallback_ops();
+  std::string host_list;
+  for (const std::string& op : host) host_list += (host_list.empty() ? "" : ", ") + op;
+  if (backend->asynchronous()) std::printf("  ops run on the host: %s\n", host_list.empty() ? "none" : host_list.c_str());
+  std::printf("  Wide ResNet widths %s on [%lld,1,28,28], 10 classes; SGD momentum 0.9, weight decay 5e-4\n",
+              a.str("widths").c_str(), static_cast<long long>(batch));
+  std::string failure;
+
+  // Inference, value by value.
+  TensorMap feeds{{"input", Tensor(DataType::Float32, {batch, 1, 28, 28})}};
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  Tensor& x = feeds.at("input");
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = normal(rng);
+  RunOptions ro;
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const Node& n : g.nodes)
+    for (const std::string& out : n.outputs)
+      if (!out.empty()) {
+        ro.extra_outputs.push_back(out);
+        order.push_back({out, describe(n)});
+      }
+  ro.extra_outputs.erase(std::remove_if(ro.extra_outputs.begin(), ro.extra_outputs.end(),
+                                        [&](const std::string& v) {
+                                          return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+                                        }),
+                         ro.extra_outputs.end());
+  {
+    Worst w;
+    const TensorMap want = run_graph(g, feeds, *make_backend("reference"), ro);
+    const TensorMap got = run_graph(g, feeds, *backend, ro);
+    failure = compare(order, got, want, tol, w);
+    report("forward (inference)", w, failure);
+  }
+
+  // Training: step 1 node by node, then steps 2-3 by loss and the state after them.
+  if (failure.empty()) {
+    TrainingOptions t;
+    t.momentum = 0.9f;
+    t.weight_decay = 5e-4f;
+    TrainingSession dev(build_training_graph(g, t), std::move(backend), {.seed = 2});
+    TrainingSession ref(build_training_graph(g, t), make_backend("reference"), {.seed = 2});
+    Recorder rd{dev, {}, {}}, rr{ref, {}, {}};
+    dev.set_after_step([&](int s) { rd(s); });
+    ref.set_after_step([&](int s) { rr(s); });
+    auto batch_of = [&](uint64_t seed) {
+      TensorMap b{{"input", Tensor(DataType::Float32, {batch, 1, 28, 28})}, {"labels", Tensor(DataType::Int64, {batch})}};
+      std::mt19937_64 r(seed);
+      for (int64_t i = 0; i < b.at("input").numel(); ++i) b.at("input").data<float>()[i] = normal(r);
+      for (int64_t i = 0; i < batch; ++i) b.at("labels").data<int64_t>()[i] = static_cast<int64_t>(r() % 10);
+      return b;
+    };
+    dev.step(batch_of(10), 0.05f);
+    ref.step(batch_of(10), 0.05f);
+    Worst w;
+    failure = compare(rr.order, rd.values, rr.values, tol, w);
+    report("training step 1 (every node)", w, failure);
+    if (failure.empty()) {
+      dev.set_after_step(nullptr);
+      ref.set_after_step(nullptr);
+      Worst ws;
+      for (uint64_t step = 2; step <= 3 && failure.empty(); ++step) {
+        const TensorMap b = batch_of(10 + step);
+        TensorMap ld{{"loss", Tensor(DataType::Float64, {})}}, lr{{"loss", Tensor(DataType::Float64, {})}};
+        ld.at("loss").data<double>()[0] = dev.step(b, 0.05f);
+        lr.at("loss").data<double>()[0] = ref.step(b, 0.05f);
+        failure = compare({{"loss", "step " + std::to_string(step)}}, ld, lr, tol, ws);
+      }
+      TensorMap sd, sr;
+      std::vector<std::pair<std::string, std::string>> names;
+      for (const std::string& n : ref.state_names()) {
+        sd[n] = dev.state(n);
+        sr[n] = ref.state(n);
+        names.push_back({n, "state"});
+      }
+      if (failure.empty()) failure = compare(names, sd, sr, tol, ws);
+      report("training steps 2-3 (loss, state)", ws, failure);
+    }
+  }
+  if (!failure.empty()) {
+    std::printf("selftest FAILED: %s\n", failure.c_str());
+    std::fflush(stdout);
+    throw_internal("selftest --device " + device, failure);
+  }
+  std::printf("selftest passed\n");
+  return 0;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,324 @@
+// MaxPool, AveragePool, MaxPoolGrad and AveragePoolGrad of the cuda backend: own kernels,
+// one thread per output element (forward) or per dX element (backward, a gather, so no
+// atomics and the same sums on every run). Registered from ops/conv_cuda.cu.
+//
+//   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
+//   AveragePool      x: N,C,spatial... -> y: N,C,out...
+//   MaxPoolGrad      (dY, X) -> dX: dY to its window's argmax, recomputed from X
+//   AveragePoolGrad  (dY, X) -> dX: dY / divisor to every real element of its window
+//
+// Why not cuDNN's pooling: it pads symmetrically, has no dilations, no ceil_mode, no
+// Indices output, and its backward's choice among tied maxima (common after a Relu: a
+// window of zeros) is undocumented, while MaxPoolGrad must pick the reference's element
+// (the first maximum in window order). These kernels are ops/pool.cpp's loops run per
+// element, with the same geometry (ops/window.h), argmax rule, AveragePool divisor
+// (count_include_pad, ceil_mode windows) and Indices (storage_order), so no case falls
+// back to the host; they sum in the value's own type (the reference sums in double).
+// 1-3 spatial dims are seen as D,H,W planes with leading size-1 dims, as in the reference.
+// MaxPool also takes int8/uint8 (opset 12).
+//
+// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "graph/error.h"
+#include "ops/common.h"
+#include "ops/cuda_util.h"
+#include "ops/window.h"
+
+namespace trainrt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// One pooling call as `planes` (N*C) planes of D,H,W; dims a pool lacks are size 1.
+struct Pool3 {
+  int64_t planes = 1;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  __host__ __device__ int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  __host__ __device__ int64_t out_size() const { return out[0] * out[1] * out[2]; }
+};
+
+// x: N,C,spatial... pooled into y: N,C,out... by node n (window resolved as the shape rule does).
+Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y) {
+  const size_t sp = static_cast<size_t>(x.rank() - 2);
+  Window w = read_window(n, sp, n.attr_ints("kernel_shape"), "",
+                         WindowOptions{.ceil_mode = true, .pad_below_kernel = true});
+  Pool3 g;
+  g.planes = x.dims()[0] * x.dims()[1];
+  for (size_t i = 0; i < sp; ++i) {
+    const size_t j = 3 - sp + i;  // right-aligned: a 2-D pool uses H,W
+    g.in[j] = x.dims()[2 + i];
+    g.out[j] = resolve_window_dim(w, i, g.in[j], "");
+    TRAINRT_ASSERT(g.out[j] == y.dims()[2 + i]);
+    g.k[j] = w.kernel[i];
+    g.s[j] = w.strides[i];
+    g.d[j] = w.dilations[i];
+    g.pb[j] = w.pads[i];
+    g.pe[j] = w.pads[i + sp];
+  }
+  return g;
+}
+
+// Output element o as (plane, od, oh, ow).
+struct At {
+  int64_t p, a, b, c;
+};
+__device__ At split(int64_t o, const int64_t dims[3]) {
+  At r;
+  r.c = o % dims[2];
+  o /= dims[2];
+  r.b = o % dims[1];
+  o /= dims[1];
+  r.a = o % dims[0];
+  r.p = o / dims[0];
+  return r;
+}
+
+// Position (d,h,w) of the maximum of window (od,oh,ow) of one plane, ties to the first
+// in window order; d = -1 when the window holds no input element (ops/pool.cpp's rule).
+struct Argmax {
+  int64_t d = -1, h = -1, w = -1;
+};
+template <typename T>
+__device__ Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+  T best{};
+  Argmax at;
+  for (int64_t a = 0; a < g.k[0]; ++a) {
+    const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
+    if (id < 0 || id >= D) continue;
+    for (int64_t b = 0; b < g.k[1]; ++b) {
+      const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
+      if (ih < 0 || ih >= H) continue;
+      for (int64_t c = 0; c < g.k[2]; ++c) {
+        const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
+        if (iw < 0 || iw >= W) continue;
+        const T v = plane[(id * H + ih) * W + iw];
+        if (at.d < 0 || v > best) best = v, at = Argmax{id, ih, iw};
+      }
+    }
+  }
+  return at;
+}
+
+// x: P,D,H,W -> y: P,Do,Ho,Wo; idx (optional): ONNX's flattened argmax indices.
+template <typename T>
+__global__ void maxpool_kernel(Pool3 g, const T* x, T* y, int64_t* idx, bool column_major, T lowest) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < count;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const At t = split(o, g.out);
+    const T* plane = x + t.p * g.in_size();
+    const Argmax m = window_argmax(g, plane, t.a, t.b, t.c);
+    y[o] = m.d < 0 ? lowest : plane[(m.d * H + m.h) * W + m.w];
+    if (idx)
+      idx[o] = t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
+  }
+}
+
+// Number AveragePool divides window (od,oh,ow) by: its real input elements
+// (count_include_pad 0) or its positions inside input + pads (count_include_pad 1).
+__device__ int64_t average_divisor(const Pool3& g, int64_t od, int64_t oh, int64_t ow, bool include_pad) {
+  const int64_t o[3] = {od, oh, ow};
+  int64_t count = 1;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t start = o[i] * g.s[i] - g.pb[i];
+    const int64_t end = start + g.k[i], limit = include_pad ? g.in[i] + g.pe[i] : g.in[i];
+    const int64_t lo = include_pad || start > 0 ? start : 0;
+    count *= (end < limit ? end : limit) - lo;
+  }
+  return count;
+}
+
+// x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each window (AveragePool has no dilations).
+template <typename T>
+__global__ void averagepool_kernel(Pool3 g, const T* x, T* y, bool include_pad) {
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < count;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const At t = split(o, g.out);
+    const T* plane = x + t.p * g.in_size();
+    T sum = 0;
+    for (int64_t a = 0; a < g.k[0]; ++a) {
+      const int64_t id = t.a * g.s[0] - g.pb[0] + a;
+      if (id < 0 || id >= D) continue;
+      for (int64_t b = 0; b < g.k[1]; ++b) {
+        const int64_t ih = t.b * g.s[1] - g.pb[1] + b;
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t c = 0; c < g.k[2]; ++c) {
+          const int64_t iw = t.c * g.s[2] - g.pb[2] + c;
+          if (iw >= 0 && iw < W) sum += plane[(id * H + ih) * W + iw];
+        }
+      }
+    }
+    y[o] = sum / static_cast<T>(average_divisor(g, t.a, t.b, t.c, include_pad));
+  }
+}
+
+// arg[o]: offset in its plane of window o's argmax (the forward's choice), -1 for none.
+template <typename T>
+__global__ void window_argmax_kernel(Pool3 g, const T* x, int64_t* arg) {
+  const int64_t H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < count;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const At t = split(o, g.out);
+    const Argmax m = window_argmax(g, x + t.p * g.in_size(), t.a, t.b, t.c);
+    arg[o] = m.d < 0 ? -1 : (m.d * H + m.h) * W + m.w;
+  }
+}
+
+// Calls f(od, oh, ow) for every window of g that holds input element (id, ih, iw) at
+// kernel offsets spaced by `dilated` ? g.d : 1 (AveragePool's windows are never dilated).
+template <typename F>
+__device__ void for_windows_of(const Pool3& g, int64_t id, int64_t ih, int64_t iw, bool dilated, F&& f) {
+  const int64_t dd = dilated ? g.d[0] : 1, dh = dilated ? g.d[1] : 1, dw = dilated ? g.d[2] : 1;
+  for (int64_t a = 0; a < g.k[0]; ++a) {
+    const int64_t sd = id + g.pb[0] - a * dd;  // = od * stride for the window that puts tap a on id
+    if (sd < 0 || sd % g.s[0] != 0 || sd / g.s[0] >= g.out[0]) continue;
+    for (int64_t b = 0; b < g.k[1]; ++b) {
+      const int64_t sh = ih + g.pb[1] - b * dh;
+      if (sh < 0 || sh % g.s[1] != 0 || sh / g.s[1] >= g.out[1]) continue;
+      for (int64_t c = 0; c < g.k[2]; ++c) {
+        const int64_t sw = iw + g.pb[2] - c * dw;
+        if (sw < 0 || sw % g.s[2] != 0 || sw / g.s[2] >= g.out[2]) continue;
+        f(sd / g.s[0], sh / g.s[1], sw / g.s[2]);
+      }
+    }
+  }
+}
+
+// dx[p, i] = sum of dy over the windows of plane p whose argmax (arg) is element i.
+template <typename T>
+__global__ void maxpool_grad_kernel(Pool3 g, const T* dy, const int64_t* arg, T* dx) {
+  const int64_t count = g.planes * g.in_size();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const At t = split(i, g.in);
+    const int64_t self = i - t.p * g.in_size();
+    T acc = 0;
+    for_windows_of(g, t.a, t.b, t.c, /*dilated=*/true, [&](int64_t od, int64_t oh, int64_t ow) {
+      const int64_t o = ((t.p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow;
+      if (arg[o] == self) acc += dy[o];
+    });
+    dx[i] = acc;
+  }
+}
+
+// dx[p, i] = sum over the windows holding element i of dy / that window's divisor.
+template <typename T>
+__global__ void averagepool_grad_kernel(Pool3 g, const T* dy, T* dx, bool include_pad) {
+  const int64_t count = g.planes * g.in_size();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const At t = split(i, g.in);
+    T acc = 0;
+    for_windows_of(g, t.a, t.b, t.c, /*dilated=*/false, [&](int64_t od, int64_t oh, int64_t ow) {
+      const int64_t o = ((t.p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow;
+      acc += dy[o] / static_cast<T>(average_divisor(g, od, oh, ow, include_pad));
+    });
+    dx[i] = acc;
+  }
+}
+
+std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
+
+void require_fp32_math(const KernelContext& ctx) {
+  if (ctx.math != MathPrecision::fp32)
+    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
+                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
+}
+
+// MaxPool also takes 8-bit integers (ONNX opset 12).
+template <typename F>
+void dispatch_maxpool(DataType t, F&& f) {
+  if (t == DataType::UInt8) return f(uint8_t{});
+  if (t == DataType::Int8) return f(int8_t{});
+  dispatch_float(t, f);
+}
+
+void maxpool(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const Pool3 g = pool_geometry(ctx.node, x, y);
+  int64_t* idx = ctx.has_output(1) ? ctx.out(1).data<int64_t>() : nullptr;
+  const bool column_major = ctx.node.attr_int("storage_order", 0) == 1;
+  dispatch_maxpool(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    maxpool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
+        g, x.data<T>(), y.data<T>(), idx, column_major, std::numeric_limits<T>::lowest());
+  });
+  check(cudaGetLastError(), what(ctx.node, "maxpool_kernel"));
+}
+
+void averagepool(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const Pool3 g = pool_geometry(ctx.node, x, y);
+  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    averagepool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
+        g, x.data<T>(), y.data<T>(), include_pad);
+  });
+  check(cudaGetLastError(), what(ctx.node, "averagepool_kernel"));
+}
+
+// MaxPoolGrad(dY, X) -> dX: argmax of every window into the workspace, then a gather per dX element.
+void maxpool_grad(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  Tensor& dx = ctx.out(0);
+  if (dx.numel() == 0) return;
+  const Pool3 g = pool_geometry(ctx.node, x, dy);
+  const cudaStream_t stream = context().stream;
+  auto* arg = static_cast<int64_t*>(workspace(static_cast<size_t>(dy.numel()) * sizeof(int64_t)));
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (dy.numel() > 0)
+      window_argmax_kernel<T><<<blocks_for(dy.numel(), kThreads), kThreads, 0, stream>>>(g, x.data<T>(), arg);
+    maxpool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, dy.data<T>(), arg,
+                                                                                       dx.data<T>());
+  });
+  check(cudaGetLastError(), what(ctx.node, "maxpool_grad_kernel"));
+}
+
+void averagepool_grad(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  Tensor& dx = ctx.out(0);
+  if (dx.numel() == 0) return;
+  const Pool3 g = pool_geometry(ctx.node, x, dy);
+  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    averagepool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, context().stream>>>(
+        g, dy.data<T>(), dx.data<T>(), include_pad);
+  });
+  check(cudaGetLastError(), what(ctx.node, "averagepool_grad_kernel"));
+}
+
+}  // namespace
+
+void register_pool_cuda(Registry& r) {
+  auto add = [&](const char* domain, const char* op, Kernel k) {
+    if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
+  };
+  add("", "MaxPool", maxpool);
+  add("", "AveragePool", averagepool);
+  add("ai.trainrt", "MaxPoolGrad", maxpool_grad);
+  add("ai.trainrt", "AveragePoolGrad", averagepool_grad);
+}
+
+}  // namespace trainrt::cuda

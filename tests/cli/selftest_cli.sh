@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# trainrt selftest: the cpu backend passes against the reference backend; a tolerance no
+# fp32 kernel meets fails naming the first node (exit 1) -- the comparison can fail;
+# bad flags are one-line errors. --device cuda: on a machine without a GPU (CI) it is a
+# one-line Unsupported error (exit 2) from selftest and from train, never a crash; where
+# a GPU exists the gpu-labelled tests (tests/gpu/) run it for real.
+set -u
+trainrt=$1
+src=$2
+source "$src/tests/cli/common.bash"
+
+"$trainrt" selftest --device cpu >"$tmp/out" 2>"$tmp/err" || fail "selftest --device cpu exited $?: $(cat "$tmp/err")"
+grep -q "^selftest passed" "$tmp/out" || fail "selftest --device cpu: no 'selftest passed': $(cat "$tmp/out")"
+for what in "forward (inference)" "training step 1 (every node)" "training steps 2-3 (loss, state)"; do
+  grep -F "$what" "$tmp/out" | grep -q " ok$" || fail "selftest --device cpu: '$what' not ok: $(cat "$tmp/out")"
+done
+# Every value of the training step is compared (forward, backward and optimizer nodes).
+n=$(grep -F "training step 1 (every node)" "$tmp/out" | awk '{print $6}')
+[ "${n:-0}" -gt 200 ] || fail "selftest compared only ${n:-0} values of the training step"
+
+expect_error 1 "selftest --device cpu: node '.*' (Conv) output .*relative error .*(tolerance 1e-12)" -- \
+  "$trainrt" selftest --device cpu --tolerance 1e-12
+grep -q "^selftest FAILED: node " "$tmp/out" || fail "a failing selftest does not say FAILED on stdout: $(cat "$tmp/out")"
+expect_error 2 "--device gpu: expected cpu or cuda" -- "$trainrt" selftest --device gpu
+expect_error 2 "--batch" -- "$trainrt" selftest --batch 1
+expect_error 2 "--widths" -- "$trainrt" selftest --widths 4,8
+expect_error 2 "--tolerance" -- "$trainrt" selftest --tolerance nan
+
+if "$trainrt" --version | grep -q "GPU  *available"; then
+  echo "a GPU is available: --device cuda runs in the gpu-labelled tests"
+elif "$trainrt" --version | grep -q "^  CUDA "; then
+  expect_error 2 "--device cuda: no usable GPU here" -- "$trainrt" selftest --device cuda
+  expect_error 2 "--device cuda: no usable GPU here" -- \
+    "$trainrt" train "$src/tests/data/wrn_small_train.onnx" --device cuda --limit-train 64 --epochs 1
+  expect_error 2 "--backend reference: contradicts --device cuda" -- \
+    "$trainrt" train "$src/tests/data/wrn_small_train.onnx" --device cuda --backend reference
+else
+  expect_error 2 "built without CUDA" -- "$trainrt" selftest --device cuda
+fi
+exit $((fails > 0))
