@@ -156,7 +156,7 @@ expect_error 2 "--warmup: must be >= 0" -- "$trainrt" bench "$model" --batch 2 -
 expect_error 2 "--threads: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --threads -3
 expect_error 2 "--precision: expected one of fp32, bf16, got 'fp16'" -- "$trainrt" bench "$model" --batch 2 --precision fp16
 expect_error 2 "--conv-algorithm: expected one of direct, winograd, got 'fft'" -- "$trainrt" bench "$model" --batch 2 --conv-algorithm fft
-expect_error 2 "--backend: expected one of cpu, reference" -- "$trainrt" bench "$model" --batch 2 --backend gpu
+expect_error 2 "--backend gpu: expected cpu or reference" -- "$trainrt" bench "$model" --batch 2 --backend gpu
 expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam
 expect_error 2 "--lr: must be > 0" -- "$trainrt" bench "$model" --batch 2 --lr 0
 expect_error 2 "--fuse: expected one of on, off, got 'no'" -- "$trainrt" bench "$model" --batch 2 --fuse no
