@@ -16,6 +16,11 @@ if(NOT TRAINRT_CUDA STREQUAL "OFF")
 endif()
 
 if(TRAINRT_BUILD_CUDA)
+  # Turing (the seeds' Quadro RTX 5000), Ampere (A100) and Hopper (GH200 nodes);
+  # CUDA 13 has no Volta. -DCMAKE_CUDA_ARCHITECTURES=... picks others.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 75 80 90)
+  endif()
   enable_language(CUDA)
   # The kernels include the C++20 headers of graph/ and ops/. CMake 3.25 knows no C++20
   # flag for nvcc (nvcc has had -std=c++20 since CUDA 12): it is taught here.
@@ -27,9 +32,6 @@ if(TRAINRT_BUILD_CUDA)
   endif()
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-  if(NOT CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80)
-  endif()
   find_package(CUDAToolkit REQUIRED)
   get_filename_component(_cuda_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
   find_library(TRAINRT_CUDNN cudnn HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)

@@ -219,6 +219,7 @@ int cmd_train(const Argv& argv) {
   if (!(comm_timeout > 0) || !std::isfinite(comm_timeout)) throw_bad_input("--comm-timeout", "must be a number > 0");
   const RankEnvironment env = rank_environment();
   const int64_t world = env.world, per_rank_batch = batch_size / world;
+  const int64_t global_batch = per_rank_batch * world;  // --batch-size rounded down to a multiple of the ranks
   if (per_rank_batch == 0)
     throw_bad_input("--batch-size", std::to_string(batch_size) + " is smaller than the " + std::to_string(world) +
                                         " ranks (each rank needs at least one image per step)");
@@ -349,11 +350,11 @@ int cmd_train(const Argv& argv) {
         "Training started with %lld processes across %lld nodes (%s, MPI); %d threads per rank, global batch %lld = "
         "%lld ranks x %lld, gradient buckets of %g MB (first %g MB)\n",
         static_cast<long long>(world), static_cast<long long>(std::max<int64_t>(1, world / env.local_world)),
-        env.launcher.c_str(), rank_threads, static_cast<long long>(per_rank_batch * world),
+        env.launcher.c_str(), rank_threads, static_cast<long long>(global_batch),
         static_cast<long long>(world), static_cast<long long>(per_rank_batch), bucket_mb, first_bucket_mb);
   std::printf(
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
-      model_path.c_str(), dataset.c_str(), static_cast<long long>(per_rank_batch * world),
+      model_path.c_str(), dataset.c_str(), static_cast<long long>(global_batch),
       static_cast<long long>(train.size()), static_cast<long long>(test.size()), session.training().params.size(),
       precision.c_str());
   if (math == MathPrecision::fp16)
@@ -515,7 +516,7 @@ int cmd_train(const Argv& argv) {
       st.epoch_seconds = seconds_before + seconds_since(t0);
       if (log_every > 0 && (st.step_in_epoch % log_every == 0 || st.step_in_epoch == stream.size())) {
         const double rate =
-            static_cast<double>((st.step_in_epoch - first_step) * per_rank_batch * world) / seconds_since(t0);
+            static_cast<double>((st.step_in_epoch - first_step) * global_batch) / seconds_since(t0);
         std::printf(tty ? "\rEpoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec   "
                         : "Epoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec\n",
                     static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),
@@ -530,7 +531,7 @@ int cmd_train(const Argv& argv) {
     if (tty && log_every > 0) std::printf("\n");
     const double epoch_time = seconds_before + seconds_since(t0);
     const int64_t steps = st.step_in_epoch;
-    const int64_t epoch_images = steps * per_rank_batch * world;
+    const int64_t epoch_images = steps * global_batch;
     const double images_per_sec = static_cast<double>(epoch_images) / epoch_time;
 
     // A stop signal during validation: the checkpoint is this epoch's end before its

@@ -33,9 +33,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,42 +52,12 @@ void register_pool_cuda(Registry& r);  // ops/pool_cuda.cu
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr size_t kMaxCudnnWorkspace = size_t{256} << 20;
-
-std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
-
-void require_fp32_math(const KernelContext& ctx) {
-  if (ctx.math != MathPrecision::fp32)
-    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
-                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
-}
-
-// The op's host reference kernel, once the queued device work that writes its inputs is done.
-void run_reference(KernelContext& ctx) {
-  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
-  if (!k) throw_internal(what(ctx.node, "cuda fallback"), "no reference kernel");
-  check(cudaStreamSynchronize(context().stream), what(ctx.node, "cudaStreamSynchronize before the host fallback"));
-  (*k)(ctx);
-}
-
-// The plan cached under `key`, made by `make` on first use (under the lock: the cuDNN
-// heuristics run once per key). Never freed: see the header.
-template <typename Plan, typename Make>
-std::shared_ptr<const Plan> cached(const std::string& key, Make&& make) {
-  static std::mutex mu;
-  static auto* plans = new std::map<std::string, std::shared_ptr<const Plan>>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = plans->find(key);
-  if (it == plans->end()) it = plans->emplace(key, std::make_shared<const Plan>(make())).first;
-  return it->second;
-}
 
 // y[n,m,:] = act(y[n,m,:] + b[m]) + z[n,m,:]  (b, z may be null; plane = Ho*Wo)
 template <typename T>
 __global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t plane, int64_t channels, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, count) {
     T v = y[i];
     if (b) v += b[(i / plane) % channels];
     if (relu && !(v > T(0))) v = T(0);  // as the reference: NaN becomes 0
@@ -102,8 +70,7 @@ __global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t p
 template <typename T>
 __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
                            int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, count) {
     const int64_t c = i % wp - left, r = (i / wp) % hp - top, p = i / (wp * hp);
     xp[i] = r >= 0 && r < h && c >= 0 && c < w ? x[(p * h + r) * w + c] : T(0);
   }
@@ -113,8 +80,7 @@ __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, 
 template <typename T>
 __global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
                             int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, count) {
     const int64_t c = i % w, r = (i / w) % h, p = i / (w * h);
     x[i] = xp[(p * hp + r + top) * wp + c + left];
   }
@@ -288,7 +254,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
             src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count);
-        check(cudaGetLastError(), what(n, "pad_planes"));
+        check_launch(n, "pad_planes");
         src = xp;
       }
       check(cudnnConvolutionForward(c.cudnn, &one, plan->x, src, plan->w, w.data<T>(), plan->conv, plan->forward,
@@ -299,7 +265,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       conv_epilogue<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, c.stream>>>(
           y.data<T>(), b ? b->data<T>() : nullptr, z ? z->data<T>() : nullptr, relu, y.dims()[2] * y.dims()[3],
           y.dims()[1], y.numel());
-      check(cudaGetLastError(), what(n, "conv_epilogue"));
+      check_launch(n, "conv_epilogue");
     }
   });
 }
@@ -339,7 +305,7 @@ void conv_grad(KernelContext& ctx) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks, kThreads, 0, c.stream>>>(src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp,
                                                          plan->top, plan->left, padded_count);
-        check(cudaGetLastError(), what(n, "pad_planes"));
+        check_launch(n, "pad_planes");
         src = xp;
       }
       check(cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv,
@@ -355,7 +321,7 @@ void conv_grad(KernelContext& ctx) {
       if (plan->padded) {
         crop_planes<T><<<blocks_for(dx->numel(), kThreads), kThreads, 0, c.stream>>>(
             dst, dx->data<T>(), x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, dx->numel());
-        check(cudaGetLastError(), what(n, "crop_planes"));
+        check_launch(n, "crop_planes");
       }
     }
     if (db)
@@ -367,12 +333,9 @@ void conv_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
-  auto add = [&](const char* domain, const char* op, Kernel k) {
-    if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
-  };
-  add("", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
-  add("ai.trainrt", "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
-  add("ai.trainrt", "ConvGrad", conv_grad);
+  add_if_schema(r, "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
+  add_if_schema(r, "ai.trainrt", "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
+  add_if_schema(r, "ai.trainrt", "ConvGrad", conv_grad);
   register_pool_cuda(r);
 }
 

@@ -1,7 +1,8 @@
-// The CUDA context and error checks of ops/cuda_util.h. Compiled and linked in CI;
+// The CUDA context, error checks and kernel helpers of ops/cuda_util.h. Compiled and linked in CI;
 // run only where a GPU exists.
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "graph/error.h"
 #include "ops/cuda_util.h"
@@ -71,6 +72,27 @@ void* workspace(size_t bytes) {
   check(cudaMalloc(&work, bytes), "cudaMalloc workspace of " + std::to_string(bytes) + " bytes");
   work_bytes = bytes;
   return work;
+}
+
+std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
+
+void check_launch(const Node& n, const char* kernel) { check(cudaGetLastError(), what(n, kernel)); }
+
+void run_reference(KernelContext& ctx) {
+  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
+  if (!k) throw_internal(what(ctx.node, "cuda host fallback"), "no reference kernel");
+  check(cudaStreamSynchronize(context().stream), what(ctx.node, "cudaStreamSynchronize before the host fallback"));
+  (*k)(ctx);
+}
+
+void require_fp32_math(const KernelContext& ctx) {
+  if (ctx.math != MathPrecision::fp32)
+    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
+                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
+}
+
+void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k) {
+  if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
 }
 
 void register_cuda_kernels(Registry& r) {

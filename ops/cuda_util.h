@@ -1,10 +1,15 @@
 // What every CUDA kernel of the cuda backend shares: the process's CUDA context (one
-// stream, cuDNN and cuBLASLt handles bound to it, a growing workspace) and error checks.
+// stream, cuDNN and cuBLASLt handles bound to it, a growing workspace), error checks,
+// and the small helpers of ops/*_cuda.cu (host fallback, dtype dispatch, plan cache,
+// grid-stride loop, block sum).
 //
 //   cuda::Context& c = cuda::context();                 // created on first use
-//   my_kernel<<<blocks, threads, 0, c.stream>>>(...);
-//   cuda::check(cudaGetLastError(), "Relu");            // Internal error naming the call
-//   cuda::check(cudnnConvolutionForward(c.cudnn, ...), "Conv 'conv1'");
+//   if (!cuda::with_float(x.dtype(), [&](auto tag) {
+//         my_kernel<decltype(tag)><<<cuda::blocks_for(n), cuda::kThreads, 0, c.stream>>>(...);
+//         cuda::check_launch(ctx.node, "my_kernel");    // Internal error naming kernel and node
+//       }))
+//     cuda::run_reference(ctx);                         // other dtypes: the host kernel
+//   cuda::check(cudnnConvolutionForward(c.cudnn, ...), cuda::what(ctx.node, "cudnnConvolutionForward"));
 //
 // Why: the cuda backend (runtime/cuda/cuda_backend.h) queues every kernel on one stream
 // in plan order, so a kernel never waits for another itself; the executor synchronises
@@ -22,6 +27,10 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "ops/register_all.h"
@@ -49,11 +58,81 @@ void check(cudaError_t e, const std::string& what);
 void check(cudnnStatus_t s, const std::string& what);
 void check(cublasStatus_t s, const std::string& what);
 
+// Threads per block of the 1-D kernels; block_sum assumes exactly this many.
+constexpr int kThreads = 256;
+
 // Blocks and threads for a grid-stride loop over n elements.
-inline unsigned blocks_for(long long n, int threads = 256) {
+inline unsigned blocks_for(long long n, int threads = kThreads) {
   long long b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
+
+// "call (Op 'name')": the `what` of a check() while running node n.
+std::string what(const Node& n, const char* call);
+// Right after a launch: an Internal error naming the kernel and node if it failed to start.
+void check_launch(const Node& n, const char* kernel);
+// For what a cuda kernel does not cover: the op's host reference kernel, run once the
+// stream is synchronised (queued kernels may still be writing its inputs).
+void run_reference(KernelContext& ctx);
+// Kernels that honour KernelContext::math call this first: cuda runs fp32 arithmetic
+// only, so a bf16/fp16 request is Unsupported rather than silently computed in fp32.
+void require_fp32_math(const KernelContext& ctx);
+// Registers k as the op's cuda kernel, only if the op's schema is registered.
+void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k);
+
+// f(float{}) or f(double{}) and true; false (nothing called) for other dtypes, which the
+// caller sends to run_reference. (ops/common.h's dispatch_float throws instead.)
+template <typename F>
+bool with_float(DataType t, F&& f) {
+  if (t == DataType::Float32) return f(float{}), true;
+  if (t == DataType::Float64) return f(double{}), true;
+  return false;
+}
+
+// The plan (descriptors, chosen algorithm) cached under `key`, made by `make` on first
+// use; the lock is held while it runs, so library heuristics run once per key. Never
+// freed: like the context, plans live as long as the process.
+template <typename Plan, typename Make>
+std::shared_ptr<const Plan> cached(const std::string& key, Make&& make) {
+  static std::mutex mu;
+  static auto* plans = new std::map<std::string, std::shared_ptr<const Plan>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it == plans->end()) it = plans->emplace(key, std::make_shared<const Plan>(make())).first;
+  return it->second;
+}
+
+#ifdef __CUDACC__
+// for (int64_t i = this thread's first element; i < n; i += all threads of the grid):
+// the loop of a kernel launched with blocks_for(n) blocks (any grid size is correct).
+#define TRAINRT_GRID_STRIDE(i, n)                                                        \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Sums of each v[k] over the block (1-D, kThreads threads, all of them calling); the
+// results are thread 0's, in a fixed order, so they repeat bit for bit. May be called
+// repeatedly in one kernel: it first waits for the previous call's readers.
+template <int K>
+__device__ void block_sum(double (&v)[K]) {
+  __shared__ double warp_sums[K][kThreads / 32];
+  __syncthreads();
+  for (int k = 0; k < K; ++k)
+    for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+  if (threadIdx.x % 32 == 0)
+    for (int k = 0; k < K; ++k) warp_sums[k][threadIdx.x / 32] = v[k];
+  __syncthreads();
+  if (threadIdx.x < 32)
+    for (int k = 0; k < K; ++k) {
+      v[k] = threadIdx.x < kThreads / 32 ? warp_sums[k][threadIdx.x] : 0.0;
+      for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+    }
+}
+__device__ inline double block_sum(double v) {
+  double one[1] = {v};
+  block_sum(one);
+  return one[0];
+}
+#endif  // __CUDACC__
 
 // The "cuda" kernel set, one function per op family file (ops/<family>_cuda.cu),
 // all called by register_cuda_kernels (from register_all, after every schema).

@@ -47,40 +47,15 @@ namespace trainrt::cuda {
 namespace {
 
 constexpr const char* kTrainrt = "ai.trainrt";
-constexpr int kThreads = 256;
 constexpr int kMaxRank = 8;
 // Grid cap of kernels whose blocks first derive constants from device scalars.
 constexpr unsigned kMaxBlocks = 1024;
-
-void check_launch(const KernelContext& ctx) {
-  check(cudaGetLastError(), ctx.node.op_type + " '" + ctx.node.name + "'");
-}
-
-// The op's reference kernel on the host, once the queued kernels that write its inputs are done.
-void run_on_host(KernelContext& ctx) {
-  check(cudaStreamSynchronize(context().stream), ctx.node.op_type + " '" + ctx.node.name + "' (host fallback)");
-  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
-  if (!k) throw_internal("cuda " + ctx.node.op_type, "no reference kernel to fall back to");
-  (*k)(ctx);
-}
-
-// f(float{}) or f(double{}); false (nothing called) for other dtypes.
-template <typename F>
-bool with_float(DataType t, F&& f) {
-  if (t == DataType::Float32) return f(float{}), true;
-  if (t == DataType::Float64) return f(double{}), true;
-  return false;
-}
-
-#define GRID_STRIDE(i, n)                                                                \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // ---- Relu, ReluGrad, Add, Sum -------------------------------------------------
 
 template <typename T>
 __global__ void relu_kernel(const T* x, T* y, int64_t n) {
-  GRID_STRIDE(i, n) {
+  TRAINRT_GRID_STRIDE(i, n) {
     const T v = x[i];
     y[i] = v < T(0) ? T(0) : v;
   }
@@ -88,7 +63,7 @@ __global__ void relu_kernel(const T* x, T* y, int64_t n) {
 
 template <typename T>
 __global__ void relu_grad_kernel(const T* dy, const T* y, T* dx, int64_t n) {
-  GRID_STRIDE(i, n) { dx[i] = y[i] > T(0) ? dy[i] : T(0); }
+  TRAINRT_GRID_STRIDE(i, n) { dx[i] = y[i] > T(0) ? dy[i] : T(0); }
 }
 
 // ops/broadcast.h's BroadcastIndex on the device: the input offset of output element i.
@@ -128,7 +103,7 @@ bool device_index(const std::vector<int64_t>& in, const std::vector<int64_t>& ou
 
 template <typename T>
 __global__ void add_kernel(const T* a, DeviceIndex ia, const T* b, DeviceIndex ib, T* y, int64_t n) {
-  GRID_STRIDE(i, n) { y[i] = a[ia(i)] + b[ib(i)]; }
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = a[ia(i)] + b[ib(i)]; }
 }
 
 constexpr int kSumInputs = 8;  // per launch; more inputs take further launches over y
@@ -141,7 +116,7 @@ struct SumInputs {
 // y = (first ? 0 : y) + x0 + x1 + ..., left to right.
 template <typename T>
 __global__ void sum_kernel(SumInputs<T> in, bool first, T* y, int64_t n) {
-  GRID_STRIDE(i, n) {
+  TRAINRT_GRID_STRIDE(i, n) {
     T acc = first ? T(0) : y[i];
     for (int k = 0; k < in.count; ++k) acc += in.x[k][i];
     y[i] = acc;
@@ -153,9 +128,9 @@ void relu(KernelContext& ctx) {
   if (!with_float(ctx.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
         relu_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(ctx.in(0).data<T>(), ctx.out(0).data<T>(), n);
-        check_launch(ctx);
+        check_launch(ctx.node, "relu_kernel");
       }))
-    run_on_host(ctx);
+    run_reference(ctx);
 }
 
 void relu_grad(KernelContext& ctx) {
@@ -164,9 +139,9 @@ void relu_grad(KernelContext& ctx) {
         using T = decltype(tag);
         relu_grad_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(ctx.in(0).data<T>(), ctx.in(1).data<T>(),
                                                                            ctx.out(0).data<T>(), n);
-        check_launch(ctx);
+        check_launch(ctx.node, "relu_grad_kernel");
       }))
-    run_on_host(ctx);
+    run_reference(ctx);
 }
 
 void add(KernelContext& ctx) {
@@ -178,15 +153,15 @@ void add(KernelContext& ctx) {
         using T = decltype(tag);
         const int64_t n = y.numel();
         add_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(a.data<T>(), ia, b.data<T>(), ib, y.data<T>(), n);
-        check_launch(ctx);
+        check_launch(ctx.node, "add_kernel");
       }))
-    run_on_host(ctx);
+    run_reference(ctx);
 }
 
 void sum(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   for (const Tensor* x : ctx.inputs)
-    if (x->numel() != y.numel()) return run_on_host(ctx);
+    if (x->numel() != y.numel()) return run_reference(ctx);
   if (!with_float(y.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = y.numel();
@@ -195,10 +170,10 @@ void sum(KernelContext& ctx) {
           in.count = static_cast<int>(std::min<size_t>(kSumInputs, ctx.inputs.size() - k0));
           for (int k = 0; k < in.count; ++k) in.x[k] = ctx.in(k0 + static_cast<size_t>(k)).data<T>();
           sum_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(in, k0 == 0, y.data<T>(), n);
-          check_launch(ctx);
+          check_launch(ctx.node, "sum_kernel");
         }
       }))
-    run_on_host(ctx);
+    run_reference(ctx);
 }
 
 // ---- SumToShape ----------------------------------------------------------------
@@ -218,20 +193,6 @@ struct Axes {
     return off;
   }
 };
-
-// Sum of v over the block (kThreads threads); the result is thread 0's.
-__device__ double block_sum(double v) {
-  __shared__ double warp_sums[kThreads / 32];
-  __syncthreads();  // a previous call's readers are done
-  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
-    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-  }
-  return v;
-}
 
 constexpr int kRows = 8;  // threadIdx.y of sum_columns: rows that split one dX element's sum
 
@@ -276,11 +237,11 @@ void sum_to_shape(KernelContext& ctx) {
   if (n == dy.numel()) {  // nothing is broadcast: a copy, none when dX is over dY
     if (dx.raw() != dy.raw() && n > 0)
       check(cudaMemcpyAsync(dx.raw(), dy.raw(), dx.nbytes(), cudaMemcpyDefault, context().stream),
-            "SumToShape '" + ctx.node.name + "'");
+            what(ctx.node, "cudaMemcpyAsync"));
     return;
   }
   if (n == 0) return;
-  if (dyd.size() > static_cast<size_t>(kMaxRank)) return run_on_host(ctx);
+  if (dyd.size() > static_cast<size_t>(kMaxRank)) return run_reference(ctx);
   // Innermost axis first; neighbouring axes of one kind merge, keeping the inner stride.
   Axes kept, reduced;
   int last_kind = -1;  // 0 kept, 1 reduced
@@ -314,13 +275,14 @@ void sum_to_shape(KernelContext& ctx) {
         if (inner_kept) {
           const unsigned tiles = static_cast<unsigned>(std::min<int64_t>((n + 31) / 32, 65535));
           sum_columns<<<tiles, dim3(32, kRows), 0, s>>>(dy.data<T>(), dx.data<T>(), n, kept, reduced, r_count);
+          check_launch(ctx.node, "sum_columns");
         } else {
           const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, 65535));
           sum_rows<<<blocks, kThreads, 0, s>>>(dy.data<T>(), dx.data<T>(), n, kept, reduced, r_count);
+          check_launch(ctx.node, "sum_rows");
         }
-        check_launch(ctx);
       }))
-    run_on_host(ctx);
+    run_reference(ctx);
 }
 
 // ---- Dropout -------------------------------------------------------------------
@@ -385,7 +347,7 @@ __device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) 
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, uint64_t key, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
-  GRID_STRIDE(i, n) {
+  TRAINRT_GRID_STRIDE(i, n) {
     if (!c.training) {  // inference: identity, mask all true
       y[i] = x[i];
       if (mask) mask[i] = 1;
@@ -403,7 +365,7 @@ __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, uint6
 template <typename T, bool kRelu>
 __global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_t n, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
-  GRID_STRIDE(i, n) {
+  TRAINRT_GRID_STRIDE(i, n) {
     bool kept;
     if constexpr (kRelu)
       kept = static_cast<const T*>(keep)[i] > T(0);
@@ -443,9 +405,9 @@ void dropout(KernelContext& ctx) {
         const int64_t n = x.numel();
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
         dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, key, o);
-        check_launch(ctx);
+        check_launch(ctx.node, "dropout_kernel");
       }))
-    run_on_host(ctx);
+    run_reference(ctx);
 }
 
 template <bool kRelu>
@@ -458,15 +420,9 @@ void dropout_grad(KernelContext& ctx) {
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
         dropout_grad_kernel<T, kRelu>
             <<<blocks, kThreads, 0, context().stream>>>(dy.data<T>(), ctx.in(1).raw(), ctx.out(0).data<T>(), n, o);
-        check_launch(ctx);
+        check_launch(ctx.node, "dropout_grad_kernel");
       }))
-    run_on_host(ctx);
-}
-
-#undef GRID_STRIDE
-
-void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k) {
-  if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
+    run_reference(ctx);
 }
 
 }  // namespace

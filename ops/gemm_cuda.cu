@@ -21,9 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "graph/error.h"
@@ -34,30 +32,12 @@ namespace trainrt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
-
-std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
-
-void require_fp32_math(const KernelContext& ctx) {
-  if (ctx.math != MathPrecision::fp32)
-    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
-                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
-}
-
-// The op's host reference kernel, once the queued device work that writes its inputs is done.
-void run_reference(KernelContext& ctx) {
-  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
-  if (!k) throw_internal(what(ctx.node, "cuda fallback"), "no reference kernel");
-  check(cudaStreamSynchronize(context().stream), what(ctx.node, "cudaStreamSynchronize before the host fallback"));
-  (*k)(ctx);
-}
 
 // y[i,j] = scale * c[i or 0, j or 0]: C broadcast to M,N (cm, cn: C's dims right-aligned, 1 or full).
 template <typename T>
 __global__ void broadcast_c(const T* c, T* y, int64_t cm, int64_t cn, int64_t n, T scale, int64_t count) {
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < count;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(idx, count) {
     const int64_t i = idx / n, j = idx % n;
     y[idx] = scale * c[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
   }
@@ -121,17 +101,6 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   return p;
 }
 
-std::shared_ptr<const GemmPlan> gemm_plan(const std::string& key, const Node& node, DataType t, int64_t m, int64_t n,
-                                          int64_t k, bool ta, bool tb, const uint32_t align[4]) {
-  static std::mutex mu;
-  static auto* plans = new std::map<std::string, std::shared_ptr<const GemmPlan>>();  // never freed: see header
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = plans->find(key);
-  if (it == plans->end())
-    it = plans->emplace(key, std::make_shared<const GemmPlan>(make_gemm_plan(node, t, m, n, k, ta, tb, align))).first;
-  return it->second;
-}
-
 // A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
 void gemm(KernelContext& ctx) {
   require_fp32_math(ctx);
@@ -157,7 +126,7 @@ void gemm(KernelContext& ctx) {
     std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
                       std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
     for (uint32_t v : align) key += ',' + std::to_string(v);
-    plan = gemm_plan(key, node, y.dtype(), m, n, k, ta, tb, align);
+    plan = cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align); });
     if (plan->use_reference) return run_reference(ctx);
   }
   Context& cx = context();
@@ -167,7 +136,7 @@ void gemm(KernelContext& ctx) {
     if ((k == 0 && c) || (use_c && !full_c)) {
       broadcast_c<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(
           c->data<T>(), y.data<T>(), cm, cn, n, k == 0 ? static_cast<T>(beta) : T(1), y.numel());
-      check(cudaGetLastError(), what(node, "broadcast_c"));
+      check_launch(node, "broadcast_c");
     } else if (k == 0) {
       check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), cx.stream), what(node, "cudaMemsetAsync"));
     }
@@ -183,7 +152,7 @@ void gemm(KernelContext& ctx) {
 }  // namespace
 
 void register_gemm_cuda(Registry& r) {
-  if (r.schemas.find("", "Gemm")) r.kernels.add("cuda", "", "Gemm", gemm);
+  add_if_schema(r, "", "Gemm", gemm);
 }
 
 }  // namespace trainrt::cuda

@@ -41,29 +41,8 @@ namespace trainrt::cuda {
 namespace {
 
 constexpr const char* kTrainrt = "ai.trainrt";
-constexpr int kThreads = 256;
 constexpr int64_t kValuesPerSlice = 4096;  // a channel is split into slices of about this many values
 constexpr int kMaxSlices = 32;
-
-void check_launch(const KernelContext& ctx) {
-  check(cudaGetLastError(), ctx.node.op_type + " '" + ctx.node.name + "'");
-}
-
-// The op's reference kernel on the host, once the queued kernels that write its inputs are done.
-void run_on_host(KernelContext& ctx) {
-  check(cudaStreamSynchronize(context().stream), ctx.node.op_type + " '" + ctx.node.name + "' (host fallback)");
-  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
-  if (!k) throw_internal("cuda " + ctx.node.op_type, "no reference kernel to fall back to");
-  (*k)(ctx);
-}
-
-// f(float{}) or f(double{}); false (nothing called) for other dtypes.
-template <typename F>
-bool with_float(DataType t, F&& f) {
-  if (t == DataType::Float32) return f(float{}), true;
-  if (t == DataType::Float64) return f(double{}), true;
-  return false;
-}
 
 // ops/norm.cpp's rule for when the node computes batch statistics.
 bool node_trains(const Node& n, bool executor_training) {
@@ -108,23 +87,6 @@ __device__ void for_slice(const Channels& v, F&& f) {
       ++n;
     }
   }
-}
-
-// Sums of each v[k] over the block (kThreads threads); the results are thread 0's.
-// At most one call per kernel: nothing guards warp_sums against a second call's writes.
-template <int K>
-__device__ void block_sum(double (&v)[K]) {
-  __shared__ double warp_sums[K][kThreads / 32];
-  for (int k = 0; k < K; ++k)
-    for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
-  if (threadIdx.x % 32 == 0)
-    for (int k = 0; k < K; ++k) warp_sums[k][threadIdx.x / 32] = v[k];
-  __syncthreads();
-  if (threadIdx.x < 32)
-    for (int k = 0; k < K; ++k) {
-      v[k] = threadIdx.x < kThreads / 32 ? warp_sums[k][threadIdx.x] : 0.0;
-      for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
-    }
 }
 
 // Channel c's total of partial k: parts[c, 0..slices-1, k] added in slice order.
@@ -178,8 +140,7 @@ struct ForwardArgs {
 
 template <typename T>
 __global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums, const double* devs) {
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < v.C;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(c, v.C) {
     double m = static_cast<double>(a.mean[c]), var = static_cast<double>(a.var[c]);
     if (a.training) {
       const double count = static_cast<double>(v.M);
@@ -202,8 +163,7 @@ __global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums,
 template <typename T, bool kRelu>
 __global__ void forward_apply(const T* x, T* y, int64_t n, int64_t C, int64_t S, const T* shift, const T* mul,
                               const T* add) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, n) {
     const int64_t c = i / S % C;
     T out = (x[i] - shift[c]) * mul[c] + add[c];
     if constexpr (kRelu) out = out > T(0) ? out : T(0);
@@ -223,8 +183,7 @@ struct GradArgs {
 
 template <typename T>
 __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const double* devs) {
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < v.C;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(c, v.C) {
     const double count = static_cast<double>(v.M);
     const double mean = channel_total(sums, v, c, 1, 0) / count;
     const double r = 1.0 / sqrt(channel_total(devs, v, c, 3, 0) / count + a.eps);
@@ -241,8 +200,7 @@ __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const
 
 template <typename T>
 __global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t n, int64_t C, int64_t S, GradArgs<T> a) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, n) {
     const int64_t c = i / S % C;
     dx[i] = a.k[c] * (dy[i] - a.bias_term[c] - (x[i] - a.mean[c]) * a.x_term[c]);
   }
@@ -276,9 +234,9 @@ void batchnorm(KernelContext& ctx) {
   if (training) {
     const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
     slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
-    check_launch(ctx);
+    check_launch(ctx.node, "slice_sums");
     slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, v, s.sums, s.devs);
-    check_launch(ctx);
+    check_launch(ctx.node, "slice_deviations");
   }
   auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<T>() : nullptr; };
   T* coef = static_cast<T*>(s.coefficients);
@@ -297,12 +255,12 @@ void batchnorm(KernelContext& ctx) {
                          .momentum = node.attr_float("momentum", 0.9f),
                          .training = training};
   forward_finish<<<blocks_for(v.C), kThreads, 0, stream>>>(a, v, s.sums, s.devs);
-  check_launch(ctx);
+  check_launch(ctx.node, "forward_finish");
   const int64_t n = x.numel();
   if (n == 0) return;
   forward_apply<T, kRelu>
       <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), ctx.out(0).data<T>(), n, v.C, v.S, a.shift, a.mul, a.add);
-  check_launch(ctx);
+  check_launch(ctx.node, "forward_apply");
 }
 
 template <typename T>
@@ -314,9 +272,9 @@ void batchnorm_grad(KernelContext& ctx) {
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
   slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
-  check_launch(ctx);
+  check_launch(ctx.node, "slice_sums");
   slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, s.sums, s.devs);
-  check_launch(ctx);
+  check_launch(ctx.node, "slice_deviations");
   T* coef = static_cast<T*>(s.coefficients);
   const GradArgs<T> a{.scale = ctx.in(2).data<T>(),
                       .dscale = ctx.has_output(1) ? ctx.out(1).data<T>() : nullptr,
@@ -327,24 +285,20 @@ void batchnorm_grad(KernelContext& ctx) {
                       .x_term = coef + 3 * v.C,
                       .eps = ctx.node.attr_float("epsilon", 1e-5f)};
   grad_finish<<<blocks_for(v.C), kThreads, 0, stream>>>(a, v, s.sums, s.devs);
-  check_launch(ctx);
+  check_launch(ctx.node, "grad_finish");
   const int64_t n = x.numel();
   if (!ctx.has_output(0) || n == 0) return;
   grad_apply<<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), ctx.out(0).data<T>(), n, v.C, v.S, a);
-  check_launch(ctx);
+  check_launch(ctx.node, "grad_apply");
 }
 
 template <bool kRelu>
 void batchnorm_kernel(KernelContext& ctx) {
-  if (!with_float(ctx.in(0).dtype(), [&](auto tag) { batchnorm<decltype(tag), kRelu>(ctx); })) run_on_host(ctx);
+  if (!with_float(ctx.in(0).dtype(), [&](auto tag) { batchnorm<decltype(tag), kRelu>(ctx); })) run_reference(ctx);
 }
 
 void batchnorm_grad_kernel(KernelContext& ctx) {
-  if (!with_float(ctx.in(1).dtype(), [&](auto tag) { batchnorm_grad<decltype(tag)>(ctx); })) run_on_host(ctx);
-}
-
-void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k) {
-  if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
+  if (!with_float(ctx.in(1).dtype(), [&](auto tag) { batchnorm_grad<decltype(tag)>(ctx); })) run_reference(ctx);
 }
 
 }  // namespace

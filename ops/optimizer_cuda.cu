@@ -32,29 +32,8 @@ namespace trainrt::cuda {
 namespace {
 
 constexpr const char* kDomain = "ai.trainrt";
-constexpr int kThreads = 256;
 // Grid cap: Adam's blocks each derive the bias corrections first.
 constexpr unsigned kMaxBlocks = 1024;
-
-void check_launch(const KernelContext& ctx) {
-  check(cudaGetLastError(), ctx.node.op_type + " '" + ctx.node.name + "'");
-}
-
-// The op's reference kernel on the host, once the queued kernels that write its inputs are done.
-void run_on_host(KernelContext& ctx) {
-  check(cudaStreamSynchronize(context().stream), ctx.node.op_type + " '" + ctx.node.name + "' (host fallback)");
-  const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
-  if (!k) throw_internal("cuda " + ctx.node.op_type, "no reference kernel to fall back to");
-  (*k)(ctx);
-}
-
-// f(float{}) or f(double{}); false (nothing called) for other dtypes.
-template <typename F>
-bool with_float(DataType t, F&& f) {
-  if (t == DataType::Float32) return f(float{}), true;
-  if (t == DataType::Float64) return f(double{}), true;
-  return false;
-}
 
 unsigned grid_for(int64_t n) { return std::min(blocks_for(n, kThreads), kMaxBlocks); }
 
@@ -73,8 +52,7 @@ template <typename T>
 __global__ void sgd_kernel(SgdArgs<T> a) {
   const T lr = static_cast<T>(*a.lr);
   const bool first = *a.step == 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, a.n) {
     const T p = a.p[i];
     T d = a.g[i] + a.wd * p;
     if (a.buf) {
@@ -119,8 +97,7 @@ __global__ void adam_kernel(AdamArgs<T> a) {
   const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
   const T one_minus_b1 = static_cast<T>(1.0 - a.beta1), one_minus_b2 = static_cast<T>(1.0 - a.beta2);
   const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.wd);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, a.n) {
     T w = a.p[i], g = a.g[i];
     if (a.decoupled)
       w *= c.decay;  // AdamW
@@ -157,9 +134,9 @@ void sgd(KernelContext& k) {
                            .wd = static_cast<T>(node.attr_float("weight_decay", 0.f)),
                            .nesterov = node.attr_int("nesterov", 0) != 0};
         sgd_kernel<<<grid_for(a.n), kThreads, 0, context().stream>>>(a);
-        check_launch(k);
+        check_launch(k.node, "sgd_kernel");
       }))
-    run_on_host(k);
+    run_reference(k);
 }
 
 void adam(KernelContext& k) {
@@ -182,26 +159,22 @@ void adam(KernelContext& k) {
                             .wd = node.attr_float("weight_decay", 0.f),
                             .decoupled = node.attr_int("decoupled_weight_decay", 0) != 0};
         adam_kernel<<<grid_for(a.n), kThreads, 0, context().stream>>>(a);
-        check_launch(k);
+        check_launch(k.node, "adam_kernel");
       }))
-    run_on_host(k);
+    run_reference(k);
 }
 
 void increment(KernelContext& k) {
   increment_kernel<<<1, 1, 0, context().stream>>>(k.in(0).data<int64_t>(), k.out(0).data<int64_t>());
-  check_launch(k);
-}
-
-void add_if_schema(Registry& r, const char* op, Kernel k) {
-  if (r.schemas.find(kDomain, op)) r.kernels.add("cuda", kDomain, op, std::move(k));
+  check_launch(k.node, "increment_kernel");
 }
 
 }  // namespace
 
 void register_optimizer_cuda(Registry& r) {
-  add_if_schema(r, "SGD", sgd);
-  add_if_schema(r, "Adam", adam);
-  add_if_schema(r, "Increment", increment);
+  add_if_schema(r, kDomain, "SGD", sgd);
+  add_if_schema(r, kDomain, "Adam", adam);
+  add_if_schema(r, kDomain, "Increment", increment);
 }
 
 }  // namespace trainrt::cuda

@@ -27,11 +27,13 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 
 #include "graph/tsan.h"
 
@@ -55,13 +57,52 @@ void parallel_ranges(int64_t n, int64_t grain, F&& f) {
   const int64_t parts = std::min<int64_t>(4, (n + grain - 1) / grain);
   if (parts <= 1) return f(int64_t{0}, n);
   std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
   for (int64_t i = 1; i < parts; ++i)
-    threads.emplace_back([&f, i, n, parts] { f(n * i / parts, n * (i + 1) / parts); });
-  f(int64_t{0}, n / parts);
+    threads.emplace_back([&f, &errors, i, n, parts] {
+      try {
+        f(n * i / parts, n * (i + 1) / parts);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();  // rethrown after the join, as oneTBB does
+      }
+    });
+  try {
+    f(int64_t{0}, n / parts);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
   for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 #else
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+#endif
+}
+
+// Runs a() and b() at the same time and returns when both have; an exception of
+// either is rethrown after both ended (oneTBB's parallel_invoke; a std::thread under TSan).
+template <typename A, typename B>
+void parallel_pair(A&& a, B&& b) {
+#ifdef TRAINRT_TSAN
+  std::exception_ptr error;
+  std::thread other([&] {
+    try {
+      b();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  try {
+    a();
+  } catch (...) {
+    other.join();
+    throw;
+  }
+  other.join();
+  if (error) std::rethrow_exception(error);
+#else
+  tbb::parallel_invoke(a, b);
 #endif
 }
 

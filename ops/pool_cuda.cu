@@ -33,8 +33,6 @@ namespace trainrt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
 // One pooling call as `planes` (N*C) planes of D,H,W; dims a pool lacks are size 1.
 struct Pool3 {
   int64_t planes = 1;
@@ -111,8 +109,7 @@ __device__ Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int6
 template <typename T>
 __global__ void maxpool_kernel(Pool3 g, const T* x, T* y, int64_t* idx, bool column_major, T lowest) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < count;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(o, count) {
     const At t = split(o, g.out);
     const T* plane = x + t.p * g.in_size();
     const Argmax m = window_argmax(g, plane, t.a, t.b, t.c);
@@ -140,8 +137,7 @@ __device__ int64_t average_divisor(const Pool3& g, int64_t od, int64_t oh, int64
 template <typename T>
 __global__ void averagepool_kernel(Pool3 g, const T* x, T* y, bool include_pad) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < count;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(o, count) {
     const At t = split(o, g.out);
     const T* plane = x + t.p * g.in_size();
     T sum = 0;
@@ -165,8 +161,7 @@ __global__ void averagepool_kernel(Pool3 g, const T* x, T* y, bool include_pad) 
 template <typename T>
 __global__ void window_argmax_kernel(Pool3 g, const T* x, int64_t* arg) {
   const int64_t H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < count;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(o, count) {
     const At t = split(o, g.out);
     const Argmax m = window_argmax(g, x + t.p * g.in_size(), t.a, t.b, t.c);
     arg[o] = m.d < 0 ? -1 : (m.d * H + m.h) * W + m.w;
@@ -197,8 +192,7 @@ __device__ void for_windows_of(const Pool3& g, int64_t id, int64_t ih, int64_t i
 template <typename T>
 __global__ void maxpool_grad_kernel(Pool3 g, const T* dy, const int64_t* arg, T* dx) {
   const int64_t count = g.planes * g.in_size();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, count) {
     const At t = split(i, g.in);
     const int64_t self = i - t.p * g.in_size();
     T acc = 0;
@@ -214,8 +208,7 @@ __global__ void maxpool_grad_kernel(Pool3 g, const T* dy, const int64_t* arg, T*
 template <typename T>
 __global__ void averagepool_grad_kernel(Pool3 g, const T* dy, T* dx, bool include_pad) {
   const int64_t count = g.planes * g.in_size();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  TRAINRT_GRID_STRIDE(i, count) {
     const At t = split(i, g.in);
     T acc = 0;
     for_windows_of(g, t.a, t.b, t.c, /*dilated=*/false, [&](int64_t od, int64_t oh, int64_t ow) {
@@ -224,14 +217,6 @@ __global__ void averagepool_grad_kernel(Pool3 g, const T* dy, T* dx, bool includ
     });
     dx[i] = acc;
   }
-}
-
-std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
-
-void require_fp32_math(const KernelContext& ctx) {
-  if (ctx.math != MathPrecision::fp32)
-    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
-                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
 }
 
 // MaxPool also takes 8-bit integers (ONNX opset 12).
@@ -255,7 +240,7 @@ void maxpool(KernelContext& ctx) {
     maxpool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
         g, x.data<T>(), y.data<T>(), idx, column_major, std::numeric_limits<T>::lowest());
   });
-  check(cudaGetLastError(), what(ctx.node, "maxpool_kernel"));
+  check_launch(ctx.node, "maxpool_kernel");
 }
 
 void averagepool(KernelContext& ctx) {
@@ -270,7 +255,7 @@ void averagepool(KernelContext& ctx) {
     averagepool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
         g, x.data<T>(), y.data<T>(), include_pad);
   });
-  check(cudaGetLastError(), what(ctx.node, "averagepool_kernel"));
+  check_launch(ctx.node, "averagepool_kernel");
 }
 
 // MaxPoolGrad(dY, X) -> dX: argmax of every window into the workspace, then a gather per dX element.
@@ -290,7 +275,7 @@ void maxpool_grad(KernelContext& ctx) {
     maxpool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, dy.data<T>(), arg,
                                                                                        dx.data<T>());
   });
-  check(cudaGetLastError(), what(ctx.node, "maxpool_grad_kernel"));
+  check_launch(ctx.node, "maxpool_grad_kernel");
 }
 
 void averagepool_grad(KernelContext& ctx) {
@@ -306,19 +291,16 @@ void averagepool_grad(KernelContext& ctx) {
     averagepool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, context().stream>>>(
         g, dy.data<T>(), dx.data<T>(), include_pad);
   });
-  check(cudaGetLastError(), what(ctx.node, "averagepool_grad_kernel"));
+  check_launch(ctx.node, "averagepool_grad_kernel");
 }
 
 }  // namespace
 
 void register_pool_cuda(Registry& r) {
-  auto add = [&](const char* domain, const char* op, Kernel k) {
-    if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
-  };
-  add("", "MaxPool", maxpool);
-  add("", "AveragePool", averagepool);
-  add("ai.trainrt", "MaxPoolGrad", maxpool_grad);
-  add("ai.trainrt", "AveragePoolGrad", averagepool_grad);
+  add_if_schema(r, "", "MaxPool", maxpool);
+  add_if_schema(r, "", "AveragePool", averagepool);
+  add_if_schema(r, "ai.trainrt", "MaxPoolGrad", maxpool_grad);
+  add_if_schema(r, "ai.trainrt", "AveragePoolGrad", averagepool_grad);
 }
 
 }  // namespace trainrt::cuda

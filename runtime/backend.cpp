@@ -1,18 +1,16 @@
 #include "runtime/backend.h"
 
 #include <omp.h>
-#include <oneapi/tbb/parallel_invoke.h>
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <thread>
 
 #include "graph/error.h"
-#include "graph/tsan.h"
 #include "ops/dnnl_util.h"
+#include "ops/parallel.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -92,27 +90,7 @@ class CpuBackend : public Backend {
       }
       omp_set_num_threads(before);
     };
-#ifdef TRAINRT_TSAN
-    // TSan cannot see oneTBB's (uninstrumented) hand-offs: a plain thread, as in ops/parallel.h.
-    std::exception_ptr error;
-    std::thread other([&] {
-      try {
-        with_threads(all - all / 2, second);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    try {
-      with_threads(all / 2, first);
-    } catch (...) {
-      other.join();
-      throw;
-    }
-    other.join();
-    if (error) std::rethrow_exception(error);
-#else
-    oneapi::tbb::parallel_invoke([&] { with_threads(all / 2, first); }, [&] { with_threads(all - all / 2, second); });
-#endif
+    parallel_pair([&] { with_threads(all / 2, first); }, [&] { with_threads(all - all / 2, second); });
   }
   void check_math(MathPrecision m) const override {
     if (m == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16())
