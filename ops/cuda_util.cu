@@ -38,9 +38,19 @@ void check(cublasStatus_t s, const std::string& what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw_internal(what, "cuBLAS error " + std::to_string(static_cast<int>(s)));
 }
 
+// The current device is a per-thread setting in CUDA: a thread other than the one that
+// created the context (a communicator's, a test's rank thread) selects it on first use.
+static thread_local bool device_set_here = false;
+
 Context& context() {
   std::lock_guard<std::mutex> lock(context_mu);
-  if (the_context) return *the_context;
+  if (the_context) {
+    if (!device_set_here) {
+      check(cudaSetDevice(the_context->device), "cudaSetDevice");
+      device_set_here = true;
+    }
+    return *the_context;
+  }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
@@ -56,6 +66,7 @@ Context& context() {
   check(cudnnCreate(&c->cudnn), "cudnnCreate");
   check(cudnnSetStream(c->cudnn, c->stream), "cudnnSetStream");
   check(cublasLtCreate(&c->lt), "cublasLtCreate");
+  device_set_here = true;
   the_context = c.release();  // lives until the process ends: kernels may run at exit
   return *the_context;
 }

@@ -7,6 +7,7 @@
 //         p' = p - (lr / (1 - b1^t)) * m' / (sqrt(v') / sqrt(1 - b2^t) + eps),  t = step + 1
 //   Increment  step' = step + 1
 //
+// (AdamW's decay is applied as p - lr*wd*p, the same value, so a small lr*wd survives T.)
 // Why it reads lr and step on the device: both are values (a schedule changes lr, the
 // graph's Increment advances step), so reading them on the host would wait for the GPU
 // at every parameter. Adam's bias corrections are computed once per block from them, in
@@ -81,7 +82,10 @@ template <typename T>
 struct AdamStep {
   T step_size;  // lr / (1 - beta1^t)
   T sqrt_bc2;   // sqrt(1 - beta2^t)
-  T decay;      // AdamW's 1 - lr*wd
+  // AdamW's lr*wd, not 1 - lr*wd: rounded to float, 1 - lr*wd keeps lr*wd only to a
+  // multiple of 2^-24 (lr*wd = 1e-8 rounds to 1, no decay at all; 1e-7 is off by 19%),
+  // while the reference multiplies by it in double. p - lr*wd*p keeps it to float rounding.
+  T lr_wd;
 };
 
 template <typename T>
@@ -91,23 +95,24 @@ __global__ void adam_kernel(AdamArgs<T> a) {
     const double lr = static_cast<double>(*a.lr), t = static_cast<double>(*a.step + 1);
     c.step_size = static_cast<T>(lr / (1.0 - pow(a.beta1, t)));
     c.sqrt_bc2 = static_cast<T>(sqrt(1.0 - pow(a.beta2, t)));
-    c.decay = static_cast<T>(1.0 - lr * a.wd);
+    c.lr_wd = static_cast<T>(lr * a.wd);
   }
   __syncthreads();
   const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
   const T one_minus_b1 = static_cast<T>(1.0 - a.beta1), one_minus_b2 = static_cast<T>(1.0 - a.beta2);
   const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.wd);
   TRAINRT_GRID_STRIDE(i, a.n) {
-    T w = a.p[i], g = a.g[i];
+    const T w = a.p[i];
+    T g = a.g[i], decay = T(0);
     if (a.decoupled)
-      w *= c.decay;  // AdamW
+      decay = c.lr_wd * w;  // AdamW: w * (1 - lr*wd) = w - lr*wd*w, subtracted with the step
     else
       g += wd * w;  // Adam: L2 penalty folded into the gradient
     const T m = b1 * a.m[i] + one_minus_b1 * g;
     const T v = b2 * a.v[i] + one_minus_b2 * g * g;
     a.m_out[i] = m;
     a.v_out[i] = v;
-    a.out[i] = w - c.step_size * m / (sqrt(v) / c.sqrt_bc2 + eps);
+    a.out[i] = w - (decay + c.step_size * m / (sqrt(v) / c.sqrt_bc2 + eps));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "graph/error.h"
 #include "ops/dnnl_util.h"
 #include "ops/parallel.h"
+#include "runtime/executor.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -41,6 +42,8 @@ std::shared_ptr<std::byte[]> Backend::allocate(size_t bytes) const {
       static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 64), std::align_val_t(64))),
       [](std::byte* q) { ::operator delete[](q, std::align_val_t(64)); });
 }
+
+size_t Backend::available_bytes() const { return available_memory_bytes(); }
 
 void Backend::copy(void* to, const void* from, size_t bytes) const {
   if (bytes) std::memcpy(to, from, bytes);

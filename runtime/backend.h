@@ -65,6 +65,11 @@ class Backend {
   // Copies `bytes` bytes between any memory the host or this backend uses, in order
   // with the kernels already issued.
   virtual void copy(void* to, const void* from, size_t bytes) const;
+  // Bytes a new allocation may still take, and what that figure is ("MemAvailable",
+  // "free GPU memory"); the executor refuses a plan that needs more, before allocating.
+  // Default: the host's MemAvailable (0: unknown).
+  virtual size_t available_bytes() const;
+  virtual std::string available_source() const { return "MemAvailable"; }
   // Whether kernels may still be running when their call returns (device backends).
   virtual bool asynchronous() const { return false; }
   // Waits until every kernel and copy issued so far has finished.

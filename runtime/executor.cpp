@@ -170,10 +170,10 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
 
   // Memory refusal before the arena exists.
   const size_t need = plan.arena_bytes + plan.output_bytes;
-  const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : available_memory_bytes();
+  const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
   if (limit && need > limit)
     throw_bad_input("memory plan", "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
-                                       (ro.memory_limit_bytes ? " (the set limit)" : " (MemAvailable)") +
+                                       (ro.memory_limit_bytes ? " (the set limit)" : " (" + backend_.available_source() + ")") +
                                        ": use a smaller batch");
   prepared_.push_back(std::move(p));
   Prepared& r = *prepared_.back();

@@ -44,7 +44,8 @@ struct RunOptions {
   bool detect_anomaly = false;  // check every float output
   // Stop before the first node that writes state in place (a diagnostic rerun).
   bool skip_state_writes = false;
-  // Refuse a plan whose arena needs more bytes than this (0: /proc/meminfo MemAvailable).
+  // Refuse a plan whose arena needs more bytes than this (0: Backend::available_bytes(),
+  // the host's MemAvailable or the GPU's free memory).
   size_t memory_limit_bytes = 0;
   // Called after each plan step (index into Plan::steps) with its outputs written:
   // where a gradient bucket's all-reduce starts (GradientBucket::ready_after_step).

@@ -46,6 +46,15 @@ class CudaBackend : public Backend {
     return a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeDevice;
   }
 
+  // Managed memory could exceed the GPU and page to the host at every kernel: refused instead.
+  size_t available_bytes() const override {
+    cuda::context();
+    size_t free = 0, total = 0;
+    cuda::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return free;
+  }
+  std::string available_source() const override { return "free memory of GPU " + std::to_string(cuda::context().device); }
+
   void copy(void* to, const void* from, size_t bytes) const override {
     if (!bytes) return;
     cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, cuda::context().stream), "copy to the GPU");

@@ -75,6 +75,10 @@ class DeviceDouble : public Backend {
     for (auto& f : work) f();
   }
 
+  size_t available_bytes() const override { return budget; }
+  std::string available_source() const override { return "the double's budget"; }
+  size_t budget = size_t{1} << 40;
+
   size_t pending() const {
     std::lock_guard<std::mutex> lock(mu_);
     return pending_.size();
@@ -253,4 +257,15 @@ TEST_CASE("an asynchronous backend runs the kernels it lacks on the host, after 
   CHECK(y.data<float>()[1] == 2.f);
   const std::vector<std::string> host = b.fallback_ops();
   CHECK(std::find(host.begin(), host.end(), "Relu") != host.end());
+}
+
+TEST_CASE("device backend: a plan larger than the backend's free memory is refused before allocating") {
+  Graph g = small_wrn();
+  DeviceDouble dev;
+  dev.budget = 1 << 16;  // 64 KiB: far below the arena of a batch of 4
+  Executor ex(g, dev);
+  const std::string e = error_of([&] { ex.run({{"input", random_tensor(DataType::Float32, {4, 1, 28, 28}, 1)}}); });
+  CHECK(e.find("memory plan: needs") != std::string::npos);
+  CHECK(e.find("(the double's budget): use a smaller batch") != std::string::npos);
+  CHECK(dev.pending() == 0);
 }
