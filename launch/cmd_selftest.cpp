@@ -134,7 +134,8 @@ int cmd_selftest(const Argv& argv) {
   std::vector<std::string> host = backend->fallback_ops();
   std::string host_list;
   for (const std::string& op : host) host_list += (host_list.empty() ? "" : ", ") + op;
-  if (backend->asynchronous()) std::printf("  ops run on the host: %s\n", host_list.empty() ? "none" : host_list.c_str());
+  if (backend->asynchronous())
+    std::printf("  ops run on the host: %s\n", host_list.empty() ? "none" : host_list.c_str());
   std::printf("  Wide ResNet widths %s on [%lld,1,28,28], 10 classes; SGD momentum 0.9, weight decay 5e-4\n",
               a.str("widths").c_str(), static_cast<long long>(batch));
   std::string failure;
@@ -177,7 +178,8 @@ int cmd_selftest(const Argv& argv) {
     dev.set_after_step([&](int s) { rd(s); });
     ref.set_after_step([&](int s) { rr(s); });
     auto batch_of = [&](uint64_t seed) {
-      TensorMap b{{"input", Tensor(DataType::Float32, {batch, 1, 28, 28})}, {"labels", Tensor(DataType::Int64, {batch})}};
+      TensorMap b{{"input", Tensor(DataType::Float32, {batch, 1, 28, 28})},
+                  {"labels", Tensor(DataType::Int64, {batch})}};
       std::mt19937_64 r(seed);
       for (int64_t i = 0; i < b.at("input").numel(); ++i) b.at("input").data<float>()[i] = normal(r);
       for (int64_t i = 0; i < batch; ++i) b.at("labels").data<int64_t>()[i] = static_cast<int64_t>(r() % 10);

@@ -350,13 +350,12 @@ int cmd_train(const Argv& argv) {
         "Training started with %lld processes across %lld nodes (%s, MPI); %d threads per rank, global batch %lld = "
         "%lld ranks x %lld, gradient buckets of %g MB (first %g MB)\n",
         static_cast<long long>(world), static_cast<long long>(std::max<int64_t>(1, world / env.local_world)),
-        env.launcher.c_str(), rank_threads, static_cast<long long>(global_batch),
-        static_cast<long long>(world), static_cast<long long>(per_rank_batch), bucket_mb, first_bucket_mb);
+        env.launcher.c_str(), rank_threads, static_cast<long long>(global_batch), static_cast<long long>(world),
+        static_cast<long long>(per_rank_batch), bucket_mb, first_bucket_mb);
   std::printf(
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
-      model_path.c_str(), dataset.c_str(), static_cast<long long>(global_batch),
-      static_cast<long long>(train.size()), static_cast<long long>(test.size()), session.training().params.size(),
-      precision.c_str());
+      model_path.c_str(), dataset.c_str(), static_cast<long long>(global_batch), static_cast<long long>(train.size()),
+      static_cast<long long>(test.size()), session.training().params.size(), precision.c_str());
   if (math == MathPrecision::fp16)
     std::printf(
         "fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
@@ -515,8 +514,7 @@ int cmd_train(const Argv& argv) {
       ++st.global_step;
       st.epoch_seconds = seconds_before + seconds_since(t0);
       if (log_every > 0 && (st.step_in_epoch % log_every == 0 || st.step_in_epoch == stream.size())) {
-        const double rate =
-            static_cast<double>((st.step_in_epoch - first_step) * global_batch) / seconds_since(t0);
+        const double rate = static_cast<double>((st.step_in_epoch - first_step) * global_batch) / seconds_since(t0);
         std::printf(tty ? "\rEpoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec   "
                         : "Epoch %lld: step %lld/%lld, loss %.4f, %.1f images/sec\n",
                     static_cast<long long>(st.epoch + 1), static_cast<long long>(st.step_in_epoch),

@@ -115,8 +115,7 @@ bool pick(const std::vector<Perf>& perf, int returned, Algo* algo) {
   for (bool need_deterministic : {true, false})
     for (int i = 0; i < returned; ++i)
       if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH &&
-          perf[i].memory <= kMaxCudnnWorkspace &&
-          (!need_deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
+          perf[i].memory <= kMaxCudnnWorkspace && (!need_deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
         *algo = perf[i].algo;
         return true;
       }
@@ -157,8 +156,8 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
            ok(cudnnSetConvolutionGroupCount(p.conv, i(group))) &&
            ok(cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH)) &&
            ok(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
-           ok(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &m, &ho, &wo)) && n == yd[0] &&
-           m == yd[1] && ho == yd[2] && wo == yd[3];
+           ok(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &m, &ho, &wo)) && n == yd[0] && m == yd[1] &&
+           ho == yd[2] && wo == yd[3];
   };
   if (!geometry_fits(p.top, p.left, xd[2], xd[3])) {
     p.padded = true;
@@ -317,9 +316,8 @@ void conv_grad(KernelContext& ctx) {
         check_launch(n, "pad_planes");
         src = xp;
       }
-      check(cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv,
-                                           plan->filter, base + ws_at, plan->cudnn_bytes, &zero, plan->w,
-                                           dw->data<T>()),
+      check(cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv, plan->filter,
+                                           base + ws_at, plan->cudnn_bytes, &zero, plan->w, dw->data<T>()),
             what(n, "cudnnConvolutionBackwardFilter"));
     }
     if (dx) {

@@ -20,8 +20,8 @@ size_t work_bytes = 0;
 void set_device(int device) {
   std::lock_guard<std::mutex> lock(context_mu);
   if (the_context && the_context->device != device)
-    throw_internal("cuda::set_device", "the CUDA context already exists on device " +
-                                           std::to_string(the_context->device));
+    throw_internal("cuda::set_device",
+                   "the CUDA context already exists on device " + std::to_string(the_context->device));
   chosen_device = device;
 }
 
@@ -57,8 +57,8 @@ Context& context() {
     throw_unsupported("--device cuda", std::string("no usable GPU (") +
                                            (e != cudaSuccess ? cudaGetErrorName(e) : "no CUDA devices") + ")");
   if (chosen_device < 0 || chosen_device >= count)
-    throw_bad_input("--device cuda", "device " + std::to_string(chosen_device) + " does not exist (" +
-                                         std::to_string(count) + " GPUs)");
+    throw_bad_input("--device cuda",
+                    "device " + std::to_string(chosen_device) + " does not exist (" + std::to_string(count) + " GPUs)");
   auto c = std::make_unique<Context>();
   c->device = chosen_device;
   check(cudaSetDevice(c->device), "cudaSetDevice");
@@ -85,7 +85,9 @@ void* workspace(size_t bytes) {
   return work;
 }
 
-std::string what(const Node& n, const char* call) { return std::string(call) + " (" + n.op_type + " '" + n.name + "')"; }
+std::string what(const Node& n, const char* call) {
+  return std::string(call) + " (" + n.op_type + " '" + n.name + "')";
+}
 
 void check_launch(const Node& n, const char* kernel) { check(cudaGetLastError(), what(n, kernel)); }
 

@@ -151,8 +151,6 @@ void gemm(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_cuda(Registry& r) {
-  add_if_schema(r, "", "Gemm", gemm);
-}
+void register_gemm_cuda(Registry& r) { add_if_schema(r, "", "Gemm", gemm); }
 
 }  // namespace trainrt::cuda

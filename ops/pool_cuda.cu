@@ -45,8 +45,8 @@ struct Pool3 {
 // x: N,C,spatial... pooled into y: N,C,out... by node n (window resolved as the shape rule does).
 Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y) {
   const size_t sp = static_cast<size_t>(x.rank() - 2);
-  Window w = read_window(n, sp, n.attr_ints("kernel_shape"), "",
-                         WindowOptions{.ceil_mode = true, .pad_below_kernel = true});
+  Window w =
+      read_window(n, sp, n.attr_ints("kernel_shape"), "", WindowOptions{.ceil_mode = true, .pad_below_kernel = true});
   Pool3 g;
   g.planes = x.dims()[0] * x.dims()[1];
   for (size_t i = 0; i < sp; ++i) {
@@ -114,8 +114,7 @@ __global__ void maxpool_kernel(Pool3 g, const T* x, T* y, int64_t* idx, bool col
     const T* plane = x + t.p * g.in_size();
     const Argmax m = window_argmax(g, plane, t.a, t.b, t.c);
     y[o] = m.d < 0 ? lowest : plane[(m.d * H + m.h) * W + m.w];
-    if (idx)
-      idx[o] = t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
+    if (idx) idx[o] = t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
   }
 }
 
@@ -252,8 +251,8 @@ void averagepool(KernelContext& ctx) {
   const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    averagepool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
-        g, x.data<T>(), y.data<T>(), include_pad);
+    averagepool_kernel<T>
+        <<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(g, x.data<T>(), y.data<T>(), include_pad);
   });
   check_launch(ctx.node, "averagepool_kernel");
 }
@@ -272,8 +271,8 @@ void maxpool_grad(KernelContext& ctx) {
     using T = decltype(tag);
     if (dy.numel() > 0)
       window_argmax_kernel<T><<<blocks_for(dy.numel(), kThreads), kThreads, 0, stream>>>(g, x.data<T>(), arg);
-    maxpool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, dy.data<T>(), arg,
-                                                                                       dx.data<T>());
+    maxpool_grad_kernel<T>
+        <<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, dy.data<T>(), arg, dx.data<T>());
   });
   check_launch(ctx.node, "maxpool_grad_kernel");
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <new>
 #include <set>
@@ -105,7 +106,7 @@ struct Executor::Prepared {
   Plan plan;
   std::vector<Layout> layouts;  // per plan value (runtime/layout.h)
   std::shared_ptr<std::byte[]> arena;
-  std::vector<Tensor> slots;  // one per plan value; kernels get pointers to these
+  std::vector<Tensor> slots;   // one per plan value; kernels get pointers to these
   std::vector<Tensor> staged;  // per feed: its copy in backend memory, when the backend cannot reach it
   std::vector<const Kernel*> kernels;
   std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
@@ -172,9 +173,10 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   const size_t need = plan.arena_bytes + plan.output_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
   if (limit && need > limit)
-    throw_bad_input("memory plan", "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
-                                       (ro.memory_limit_bytes ? " (the set limit)" : " (" + backend_.available_source() + ")") +
-                                       ": use a smaller batch");
+    throw_bad_input("memory plan",
+                    "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
+                        (ro.memory_limit_bytes ? " (the set limit)" : " (" + backend_.available_source() + ")") +
+                        ": use a smaller batch");
   prepared_.push_back(std::move(p));
   Prepared& r = *prepared_.back();
   r.slots.resize(plan.values.size());
@@ -254,7 +256,8 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     const PlannedValue& pv = plan.values[v];
     if (pv.storage != Storage::Output) continue;
     if (async)
-      p.slots[v] = Tensor(pv.dtype, pv.dims, backend_.allocate(static_cast<size_t>(element_count(pv.dims)) * dtype_size(pv.dtype)));
+      p.slots[v] = Tensor(pv.dtype, pv.dims,
+                          backend_.allocate(static_cast<size_t>(element_count(pv.dims)) * dtype_size(pv.dtype)));
     else
       p.slots[v] = Tensor(pv.dtype, pv.dims);
   }
@@ -324,11 +327,23 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     }
   };
 
+  // A run that stops early (an error, a NaN, a hook's exception) leaves no kernel queued
+  // behind it: the caller may read state or write a checkpoint next.
+  struct DrainOnThrow {
+    const Backend& b;
+    bool armed;
+    ~DrainOnThrow() {
+      if (armed && std::uncaught_exceptions() > 0) try {
+          b.synchronize();
+        } catch (...) {  // the error in flight is the one to report
+        }
+    }
+  } drain{backend_, async};
   const size_t steps = plan.steps.size();
   for (size_t s = 0; s < steps;) {
     const size_t count = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s] ? 2 : 1;
     if (ro.skip_state_writes && plan.steps[s].writes_state) break;  // paired steps never write state
-    if (async && ro.before_step) backend_.synchronize();  // the hook reads and writes values on the host
+    if (async && ro.before_step) backend_.synchronize();            // the hook reads and writes values on the host
     for (size_t k = s; k < s + count; ++k) {
       if (ro.before_step) ro.before_step(static_cast<int>(k));
       KernelContext& ctx = p.contexts[k];

@@ -31,8 +31,8 @@ class CudaBackend : public Backend {
     cudaError_t e = cudaMallocManaged(&p, bytes ? bytes : 64, cudaMemAttachGlobal);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls report their own
-      throw_bad_input("GPU memory", "cannot allocate " + std::to_string(bytes) + " bytes (" +
-                                        cudaGetErrorString(e) + "): use a smaller batch");
+      throw_bad_input("GPU memory", "cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) +
+                                        "): use a smaller batch");
     }
     return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { (void)cudaFree(q); });
   }
@@ -53,7 +53,9 @@ class CudaBackend : public Backend {
     cuda::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return free;
   }
-  std::string available_source() const override { return "free memory of GPU " + std::to_string(cuda::context().device); }
+  std::string available_source() const override {
+    return "free memory of GPU " + std::to_string(cuda::context().device);
+  }
 
   void copy(void* to, const void* from, size_t bytes) const override {
     if (!bytes) return;

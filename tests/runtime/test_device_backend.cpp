@@ -25,7 +25,8 @@ namespace {
 
 class DeviceDouble : public Backend {
  public:
-  explicit DeviceDouble(std::set<std::string> host_ops = {}) : Backend("reference", {}), host_ops_(std::move(host_ops)) {
+  explicit DeviceDouble(std::set<std::string> host_ops = {})
+      : Backend("reference", {}), host_ops_(std::move(host_ops)) {
     blocked_layouts = false;
   }
   std::string name() const override { return "device-double"; }
@@ -45,6 +46,11 @@ class DeviceDouble : public Backend {
         for (const Tensor* t : ctx.outputs)
           if (t && t->nbytes() && !owns(t->raw()))
             throw_internal("device-double", "node '" + ctx.node.name + "' was given an output in host memory");
+        if (ctx.node.op_type == fail_op) throw_internal("device-double", "launch of " + fail_op + " failed");
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++launched_;
+        }
         KernelContext launched = ctx;  // the arguments as they were at the launch
         enqueue([ref, launched]() mutable { (*ref)(launched); });
       });
@@ -78,6 +84,12 @@ class DeviceDouble : public Backend {
   size_t available_bytes() const override { return budget; }
   std::string available_source() const override { return "the double's budget"; }
   size_t budget = size_t{1} << 40;
+  std::string fail_op;  // kernels of this op type fail at launch
+
+  size_t launched() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return launched_;
+  }
 
   size_t pending() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -104,6 +116,7 @@ class DeviceDouble : public Backend {
   mutable std::vector<std::pair<const std::byte*, const std::byte*>> regions_;
   mutable std::vector<std::function<void()>> pending_;
   mutable size_t syncs_ = 0;
+  mutable size_t launched_ = 0;
 };
 
 // Ops of the fused Wide ResNet training graph that the double runs on the host.
@@ -267,5 +280,19 @@ TEST_CASE("device backend: a plan larger than the backend's free memory is refus
   const std::string e = error_of([&] { ex.run({{"input", random_tensor(DataType::Float32, {4, 1, 28, 28}, 1)}}); });
   CHECK(e.find("memory plan: needs") != std::string::npos);
   CHECK(e.find("(the double's budget): use a smaller batch") != std::string::npos);
+  CHECK(dev.pending() == 0);
+}
+
+TEST_CASE("device backend: a run stopped by an exception leaves no kernel queued") {
+  // The trainer reads state or writes a checkpoint after a failed step: nothing queued
+  // may still be writing then. A launch failure of the first MaxPool stops the run while
+  // the convolutions before it are still queued.
+  Graph g = small_wrn();
+  DeviceDouble dev;
+  dev.fail_op = "MaxPool";
+  Executor ex(g, dev);
+  const TensorMap feeds{{"input", random_tensor(DataType::Float32, {2, 1, 28, 28}, 3)}};
+  CHECK(error_of([&] { ex.run(feeds); }).find("launch of MaxPool failed") != std::string::npos);
+  CHECK(dev.launched() > 3);  // kernels were queued when the failure came
   CHECK(dev.pending() == 0);
 }
