@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ops/common.h"
+#include "ops/pool_geometry.h"
 #include "ops/register_all.h"
 #include "ops/window.h"
 
@@ -126,61 +127,6 @@ double pool_flops(const Graph& g, const Node& n) {
   return f;
 }
 
-// Sizes of one pooling call as N*C planes of D,H,W (leading dims of size 1 for 1-D/2-D).
-struct Pool3 {
-  int64_t planes = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
-};
-
-Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y) {
-  const size_t sp = static_cast<size_t>(x.rank() - 2);
-  Window w = pool_window(n, sp, "");
-  Pool3 g;
-  g.planes = x.dims()[0] * x.dims()[1];
-  for (size_t i = 0; i < sp; ++i) {
-    const size_t j = 3 - sp + i;  // right-align: a 2-D pool uses H,W
-    g.in[j] = x.dims()[2 + i];
-    g.out[j] = resolve_window_dim(w, i, g.in[j], "");
-    TRAINRT_ASSERT(g.out[j] == y.dims()[2 + i]);
-    g.k[j] = w.kernel[i];
-    g.s[j] = w.strides[i];
-    g.d[j] = w.dilations[i];
-    g.pb[j] = w.pads[i];
-    g.pe[j] = w.pads[i + sp];
-  }
-  return g;
-}
-
-// Position (d,h,w) of the maximum of window (od,oh,ow) in one D,H,W plane; ties go to
-// the first maximum in window order (a, then b, then c). d < 0 when the window holds
-// no input element. MaxPool and MaxPoolGrad both use it, so they pick the same element.
-struct Argmax {
-  int64_t d = -1, h = -1, w = -1;
-};
-
-template <typename T>
-Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow) {
-  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
-  T best = std::numeric_limits<T>::lowest();
-  Argmax at;
-  for (int64_t a = 0; a < g.k[0]; ++a) {
-    const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
-    if (id < 0 || id >= D) continue;
-    for (int64_t b = 0; b < g.k[1]; ++b) {
-      const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
-      if (ih < 0 || ih >= H) continue;
-      for (int64_t c = 0; c < g.k[2]; ++c) {
-        const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
-        if (iw < 0 || iw >= W) continue;
-        const T v = plane[(id * H + ih) * W + iw];
-        if (at.d < 0 || v > best) best = v, at = Argmax{id, ih, iw};
-      }
-    }
-  }
-  return at;
-}
-
 // x: P,D,H,W -> y: P,Do,Ho,Wo (P = N*C); idx (optional) gets flattened argmax positions.
 template <typename T>
 void maxpool_reference(const Pool3& g, const T* x, T* y, int64_t* idx, bool column_major) {
@@ -215,20 +161,6 @@ void maxpool_grad_reference(const Pool3& g, const T* dy, const T* x, T* dx) {
   for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<T>(acc[i]);
 }
 
-// Number AveragePool divides window (od,oh,ow) by: its real input elements
-// (count_include_pad 0) or its positions inside input + pads (count_include_pad 1).
-int64_t average_divisor(const Pool3& g, const int64_t o[3], bool count_include_pad) {
-  int64_t count = 1;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t start = o[i] * g.s[i] - g.pb[i];
-    const int64_t lo = count_include_pad ? start : std::max<int64_t>(start, 0);
-    const int64_t hi =
-        count_include_pad ? std::min(start + g.k[i], g.in[i] + g.pe[i]) : std::min(start + g.k[i], g.in[i]);
-    count *= hi - lo;
-  }
-  return count;
-}
-
 template <typename T>
 void averagepool_reference(const Pool3& g, const T* x, T* y, bool count_include_pad) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
@@ -251,7 +183,7 @@ void averagepool_reference(const Pool3& g, const T* x, T* y, bool count_include_
             }
           }
           const int64_t o[3] = {od, oh, ow};
-          const double count = static_cast<double>(average_divisor(g, o, count_include_pad));
+          const double count = static_cast<double>(average_divisor(g, o[0], o[1], o[2], count_include_pad));
           y[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow] = static_cast<T>(sum / count);
         }
 }
@@ -267,7 +199,7 @@ void averagepool_grad_reference(const Pool3& g, const T* dy, T* dx, bool count_i
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
           const int64_t o[3] = {od, oh, ow};
           const double share = static_cast<double>(dy[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow]) /
-                               static_cast<double>(average_divisor(g, o, count_include_pad));
+                               static_cast<double>(average_divisor(g, o[0], o[1], o[2], count_include_pad));
           for (int64_t a = 0; a < g.k[0]; ++a) {
             const int64_t id = od * g.s[0] - g.pb[0] + a;
             if (id < 0 || id >= D) continue;
@@ -390,6 +322,25 @@ void global_average_pool_kernel(KernelContext& ctx) {
 }
 
 }  // namespace
+
+Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y) {
+  const size_t sp = static_cast<size_t>(x.rank() - 2);
+  Window w = pool_window(n, sp, "");
+  Pool3 g;
+  g.planes = x.dims()[0] * x.dims()[1];
+  for (size_t i = 0; i < sp; ++i) {
+    const size_t j = 3 - sp + i;  // right-align: a 2-D pool uses H,W
+    g.in[j] = x.dims()[2 + i];
+    g.out[j] = resolve_window_dim(w, i, g.in[j], "");
+    TRAINRT_ASSERT(g.out[j] == y.dims()[2 + i]);
+    g.k[j] = w.kernel[i];
+    g.s[j] = w.strides[i];
+    g.d[j] = w.dilations[i];
+    g.pb[j] = w.pads[i];
+    g.pe[j] = w.pads[i + sp];
+  }
+  return g;
+}
 
 void register_pool(Registry& r) {
   OpSchema max;

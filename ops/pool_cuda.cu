@@ -11,8 +11,8 @@
 // Indices output, and its backward's choice among tied maxima (common after a Relu: a
 // window of zeros) is undocumented, while MaxPoolGrad must pick the reference's element
 // (the first maximum in window order). These kernels are ops/pool.cpp's loops run per
-// element, with the same geometry (ops/window.h), argmax rule, AveragePool divisor
-// (count_include_pad, ceil_mode windows) and Indices (storage_order), so no case falls
+// element, with the same geometry, argmax rule and AveragePool divisor (ops/pool_geometry.h:
+// one copy for both) and Indices (storage_order), so no case falls
 // back to the host; they sum in the value's own type (the reference sums in double).
 // 1-3 spatial dims are seen as D,H,W planes with leading size-1 dims, as in the reference.
 // MaxPool also takes int8/uint8 (opset 12).
@@ -27,41 +27,11 @@
 #include "graph/error.h"
 #include "ops/common.h"
 #include "ops/cuda_util.h"
-#include "ops/window.h"
+#include "ops/pool_geometry.h"
 
 namespace trainrt::cuda {
 
 namespace {
-
-// One pooling call as `planes` (N*C) planes of D,H,W; dims a pool lacks are size 1.
-struct Pool3 {
-  int64_t planes = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
-  __host__ __device__ int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  __host__ __device__ int64_t out_size() const { return out[0] * out[1] * out[2]; }
-};
-
-// x: N,C,spatial... pooled into y: N,C,out... by node n (window resolved as the shape rule does).
-Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y) {
-  const size_t sp = static_cast<size_t>(x.rank() - 2);
-  Window w =
-      read_window(n, sp, n.attr_ints("kernel_shape"), "", WindowOptions{.ceil_mode = true, .pad_below_kernel = true});
-  Pool3 g;
-  g.planes = x.dims()[0] * x.dims()[1];
-  for (size_t i = 0; i < sp; ++i) {
-    const size_t j = 3 - sp + i;  // right-aligned: a 2-D pool uses H,W
-    g.in[j] = x.dims()[2 + i];
-    g.out[j] = resolve_window_dim(w, i, g.in[j], "");
-    TRAINRT_ASSERT(g.out[j] == y.dims()[2 + i]);
-    g.k[j] = w.kernel[i];
-    g.s[j] = w.strides[i];
-    g.d[j] = w.dilations[i];
-    g.pb[j] = w.pads[i];
-    g.pe[j] = w.pads[i + sp];
-  }
-  return g;
-}
 
 // Output element o as (plane, od, oh, ow).
 struct At {
@@ -78,33 +48,6 @@ __device__ At split(int64_t o, const int64_t dims[3]) {
   return r;
 }
 
-// Position (d,h,w) of the maximum of window (od,oh,ow) of one plane, ties to the first
-// in window order; d = -1 when the window holds no input element (ops/pool.cpp's rule).
-struct Argmax {
-  int64_t d = -1, h = -1, w = -1;
-};
-template <typename T>
-__device__ Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow) {
-  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
-  T best{};
-  Argmax at;
-  for (int64_t a = 0; a < g.k[0]; ++a) {
-    const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
-    if (id < 0 || id >= D) continue;
-    for (int64_t b = 0; b < g.k[1]; ++b) {
-      const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
-      if (ih < 0 || ih >= H) continue;
-      for (int64_t c = 0; c < g.k[2]; ++c) {
-        const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
-        if (iw < 0 || iw >= W) continue;
-        const T v = plane[(id * H + ih) * W + iw];
-        if (at.d < 0 || v > best) best = v, at = Argmax{id, ih, iw};
-      }
-    }
-  }
-  return at;
-}
-
 // x: P,D,H,W -> y: P,Do,Ho,Wo; idx (optional): ONNX's flattened argmax indices.
 template <typename T>
 __global__ void maxpool_kernel(Pool3 g, const T* x, T* y, int64_t* idx, bool column_major, T lowest) {
@@ -116,20 +59,6 @@ __global__ void maxpool_kernel(Pool3 g, const T* x, T* y, int64_t* idx, bool col
     y[o] = m.d < 0 ? lowest : plane[(m.d * H + m.h) * W + m.w];
     if (idx) idx[o] = t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
   }
-}
-
-// Number AveragePool divides window (od,oh,ow) by: its real input elements
-// (count_include_pad 0) or its positions inside input + pads (count_include_pad 1).
-__device__ int64_t average_divisor(const Pool3& g, int64_t od, int64_t oh, int64_t ow, bool include_pad) {
-  const int64_t o[3] = {od, oh, ow};
-  int64_t count = 1;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t start = o[i] * g.s[i] - g.pb[i];
-    const int64_t end = start + g.k[i], limit = include_pad ? g.in[i] + g.pe[i] : g.in[i];
-    const int64_t lo = include_pad || start > 0 ? start : 0;
-    count *= (end < limit ? end : limit) - lo;
-  }
-  return count;
 }
 
 // x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each window (AveragePool has no dilations).
