@@ -5,13 +5,14 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
 #include "ops/dnnl_util.h"
 #include "ops/parallel.h"
-#include "runtime/executor.h"
+#include "runtime/plan.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -38,9 +39,21 @@ const Kernel& Backend::on_host(const Kernel& k) const {
 }
 
 std::shared_ptr<std::byte[]> Backend::allocate(size_t bytes) const {
+  // The plan's offsets are multiples of kPlanAlignment from an arena's start.
   return std::shared_ptr<std::byte[]>(
-      static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 64), std::align_val_t(64))),
-      [](std::byte* q) { ::operator delete[](q, std::align_val_t(64)); });
+      static_cast<std::byte*>(
+          ::operator new[](std::max<size_t>(bytes, kPlanAlignment), std::align_val_t(kPlanAlignment))),
+      [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
+}
+
+size_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
 }
 
 size_t Backend::available_bytes() const { return available_memory_bytes(); }

@@ -53,7 +53,7 @@ class Backend {
   // the ops that run on the host).
   std::vector<std::string> fallback_ops() const;
 
-  // `bytes` bytes (64-byte aligned) that this backend's kernels can read and write and
+  // `bytes` bytes (kPlanAlignment-aligned) that this backend's kernels can read and write and
   // the host can too, after synchronize(). Default: host memory.
   virtual std::shared_ptr<std::byte[]> allocate(size_t bytes) const;
   // Whether the kernels can use memory at `p` that allocate() did not hand out (a feed
@@ -97,6 +97,10 @@ class Backend {
   mutable std::mutex host_mu_;
   mutable std::map<const Kernel*, std::unique_ptr<Kernel>> host_kernels_;
 };
+
+// The host's MemAvailable from /proc/meminfo (0 if unreadable): what a host backend's
+// new arena may take.
+size_t available_memory_bytes();
 
 // "reference", "cpu" (and "cuda" when built with CUDA); BadInput for other names.
 // "cuda" without a usable GPU is Unsupported, naming the reason.

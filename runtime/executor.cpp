@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <new>
 #include <set>
 #include <sstream>
@@ -42,16 +41,6 @@ Graph specialize(const Graph& g, const TensorMap& feeds) {
       throw_bad_input("input '" + name + "'", "is not an input of the model");
   infer_shapes(s, registry().schemas, "");
   return s;
-}
-
-size_t available_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
 }
 
 namespace {

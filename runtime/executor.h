@@ -79,9 +79,6 @@ Graph specialize(const Graph& g, const TensorMap& feeds);
 
 TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts = {});
 
-// Bytes available for a new arena: MemAvailable from /proc/meminfo (0 if unreadable).
-size_t available_memory_bytes();
-
 struct ExecutorOptions {
   PlanOptions plan;           // keep is extended by the graph outputs and RunOptions::extra_outputs
   bool poison_arena = false;  // tests: fill a new arena with 0xff (NaN) so reads of unwritten bytes show
