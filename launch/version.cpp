@@ -3,9 +3,11 @@
 #include <onnx/common/version.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <cstdlib>
 #include <string>
 
 #include "launch/commands.h"
+#include "ops/dnnl_util.h"
 
 #ifdef TRAINRT_HAVE_MPI
 #include <mpi.h>
@@ -28,6 +30,11 @@ std::string version_report() {
                                              : "other") +
        ")\n";
   r += "  oneTBB     " + std::string(TBB_VERSION_STRING) + "\n";
+  // The CPU paths the cpu backend takes (CI logs print this line, so a green run says
+  // which half of the AVX2 / AVX-512 kernels it checked).
+  const char* max_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  r += "  cpu        " + dnnl_util::cpu_paths() +
+       (max_isa && *max_isa ? " (ONEDNN_MAX_CPU_ISA=" + std::string(max_isa) + ")" : std::string()) + "\n";
 #ifdef TRAINRT_HAVE_MPI
   r += "  MPI        " + std::to_string(MPI_VERSION) + "." + std::to_string(MPI_SUBVERSION);
 #ifdef OMPI_MAJOR_VERSION

@@ -88,6 +88,32 @@ bool cpu_has_avx512_core() {
   return (isa & avx512) == avx512;
 }
 
+std::string cpu_isa_name() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::sse41: return "sse41";
+    case isa::avx: return "avx";
+    case isa::avx2: return "avx2";
+    case isa::avx2_vnni: return "avx2_vnni";
+    case isa::avx512_mic: return "avx512_mic";
+    case isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case isa::avx512_core: return "avx512_core";
+    case isa::avx512_core_vnni: return "avx512_core_vnni";
+    case isa::avx512_core_bf16: return "avx512_core_bf16";
+    case isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+std::string cpu_paths() {
+  // Blocked layouts and Winograd both follow cpu_has_avx512_core (CpuBackend and the
+  // convolutions' fallback to direct); bf16 follows cpu_has_bf16.
+  const auto on = [](bool b) { return b ? "on" : "off"; };
+  const bool avx512 = cpu_has_avx512_core();
+  return cpu_isa_name() + ": blocked layouts " + on(avx512) + ", Winograd " + on(avx512) + ", bf16 " +
+         on(cpu_has_bf16());
+}
+
 dnnl::memory memory_of(const Tensor& t, const Md& md) {
   TRAINRT_ASSERT(md.get_size() <= t.nbytes() || t.nbytes() == 0);
   return dnnl::memory(md, engine(), const_cast<std::byte*>(t.raw()));

@@ -83,6 +83,12 @@ bool cpu_has_bf16();
 // nChw16c tensors would go to its reference implementations (measured on an AVX2
 // machine: a Wide ResNet step ~100x slower), so blocked layouts stay off there.
 bool cpu_has_avx512_core();
+// The effective oneDNN ISA by name ("avx512_core_bf16", "avx2", ...): what oneDNN
+// dispatches to on this CPU, lowered by ONEDNN_MAX_CPU_ISA when that is set.
+std::string cpu_isa_name();
+// One line naming the CPU paths the cpu backend takes here, for `trainrt --version`
+// and CI logs: "avx512_core_bf16: blocked layouts on, Winograd on, bf16 on".
+std::string cpu_paths();
 // Wraps the tensor's buffer (no copy); `md` must describe the same bytes.
 dnnl::memory memory_of(const Tensor& t, const Md& md);
 // Memory of `md` in a per-thread temporary slot (valid until the slot is reused).

@@ -5,6 +5,10 @@
 #   expect_error CODE PATTERN -- command...
 #                         the command exits CODE with exactly one stderr line matching
 #                         PATTERN (the CLI's error contract)
+#   cpu_path NAME         true when the cpu backend takes path NAME here ("blocked
+#                         layouts", "Winograd", "bf16"), as `trainrt --version` reports
+#                         it: what oneDNN dispatches to, ONEDNN_MAX_CPU_ISA included,
+#                         not what /proc/cpuinfo lists
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -17,4 +21,7 @@ expect_error() {
   [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $(head -c 300 "$tmp/err"))"
   [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$tmp/err") stderr lines, expected 1: $(cat "$tmp/err")"
   grep -q -- "$pattern" "$tmp/err" || fail "'$*' stderr lacks '$pattern': $(cat "$tmp/err")"
+}
+cpu_path() {
+  "$trainrt" --version | grep "^  cpu " | grep -q "$1 on"
 }

@@ -31,16 +31,17 @@ expect_error 2 "--precision: expected one of fp32, bf16, fp16" -- "$trainrt" tra
 
 # bf16 needs AVX-512 BF16 and is refused elsewhere; Winograd needs AVX-512 (without it
 # the run is direct, bit for bit, and would fail the "differs from fp32" check below);
-# fp16 is emulated on any CPU.
+# fp16 is emulated on any CPU. trainrt --version says which of them oneDNN runs here
+# (ONEDNN_MAX_CPU_ISA=AVX2 turns both off on an AVX-512 BF16 CPU).
 runs="fp32:direct fp16:direct"
-if grep -q avx512_bf16 /proc/cpuinfo; then
+if cpu_path bf16; then
   runs="$runs bf16:direct"
 else
   expect_error 2 "--precision bf16: this CPU has no AVX-512 BF16" -- \
     "$trainrt" train "$tmp/wrn.onnx" --dataset fashion-mnist --precision bf16
   echo "train_precision: this CPU has no AVX-512 BF16; the refusal is checked, no bf16 run"
 fi
-if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo; then
+if cpu_path Winograd; then
   runs="$runs fp32:winograd"
 else
   echo "train_precision: no AVX-512, so no Winograd run"
