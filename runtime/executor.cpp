@@ -180,54 +180,65 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   return r;
 }
 
-const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
-  Prepared& p = prepare(feeds, ro);
-  last_ = &p;
+// One arena at a time: other signatures' arenas are released and come back on their next use.
+void Executor::release_other_arenas(const Prepared& keep) {
+  for (auto& q : prepared_) {
+    if (q.get() == &keep || !q->arena) continue;
+    q->arena.reset();
+    q->results.clear();
+    for (Tensor& t : q->slots) t = Tensor();
+    q->staged.clear();
+  }
+}
+
+// Allocates `p`'s arena and points every slot at its buffer: arena values at their
+// offsets, constants and state at their initializers, updates at their state.
+void Executor::bind_slots(Prepared& p) {
   const Plan& plan = p.plan;
-  // (Re)bind buffers after a build or after another signature released them.
-  if (!p.arena) {
-    // One arena at a time: other signatures' arenas are released and come back on their next use.
-    for (auto& q : prepared_) {
-      if (q.get() == &p || !q->arena) continue;
-      q->arena.reset();
-      q->results.clear();
-      for (Tensor& t : q->slots) t = Tensor();
-      q->staged.clear();
-    }
-    p.arena = backend_.allocate(std::max<size_t>(plan.arena_bytes, kPlanAlignment));
-    if (opts_.poison_arena) std::memset(p.arena.get(), 0xff, std::max<size_t>(plan.arena_bytes, kPlanAlignment));
-    for (size_t v = 0; v < plan.values.size(); ++v) {
-      const PlannedValue& pv = plan.values[v];
-      if (pv.storage == Storage::Arena) {
-        p.slots[v] = Tensor(pv.dtype, pv.dims, std::shared_ptr<std::byte[]>(p.arena, p.arena.get() + pv.offset));
-        p.slots[v].set_layout(p.layouts[v]);
-      } else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0) {
-        const Tensor& init = plan.graph.initializers.at(pv.name);
-        if (init.nbytes() && !backend_.reaches(init.raw())) {
-          // State is written in place and read back by the caller: it must already live in
-          // the backend's memory (TrainingSession allocates it there). A constant is copied in.
-          if (pv.storage == Storage::State)
-            throw_internal("state '" + pv.name + "'", "is not in the memory of backend " + backend_.name());
-          p.slots[v] = in_backend_memory(init);
-        } else {
-          p.slots[v] = init;
-        }
+  p.arena = backend_.allocate(std::max<size_t>(plan.arena_bytes, kPlanAlignment));
+  if (opts_.poison_arena) std::memset(p.arena.get(), 0xff, std::max<size_t>(plan.arena_bytes, kPlanAlignment));
+  for (size_t v = 0; v < plan.values.size(); ++v) {
+    const PlannedValue& pv = plan.values[v];
+    if (pv.storage == Storage::Arena) {
+      p.slots[v] = Tensor(pv.dtype, pv.dims, std::shared_ptr<std::byte[]>(p.arena, p.arena.get() + pv.offset));
+      p.slots[v].set_layout(p.layouts[v]);
+    } else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0) {
+      const Tensor& init = plan.graph.initializers.at(pv.name);
+      if (init.nbytes() && !backend_.reaches(init.raw())) {
+        // State is written in place and read back by the caller: it must already live in
+        // the backend's memory (TrainingSession allocates it there). A constant is copied in.
+        if (pv.storage == Storage::State)
+          throw_internal("state '" + pv.name + "'", "is not in the memory of backend " + backend_.name());
+        p.slots[v] = in_backend_memory(init);
+      } else {
+        p.slots[v] = init;
       }
     }
-    for (size_t v = 0; v < plan.values.size(); ++v)  // updates written in place share their state's buffer
-      if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
-        p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
-    p.staged.assign(p.feed_values.size(), Tensor());
-    p.contexts.clear();
-    p.contexts.reserve(plan.steps.size());
-    for (const PlanStep& st : plan.steps) {
-      KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
-      c.math = opts_.math;
-      c.conv = opts_.conv;
-      for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
-      for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
-    }
   }
+  for (size_t v = 0; v < plan.values.size(); ++v)  // updates written in place share their state's buffer
+    if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
+      p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
+  p.staged.assign(p.feed_values.size(), Tensor());
+}
+
+// Each step's kernel arguments, built once per binding: pointers into the slots.
+void Executor::build_contexts(Prepared& p) const {
+  const Plan& plan = p.plan;
+  p.contexts.clear();
+  p.contexts.reserve(plan.steps.size());
+  for (const PlanStep& st : plan.steps) {
+    KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
+    c.math = opts_.math;
+    c.conv = opts_.conv;
+    for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
+    for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
+  }
+}
+
+// Points the graph inputs' slots at this run's feeds and gives the kept outputs fresh
+// buffers the caller will own.
+void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
+  const Plan& plan = p.plan;
   const bool async = backend_.asynchronous();
   for (size_t i = 0; i < p.feed_values.size(); ++i) {
     const Tensor& feed = feeds.at(graph_.inputs[i]);
@@ -250,72 +261,82 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     else
       p.slots[v] = Tensor(pv.dtype, pv.dims);
   }
+}
 
-  // NaN/Inf checks: which outputs of which steps.
-  const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
-  if (checking && (!p.check_ready || p.check_anomaly != ro.detect_anomaly || p.check_names != ro.check_finite)) {
-    std::set<int> named;
-    for (const std::string& name : ro.check_finite) {
-      auto it = plan.index.find(name);
-      if (it == plan.index.end()) throw_bad_input("check_finite '" + name + "'", "is not a value of the model");
-      named.insert(it->second);
-    }
-    p.checked.assign(plan.steps.size(), {});
-    for (size_t s = 0; s < plan.steps.size(); ++s)
-      for (int v : plan.steps[s].outputs)
-        p.checked[s].push_back(
-            v >= 0 &&
-            (named.count(v) || (ro.detect_anomaly && dtype_is_float(plan.values[static_cast<size_t>(v)].dtype))));
-    p.check_names = ro.check_finite;
-    p.check_anomaly = ro.detect_anomaly;
-    p.check_ready = true;
+// NaN/Inf checks: which outputs of which steps (kept until the check set changes).
+void Executor::choose_checks(Prepared& p, const RunOptions& ro) {
+  if (p.check_ready && p.check_anomaly == ro.detect_anomaly && p.check_names == ro.check_finite) return;
+  const Plan& plan = p.plan;
+  std::set<int> named;
+  for (const std::string& name : ro.check_finite) {
+    auto it = plan.index.find(name);
+    if (it == plan.index.end()) throw_bad_input("check_finite '" + name + "'", "is not a value of the model");
+    named.insert(it->second);
   }
+  p.checked.assign(plan.steps.size(), {});
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    for (int v : plan.steps[s].outputs)
+      p.checked[s].push_back(v >= 0 && (named.count(v) || (ro.detect_anomaly &&
+                                                           dtype_is_float(plan.values[static_cast<size_t>(v)].dtype))));
+  p.check_names = ro.check_finite;
+  p.check_anomaly = ro.detect_anomaly;
+  p.check_ready = true;
+}
 
-  // One kernel call; its profile event goes to `ev` (the caller appends events in plan
-  // order, also for a pair that ran at the same time).
-  auto run_kernel = [&](size_t s, NodeEvent* ev) {
-    const PlanStep& st = plan.steps[s];
-    const Node& n = plan.graph.nodes[st.node];
-    KernelContext& ctx = p.contexts[s];
-    const int64_t t0 = ev ? now_ns() : 0;
-    try {
-      (*p.kernels[s])(ctx);
-    } catch (const Error& e) {
-      throw Error(e.kind(), describe_node(n, st.node) + ": " + e.what());
-    } catch (const std::exception& e) {
-      throw_internal(describe_node(n, st.node), e.what());
-    }
-    if (!ev) return;
-    if (async) backend_.synchronize();  // the kernel's own time, not its launch's
-    ev->name = n.name;
-    ev->op = n.op_type;
-    ev->node = st.node;
-    ev->start_ns = t0;
-    ev->end_ns = now_ns();
-    ev->flops = p.flops[s];
-    for (const Tensor* t : ctx.inputs) ev->input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
-    for (const Tensor* t : ctx.outputs) ev->output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
-  };
-  auto check = [&](size_t s) {
-    const PlanStep& st = plan.steps[s];
-    const Node& n = plan.graph.nodes[st.node];
-    KernelContext& ctx = p.contexts[s];
-    for (size_t k = 0; k < st.outputs.size(); ++k) {
-      if (!p.checked[s][k]) continue;
-      int64_t bad = first_non_finite(*ctx.outputs[k]);
-      if (bad < 0) continue;
-      const std::string& value = n.outputs[k];
-      const double x = ctx.outputs[k]->get_as_double(bad);
-      const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
-                                  ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
-                                  : bad;  // the row-major index a user can look up
-      throw NumericalError(n.name, n.op_type, value, st.node,
-                           describe_node(n, st.node) + ": output '" + value + "' has " +
-                               (std::isnan(x) ? "NaN" : "Inf") + " at element " + std::to_string(element) +
-                               " (the run stopped before later nodes; state is unchanged)");
-    }
-  };
+// One kernel call; its profile event goes to `ev` (the caller appends events in plan
+// order, also for a pair that ran at the same time).
+void Executor::run_kernel(Prepared& p, size_t s, NodeEvent* ev) const {
+  const Plan& plan = p.plan;
+  const PlanStep& st = plan.steps[s];
+  const Node& n = plan.graph.nodes[st.node];
+  KernelContext& ctx = p.contexts[s];
+  const int64_t t0 = ev ? now_ns() : 0;
+  try {
+    (*p.kernels[s])(ctx);
+  } catch (const Error& e) {
+    throw Error(e.kind(), describe_node(n, st.node) + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw_internal(describe_node(n, st.node), e.what());
+  }
+  if (!ev) return;
+  if (backend_.asynchronous()) backend_.synchronize();  // the kernel's own time, not its launch's
+  ev->name = n.name;
+  ev->op = n.op_type;
+  ev->node = st.node;
+  ev->start_ns = t0;
+  ev->end_ns = now_ns();
+  ev->flops = p.flops[s];
+  for (const Tensor* t : ctx.inputs) ev->input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+  for (const Tensor* t : ctx.outputs) ev->output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+}
 
+// Throws NumericalError for the first checked output of step `s` holding a NaN or Inf.
+void Executor::check_outputs(const Prepared& p, size_t s) {
+  const Plan& plan = p.plan;
+  const PlanStep& st = plan.steps[s];
+  const Node& n = plan.graph.nodes[st.node];
+  const KernelContext& ctx = p.contexts[s];
+  for (size_t k = 0; k < st.outputs.size(); ++k) {
+    if (!p.checked[s][k]) continue;
+    int64_t bad = first_non_finite(*ctx.outputs[k]);
+    if (bad < 0) continue;
+    const std::string& value = n.outputs[k];
+    const double x = ctx.outputs[k]->get_as_double(bad);
+    const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
+                                ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
+                                : bad;  // the row-major index a user can look up
+    throw NumericalError(n.name, n.op_type, value, st.node,
+                         describe_node(n, st.node) + ": output '" + value + "' has " + (std::isnan(x) ? "NaN" : "Inf") +
+                             " at element " + std::to_string(element) +
+                             " (the run stopped before later nodes; state is unchanged)");
+  }
+}
+
+// The plan's steps in order, one or (concurrent_branches) two at a time, each with
+// its hooks, profile events and NaN/Inf checks.
+void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
+  const Plan& plan = p.plan;
+  const bool async = backend_.asynchronous();
   // A run that stops early (an error, a NaN, a hook's exception) leaves no kernel queued
   // behind it: the caller may read state or write a checkpoint next.
   struct DrainOnThrow {
@@ -341,21 +362,35 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     }
     NodeEvent ev[2];
     if (count == 2)
-      backend_.run_pair([&] { run_kernel(s, ro.profile ? &ev[0] : nullptr); },
-                        [&] { run_kernel(s + 1, ro.profile ? &ev[1] : nullptr); });
+      backend_.run_pair([&] { run_kernel(p, s, ro.profile ? &ev[0] : nullptr); },
+                        [&] { run_kernel(p, s + 1, ro.profile ? &ev[1] : nullptr); });
     else
-      run_kernel(s, ro.profile ? &ev[0] : nullptr);
+      run_kernel(p, s, ro.profile ? &ev[0] : nullptr);
     // Host reads below; a profile's times are the kernels' own only once they finished.
     if (async && (checking || ro.after_step || ro.profile)) backend_.synchronize();
     if (ro.profile)
       for (size_t k = 0; k < count; ++k) ro.profile->events.push_back(std::move(ev[k]));
     if (checking)
-      for (size_t k = s; k < s + count; ++k) check(k);
+      for (size_t k = s; k < s + count; ++k) check_outputs(p, k);
     if (ro.after_step)
       for (size_t k = s; k < s + count; ++k) ro.after_step(static_cast<int>(k));
     s += count;
   }
-  if (async) backend_.synchronize();  // results, state and staged feeds are the host's again
+}
+
+const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
+  Prepared& p = prepare(feeds, ro);
+  last_ = &p;
+  if (!p.arena) {  // (re)bind buffers after a build or after another signature released them
+    release_other_arenas(p);
+    bind_slots(p);
+    build_contexts(p);
+  }
+  stage_feeds(p, feeds);
+  const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
+  if (checking) choose_checks(p, ro);
+  run_steps(p, ro, checking);
+  if (backend_.asynchronous()) backend_.synchronize();  // results, state and staged feeds are the host's again
   for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
   return p.results;
 }

@@ -121,6 +121,15 @@ class Executor {
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
   // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
   Tensor in_backend_memory(const Tensor& t) const;
+  // The phases of run(), in order.
+  void release_other_arenas(const Prepared& keep);
+  void bind_slots(Prepared& p);
+  void build_contexts(Prepared& p) const;
+  void stage_feeds(Prepared& p, const TensorMap& feeds) const;
+  static void choose_checks(Prepared& p, const RunOptions& ro);
+  void run_steps(Prepared& p, const RunOptions& ro, bool checking);
+  void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
+  static void check_outputs(const Prepared& p, size_t s);
 
   Graph graph_;
   const Backend& backend_;
