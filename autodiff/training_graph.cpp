@@ -16,7 +16,9 @@ namespace trainrt {
 
 namespace {
 
-bool slot_differentiable(const GradEntry* e, size_t i) { return e && (e->differentiable.empty() || e->differentiable.count(i)); }
+bool slot_differentiable(const GradEntry* e, size_t i) {
+  return e && (e->differentiable.empty() || e->differentiable.count(i));
+}
 
 bool is_bn_statistic(const Node& n, size_t i) {
   return n.op_type == "BatchNormalization" && canonical_domain(n.domain).empty() && (i == 3 || i == 4);
@@ -54,8 +56,9 @@ std::string attach_loss(TrainingGraph& t, const TrainingOptions& o) {
     g.nodes.push_back(std::move(loss));
     return name;
   }
-  throw_bad_input("training", "the model has no float scalar loss output and no logits output ([N,C,...]) to attach "
-                              "SoftmaxCrossEntropyLoss to");
+  throw_bad_input("training",
+                  "the model has no float scalar loss output and no logits output ([N,C,...]) to attach "
+                  "SoftmaxCrossEntropyLoss to");
 }
 
 // Describes the path from `param` to `loss` (first one found), marking the first
@@ -146,50 +149,32 @@ void append_optimizer(TrainingGraph& t, const TrainingOptions& o) {
   g.nodes.push_back(std::move(inc));
 }
 
-}  // namespace
-
-std::vector<std::string> trainable_parameters(const Graph& g, const std::vector<std::string>& freeze) {
-  const GradRegistry& gr = gradients();
-  std::set<std::string> frozen(freeze.begin(), freeze.end());
-  for (const std::string& f : frozen)
-    if (!g.is_initializer(f)) throw_bad_input("--freeze " + f, "is not an initializer of the model");
-  std::set<std::string> in_diff_slot, in_other_slot;
-  for (const Node& n : g.nodes) {
-    const GradEntry* e = gr.find(n.domain, n.op_type);
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (n.inputs[i].empty()) continue;
-      bool diff = !is_bn_statistic(n, i) && (e ? slot_differentiable(e, i) : !gr.is_non_differentiable(n.domain, n.op_type));
-      (diff ? in_diff_slot : in_other_slot).insert(n.inputs[i]);
-    }
-  }
-  std::vector<std::string> out;
-  for (const auto& [name, t] : g.initializers)
-    if (dtype_is_float(t.dtype()) && !frozen.count(name) && in_diff_slot.count(name)) out.push_back(name);
-  return out;
-}
-
-TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& o) {
+// The forward graph, sorted, with its loss (appended or its own) and each op's
+// training semantics and saved values (Dropout masks, BN running statistics...).
+// Returns the model's outputs as they were before.
+std::vector<std::string> prepare_forward(TrainingGraph& t, const Graph& forward, const TrainingOptions& o) {
   const GradRegistry& gr = gradients();
   const OpRegistry& schemas = registry().schemas;
-  TrainingGraph t;
   Graph& g = t.graph;
   g = forward;
   g.sort_topologically();
-  const std::vector<std::string> model_outputs = g.outputs;
+  std::vector<std::string> model_outputs = g.outputs;
   t.loss = attach_loss(t, o);
   infer_shapes(g, schemas, "training graph");
   if (!dtype_is_float(g.info(t.loss).dtype) || !g.info(t.loss).shape || !g.info(t.loss).shape->empty())
     throw_bad_input("training", "loss '" + t.loss + "' must be a float scalar");
-
-  // Training semantics and saved values (Dropout masks, BN running statistics...).
   for (Node& n : g.nodes)
     if (const GradEntry* e = gr.find(n.domain, n.op_type); e && e->prepare) e->prepare(n, g);
   infer_shapes(g, schemas, "training graph");
   t.forward_nodes = g.nodes.size();
+  return model_outputs;
+}
 
-  std::vector<std::string> params = trainable_parameters(g, o.freeze);
+// The parameters and every float value computed from one through a differentiable slot.
+std::unordered_set<std::string> values_needing_gradients(const Graph& g, const std::vector<std::string>& params) {
+  const GradRegistry& gr = gradients();
   std::unordered_set<std::string> needs(params.begin(), params.end());
-  for (const Node& n : g.nodes) {  // forward: which values depend on a parameter
+  for (const Node& n : g.nodes) {
     const GradEntry* e = gr.find(n.domain, n.op_type);
     bool any = false;
     for (size_t i = 0; i < n.inputs.size(); ++i)
@@ -198,13 +183,21 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
       for (const std::string& out : n.outputs)
         if (!out.empty() && dtype_is_float(g.info(out).dtype)) needs.insert(out);
   }
+  return needs;
+}
 
+// The backward pass under construction. Rules add contributions to a value's gradient;
+// the driver sums them (one Sum node per fanned-out value) when the gradient is first read.
+struct BackwardPass {
+  Graph& g;
+  std::vector<Node> nodes;                  // appended to g once complete
+  std::map<std::string, Tensor> constants;  // initializers the rules need
   std::unordered_map<std::string, std::vector<std::string>> contributions;
-  std::vector<Node> backward;
-  std::map<std::string, Tensor> constants;
   std::unordered_map<std::string, std::string> final_grad;
   std::vector<std::pair<std::string, std::string>> grad_of;  // (gradient, value it belongs to)
-  auto finalize = [&](const std::string& v) -> std::string {
+
+  // The complete gradient of `v` ("" when nothing contributed); later contributions are not seen.
+  std::string gradient(const std::string& v) {
     if (auto it = final_grad.find(v); it != final_grad.end()) return it->second;
     auto& parts = contributions[v];
     std::string name;
@@ -217,27 +210,37 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
       sum.op_type = "Sum";
       sum.inputs = parts;
       sum.outputs = {name};
-      backward.push_back(std::move(sum));
+      nodes.push_back(std::move(sum));
     }
     final_grad[v] = name;
     return name;
-  };
+  }
+};
 
+// The loss's gradient: a constant 1, or the loss scale (a new float32 scalar input).
+void seed_loss_gradient(TrainingGraph& t, BackwardPass& bp, const TrainingOptions& o) {
+  Graph& g = t.graph;
   if (o.loss_scale_name.empty()) {
     Tensor seed(g.info(t.loss).dtype, {});
     seed.set_from_double(0, 1.0);
     const std::string seed_name = unique_name(g, t.loss + "_grad");
-    constants[seed_name] = seed;
-    contributions[t.loss].push_back(seed_name);
+    bp.constants[seed_name] = seed;
+    bp.contributions[t.loss].push_back(seed_name);
   } else {
     if (g.info(t.loss).dtype != DataType::Float32)
       throw_bad_input("loss scaling", "needs a float32 loss, '" + t.loss + "' is " + dtype_name(g.info(t.loss).dtype));
     t.loss_scale = unique_name(g, o.loss_scale_name);
     g.inputs.push_back(t.loss_scale);
     g.values[t.loss_scale] = ValueInfo{DataType::Float32, Shape{}};
-    contributions[t.loss].push_back(t.loss_scale);
+    bp.contributions[t.loss].push_back(t.loss_scale);
   }
+}
 
+// Forward nodes last to first: each node's rule turns its outputs' gradients into
+// contributions to the gradients of the inputs that need one.
+void reverse_pass(const TrainingGraph& t, BackwardPass& bp, const std::unordered_set<std::string>& needs) {
+  const GradRegistry& gr = gradients();
+  Graph& g = bp.g;
   for (size_t idx = t.forward_nodes; idx-- > 0;) {
     const Node& n = g.nodes[idx];
     const GradEntry* e = gr.find(n.domain, n.op_type);
@@ -245,7 +248,7 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
     std::vector<std::string> dys;
     bool any_dy = false;
     for (const std::string& out : n.outputs) {
-      dys.push_back(out.empty() ? "" : finalize(out));
+      dys.push_back(out.empty() ? "" : bp.gradient(out));
       any_dy = any_dy || !dys.back().empty();
     }
     if (!any_dy) continue;
@@ -256,79 +259,87 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
       any = any || want[i];
     }
     if (!any) continue;
-    GradBuilder b(g, n, dys, want, backward);
+    GradBuilder b(g, n, dys, want, bp.nodes);
     e->rule(b);
-    for (auto& [k, v] : b.constants) constants[k] = v;
+    for (auto& [k, v] : b.constants) bp.constants[k] = v;
     for (size_t i = 0; i < n.inputs.size(); ++i)
       if (want[i]) {
-        contributions[n.inputs[i]].push_back(b.dx(i));
-        grad_of.emplace_back(b.dx(i), n.inputs[i]);
+        bp.contributions[n.inputs[i]].push_back(b.dx(i));
+        bp.grad_of.emplace_back(b.dx(i), n.inputs[i]);
       }
   }
+}
 
-  // Parameters: gradient present, or an error naming the blocking op and path.
+// The first node on `path` (path_description) that reads `param` or a value derived
+// from it and passes no gradient back, as "<why> Op (node 'name')"; "" if none is found.
+std::string gradient_blocker(const Graph& g, const std::string& param, const std::unordered_set<std::string>& needs,
+                             const std::string& path) {
+  const GradRegistry& gr = gradients();
+  for (const Node& n : g.nodes) {
+    bool reads = std::find(n.inputs.begin(), n.inputs.end(), param) != n.inputs.end() ||
+                 std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return needs.count(in); });
+    // A node with a rule blocks too when no output is float (integer outputs carry no gradient).
+    const bool has_rule = gr.find(n.domain, n.op_type) != nullptr;
+    const bool float_out = std::any_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& out) {
+      const ValueInfo* v = out.empty() ? nullptr : g.find_info(out);
+      return v && dtype_is_float(v->dtype);
+    });
+    if (!reads || (has_rule && float_out)) continue;
+    if (path.find(" -> " + n.name + " (") == std::string::npos) continue;
+    std::string blocker = has_rule ? "op with non-float outputs (no gradient flows through them) "
+                          : gr.is_non_differentiable(n.domain, n.op_type) ? "non-differentiable op "
+                                                                          : "op without a gradient rule ";
+    return blocker + n.op_type + " (node '" + n.name + "')";
+  }
+  return "";
+}
+
+// Parameters: gradient present, or an error naming the blocking op and path. Fills
+// t.params in the order the backward pass completes their gradients.
+void collect_parameter_gradients(TrainingGraph& t, BackwardPass& bp, const std::vector<std::string>& params,
+                                 const std::unordered_set<std::string>& needs) {
   for (const std::string& p : params) {
-    std::string grad = finalize(p);
+    std::string grad = bp.gradient(p);
     if (!grad.empty()) {
       t.params.push_back(p);
       t.gradients[p] = grad;
       continue;
     }
-    std::string path = path_description(g, p, t.loss);
+    std::string path = path_description(t.graph, p, t.loss);
     if (path.empty()) continue;  // does not influence the loss: stays as it is
-    std::string blocker;
-    for (const Node& n : g.nodes) {
-      bool reads = std::find(n.inputs.begin(), n.inputs.end(), p) != n.inputs.end() ||
-                   std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return needs.count(in); });
-      // A node with a rule blocks too when no output is float (integer outputs carry no gradient).
-      const bool has_rule = gr.find(n.domain, n.op_type) != nullptr;
-      const bool float_out = std::any_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& out) {
-        const ValueInfo* v = out.empty() ? nullptr : g.find_info(out);
-        return v && dtype_is_float(v->dtype);
-      });
-      if (!reads || (has_rule && float_out)) continue;
-      if (path.find(" -> " + n.name + " (") == std::string::npos) continue;
-      blocker = has_rule ? "op with non-float outputs (no gradient flows through them) "
-                : gr.is_non_differentiable(n.domain, n.op_type) ? "non-differentiable op "
-                                                                 : "op without a gradient rule ";
-      blocker += n.op_type + " (node '" + n.name + "')";
-      break;
-    }
+    std::string blocker = gradient_blocker(t.graph, p, needs, path);
     throw_bad_input("training", "parameter '" + p + "' reaches the loss only through " +
                                     (blocker.empty() ? std::string("ops that give it no gradient") : blocker) +
                                     "; path: " + path);
   }
-
-  // Params in the order the backward pass completes their gradients.
   std::unordered_map<std::string, size_t> produced_at;
-  for (size_t i = 0; i < backward.size(); ++i)
-    for (const std::string& out : backward[i].outputs) produced_at[out] = i;
+  for (size_t i = 0; i < bp.nodes.size(); ++i)
+    for (const std::string& out : bp.nodes[i].outputs) produced_at[out] = i;
   std::stable_sort(t.params.begin(), t.params.end(), [&](const std::string& a, const std::string& b) {
     return produced_at[t.gradients[a]] < produced_at[t.gradients[b]];
   });
+}
 
-  // Loss scaling: each parameter's gradient divided by the scale, right after it is complete.
-  if (!t.loss_scale.empty())
-    for (const std::string& p : t.params) {
-      const std::string scaled = t.gradients[p];
-      Node div;
-      div.name = p + "/grad/unscale";
-      div.op_type = "Div";
-      div.inputs = {scaled, t.loss_scale};
-      div.outputs = {unique_name(g, scaled + ".unscaled")};
-      t.scaled_gradients[p] = scaled;
-      t.gradients[p] = div.outputs[0];
-      backward.push_back(std::move(div));
-    }
-
-  for (auto& [name, c] : constants) {
-    g.values[name] = ValueInfo{c.dtype(), shape_of(c.dims())};
-    g.initializers[name] = c;
+// Loss scaling: each parameter's gradient divided by the scale, right after it is complete.
+void append_unscaling(TrainingGraph& t, BackwardPass& bp) {
+  if (t.loss_scale.empty()) return;
+  for (const std::string& p : t.params) {
+    const std::string scaled = t.gradients[p];
+    Node div;
+    div.name = p + "/grad/unscale";
+    div.op_type = "Div";
+    div.inputs = {scaled, t.loss_scale};
+    div.outputs = {unique_name(t.graph, scaled + ".unscaled")};
+    t.scaled_gradients[p] = scaled;
+    t.gradients[p] = div.outputs[0];
+    bp.nodes.push_back(std::move(div));
   }
-  for (Node& n : backward) g.nodes.push_back(std::move(n));
-  append_optimizer(t, o);
+}
 
-  // Outputs: loss, the model's outputs, then every state update.
+// Outputs: loss, the model's outputs, then every state update (and, without an
+// optimizer, the gradients).
+void set_training_outputs(TrainingGraph& t, const std::vector<std::string>& model_outputs, const TrainingOptions& o) {
+  Graph& g = t.graph;
   g.outputs = {t.loss};
   for (const std::string& out : model_outputs)
     if (out != t.loss) g.outputs.push_back(out);
@@ -342,13 +353,17 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
     }
   if (o.optimizer == "none")
     for (const std::string& p : t.params) g.outputs.push_back(t.gradients[p]);
+}
 
+// Sorts, prunes, validates and re-infers the training graph, then checks that every
+// gradient has its value's dtype and shape (a rule bug otherwise).
+void finish_and_check(Graph& g, const std::vector<std::pair<std::string, std::string>>& grad_of) {
+  const OpRegistry& schemas = registry().schemas;
   g.opsets[kTrainDomain] = 1;
   g.sort_topologically();
   eliminate_dead_nodes(g);
   validate_graph(g, schemas, "training graph");
   infer_shapes(g, schemas, "training graph");
-  // Every gradient has its value's dtype and shape (a rule bug otherwise).
   for (const auto& [grad, v] : grad_of) {
     const ValueInfo* b = g.find_info(grad);
     if (!b) continue;  // pruned: nothing needed it
@@ -358,6 +373,53 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
                                      shape_to_string(b->shape.value_or(Shape{})) + " but '" + v + "' is " +
                                      dtype_name(a.dtype) + shape_to_string(a.shape.value_or(Shape{})));
   }
+}
+
+}  // namespace
+
+std::vector<std::string> trainable_parameters(const Graph& g, const std::vector<std::string>& freeze) {
+  const GradRegistry& gr = gradients();
+  std::set<std::string> frozen(freeze.begin(), freeze.end());
+  for (const std::string& f : frozen)
+    if (!g.is_initializer(f)) throw_bad_input("--freeze " + f, "is not an initializer of the model");
+  std::set<std::string> in_diff_slot, in_other_slot;
+  for (const Node& n : g.nodes) {
+    const GradEntry* e = gr.find(n.domain, n.op_type);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      bool diff =
+          !is_bn_statistic(n, i) && (e ? slot_differentiable(e, i) : !gr.is_non_differentiable(n.domain, n.op_type));
+      (diff ? in_diff_slot : in_other_slot).insert(n.inputs[i]);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, t] : g.initializers)
+    if (dtype_is_float(t.dtype()) && !frozen.count(name) && in_diff_slot.count(name)) out.push_back(name);
+  return out;
+}
+
+TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& o) {
+  TrainingGraph t;
+  const std::vector<std::string> model_outputs = prepare_forward(t, forward, o);
+  Graph& g = t.graph;
+  const std::vector<std::string> params = trainable_parameters(g, o.freeze);
+  const std::unordered_set<std::string> needs = values_needing_gradients(g, params);
+
+  BackwardPass bp{g, {}, {}, {}, {}, {}};
+  seed_loss_gradient(t, bp, o);
+  reverse_pass(t, bp, needs);
+  collect_parameter_gradients(t, bp, params, needs);
+  append_unscaling(t, bp);
+  // The backward pass joins the graph, then the optimizer reads the finished gradients.
+  for (auto& [name, c] : bp.constants) {
+    g.values[name] = ValueInfo{c.dtype(), shape_of(c.dims())};
+    g.initializers[name] = c;
+  }
+  for (Node& n : bp.nodes) g.nodes.push_back(std::move(n));
+  append_optimizer(t, o);
+
+  set_training_outputs(t, model_outputs, o);
+  finish_and_check(g, bp.grad_of);
   return t;
 }
 
