@@ -3,7 +3,7 @@
 //   void relu_grad(GradBuilder& g) {                       // dX = ReluGrad(dY, Y)
 //     g.add("ReluGrad", {g.dy(0), g.output(0)}, {g.dx(0)});
 //   }
-//   reg.add_rule("Relu", relu_grad);
+//   r.add_rule("Relu", relu_grad);                         // in register_elementwise_gradients(GradRegistry& r)
 //
 // Why: rules are data. A rule sees one forward node, the names of its output
 // gradients (dy(i) is "" when no gradient flows into output i) and which inputs

@@ -1,6 +1,6 @@
 // A training step over a training graph: run the plan, state updated in place.
 //
-//   TrainingSession s(build_training_graph(forward, opts), make_backend("cpu"), /*seed=*/0);
+//   TrainingSession s(build_training_graph(forward, opts), make_backend("cpu"), {.seed = 0});
 //   s.training().graph;                           // what runs: the fused training graph
 //   double loss = s.step({{"input", x}, {"labels", y}}, /*lr=*/0.01f);
 //   Graph trained = s.trained_forward(forward);   // same interface, updated initializers
