@@ -1,6 +1,8 @@
 #include "launch/cli.h"
 
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "graph/error.h"
 
@@ -96,6 +98,42 @@ double Args::number(const std::string& name) const {
   } catch (const std::exception&) {
   }
   throw_bad_input("--" + name, "expected a number, got '" + v + "'");
+}
+
+int64_t Args::positive(const std::string& name) const {
+  const int64_t v = integer(name);
+  if (v <= 0) throw_bad_input("--" + name, "must be > 0, got " + std::to_string(v));
+  return v;
+}
+
+int64_t Args::at_least(const std::string& name, int64_t lowest) const {
+  const int64_t v = integer(name);
+  if (v < lowest) throw_bad_input("--" + name, "must be >= " + std::to_string(lowest) + ", got " + std::to_string(v));
+  return v;
+}
+
+double Args::positive_number(const std::string& name) const {
+  const double v = number(name);
+  if (!(v > 0) || !std::isfinite(v))
+    throw_bad_input("--" + name, "must be > 0 (a finite number), got '" + str(name) + "'");
+  return v;
+}
+
+std::string Args::one_of(const std::string& name, std::initializer_list<const char*> allowed) const {
+  const std::string v = str(name);
+  std::string list;
+  for (const char* c : allowed) {
+    if (v == c) return v;
+    list += (list.empty() ? "" : ", ") + std::string(c);
+  }
+  throw_bad_input("--" + name, "expected one of " + list + ", got '" + v + "'");
+}
+
+std::string Args::output_path(const std::string& name) const {
+  const std::string v = str(name);
+  if (!v.empty() && !std::filesystem::is_directory(std::filesystem::absolute(v).parent_path()))
+    throw_bad_input("--" + name + " " + v, "its folder does not exist");
+  return v;
 }
 
 void print_help(const CommandSpec& spec) {

@@ -62,20 +62,86 @@ const CommandSpec kSpec{
     1,
     1};
 
-int64_t at_least(const Args& a, const std::string& flag, int64_t lowest) {
-  const int64_t v = a.integer(flag);
-  if (v < lowest) throw_bad_input("--" + flag, "must be >= " + std::to_string(lowest) + ", got " + std::to_string(v));
-  return v;
+struct BenchConfig {
+  std::string path, backend, precision, optimizer, trace;
+  int64_t batch = 0, steps = 0, warmup = 0, threads = 0;
+  MathPrecision math = MathPrecision::fp32;
+  ConvAlgorithm conv = ConvAlgorithm::winograd;
+  double lr = 0;
+  uint64_t seed = 0;
+  bool fuse = true, blocked = true, concurrent = false, profile = false;
+};
+
+// Flags first: every mistake is reported before the model is read.
+BenchConfig bench_config(const Args& a) {
+  BenchConfig c;
+  if (!a.on("batch")) throw_bad_input("trainrt bench", "--batch is required");
+  c.path = a.positional[0];
+  c.batch = a.at_least("batch", 1);
+  c.steps = a.at_least("steps", 1);
+  c.warmup = a.at_least("warmup", 0);
+  c.threads = a.at_least("threads", 0);
+  c.backend = backend_for_device(a);
+  c.precision = a.one_of("precision", {"fp32", "bf16"});
+  c.math = c.precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
+  c.conv = a.one_of("conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd
+                                                                            : ConvAlgorithm::direct;
+  c.optimizer = a.one_of("optimizer", {"sgd"});
+  c.lr = a.positive_number("lr");
+  c.seed = static_cast<uint64_t>(a.at_least("seed", 0));
+  c.fuse = a.on_off("fuse");
+  c.blocked = a.one_of("layouts", {"blocked", "plain"}) == "blocked";
+  c.concurrent = a.one_of("branches", {"serial", "concurrent"}) == "concurrent";
+  c.trace = a.output_path("trace");
+  c.profile = a.on("profile");
+  return c;
 }
 
-std::string one_of(const Args& a, const std::string& flag, std::initializer_list<const char*> allowed) {
-  const std::string v = a.str(flag);
-  std::string list;
-  for (const char* c : allowed) {
-    if (v == c) return v;
-    list += (list.empty() ? "" : ", ") + std::string(c);
+// The model's image input and logits: [N,C,...] float32 with N symbolic or --batch, and
+// [N,classes] with a known class count; BadInput naming the model otherwise.
+struct BenchIo {
+  std::string input, logits;
+  std::vector<int64_t> dims;  // of one batch
+  int64_t classes = 0;
+};
+
+BenchIo bench_io(const Graph& forward, const BenchConfig& c) {
+  const std::string& path = c.path;
+  if (forward.inputs.size() != 1)
+    throw_bad_input(path,
+                    "bench needs one graph input (the images), the model has " + std::to_string(forward.inputs.size()));
+  if (forward.outputs.empty()) throw_bad_input(path, "the model has no outputs");
+  BenchIo io{forward.inputs[0], forward.outputs[0], {c.batch}, 0};
+  const ValueInfo& in = forward.info(io.input);
+  if (in.dtype != DataType::Float32 || !in.shape || in.shape->size() < 2)
+    throw_bad_input(path, "input '" + io.input + "' is " + dtype_name(in.dtype) +
+                              shape_to_string(in.shape.value_or(Shape{})) + "; bench needs float32 [N,C,...]");
+  if ((*in.shape)[0].known() && (*in.shape)[0].value != c.batch)
+    throw_bad_input(path, "input '" + io.input + "' has a fixed batch of " + std::to_string((*in.shape)[0].value) +
+                              ", so --batch must be " + std::to_string((*in.shape)[0].value));
+  for (size_t i = 1; i < in.shape->size(); ++i) {
+    if (!(*in.shape)[i].known())
+      throw_bad_input(path, "input '" + io.input + "' has symbolic dimension " + std::to_string(i) +
+                                " (only the batch dimension may be symbolic): " + shape_to_string(*in.shape));
+    io.dims.push_back((*in.shape)[i].value);
   }
-  throw_bad_input("--" + flag, "expected one of " + list + ", got '" + v + "'");
+  const ValueInfo& out = forward.info(io.logits);
+  if (!out.shape || out.shape->size() != 2 || !(*out.shape)[1].known() || (*out.shape)[1].value < 1)
+    throw_bad_input(path, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) +
+                              "; bench needs logits [N,classes] with a known class count");
+  io.classes = (*out.shape)[1].value;
+  return io;
+}
+
+// One random batch, reused by every step: images normal, labels uniform over the classes.
+TensorMap random_batch(const BenchIo& io, const std::string& labels_name, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor images(DataType::Float32, io.dims), labels(DataType::Int64, {io.dims[0]});
+  std::normal_distribution<float> pixel(0.f, 1.f);
+  std::uniform_int_distribution<int64_t> label(0, io.classes - 1);
+  for (int64_t i = 0; i < images.numel(); ++i) images.data<float>()[i] = pixel(rng);
+  for (int64_t i = 0; i < io.dims[0]; ++i) labels.data<int64_t>()[i] = label(rng);
+  return {{io.input, images}, {labels_name, labels}};
 }
 
 // FLOPs of one step (multiply-add = 2): the op schemas' FLOP rules summed over the
@@ -93,144 +159,50 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: kilobytes
 }
 
-}  // namespace
-
-int cmd_bench(const Argv& argv) {
-  Args a = parse_args(kSpec, argv);
-  if (a.help) return print_help(kSpec), 0;
-
-  // Flags first: every mistake is reported before the model is read.
-  if (!a.on("batch")) throw_bad_input("trainrt bench", "--batch is required");
-  const int64_t batch = at_least(a, "batch", 1), steps = at_least(a, "steps", 1);
-  const int64_t warmup = at_least(a, "warmup", 0), threads = at_least(a, "threads", 0);
-  const std::string backend_name = backend_for_device(a);
-  const std::string precision = one_of(a, "precision", {"fp32", "bf16"});
-  const MathPrecision math = precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
-  const ConvAlgorithm conv = one_of(a, "conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd
-                                                                                               : ConvAlgorithm::direct;
-  const std::string optimizer = one_of(a, "optimizer", {"sgd"});
-  const double lr = a.number("lr");
-  if (!(lr > 0)) throw_bad_input("--lr", "must be > 0");
-  const uint64_t seed = static_cast<uint64_t>(at_least(a, "seed", 0));
-  const bool fuse = one_of(a, "fuse", {"on", "off"}) == "on";
-  const bool blocked = one_of(a, "layouts", {"blocked", "plain"}) == "blocked";
-  const bool concurrent = one_of(a, "branches", {"serial", "concurrent"}) == "concurrent";
-  const std::string path = a.positional[0];
-  if (a.on("trace")) {
-    const std::filesystem::path dir = std::filesystem::absolute(a.str("trace")).parent_path();
-    if (!std::filesystem::is_directory(dir)) throw_bad_input("--trace " + a.str("trace"), "its folder does not exist");
-  }
-  configure_threads(static_cast<int>(threads));
-
-  Graph forward = import_onnx_file(path, registry().schemas);
-  if (forward.inputs.size() != 1)
-    throw_bad_input(path,
-                    "bench needs one graph input (the images), the model has " + std::to_string(forward.inputs.size()));
-  if (forward.outputs.empty()) throw_bad_input(path, "the model has no outputs");
-  const std::string input = forward.inputs[0], logits = forward.outputs[0];
-  const ValueInfo& in = forward.info(input);
-  if (in.dtype != DataType::Float32 || !in.shape || in.shape->size() < 2)
-    throw_bad_input(path, "input '" + input + "' is " + dtype_name(in.dtype) +
-                              shape_to_string(in.shape.value_or(Shape{})) + "; bench needs float32 [N,C,...]");
-  if ((*in.shape)[0].known() && (*in.shape)[0].value != batch)
-    throw_bad_input(path, "input '" + input + "' has a fixed batch of " + std::to_string((*in.shape)[0].value) +
-                              ", so --batch must be " + std::to_string((*in.shape)[0].value));
-  std::vector<int64_t> dims{batch};
-  for (size_t i = 1; i < in.shape->size(); ++i) {
-    if (!(*in.shape)[i].known())
-      throw_bad_input(path, "input '" + input + "' has symbolic dimension " + std::to_string(i) +
-                                " (only the batch dimension may be symbolic): " + shape_to_string(*in.shape));
-    dims.push_back((*in.shape)[i].value);
-  }
-  const ValueInfo& out = forward.info(logits);
-  if (!out.shape || out.shape->size() != 2 || !(*out.shape)[1].known() || (*out.shape)[1].value < 1)
-    throw_bad_input(path, "output '" + logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) +
-                              "; bench needs logits [N,classes] with a known class count");
-  const int64_t classes = (*out.shape)[1].value;
-
-  // One random batch, reused by every step.
-  std::mt19937_64 rng(seed);
-  Tensor images(DataType::Float32, dims), labels(DataType::Int64, {batch});
-  std::normal_distribution<float> pixel(0.f, 1.f);
-  std::uniform_int_distribution<int64_t> label(0, classes - 1);
-  for (int64_t i = 0; i < images.numel(); ++i) images.data<float>()[i] = pixel(rng);
-  for (int64_t i = 0; i < batch; ++i) labels.data<int64_t>()[i] = label(rng);
-
-  TrainingOptions topts;
-  topts.optimizer = optimizer;
-  topts.momentum = 0.9f;
-  TrainingGraph t = build_training_graph(forward, topts);
-  const size_t params = t.params.size();
-  int64_t param_values = 0;
-  for (const std::string& p : t.params) param_values += t.graph.initializers.at(p).numel();
-  TensorMap feeds{{input, images}, {t.labels, labels}};
-  TensorMap typed = feeds;
-  typed[t.lr] = Tensor(DataType::Float32, {});
-  const double flops = step_flops(specialize(t.graph, typed));
-
-  const size_t nodes = t.graph.nodes.size();
-  std::unique_ptr<Backend> backend = make_backend(backend_name, static_cast<int>(threads));
-  backend->check_math(math);
-  TrainingSession session(std::move(t), std::move(backend),
-                          {.seed = seed,
-                           .fuse = fuse,
-                           .blocked_layouts = blocked,
-                           .math = math,
-                           .conv = conv,
-                           .concurrent_branches = concurrent});
-  ProfileCollector prof;
-  const bool profile = a.on("profile") || a.on("trace");
-
-  std::printf("model: %s, input '%s' %s, %lld classes, %zu parameter tensors (%lld values)\n", path.c_str(),
-              input.c_str(), dims_to_string(dims).c_str(), static_cast<long long>(classes), params,
-              static_cast<long long>(param_values));
-  std::printf(
-      "setup: backend %s, threads %lld, precision %s, optimizer %s (momentum 0.9, lr %g), batch %lld, "
-      "warmup %lld, steps %lld\n",
-      backend_name.c_str(), static_cast<long long>(threads), precision.c_str(), optimizer.c_str(), lr,
-      static_cast<long long>(batch), static_cast<long long>(warmup), static_cast<long long>(steps));
-  // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
-  // cpu backend keeps every value plain and convolves directly (ops/dnnl_util.h).
-  const bool avx512 = backend_name != "cpu" || dnnl_util::cpu_has_avx512_core();
-  const std::string layouts = !blocked ? "plain" : avx512 ? "blocked" : "plain (blocked needs AVX-512)";
-  const std::string convs = conv != ConvAlgorithm::winograd ? "direct"
-                            : avx512                        ? "winograd"
-                                                            : "direct (winograd needs AVX-512)";
-  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s, convolutions %s\n", nodes,
-              fuse ? "on" : "off", session.training().graph.nodes.size(), layouts.c_str(), convs.c_str());
-  std::fflush(stdout);
-
+// The timed steps: each one's milliseconds, and the loss of the first and last step
+// (the first warm-up step when there is one).
+struct StepTimes {
+  std::vector<double> ms;
   double first_loss = 0, last_loss = 0;
-  for (int64_t i = 0; i < warmup; ++i) first_loss = session.step(feeds, static_cast<float>(lr));
-  if (concurrent)
+  uint64_t reorder_bytes = 0;  // oneDNN layout reorders during the timed steps
+};
+
+StepTimes time_steps(TrainingSession& session, const TensorMap& feeds, const BenchConfig& c, ProfileCollector* prof) {
+  StepTimes t;
+  const float lr = static_cast<float>(c.lr);
+  for (int64_t i = 0; i < c.warmup; ++i) t.first_loss = session.step(feeds, lr);
+  if (c.concurrent)
     std::printf("branches: %zu pairs of independent nodes run concurrently (of %zu nodes)\n", session.plan().pairs,
                 session.plan().steps.size());
-  std::vector<double> ms;
-  if (profile) session.set_profile(&prof);
+  session.set_profile(prof);
   const uint64_t reordered = dnnl_util::reorder_bytes();
-  for (int64_t i = 0; i < steps; ++i) {
+  for (int64_t i = 0; i < c.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    last_loss = session.step(feeds, static_cast<float>(lr));
-    ms.push_back(seconds_since(t0) * 1e3);
-    if (warmup == 0 && i == 0) first_loss = last_loss;
+    t.last_loss = session.step(feeds, lr);
+    t.ms.push_back(seconds_since(t0) * 1e3);
+    if (c.warmup == 0 && i == 0) t.first_loss = t.last_loss;
   }
-  std::vector<double> sorted = ms;
+  t.reorder_bytes = dnnl_util::reorder_bytes() - reordered;
+  return t;
+}
+
+void print_times(const StepTimes& t, const TrainingSession& session, const BenchConfig& c, double flops) {
+  std::vector<double> sorted = t.ms;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
   const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   double mean = 0;
-  for (double v : ms) mean += v / static_cast<double>(n);
-
   std::string each;
-  for (double v : ms) {
+  for (double v : t.ms) {
+    mean += v / static_cast<double>(n);
     char b[32];
     std::snprintf(b, sizeof b, "%s%.1f", each.empty() ? "" : " ", v);
     each += b;
   }
   std::printf("step times (ms): %s\n", each.c_str());
   std::printf("ms/step: median %.1f, mean %.1f\n", median, mean);
-  std::printf("images/s: %.2f (batch %lld / median step)\n", static_cast<double>(batch) * 1e3 / median,
-              static_cast<long long>(batch));
+  std::printf("images/s: %.2f (batch %lld / median step)\n", static_cast<double>(c.batch) * 1e3 / median,
+              static_cast<long long>(c.batch));
   std::printf("GFLOP/step: %.2f (forward+backward ops with a FLOP rule), %.1f GFLOP/s at the median step\n",
               flops * 1e-9, flops * 1e-9 / (median * 1e-3));
   const Plan& plan = session.plan();
@@ -241,15 +213,81 @@ int cmd_bench(const Argv& argv) {
       peak_rss_mib(), static_cast<double>(plan.arena_bytes) * mib, static_cast<double>(plan.naive_bytes) * mib,
       static_cast<double>(session.persistent_bytes()) * mib);
   std::printf("layout reorders: %.1f MiB per step (oneDNN reorders between row-major and blocked layouts)\n",
-              static_cast<double>(dnnl_util::reorder_bytes() - reordered) * mib / static_cast<double>(steps));
-  std::printf("loss: %.4f (first step) -> %.4f (last step)\n", first_loss, last_loss);
+              static_cast<double>(t.reorder_bytes) * mib / static_cast<double>(c.steps));
+  std::printf("loss: %.4f (first step) -> %.4f (last step)\n", t.first_loss, t.last_loss);
+}
 
-  if (a.on("profile"))
+// What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
+// cpu backend keeps every value plain and convolves directly (ops/dnnl_util.h).
+struct GraphSize {
+  size_t nodes = 0, params = 0;  // nodes as built (before fusions), parameter tensors
+  int64_t param_values = 0;
+};
+
+GraphSize graph_size(const TrainingGraph& t) {
+  GraphSize g{t.graph.nodes.size(), t.params.size(), 0};
+  for (const std::string& p : t.params) g.param_values += t.graph.initializers.at(p).numel();
+  return g;
+}
+
+void print_setup(const BenchConfig& c, const BenchIo& io, const GraphSize& size, const TrainingSession& session) {
+  std::printf("model: %s, input '%s' %s, %lld classes, %zu parameter tensors (%lld values)\n", c.path.c_str(),
+              io.input.c_str(), dims_to_string(io.dims).c_str(), static_cast<long long>(io.classes), size.params,
+              static_cast<long long>(size.param_values));
+  std::printf(
+      "setup: backend %s, threads %lld, precision %s, optimizer %s (momentum 0.9, lr %g), batch %lld, "
+      "warmup %lld, steps %lld\n",
+      c.backend.c_str(), static_cast<long long>(c.threads), c.precision.c_str(), c.optimizer.c_str(), c.lr,
+      static_cast<long long>(c.batch), static_cast<long long>(c.warmup), static_cast<long long>(c.steps));
+  const bool avx512 = c.backend != "cpu" || dnnl_util::cpu_has_avx512_core();
+  const std::string layouts = !c.blocked ? "plain" : avx512 ? "blocked" : "plain (blocked needs AVX-512)";
+  const std::string convs = c.conv != ConvAlgorithm::winograd ? "direct"
+                            : avx512                          ? "winograd"
+                                                              : "direct (winograd needs AVX-512)";
+  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s, convolutions %s\n", size.nodes,
+              c.fuse ? "on" : "off", session.training().graph.nodes.size(), layouts.c_str(), convs.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_bench(const Argv& argv) {
+  Args a = parse_args(kSpec, argv);
+  if (a.help) return print_help(kSpec), 0;
+  const BenchConfig c = bench_config(a);
+  configure_threads(static_cast<int>(c.threads));
+
+  const Graph forward = import_onnx_file(c.path, registry().schemas);
+  const BenchIo io = bench_io(forward, c);
+  TrainingOptions topts;
+  topts.optimizer = c.optimizer;
+  topts.momentum = 0.9f;
+  TrainingGraph t = build_training_graph(forward, topts);
+  const TensorMap feeds = random_batch(io, t.labels, c.seed);
+  TensorMap typed = feeds;
+  typed[t.lr] = Tensor(DataType::Float32, {});
+  const double flops = step_flops(specialize(t.graph, typed));
+
+  std::unique_ptr<Backend> backend = make_backend(c.backend, static_cast<int>(c.threads));
+  backend->check_math(c.math);
+  const GraphSize size = graph_size(t);
+  TrainingSession session(std::move(t), std::move(backend),
+                          {.seed = c.seed,
+                           .fuse = c.fuse,
+                           .blocked_layouts = c.blocked,
+                           .math = c.math,
+                           .conv = c.conv,
+                           .concurrent_branches = c.concurrent});
+  print_setup(c, io, size, session);
+  ProfileCollector prof;
+  const StepTimes times = time_steps(session, feeds, c, c.profile || !c.trace.empty() ? &prof : nullptr);
+  print_times(times, session, c, flops);
+  if (c.profile)
     std::printf("\nprofile over %lld timed steps (kernel time per op type, all steps):\n%s",
-                static_cast<long long>(steps), profile_table(prof.events).c_str());
-  if (a.on("trace")) {
-    write_chrome_trace(a.str("trace"), prof.events);
-    std::printf("trace of the timed steps written to %s\n", a.str("trace").c_str());
+                static_cast<long long>(c.steps), profile_table(prof.events).c_str());
+  if (!c.trace.empty()) {
+    write_chrome_trace(c.trace, prof.events);
+    std::printf("trace of the timed steps written to %s\n", c.trace.c_str());
   }
   return 0;
 }

@@ -29,9 +29,7 @@ const CommandSpec kSpec{"evaluate",
 int cmd_evaluate(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
-  const int64_t batch = a.integer("batch-size"), limit = a.integer("limit"), threads = a.integer("threads");
-  if (batch <= 0) throw_bad_input("--batch-size", "must be > 0");
-  if (limit < 0) throw_bad_input("--limit", "must be >= 0");
+  const int64_t batch = a.positive("batch-size"), limit = a.at_least("limit", 0), threads = a.at_least("threads", 0);
   configure_threads(static_cast<int>(threads));
   auto backend = make_backend(backend_for_device(a), static_cast<int>(threads));
   DatasetOptions o;

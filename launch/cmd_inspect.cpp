@@ -1,7 +1,9 @@
-// `trainrt inspect MODEL.onnx [--json]`: one line per node, then totals.
+// `trainrt inspect MODEL.onnx [--json] [--passes]`: one line per node, then totals (or
+// one JSON object, with the pass counts as its "passes" member).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -39,7 +41,7 @@ const CommandSpec kSpec{
      {"memory", "", "with --training: plan one training step and print its memory", Flag::Switch},
      {"passes", "",
       "print node counts per op before and after the graph passes (inference form; "
-      "with --training also the fused training graph)",
+      "with --training also the fused training graph; with --json a \"passes\" member)",
       Flag::Switch},
      {"batch", "64", "batch size of the planned step (--memory)"},
      {"fuse", "on", "plan the fused training graph as train and bench run it (--memory); off: the unfused graph"},
@@ -47,19 +49,15 @@ const CommandSpec kSpec{
     1,
     1};
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else
-      out += c;
-  }
-  return out;
+// --json --passes: {"nodes": [before, after], "initializers": [...], "ops": {"Conv": [before, after], ...}}.
+nlohmann::ordered_json passes_json(const PassReport& r) {
+  nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+  for (const auto& [op, n] : r.before) ops[op] = {n, r.after.count(op) ? r.after.at(op) : 0};
+  for (const auto& [op, n] : r.after)
+    if (!r.before.count(op)) ops[op] = {0, n};
+  return {{"nodes", {r.nodes_before, r.nodes_after}},
+          {"initializers", {r.initializers_before, r.initializers_after}},
+          {"ops", std::move(ops)}};
 }
 
 std::string value_string(const Graph& g, const std::string& v) {
@@ -104,14 +102,10 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // The memory plan of one training step at --batch (runtime/plan.h) and its gradient buckets.
 void inspect_memory(TrainingGraph t, const Args& a) {
-  const double batch_arg = a.number("batch"), cap_arg = a.number("bucket-cap-mb");
-  if (!(batch_arg >= 1) || batch_arg != static_cast<double>(static_cast<int64_t>(batch_arg)))
-    throw_bad_input("--batch", "must be a positive integer, got '" + a.str("batch") + "'");
-  if (!(cap_arg > 0)) throw_bad_input("--bucket-cap-mb", "must be > 0, got '" + a.str("bucket-cap-mb") + "'");
-  const int64_t batch = static_cast<int64_t>(batch_arg);
-  const std::string fuse = a.str("fuse");
-  if (fuse != "on" && fuse != "off") throw_bad_input("--fuse", "must be on or off, got '" + fuse + "'");
-  if (fuse == "on") fuse_training_graph(t.graph);  // what TrainingSession plans (runtime/training_session.h)
+  const int64_t batch = a.positive("batch");
+  const double cap_arg = a.positive_number("bucket-cap-mb");
+  const bool fuse = a.on_off("fuse");
+  if (fuse) fuse_training_graph(t.graph);  // what TrainingSession plans (runtime/training_session.h)
   TensorMap feeds;
   for (const std::string& in : t.graph.inputs) {
     const ValueInfo& v = t.graph.info(in);
@@ -126,7 +120,7 @@ void inspect_memory(TrainingGraph t, const Args& a) {
   const Plan p = build_plan(s, o);
   verify_plan(p);
   std::printf("memory plan of one training step, batch %lld (%s graph, order: %s, %zu nodes)\n",
-              static_cast<long long>(batch), fuse == "on" ? "fused" : "unfused", p.order.c_str(), p.steps.size());
+              static_cast<long long>(batch), fuse ? "fused" : "unfused", p.order.c_str(), p.steps.size());
   std::printf("  peak arena bytes: %zu (%.2f MiB)\n", p.arena_bytes, mib(p.arena_bytes));
   std::printf("  naive bytes (one buffer per value): %zu (%.2f MiB, %.2fx the arena)\n", p.naive_bytes,
               mib(p.naive_bytes),
@@ -221,7 +215,6 @@ int cmd_inspect(const Argv& argv) {
   if (a.help) return print_help(kSpec), 0;
   const std::string path = a.positional[0];
   if (a.on("memory") && !a.on("training")) throw_bad_input("trainrt inspect", "--memory needs --training");
-  if (a.on("json") && a.on("passes")) throw_bad_input("trainrt inspect", "--json and --passes cannot be combined yet");
   if (a.on("json") && a.on("training"))
     throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
   const Registry& reg = registry();
@@ -265,26 +258,28 @@ int cmd_inspect(const Argv& argv) {
   const int64_t params = g.parameter_count();
 
   if (a.on("json")) {
-    std::ostringstream o;
-    o << "{\"model\":\"" << json_escape(path) << "\",\"nodes\":[";
+    nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+    auto values = [&](const std::vector<std::string>& names) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const std::string& v : names) out.push_back({{"name", v}, {"type", value_string(g, v)}});
+      return out;
+    };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      o << (i ? "," : "") << "{\"name\":\"" << json_escape(n.name) << "\",\"op\":\"" << json_escape(n.op_type)
-        << "\",\"inputs\":[";
-      for (size_t k = 0; k < n.inputs.size(); ++k)
-        o << (k ? "," : "") << "{\"name\":\"" << json_escape(n.inputs[k]) << "\",\"type\":\""
-          << json_escape(value_string(g, n.inputs[k])) << "\"}";
-      o << "],\"outputs\":[";
-      for (size_t k = 0; k < n.outputs.size(); ++k)
-        o << (k ? "," : "") << "{\"name\":\"" << json_escape(n.outputs[k]) << "\",\"type\":\""
-          << json_escape(value_string(g, n.outputs[k])) << "\"}";
-      o << "],\"flops_per_sample\":" << node_flops[i] << "}";
+      nodes.push_back({{"name", n.name},
+                       {"op", n.op_type},
+                       {"inputs", values(n.inputs)},
+                       {"outputs", values(n.outputs)},
+                       {"flops_per_sample", node_flops[i]}});
     }
-    o << "],\"parameters\":" << params << ",\"flops_per_sample\":" << flops
-      << ",\"activation_bytes_per_sample\":" << act_bytes << ",\"unsupported\":[";
-    for (size_t i = 0; i < unsupported.size(); ++i) o << (i ? "," : "") << "\"" << json_escape(unsupported[i]) << "\"";
-    o << "]}\n";
-    std::fputs(o.str().c_str(), stdout);
+    nlohmann::ordered_json o{{"model", path},
+                             {"nodes", std::move(nodes)},
+                             {"parameters", params},
+                             {"flops_per_sample", flops},
+                             {"activation_bytes_per_sample", act_bytes},
+                             {"unsupported", unsupported}};
+    if (unsupported.empty() && a.on("passes")) o["passes"] = passes_json(pass_report(g, optimize_for_inference(g)));
+    std::printf("%s\n", o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s: %zu nodes, opset %lld, producer '%s'\n", path.c_str(), g.nodes.size(),
                 static_cast<long long>(g.opset("")), g.producer_name.c_str());

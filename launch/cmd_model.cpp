@@ -51,9 +51,7 @@ int cmd_model(const Argv& argv) {
   o.blocks_per_stage = a.integer("blocks-per-stage");
   if (o.blocks_per_stage < 1 || o.blocks_per_stage > 1000)
     throw_bad_input("--blocks-per-stage", "expected 1..1000, got " + a.str("blocks-per-stage"));
-  const int64_t seed = a.integer("seed");
-  if (seed < 0) throw_bad_input("--seed", "expected a non-negative integer, got " + a.str("seed"));
-  o.seed = static_cast<uint64_t>(seed);
+  o.seed = static_cast<uint64_t>(a.at_least("seed", 0));
 
   Graph g = build_wide_resnet(o);
   g.producer_name = "trainrt";

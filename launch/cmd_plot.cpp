@@ -20,7 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,85 +47,30 @@ const CommandSpec kSpec{"plot",
                         1,
                         1};
 
-// One flat JSON object: string keys, number or string values (what MetricsWriter writes).
-using Record = std::map<std::string, std::string>;
+// One line of the file as a JSON object; a line that is not one is BadInput naming
+// `where` (file:line) and the column: "expected ':' at column 52".
+nlohmann::json parse_line(const std::string& line, const std::string& where) {
+  const size_t first = line.find_first_not_of(" \t\r");
+  if (line[first] != '{') throw_bad_input(where, "expected '{' at column " + std::to_string(first + 1));
+  try {
+    return nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's message ends "...; expected ':'" or "...; expected end of input".
+    const std::string what = e.what(), column = " at column " + std::to_string(e.byte);
+    const size_t at = what.rfind("; expected ");
+    if (at == std::string::npos) throw_bad_input(where, "not a JSON object" + column);
+    const std::string expected = what.substr(at + 2);
+    if (expected == "expected end of input") throw_bad_input(where, "unexpected text after the object" + column);
+    throw_bad_input(where, expected + column);
+  }
+}
 
-class LineParser {
- public:
-  LineParser(const std::string& s, const std::string& where) : s_(s), where_(where) {}
-
-  Record parse() {
-    Record r;
-    ws();
-    expect('{');
-    ws();
-    if (peek() == '}') return ++i_, end(r);
-    for (;;) {
-      ws();
-      std::string key = string();
-      ws();
-      expect(':');
-      ws();
-      r[key] = peek() == '"' ? string() : number();
-      ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect('}');
-      return end(r);
-    }
-  }
-
- private:
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw_bad_input(where_, what + " at column " + std::to_string(i_ + 1));
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++i_;
-  }
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (peek() != '"') {
-      if (i_ >= s_.size()) fail("unterminated string");
-      if (s_[i_] == '\\') fail("escapes are not expected in a metrics file");
-      out += s_[i_++];
-    }
-    ++i_;
-    return out;
-  }
-  std::string number() {
-    const size_t start = i_;
-    while (i_ < s_.size() && std::string("+-.0123456789eE").find(s_[i_]) != std::string::npos) ++i_;
-    std::string v = s_.substr(start, i_ - start);
-    char* endp = nullptr;
-    std::strtod(v.c_str(), &endp);
-    if (v.empty() || *endp != '\0') fail("expected a number or a string value");
-    return v;
-  }
-  Record& end(Record& r) {
-    ws();
-    if (i_ != s_.size()) fail("unexpected text after the object");
-    return r;
-  }
-
-  const std::string& s_;
-  const std::string& where_;
-  size_t i_ = 0;
-};
-
-double field(const Record& r, const char* key, const std::string& where) {
+double field(const nlohmann::json& r, const char* key, const std::string& where) {
   auto it = r.find(key);
   if (it == r.end()) throw_bad_input(where, std::string("missing field \"") + key + "\"");
-  double v = std::strtod(it->second.c_str(), nullptr);
-  if (!std::isfinite(v)) throw_bad_input(where, std::string("field \"") + key + "\" is not a finite number");
-  return v;
+  if (!it->is_number() || !std::isfinite(it->get<double>()))
+    throw_bad_input(where, std::string("field \"") + key + "\" is not a finite number");
+  return it->get<double>();
 }
 
 // gnuplot string literal in single quotes ('' escapes a quote).
@@ -195,8 +140,8 @@ int cmd_plot(const Argv& argv) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = in + ":" + std::to_string(lineno);
-    Record r = LineParser(line, where).parse();
-    const std::string kind = r.count("kind") ? r["kind"] : "";
+    const nlohmann::json r = parse_line(line, where);
+    const std::string kind = r.contains("kind") && r["kind"].is_string() ? r["kind"].get<std::string>() : "";
     char buf[256];
     if (kind == "epoch") {
       std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g %.17g\n", field(r, "epoch", where),

@@ -30,8 +30,9 @@ int cmd_run(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
   if (!a.on("output-dir")) throw_bad_input("trainrt run", "--output-dir is required");
-  configure_threads(static_cast<int>(a.integer("threads")));
-  auto backend = make_backend(a.str("backend"), static_cast<int>(a.integer("threads")));
+  const int threads = static_cast<int>(a.at_least("threads", 0));
+  configure_threads(threads);
+  auto backend = make_backend(a.str("backend"), threads);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
   TensorMap feeds;
   for (const std::string& spec : a.all("input")) {
@@ -60,7 +61,8 @@ int cmd_run(const Argv& argv) {
     throw;
   }
   for (size_t k = 0; k < g.outputs.size(); ++k)
-    std::printf("%s: %s %s\n", written[k].c_str(), g.outputs[k].c_str(), dims_to_string(out.at(g.outputs[k]).dims()).c_str());
+    std::printf("%s: %s %s\n", written[k].c_str(), g.outputs[k].c_str(),
+                dims_to_string(out.at(g.outputs[k]).dims()).c_str());
   return 0;
 }
 

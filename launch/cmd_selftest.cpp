@@ -119,10 +119,9 @@ int cmd_selftest(const Argv& argv) {
   if (a.help) return print_help(kSpec), 0;
   const std::string device = a.str("device");
   if (device != "cpu" && device != "cuda") throw_bad_input("--device " + device, "expected cpu or cuda");
-  const int64_t batch = a.integer("batch"), threads = a.integer("threads");
-  const double tol = a.number("tolerance");
-  if (batch < 2) throw_bad_input("--batch", "must be >= 2 (BatchNormalization needs two images)");
-  if (!(tol > 0) || !std::isfinite(tol)) throw_bad_input("--tolerance", "must be a number > 0");
+  const int64_t batch = a.at_least("batch", 2);  // BatchNormalization needs two images
+  const int64_t threads = a.at_least("threads", 0);
+  const double tol = a.positive_number("tolerance");
   WrnOptions o = wrn_options_for_dataset("fashion-mnist");
   o.widths = parse_widths(a.str("widths"));
   configure_threads(static_cast<int>(threads));

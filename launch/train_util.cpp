@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <sstream>
 #include <thread>
@@ -174,10 +175,20 @@ MetricsWriter::MetricsWriter(const std::string& path) {
 }
 
 namespace {
-// The number after `"key":` in a line MetricsWriter wrote, or -1.
-int64_t field_after(const std::string& line, const std::string& key) {
-  const size_t at = line.find("\"" + key + "\":");
-  return at == std::string::npos ? -1 : std::strtoll(line.c_str() + at + key.size() + 3, nullptr, 10);
+// Whether a line MetricsWriter wrote comes after the checkpoint a run resumes from.
+// A line that is not one of its objects is kept.
+bool after_resume_point(const std::string& line, int64_t resume_step, int64_t resume_epochs) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  const std::string kind = j.value("kind", "");
+  if (kind == "step") return j.value("step", int64_t{-1}) > resume_step;
+  if (kind == "epoch") return j.value("epoch", int64_t{-1}) > resume_epochs;
+  return false;
+}
+
+void write_line(FILE* f, const nlohmann::ordered_json& j) {
+  std::fputs((j.dump() + "\n").c_str(), f);
+  std::fflush(f);
 }
 }  // namespace
 
@@ -187,11 +198,8 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resume_step, int64
   if (std::filesystem::exists(path, ec)) {
     std::stringstream in(read_file_bytes(path, uint64_t{1} << 30));
     std::string kept;
-    for (std::string line; std::getline(in, line);) {
-      if (line.find("\"kind\":\"step\"") != std::string::npos && field_after(line, "step") > resume_step) continue;
-      if (line.find("\"kind\":\"epoch\"") != std::string::npos && field_after(line, "epoch") > resume_epochs) continue;
-      kept += line + "\n";
-    }
+    for (std::string line; std::getline(in, line);)
+      if (!after_resume_point(line, resume_step, resume_epochs)) kept += line + "\n";
     write_file_atomic(path, kept);
   }
   f_ = std::fopen(path.c_str(), "a");
@@ -204,20 +212,21 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double lr) {
   if (!f_) return;
-  std::fprintf(f_, "{\"kind\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g}\n",
-               static_cast<long long>(step), static_cast<long long>(epoch), loss, lr);
-  std::fflush(f_);
+  write_line(f_, {{"kind", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"lr", lr}});
 }
 
 void MetricsWriter::epoch(int64_t epoch, double epoch_time, double train_loss, double val_loss, double val_accuracy,
                           double images_per_sec, double cumulative_time, double lr) {
   if (!f_) return;
-  std::fprintf(f_,
-               "{\"kind\":\"epoch\",\"epoch\":%lld,\"epoch_time\":%.4f,\"train_loss\":%.6g,\"val_loss\":%.6g,"
-               "\"val_accuracy\":%.6g,\"images_per_sec\":%.4f,\"cumulative_time\":%.4f,\"lr\":%.6g}\n",
-               static_cast<long long>(epoch), epoch_time, train_loss, val_loss, val_accuracy, images_per_sec,
-               cumulative_time, lr);
-  std::fflush(f_);
+  write_line(f_, {{"kind", "epoch"},
+                  {"epoch", epoch},
+                  {"epoch_time", epoch_time},
+                  {"train_loss", train_loss},
+                  {"val_loss", val_loss},
+                  {"val_accuracy", val_accuracy},
+                  {"images_per_sec", images_per_sec},
+                  {"cumulative_time", cumulative_time},
+                  {"lr", lr}});
 }
 
 std::vector<int64_t> parse_widths(const std::string& text) {

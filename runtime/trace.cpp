@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "graph/onnx_io.h"
 
@@ -16,22 +17,7 @@ int64_t now_ns() {
 
 namespace {
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+using Json = nlohmann::ordered_json;  // keys in the order written, as Chrome's examples show them
 
 std::string shapes(const std::vector<std::vector<int64_t>>& s) {
   std::string out;
@@ -39,10 +25,11 @@ std::string shapes(const std::vector<std::vector<int64_t>>& s) {
   return out;
 }
 
-std::string micros(int64_t ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(ns) / 1e3);
-  return buf;
+// Microseconds since t0, to the nanosecond (Chrome's "ts" and "dur" unit).
+double micros(int64_t ns) { return static_cast<double>(ns) / 1e3; }
+
+Json lane_name(int tid, const std::string& name) {
+  return {{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}};
 }
 
 }  // namespace
@@ -53,35 +40,34 @@ std::string chrome_trace_json(const std::vector<NodeEvent>& events, const std::v
   for (const TraceLane& l : lanes)
     for (const TraceSlice& s : l.slices) t0 = std::min(t0, s.start_ns);
   if (t0 == INT64_MAX) t0 = 0;
-  std::string j = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) j += ",\n";
-    first = false;
-  };
-  auto lane_name = [&](int tid, const std::string& name) {
-    sep();
-    j += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":\"" +
-         escape(name) + "\"}}";
-  };
-  lane_name(1, "nodes");
-  for (const NodeEvent& e : events) {
-    sep();
-    j += "{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"name\":\"" + escape(e.name) + "\",\"cat\":\"" + escape(e.op) +
-         "\",\"ts\":" + micros(e.start_ns - t0) + ",\"dur\":" + micros(e.end_ns - e.start_ns) + ",\"args\":{\"op\":\"" +
-         escape(e.op) + "\",\"node\":" + std::to_string(e.node) + ",\"inputs\":\"" + shapes(e.input_shapes) +
-         "\",\"outputs\":\"" + shapes(e.output_shapes) + "\"}}";
-  }
+  std::vector<Json> out{lane_name(1, "nodes")};
+  for (const NodeEvent& e : events)
+    out.push_back(
+        {{"ph", "X"},
+         {"pid", 1},
+         {"tid", 1},
+         {"name", e.name},
+         {"cat", e.op},
+         {"ts", micros(e.start_ns - t0)},
+         {"dur", micros(e.end_ns - e.start_ns)},
+         {"args",
+          {{"op", e.op}, {"node", e.node}, {"inputs", shapes(e.input_shapes)}, {"outputs", shapes(e.output_shapes)}}}});
   for (size_t l = 0; l < lanes.size(); ++l) {
-    int tid = static_cast<int>(l) + 2;
-    lane_name(tid, lanes[l].name);
-    for (const TraceSlice& s : lanes[l].slices) {
-      sep();
-      j += "{\"ph\":\"X\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"name\":\"" + escape(s.name) +
-           "\",\"cat\":\"" + escape(lanes[l].name) + "\",\"ts\":" + micros(s.start_ns - t0) +
-           ",\"dur\":" + micros(s.end_ns - s.start_ns) + "}";
-    }
+    const int tid = static_cast<int>(l) + 2;
+    out.push_back(lane_name(tid, lanes[l].name));
+    for (const TraceSlice& s : lanes[l].slices)
+      out.push_back({{"ph", "X"},
+                     {"pid", 1},
+                     {"tid", tid},
+                     {"name", s.name},
+                     {"cat", lanes[l].name},
+                     {"ts", micros(s.start_ns - t0)},
+                     {"dur", micros(s.end_ns - s.start_ns)}});
   }
+  // One event per line, so a trace can be grepped and diffed.
+  std::string j = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  for (size_t i = 0; i < out.size(); ++i)
+    j += (i ? ",\n" : "") + out[i].dump(-1, ' ', false, Json::error_handler_t::replace);
   return j + "\n]}\n";
 }
 

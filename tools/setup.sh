@@ -24,7 +24,7 @@ install_packages() {
     cmake ninja-build g++ pkg-config
     libonnx-dev libprotobuf-dev protobuf-compiler
     libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
-    doctest-dev libopenmpi-dev openmpi-bin zlib1g-dev
+    doctest-dev libopenmpi-dev openmpi-bin zlib1g-dev nlohmann-json3-dev
     dataset-fashion-mnist gnuplot-nox
   )
   if [ "$mode" = test ]; then
