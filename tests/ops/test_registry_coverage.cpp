@@ -57,7 +57,7 @@ const std::map<std::string, std::string> kNoGradientRule{
 
 // Ops the cpu backend runs with the reference kernel (Backend::fallback_ops).
 const std::map<std::string, std::string> kCpuFallbacks{
-    {"Neg", "only the negation in Sub's gradient rule: one plain pass"},
+    {"Neg", "one plain elementwise pass (Sub's gradient rule negates with it)"},
     {"ai.onnx.preview.training::Momentum", "ONNX's preview optimizer, for conformance; train uses ai.trainrt::SGD"},
     {"ai.onnx.preview.training::Adam", "ONNX's preview optimizer, for conformance; train uses ai.trainrt::Adam"},
     {"ai.onnx.preview.training::Adagrad", "ONNX's preview optimizer, for conformance"},
