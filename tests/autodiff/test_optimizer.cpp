@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "golden_files.h"
 #include "graph/error.h"
 #include "test_util.h"
 
@@ -22,7 +23,7 @@ struct Case {
 };
 
 std::vector<Case> load_cases() {
-  std::ifstream in(std::string(TRAINRT_TEST_DATA) + "/optimizers.txt");
+  std::ifstream in(golden_file(std::string(TRAINRT_TEST_DATA) + "/optimizers.txt"));
   REQUIRE(in);
   std::vector<Case> cases;
   std::string line;
@@ -111,11 +112,14 @@ TEST_CASE("SGD and Adam/AdamW match torch.optim over three steps") {
 
 TEST_CASE("optimizer ops reject mismatched state") {
   Tensor lr(DataType::Float32, {}), s(DataType::Int64, {});
-  TensorMap feeds{{"p", Tensor(DataType::Float32, {3})}, {"g", Tensor(DataType::Float32, {4})}, {"lr", lr}, {"step", s}};
-  CHECK_THROWS_WITH_AS(run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, "ai.trainrt"), feeds, "reference"),
-                       doctest::Contains("must match input 0"), trainrt::Error);
+  TensorMap feeds{
+      {"p", Tensor(DataType::Float32, {3})}, {"g", Tensor(DataType::Float32, {4})}, {"lr", lr}, {"step", s}};
+  CHECK_THROWS_WITH_AS(
+      run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, "ai.trainrt"), feeds, "reference"),
+      doctest::Contains("must match input 0"), trainrt::Error);
   feeds["g"] = Tensor(DataType::Float32, {3});
   feeds["lr"] = Tensor(DataType::Float32, {1});
-  CHECK_THROWS_WITH_AS(run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, "ai.trainrt"), feeds, "reference"),
-                       doctest::Contains("float32 scalar"), trainrt::Error);
+  CHECK_THROWS_WITH_AS(
+      run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, "ai.trainrt"), feeds, "reference"),
+      doctest::Contains("float32 scalar"), trainrt::Error);
 }

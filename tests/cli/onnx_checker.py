@@ -177,6 +177,11 @@ def main():
         return 2
     trainrt, src = sys.argv[1], sys.argv[2]
     data = os.path.join(src, "tests", "data")
+    for name in ("wrn_param_counts.json", "wrn_small_train.onnx"):  # committed golden files
+        path = os.path.join(data, name)
+        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            print("FAIL: golden file missing or empty: %s" % path)
+            return 1
     counts = json.load(open(os.path.join(data, "wrn_param_counts.json")))
     torch_names = {t.name: list(t.dims) for t in onnx.load(os.path.join(data, "wrn_small_train.onnx")).graph.initializer}
     with tempfile.TemporaryDirectory() as tmp:

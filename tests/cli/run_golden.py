@@ -19,6 +19,7 @@ logits by 1e-3 or more. The classes PyTorch ranks first must match too.
 
     /usr/bin/python3 tests/cli/run_golden.py build/trainrt .     (CTest runs it this way)
 """
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,15 @@ import onnx
 from onnx import numpy_helper
 
 ATOL, RTOL = 2e-5, 1e-4
+
+
+def golden(path):
+    """A committed golden file: a missing or empty one ends the test naming it."""
+    if not os.path.isfile(path):
+        sys.exit("FAIL: golden file missing: %s" % path)
+    if os.path.getsize(path) == 0:
+        sys.exit("FAIL: golden file empty: %s" % path)
+    return path
 
 
 def load(path):
@@ -42,17 +52,22 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: run_golden.py TRAINRT SOURCE_DIR")
     trainrt, src = sys.argv[1], sys.argv[2]
-    model = os.path.join(src, "tests", "data", "wrn_small_eval.onnx")
-    golden = os.path.join(src, "tests", "data", "wrn_small_eval_golden")
-    want = load(os.path.join(golden, "output_0.pb"))
+    model = golden(os.path.join(src, "tests", "data", "wrn_small_eval.onnx"))
+    folder = os.path.join(src, "tests", "data", "wrn_small_eval_golden")
+    want = load(golden(os.path.join(folder, "output_0.pb")))
+    batch = golden(os.path.join(folder, "input_0.pb"))
     assert want.shape == (8, 10) and want.dtype == np.float32, want.shape
+    # meta.json, written with output_0.pb by the same script, describes these logits.
+    with open(golden(os.path.join(folder, "meta.json"))) as f:
+        meta = json.load(f)
+    assert abs(float(np.abs(want).max()) - meta["logits_abs_max"]) < 1e-7, (np.abs(want).max(), meta)
     # The golden batch must exercise the model: distinct logits per image.
     assert np.ptp(want, axis=0).max() > 1e-2, "golden logits do not vary across the batch"
     fails = 0
     with tempfile.TemporaryDirectory() as tmp:
         for backend in ("reference", "cpu"):
             out = os.path.join(tmp, backend)
-            cmd = [trainrt, "run", model, "--input", "input=" + os.path.join(golden, "input_0.pb"),
+            cmd = [trainrt, "run", model, "--input", "input=" + batch,
                    "--backend", backend, "--output-dir", out]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

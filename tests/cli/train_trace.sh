@@ -35,7 +35,8 @@ for e in nodes:  # every node slice lies inside one of the step slices
     assert any(s["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1 for s in steps), e
 PY
 # The 1st step is not traced (it plans): with --trace-steps larger than the run, all later steps are.
-"$trainrt" "${base[@]}" --trace "$tmp/t2.json" --trace-steps 100 >"$tmp/log" 2>&1 || fail "trace run 2"
+# (With the --momentum of the anomaly run below: its training graph, whose nodes this trace lists.)
+"$trainrt" "${base[@]}" --momentum 0.9 --trace "$tmp/t2.json" --trace-steps 100 >"$tmp/log" 2>&1 || fail "trace run 2"
 grep -q "Trace of 3 steps written" "$tmp/log" || fail "expected 3 traced steps of 4: $(grep Trace "$tmp/log")"
 
 "$trainrt" "${base[@]}" --base-lr 1e30 --momentum 0.9 --detect-anomaly >"$tmp/out" 2>"$tmp/err"
@@ -44,8 +45,19 @@ rc=$?
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "expected one stderr line: $(cat "$tmp/err")"
 grep -Eq "training: at epoch 1 step [0-9]+ \(global step [0-9]+\): first non-finite value: node [0-9]+ '[^']+' \([A-Za-z]+\): output '[^']+' has (NaN|Inf)" \
   "$tmp/err" || fail "--detect-anomaly message: $(cat "$tmp/err")"
-expect=$(sed -n "s/.*first non-finite value: node \([0-9]*\) '\([^']*\)'.*/\2/p" "$tmp/err")
-[ -n "$expect" ] || fail "no node named"
+# The node it names is a node of that training graph, with the index and op type the
+# message gives (as the trace of the same graph lists them), run once in each traced step.
+/usr/bin/python3 - "$tmp/err" "$tmp/t2.json" <<'PY' || fail "--detect-anomaly named node: $(cat "$tmp/err")"
+import json, re, sys
+m = re.search(r"first non-finite value: node ([0-9]+) '([^']+)' \(([A-Za-z]+)\)", open(sys.argv[1]).read())
+assert m, "no node named"
+node = (int(m.group(1)), m.group(2), m.group(3))
+ev = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("ph") == "X" and e.get("tid") == 1]
+traced = {(e["args"]["node"], e["name"], e["args"]["op"]) for e in ev}
+assert node in traced, (node, "is not a node of the traced graph; by index or name:",
+                        sorted(n for n in traced if n[0] == node[0] or n[1] == node[1]))
+assert sum(1 for e in ev if e["name"] == node[1]) == 3, "expected once per traced step"
+PY
 
 [ $fails -eq 0 ] && echo "train_trace: all checks passed"
 exit $((fails > 0))

@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "golden_files.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "ops/register_all.h"
@@ -18,7 +19,7 @@ using namespace trainrt;
 namespace {
 
 std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(test::golden_file(path), std::ios::binary);
   REQUIRE(in);
   std::stringstream s;
   s << in.rdbuf();

@@ -40,6 +40,11 @@ Dataset make_dataset(int64_t n, int64_t C, int64_t H, int64_t W, int64_t classes
 
 float norm(const Dataset& d, int64_t c, int v) { return (static_cast<float>(v) / 255.f - d.mean[c]) / d.std[c]; }
 
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::vector<int64_t> all_samples(BatchStream& s) {
   std::vector<int64_t> out;
   while (auto b = s.next()) out.insert(out.end(), b->samples.begin(), b->samples.end());
@@ -106,17 +111,27 @@ TEST_CASE("batches: drop_last for training, the last partial batch kept for eval
   std::vector<int64_t> want = epoch_samples(10, o);
   CHECK(got == std::vector<int64_t>(want.begin(), want.begin() + 8));
 
+  const int64_t created_ns = steady_ns();
   BatchStream eval(d, eval_options(4));
   CHECK(eval.size() == 3);
   std::vector<int64_t> sizes;
   int64_t expect_index = 0;
   while (auto b = eval.next()) {
+    const int64_t received_ns = steady_ns();
     CHECK(b->index == expect_index++);
     sizes.push_back(b->labels.dims()[0]);
     CHECK(b->images.dims() == std::vector<int64_t>{b->labels.dims()[0], 1, 4, 4});
     CHECK(b->images.dtype() == DataType::Float32);
     CHECK(b->labels.dtype() == DataType::Int64);
-    CHECK(b->prepare_seconds >= 0);
+    // The timings are measured, on the steady clock the trace uses: building a batch
+    // takes time, and it happened after the stream was made and before next() returned.
+    CHECK(b->prepare_seconds > 0);
+    CHECK(b->prepare_start_ns >= created_ns);
+    CHECK(b->prepare_end_ns > b->prepare_start_ns);
+    CHECK(b->prepare_end_ns <= received_ns);
+    CHECK(b->prepare_end_ns - b->prepare_start_ns == static_cast<int64_t>(b->prepare_seconds * 1e9));
+    CHECK(b->wait_seconds >= 0);
+    CHECK(b->wait_seconds * 1e9 <= static_cast<double>(received_ns - created_ns));
   }
   CHECK(sizes == std::vector<int64_t>{4, 4, 2});
   CHECK(!eval.next());
@@ -175,8 +190,7 @@ TEST_CASE("augmentation: flip reverses rows, the crop keeps the size and pads wi
   prepare_sample(d, 1, &flip, pad, out.data());
   for (int64_t c = 0; c < 3; ++c)
     for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x)
-        CHECK(out[(c * H + y) * W + x] == norm(d, c, img[(c * H + y) * W + (W - 1 - x)]));
+      for (int64_t x = 0; x < W; ++x) CHECK(out[(c * H + y) * W + x] == norm(d, c, img[(c * H + y) * W + (W - 1 - x)]));
 
   Augment top_left{false, 0, 0};  // window at the padded corner: shifted down-right by 4
   prepare_sample(d, 1, &top_left, pad, out.data());
@@ -245,7 +259,8 @@ TEST_CASE("augmented stream: the same batches whatever the prefetch depth and th
     o.prefetch = prefetch;
     BatchStream s(d, o);
     std::vector<float> all;
-    while (auto b = s.next()) all.insert(all.end(), b->images.data<float>(), b->images.data<float>() + b->images.numel());
+    while (auto b = s.next())
+      all.insert(all.end(), b->images.data<float>(), b->images.data<float>() + b->images.numel());
     return all;
   };
   std::vector<float> a = run(1, 0);
@@ -331,9 +346,7 @@ TEST_CASE("stopping early does not hang or leak") {
     BatchStream s(d, o);
     if (round % 2) CHECK(s.next());
   }  // destroyed with up to 16 batches queued or running
-  {
-    BatchStream untouched(d, o);
-  }
+  { BatchStream untouched(d, o); }
   PipelineOptions bad;
   bad.batch_size = 0;
   CHECK_THROWS_AS(BatchStream(d, bad), Error);
@@ -362,8 +375,9 @@ TEST_CASE("bench: pipeline batches/s on Fashion-MNIST, batch 128" * doctest::ski
       wait += b->wait_seconds;
     }
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    MESSAGE("load " << load << " s; augment=" << augment << ", consumer busy " << busy_ms << " ms: " << n << " batches in " << t << " s = " << n / t
-                    << " batches/s (" << n * 128 / t << " images/s); mean prepare " << 1e3 * prep / n
-                    << " ms, consumer wait " << 1e3 * wait / n << " ms per batch");
+    MESSAGE("load " << load << " s; augment=" << augment << ", consumer busy " << busy_ms << " ms: " << n
+                    << " batches in " << t << " s = " << n / t << " batches/s (" << n * 128 / t
+                    << " images/s); mean prepare " << 1e3 * prep / n << " ms, consumer wait " << 1e3 * wait / n
+                    << " ms per batch");
   }
 }

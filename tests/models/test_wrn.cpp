@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "golden_files.h"
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
@@ -21,7 +22,7 @@ namespace {
 const std::string kData = TRAINRT_TEST_DATA;
 
 std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(test::golden_file(path), std::ios::binary);
   REQUIRE_MESSAGE(f.good(), "cannot read " << path);
   std::stringstream s;
   s << f.rdbuf();

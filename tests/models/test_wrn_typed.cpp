@@ -3,6 +3,7 @@
 // use Constant, Pad and Identity): inferred shapes, import round trip, PyTorch files.
 #include <doctest/doctest.h>
 
+#include "golden_files.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
 #include "models/wrn.h"
@@ -63,7 +64,7 @@ TEST_CASE("wrn: the PyTorch exports import with validation and shape inference")
   // ratio and training_mode inputs; the eval export has BN folded into the convs.
   for (const char* file : {"wrn_small_train.onnx", "wrn_small_eval.onnx"}) {
     CAPTURE(file);
-    Graph g = import_onnx_file(kData + "/" + file, registry().schemas);
+    Graph g = import_onnx_file(test::golden_file(kData + "/" + file), registry().schemas);
     REQUIRE(g.info("logits").shape);
     CHECK(shape_to_string(*g.info("logits").shape) == "[N,10]");
   }

@@ -4,6 +4,7 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
+#include "golden_files.h"
 #include "graph/onnx_io.h"
 #include "graph/passes.h"
 #include "ops/dnnl_util.h"
@@ -157,9 +158,9 @@ TEST_CASE("Identity into a graph output renames its producer; a training Dropout
 
 TEST_CASE("optimize_for_inference on PyTorch's own eval export: Constant folded, Identity gone, PyTorch's logits") {
   const std::string dir = std::string(TRAINRT_TEST_DATA) + "/";
-  const Graph g = import_onnx_file(dir + "wrn_small_eval.onnx", registry().schemas);
-  const Tensor x = read_tensor_file(dir + "wrn_small_eval_golden/input_0.pb");
-  const Tensor want = read_tensor_file(dir + "wrn_small_eval_golden/output_0.pb");
+  const Graph g = import_onnx_file(golden_file(dir + "wrn_small_eval.onnx"), registry().schemas);
+  const Tensor x = read_tensor_file(golden_file(dir + "wrn_small_eval_golden/input_0.pb"));
+  const Tensor want = read_tensor_file(golden_file(dir + "wrn_small_eval_golden/output_0.pb"));
   for (bool standard : {false, true}) {
     CAPTURE(standard);
     const Graph o = optimize_for_inference(g, {.standard_onnx_only = standard});
