@@ -25,7 +25,7 @@
 
 namespace trainrt {
 
-inline constexpr const char* kTrainDomain = "ai.trainrt";
+inline constexpr const char* kTrainDomain = kTrainrtDomain;  // graph/ir.h
 
 class GradBuilder {
  public:

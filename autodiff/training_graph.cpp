@@ -10,7 +10,7 @@
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/passes.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

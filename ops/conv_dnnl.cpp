@@ -21,9 +21,9 @@
 #include <string>
 
 #include "graph/error.h"
-#include "ops/dnnl_grad_util.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_grad_util.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {

@@ -7,7 +7,7 @@
 // plans, layouts and the reference fallback are the same code.
 #pragma once
 
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 

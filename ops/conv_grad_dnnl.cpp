@@ -5,7 +5,7 @@
 //   dX = dY convolved back through W (backward data), dW = dY correlated with X and
 //   dB = sum of dY over N,Ho,Wo (backward weights with bias), each only when requested.
 //
-// Geometry is ops/window.h's, resolved exactly as the forward Conv and the reference
+// Geometry is ops/core/window.h's, resolved exactly as the forward Conv and the reference
 // ConvGrad resolve it. Both primitives are created against a forward_training hint
 // built from the same shapes, with format_tag::any everywhere, so oneDNN picks its
 // blocked layouts (nChw16c, OIhw16o16i... on AVX-512); dY, X and dX come row-major
@@ -19,13 +19,13 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/common.h"
+#include "ops/core/common.h"
 #include "ops/cpu_grad_kernels.h"
-#include "ops/dnnl_grad_util.h"
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
-#include "ops/window.h"
+#include "ops/core/dnnl_grad_util.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
+#include "ops/core/window.h"
 
 namespace trainrt {
 namespace {
@@ -204,7 +204,7 @@ void conv_grad_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_grad_dnnl(Registry& r) {
-  if (r.schemas.find("ai.trainrt", "ConvGrad")) r.kernels.add("cpu", "ai.trainrt", "ConvGrad", conv_grad_cpu);
+  if (r.schemas.find(kTrainrtDomain, "ConvGrad")) r.kernels.add("cpu", kTrainrtDomain, "ConvGrad", conv_grad_cpu);
 }
 
 void register_cpu_grad_kernels(Registry& r) {

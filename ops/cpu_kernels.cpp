@@ -4,11 +4,11 @@
 // kernel use the reference one (Backend::fallback_ops, `trainrt inspect`).
 // Per-element ops whose cpu kernel is the reference loop split over oneTBB chunks
 // (Sum, Dropout, DropoutGrad, SGD, Adam, SoftmaxCrossEntropyLoss and its gradient;
-// ops/parallel.h) register it in their family file, beside the reference kernel they
+// ops/core/parallel.h) register it in their family file, beside the reference kernel they
 // share their code with.
 #include "ops/cpu_grad_kernels.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

@@ -7,7 +7,7 @@
 //   SigmoidGrad(dY, Y) -> dX           dX = dY * Y * (1 - Y)
 //   TanhGrad(dY, Y) -> dX              dX = dY * (1 - Y^2)
 //   SumToShape(dY, X) -> dX            dY summed over the axes where X was broadcast
-//                                      (ops/broadcast.h); X's dtype and shape
+//                                      (ops/core/broadcast.h); X's dtype and shape
 //
 // The activation grads take two tensors of one dtype and one shape; dX has the
 // type of input 1 (the forward tensor), so it has exactly the shape of X.
@@ -16,19 +16,19 @@
 // types (exported graphs do shape arithmetic in int64); integer results wrap
 // modulo 2^bits, integer Div truncates toward zero like C and ONNX Runtime, and
 // integer division by zero is a bad-input error. The broadcasting rule and the
-// index helper live in ops/broadcast.h (autodiff reuses them).
+// index helper live in ops/core/broadcast.h (autodiff reuses them).
 //
-// cpu kernels: Sum is the reference loop split into parallel chunks (ops/parallel.h,
+// cpu kernels: Sum is the reference loop split into parallel chunks (ops/core/parallel.h,
 // same bits); SumToShape's is in ops/sum_to_shape_cpu.cpp.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
-#include "ops/broadcast.h"
-#include "ops/common.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/broadcast.h"
+#include "ops/core/common.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
@@ -213,8 +213,6 @@ void sum_kernel(KernelContext& ctx) {
 
 // ---- backward ops ------------------------------------------------------------
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
 // Inputs 0 and 1 must have the same shape where both are known (an unknown rank
 // or a symbolic dim matches anything but a different known size).
 void require_same_shape(const InferContext& ctx, size_t i, size_t j) {
@@ -303,7 +301,7 @@ void sum_to_shape_kernel(KernelContext& ctx) {
 OpSchema make_grad_schema(const std::string& op, ShapeRule rule, FlopRule flops,
                           std::vector<std::string> attributes = {}) {
   OpSchema s;
-  s.domain = kTrainrt;
+  s.domain = kTrainrtDomain;
   s.op_type = op;
   s.min_inputs = s.max_inputs = 2;
   s.infer = std::move(rule);
@@ -405,20 +403,20 @@ void register_elementwise(Registry& r) {
       },
       sum_to_shape_flops));
 
-  r.kernels.add("reference", kTrainrt, "ReluGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "ReluGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
   });
-  r.kernels.add("reference", kTrainrt, "LeakyReluGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "LeakyReluGrad", [](KernelContext& ctx) {
     const double alpha = ctx.node.attr_float("alpha", 0.01f);  // same branch as the forward: x < 0
     binary_same_loop(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });
   });
-  r.kernels.add("reference", kTrainrt, "SigmoidGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "SigmoidGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return dy * y * (decltype(y)(1) - y); });
   });
-  r.kernels.add("reference", kTrainrt, "TanhGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "TanhGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
   });
-  r.kernels.add("reference", kTrainrt, "SumToShape", sum_to_shape_kernel);
+  r.kernels.add("reference", kTrainrtDomain, "SumToShape", sum_to_shape_kernel);
 }
 
 }  // namespace trainrt

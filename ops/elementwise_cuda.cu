@@ -40,13 +40,12 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/cuda_util.h"
+#include "ops/core/cuda_util.h"
 
 namespace trainrt::cuda {
 
 namespace {
 
-constexpr const char* kTrainrt = "ai.trainrt";
 constexpr int kMaxRank = 8;
 // Grid cap of kernels whose blocks first derive constants from device scalars.
 constexpr unsigned kMaxBlocks = 1024;
@@ -66,7 +65,7 @@ __global__ void relu_grad_kernel(const T* dy, const T* y, T* dx, int64_t n) {
   TRAINRT_GRID_STRIDE(i, n) { dx[i] = y[i] > T(0) ? dy[i] : T(0); }
 }
 
-// ops/broadcast.h's BroadcastIndex on the device: the input offset of output element i.
+// ops/core/broadcast.h's BroadcastIndex on the device: the input offset of output element i.
 struct DeviceIndex {
   int rank = 0;
   bool same = true, scalar = false;
@@ -428,14 +427,14 @@ void dropout_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_elementwise_cuda(Registry& r) {
-  add_if_schema(r, "", "Relu", relu);
-  add_if_schema(r, "", "Add", add);
-  add_if_schema(r, "", "Sum", sum);
-  add_if_schema(r, kTrainrt, "ReluGrad", relu_grad);
-  add_if_schema(r, kTrainrt, "SumToShape", sum_to_shape);
-  add_if_schema(r, "", "Dropout", dropout);
-  add_if_schema(r, kTrainrt, "DropoutGrad", dropout_grad<false>);
-  add_if_schema(r, kTrainrt, "DropoutReluGrad", dropout_grad<true>);
+  add_if_schema(r, "cuda", "", "Relu", relu);
+  add_if_schema(r, "cuda", "", "Add", add);
+  add_if_schema(r, "cuda", "", "Sum", sum);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ReluGrad", relu_grad);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SumToShape", sum_to_shape);
+  add_if_schema(r, "cuda", "", "Dropout", dropout);
+  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>);
 }
 
 }  // namespace trainrt::cuda

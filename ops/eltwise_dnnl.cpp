@@ -16,8 +16,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -118,23 +118,19 @@ void softmax_cpu(KernelContext& ctx) {
   du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->src0)}, {DNNL_ARG_DST, du::memory_of(y, plan->dst)}});
 }
 
-void add_if_schema(Registry& r, const char* op, Kernel k) {
-  if (r.schemas.find("", op)) r.kernels.add("cpu", "", op, std::move(k));
-}
-
 }  // namespace
 
 void register_eltwise_dnnl(Registry& r) {
-  add_if_schema(r, "Relu", eltwise_cpu<dnnl::algorithm::eltwise_relu>);
-  add_if_schema(r, "LeakyRelu", eltwise_cpu<dnnl::algorithm::eltwise_relu>);
-  add_if_schema(r, "Sigmoid", eltwise_cpu<dnnl::algorithm::eltwise_logistic>);
-  add_if_schema(r, "Tanh", eltwise_cpu<dnnl::algorithm::eltwise_tanh>);
-  add_if_schema(r, "Add", binary_cpu<dnnl::algorithm::binary_add>);
-  add_if_schema(r, "Sub", binary_cpu<dnnl::algorithm::binary_sub>);
-  add_if_schema(r, "Mul", binary_cpu<dnnl::algorithm::binary_mul>);
-  add_if_schema(r, "Div", binary_cpu<dnnl::algorithm::binary_div>);
-  add_if_schema(r, "Softmax", softmax_cpu<false>);
-  add_if_schema(r, "LogSoftmax", softmax_cpu<true>);
+  add_if_schema(r, "cpu", "", "Relu", eltwise_cpu<dnnl::algorithm::eltwise_relu>);
+  add_if_schema(r, "cpu", "", "LeakyRelu", eltwise_cpu<dnnl::algorithm::eltwise_relu>);
+  add_if_schema(r, "cpu", "", "Sigmoid", eltwise_cpu<dnnl::algorithm::eltwise_logistic>);
+  add_if_schema(r, "cpu", "", "Tanh", eltwise_cpu<dnnl::algorithm::eltwise_tanh>);
+  add_if_schema(r, "cpu", "", "Add", binary_cpu<dnnl::algorithm::binary_add>);
+  add_if_schema(r, "cpu", "", "Sub", binary_cpu<dnnl::algorithm::binary_sub>);
+  add_if_schema(r, "cpu", "", "Mul", binary_cpu<dnnl::algorithm::binary_mul>);
+  add_if_schema(r, "cpu", "", "Div", binary_cpu<dnnl::algorithm::binary_div>);
+  add_if_schema(r, "cpu", "", "Softmax", softmax_cpu<false>);
+  add_if_schema(r, "cpu", "", "LogSoftmax", softmax_cpu<true>);
 }
 
 }  // namespace trainrt

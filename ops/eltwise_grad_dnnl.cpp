@@ -9,8 +9,8 @@
 
 #include "graph/error.h"
 #include "ops/cpu_grad_kernels.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -51,7 +51,7 @@ void relu_grad_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_eltwise_grad_dnnl(Registry& r) {
-  if (r.schemas.find("ai.trainrt", "ReluGrad")) r.kernels.add("cpu", "ai.trainrt", "ReluGrad", relu_grad_cpu);
+  if (r.schemas.find(kTrainrtDomain, "ReluGrad")) r.kernels.add("cpu", kTrainrtDomain, "ReluGrad", relu_grad_cpu);
 }
 
 }  // namespace trainrt

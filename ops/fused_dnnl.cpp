@@ -7,15 +7,15 @@
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include "ops/conv_dnnl.h"
 #include "ops/norm_dnnl.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
 void register_fused_dnnl(Registry& r) {
-  r.kernels.add("cpu", "ai.trainrt", "FusedConv", [](KernelContext& ctx) {
+  r.kernels.add("cpu", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) {
     conv_forward_dnnl(ctx, /*relu=*/ctx.node.attr_string("activation", "") == "Relu");
   });
-  r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationRelu",
+  r.kernels.add("cpu", kTrainrtDomain, "BatchNormalizationRelu",
                 [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true); });
 }
 

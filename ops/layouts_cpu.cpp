@@ -1,5 +1,5 @@
 // Which arguments the cpu backend's kernels take in Blocked16c (nChw16c), declared in
-// one table (ops/kernel.h, runtime/layout.h explain the scheme).
+// one table (ops/core/kernel.h, runtime/layout.h explain the scheme).
 //
 //   Any:    convolution forward/backward and pooling reorder each argument on its
 //           own, so X, Y, Z, dY, dX may each be blocked or not (weights and biases
@@ -13,7 +13,7 @@
 // dnnl_util::desc_of (or be elementwise over same-shape arguments) and fall back
 // through dnnl_util::run_reference, which converts blocked arguments.
 #include "graph/ir.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -56,7 +56,7 @@ void declare(Registry& r, const std::string& domain, const std::string& op, Layo
 }  // namespace
 
 void register_cpu_layouts(Registry& r) {
-  const std::string trt = "ai.trainrt";
+  const std::string trt = kTrainrtDomain;
   declare(r, "", "Conv", fixed({{A, P, P}, {A}}));
   declare(r, trt, "FusedConv", fixed({{A, P, P, A}, {A}}));
   declare(r, trt, "ConvGrad", fixed({{A, A, P}, {A, P, P}}));

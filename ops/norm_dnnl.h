@@ -7,7 +7,7 @@
 // running-statistics update and the reference fallback are the same code.
 #pragma once
 
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 

@@ -17,9 +17,9 @@
 
 #include "graph/error.h"
 #include "ops/cpu_grad_kernels.h"
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -127,8 +127,8 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_norm_grad_dnnl(Registry& r) {
-  if (r.schemas.find("ai.trainrt", "BatchNormalizationGrad"))
-    r.kernels.add("cpu", "ai.trainrt", "BatchNormalizationGrad", batchnorm_grad_cpu);
+  if (r.schemas.find(kTrainrtDomain, "BatchNormalizationGrad"))
+    r.kernels.add("cpu", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_cpu);
 }
 
 }  // namespace trainrt

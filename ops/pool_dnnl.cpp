@@ -13,8 +13,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {

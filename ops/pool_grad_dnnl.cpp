@@ -23,10 +23,10 @@
 
 #include "graph/error.h"
 #include "ops/cpu_grad_kernels.h"
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
-#include "ops/window.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
+#include "ops/core/window.h"
 
 namespace trainrt {
 namespace {
@@ -206,7 +206,7 @@ void global_average_pool_grad_cpu(KernelContext& ctx) {
 
 void register_pool_grad_dnnl(Registry& r) {
   auto add = [&](const char* op, Kernel k) {
-    if (r.schemas.find("ai.trainrt", op)) r.kernels.add("cpu", "ai.trainrt", op, std::move(k));
+    if (r.schemas.find(kTrainrtDomain, op)) r.kernels.add("cpu", kTrainrtDomain, op, std::move(k));
   };
   add("MaxPoolGrad", maxpool_grad_cpu);
   add("AveragePoolGrad", averagepool_grad_cpu);

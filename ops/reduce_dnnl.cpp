@@ -14,9 +14,9 @@
 #include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {

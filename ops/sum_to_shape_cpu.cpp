@@ -17,10 +17,10 @@
 #include <cstring>
 
 #include "graph/error.h"
-#include "ops/common.h"
+#include "ops/core/common.h"
 #include "ops/cpu_grad_kernels.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -148,7 +148,7 @@ void sum_to_shape_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_sum_to_shape_cpu(Registry& r) {
-  if (r.schemas.find("ai.trainrt", "SumToShape")) r.kernels.add("cpu", "ai.trainrt", "SumToShape", sum_to_shape_cpu);
+  if (r.schemas.find(kTrainrtDomain, "SumToShape")) r.kernels.add("cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu);
 }
 
 }  // namespace trainrt

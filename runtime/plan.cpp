@@ -11,8 +11,6 @@ namespace trainrt {
 
 namespace {
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
 struct Candidate {
   size_t out, in;  // output slot written over input slot
 };
@@ -41,7 +39,7 @@ std::vector<Candidate> in_place_candidates(const Node& n, const std::function<co
     }
     return {};
   }
-  if (n.domain != kTrainrt) return {};
+  if (n.domain != kTrainrtDomain) return {};
   if (grads.count(n.op_type)) return {{0, 0}};
   if (n.op_type == "SGD") return {{0, 0}, {1, 4}};
   if (n.op_type == "Adam") return {{0, 0}, {1, 4}, {2, 5}};

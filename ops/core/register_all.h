@@ -6,7 +6,7 @@
 #pragma once
 
 #include "graph/schema.h"
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 
@@ -20,6 +20,10 @@ void register_all(Registry& r);
 
 // The process-wide registry, filled by register_all() on first use.
 const Registry& registry();
+
+// Adds k as `backend`'s kernel for domain::op, only if the op's schema is registered
+// (a build or test registry without the op's family gets none of its kernels).
+void add_if_schema(Registry& r, const std::string& backend, const std::string& domain, const std::string& op, Kernel k);
 
 // Each op family file provides one of these (ops/<family>.cpp).
 void register_elementwise(Registry& r);

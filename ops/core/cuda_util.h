@@ -33,7 +33,7 @@
 #include <mutex>
 #include <string>
 
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt::cuda {
 
@@ -77,11 +77,9 @@ void run_reference(KernelContext& ctx);
 // Kernels that honour KernelContext::math call this first: cuda runs fp32 arithmetic
 // only, so a bf16/fp16 request is Unsupported rather than silently computed in fp32.
 void require_fp32_math(const KernelContext& ctx);
-// Registers k as the op's cuda kernel, only if the op's schema is registered.
-void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k);
 
 // f(float{}) or f(double{}) and true; false (nothing called) for other dtypes, which the
-// caller sends to run_reference. (ops/common.h's dispatch_float throws instead.)
+// caller sends to run_reference. (ops/core/common.h's dispatch_float throws instead.)
 template <typename F>
 bool with_float(DataType t, F&& f) {
   if (t == DataType::Float32) return f(float{}), true;

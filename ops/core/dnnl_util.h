@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 struct Registry;

@@ -1,10 +1,10 @@
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
 #ifdef TRAINRT_HAVE_CUDA
 namespace cuda {
-void register_cuda_kernels(Registry& r);  // ops/cuda_util.h (kept out of this g++-compiled file)
+void register_cuda_kernels(Registry& r);  // ops/core/cuda_util.h (kept out of this g++-compiled file)
 }
 #endif
 
@@ -25,6 +25,11 @@ void register_all(Registry& r) {
 #ifdef TRAINRT_HAVE_CUDA
   cuda::register_cuda_kernels(r);  // the cuda kernel set (ops/*_cuda.cu); plain layouts only
 #endif
+}
+
+void add_if_schema(Registry& r, const std::string& backend, const std::string& domain, const std::string& op,
+                   Kernel k) {
+  if (r.schemas.find(domain, op)) r.kernels.add(backend, domain, op, std::move(k));
 }
 
 const Registry& registry() {

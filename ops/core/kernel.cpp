@@ -1,8 +1,8 @@
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 #include "graph/error.h"
 #include "graph/schema.h"
-#include "ops/common.h"
+#include "ops/core/common.h"
 
 namespace trainrt {
 
