@@ -48,8 +48,6 @@
 
 namespace trainrt::cuda {
 
-void register_pool_cuda(Registry& r);  // ops/pool_cuda.cu
-
 namespace {
 
 constexpr size_t kMaxCudnnWorkspace = size_t{256} << 20;
@@ -343,7 +341,6 @@ void register_conv_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
   add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", conv_grad);
-  register_pool_cuda(r);
 }
 
 }  // namespace trainrt::cuda

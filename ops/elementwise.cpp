@@ -19,7 +19,7 @@
 // index helper live in ops/core/broadcast.h (autodiff reuses them).
 //
 // cpu kernels: Sum is the reference loop split into parallel chunks (ops/core/parallel.h,
-// same bits); SumToShape's is in ops/sum_to_shape_cpu.cpp.
+// same bits); SumToShape's is in ops/elementwise_cpu.cpp.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,6 +27,7 @@
 
 #include "ops/core/broadcast.h"
 #include "ops/core/common.h"
+#include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 
@@ -358,6 +359,9 @@ void register_elementwise(Registry& r) {
   // Neg: y = -x (float32/float64; the gradient rules' negation, and ONNX's op).
   r.schemas.add(make_schema("Neg", 6, 1, 1, unary, per_output_element(1)));
   r.kernels.add("reference", "", "Neg", [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return -x; }); });
+  // In place: y[i] = f(x[i]) (the reference loop; oneDNN's eltwise supports src == dst).
+  for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"})
+    r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
 
   // Binary arithmetic: multidirectional broadcasting since opset 7.
   auto binary = [](InferContext& ctx) {
@@ -370,6 +374,14 @@ void register_elementwise(Registry& r) {
   r.kernels.add("reference", "", "Sub", binary_kernel<SubOp>);
   r.kernels.add("reference", "", "Mul", binary_kernel<MulOp>);
   r.kernels.add("reference", "", "Div", binary_kernel<DivOp>);
+  // In place: the reference's y[i] = op(a[ia(i)], b[ib(i)]) reads index i of an operand
+  // with the output's shape before writing it; the oneDNN binary kernel supports
+  // dst == src0, and for Add/Mul it swaps the operands so that the one with the
+  // output's shape is src0 (so input 1 is only taken when input 0 is broadcast).
+  r.kernels.set_in_place("", "Add", facts::in_place_binary(/*commutative=*/true));
+  r.kernels.set_in_place("", "Mul", facts::in_place_binary(/*commutative=*/true));
+  r.kernels.set_in_place("", "Sub", facts::in_place_binary(/*commutative=*/false));
+  r.kernels.set_in_place("", "Div", facts::in_place_binary(/*commutative=*/false));
 
   // Sum: variadic, broadcasting since opset 8; k inputs cost k-1 adds per element.
   OpSchema sum = make_schema(
@@ -385,6 +397,7 @@ void register_elementwise(Registry& r) {
   r.schemas.add(std::move(sum));
   r.kernels.add("reference", "", "Sum", sum_kernel<false>);
   r.kernels.add("cpu", "", "Sum", sum_kernel<true>);
+  r.kernels.set_layouts("cpu", "", "Sum", facts::elementwise);
 
   // ---- backward ops (ai.trainrt) ----
   auto grad_rule = [](InferContext& ctx) {
@@ -416,6 +429,9 @@ void register_elementwise(Registry& r) {
   r.kernels.add("reference", kTrainrtDomain, "TanhGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
   });
+  // In place: dx[i] = f(dy[i], t[i]) (oneDNN's eltwise_backward supports diff_src == diff_dst).
+  for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"})
+    r.kernels.set_in_place(kTrainrtDomain, op, facts::in_place({{0, 0}}));
   r.kernels.add("reference", kTrainrtDomain, "SumToShape", sum_to_shape_kernel);
 }
 

@@ -11,15 +11,13 @@
 // backward node reads values the fused node still writes under the same names.
 // The shape rules and reference kernels are Conv's and BatchNormalization's, taken
 // from the registry when these ops register (so they must register after them),
-// followed by the activation and the residual add. cpu kernels: ops/fused_dnnl.cpp.
+// followed by the activation and the residual add. cpu kernels: ops/fused_cpu.cpp.
 #include <string>
 
 #include "ops/core/common.h"
 #include "ops/core/register_all.h"
 
 namespace trainrt {
-
-void register_fused_dnnl(Registry& r);  // ops/fused_dnnl.cpp
 
 namespace {
 
@@ -119,7 +117,6 @@ void register_fused(Registry& r) {
   r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationRelu",
                 [k = *bn_ref](KernelContext& ctx) { bn_relu_reference(ctx, k); });
 
-  register_fused_dnnl(r);
 }
 
 }  // namespace trainrt

@@ -30,6 +30,7 @@
 
 #include "ops/core/cast.h"
 #include "ops/core/common.h"
+#include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 
@@ -295,18 +296,35 @@ void register_misc(Registry& r) {
   r.schemas.add(make_schema("Dropout", 12, 1, 3, 1, 2, dropout_rule, {"seed"}));
   r.kernels.add("reference", "", "Dropout", dropout_kernel<false>);
   r.kernels.add("cpu", "", "Dropout", dropout_kernel<true>);
+  // Dropout draws its mask from each element's row-major index, so any shared layout
+  // draws the same mask.
+  r.kernels.set_layouts("cpu", "", "Dropout", [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""}))
+      return NodeLayouts{};
+    return NodeLayouts{{facts::S}, {facts::S, facts::S}};  // data; output, mask (ratio, training_mode: Plain scalars)
+  });
 
   OpSchema dropout_grad = make_schema("DropoutGrad", 1, 2, 4, 1, 1, dropout_grad_rule);
   dropout_grad.domain = kTrainrtDomain;
   r.schemas.add(std::move(dropout_grad));
   r.kernels.add("reference", kTrainrtDomain, "DropoutGrad", dropout_grad_kernel<false>);
   r.kernels.add("cpu", kTrainrtDomain, "DropoutGrad", dropout_grad_kernel<true>);
+  r.kernels.set_layouts("cpu", kTrainrtDomain, "DropoutGrad", [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+    return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dY, mask; dX
+  });
 
   OpSchema dropout_relu_grad = make_schema("DropoutReluGrad", 1, 2, 4, 1, 1, dropout_relu_grad_rule);
   dropout_relu_grad.domain = kTrainrtDomain;
   r.schemas.add(std::move(dropout_relu_grad));
   r.kernels.add("reference", kTrainrtDomain, "DropoutReluGrad", dropout_relu_grad_kernel<false>);
   r.kernels.add("cpu", kTrainrtDomain, "DropoutReluGrad", dropout_relu_grad_kernel<true>);
+  r.kernels.set_layouts("cpu", kTrainrtDomain, "DropoutReluGrad", [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+    return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dZ, Z; dX
+  });
+  // In place: dX[i] = Z[i] > 0 ? dZ[i] * scale : 0, a plain loop on every backend.
+  r.kernels.set_in_place(kTrainrtDomain, "DropoutReluGrad", facts::in_place({{0, 0}}));
 }
 
 }  // namespace trainrt

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "ops/core/common.h"
+#include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 
@@ -117,6 +118,8 @@ void register_optimizer(Registry& r) {
   r.kernels.add("cpu", kTrainrtDomain, "SGD", [](KernelContext& k) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), true>(k); });
   });
+  // In place (here and for Adam, Increment): each element is read before it is written.
+  r.kernels.set_in_place(kTrainrtDomain, "SGD", facts::in_place({{0, 0}, {1, 4}}));
 
   OpSchema a;
   a.domain = kTrainrtDomain;
@@ -140,6 +143,7 @@ void register_optimizer(Registry& r) {
   r.kernels.add("cpu", kTrainrtDomain, "Adam", [](KernelContext& k) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), true>(k); });
   });
+  r.kernels.set_in_place(kTrainrtDomain, "Adam", facts::in_place({{0, 0}, {1, 4}, {2, 5}}));
 
   OpSchema inc;
   inc.domain = kTrainrtDomain;
@@ -151,6 +155,7 @@ void register_optimizer(Registry& r) {
   r.schemas.add(inc);
   r.kernels.add("reference", kTrainrtDomain, "Increment",
                 [](KernelContext& k) { k.out(0).data<int64_t>()[0] = k.in(0).data<int64_t>()[0] + 1; });
+  r.kernels.set_in_place(kTrainrtDomain, "Increment", facts::in_place({{0, 0}}));
 }
 
 }  // namespace trainrt

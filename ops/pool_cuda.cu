@@ -1,6 +1,6 @@
 // MaxPool, AveragePool, MaxPoolGrad and AveragePoolGrad of the cuda backend: own kernels,
 // one thread per output element (forward) or per dX element (backward, a gather, so no
-// atomics and the same sums on every run). Registered from ops/conv_cuda.cu.
+// atomics and the same sums on every run). Registered by register_all (ops/core/register_all.cpp).
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
 //   AveragePool      x: N,C,spatial... -> y: N,C,out...

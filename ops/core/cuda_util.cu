@@ -104,12 +104,4 @@ void require_fp32_math(const KernelContext& ctx) {
                       std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
 }
 
-void register_cuda_kernels(Registry& r) {
-  register_conv_cuda(r);
-  register_gemm_cuda(r);
-  register_elementwise_cuda(r);
-  register_norm_cuda(r);
-  register_optimizer_cuda(r);
-}
-
 }  // namespace trainrt::cuda

@@ -132,13 +132,4 @@ __device__ inline double block_sum(double v) {
 }
 #endif  // __CUDACC__
 
-// The "cuda" kernel set, one function per op family file (ops/<family>_cuda.cu),
-// all called by register_cuda_kernels (from register_all, after every schema).
-void register_cuda_kernels(Registry& r);
-void register_conv_cuda(Registry& r);         // Conv, FusedConv, ConvGrad: cuDNN
-void register_gemm_cuda(Registry& r);         // Gemm: cuBLASLt
-void register_elementwise_cuda(Registry& r);  // Relu, Add, Sum, ReluGrad, ...: own kernels
-void register_norm_cuda(Registry& r);         // BatchNormalization and its fused/grad forms: own kernels
-void register_optimizer_cuda(Registry& r);    // ai.trainrt SGD, Adam: own kernels
-
 }  // namespace trainrt::cuda

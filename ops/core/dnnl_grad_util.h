@@ -1,4 +1,4 @@
-// Small helpers the backward cpu kernels (ops/*_grad_dnnl.cpp) share on top of
+// Small helpers the backward cpu kernels (ops/*_cpu.cpp) share on top of
 // ops/core/dnnl_util.h.
 //
 //   dnnl::memory dy = grad_util::to_layout(plan->dy_reorder, du::memory_of(t, plain), plan->dy_md, /*slot=*/0);

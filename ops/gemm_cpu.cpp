@@ -113,9 +113,9 @@ void matmul_cpu(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_dnnl(Registry& r) {
-  if (r.schemas.find("", "Gemm")) r.kernels.add("cpu", "", "Gemm", gemm_cpu);
-  if (r.schemas.find("", "MatMul")) r.kernels.add("cpu", "", "MatMul", matmul_cpu);
+void register_gemm_cpu(Registry& r) {
+  add_if_schema(r, "cpu", "", "Gemm", gemm_cpu);
+  add_if_schema(r, "cpu", "", "MatMul", matmul_cpu);
 }
 
 }  // namespace trainrt
