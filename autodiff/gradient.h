@@ -25,7 +25,6 @@
 
 namespace trainrt {
 
-inline constexpr const char* kTrainDomain = "ai.trainrt";
 
 class GradBuilder {
  public:
@@ -48,9 +47,9 @@ class GradBuilder {
   // A new float32 scalar/1-D constant initializer for the rule (e.g. negated pads).
   std::string constant(const std::string& what, Tensor value);
 
-  // Appends a backward node; domain "" for ONNX ops, kTrainDomain for ours.
+  // Appends a backward node; domain "" for ONNX ops, kTrainrtDomain for ours.
   void add(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
-           std::map<std::string, Attribute> attrs = {}, const std::string& domain = kTrainDomain);
+           std::map<std::string, Attribute> attrs = {}, const std::string& domain = kTrainrtDomain);
   void add_onnx(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
                 std::map<std::string, Attribute> attrs = {}) {
     add(op, std::move(inputs), std::move(outputs), std::move(attrs), "");

@@ -10,7 +10,7 @@
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/passes.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
@@ -112,7 +112,7 @@ void append_optimizer(TrainingGraph& t, const TrainingOptions& o) {
     const Tensor& value = g.initializers.at(p);
     Node n;
     n.name = "optimizer/" + p;
-    n.domain = kTrainDomain;
+    n.domain = kTrainrtDomain;
     if (o.optimizer == "sgd") {
       n.op_type = "SGD";
       n.inputs = {p, grad, t.lr, step};
@@ -142,7 +142,7 @@ void append_optimizer(TrainingGraph& t, const TrainingOptions& o) {
   }
   Node inc;
   inc.name = "optimizer/step";
-  inc.domain = kTrainDomain;
+  inc.domain = kTrainrtDomain;
   inc.op_type = "Increment";
   inc.inputs = {step};
   inc.outputs = {step + ".updated"};
@@ -359,7 +359,7 @@ void set_training_outputs(TrainingGraph& t, const std::vector<std::string>& mode
 // gradient has its value's dtype and shape (a rule bug otherwise).
 void finish_and_check(Graph& g, const std::vector<std::pair<std::string, std::string>>& grad_of) {
   const OpRegistry& schemas = registry().schemas;
-  g.opsets[kTrainDomain] = 1;
+  g.opsets[kTrainrtDomain] = 1;
   g.sort_topologically();
   eliminate_dead_nodes(g);
   validate_graph(g, schemas, "training graph");

@@ -26,8 +26,8 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 #include "runtime/backend.h"
 
 using namespace trainrt;

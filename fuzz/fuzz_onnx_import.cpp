@@ -13,7 +13,7 @@
 #include "autodiff/training_graph.h"
 #include "fuzz/fuzz_util.h"
 #include "graph/onnx_io.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 using namespace trainrt;
 

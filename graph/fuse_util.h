@@ -22,7 +22,7 @@
 namespace trainrt::passes {
 
 inline constexpr size_t npos = static_cast<size_t>(-1);
-inline constexpr const char* kTrainrtDomain = "ai.trainrt";
+using trainrt::kTrainrtDomain;  // graph/ir.h
 
 struct Uses {
   explicit Uses(const Graph& g);

@@ -93,6 +93,9 @@ struct Attribute {
 };
 const char* attribute_kind_name(Attribute::Kind k);
 
+// The domain of trainrt's own ops (backward, fused, optimizer); "" is ai.onnx.
+inline constexpr const char* kTrainrtDomain = "ai.trainrt";
+
 struct Node {
   std::string name;
   std::string op_type;

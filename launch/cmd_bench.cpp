@@ -27,7 +27,7 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 

@@ -7,7 +7,7 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

@@ -14,7 +14,7 @@
 #include "graph/passes.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 #include "runtime/buckets.h"
 #include "runtime/training_session.h"
 

@@ -9,7 +9,7 @@
 #include "launch/commands.h"
 #include "launch/train_util.h"
 #include "models/wrn.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

@@ -25,7 +25,7 @@
 #include "launch/commands.h"
 #include "launch/train_util.h"
 #include "models/wrn.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 #include "runtime/training_session.h"
 
 namespace trainrt {

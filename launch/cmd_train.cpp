@@ -32,7 +32,7 @@
 #include "launch/pipeline.h"
 #include "launch/train_config.h"
 #include "launch/train_util.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 #include "runtime/data_parallel.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/nccl_communicator.h"

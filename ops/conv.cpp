@@ -5,7 +5,7 @@
 //
 // Only 2-D convolution is implemented (other ranks are Unsupported). Groups cover
 // ordinary (group 1), grouped and depthwise (group == C) convolution. Geometry
-// (pads, strides, dilations, auto_pad) comes from ops/window.h so the shape rule and
+// (pads, strides, dilations, auto_pad) comes from ops/core/window.h so the shape rule and
 // every kernel agree. FLOPs: 2*N*M*Ho*Wo*(C/group)*kH*kW (bias not counted).
 //
 // ConvGrad (ai.trainrt), the backward of Conv; attributes are the forward's:
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/common.h"
-#include "ops/register_all.h"
-#include "ops/window.h"
+#include "ops/core/common.h"
+#include "ops/core/register_all.h"
+#include "ops/core/window.h"
 
 namespace trainrt {
 
@@ -272,7 +272,7 @@ void register_conv(Registry& r) {
   r.kernels.add("reference", "", "Conv", conv_kernel_reference);
 
   OpSchema grad;
-  grad.domain = "ai.trainrt";
+  grad.domain = kTrainrtDomain;
   grad.op_type = "ConvGrad";
   grad.min_inputs = grad.max_inputs = 3;
   grad.min_outputs = 1;
@@ -281,7 +281,7 @@ void register_conv(Registry& r) {
   grad.flops = conv_grad_flops;
   grad.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
   r.schemas.add(std::move(grad));
-  r.kernels.add("reference", "ai.trainrt", "ConvGrad", conv_grad_kernel_reference);
+  r.kernels.add("reference", kTrainrtDomain, "ConvGrad", conv_grad_kernel_reference);
 }
 
 }  // namespace trainrt

@@ -14,7 +14,7 @@
 // residual are one epilogue kernel after the convolution, because
 // cudnnConvolutionBiasActivationForward adds z before the activation and FusedConv adds it after.
 //
-// Geometry is ops/window.h's. cuDNN pads both sides of a dim alike; an output element
+// Geometry is ops/core/window.h's. cuDNN pads both sides of a dim alike; an output element
 // depends only on the begin pads, so the convolution runs as is whenever cuDNN's output
 // size with the begin pads on both sides is the ONNX one. Otherwise (SAME_UPPER/LOWER or
 // explicit end pads that change the size) x is copied zero-padded into the workspace and
@@ -38,17 +38,15 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/common.h"
-#include "ops/cuda_util.h"
-#include "ops/window.h"
+#include "ops/core/common.h"
+#include "ops/core/cuda_util.h"
+#include "ops/core/window.h"
 
 // cuDNN 9 marks this convolution API deprecated (when CUDNN_WARN_DEPRECATED is defined);
 // it is still the only one that needs no graph/engine plumbing, so use it on purpose.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace trainrt::cuda {
-
-void register_pool_cuda(Registry& r);  // ops/pool_cuda.cu
 
 namespace {
 
@@ -340,10 +338,9 @@ void conv_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
-  add_if_schema(r, "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
-  add_if_schema(r, "ai.trainrt", "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
-  add_if_schema(r, "ai.trainrt", "ConvGrad", conv_grad);
-  register_pool_cuda(r);
+  add_if_schema(r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
+  add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", conv_grad);
 }
 
 }  // namespace trainrt::cuda

@@ -7,7 +7,7 @@
 //   SigmoidGrad(dY, Y) -> dX           dX = dY * Y * (1 - Y)
 //   TanhGrad(dY, Y) -> dX              dX = dY * (1 - Y^2)
 //   SumToShape(dY, X) -> dX            dY summed over the axes where X was broadcast
-//                                      (ops/broadcast.h); X's dtype and shape
+//                                      (ops/core/broadcast.h); X's dtype and shape
 //
 // The activation grads take two tensors of one dtype and one shape; dX has the
 // type of input 1 (the forward tensor), so it has exactly the shape of X.
@@ -16,19 +16,20 @@
 // types (exported graphs do shape arithmetic in int64); integer results wrap
 // modulo 2^bits, integer Div truncates toward zero like C and ONNX Runtime, and
 // integer division by zero is a bad-input error. The broadcasting rule and the
-// index helper live in ops/broadcast.h (autodiff reuses them).
+// index helper live in ops/core/broadcast.h (autodiff reuses them).
 //
-// cpu kernels: Sum is the reference loop split into parallel chunks (ops/parallel.h,
-// same bits); SumToShape's is in ops/sum_to_shape_cpu.cpp.
+// cpu kernels: Sum is the reference loop split into parallel chunks (ops/core/parallel.h,
+// same bits); SumToShape's is in ops/elementwise_cpu.cpp.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
-#include "ops/broadcast.h"
-#include "ops/common.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/broadcast.h"
+#include "ops/core/common.h"
+#include "ops/core/kernel_facts.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
@@ -213,8 +214,6 @@ void sum_kernel(KernelContext& ctx) {
 
 // ---- backward ops ------------------------------------------------------------
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
 // Inputs 0 and 1 must have the same shape where both are known (an unknown rank
 // or a symbolic dim matches anything but a different known size).
 void require_same_shape(const InferContext& ctx, size_t i, size_t j) {
@@ -303,7 +302,7 @@ void sum_to_shape_kernel(KernelContext& ctx) {
 OpSchema make_grad_schema(const std::string& op, ShapeRule rule, FlopRule flops,
                           std::vector<std::string> attributes = {}) {
   OpSchema s;
-  s.domain = kTrainrt;
+  s.domain = kTrainrtDomain;
   s.op_type = op;
   s.min_inputs = s.max_inputs = 2;
   s.infer = std::move(rule);
@@ -360,6 +359,9 @@ void register_elementwise(Registry& r) {
   // Neg: y = -x (float32/float64; the gradient rules' negation, and ONNX's op).
   r.schemas.add(make_schema("Neg", 6, 1, 1, unary, per_output_element(1)));
   r.kernels.add("reference", "", "Neg", [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return -x; }); });
+  // In place: y[i] = f(x[i]) (the reference loop; oneDNN's eltwise supports src == dst).
+  for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"})
+    r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
 
   // Binary arithmetic: multidirectional broadcasting since opset 7.
   auto binary = [](InferContext& ctx) {
@@ -372,6 +374,14 @@ void register_elementwise(Registry& r) {
   r.kernels.add("reference", "", "Sub", binary_kernel<SubOp>);
   r.kernels.add("reference", "", "Mul", binary_kernel<MulOp>);
   r.kernels.add("reference", "", "Div", binary_kernel<DivOp>);
+  // In place: the reference's y[i] = op(a[ia(i)], b[ib(i)]) reads index i of an operand
+  // with the output's shape before writing it; the oneDNN binary kernel supports
+  // dst == src0, and for Add/Mul it swaps the operands so that the one with the
+  // output's shape is src0 (so input 1 is only taken when input 0 is broadcast).
+  r.kernels.set_in_place("", "Add", facts::in_place_binary(/*commutative=*/true));
+  r.kernels.set_in_place("", "Mul", facts::in_place_binary(/*commutative=*/true));
+  r.kernels.set_in_place("", "Sub", facts::in_place_binary(/*commutative=*/false));
+  r.kernels.set_in_place("", "Div", facts::in_place_binary(/*commutative=*/false));
 
   // Sum: variadic, broadcasting since opset 8; k inputs cost k-1 adds per element.
   OpSchema sum = make_schema(
@@ -387,6 +397,7 @@ void register_elementwise(Registry& r) {
   r.schemas.add(std::move(sum));
   r.kernels.add("reference", "", "Sum", sum_kernel<false>);
   r.kernels.add("cpu", "", "Sum", sum_kernel<true>);
+  r.kernels.set_layouts("cpu", "", "Sum", facts::elementwise);
 
   // ---- backward ops (ai.trainrt) ----
   auto grad_rule = [](InferContext& ctx) {
@@ -405,20 +416,23 @@ void register_elementwise(Registry& r) {
       },
       sum_to_shape_flops));
 
-  r.kernels.add("reference", kTrainrt, "ReluGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "ReluGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
   });
-  r.kernels.add("reference", kTrainrt, "LeakyReluGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "LeakyReluGrad", [](KernelContext& ctx) {
     const double alpha = ctx.node.attr_float("alpha", 0.01f);  // same branch as the forward: x < 0
     binary_same_loop(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });
   });
-  r.kernels.add("reference", kTrainrt, "SigmoidGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "SigmoidGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return dy * y * (decltype(y)(1) - y); });
   });
-  r.kernels.add("reference", kTrainrt, "TanhGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "TanhGrad", [](KernelContext& ctx) {
     binary_same_loop(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
   });
-  r.kernels.add("reference", kTrainrt, "SumToShape", sum_to_shape_kernel);
+  // In place: dx[i] = f(dy[i], t[i]) (oneDNN's eltwise_backward supports diff_src == diff_dst).
+  for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"})
+    r.kernels.set_in_place(kTrainrtDomain, op, facts::in_place({{0, 0}}));
+  r.kernels.add("reference", kTrainrtDomain, "SumToShape", sum_to_shape_kernel);
 }
 
 }  // namespace trainrt

@@ -11,19 +11,15 @@
 // backward node reads values the fused node still writes under the same names.
 // The shape rules and reference kernels are Conv's and BatchNormalization's, taken
 // from the registry when these ops register (so they must register after them),
-// followed by the activation and the residual add. cpu kernels: ops/fused_dnnl.cpp.
+// followed by the activation and the residual add. cpu kernels: ops/fused_cpu.cpp.
 #include <string>
 
-#include "ops/common.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
-void register_fused_dnnl(Registry& r);  // ops/fused_dnnl.cpp
-
 namespace {
-
-const char* const kDomain = "ai.trainrt";
 
 // Index of `n` in its graph (for error messages of a rule run on a local context).
 size_t node_index(const InferContext& ctx) {
@@ -101,7 +97,7 @@ void register_fused(Registry& r) {
     throw_internal("register_fused", "Conv and BatchNormalization must be registered first");
 
   OpSchema fc;
-  fc.domain = kDomain;
+  fc.domain = kTrainrtDomain;
   fc.op_type = "FusedConv";
   fc.min_inputs = 2;
   fc.max_inputs = 4;
@@ -110,18 +106,17 @@ void register_fused(Registry& r) {
   fc.attributes = conv->attributes;
   fc.attributes.push_back("activation");
   r.schemas.add(std::move(fc));
-  r.kernels.add("reference", kDomain, "FusedConv",
+  r.kernels.add("reference", kTrainrtDomain, "FusedConv",
                 [k = *conv_ref](KernelContext& ctx) { fused_conv_reference(ctx, k); });
 
   OpSchema br = *bn;
-  br.domain = kDomain;
+  br.domain = kTrainrtDomain;
   br.op_type = "BatchNormalizationRelu";
   br.since_version = 1;
   r.schemas.add(std::move(br));
-  r.kernels.add("reference", kDomain, "BatchNormalizationRelu",
+  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationRelu",
                 [k = *bn_ref](KernelContext& ctx) { bn_relu_reference(ctx, k); });
 
-  register_fused_dnnl(r);
 }
 
 }  // namespace trainrt

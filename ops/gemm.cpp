@@ -8,8 +8,8 @@
 // Reference kernels accumulate in double so they stay the oracle for fp32 kernels.
 #include <algorithm>
 
-#include "ops/common.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

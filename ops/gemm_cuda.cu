@@ -25,8 +25,8 @@
 #include <string>
 
 #include "graph/error.h"
-#include "ops/common.h"
-#include "ops/cuda_util.h"
+#include "ops/core/common.h"
+#include "ops/core/cuda_util.h"
 
 namespace trainrt::cuda {
 
@@ -151,6 +151,6 @@ void gemm(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_cuda(Registry& r) { add_if_schema(r, "", "Gemm", gemm); }
+void register_gemm_cuda(Registry& r) { add_if_schema(r, "cuda", "", "Gemm", gemm); }
 
 }  // namespace trainrt::cuda

@@ -21,23 +21,24 @@
 // when Y > 0; where it dropped one the gradient is 0 either way.
 //
 // The cpu kernels of Dropout, DropoutGrad and DropoutReluGrad are these loops split
-// into parallel chunks (ops/parallel.h): the same code, so the same mask and the
+// into parallel chunks (ops/core/parallel.h): the same code, so the same mask and the
 // same bits.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
-#include "ops/cast.h"
-#include "ops/common.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/cast.h"
+#include "ops/core/common.h"
+#include "ops/core/kernel_facts.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
 namespace {
 
-// ---- Cast (ops/cast.h) -------------------------------------------------------
+// ---- Cast (ops/core/cast.h) -------------------------------------------------------
 
 void cast_kernel(KernelContext& ctx) { cast::cast_elements<false>(ctx.in(0), ctx.out(0)); }
 
@@ -53,7 +54,7 @@ uint64_t splitmix64(uint64_t x) {
 // Inputs: data (N..), optional ratio (scalar, default 0.5), optional training_mode
 // (bool scalar). Outputs: output (like data), optional mask (bool, like data).
 // kParallel: the cpu kernel, the same per-element code over parallel chunks, so
-// its mask and output are the reference's bit for bit (ops/parallel.h).
+// its mask and output are the reference's bit for bit (ops/core/parallel.h).
 template <bool kParallel>
 void dropout_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
@@ -295,18 +296,35 @@ void register_misc(Registry& r) {
   r.schemas.add(make_schema("Dropout", 12, 1, 3, 1, 2, dropout_rule, {"seed"}));
   r.kernels.add("reference", "", "Dropout", dropout_kernel<false>);
   r.kernels.add("cpu", "", "Dropout", dropout_kernel<true>);
+  // Dropout draws its mask from each element's row-major index, so any shared layout
+  // draws the same mask.
+  r.kernels.set_layouts("cpu", "", "Dropout", [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""}))
+      return NodeLayouts{};
+    return NodeLayouts{{facts::S}, {facts::S, facts::S}};  // data; output, mask (ratio, training_mode: Plain scalars)
+  });
 
   OpSchema dropout_grad = make_schema("DropoutGrad", 1, 2, 4, 1, 1, dropout_grad_rule);
-  dropout_grad.domain = "ai.trainrt";
+  dropout_grad.domain = kTrainrtDomain;
   r.schemas.add(std::move(dropout_grad));
-  r.kernels.add("reference", "ai.trainrt", "DropoutGrad", dropout_grad_kernel<false>);
-  r.kernels.add("cpu", "ai.trainrt", "DropoutGrad", dropout_grad_kernel<true>);
+  r.kernels.add("reference", kTrainrtDomain, "DropoutGrad", dropout_grad_kernel<false>);
+  r.kernels.add("cpu", kTrainrtDomain, "DropoutGrad", dropout_grad_kernel<true>);
+  r.kernels.set_layouts("cpu", kTrainrtDomain, "DropoutGrad", [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+    return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dY, mask; dX
+  });
 
   OpSchema dropout_relu_grad = make_schema("DropoutReluGrad", 1, 2, 4, 1, 1, dropout_relu_grad_rule);
-  dropout_relu_grad.domain = "ai.trainrt";
+  dropout_relu_grad.domain = kTrainrtDomain;
   r.schemas.add(std::move(dropout_relu_grad));
-  r.kernels.add("reference", "ai.trainrt", "DropoutReluGrad", dropout_relu_grad_kernel<false>);
-  r.kernels.add("cpu", "ai.trainrt", "DropoutReluGrad", dropout_relu_grad_kernel<true>);
+  r.kernels.add("reference", kTrainrtDomain, "DropoutReluGrad", dropout_relu_grad_kernel<false>);
+  r.kernels.add("cpu", kTrainrtDomain, "DropoutReluGrad", dropout_relu_grad_kernel<true>);
+  r.kernels.set_layouts("cpu", kTrainrtDomain, "DropoutReluGrad", [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+    return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dZ, Z; dX
+  });
+  // In place: dX[i] = Z[i] > 0 ? dZ[i] * scale : 0, a plain loop on every backend.
+  r.kernels.set_in_place(kTrainrtDomain, "DropoutReluGrad", facts::in_place({{0, 0}}));
 }
 
 }  // namespace trainrt

@@ -1,13 +1,13 @@
 // Cast, Identity and Constant on the cpu backend (ops/misc.cpp has the schemas and
 // the reference kernels).
 //
-//   Identity(x) -> x, Constant() -> value     parallel copies (ops/parallel.h)
+//   Identity(x) -> x, Constant() -> value     parallel copies (ops/core/parallel.h)
 //   Cast(x, to)                                a copy when the dtype does not change;
 //                                              oneDNN's reorder for the pairs below;
 //                                              else the reference loop over oneTBB chunks
 //
 // oneDNN's reorder converts between f32, bf16, f16, s8, u8 and s32, but it rounds to
-// nearest and saturates where Cast truncates toward zero and wraps (ops/cast.h). It is
+// nearest and saturates where Cast truncates toward zero and wraps (ops/core/cast.h). It is
 // used only where both agree on every value, so the cpu kernel equals the reference
 // bit for bit (NaN payloads aside):
 //   to float32   from bfloat16, float16, int8, uint8 (exact), int32 (nearest even)
@@ -20,10 +20,10 @@
 // runs cast_elements<true>, the reference's own conversion; none falls back.
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/cast.h"
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/cast.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -104,16 +104,12 @@ void constant_cpu(KernelContext& ctx) {
   parallel_copy(ctx.out(0).raw(), t.raw(), t.nbytes());
 }
 
-void add_if_schema(Registry& r, const char* op, Kernel k) {
-  if (r.schemas.find("", op)) r.kernels.add("cpu", "", op, std::move(k));
-}
-
 }  // namespace
 
 void register_misc_cpu(Registry& r) {
-  add_if_schema(r, "Cast", cast_cpu);
-  add_if_schema(r, "Identity", identity_cpu);
-  add_if_schema(r, "Constant", constant_cpu);
+  add_if_schema(r, "cpu", "", "Cast", cast_cpu);
+  add_if_schema(r, "cpu", "", "Identity", identity_cpu);
+  add_if_schema(r, "cpu", "", "Constant", constant_cpu);
 }
 
 }  // namespace trainrt

@@ -28,8 +28,8 @@
 #include <cmath>
 #include <string>
 
-#include "ops/common.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
@@ -257,7 +257,7 @@ void register_norm(Registry& r) {
   r.kernels.add("reference", "", "BatchNormalization", batchnorm_kernel);
 
   OpSchema grad;
-  grad.domain = "ai.trainrt";
+  grad.domain = kTrainrtDomain;
   grad.op_type = "BatchNormalizationGrad";
   grad.min_inputs = grad.max_inputs = 3;
   grad.min_outputs = 1;
@@ -266,7 +266,7 @@ void register_norm(Registry& r) {
   grad.flops = batchnorm_grad_flops;
   grad.attributes = {"epsilon"};
   r.schemas.add(std::move(grad));
-  r.kernels.add("reference", "ai.trainrt", "BatchNormalizationGrad", batchnorm_grad_kernel);
+  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel);
 }
 
 }  // namespace trainrt

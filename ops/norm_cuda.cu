@@ -34,13 +34,12 @@
 #include <string>
 
 #include "graph/error.h"
-#include "ops/cuda_util.h"
+#include "ops/core/cuda_util.h"
 
 namespace trainrt::cuda {
 
 namespace {
 
-constexpr const char* kTrainrt = "ai.trainrt";
 constexpr int64_t kValuesPerSlice = 4096;  // a channel is split into slices of about this many values
 constexpr int kMaxSlices = 32;
 
@@ -304,9 +303,9 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_norm_cuda(Registry& r) {
-  add_if_schema(r, "", "BatchNormalization", batchnorm_kernel<false>);
-  add_if_schema(r, kTrainrt, "BatchNormalizationRelu", batchnorm_kernel<true>);
-  add_if_schema(r, kTrainrt, "BatchNormalizationGrad", batchnorm_grad_kernel);
+  add_if_schema(r, "cuda", "", "BatchNormalization", batchnorm_kernel<false>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel);
 }
 
 }  // namespace trainrt::cuda

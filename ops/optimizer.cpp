@@ -9,19 +9,18 @@
 // `step` counts completed steps before this one (0 on the first step); lr is a
 // float32 scalar input so schedules change it without rebuilding the graph.
 // The cpu kernels run the reference's per-element update over parallel chunks
-// (ops/parallel.h); updates are in place (runtime/plan.cpp), and each element is
+// (ops/core/parallel.h); updates are in place (runtime/plan.cpp), and each element is
 // read before it is written, so chunks never see each other's writes.
 #include <cmath>
 
-#include "ops/common.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/kernel_facts.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
 namespace {
-
-constexpr const char* kDomain = "ai.trainrt";
 
 void require_same_type(const InferContext& c, size_t a, size_t b) {
   const ValueInfo &x = c.input(a), &y = c.input(b);
@@ -38,7 +37,7 @@ void require_scalar(const InferContext& c, size_t i, DataType t) {
 }
 
 // kParallel: the cpu kernel, the same per-element update over parallel chunks
-// (ops/parallel.h), so it equals the reference bit for bit.
+// (ops/core/parallel.h), so it equals the reference bit for bit.
 template <typename T, bool kParallel>
 void sgd(KernelContext& k) {
   const Tensor &p = k.in(0), &g = k.in(1);
@@ -95,7 +94,7 @@ void adam(KernelContext& k) {
 
 void register_optimizer(Registry& r) {
   OpSchema s;
-  s.domain = kDomain;
+  s.domain = kTrainrtDomain;
   s.op_type = "SGD";
   s.min_inputs = 4;
   s.max_inputs = 5;
@@ -113,15 +112,17 @@ void register_optimizer(Registry& r) {
     if (c.has_input(4)) c.set_output(1, c.input(4));
   };
   r.schemas.add(s);
-  r.kernels.add("reference", kDomain, "SGD", [](KernelContext& k) {
+  r.kernels.add("reference", kTrainrtDomain, "SGD", [](KernelContext& k) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), false>(k); });
   });
-  r.kernels.add("cpu", kDomain, "SGD", [](KernelContext& k) {
+  r.kernels.add("cpu", kTrainrtDomain, "SGD", [](KernelContext& k) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), true>(k); });
   });
+  // In place (here and for Adam, Increment): each element is read before it is written.
+  r.kernels.set_in_place(kTrainrtDomain, "SGD", facts::in_place({{0, 0}, {1, 4}}));
 
   OpSchema a;
-  a.domain = kDomain;
+  a.domain = kTrainrtDomain;
   a.op_type = "Adam";
   a.min_inputs = a.max_inputs = 6;
   a.min_outputs = a.max_outputs = 3;
@@ -136,23 +137,25 @@ void register_optimizer(Registry& r) {
     for (size_t i = 0; i < 3; ++i) c.set_output(i, c.input(i == 0 ? 0 : i + 3));
   };
   r.schemas.add(a);
-  r.kernels.add("reference", kDomain, "Adam", [](KernelContext& k) {
+  r.kernels.add("reference", kTrainrtDomain, "Adam", [](KernelContext& k) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), false>(k); });
   });
-  r.kernels.add("cpu", kDomain, "Adam", [](KernelContext& k) {
+  r.kernels.add("cpu", kTrainrtDomain, "Adam", [](KernelContext& k) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), true>(k); });
   });
+  r.kernels.set_in_place(kTrainrtDomain, "Adam", facts::in_place({{0, 0}, {1, 4}, {2, 5}}));
 
   OpSchema inc;
-  inc.domain = kDomain;
+  inc.domain = kTrainrtDomain;
   inc.op_type = "Increment";
   inc.infer = [](InferContext& c) {
     require_scalar(c, 0, DataType::Int64);
     c.set_output(0, c.input(0));
   };
   r.schemas.add(inc);
-  r.kernels.add("reference", kDomain, "Increment",
+  r.kernels.add("reference", kTrainrtDomain, "Increment",
                 [](KernelContext& k) { k.out(0).data<int64_t>()[0] = k.in(0).data<int64_t>()[0] + 1; });
+  r.kernels.set_in_place(kTrainrtDomain, "Increment", facts::in_place({{0, 0}}));
 }
 
 }  // namespace trainrt

@@ -26,13 +26,12 @@
 #include <string>
 
 #include "graph/error.h"
-#include "ops/cuda_util.h"
+#include "ops/core/cuda_util.h"
 
 namespace trainrt::cuda {
 
 namespace {
 
-constexpr const char* kDomain = "ai.trainrt";
 // Grid cap: Adam's blocks each derive the bias corrections first.
 constexpr unsigned kMaxBlocks = 1024;
 
@@ -177,9 +176,9 @@ void increment(KernelContext& k) {
 }  // namespace
 
 void register_optimizer_cuda(Registry& r) {
-  add_if_schema(r, kDomain, "SGD", sgd);
-  add_if_schema(r, kDomain, "Adam", adam);
-  add_if_schema(r, kDomain, "Increment", increment);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SGD", sgd);
+  add_if_schema(r, "cuda", kTrainrtDomain, "Adam", adam);
+  add_if_schema(r, "cuda", kTrainrtDomain, "Increment", increment);
 }
 
 }  // namespace trainrt::cuda

@@ -6,7 +6,7 @@
 //
 // Windowed pools take 1, 2 or 3 spatial dims; the kernels view every input as
 // N*C, D,H,W with leading size-1 dims, so one set of loops serves all three.
-// Geometry (pads, strides, dilations, auto_pad, ceil_mode) is ops/window.h.
+// Geometry (pads, strides, dilations, auto_pad, ceil_mode) is ops/core/window.h.
 //
 // MaxPool ignores padded positions; Indices are ONNX's flattened indices into x
 // (they include the N and C offsets, never the padding): row-major for
@@ -26,10 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/common.h"
-#include "ops/pool_geometry.h"
-#include "ops/register_all.h"
-#include "ops/window.h"
+#include "ops/core/common.h"
+#include "ops/core/pool_geometry.h"
+#include "ops/core/register_all.h"
+#include "ops/core/window.h"
 
 namespace trainrt {
 
@@ -373,7 +373,7 @@ void register_pool(Registry& r) {
   // Backward ops (ai.trainrt): (dY, X) -> dX with the forward node's attributes.
   auto grad_schema = [](const char* op, ShapeRule infer, std::vector<std::string> attributes) {
     OpSchema s;
-    s.domain = "ai.trainrt";
+    s.domain = kTrainrtDomain;
     s.op_type = op;
     s.min_inputs = s.max_inputs = 2;
     s.infer = std::move(infer);
@@ -383,12 +383,12 @@ void register_pool(Registry& r) {
   r.schemas.add(
       grad_schema("MaxPoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, true); },
                   {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}));
-  r.kernels.add("reference", "ai.trainrt", "MaxPoolGrad", maxpool_grad_kernel);
+  r.kernels.add("reference", kTrainrtDomain, "MaxPoolGrad", maxpool_grad_kernel);
   r.schemas.add(grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
                             {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
-  r.kernels.add("reference", "ai.trainrt", "AveragePoolGrad", averagepool_grad_kernel);
+  r.kernels.add("reference", kTrainrtDomain, "AveragePoolGrad", averagepool_grad_kernel);
   r.schemas.add(grad_schema("GlobalAveragePoolGrad", global_average_pool_grad_infer, {}));
-  r.kernels.add("reference", "ai.trainrt", "GlobalAveragePoolGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "GlobalAveragePoolGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
       using T = decltype(tag);
       global_average_pool_grad_reference<T>(ctx.in(0), ctx.out(0));

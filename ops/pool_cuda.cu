@@ -1,6 +1,6 @@
 // MaxPool, AveragePool, MaxPoolGrad and AveragePoolGrad of the cuda backend: own kernels,
 // one thread per output element (forward) or per dX element (backward, a gather, so no
-// atomics and the same sums on every run). Registered from ops/conv_cuda.cu.
+// atomics and the same sums on every run). Registered by register_all (ops/core/register_all.cpp).
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
 //   AveragePool      x: N,C,spatial... -> y: N,C,out...
@@ -11,7 +11,7 @@
 // Indices output, and its backward's choice among tied maxima (common after a Relu: a
 // window of zeros) is undocumented, while MaxPoolGrad must pick the reference's element
 // (the first maximum in window order). These kernels are ops/pool.cpp's loops run per
-// element, with the same geometry, argmax rule and AveragePool divisor (ops/pool_geometry.h:
+// element, with the same geometry, argmax rule and AveragePool divisor (ops/core/pool_geometry.h:
 // one copy for both) and Indices (storage_order), so no case falls
 // back to the host; they sum in the value's own type (the reference sums in double).
 // 1-3 spatial dims are seen as D,H,W planes with leading size-1 dims, as in the reference.
@@ -25,9 +25,9 @@
 #include <string>
 
 #include "graph/error.h"
-#include "ops/common.h"
-#include "ops/cuda_util.h"
-#include "ops/pool_geometry.h"
+#include "ops/core/common.h"
+#include "ops/core/cuda_util.h"
+#include "ops/core/pool_geometry.h"
 
 namespace trainrt::cuda {
 
@@ -225,10 +225,10 @@ void averagepool_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_pool_cuda(Registry& r) {
-  add_if_schema(r, "", "MaxPool", maxpool);
-  add_if_schema(r, "", "AveragePool", averagepool);
-  add_if_schema(r, "ai.trainrt", "MaxPoolGrad", maxpool_grad);
-  add_if_schema(r, "ai.trainrt", "AveragePoolGrad", averagepool_grad);
+  add_if_schema(r, "cuda", "", "MaxPool", maxpool);
+  add_if_schema(r, "cuda", "", "AveragePool", averagepool);
+  add_if_schema(r, "cuda", kTrainrtDomain, "MaxPoolGrad", maxpool_grad);
+  add_if_schema(r, "cuda", kTrainrtDomain, "AveragePoolGrad", averagepool_grad);
 }
 
 }  // namespace trainrt::cuda

@@ -25,8 +25,8 @@
 // these reference loops: they are per-element and memory bound).
 #include <cmath>
 
-#include "ops/common.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

@@ -21,8 +21,8 @@
 
 #include <cstring>
 
-#include "ops/common.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
@@ -389,8 +389,6 @@ void pad_reference(KernelContext& ctx) {
 
 // ---- backward ops -----------------------------------------------------------------
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
 // ReshapeLike(dY, X): X's type; element counts must agree where both are known.
 void reshape_like_infer(InferContext& ctx) {
   DataType t = require_numeric(ctx, 0);
@@ -496,10 +494,10 @@ void register_shape_ops(Registry& r) {
   r.kernels.add("reference", "", "Concat", concat_reference);
   r.kernels.add("reference", "", "Pad", pad_reference);
 
-  r.schemas.add(OpSchema{kTrainrt, "ReshapeLike", 2, 2, 1, 1, 1, reshape_like_infer, nullptr, {}});
-  r.schemas.add(OpSchema{kTrainrt, "ConcatGrad", 2, 1 << 20, 1, 1 << 20, 1, concat_grad_infer, nullptr, {"axis"}});
-  r.kernels.add("reference", kTrainrt, "ReshapeLike", copy_bytes);
-  r.kernels.add("reference", kTrainrt, "ConcatGrad", concat_grad_reference);
+  r.schemas.add(OpSchema{kTrainrtDomain, "ReshapeLike", 2, 2, 1, 1, 1, reshape_like_infer, nullptr, {}});
+  r.schemas.add(OpSchema{kTrainrtDomain, "ConcatGrad", 2, 1 << 20, 1, 1 << 20, 1, concat_grad_infer, nullptr, {"axis"}});
+  r.kernels.add("reference", kTrainrtDomain, "ReshapeLike", copy_bytes);
+  r.kernels.add("reference", kTrainrtDomain, "ConcatGrad", concat_grad_reference);
 }
 
 }  // namespace trainrt

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 

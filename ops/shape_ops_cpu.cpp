@@ -2,7 +2,7 @@
 // and the reference kernels). Every kernel moves bytes, so one kernel serves every
 // dtype and equals the reference bit for bit.
 //
-//   Flatten, Reshape, ReshapeLike   a parallel copy (ops/parallel.h)
+//   Flatten, Reshape, ReshapeLike   a parallel copy (ops/core/parallel.h)
 //   Transpose(x, perm)              oneDNN reorder from a permuted-strides view of x
 //   Concat(x0, x1, ..., axis)       oneDNN concat of the inputs seen as [outer, block_i]
 //   Pad(x, pads, value)             oneTBB over output rows: fill, copy, fill
@@ -18,9 +18,9 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 #include "ops/shape_ops.h"
 
 namespace trainrt {
@@ -246,19 +246,15 @@ void pad_cpu(KernelContext& ctx) {
   }
 }
 
-void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k) {
-  if (r.schemas.find(domain, op)) r.kernels.add("cpu", domain, op, std::move(k));
-}
-
 }  // namespace
 
 void register_shape_ops_cpu(Registry& r) {
-  add_if_schema(r, "", "Flatten", copy_cpu);
-  add_if_schema(r, "", "Reshape", copy_cpu);
-  add_if_schema(r, "ai.trainrt", "ReshapeLike", copy_cpu);
-  add_if_schema(r, "", "Transpose", transpose_cpu);
-  add_if_schema(r, "", "Concat", concat_cpu);
-  add_if_schema(r, "", "Pad", pad_cpu);
+  add_if_schema(r, "cpu", "", "Flatten", copy_cpu);
+  add_if_schema(r, "cpu", "", "Reshape", copy_cpu);
+  add_if_schema(r, "cpu", kTrainrtDomain, "ReshapeLike", copy_cpu);
+  add_if_schema(r, "cpu", "", "Transpose", transpose_cpu);
+  add_if_schema(r, "cpu", "", "Concat", concat_cpu);
+  add_if_schema(r, "cpu", "", "Pad", pad_cpu);
 }
 
 }  // namespace trainrt

@@ -21,14 +21,14 @@
 //
 // Reference kernels subtract the max and accumulate in double. The cpu kernels of
 // SoftmaxCrossEntropyLoss and its gradient are the same code with the independent rows
-// split over oneTBB chunks (ops/parallel.h), so they equal the reference bit for bit.
+// split over oneTBB chunks (ops/core/parallel.h), so they equal the reference bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "ops/common.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
@@ -305,8 +305,6 @@ void reduce_mean_reference(KernelContext& ctx) {
 
 // ---- backward ops -----------------------------------------------------------------
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
 // Input j must have the shape of input i where both dims are known.
 void require_same_shape(const InferContext& ctx, size_t i, size_t j, const std::string& what) {
   const Shape& a = *ctx.input(i).shape;
@@ -514,11 +512,11 @@ void register_softmax_loss(Registry& r) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_reference<decltype(tag)>(ctx); });
   });
 
-  r.schemas.add(OpSchema{kTrainrt, "SoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
-  r.schemas.add(OpSchema{kTrainrt, "LogSoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
+  r.schemas.add(OpSchema{kTrainrtDomain, "SoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
+  r.schemas.add(OpSchema{kTrainrtDomain, "LogSoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
   r.schemas.add(OpSchema{
-      kTrainrt, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, 1, sce_grad_infer, nullptr, {"ignore_index", "reduction"}});
-  r.schemas.add(OpSchema{kTrainrt,
+      kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, 1, sce_grad_infer, nullptr, {"ignore_index", "reduction"}});
+  r.schemas.add(OpSchema{kTrainrtDomain,
                          "ReduceMeanGrad",
                          2,
                          2,
@@ -528,19 +526,19 @@ void register_softmax_loss(Registry& r) {
                          reduce_mean_grad_infer,
                          nullptr,
                          {"axes", "keepdims", "noop_with_empty_axes"}});
-  r.kernels.add("reference", kTrainrt, "SoftmaxGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "SoftmaxGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_grad_reference<decltype(tag), false>(ctx); });
   });
-  r.kernels.add("reference", kTrainrt, "LogSoftmaxGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "LogSoftmaxGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_grad_reference<decltype(tag), true>(ctx); });
   });
-  r.kernels.add("reference", kTrainrt, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_grad_kernel<decltype(tag), false>(ctx); });
   });
-  r.kernels.add("cpu", kTrainrt, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
+  r.kernels.add("cpu", kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { sce_grad_kernel<decltype(tag), true>(ctx); });
   });
-  r.kernels.add("reference", kTrainrt, "ReduceMeanGrad", [](KernelContext& ctx) {
+  r.kernels.add("reference", kTrainrtDomain, "ReduceMeanGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_grad_reference<decltype(tag)>(ctx); });
   });
 }

@@ -10,8 +10,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
 #include "runtime/plan.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"

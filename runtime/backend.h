@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 

@@ -6,47 +6,22 @@
 #include <set>
 
 #include "graph/error.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 
 namespace {
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
-struct Candidate {
-  size_t out, in;  // output slot written over input slot
-};
-
-// Output/input slot pairs whose kernels (reference and cpu) are alias-safe:
-//  - activations: y[i] = f(x[i]) (reference loop; oneDNN eltwise supports src == dst);
-//  - Add/Sub/Mul/Div: reference y[i] = op(a[ia(i)], b[ib(i)]) reads index i of an
-//    operand with the output's shape before writing it; the oneDNN binary kernel
-//    supports dst == src0, and for Add/Mul it swaps the operands so that the one with
-//    the output's shape is src0 (so input 1 is only taken when input 0 is broadcast);
-//  - activation grads: dx[i] = f(dy[i], t[i]) (oneDNN eltwise_backward supports
-//    diff_src == diff_dst; the others, DropoutReluGrad included, are plain loops);
-//  - SGD/Adam/Increment: each element is read before it is written (ops/optimizer.cpp).
-std::vector<Candidate> in_place_candidates(const Node& n, const std::function<const PlannedValue*(size_t)>& in,
-                                           const PlannedValue* out0) {
-  static const std::set<std::string> unary{"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"};
-  static const std::set<std::string> grads{"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad", "DropoutReluGrad"};
-  if (n.domain.empty()) {
-    if (unary.count(n.op_type)) return {{0, 0}};
-    const bool commutative = n.op_type == "Add" || n.op_type == "Mul";
-    if (commutative || n.op_type == "Sub" || n.op_type == "Div") {
-      const PlannedValue *a = in(0), *b = in(1);
-      if (!out0 || !a || !b) return {};
-      if (a->dims == out0->dims) return {{0, 0}};
-      if (commutative && b->dims == out0->dims) return {{0, 1}};
-    }
-    return {};
-  }
-  if (n.domain != kTrainrt) return {};
-  if (grads.count(n.op_type)) return {{0, 0}};
-  if (n.op_type == "SGD") return {{0, 0}, {1, 4}};
-  if (n.op_type == "Adam") return {{0, 0}, {1, 4}, {2, 5}};
-  if (n.op_type == "Increment") return {{0, 0}};
-  return {};
+// The output/input slot pairs `n`'s op declared alias-safe where its kernels register
+// (KernelRegistry::set_in_place, ops/core/kernel_facts.h); out0 is null where the
+// output's dims are not known yet.
+std::vector<InPlacePair> in_place_candidates(const Node& n, const std::function<const PlannedValue*(size_t)>& in,
+                                             const PlannedValue* out0) {
+  auto dims = [&](size_t j) -> const std::vector<int64_t>* {
+    const PlannedValue* v = in(j);
+    return v ? &v->dims : nullptr;
+  };
+  return registry().kernels.in_place(n, dims, out0 ? &out0->dims : nullptr);
 }
 
 // How many times value v appears among a node's inputs.
@@ -117,7 +92,7 @@ Plan skeleton(const Graph& g, const PlanOptions& o) {
       auto in = [&](size_t j) {
         return j < s.inputs.size() && s.inputs[j] >= 0 ? &p.values[static_cast<size_t>(s.inputs[j])] : nullptr;
       };
-      for (Candidate c : in_place_candidates(g.nodes[s.node], in, nullptr)) {
+      for (InPlacePair c : in_place_candidates(g.nodes[s.node], in, nullptr)) {
         if (c.out >= s.outputs.size() || s.outputs[c.out] != pi->second || c.in >= s.inputs.size() ||
             s.inputs[c.in] != si->second || occurrences(s, si->second) != 1)
           continue;
@@ -250,7 +225,7 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
       const PlannedValue* out0 =
           !st.outputs.empty() && st.outputs[0] >= 0 ? &p.values[static_cast<size_t>(st.outputs[0])] : nullptr;
       std::set<int> taken;
-      for (Candidate c : in_place_candidates(base.graph.nodes[st.node], in, out0)) {
+      for (InPlacePair c : in_place_candidates(base.graph.nodes[st.node], in, out0)) {
         if (c.out >= st.outputs.size() || c.in >= st.inputs.size()) continue;
         int ov = st.outputs[c.out], iv = st.inputs[c.in];
         if (ov < 0 || iv < 0 || taken.count(iv)) continue;

@@ -16,7 +16,7 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 #include "runtime/executor.h"
 
 namespace trainrt::test {

@@ -3,7 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "graph/error.h"
-#include "ops/cuda_util.h"
+#include "ops/core/cuda_util.h"
 #include "runtime/communicator.h"
 
 namespace trainrt {

@@ -88,7 +88,7 @@ TEST_CASE("SGD and Adam/AdamW match torch.optim over three steps") {
           outs.push_back("buf2");
           feeds["buf"] = buf;
         }
-        out = run_node(make_node("SGD", ins, outs, attrs, "ai.trainrt"), feeds, "reference");
+        out = run_node(make_node("SGD", ins, outs, attrs, kTrainrtDomain), feeds, "reference");
         if (momentum != 0) buf = out.at("buf2");
       } else {
         std::map<std::string, Attribute> attrs{
@@ -99,7 +99,7 @@ TEST_CASE("SGD and Adam/AdamW match torch.optim over three steps") {
             {"decoupled_weight_decay", Attribute::of_int(c.optimizer == "adamw")}};
         feeds["m"] = m;
         feeds["v"] = v;
-        out = run_node(make_node("Adam", {"p", "g", "lr", "step", "m", "v"}, {"p2", "m2", "v2"}, attrs, "ai.trainrt"),
+        out = run_node(make_node("Adam", {"p", "g", "lr", "step", "m", "v"}, {"p2", "m2", "v2"}, attrs, kTrainrtDomain),
                        feeds, "reference");
         m = out.at("m2");
         v = out.at("v2");
@@ -115,11 +115,11 @@ TEST_CASE("optimizer ops reject mismatched state") {
   TensorMap feeds{
       {"p", Tensor(DataType::Float32, {3})}, {"g", Tensor(DataType::Float32, {4})}, {"lr", lr}, {"step", s}};
   CHECK_THROWS_WITH_AS(
-      run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, "ai.trainrt"), feeds, "reference"),
+      run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, kTrainrtDomain), feeds, "reference"),
       doctest::Contains("must match input 0"), trainrt::Error);
   feeds["g"] = Tensor(DataType::Float32, {3});
   feeds["lr"] = Tensor(DataType::Float32, {1});
   CHECK_THROWS_WITH_AS(
-      run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, "ai.trainrt"), feeds, "reference"),
+      run_node(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, {}, kTrainrtDomain), feeds, "reference"),
       doctest::Contains("float32 scalar"), trainrt::Error);
 }

@@ -12,7 +12,7 @@
 #include "golden_files.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 using namespace trainrt;
 

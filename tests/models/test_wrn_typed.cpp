@@ -7,7 +7,7 @@
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
 #include "models/wrn.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 using namespace trainrt;
 

@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 
@@ -103,7 +103,7 @@ TEST_CASE("winograd: Conv, FusedConv and ConvGrad agree with the reference and d
     const Tensor w = weights({s.m, s.c, 3, 3}, ++seed);
     check_winograd(conv_node("Conv", "", 3, 1, 1), {{"X", x}, {"W", w}});
 
-    Node fused = conv_node("FusedConv", "ai.trainrt", 3, 1, 1);
+    Node fused = conv_node("FusedConv", kTrainrtDomain, 3, 1, 1);
     fused.inputs = {"X", "W", "B", "Z"};
     fused.attrs["activation"] = Attribute::of_string("Relu");
     check_winograd(fused, {{"X", x},
@@ -111,7 +111,7 @@ TEST_CASE("winograd: Conv, FusedConv and ConvGrad agree with the reference and d
                            {"B", random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5)},
                            {"Z", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}});
 
-    Node grad = conv_node("ConvGrad", "ai.trainrt", 3, 1, 1);
+    Node grad = conv_node("ConvGrad", kTrainrtDomain, 3, 1, 1);
     grad.inputs = {"dY", "X", "W"};
     grad.outputs = {"dX", "dW", "dB"};
     check_winograd(

@@ -26,15 +26,13 @@
 #include <iterator>
 #include <random>
 
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;
 using namespace trainrt::test;
 
 namespace {
-
-constexpr const char* kTrainrt = "ai.trainrt";
 
 void require_cpu_kernel(const std::string& domain, const char* op) {
   REQUIRE_MESSAGE(registry().schemas.find(domain, op) != nullptr, "no schema for ", op);
@@ -228,7 +226,7 @@ TEST_CASE("cpu vs reference: Cast between every pair of dtypes, every bit patter
 
 TEST_CASE("cpu vs reference: Flatten, Reshape, ReshapeLike, Identity, Constant copy every byte") {
   for (const char* op : {"Flatten", "Reshape", "Identity", "Constant"}) require_cpu_kernel("", op);
-  require_cpu_kernel(kTrainrt, "ReshapeLike");
+  require_cpu_kernel(kTrainrtDomain, "ReshapeLike");
   std::mt19937_64 rng(231);
   for (int i = 0; i < 12; ++i) {
     std::vector<int64_t> dims = random_dims(rng, 1, 4, 12);
@@ -244,7 +242,7 @@ TEST_CASE("cpu vs reference: Flatten, Reshape, ReshapeLike, Identity, Constant c
     CHECK(check(make_node("Identity", {"x"}, {"y"}), feeds) == 0);
     CHECK(check(make_node("Constant", {}, {"y"}, {{"value", Attribute::of_tensor(x)}}), {}) == 0);
     const TensorMap grad_feeds{{"dy", random_bits(t, {x.numel()}, 900 + i)}, {"x", x}};
-    CHECK(check(make_node("ReshapeLike", {"dy", "x"}, {"dx"}, {}, kTrainrt), grad_feeds) == 0);
+    CHECK(check(make_node("ReshapeLike", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain), grad_feeds) == 0);
   }
 }
 
@@ -286,7 +284,7 @@ TEST_CASE("cpu vs reference: ReduceMean, random axes, keepdims, opset 13 and 18 
 
 TEST_CASE("cpu vs reference: SoftmaxCrossEntropyLoss and its gradient, every reduction, bit for bit") {
   require_cpu_kernel("", "SoftmaxCrossEntropyLoss");
-  require_cpu_kernel(kTrainrt, "SoftmaxCrossEntropyLossGrad");
+  require_cpu_kernel(kTrainrtDomain, "SoftmaxCrossEntropyLossGrad");
   std::mt19937_64 rng(251);
   const char* reductions[] = {"none", "mean", "sum"};
   for (int i = 0; i < 36; ++i) {
@@ -334,6 +332,6 @@ TEST_CASE("cpu vs reference: SoftmaxCrossEntropyLoss and its gradient, every red
       grad_feeds["w"] = feeds.at("w");
       grad_in.push_back("w");
     }
-    CHECK(check(make_node("SoftmaxCrossEntropyLossGrad", grad_in, {"dx"}, attrs, kTrainrt), grad_feeds) == 0);
+    CHECK(check(make_node("SoftmaxCrossEntropyLossGrad", grad_in, {"dx"}, attrs, kTrainrtDomain), grad_feeds) == 0);
   }
 }

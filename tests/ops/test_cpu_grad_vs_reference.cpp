@@ -27,15 +27,13 @@
 #include <functional>
 #include <random>
 
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;
 using namespace trainrt::test;
 
 namespace {
-
-constexpr const char* kTrainrt = "ai.trainrt";
 
 // How one output is judged: elementwise (rtol, atol), or by the reduction rule above
 // when `reduction` > 0.
@@ -100,8 +98,8 @@ void report(const std::string& what, const Compared& c) {
 }
 
 void require_cpu_kernel(const char* op) {
-  REQUIRE_MESSAGE(registry().schemas.find(kTrainrt, op) != nullptr, "no schema for ", op);
-  REQUIRE_MESSAGE(registry().kernels.find("cpu", kTrainrt, op) != nullptr, "no cpu kernel for ", op);
+  REQUIRE_MESSAGE(registry().schemas.find(kTrainrtDomain, op) != nullptr, "no schema for ", op);
+  REQUIRE_MESSAGE(registry().kernels.find("cpu", kTrainrtDomain, op) != nullptr, "no cpu kernel for ", op);
 }
 
 int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
@@ -114,7 +112,7 @@ Tensor rand_f32(std::vector<int64_t> dims, uint64_t seed, double lo = -1, double
 // Outputs requested by bit mask: 1 dX, 2 dW, 4 dB.
 Node conv_grad_node(int mask, std::map<std::string, Attribute> attrs) {
   return make_node("ConvGrad", {"dy", "x", "w"},
-                   {mask & 1 ? "dx" : "", mask & 2 ? "dw" : "", mask & 4 ? "db" : ""}, std::move(attrs), kTrainrt);
+                   {mask & 1 ? "dx" : "", mask & 2 ? "dw" : "", mask & 4 ? "db" : ""}, std::move(attrs), kTrainrtDomain);
 }
 
 // dY's shape: the forward Conv's output, inferred by the Conv schema itself.
@@ -148,7 +146,7 @@ std::function<OutTol(const std::string&)> conv_grad_tol(const TensorMap& f) {
 Node bn_grad_node(int mask, float eps) {
   return make_node("BatchNormalizationGrad", {"dy", "x", "scale"},
                    {mask & 1 ? "dx" : "", mask & 2 ? "dscale" : "", mask & 4 ? "dbias" : ""},
-                   {{"epsilon", Attribute::of_float(eps)}}, kTrainrt);
+                   {{"epsilon", Attribute::of_float(eps)}}, kTrainrtDomain);
 }
 
 Compared check_bn_grad(std::vector<int64_t> dims, int mask, float eps, uint64_t seed, bool timed = false) {
@@ -171,7 +169,7 @@ Compared check_pool_grad(const char* op, Tensor x, const std::map<std::string, A
                          bool timed = false) {
   TensorMap feeds{{"x", x}, {"dy", rand_f32(pool_output_dims(op, x, attrs), seed)}};
   const bool max = std::string(op) == "MaxPool";
-  Node n = make_node(std::string(op) + "Grad", {"dy", "x"}, {"dx"}, attrs, kTrainrt);
+  Node n = make_node(std::string(op) + "Grad", {"dy", "x"}, {"dx"}, attrs, kTrainrtDomain);
   const OutTol tol = max ? OutTol{1e-6, 1e-6} : OutTol{1e-5, 1e-6};
   return check_same(n, feeds, [=](const std::string&) { return tol; }, timed);
 }
@@ -367,7 +365,7 @@ TEST_CASE("cpu grad vs reference: GlobalAveragePoolGrad") {
     std::vector<int64_t> yd = dims;
     for (size_t i = 2; i < yd.size(); ++i) yd[i] = 1;
     TensorMap feeds{{"x", rand_f32(dims, 31)}, {"dy", rand_f32(yd, 32)}};
-    Node n = make_node("GlobalAveragePoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrt);
+    Node n = make_node("GlobalAveragePoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain);
     CHECK(check_same(n, feeds, [](const std::string&) { return OutTol{1e-6, 0}; }).fallbacks == 0);
   }
 }
@@ -381,7 +379,7 @@ TEST_CASE("cpu grad vs reference: ReluGrad") {
     Tensor y = rand_f32(dims, 40 + static_cast<uint64_t>(i));
     for (int64_t e = 0; e < y.numel(); ++e) y.data<float>()[e] = std::max(y.data<float>()[e], 0.f);  // Relu output
     TensorMap feeds{{"dy", rand_f32(dims, 50 + static_cast<uint64_t>(i))}, {"y", y}};
-    Node n = make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrt);
+    Node n = make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain);
     CAPTURE(dims_to_string(dims));
     CHECK(check_same(n, feeds, [](const std::string&) { return OutTol{1e-6, 0}; }).fallbacks == 0);
   }
@@ -389,7 +387,7 @@ TEST_CASE("cpu grad vs reference: ReluGrad") {
     Tensor y = rand_f32(dims, 41);
     for (int64_t e = 0; e < y.numel(); ++e) y.data<float>()[e] = std::max(y.data<float>()[e], 0.f);
     TensorMap feeds{{"dy", rand_f32(dims, 51)}, {"y", y}};
-    Node n = make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrt);
+    Node n = make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain);
     Compared r = check_same(n, feeds, [](const std::string&) { return OutTol{1e-6, 0}; }, /*timed=*/true);
     CHECK(r.fallbacks == 0);
     report("ReluGrad " + dims_to_string(dims), r);

@@ -20,8 +20,6 @@ using namespace trainrt::test;
 
 namespace {
 
-constexpr const char* kTrainrt = "ai.trainrt";
-
 void require_cpu_kernel(const std::string& domain, const char* op) {
   REQUIRE_MESSAGE(registry().schemas.find(domain, op) != nullptr, "no schema for ", op);
   REQUIRE_MESSAGE(registry().kernels.find("cpu", domain, op) != nullptr, "no cpu kernel for ", op);
@@ -97,12 +95,12 @@ TEST_CASE("cpu vs reference: Sum, fan-out and broadcasting inputs, bit for bit")
 }
 
 TEST_CASE("cpu vs reference: SumToShape, identity and every broadcast pattern, bit for bit") {
-  require_cpu_kernel(kTrainrt, "SumToShape");
+  require_cpu_kernel(kTrainrtDomain, "SumToShape");
   auto run = [](const std::vector<int64_t>& dy, const std::vector<int64_t>& x, DataType t, uint64_t seed) {
     CAPTURE(dims_to_string(dy));
     CAPTURE(dims_to_string(x));
     TensorMap feeds{{"dy", random_tensor(t, dy, seed)}, {"x", random_tensor(t, x, seed + 1)}};
-    check_identical(make_node("SumToShape", {"dy", "x"}, {"dx"}, {}, kTrainrt), feeds);
+    check_identical(make_node("SumToShape", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain), feeds);
   };
   // The Wide ResNet's cases and the kernel's paths one by one.
   run({4, 160, 32, 32}, {4, 160, 32, 32}, DataType::Float32, 1);  // same-shape Add: a copy
@@ -141,7 +139,7 @@ TEST_CASE("cpu vs reference: Dropout mask and output, bit for bit") {
 }
 
 TEST_CASE("cpu vs reference: DropoutGrad, training and inference, bit for bit") {
-  require_cpu_kernel(kTrainrt, "DropoutGrad");
+  require_cpu_kernel(kTrainrtDomain, "DropoutGrad");
   std::mt19937_64 rng(111);
   for (int i = 0; i < 10; ++i) {
     std::vector<int64_t> dims = random_dims(rng, 4, 40);
@@ -151,15 +149,15 @@ TEST_CASE("cpu vs reference: DropoutGrad, training and inference, bit for bit") 
     const DataType t = i % 4 == 3 ? DataType::Float64 : DataType::Float32;
     CAPTURE(dims_to_string(dims));
     TensorMap feeds{{"dy", random_tensor(t, dims, 4000 + i)}, {"mask", mask}, {"r", make(t, {}, {0.3})}};
-    Node n = make_node("DropoutGrad", {"dy", "mask", "r"}, {"dx"}, {}, kTrainrt);
+    Node n = make_node("DropoutGrad", {"dy", "mask", "r"}, {"dx"}, {}, kTrainrtDomain);
     check_identical(n, feeds, /*training=*/true);
     check_identical(n, feeds, /*training=*/false);
   }
 }
 
 TEST_CASE("cpu vs reference: SGD and Adam updates, bit for bit") {
-  require_cpu_kernel(kTrainrt, "SGD");
-  require_cpu_kernel(kTrainrt, "Adam");
+  require_cpu_kernel(kTrainrtDomain, "SGD");
+  require_cpu_kernel(kTrainrtDomain, "Adam");
   std::mt19937_64 rng(121);
   for (int i = 0; i < 16; ++i) {
     std::vector<int64_t> dims = random_dims(rng, 4, 40);
@@ -175,13 +173,13 @@ TEST_CASE("cpu vs reference: SGD and Adam updates, bit for bit") {
                     {"lr", scalar_f32(0.05)},
                     {"step", scalar_i64(i % 3)}};
     std::map<std::string, Attribute> sgd{{"weight_decay", Attribute::of_float(i % 2 ? 5e-4f : 0.f)}};
-    check_identical(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, sgd, kTrainrt), feeds);
+    check_identical(make_node("SGD", {"p", "g", "lr", "step"}, {"p2"}, sgd, kTrainrtDomain), feeds);
     sgd["momentum"] = Attribute::of_float(0.9f);
     sgd["dampening"] = Attribute::of_float(i % 3 == 1 ? 0.1f : 0.f);
     sgd["nesterov"] = Attribute::of_int(i % 2);
-    check_identical(make_node("SGD", {"p", "g", "lr", "step", "m"}, {"p2", "m2"}, sgd, kTrainrt), feeds);
+    check_identical(make_node("SGD", {"p", "g", "lr", "step", "m"}, {"p2", "m2"}, sgd, kTrainrtDomain), feeds);
     std::map<std::string, Attribute> adam{{"weight_decay", Attribute::of_float(0.01f)},
                                           {"decoupled_weight_decay", Attribute::of_int(i % 2)}};
-    check_identical(make_node("Adam", {"p", "g", "lr", "step", "m", "v"}, {"p2", "m2", "v2"}, adam, kTrainrt), feeds);
+    check_identical(make_node("Adam", {"p", "g", "lr", "step", "m", "v"}, {"p2", "m2", "v2"}, adam, kTrainrtDomain), feeds);
   }
 }

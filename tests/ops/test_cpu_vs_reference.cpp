@@ -24,7 +24,7 @@
 #include <random>
 #include <thread>
 
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <functional>
 
-#include "ops/broadcast.h"
+#include "ops/core/broadcast.h"
 #include "graph/error.h"
 #include "test_util.h"
 

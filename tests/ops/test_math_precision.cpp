@@ -20,7 +20,7 @@
 
 #include <cmath>
 
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 
@@ -128,7 +128,7 @@ TEST_CASE("bf16/fp16 math: Conv on cpu equals the reference's emulation, and dif
 
 TEST_CASE("bf16/fp16 math: FusedConv (Relu and the residual sum) on cpu equals the reference's emulation") {
   const ConvCase s{2, 160, 160, 14, 3, 1, 1};
-  Node n = conv_node(s.k, s.stride, s.pad, true, "ai.trainrt", "FusedConv");
+  Node n = conv_node(s.k, s.stride, s.pad, true, kTrainrtDomain, "FusedConv");
   n.inputs.push_back("Z");
   n.attrs["activation"] = Attribute::of_string("Relu");
   TensorMap feeds{{"X", random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, 7, -1, 1)},
@@ -145,7 +145,7 @@ TEST_CASE("bf16/fp16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's e
     CAPTURE(s.m);
     CAPTURE(s.hw);
     const int64_t ho = (s.hw + 2 * s.pad - s.k) / s.stride + 1;
-    Node n = conv_node(s.k, s.stride, s.pad, false, "ai.trainrt", "ConvGrad");
+    Node n = conv_node(s.k, s.stride, s.pad, false, kTrainrtDomain, "ConvGrad");
     n.inputs = {"dY", "X", "W"};
     n.outputs = {"dX", "dW", "dB"};
     TensorMap feeds{{"dY", random_tensor(DataType::Float32, {s.n, s.m, ho, ho}, ++seed, -1, 1)},

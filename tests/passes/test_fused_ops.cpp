@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "graph/fuse_util.h"
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "wrn_util.h"
 
 using namespace trainrt;
@@ -15,7 +15,7 @@ Graph graph_of(std::vector<Node> nodes, const TensorMap& feeds, const TensorMap&
   Graph g;
   g.name = "fused";
   g.opsets[""] = 17;
-  g.opsets["ai.trainrt"] = 1;
+  g.opsets[kTrainrtDomain] = 1;
   for (const auto& [name, t] : feeds) {
     g.inputs.push_back(name);
     g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
@@ -70,7 +70,7 @@ TEST_CASE("FusedConv = act(Conv + B) + Z on reference and cpu, for every combina
         plain.push_back(make_node("Identity", {last}, {"y"}));
         auto attrs = conv_attrs(stride, group);
         if (relu) attrs["activation"] = Attribute::of_string("Relu");
-        Node f = make_node("FusedConv", {"x", "w", bias ? "b" : "", residual ? "z" : ""}, {"y"}, attrs, "ai.trainrt");
+        Node f = make_node("FusedConv", {"x", "w", bias ? "b" : "", residual ? "z" : ""}, {"y"}, attrs, kTrainrtDomain);
         while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
         const Graph unfused = graph_of(plain, feeds, inits, {"y"});
         const Graph fused = graph_of({f}, feeds, inits, {"y"});
@@ -102,7 +102,7 @@ TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inf
     const Graph unfused = graph_of(
         {make_node("BatchNormalization", ins, outs, attrs), make_node("Relu", {"bn"}, {"y"})}, feeds, inits, fouts);
     const Graph fused =
-        graph_of({make_node("BatchNormalizationRelu", ins, fouts, attrs, "ai.trainrt")}, feeds, inits, fouts);
+        graph_of({make_node("BatchNormalizationRelu", ins, fouts, attrs, kTrainrtDomain)}, feeds, inits, fouts);
     const TensorMap want = run_graph(unfused, feeds, *make_backend("reference"));
     const TensorMap ref = run_graph(fused, feeds, *make_backend("reference"));
     const uint64_t fallbacks = dnnl_util::reference_fallbacks();
@@ -141,8 +141,8 @@ TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for b
       drop_in.insert(drop_in.end(), options.begin(), options.end());
       grad_in.insert(grad_in.end(), options.begin(), options.end());
       const Graph plain = graph_of({make_node("Relu", {"x"}, {"y"}), make_node("Dropout", drop_in, {"z", "mask"}),
-                                    make_node("DropoutGrad", grad_in, {"dy"}, {}, "ai.trainrt"),
-                                    make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, "ai.trainrt")},
+                                    make_node("DropoutGrad", grad_in, {"dy"}, {}, kTrainrtDomain),
+                                    make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain)},
                                    feeds, inits, {"z", "dx"});
       Graph fused = plain;
       REQUIRE(passes::fuse_dropout_relu_grad(fused) == 1);
@@ -174,15 +174,15 @@ TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for b
   const TensorMap feeds{{"x", random_tensor(DataType::Float32, {3, 4}, 13)},
                         {"dz", random_tensor(DataType::Float32, {3, 4}, 14)}};
   const Graph shared = graph_of({make_node("Relu", {"x"}, {"y"}), make_node("Dropout", {"y"}, {"z", "mask"}),
-                                 make_node("DropoutGrad", {"dz", "mask"}, {"dy"}, {}, "ai.trainrt"),
-                                 make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, "ai.trainrt")},
+                                 make_node("DropoutGrad", {"dz", "mask"}, {"dy"}, {}, kTrainrtDomain),
+                                 make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain)},
                                 feeds, {}, {"dx", "mask"});
   Graph g = shared;
   CHECK(passes::fuse_dropout_relu_grad(g) == 1);
   CHECK(g.nodes[1].outputs.size() == 2);
   Graph read_twice = graph_of({make_node("Relu", {"x"}, {"y"}), make_node("Dropout", {"y"}, {"z", "mask"}),
-                               make_node("DropoutGrad", {"dz", "mask"}, {"dy"}, {}, "ai.trainrt"),
-                               make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, "ai.trainrt")},
+                               make_node("DropoutGrad", {"dz", "mask"}, {"dy"}, {}, kTrainrtDomain),
+                               make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain)},
                               feeds, {}, {"dx", "dy"});
   CHECK(passes::fuse_dropout_relu_grad(read_twice) == 0);
   // The op's shape rule: Z must match dZ.
@@ -190,7 +190,7 @@ TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for b
   ErrorKind kind{};
   const std::string e = error_of(
       [&] {
-        graph_of({make_node("DropoutReluGrad", {"dz", "z"}, {"dx"}, {}, "ai.trainrt")}, bad, {}, {"dx"});
+        graph_of({make_node("DropoutReluGrad", {"dz", "z"}, {"dx"}, {}, kTrainrtDomain)}, bad, {}, {"dx"});
       },
       &kind);
   CHECK(kind == ErrorKind::BadInput);
@@ -204,7 +204,7 @@ TEST_CASE("fused ops' shape rules: Z of the wrong shape and an unknown activatio
   ErrorKind kind{};
   std::string e = error_of(
       [&] {
-        graph_of({make_node("FusedConv", {"x", "w", "", "z"}, {"y"}, conv_attrs(1, 1), "ai.trainrt")}, feeds, inits,
+        graph_of({make_node("FusedConv", {"x", "w", "", "z"}, {"y"}, conv_attrs(1, 1), kTrainrtDomain)}, feeds, inits,
                  {"y"});
       },
       &kind);
@@ -215,7 +215,7 @@ TEST_CASE("fused ops' shape rules: Z of the wrong shape and an unknown activatio
   attrs["activation"] = Attribute::of_string("Tanh");
   e = error_of(
       [&] {
-        graph_of({make_node("FusedConv", {"x", "w"}, {"y"}, attrs, "ai.trainrt")}, feeds, inits, {"y"});
+        graph_of({make_node("FusedConv", {"x", "w"}, {"y"}, attrs, kTrainrtDomain)}, feeds, inits, {"y"});
       },
       &kind);
   CHECK(kind == ErrorKind::Unsupported);

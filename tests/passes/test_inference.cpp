@@ -7,7 +7,7 @@
 #include "golden_files.h"
 #include "graph/onnx_io.h"
 #include "graph/passes.h"
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "wrn_util.h"
 
 using namespace trainrt;
@@ -57,7 +57,7 @@ TEST_CASE("optimize_for_inference with standard_onnx_only: plain ONNX that onnx.
   const std::map<std::string, size_t> want{{"Conv", 16},       {"Relu", 13},   {"Add", 6}, {"MaxPool", 2},
                                            {"AveragePool", 1}, {"Flatten", 1}, {"Gemm", 1}};
   CHECK(op_counts(std_onnx) == want);
-  CHECK(std_onnx.opsets.count("ai.trainrt") == 0);
+  CHECK(std_onnx.opsets.count(kTrainrtDomain) == 0);
   // Every Conv that had a BN now has a bias; the original BN tensors are gone.
   for (const Node& n : std_onnx.nodes)
     if (n.op_type == "Conv") CHECK(n.has_input(2));

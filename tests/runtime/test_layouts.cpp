@@ -9,7 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/passes.h"
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 #include "runtime/layout.h"
 #include "runtime_util.h"
 

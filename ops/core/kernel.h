@@ -12,6 +12,8 @@
 // kernel declared with set_layouts() that it also takes Blocked16c arguments
 // (graph/tensor.h); the runtime then keeps such values blocked between the kernels
 // that take them (runtime/layout.h), so consecutive oneDNN nodes skip the reorders.
+// An op declares with set_in_place() which outputs may share an input's storage
+// (runtime/plan.cpp). Both are declared where the kernel registers (ops/core/kernel_facts.h).
 #pragma once
 
 #include <cstdint>
@@ -70,6 +72,16 @@ struct NodeLayouts {
 // Decides per node (shapes are known: the graph is specialised).
 using LayoutRule = std::function<NodeLayouts(const Graph& g, const Node& n)>;
 
+// An output slot the op's kernels may write over an input slot's storage (the planner
+// checks the rest: same dtype and bytes, the input read by no later node).
+struct InPlacePair {
+  size_t out, in;
+};
+// Decides per node from the dims of input j (nullptr: omitted or not planned) and of
+// output 0 (nullptr: not known where the planner asks).
+using InPlaceDims = std::function<const std::vector<int64_t>*(size_t j)>;
+using InPlaceRule = std::function<std::vector<InPlacePair>(const InPlaceDims& in, const std::vector<int64_t>* out0)>;
+
 class KernelRegistry {
  public:
   void add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k);
@@ -79,10 +91,16 @@ class KernelRegistry {
   void set_layouts(const std::string& backend, const std::string& domain, const std::string& op_type, LayoutRule r);
   // The declared layouts of `n`'s kernel on `backend`; all Plain when none was declared.
   NodeLayouts layouts(const std::string& backend, const Graph& g, const Node& n) const;
+  // Declares which outputs the op's kernels may write over an input: one rule for every
+  // backend (plans are backend-independent), so each backend's kernel must allow it.
+  void set_in_place(const std::string& domain, const std::string& op_type, InPlaceRule r);
+  // The declared pairs of `n`'s op; none when none was declared.
+  std::vector<InPlacePair> in_place(const Node& n, const InPlaceDims& in, const std::vector<int64_t>* out0) const;
 
  private:
   std::map<std::tuple<std::string, std::string, std::string>, Kernel> kernels_;
   std::map<std::tuple<std::string, std::string, std::string>, LayoutRule> layouts_;
+  std::map<std::pair<std::string, std::string>, InPlaceRule> in_place_;
 };
 
 }  // namespace trainrt

@@ -1,5 +1,5 @@
-// The oneDNN batch-normalization forward shared by BatchNormalization (ops/norm_dnnl.cpp)
-// and the fused BatchNormalizationRelu (ops/fused_dnnl.cpp).
+// The oneDNN batch-normalization forward shared by BatchNormalization (ops/norm_cpu.cpp)
+// and the fused BatchNormalizationRelu (ops/fused_cpu.cpp).
 //
 //   batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true);   // Y = relu(BN(x)), same inputs/outputs as BN
 //
@@ -7,7 +7,7 @@
 // running-statistics update and the reference fallback are the same code.
 #pragma once
 
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 

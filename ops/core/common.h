@@ -12,7 +12,7 @@
 
 #include "graph/error.h"
 #include "graph/schema.h"
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 

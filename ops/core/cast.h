@@ -2,7 +2,7 @@
 // cpu kernel (ops/misc_cpu.cpp), so that both convert every element identically.
 //
 //   cast_elements<false>(x, y);   // the reference: one loop over every element
-//   cast_elements<true>(x, y);    // the same loop over oneTBB chunks (ops/parallel.h)
+//   cast_elements<true>(x, y);    // the same loop over oneTBB chunks (ops/core/parallel.h)
 //
 // Semantics (ONNX leaves the undefined cases open; these are trainrt's):
 //   float -> float16/bfloat16   round to nearest even (through float32)
@@ -15,8 +15,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "ops/common.h"
-#include "ops/parallel.h"
+#include "ops/core/common.h"
+#include "ops/core/parallel.h"
 
 namespace trainrt::cast {
 

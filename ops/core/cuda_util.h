@@ -33,7 +33,7 @@
 #include <mutex>
 #include <string>
 
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt::cuda {
 
@@ -77,11 +77,9 @@ void run_reference(KernelContext& ctx);
 // Kernels that honour KernelContext::math call this first: cuda runs fp32 arithmetic
 // only, so a bf16/fp16 request is Unsupported rather than silently computed in fp32.
 void require_fp32_math(const KernelContext& ctx);
-// Registers k as the op's cuda kernel, only if the op's schema is registered.
-void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k);
 
 // f(float{}) or f(double{}) and true; false (nothing called) for other dtypes, which the
-// caller sends to run_reference. (ops/common.h's dispatch_float throws instead.)
+// caller sends to run_reference. (ops/core/common.h's dispatch_float throws instead.)
 template <typename F>
 bool with_float(DataType t, F&& f) {
   if (t == DataType::Float32) return f(float{}), true;
@@ -133,14 +131,5 @@ __device__ inline double block_sum(double v) {
   return one[0];
 }
 #endif  // __CUDACC__
-
-// The "cuda" kernel set, one function per op family file (ops/<family>_cuda.cu),
-// all called by register_cuda_kernels (from register_all, after every schema).
-void register_cuda_kernels(Registry& r);
-void register_conv_cuda(Registry& r);         // Conv, FusedConv, ConvGrad: cuDNN
-void register_gemm_cuda(Registry& r);         // Gemm: cuBLASLt
-void register_elementwise_cuda(Registry& r);  // Relu, Add, Sum, ReluGrad, ...: own kernels
-void register_norm_cuda(Registry& r);         // BatchNormalization and its fused/grad forms: own kernels
-void register_optimizer_cuda(Registry& r);    // ai.trainrt SGD, Adam: own kernels
 
 }  // namespace trainrt::cuda

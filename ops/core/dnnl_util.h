@@ -1,4 +1,4 @@
-// oneDNN plumbing for the cpu backend's kernels (ops/*_dnnl.cpp).
+// oneDNN plumbing for the cpu backend's kernels (ops/*_cpu.cpp).
 //
 //   namespace du = trainrt::dnnl_util;
 //   struct Plan { dnnl::primitive prim; dnnl::primitive_desc pd; };
@@ -35,20 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/kernel.h"
-
-namespace trainrt {
-struct Registry;
-// Per-family registration of the cpu kernels; register_cpu_kernels() calls each.
-void register_conv_dnnl(Registry& r);
-void register_pool_dnnl(Registry& r);
-void register_norm_dnnl(Registry& r);
-void register_gemm_dnnl(Registry& r);
-void register_eltwise_dnnl(Registry& r);
-void register_reduce_dnnl(Registry& r);    // ReduceMean
-void register_shape_ops_cpu(Registry& r);  // Transpose, Concat (oneDNN), Pad, copies (oneTBB)
-void register_misc_cpu(Registry& r);       // Cast (oneDNN reorder or oneTBB), Identity, Constant
-}  // namespace trainrt
+#include "ops/core/kernel.h"
 
 namespace trainrt::dnnl_util {
 

@@ -1,5 +1,5 @@
-// The oneDNN convolution forward shared by Conv (ops/conv_dnnl.cpp) and the fused
-// FusedConv (ops/fused_dnnl.cpp).
+// The oneDNN convolution forward shared by Conv (ops/conv_cpu.cpp) and the fused
+// FusedConv (ops/fused_cpu.cpp).
 //
 //   conv_forward_dnnl(ctx, /*relu=*/true);   // Y = relu(conv(X, W) + B) + Z, Z = input 3 if given
 //
@@ -7,7 +7,7 @@
 // plans, layouts and the reference fallback are the same code.
 #pragma once
 
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 

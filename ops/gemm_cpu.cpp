@@ -13,8 +13,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/dnnl_util.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -113,9 +113,9 @@ void matmul_cpu(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_dnnl(Registry& r) {
-  if (r.schemas.find("", "Gemm")) r.kernels.add("cpu", "", "Gemm", gemm_cpu);
-  if (r.schemas.find("", "MatMul")) r.kernels.add("cpu", "", "MatMul", matmul_cpu);
+void register_gemm_cpu(Registry& r) {
+  add_if_schema(r, "cpu", "", "Gemm", gemm_cpu);
+  add_if_schema(r, "cpu", "", "MatMul", matmul_cpu);
 }
 
 }  // namespace trainrt

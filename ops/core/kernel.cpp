@@ -1,8 +1,8 @@
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 
 #include "graph/error.h"
 #include "graph/schema.h"
-#include "ops/common.h"
+#include "ops/core/common.h"
 
 namespace trainrt {
 
@@ -69,6 +69,16 @@ void KernelRegistry::set_layouts(const std::string& backend, const std::string& 
 NodeLayouts KernelRegistry::layouts(const std::string& backend, const Graph& g, const Node& n) const {
   auto it = layouts_.find(std::make_tuple(backend, canonical_domain(n.domain), n.op_type));
   return it == layouts_.end() ? NodeLayouts{} : it->second(g, n);
+}
+
+void KernelRegistry::set_in_place(const std::string& domain, const std::string& op_type, InPlaceRule r) {
+  in_place_[std::make_pair(canonical_domain(domain), op_type)] = std::move(r);
+}
+
+std::vector<InPlacePair> KernelRegistry::in_place(const Node& n, const InPlaceDims& in,
+                                                  const std::vector<int64_t>* out0) const {
+  auto it = in_place_.find(std::make_pair(canonical_domain(n.domain), n.op_type));
+  return it == in_place_.end() ? std::vector<InPlacePair>{} : it->second(in, out0);
 }
 
 }  // namespace trainrt

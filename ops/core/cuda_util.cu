@@ -1,11 +1,11 @@
-// The CUDA context, error checks and kernel helpers of ops/cuda_util.h. Compiled and linked in CI;
+// The CUDA context, error checks and kernel helpers of ops/core/cuda_util.h. Compiled and linked in CI;
 // run only where a GPU exists.
 #include <memory>
 #include <mutex>
 #include <utility>
 
 #include "graph/error.h"
-#include "ops/cuda_util.h"
+#include "ops/core/cuda_util.h"
 
 namespace trainrt::cuda {
 
@@ -102,18 +102,6 @@ void require_fp32_math(const KernelContext& ctx) {
   if (ctx.math != MathPrecision::fp32)
     throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
                       std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
-}
-
-void add_if_schema(Registry& r, const char* domain, const char* op, Kernel k) {
-  if (r.schemas.find(domain, op)) r.kernels.add("cuda", domain, op, std::move(k));
-}
-
-void register_cuda_kernels(Registry& r) {
-  register_conv_cuda(r);
-  register_gemm_cuda(r);
-  register_elementwise_cuda(r);
-  register_norm_cuda(r);
-  register_optimizer_cuda(r);
 }
 
 }  // namespace trainrt::cuda

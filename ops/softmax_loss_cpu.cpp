@@ -1,5 +1,8 @@
-// ReduceMean on the cpu backend: oneDNN's reduction primitive (reduction_mean), fp32
-// (ops/softmax_loss.cpp has the schema and the reference kernel).
+// The softmax_loss family's cpu kernels (ops/softmax_loss.cpp has the schemas and the
+// reference kernels): Softmax and LogSoftmax on oneDNN's softmax_forward and
+// logsoftmax_forward (below), ReduceMean on oneDNN's reduction primitive
+// (reduction_mean), fp32. SoftmaxCrossEntropyLoss and its gradient: the reference loops
+// over oneTBB chunks, registered in ops/softmax_loss.cpp beside the loops.
 //
 //   ReduceMean(x[N,C,H,W], axes=[2,3], keepdims=1) -> y[N,C,1,1]
 //
@@ -14,9 +17,9 @@
 #include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/dnnl_util.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
 namespace {
@@ -77,10 +80,47 @@ void reduce_mean_cpu(KernelContext& ctx) {
   du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->src)}, {DNNL_ARG_DST, du::memory_of(y, plan->dst)}});
 }
 
+// ---- softmax -------------------------------------------------------------
+// Softmax/LogSoftmax via softmax_forward/logsoftmax_forward:
+//   Softmax y = exp(x - max) / sum exp(x - max) along `axis` (opset 13: one axis)
+struct SoftmaxPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md src0, src1, dst;
+};
+
+template <bool log>
+void softmax_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  int64_t rank = std::max<int64_t>(x.rank(), 1);
+  int64_t axis = ctx.node.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank || rank > DNNL_MAX_NDIMS) return du::run_reference(ctx);
+  auto plan = du::cached<SoftmaxPlan>(du::key(log ? "LogSoftmax" : "Softmax", x.dims(), axis), [&] {
+    du::Md md = du::plain_desc(x.dims());
+    int ax = static_cast<int>(axis);
+    if constexpr (log) {
+      dnnl::logsoftmax_forward::primitive_desc pd(
+          dnnl::logsoftmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax), du::attr(), du::engine());
+      return SoftmaxPlan{false, dnnl::logsoftmax_forward(pd), md, {}, md};
+    } else {
+      dnnl::softmax_forward::primitive_desc pd(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax), du::attr(), du::engine());
+      return SoftmaxPlan{false, dnnl::softmax_forward(pd), md, {}, md};
+    }
+  });
+  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->src0)}, {DNNL_ARG_DST, du::memory_of(y, plan->dst)}});
+}
+
 }  // namespace
 
-void register_reduce_dnnl(Registry& r) {
-  if (r.schemas.find("", "ReduceMean")) r.kernels.add("cpu", "", "ReduceMean", reduce_mean_cpu);
+void register_softmax_loss_cpu(Registry& r) {
+  add_if_schema(r, "cpu", "", "Softmax", softmax_cpu<false>);
+  add_if_schema(r, "cpu", "", "LogSoftmax", softmax_cpu<true>);
+  add_if_schema(r, "cpu", "", "ReduceMean", reduce_mean_cpu);
 }
 
 }  // namespace trainrt

@@ -1,4 +1,4 @@
-#include "ops/dnnl_util.h"
+#include "ops/core/dnnl_util.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,9 +7,9 @@
 #include <mutex>
 
 #include "graph/error.h"
-#include "ops/common.h"
-#include "ops/parallel.h"
-#include "ops/register_all.h"
+#include "ops/core/common.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt::dnnl_util {
 

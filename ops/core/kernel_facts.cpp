@@ -1,0 +1,49 @@
+#include "ops/core/kernel_facts.h"
+
+#include "graph/ir.h"
+
+namespace trainrt::facts {
+
+bool same_shapes(const Graph& g, const std::vector<std::string>& values) {
+  const Shape* first = nullptr;
+  for (const std::string& v : values) {
+    if (v.empty()) continue;
+    const ValueInfo* info = g.find_info(v);
+    if (!info || !info->shape || !shape_is_known(*info->shape)) return false;
+    if (!first) first = &*info->shape;
+    if (*info->shape != *first) return false;
+  }
+  return true;
+}
+
+bool node_shapes_agree(const Graph& g, const Node& n) {
+  std::vector<std::string> all = n.inputs;
+  all.insert(all.end(), n.outputs.begin(), n.outputs.end());
+  return same_shapes(g, all);
+}
+
+NodeLayouts elementwise(const Graph& g, const Node& n) {
+  if (!node_shapes_agree(g, n)) return {};
+  return {std::vector<SlotLayout>(n.inputs.size(), S), std::vector<SlotLayout>(n.outputs.size(), S)};
+}
+
+LayoutRule fixed(NodeLayouts l) {
+  return [l](const Graph&, const Node&) { return l; };
+}
+
+InPlaceRule in_place(std::vector<InPlacePair> pairs) {
+  return [pairs](const InPlaceDims&, const std::vector<int64_t>*) { return pairs; };
+}
+
+InPlaceRule in_place_binary(bool commutative) {
+  return [commutative](const InPlaceDims& in, const std::vector<int64_t>* out0) -> std::vector<InPlacePair> {
+    const std::vector<int64_t>* a = in(0);
+    const std::vector<int64_t>* b = in(1);
+    if (!out0 || !a || !b) return {};
+    if (*a == *out0) return {{0, 0}};
+    if (commutative && *b == *out0) return {{0, 1}};
+    return {};
+  };
+}
+
+}  // namespace trainrt::facts

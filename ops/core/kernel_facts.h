@@ -1,0 +1,49 @@
+// What a kernel declares where it registers, beside the kernel itself: which arguments
+// it takes in Blocked16c (ops/core/kernel.h LayoutRule) and which outputs it may write
+// over an input (InPlaceRule). The rules common to many kernels:
+//
+//   add_if_schema(r, "cpu", "", "Conv", conv_cpu, facts::fixed({{A, P, P}, {A}}));
+//   add_if_schema(r, "cpu", "", "Relu", relu_cpu, facts::elementwise);
+//   r.kernels.set_in_place("", "Relu", facts::in_place({{0, 0}}));
+//
+// Layouts, Any: convolution forward/backward and pooling reorder each argument on its
+// own, so X, Y, Z, dY, dX may each be blocked or not (weights and biases stay
+// row-major). Shared: batch normalization (one data descriptor for X/Y, dY/X/dX),
+// MaxPoolGrad (a loop over planes in one layout) and every elementwise kernel over
+// same-shape tensors: a position-independent loop gives the same bits in any layout as
+// long as all its arguments share it. The cpu backend uses these only where oneDNN has
+// nChw16c kernels (AVX-512; see Backend::blocked_layouts in runtime/backend.h). A kernel
+// declaring blocked arguments must describe them with dnnl_util::desc_of (or be
+// elementwise over same-shape arguments) and fall back through
+// dnnl_util::run_reference, which converts blocked arguments.
+//
+// In place: an op declares the pairs once for every backend (the plan does not depend
+// on the backend), so each backend's kernel for the op must be alias-safe for them:
+// every element of the input is read before the same element of the output is written.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ops/core/kernel.h"
+
+namespace trainrt::facts {
+
+inline constexpr SlotLayout P = SlotLayout::Plain, A = SlotLayout::Any, S = SlotLayout::Shared;
+
+// True when every named value (empty names skipped) has one known shape.
+bool same_shapes(const Graph& g, const std::vector<std::string>& values);
+// True when all of n's inputs and outputs have one known shape.
+bool node_shapes_agree(const Graph& g, const Node& n);
+// The same layouts for every node.
+LayoutRule fixed(NodeLayouts l);
+// Every argument Shared when all have one shape, else every argument Plain.
+NodeLayouts elementwise(const Graph& g, const Node& n);
+
+// The same pairs for every node.
+InPlaceRule in_place(std::vector<InPlacePair> pairs);
+// Binary elementwise ops with broadcasting: the output over input 0 when input 0 has
+// the output's dims; for commutative ops the output over input 1 when only input 1 has.
+InPlaceRule in_place_binary(bool commutative);
+
+}  // namespace trainrt::facts

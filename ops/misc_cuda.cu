@@ -1,0 +1,184 @@
+// The cuda backend's Dropout kernels: Dropout and its two gradients (DropoutGrad,
+// DropoutReluGrad), float32 and float64.
+//
+//   Dropout     the counter-based mask of ops/misc.cpp, bit for bit
+//
+// Why own kernels: one pass over memory; cuDNN has no op with Dropout's mask. Kernels
+// run in place where the planner puts an output over an input (runtime/plan.cpp):
+// every thread reads element i before writing it.
+//
+// Dropout: the mask is splitmix64 of (seed, element index), so the device draws exactly
+// the host's mask; u >= ratio is tested as the integer (h >> 11) >= ceil(ratio * 2^53),
+// which is the same comparison without a double per element. ratio and training_mode
+// are read on the device (they are values, possibly changed between steps). A device
+// kernel cannot throw: where the reference rejects a ratio outside [0, 1) in training,
+// these kernels write NaN to every element (mask 0), so the loss shows it.
+//
+// Host fallbacks (reference kernel after a stream synchronisation): any dtype other
+// than float32/float64.
+//
+// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "graph/error.h"
+#include "ops/core/cuda_util.h"
+
+namespace trainrt::cuda {
+
+namespace {
+
+// Grid cap of kernels whose blocks first derive constants from device scalars.
+constexpr unsigned kMaxBlocks = 1024;
+
+// ---- Dropout -------------------------------------------------------------------
+
+__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Dropout's optional ratio and training_mode inputs, read on the device.
+struct DropoutOptions {
+  const void* ratio = nullptr;  // scalar of ratio_type; nullptr: 0.5
+  DataType ratio_type = DataType::Float32;
+  const uint8_t* training_mode = nullptr;  // bool scalar; nullptr: false
+  bool training = false;                   // KernelContext::training
+};
+
+// What every thread of a launch needs, derived once per block by thread 0.
+template <typename T>
+struct DropoutConstants {
+  bool training, valid;  // valid: ratio in [0, 1), the reference's check
+  uint64_t threshold;    // keep when (h >> 11) >= threshold, i.e. u >= ratio
+  T scale;               // 1 / (1 - ratio) in training, else 1; NaN when !valid
+};
+
+template <typename T>
+__device__ DropoutConstants<T> dropout_constants(const DropoutOptions& o) {
+  double ratio = 0.5;
+  if (o.ratio) switch (o.ratio_type) {
+      case DataType::Float64:
+        ratio = *static_cast<const double*>(o.ratio);
+        break;
+      case DataType::Float16:
+        ratio = __half2float(*static_cast<const __half*>(o.ratio));
+        break;
+      case DataType::BFloat16:
+        ratio = __bfloat162float(*static_cast<const __nv_bfloat16*>(o.ratio));
+        break;
+      default:
+        ratio = *static_cast<const float*>(o.ratio);
+        break;
+    }
+  DropoutConstants<T> c;
+  c.training = o.training || (o.training_mode && *o.training_mode != 0);
+  c.valid = ratio >= 0.0 && ratio < 1.0;
+  // u = k * 2^-53 exactly (k < 2^53), so u >= ratio <=> k >= ceil(ratio * 2^53), exact too.
+  c.threshold = c.valid ? static_cast<uint64_t>(ceil(ratio * 9007199254740992.0)) : 0;
+  c.scale = !c.training ? T(1) : c.valid ? static_cast<T>(1.0 / (1.0 - ratio)) : static_cast<T>(nan(""));
+  return c;
+}
+
+template <typename T>
+__device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) {
+  __shared__ DropoutConstants<T> shared;
+  if (threadIdx.x == 0) shared = dropout_constants<T>(o);
+  __syncthreads();
+  return shared;
+}
+
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, uint64_t key, DropoutOptions o) {
+  const DropoutConstants<T> c = block_dropout_constants<T>(o);
+  TRAINRT_GRID_STRIDE(i, n) {
+    if (!c.training) {  // inference: identity, mask all true
+      y[i] = x[i];
+      if (mask) mask[i] = 1;
+      continue;
+    }
+    const bool keep =
+        c.valid && (splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
+    y[i] = keep ? x[i] * c.scale : c.valid ? T(0) : c.scale;
+    if (mask) mask[i] = keep ? 1 : 0;
+  }
+}
+
+// DropoutGrad (kRelu false): dX = mask ? dY * scale : 0.
+// DropoutReluGrad (kRelu true, `keep` is Z): dX = Z > 0 ? dZ * scale : 0.
+template <typename T, bool kRelu>
+__global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_t n, DropoutOptions o) {
+  const DropoutConstants<T> c = block_dropout_constants<T>(o);
+  TRAINRT_GRID_STRIDE(i, n) {
+    bool kept;
+    if constexpr (kRelu)
+      kept = static_cast<const T*>(keep)[i] > T(0);
+    else
+      kept = static_cast<const uint8_t*>(keep)[i] != 0;
+    dx[i] = c.training && !c.valid ? c.scale : kept ? dy[i] * c.scale : T(0);
+  }
+}
+
+// Inputs `ratio_at` (ratio) and `ratio_at + 1` (training_mode), either optional.
+bool dropout_options(const KernelContext& ctx, size_t ratio_at, DropoutOptions& o) {
+  o.training = ctx.training;
+  if (ctx.has_input(ratio_at)) {
+    o.ratio = ctx.in(ratio_at).raw();
+    o.ratio_type = ctx.in(ratio_at).dtype();
+    if (o.ratio_type != DataType::Float32 && o.ratio_type != DataType::Float64 && o.ratio_type != DataType::Float16 &&
+        o.ratio_type != DataType::BFloat16)
+      return false;
+  }
+  if (ctx.has_input(ratio_at + 1)) {
+    if (ctx.in(ratio_at + 1).dtype() != DataType::Bool) return false;
+    o.training_mode = ctx.in(ratio_at + 1).data<uint8_t>();
+  }
+  return true;
+}
+
+void dropout(KernelContext& ctx) {
+  DropoutOptions o;
+  const Tensor& x = ctx.in(0);
+  // The reference's key: splitmix64(seed), or splitmix64(seed ^ splitmix64(attr seed)).
+  uint64_t key = ctx.seed;
+  if (ctx.node.has_attr("seed")) key ^= splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
+  key = splitmix64(key);
+  uint8_t* mask = ctx.has_output(1) ? ctx.out(1).data<uint8_t>() : nullptr;
+  if (!dropout_options(ctx, 1, o) || !with_float(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n = x.numel();
+        const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
+        dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, key, o);
+        check_launch(ctx.node, "dropout_kernel");
+      }))
+    run_reference(ctx);
+}
+
+template <bool kRelu>
+void dropout_grad(KernelContext& ctx) {
+  DropoutOptions o;
+  const Tensor& dy = ctx.in(0);
+  if (!dropout_options(ctx, 2, o) || !with_float(dy.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n = dy.numel();
+        const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
+        dropout_grad_kernel<T, kRelu>
+            <<<blocks, kThreads, 0, context().stream>>>(dy.data<T>(), ctx.in(1).raw(), ctx.out(0).data<T>(), n, o);
+        check_launch(ctx.node, "dropout_grad_kernel");
+      }))
+    run_reference(ctx);
+}
+
+}  // namespace
+
+void register_misc_cuda(Registry& r) {
+  add_if_schema(r, "cuda", "", "Dropout", dropout);
+  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>);
+}
+
+}  // namespace trainrt::cuda

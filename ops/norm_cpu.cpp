@@ -1,0 +1,235 @@
+// BatchNormalization (fp32) on oneDNN's batch_normalization_forward.
+//
+//   x: N,C,spatial...   scale, B, input_mean, input_var: C   ->   Y: like x
+//   Y = (x - m) / sqrt(v + epsilon) * scale + B
+//
+// Semantics are the reference kernel's (ops/norm.cpp): the node trains when the
+// executor trains, training_mode = 1, or any output besides Y is requested. Then m, v
+// are the batch mean and biased variance (oneDNN's forward_training computes both)
+// and the running statistics are updated here, as oneDNN does not:
+//   running = input * momentum + current * (1 - momentum)
+// outputs 1/2 are the running mean/var, 3/4 (opset <= 13 form) the batch mean/var.
+// Inference uses use_global_stats with input_mean/input_var. With fuse_relu (the fused
+// BatchNormalizationRelu) oneDNN applies Relu to Y and, when training, wants a
+// workspace (the relu mask for its own backward; ours is ReluGrad on Y, so it is scratch).
+// X and Y share one layout, row-major or Blocked16c (runtime/layout.h).
+#include "ops/norm_cpu.h"
+
+#include <cmath>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "graph/error.h"
+#include "ops/core/dnnl_util.h"
+#include "ops/core/kernel_facts.h"
+#include "ops/core/parallel.h"
+#include "ops/core/register_all.h"
+
+namespace trainrt {
+namespace {
+namespace du = dnnl_util;
+
+struct NormPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, channel, workspace;
+};
+
+bool node_trains(const KernelContext& ctx) {
+  if (ctx.training || ctx.node.attr_int("training_mode", 0) == 1) return true;
+  for (size_t i = 1; i < ctx.node.outputs.size(); ++i)
+    if (ctx.node.has_output(i)) return true;
+  return false;
+}
+
+// x seen as N,C,S with S the product of the spatial dims (oneDNN's 3-D "ncw" case)
+// unless it already has 3..5 dims, which oneDNN takes as they are.
+std::vector<int64_t> data_dims(const Tensor& x) {
+  const std::vector<int64_t>& d = x.dims();
+  if (d.size() >= 3 && d.size() <= 5) return d;
+  int64_t s = 1;
+  for (size_t i = 2; i < d.size(); ++i) s *= d[i];
+  return {d[0], d[1], s};
+}
+
+}  // namespace
+
+void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  const bool training = node_trains(ctx);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  const float momentum = n.attr_float("momentum", 0.9f);
+  const int64_t channels = x.dims().at(1);
+  if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
+  std::vector<int64_t> dd = data_dims(x);
+  if (y.layout() != x.layout()) return du::run_reference(ctx);  // the primitive takes one data layout
+  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps, fuse_relu, x.layout()), [&] {
+    NormPlan p;
+    p.data = x.layout() == Layout::Plain ? du::plain_desc(dd) : du::desc_of(x);
+    p.channel = du::plain_desc({channels});
+    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    if (fuse_relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
+    if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
+    try {
+      dnnl::batch_normalization_forward::desc d(
+          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, eps, flags);
+      dnnl::batch_normalization_forward::primitive_desc pd(d, du::attr(), du::engine());
+      p.prim = dnnl::batch_normalization_forward(pd);
+      p.workspace = pd.workspace_desc();
+    } catch (const dnnl::error&) {
+      return du::reference_plan<NormPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+      {DNNL_ARG_DST, du::memory_of(y, plan->data)},
+      {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
+      {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
+  };
+  if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
+  if (!training) {
+    args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
+    args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
+    du::execute(plan->prim, std::move(args));
+    return;
+  }
+  // Batch statistics go straight into outputs 3/4 when requested, else temporaries.
+  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
+  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
+  args[DNNL_ARG_MEAN] = mean;
+  args[DNNL_ARG_VARIANCE] = var;
+  du::execute(plan->prim, std::move(args));
+  const float* bm = static_cast<const float*>(mean.get_data_handle());
+  const float* bv = static_cast<const float*>(var.get_data_handle());
+  const float* im = ctx.in(3).data<float>();
+  const float* iv = ctx.in(4).data<float>();
+  if (ctx.has_output(1))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(1).data<float>()[c] = im[c] * momentum + bm[c] * (1 - momentum);
+  if (ctx.has_output(2))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
+}
+
+
+// BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
+//
+//   dY, X: N,C,spatial...   scale: C   ->   dX: like X, dScale: C, dBias: C
+//   per channel over M = N*S: mean, biased var of X, r = 1/sqrt(var+eps), xh = (x-mean)*r
+//   dBias = sum dY, dScale = sum dY*xh, dX = scale*r*(dY - dBias/M - xh*dScale/M)
+//
+// The batch statistics the training forward normalised with are recomputed here
+// from X (two passes, channels in parallel with oneTBB, each channel summed in
+// double so the statistics are as exact as the reference's), then the backward
+// primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
+// Outputs that were not requested go to per-thread temporaries. Tensors are seen as
+// N,C,S like the forward kernel (above) sees them; dY, X and dX share one
+// layout, row-major or Blocked16c (runtime/layout.h), and the primitive works in it.
+namespace {
+namespace du = dnnl_util;
+
+struct NormGradPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, channel;
+};
+
+// data_dims: as the forward, above.
+
+// x: N,C,S -> mean, var: C (biased variance), two passes per channel, each channel
+// summed in the same order (n, then s) whatever the layout, so both layouts give the
+// same bits. Blocked16c: 16 channels at once, interleaved (channel blocks in parallel).
+void batch_stats(const Tensor& x, float* mean, float* var) {
+  const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / (N * C);
+  const double count = static_cast<double>(N * S);
+  const float* xp = x.data<float>();
+  const bool blocked = x.layout() == Layout::Blocked16c;
+  const int64_t lanes = blocked ? 16 : 1, groups = C / lanes;
+  parallel_ranges(groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      // Row of image n for this group: lanes channels side by side, S positions.
+      auto row = [&](int64_t n) { return xp + (n * groups + g) * S * lanes; };
+      double sum[16] = {}, sq[16] = {}, m[16];
+      for (int64_t n = 0; n < N; ++n) {
+        const float* r = row(n);
+        double part[16] = {};
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < lanes; ++j) part[j] += r[s * lanes + j];
+        for (int64_t j = 0; j < lanes; ++j) sum[j] += part[j];
+      }
+      for (int64_t j = 0; j < lanes; ++j) m[j] = sum[j] / count;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* r = row(n);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < lanes; ++j) {
+            const double d = static_cast<double>(r[s * lanes + j]) - m[j];
+            sq[j] += d * d;
+          }
+      }
+      for (int64_t j = 0; j < lanes; ++j) {
+        mean[g * lanes + j] = static_cast<float>(m[j]);
+        var[g * lanes + j] = static_cast<float>(sq[j] / count);
+      }
+    }
+  });
+}
+
+void batchnorm_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
+  const float eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const int64_t channels = x.dims().at(1);
+  std::vector<int64_t> dd = data_dims(x);
+  if (dy.layout() != x.layout() || (ctx.has_output(0) && ctx.out(0).layout() != x.layout()))
+    return du::run_reference(ctx);  // the primitive takes one data layout
+  auto plan = du::cached<NormGradPlan>(du::key("BatchNormalizationGrad", dd, eps, x.layout()), [&] {
+    NormGradPlan p;
+    p.data = x.layout() == Layout::Plain ? du::plain_desc(dd) : du::desc_of(x);
+    p.channel = du::plain_desc({channels});
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    try {
+      dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, p.data, eps, flags);
+      dnnl::batch_normalization_forward::primitive_desc hint(fd, du::attr(), du::engine());
+      dnnl::batch_normalization_backward::desc bd(dnnl::prop_kind::backward, p.data, p.data, eps, flags);
+      p.prim = dnnl::batch_normalization_backward(
+          dnnl::batch_normalization_backward::primitive_desc(bd, du::attr(), du::engine(), hint));
+    } catch (const dnnl::error&) {
+      return du::reference_plan<NormGradPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  dnnl::memory mean = du::temp_memory(plan->channel, 0), var = du::temp_memory(plan->channel, 1);
+  batch_stats(x, static_cast<float*>(mean.get_data_handle()), static_cast<float*>(var.get_data_handle()));
+  // oneDNN 2.6 asks for the shift with use_shift though dX does not depend on it.
+  dnnl::memory shift = du::temp_memory(plan->channel, 5);
+  auto out_or_temp = [&](size_t i, const du::Md& md, int slot) {
+    return ctx.has_output(i) ? du::memory_of(ctx.out(i), md) : du::temp_memory(md, slot);
+  };
+  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+                           {DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->data)},
+                           {DNNL_ARG_MEAN, mean},
+                           {DNNL_ARG_VARIANCE, var},
+                           {DNNL_ARG_SCALE, du::memory_of(ctx.in(2), plan->channel)},
+                           {DNNL_ARG_SHIFT, shift},
+                           {DNNL_ARG_DIFF_SRC, out_or_temp(0, plan->data, 2)},
+                           {DNNL_ARG_DIFF_SCALE, out_or_temp(1, plan->channel, 3)},
+                           {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, plan->channel, 4)}});
+}
+
+}  // namespace
+
+void register_norm_cpu(Registry& r) {
+  using facts::S;
+  add_if_schema(r, "cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); },
+                facts::fixed({{S}, {S}}));
+  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_cpu, facts::fixed({{S, S}, {S}}));
+}
+
+}  // namespace trainrt
