@@ -25,7 +25,6 @@
 
 namespace trainrt {
 
-
 class GradBuilder {
  public:
   GradBuilder(const Graph& g, const Node& n, std::vector<std::string> dys, std::vector<bool> needs,

@@ -15,7 +15,7 @@
 #include "autodiff/training_graph.h"
 #include "launch/cli.h"
 #include "launch/train_util.h"
-#include "ops/kernel.h"
+#include "ops/core/kernel.h"
 #include "runtime/communicator.h"
 
 namespace trainrt {

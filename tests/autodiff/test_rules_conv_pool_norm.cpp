@@ -96,7 +96,7 @@ const Node* find_node(const Graph& g, const std::string& op) {
 // Runs one backward op (domain ai.trainrt) on the reference backend.
 TensorMap run_backward(const std::string& op, const TensorMap& feeds, std::vector<std::string> ins,
                        std::vector<std::string> outs, Attrs attrs = {}) {
-  return run_node(make_node(op, std::move(ins), std::move(outs), std::move(attrs), kTrainDomain), feeds, "reference");
+  return run_node(make_node(op, std::move(ins), std::move(outs), std::move(attrs), kTrainrtDomain), feeds, "reference");
 }
 
 Tensor cast_to(const Tensor& x, DataType t) {
@@ -165,7 +165,7 @@ TEST_CASE("Conv rule: one ConvGrad with the forward's attributes; unneeded outpu
   TrainingGraph t = build_training_graph(g, o);
   const Node* cg = find_node(t.graph, "ConvGrad");
   REQUIRE(cg);
-  CHECK(cg->domain == kTrainDomain);
+  CHECK(cg->domain == kTrainrtDomain);
   CHECK(cg->inputs == std::vector<std::string>{cg->inputs[0], "x", "w"});
   CHECK(cg->outputs.size() == 3);
   CHECK(cg->outputs[0].empty());  // x is data: no dX
@@ -590,7 +590,7 @@ TEST_CASE("backward ops' shape rules reject mismatched shapes and dtypes, naming
       names.push_back("in" + std::to_string(i));
       feeds[names.back()] = Tensor(c.inputs[i].second, c.inputs[i].first);
     }
-    Node n = make_node(c.op, names, c.outs, c.attrs, kTrainDomain);
+    Node n = make_node(c.op, names, c.outs, c.attrs, kTrainrtDomain);
     ErrorKind kind = ErrorKind::Internal;
     const std::string msg = error_of([&] { single_node_graph(n, feeds); }, &kind);
     CAPTURE(msg);

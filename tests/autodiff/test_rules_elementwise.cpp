@@ -98,7 +98,7 @@ Tensor run_grad_op(const std::string& op, const TensorMap& feeds, std::vector<st
   o.training = training;
   TensorMap used;  // run_graph rejects feeds the graph does not read
   for (const std::string& in : ins) used[in] = feeds.at(in);
-  return run_node(make_node(op, std::move(ins), {"dx"}, std::move(attrs), kTrainDomain), used, "reference", {}, o)
+  return run_node(make_node(op, std::move(ins), {"dx"}, std::move(attrs), kTrainrtDomain), used, "reference", {}, o)
       .at("dx");
 }
 
@@ -338,7 +338,7 @@ TEST_CASE("backward ops' shape rules reject mismatched shapes and dtypes") {
     CAPTURE(op);
     ErrorKind kind = ErrorKind::Internal;
     const std::string msg =
-        error_of([&] { single_node_graph(make_node(op, std::move(ins), {"dx"}, {}, kTrainDomain), feeds); }, &kind);
+        error_of([&] { single_node_graph(make_node(op, std::move(ins), {"dx"}, {}, kTrainrtDomain), feeds); }, &kind);
     CAPTURE(msg);
     CHECK(kind == ErrorKind::BadInput);
     CHECK(msg.find(want) != std::string::npos);
@@ -365,7 +365,7 @@ TEST_CASE("backward ops' shape rules reject mismatched shapes and dtypes") {
   rejects("DropoutGrad", f, {"a", "mask23", "c"}, "must be a scalar");
   rejects("DropoutGrad", f, {"a", "mask23", "", "a"}, "training_mode 'a' must be bool");
   // And the accepted cases type dX like the forward tensor.
-  Graph g = single_node_graph(make_node("SumToShape", {"r3", "x"}, {"dx"}, {}, kTrainDomain),
+  Graph g = single_node_graph(make_node("SumToShape", {"r3", "x"}, {"dx"}, {}, kTrainrtDomain),
                               {{"r3", r3}, {"x", Tensor(DataType::Float32, {2, 1})}});
   CHECK(g.info("dx") == ValueInfo{DataType::Float32, shape_of({2, 1})});
 }
@@ -381,7 +381,7 @@ TEST_CASE("every elementwise/misc op with a reference kernel has a gradient rule
   for (const OpSchema* s : r.schemas.all()) {
     CAPTURE(s->op_type);
     CHECK(r.kernels.find("reference", s->domain, s->op_type) != nullptr);
-    if (s->domain == kTrainDomain) {  // backward ops: never differentiated themselves
+    if (s->domain == kTrainrtDomain) {  // backward ops: never differentiated themselves
       ++backward;
       continue;
     }

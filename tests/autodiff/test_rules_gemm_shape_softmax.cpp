@@ -453,7 +453,7 @@ TensorMap run_backward(const std::string& op, const TensorMap& feeds, std::vecto
   TensorMap used;
   for (const std::string& in : ins)
     if (!in.empty()) used[in] = feeds.at(in);
-  Node n = make_node(op, std::move(ins), std::move(outs), std::move(attrs), kTrainDomain);
+  Node n = make_node(op, std::move(ins), std::move(outs), std::move(attrs), kTrainrtDomain);
   return run_graph(single_node_graph(n, used), used, *make_backend("reference"));
 }
 
@@ -504,7 +504,7 @@ TEST_CASE("backward ops' shape rules reject mismatched shapes") {
     for (const std::string& in : ins)
       if (!in.empty()) used[in] = feeds.at(in);
     const std::string msg =
-        error_of([&] { single_node_graph(make_node(op, ins, outs, attrs, kTrainDomain), used); }, &kind);
+        error_of([&] { single_node_graph(make_node(op, ins, outs, attrs, kTrainrtDomain), used); }, &kind);
     CAPTURE(msg);
     CHECK(kind == ErrorKind::BadInput);
     CHECK(msg.find(want) != std::string::npos);
@@ -556,7 +556,7 @@ TEST_CASE("backward ops' shape rules reject mismatched shapes") {
   rejects("ReduceMeanGrad", v, {"a2", "a234"}, {"dx"}, {{"axes", Attribute::of_ints({3})}}, "out of range");
   rejects("ReduceMeanGrad", v, {"a2", "d23"}, {"dx"}, ax1_keep0, "must share a dtype");
   // Accepted cases type dX like the forward tensor.
-  Graph g = single_node_graph(make_node("ConcatGrad", {"dy", "a", "b"}, {"", "db"}, ax1, kTrainDomain),
+  Graph g = single_node_graph(make_node("ConcatGrad", {"dy", "a", "b"}, {"", "db"}, ax1, kTrainrtDomain),
                               {{"dy", Tensor(f, {2, 3})}, {"a", Tensor(f, {2, 1})}, {"b", Tensor(f, {2, 2})}});
   CHECK(g.info("db") == ValueInfo{f, shape_of({2, 2})});
 }
@@ -578,7 +578,7 @@ TEST_CASE("every gemm/shape/softmax-loss op has a gradient rule, and every backw
       CHECK(gr.find("", s->op_type) != nullptr);
     } else {
       ++backward;
-      CHECK(s->domain == kTrainDomain);
+      CHECK(s->domain == kTrainrtDomain);
     }
   }
   CHECK(forward == 11);

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "autodiff/gradient.h"
-#include "ops/register_all.h"
+#include "ops/core/register_all.h"
 #include "runtime/backend.h"
 
 using namespace trainrt;
