@@ -35,8 +35,8 @@ void GradBuilder::add(const std::string& op, std::vector<std::string> inputs, st
   out_.push_back(std::move(n));
 }
 
-void GradRegistry::add_rule(const std::string& op, GradRule rule, std::set<size_t> differentiable,
-                            PrepareRule prepare, const std::string& domain) {
+void GradRegistry::add_rule(const std::string& op, GradRule rule, std::set<size_t> differentiable, PrepareRule prepare,
+                            const std::string& domain) {
   auto key = std::make_pair(canonical_domain(domain), op);
   if (rules_.count(key)) throw_internal("GradRegistry", "rule for '" + op + "' registered twice");
   rules_[key] = GradEntry{std::move(rule), std::move(prepare), std::move(differentiable)};

@@ -74,8 +74,8 @@ using PrepareRule = std::function<void(Node&, Graph&)>;
 
 struct GradEntry {
   GradRule rule;
-  PrepareRule prepare;               // optional
-  std::set<size_t> differentiable;   // input indices that can carry a gradient (empty = all)
+  PrepareRule prepare;              // optional
+  std::set<size_t> differentiable;  // input indices that can carry a gradient (empty = all)
 };
 
 class GradRegistry {

@@ -38,9 +38,9 @@ struct TrainingOptions {
 
 struct TrainingGraph {
   Graph graph;
-  std::string loss;    // float scalar
-  std::string labels;  // label input added for the appended loss ("" when the model has its own)
-  std::string lr;      // float32 scalar input ("" when optimizer == none)
+  std::string loss;        // float scalar
+  std::string labels;      // label input added for the appended loss ("" when the model has its own)
+  std::string lr;          // float32 scalar input ("" when optimizer == none)
   std::string loss_scale;  // float32 scalar input ("" without loss scaling)
   // With loss scaling: param -> its gradient before the division by the scale (the
   // values a non-finite check must look at to find an overflow of the scaled pass).
@@ -50,8 +50,8 @@ struct TrainingGraph {
   // After each step: value computed by the graph -> the initializer it replaces
   // (updated parameters, optimizer state, BatchNormalization running statistics).
   std::vector<std::pair<std::string, std::string>> updates;
-  std::vector<std::string> optimizer_state;      // initializers added for the optimizer
-  size_t forward_nodes = 0;                      // nodes [0, forward_nodes) are the forward pass
+  std::vector<std::string> optimizer_state;  // initializers added for the optimizer
+  size_t forward_nodes = 0;                  // nodes [0, forward_nodes) are the forward pass
 };
 
 // Throws BadInput when a parameter reaches the loss only through a

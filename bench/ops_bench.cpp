@@ -153,13 +153,15 @@ std::vector<Case> wide_resnet_cases(int64_t hw, int64_t in_channels, int64_t cla
   for (bool train : {false, true}) {
     for (auto [c, h] : {std::pair<int64_t, int64_t>{16, h1}, {160, h1}, {320, h2}, {640, h3}}) {
       std::string label = std::string(train ? "bn-train " : "bn-infer ") + std::to_string(c) + " @" + std::to_string(h);
-      cases.push_back({"bn", label, [=](int64_t n) {
+      cases.push_back({"bn", label,
+                       [=](int64_t n) {
                          std::map<std::string, Attribute> a;
                          std::vector<std::string> out{"y"};
                          if (train) a["training_mode"] = Attribute::of_int(1), out = {"y", "rm", "rv"};
                          return make_bench(node("BatchNormalization", {"x", "s", "b", "m", "v"}, out, a),
                                            {rnd({n, c, h, h}), rnd({c}), rnd({c}), rnd({c}), rnd({c}, 0.5f, 1.5f)});
-                       }, train});
+                       },
+                       train});
     }
   }
   for (auto [c, h] : {std::pair<int64_t, int64_t>{160, h1}, {320, h2}, {640, h3}}) {
@@ -220,10 +222,14 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(), std::exit(2);
       return argv[++i];
     };
-    if (a == "--family") opt.family = value();
-    else if (a == "--batches") opt.batches = parse_list(value());
-    else if (a == "--ref-batch") opt.ref_batch = std::atoll(value());
-    else if (a == "--min-seconds") opt.min_seconds = std::atof(value());
+    if (a == "--family")
+      opt.family = value();
+    else if (a == "--batches")
+      opt.batches = parse_list(value());
+    else if (a == "--ref-batch")
+      opt.ref_batch = std::atoll(value());
+    else if (a == "--min-seconds")
+      opt.min_seconds = std::atof(value());
     else {
       usage();
       return a == "--help" || a == "-h" ? 0 : 2;

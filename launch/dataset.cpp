@@ -215,14 +215,14 @@ Tensor read_idx_images(const std::string& path, uint64_t max_bytes) {
                               (magic == 0x801 ? "; this is a label file" : ""));
   uint64_t n = be32(b, 4), rows = be32(b, 8), cols = be32(b, 12);
   if (n == 0 || rows == 0 || cols == 0)
-    throw_bad_input(path, "header has a zero dimension: " + std::to_string(n) + " images of " +
-                              std::to_string(rows) + "x" + std::to_string(cols));
+    throw_bad_input(path, "header has a zero dimension: " + std::to_string(n) + " images of " + std::to_string(rows) +
+                              "x" + std::to_string(cols));
   // Each factor is < 2^32, so rows*cols fits; n*rows*cols is compared by division.
   uint64_t have = b.size() - 16, image = rows * cols;
   if (n > have / image || n * image != have)
     throw_bad_input(path, "header says " + std::to_string(n) + " images of " + std::to_string(rows) + "x" +
-                              std::to_string(cols) + " but the file holds " + std::to_string(have) +
-                              " pixel bytes" + (n > have / image ? " (truncated or bad header)" : " (extra bytes)"));
+                              std::to_string(cols) + " but the file holds " + std::to_string(have) + " pixel bytes" +
+                              (n > have / image ? " (truncated or bad header)" : " (extra bytes)"));
   Tensor t(DataType::UInt8, {static_cast<int64_t>(n), 1, static_cast<int64_t>(rows), static_cast<int64_t>(cols)});
   std::memcpy(t.raw(), b.data() + 16, have);
   return t;
@@ -246,8 +246,8 @@ Tensor read_idx_labels(const std::string& path, int64_t classes, uint64_t max_by
   for (uint64_t i = 0; i < n; ++i) {
     int64_t v = static_cast<unsigned char>(b[8 + i]);
     if (v >= classes)
-      throw_bad_input(path, "label " + std::to_string(v) + " at index " + std::to_string(i) +
-                                " is out of range [0, " + std::to_string(classes) + ")");
+      throw_bad_input(path, "label " + std::to_string(v) + " at index " + std::to_string(i) + " is out of range [0, " +
+                                std::to_string(classes) + ")");
     out[i] = v;
   }
   return t;

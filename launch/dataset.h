@@ -29,13 +29,13 @@
 namespace trainrt {
 
 struct Dataset {
-  std::string name;            // "fashion-mnist", "mnist", "cifar10", "cifar100"
-  std::string source;          // file or folder it was read from (error messages)
-  Tensor images;               // uint8 [N,C,H,W]
-  Tensor labels;               // int64 [N], each in [0, classes)
+  std::string name;    // "fashion-mnist", "mnist", "cifar10", "cifar100"
+  std::string source;  // file or folder it was read from (error messages)
+  Tensor images;       // uint8 [N,C,H,W]
+  Tensor labels;       // int64 [N], each in [0, classes)
   int64_t classes = 0;
-  std::vector<float> mean;     // [C], of x/255
-  std::vector<float> std;      // [C], of x/255
+  std::vector<float> mean;  // [C], of x/255
+  std::vector<float> std;   // [C], of x/255
 
   int64_t size() const { return images.empty() ? 0 : images.dims()[0]; }
   int64_t channels() const { return images.dims()[1]; }
@@ -47,10 +47,10 @@ struct Dataset {
 };
 
 struct DatasetOptions {
-  std::string name = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | cifar100
-  std::string data_dir;                // "" = default_data_dir(name) (fashion-mnist only)
-  bool train = true;                   // train split, else the test split
-  int64_t limit = 0;                   // > 0: keep only the first `limit` samples
+  std::string name = "fashion-mnist";           // fashion-mnist | mnist | cifar10 | cifar100
+  std::string data_dir;                         // "" = default_data_dir(name) (fashion-mnist only)
+  bool train = true;                            // train split, else the test split
+  int64_t limit = 0;                            // > 0: keep only the first `limit` samples
   uint64_t max_file_bytes = uint64_t{4} << 30;  // per file, after decompression
 };
 

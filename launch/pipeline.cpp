@@ -105,8 +105,8 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool s
 
 std::vector<int64_t> shard(const std::vector<int64_t>& order, int64_t rank, int64_t world) {
   if (world < 1 || rank < 0 || rank >= world)
-    throw_bad_input("data sampler", "rank " + std::to_string(rank) + " is not in [0, world size " +
-                                        std::to_string(world) + ")");
+    throw_bad_input("data sampler",
+                    "rank " + std::to_string(rank) + " is not in [0, world size " + std::to_string(world) + ")");
   const int64_t n = static_cast<int64_t>(order.size());
   if (n == 0) return {};
   const int64_t per_rank = (n + world - 1) / world;  // padded total = per_rank * world

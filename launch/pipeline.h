@@ -63,12 +63,12 @@ PipelineOptions eval_options(int64_t batch_size);
 bool augment_by_default(const Dataset& d);
 
 struct Batch {
-  Tensor images;                 // float32 [B,C,H,W], normalised
-  Tensor labels;                 // int64 [B]
-  std::vector<int64_t> samples;  // dataset index of each row
-  int64_t index = 0;             // batch number in this epoch
-  double prepare_seconds = 0;    // wall time spent building it (one thread)
-  double wait_seconds = 0;       // time next() waited for it (consumer stall)
+  Tensor images;                                     // float32 [B,C,H,W], normalised
+  Tensor labels;                                     // int64 [B]
+  std::vector<int64_t> samples;                      // dataset index of each row
+  int64_t index = 0;                                 // batch number in this epoch
+  double prepare_seconds = 0;                        // wall time spent building it (one thread)
+  double wait_seconds = 0;                           // time next() waited for it (consumer stall)
   int64_t prepare_start_ns = 0, prepare_end_ns = 0;  // steady_clock, for traces (runtime/trace.h)
 };
 

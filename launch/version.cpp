@@ -2,8 +2,8 @@
 #include <oneapi/tbb/version.h>
 #include <onnx/common/version.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
 #include <cstdlib>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
 #include "launch/commands.h"

@@ -82,9 +82,9 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
     // inside the primitive.
     const auto prop = algorithm == dnnl::algorithm::convolution_winograd ? dnnl::prop_kind::forward_training
                                                                          : dnnl::prop_kind::forward_inference;
-    dnnl::convolution_forward::desc d(prop, algorithm, src_want,
-                                      du::any_desc(wg, du::math_type(math)), has_bias ? p.bias_plain : du::Md(),
-                                      blocked_or_any(y), strides, du::dnnl_dilations(win.dilations), pl, pr);
+    dnnl::convolution_forward::desc d(prop, algorithm, src_want, du::any_desc(wg, du::math_type(math)),
+                                      has_bias ? p.bias_plain : du::Md(), blocked_or_any(y), strides,
+                                      du::dnnl_dilations(win.dilations), pl, pr);
     auto make_pd = [&](bool sum) {
       dnnl::post_ops po;
       if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
@@ -138,17 +138,18 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
   if (y.numel() == 0) return;
   const bool has_bias = ctx.has_input(2), has_z = ctx.has_input(3);
   const Tensor* z = has_z ? &ctx.in(3) : nullptr;
-  const std::string key = du::key("Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z, x.layout(), y.layout(),
-                                  has_z ? z->layout() : Layout::Plain,
-                                  n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
-                                  n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
-                                  math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
+  const std::string key =
+      du::key("Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z, x.layout(), y.layout(),
+              has_z ? z->layout() : Layout::Plain, n.attr_int("group", 1), n.attr_ints("kernel_shape"),
+              n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads"),
+              n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
   auto plan =
       du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
 
   // Slots 0-2 hold the primitive's layouts, 3-4 the fp16 rounded copies (du::math_rounded).
-  dnnl::memory src = gu::to_layout(plan->src_reorder, du::math_rounded(x, plan->src_user, ctx.math, 3), plan->src_md, 0);
+  dnnl::memory src =
+      gu::to_layout(plan->src_reorder, du::math_rounded(x, plan->src_user, ctx.math, 3), plan->src_md, 0);
   dnnl::memory wts = gu::to_layout(plan->w_reorder, du::math_rounded(w, plan->w_plain, ctx.math, 4), plan->w_md, 1);
   dnnl::memory dst_user = du::memory_of(y, plan->dst_user);
   dnnl::memory dst = gu::out_memory(plan->dst_reorder, dst_user, plan->dst_md, 2);
@@ -169,7 +170,6 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
     for (int64_t i = 0; i < count; ++i) py[i] += pz[i];
   }
 }
-
 
 // ConvGrad (fp32 values; fp32 or bf16 arithmetic, KernelContext::math) on oneDNN's
 // convolution_backward_data and _weights.
@@ -209,8 +209,8 @@ struct Want {
   bool dx, dw, db;
 };
 
-ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                       Want want, MathPrecision math, dnnl::algorithm algorithm) {
+ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Want want,
+                       MathPrecision math, dnnl::algorithm algorithm) {
   ConvGradPlan p;
   const std::vector<int64_t>& xd = x.dims();
   const std::vector<int64_t>& wd = w.dims();
@@ -247,8 +247,8 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
                                        strides, dil, pl, pr);
     dnnl::convolution_forward::primitive_desc hint(fd, du::attr(), du::engine());
     if (want.dx) {
-      dnnl::convolution_backward_data::desc d(algorithm, du::any_desc(xd), du::any_desc(wg, in_t), du::any_desc(yd, in_t),
-                                              strides, dil, pl, pr);
+      dnnl::convolution_backward_data::desc d(algorithm, du::any_desc(xd), du::any_desc(wg, in_t),
+                                              du::any_desc(yd, in_t), strides, dil, pl, pr);
       dnnl::convolution_backward_data::primitive_desc pd(d, du::attr(), du::engine(), hint);
       p.data_prim = dnnl::convolution_backward_data(pd);
       p.bd_dy = pd.diff_dst_desc();
@@ -285,8 +285,8 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
 
 // Winograd where asked for and oneDNN implements both passes for this fp32
 // convolution (3x3, stride 1, no dilation or groups), else direct.
-ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                       Want want, MathPrecision math, ConvAlgorithm conv) {
+ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Want want,
+                       MathPrecision math, ConvAlgorithm conv) {
   if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
     ConvGradPlan p = make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_winograd);
     if (!p.use_reference) return p;
@@ -327,11 +327,11 @@ void conv_grad_cpu(KernelContext& ctx) {
   const Node& n = ctx.node;
   const Tensor* dx = want.dx ? &ctx.out(0) : nullptr;
   if (want.db && !want.dw && dy.layout() != Layout::Plain) return du::run_reference(ctx);  // bias_grad is row-major
-  std::string key = du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db, dy.layout(),
-                            x.layout(), dx ? dx->layout() : Layout::Plain,
-                            n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
-                            n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
-                            math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
+  std::string key =
+      du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db, dy.layout(), x.layout(),
+              dx ? dx->layout() : Layout::Plain, n.attr_int("group", 1), n.attr_ints("kernel_shape"),
+              n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads"),
+              n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
   auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
 
@@ -340,7 +340,8 @@ void conv_grad_cpu(KernelContext& ctx) {
   dnnl::memory dy_data;
   if (want.dx) {
     dy_data = gu::to_layout(plan->bd_dy_reorder, dy_user, plan->bd_dy, 0);
-    dnnl::memory wts = gu::to_layout(plan->bd_w_reorder, du::math_rounded(w, plan->w_plain, ctx.math, 7), plan->bd_w, 1);
+    dnnl::memory wts =
+        gu::to_layout(plan->bd_w_reorder, du::math_rounded(w, plan->w_plain, ctx.math, 7), plan->bd_w, 1);
     dnnl::memory dx_user = du::memory_of(ctx.out(0), plan->dx_user);
     dnnl::memory dx = gu::out_memory(plan->bd_dx_reorder, dx_user, plan->bd_dx, 2);
     du::execute(plan->data_prim, {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DIFF_SRC, dx}});
@@ -351,7 +352,8 @@ void conv_grad_cpu(KernelContext& ctx) {
     dnnl::memory src = gu::to_layout(plan->bw_x_reorder, du::math_rounded(x, plan->x_user, ctx.math, 8), plan->bw_x, 4);
     dnnl::memory dw_user = du::memory_of(ctx.out(1), plan->w_plain);
     dnnl::memory dw = gu::out_memory(plan->bw_dw_reorder, dw_user, plan->bw_dw, 5);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
     if (want.db) args[DNNL_ARG_DIFF_BIAS] = du::memory_of(ctx.out(2), plan->db_plain);
     du::execute(plan->wts_prim, std::move(args));
     gu::from_layout(plan->bw_dw_reorder, dw, dw_user);
@@ -364,8 +366,9 @@ void conv_grad_cpu(KernelContext& ctx) {
 
 void register_conv_cpu(Registry& r) {
   using facts::A, facts::P;
-  add_if_schema(r, "cpu", "", "Conv", [](KernelContext& ctx) { conv_forward_dnnl(ctx, /*relu=*/false); },
-                facts::fixed({{A, P, P}, {A}}));
+  add_if_schema(
+      r, "cpu", "", "Conv", [](KernelContext& ctx) { conv_forward_dnnl(ctx, /*relu=*/false); },
+      facts::fixed({{A, P, P}, {A}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "ConvGrad", conv_grad_cpu, facts::fixed({{A, A, P}, {A, P, P}}));
 }
 

@@ -55,7 +55,6 @@ bool is_arith_dtype(DataType t) {
   }
 }
 
-
 // ---- shape rules -----------------------------------------------------------
 
 // Ops without attributes: OpSchema::attributes cannot say "none", so the rule does.

@@ -89,14 +89,12 @@ void binary_cpu(KernelContext& ctx) {
     }
   });
   if (plan->use_reference) return du::run_reference(ctx);
-  du::execute(plan->prim,
-              {{DNNL_ARG_SRC_0, du::memory_of(*a, plan->src0)},
-               {DNNL_ARG_SRC_1, du::memory_of(*b, plan->src1)},
-               {DNNL_ARG_DST, du::memory_of(c, plan->dst)}});
+  du::execute(plan->prim, {{DNNL_ARG_SRC_0, du::memory_of(*a, plan->src0)},
+                           {DNNL_ARG_SRC_1, du::memory_of(*b, plan->src1)},
+                           {DNNL_ARG_DST, du::memory_of(c, plan->dst)}});
 }
 
 }  // namespace
-
 
 // ReluGrad (fp32) on oneDNN's eltwise_backward with eltwise_relu_use_dst_for_bwd.
 //
@@ -141,7 +139,6 @@ void relu_grad_cpu(KernelContext& ctx) {
 }
 
 }  // namespace
-
 
 // SumToShape(dY, X) -> dX on the cpu backend (oneTBB): dY summed over the axes
 // where X was broadcast (ops/elementwise.cpp has the schema and the reference).

@@ -68,12 +68,9 @@ void finish(Tensor& y, const Tensor* z, bool relu) {
 }
 
 void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
-  KernelContext c{ctx.node,
-                  {ctx.inputs.begin(), ctx.inputs.begin() + std::min<size_t>(3, ctx.inputs.size())},
-                  {ctx.outputs[0]},
-                  ctx.training,
-                  ctx.seed,
-                  ctx.math,
+  KernelContext c{ctx.node,         {ctx.inputs.begin(), ctx.inputs.begin() + std::min<size_t>(3, ctx.inputs.size())},
+                  {ctx.outputs[0]}, ctx.training,
+                  ctx.seed,         ctx.math,
                   ctx.conv};
   conv(c);
   const bool relu = ctx.node.attr_string("activation", "") == "Relu";
@@ -116,7 +113,6 @@ void register_fused(Registry& r) {
   r.schemas.add(std::move(br));
   r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationRelu",
                 [k = *bn_ref](KernelContext& ctx) { bn_relu_reference(ctx, k); });
-
 }
 
 }  // namespace trainrt

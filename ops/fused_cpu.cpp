@@ -6,9 +6,9 @@
 //     oneDNN's fuse_norm_relu flag.
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include "ops/conv_cpu.h"
-#include "ops/norm_cpu.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/register_all.h"
+#include "ops/norm_cpu.h"
 
 namespace trainrt {
 

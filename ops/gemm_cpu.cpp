@@ -9,7 +9,6 @@
 // read in place. For Gemm, Y is first filled with the broadcast C and the matmul
 // adds into it through a sum post-op scaled by beta; alpha is the output scale.
 #include <algorithm>
-
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
@@ -28,22 +27,22 @@ struct MatmulPlan {
 
 // Rows x cols row-major matrix, or its transpose stored as cols x rows.
 du::Md matrix_desc(int64_t rows, int64_t cols, bool transposed) {
-  return du::Md({rows, cols}, dnnl::memory::data_type::f32,
-                transposed ? du::Dims{1, rows} : du::Dims{cols, 1});
+  return du::Md({rows, cols}, dnnl::memory::data_type::f32, transposed ? du::Dims{1, rows} : du::Dims{cols, 1});
 }
 
 MatmulPlan make_plan(const du::Md& a, const du::Md& b, const du::Md& y, const dnnl::primitive_attr& attr) {
   try {
-    return MatmulPlan{false, dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, y), attr, du::engine())),
-                      a, b, y};
+    return MatmulPlan{
+        false, dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, y), attr, du::engine())), a, b, y};
   } catch (const dnnl::error&) {
     return du::reference_plan<MatmulPlan>();
   }
 }
 
 void run_plan(const MatmulPlan& p, const Tensor& a, const Tensor& b, Tensor& y) {
-  du::execute(p.prim, {{DNNL_ARG_SRC, du::memory_of(a, p.a)}, {DNNL_ARG_WEIGHTS, du::memory_of(b, p.b)},
-                             {DNNL_ARG_DST, du::memory_of(y, p.y)}});
+  du::execute(p.prim, {{DNNL_ARG_SRC, du::memory_of(a, p.a)},
+                       {DNNL_ARG_WEIGHTS, du::memory_of(b, p.b)},
+                       {DNNL_ARG_DST, du::memory_of(y, p.y)}});
 }
 
 // Y[M,N] = C broadcast (C of rank 0..2, each dim 1 or full).

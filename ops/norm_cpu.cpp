@@ -114,7 +114,6 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
     for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
 }
 
-
 // BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
 //
 //   dY, X: N,C,spatial...   scale: C   ->   dX: like X, dScale: C, dBias: C
@@ -227,8 +226,9 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
 
 void register_norm_cpu(Registry& r) {
   using facts::S;
-  add_if_schema(r, "cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); },
-                facts::fixed({{S}, {S}}));
+  add_if_schema(
+      r, "cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); },
+      facts::fixed({{S}, {S}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_cpu, facts::fixed({{S, S}, {S}}));
 }
 

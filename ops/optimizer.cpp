@@ -25,8 +25,8 @@ namespace {
 void require_same_type(const InferContext& c, size_t a, size_t b) {
   const ValueInfo &x = c.input(a), &y = c.input(b);
   if (x.dtype != y.dtype || x.shape != y.shape)
-    c.fail("input " + std::to_string(b) + " '" + c.node().inputs[b] + "' must match input " + std::to_string(a) +
-           " (" + dtype_name(x.dtype) + shape_to_string(x.shape.value_or(Shape{})) + "), got " + dtype_name(y.dtype) +
+    c.fail("input " + std::to_string(b) + " '" + c.node().inputs[b] + "' must match input " + std::to_string(a) + " (" +
+           dtype_name(x.dtype) + shape_to_string(x.shape.value_or(Shape{})) + "), got " + dtype_name(y.dtype) +
            shape_to_string(y.shape.value_or(Shape{})));
 }
 
@@ -79,8 +79,10 @@ void adam(KernelContext& k) {
   for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       double w = pp[i], g = gp[i];
-      if (decoupled) w *= 1.0 - lr * wd;  // AdamW
-      else g += wd * w;                   // Adam: L2 penalty folded into the gradient
+      if (decoupled)
+        w *= 1.0 - lr * wd;  // AdamW
+      else
+        g += wd * w;  // Adam: L2 penalty folded into the gradient
       double mi = b1 * m[i] + (1.0 - b1) * g;
       double vi = b2 * v[i] + (1.0 - b2) * g * g;
       m_out[i] = static_cast<T>(mi);

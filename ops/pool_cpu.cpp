@@ -63,7 +63,8 @@ PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Ten
   std::vector<int64_t> used = xd;
   for (size_t i = 0; i < pr.size(); ++i) {
     if (pr[i] < 0) used[i + 2] += pr[i], pr[i] = 0;
-    if (alg == dnnl::algorithm::pooling_avg_include_padding && pr[i] > win.pads_end[i]) return du::reference_plan<PoolPlan>();
+    if (alg == dnnl::algorithm::pooling_avg_include_padding && pr[i] > win.pads_end[i])
+      return du::reference_plan<PoolPlan>();
   }
   const bool blocked = x.layout() == Layout::Blocked16c;
   if (blocked && used != xd) return du::reference_plan<PoolPlan>();  // no blocked sub-block view
@@ -72,16 +73,16 @@ PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Ten
     p.x_view = du::sub_block_desc(used, xd);
     p.crop = du::make_reorder(p.x_view, p.src);
   }
-  p.dst = blocked ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32,
-                           dnnl::memory::format_tag::nChw16c)
-                  : du::plain_desc(yd);
+  p.dst = blocked
+              ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c)
+              : du::plain_desc(yd);
   p.y_user = du::desc_of(y);
   p.dst_reorder = du::make_reorder(p.dst, p.y_user);
   try {
-    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, p.src, p.dst,
-                                     du::Dims(win.strides.begin(), win.strides.end()),
-                                     du::Dims(win.kernel.begin(), win.kernel.end()), du::dnnl_dilations(win.dilations),
-                                     du::Dims(win.pads_begin.begin(), win.pads_begin.end()), du::Dims(pr.begin(), pr.end()));
+    dnnl::pooling_v2_forward::desc d(
+        dnnl::prop_kind::forward_inference, alg, p.src, p.dst, du::Dims(win.strides.begin(), win.strides.end()),
+        du::Dims(win.kernel.begin(), win.kernel.end()), du::dnnl_dilations(win.dilations),
+        du::Dims(win.pads_begin.begin(), win.pads_begin.end()), du::Dims(pr.begin(), pr.end()));
     p.prim = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, du::attr(), du::engine()));
   } catch (const dnnl::error&) {
     return du::reference_plan<PoolPlan>();
@@ -96,10 +97,10 @@ void pool_cpu(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
   const Node& n = ctx.node;
-  std::string key = du::key("Pool", static_cast<int>(kind), x.dims(), y.dims(), n.attr_ints("kernel_shape"),
-                            n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads"),
-                            n.attr_string("auto_pad", "NOTSET"), n.attr_int("count_include_pad", 0), x.layout(),
-                            y.layout());
+  std::string key =
+      du::key("Pool", static_cast<int>(kind), x.dims(), y.dims(), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
+              n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"),
+              n.attr_int("count_include_pad", 0), x.layout(), y.layout());
   auto plan = du::cached<PoolPlan>(key, [&] { return make_pool_plan(kind, n, x, y); });
   if (plan->use_reference) return du::run_reference(ctx);
   dnnl::memory src = plan->crop ? du::temp_memory(plan->src, 0) : du::memory_of(x, plan->src);
@@ -111,7 +112,6 @@ void pool_cpu(KernelContext& ctx) {
 }
 
 }  // namespace
-
 
 // Pooling backward ops (fp32) of the cpu backend.
 //
@@ -236,15 +236,15 @@ AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, const 
     if (pr[i] < 0) used[2 + i] += pr[i], pr[i] = 0, p.zero_first = true;
     if (include_pad && pr[i] > w.pads[sp + i]) return du::reference_plan<AvgPlan>();
   }
-  const auto alg = include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                               : dnnl::algorithm::pooling_avg_exclude_padding;
+  const auto alg =
+      include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
   const bool blocked = dx.layout() == Layout::Blocked16c;
   if (blocked && used != xd) return du::reference_plan<AvgPlan>();  // no blocked sub-block view
   p.dx = blocked ? du::desc_of(dx) : du::sub_block_desc(used, xd);
   const std::vector<int64_t>& yd = dy.dims();
-  p.dy = blocked ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32,
-                          dnnl::memory::format_tag::nChw16c)
-                 : du::plain_desc(yd);
+  p.dy = blocked
+             ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c)
+             : du::plain_desc(yd);
   p.dy_user = du::desc_of(dy);
   p.dy_reorder = du::make_reorder(p.dy_user, p.dy);
   const du::Dims strides(w.strides.begin(), w.strides.end()), kernel(w.kernel.begin(), w.kernel.end()),

@@ -79,13 +79,14 @@ void require_attrs(InferContext& c, std::initializer_list<const char*> names) {
 }
 
 struct Step {
-  double r;     // learning rate R
-  int64_t t;    // update count T
-  size_t count; // tensors optimized by the node
+  double r;      // learning rate R
+  int64_t t;     // update count T
+  size_t count;  // tensors optimized by the node
 };
 
 Step step_of(const KernelContext& k, int per_tensor) {
-  return {k.in(0).get_as_double(0), k.in(1).data<int64_t>()[0], (k.inputs.size() - 2) / static_cast<size_t>(per_tensor)};
+  return {k.in(0).get_as_double(0), k.in(1).data<int64_t>()[0],
+          (k.inputs.size() - 2) / static_cast<size_t>(per_tensor)};
 }
 
 template <typename T>
@@ -194,14 +195,14 @@ void register_preview_training(Registry& r) {
   a.infer = [](InferContext& c) {
     for (const char* name : {"alpha", "beta"}) {
       const float v = c.node().attr_float(name, 0.5f);
-      if (!(v >= 0.f && v < 1.f)) c.fail(std::string("attribute '") + name + "' must be in [0, 1), got " + std::to_string(v));
+      if (!(v >= 0.f && v < 1.f))
+        c.fail(std::string("attribute '") + name + "' must be in [0, 1), got " + std::to_string(v));
     }
     infer_optimizer(c);
   };
   r.schemas.add(a);
-  r.kernels.add("reference", kDomain, "Adam", [](KernelContext& k) {
-    dispatch_float(k.in(2).dtype(), [&](auto tag) { adam<decltype(tag)>(k); });
-  });
+  r.kernels.add("reference", kDomain, "Adam",
+                [](KernelContext& k) { dispatch_float(k.in(2).dtype(), [&](auto tag) { adam<decltype(tag)>(k); }); });
 }
 
 }  // namespace trainrt

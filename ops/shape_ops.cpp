@@ -495,7 +495,8 @@ void register_shape_ops(Registry& r) {
   r.kernels.add("reference", "", "Pad", pad_reference);
 
   r.schemas.add(OpSchema{kTrainrtDomain, "ReshapeLike", 2, 2, 1, 1, 1, reshape_like_infer, nullptr, {}});
-  r.schemas.add(OpSchema{kTrainrtDomain, "ConcatGrad", 2, 1 << 20, 1, 1 << 20, 1, concat_grad_infer, nullptr, {"axis"}});
+  r.schemas.add(
+      OpSchema{kTrainrtDomain, "ConcatGrad", 2, 1 << 20, 1, 1 << 20, 1, concat_grad_infer, nullptr, {"axis"}});
   r.kernels.add("reference", kTrainrtDomain, "ReshapeLike", copy_bytes);
   r.kernels.add("reference", kTrainrtDomain, "ConcatGrad", concat_grad_reference);
 }

@@ -514,8 +514,16 @@ void register_softmax_loss(Registry& r) {
 
   r.schemas.add(OpSchema{kTrainrtDomain, "SoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
   r.schemas.add(OpSchema{kTrainrtDomain, "LogSoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
-  r.schemas.add(OpSchema{
-      kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, 1, sce_grad_infer, nullptr, {"ignore_index", "reduction"}});
+  r.schemas.add(OpSchema{kTrainrtDomain,
+                         "SoftmaxCrossEntropyLossGrad",
+                         3,
+                         4,
+                         1,
+                         1,
+                         1,
+                         sce_grad_infer,
+                         nullptr,
+                         {"ignore_index", "reduction"}});
   r.schemas.add(OpSchema{kTrainrtDomain,
                          "ReduceMeanGrad",
                          2,

@@ -107,8 +107,8 @@ void softmax_cpu(KernelContext& ctx) {
           dnnl::logsoftmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax), du::attr(), du::engine());
       return SoftmaxPlan{false, dnnl::logsoftmax_forward(pd), md, {}, md};
     } else {
-      dnnl::softmax_forward::primitive_desc pd(
-          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax), du::attr(), du::engine());
+      dnnl::softmax_forward::primitive_desc pd(dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax),
+                                               du::attr(), du::engine());
       return SoftmaxPlan{false, dnnl::softmax_forward(pd), md, {}, md};
     }
   });

@@ -40,10 +40,9 @@ const Kernel& Backend::on_host(const Kernel& k) const {
 
 std::shared_ptr<std::byte[]> Backend::allocate(size_t bytes) const {
   // The plan's offsets are multiples of kPlanAlignment from an arena's start.
-  return std::shared_ptr<std::byte[]>(
-      static_cast<std::byte*>(
-          ::operator new[](std::max<size_t>(bytes, kPlanAlignment), std::align_val_t(kPlanAlignment))),
-      [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
+  return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, kPlanAlignment),
+                                                                               std::align_val_t(kPlanAlignment))),
+                                      [](std::byte* q) { ::operator delete[](q, std::align_val_t(kPlanAlignment)); });
 }
 
 size_t available_memory_bytes() {

@@ -8,8 +8,8 @@ std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
   std::vector<char> blocked(count, 0);
   for (size_t v = 0; v < count; ++v) {
     const PlannedValue& pv = plan.values[v];
-    blocked[v] = pv.storage == Storage::Arena && pv.def >= 0 && pv.last < end && blockable(pv.dims) &&
-                 dtype_size(pv.dtype) > 0;
+    blocked[v] =
+        pv.storage == Storage::Arena && pv.def >= 0 && pv.last < end && blockable(pv.dims) && dtype_size(pv.dtype) > 0;
   }
   std::vector<NodeLayouts> rules;
   rules.reserve(plan.steps.size());

@@ -43,8 +43,8 @@ inline std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b, std
     if (x.known() && y.known()) {
       if (x.value != y.value && x.value != 1 && y.value != 1) {
         if (why)
-          *why = "axis " + std::to_string(rank - 1 - k) + " of the broadcast is " + std::to_string(x.value) +
-                 " vs " + std::to_string(y.value);
+          *why = "axis " + std::to_string(rank - 1 - k) + " of the broadcast is " + std::to_string(x.value) + " vs " +
+                 std::to_string(y.value);
         return std::nullopt;
       }
       o = x.value == 1 ? y : x;

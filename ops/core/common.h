@@ -28,9 +28,14 @@ Tensor math_input(const Tensor& t, MathPrecision m);
 template <typename F>
 void dispatch_float(DataType t, F&& f) {
   switch (t) {
-    case DataType::Float32: f(float{}); break;
-    case DataType::Float64: f(double{}); break;
-    default: throw_internal("dispatch_float", std::string("unexpected dtype ") + dtype_name(t));
+    case DataType::Float32:
+      f(float{});
+      break;
+    case DataType::Float64:
+      f(double{});
+      break;
+    default:
+      throw_internal("dispatch_float", std::string("unexpected dtype ") + dtype_name(t));
   }
 }
 

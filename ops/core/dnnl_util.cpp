@@ -91,17 +91,28 @@ bool cpu_has_avx512_core() {
 std::string cpu_isa_name() {
   using isa = dnnl::cpu_isa;
   switch (dnnl::get_effective_cpu_isa()) {
-    case isa::sse41: return "sse41";
-    case isa::avx: return "avx";
-    case isa::avx2: return "avx2";
-    case isa::avx2_vnni: return "avx2_vnni";
-    case isa::avx512_mic: return "avx512_mic";
-    case isa::avx512_mic_4ops: return "avx512_mic_4ops";
-    case isa::avx512_core: return "avx512_core";
-    case isa::avx512_core_vnni: return "avx512_core_vnni";
-    case isa::avx512_core_bf16: return "avx512_core_bf16";
-    case isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
+    case isa::sse41:
+      return "sse41";
+    case isa::avx:
+      return "avx";
+    case isa::avx2:
+      return "avx2";
+    case isa::avx2_vnni:
+      return "avx2_vnni";
+    case isa::avx512_mic:
+      return "avx512_mic";
+    case isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case isa::avx512_core:
+      return "avx512_core";
+    case isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
   }
 }
 

@@ -40,9 +40,9 @@ void register_gemm(Registry& r);
 void register_shape_ops(Registry& r);
 void register_softmax_loss(Registry& r);
 void register_misc(Registry& r);
-void register_optimizer(Registry& r);  // ai.trainrt SGD, Adam, Increment
+void register_optimizer(Registry& r);         // ai.trainrt SGD, Adam, Increment
 void register_preview_training(Registry& r);  // ai.onnx.preview.training Momentum, Adam, Adagrad
-void register_fused(Registry& r);  // ai.trainrt FusedConv, BatchNormalizationRelu (graph/passes.h)
+void register_fused(Registry& r);             // ai.trainrt FusedConv, BatchNormalizationRelu (graph/passes.h)
 // The cpu backend's kernels (oneDNN, oneTBB) and their layouts, after every schema:
 void register_elementwise_cpu(Registry& r);
 void register_conv_cpu(Registry& r);

@@ -22,8 +22,8 @@ namespace trainrt::test {
 
 struct GradCheck {
   double max_error = 0;
-  std::string worst;    // "param[i]: analytic a, numeric n"
-  size_t checked = 0;   // elements compared
+  std::string worst;   // "param[i]: analytic a, numeric n"
+  size_t checked = 0;  // elements compared
   TrainingGraph training;
 };
 

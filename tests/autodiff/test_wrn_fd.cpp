@@ -30,8 +30,9 @@ TEST_CASE("Wide ResNet at small widths: every parameter gradient matches finite 
   Tensor labels(DataType::Int64, {2});
   labels.data<int64_t>()[0] = 3;
   labels.data<int64_t>()[1] = 7;
-  GradCheck r = check_gradients(g, {{g.inputs[0], random_tensor(DataType::Float64, {2, 1, 28, 28}, 5)}, {"labels", labels}},
-                                /*samples=*/2);
+  GradCheck r =
+      check_gradients(g, {{g.inputs[0], random_tensor(DataType::Float64, {2, 1, 28, 28}, 5)}, {"labels", labels}},
+                      /*samples=*/2);
   CHECK(r.training.params.size() == 47);
   CHECK(r.checked >= 94);
   CHECK_MESSAGE(r.max_error < 1e-6, r.worst);

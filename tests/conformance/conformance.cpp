@@ -57,10 +57,14 @@ constexpr unsigned kTimeoutSeconds = 120;     // per test, all backends
 enum class Status { Pass, Fail, XFail, Skip };
 const char* status_name(Status s) {
   switch (s) {
-    case Status::Pass: return "pass";
-    case Status::Fail: return "FAIL";
-    case Status::XFail: return "XFAIL";
-    case Status::Skip: return "skip";
+    case Status::Pass:
+      return "pass";
+    case Status::Fail:
+      return "FAIL";
+    case Status::XFail:
+      return "XFAIL";
+    case Status::Skip:
+      return "skip";
   }
   return "?";
 }
@@ -126,7 +130,7 @@ std::string training_skip_reason(const std::vector<std::string>& missing) {
 // protobuf directly so that models our importer rejects still list their ops.
 struct ModelOps {
   std::vector<std::string> ops, missing;  // missing: not in registry().schemas
-  bool training_domain = false;            // a missing op is an optimizer op
+  bool training_domain = false;           // a missing op is an optimizer op
   std::string error;
 };
 
@@ -156,7 +160,8 @@ ModelOps model_ops(const fs::path& model) {
 std::string compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype())
     return std::string("dtype ") + dtype_name(got.dtype()) + ", expected " + dtype_name(want.dtype());
-  if (got.dims() != want.dims()) return "shape " + dims_to_string(got.dims()) + ", expected " + dims_to_string(want.dims());
+  if (got.dims() != want.dims())
+    return "shape " + dims_to_string(got.dims()) + ", expected " + dims_to_string(want.dims());
   const int64_t n = want.numel();
   if (!dtype_is_float(want.dtype())) {  // integers and bools: bit exact
     for (int64_t i = 0; i < n; ++i) {
@@ -242,10 +247,13 @@ bool has_random_mask(const Graph& g, const TensorMap& feeds) {
 Outcome from_error(const std::string& backend, const Error& e, const std::string& dir, const char* stage) {
   std::string msg = strip_path(e.what(), dir);
   switch (e.kind()) {
-    case ErrorKind::Unsupported: return {backend, Status::Skip, msg};
-    case ErrorKind::BadInput: return {backend, Status::Fail, std::string(stage) + " rejected the official test as bad input: " + msg};
+    case ErrorKind::Unsupported:
+      return {backend, Status::Skip, msg};
+    case ErrorKind::BadInput:
+      return {backend, Status::Fail, std::string(stage) + " rejected the official test as bad input: " + msg};
     case ErrorKind::Internal:
-    case ErrorKind::Peer: break;
+    case ErrorKind::Peer:
+      break;
   }
   return {backend, Status::Fail, std::string(stage) + ": internal error: " + msg};
 }
@@ -264,18 +272,22 @@ void run_test(const fs::path& dir, const std::vector<std::string>& backends, Emi
     g = import_onnx_file((dir / "model.onnx").string(), registry().schemas);
     std::vector<fs::path> set_dirs;
     for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) set_dirs.push_back(e.path());
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+        set_dirs.push_back(e.path());
     std::sort(set_dirs.begin(), set_dirs.end());
     if (set_dirs.empty()) return all({"", Status::Fail, "no test_data_set_* folder"});
     for (const fs::path& sd : set_dirs) {
       DataSet s{sd.filename().string(), {}, read_numbered(sd, "output_")};
       std::vector<Tensor> inputs = read_numbered(sd, "input_");
       if (inputs.size() != g.inputs.size() || s.expected.size() != g.outputs.size())
-        return all({"", Status::Fail, s.name + " has " + std::to_string(inputs.size()) + " inputs and " +
-                                          std::to_string(s.expected.size()) + " outputs, the imported graph " +
-                                          std::to_string(g.inputs.size()) + " and " + std::to_string(g.outputs.size())});
-      for (size_t k = 0; k < inputs.size(); ++k) s.feeds[g.inputs[k]] = as_declared(inputs[k], g.info(g.inputs[k]).dtype);
-      for (size_t k = 0; k < s.expected.size(); ++k) s.expected[k] = as_declared(s.expected[k], g.info(g.outputs[k]).dtype);
+        return all({"", Status::Fail,
+                    s.name + " has " + std::to_string(inputs.size()) + " inputs and " +
+                        std::to_string(s.expected.size()) + " outputs, the imported graph " +
+                        std::to_string(g.inputs.size()) + " and " + std::to_string(g.outputs.size())});
+      for (size_t k = 0; k < inputs.size(); ++k)
+        s.feeds[g.inputs[k]] = as_declared(inputs[k], g.info(g.inputs[k]).dtype);
+      for (size_t k = 0; k < s.expected.size(); ++k)
+        s.expected[k] = as_declared(s.expected[k], g.info(g.outputs[k]).dtype);
       if (has_random_mask(g, s.feeds)) return all({"", Status::Skip, "random mask"});
       sets.push_back(std::move(s));
     }
@@ -292,7 +304,8 @@ void run_test(const fs::path& dir, const std::vector<std::string>& backends, Emi
       std::vector<std::string> fallback, on_reference = backend->fallback_ops();
       for (const Node& n : g.nodes) {
         std::string key = op_key(n.domain, n.op_type);
-        if (std::count(on_reference.begin(), on_reference.end(), key) && !std::count(fallback.begin(), fallback.end(), key))
+        if (std::count(on_reference.begin(), on_reference.end(), key) &&
+            !std::count(fallback.begin(), fallback.end(), key))
           fallback.push_back(key);
       }
       if (!fallback.empty()) o.detail = "reference kernel: " + join(fallback, ", ");
@@ -361,9 +374,9 @@ std::vector<Outcome> run_isolated(const fs::path& dir, const std::vector<std::st
   }
   std::string why;
   if (WIFSIGNALED(st))
-    why = WTERMSIG(st) == SIGALRM ? "timed out after " + std::to_string(kTimeoutSeconds) + " s"
-                                  : std::string("crashed: signal ") + std::to_string(WTERMSIG(st)) + " (" +
-                                        strsignal(WTERMSIG(st)) + ")";
+    why = WTERMSIG(st) == SIGALRM
+              ? "timed out after " + std::to_string(kTimeoutSeconds) + " s"
+              : std::string("crashed: signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
   else if (WEXITSTATUS(st) != 0)
     why = "child exited with status " + std::to_string(WEXITSTATUS(st));
   for (const std::string& b : backends) {
@@ -407,7 +420,8 @@ KnownFailures load_known_failures(const std::string& path) {
     trim(name);
     trim(why);
     if (name.empty()) continue;
-    if (why.empty()) throw Error(ErrorKind::BadInput, path + ":" + std::to_string(no) + ": '" + name + "' needs a '# reason'");
+    if (why.empty())
+      throw Error(ErrorKind::BadInput, path + ":" + std::to_string(no) + ": '" + name + "' needs a '# reason'");
     kf.reason[name] = why;
   }
   return kf;
@@ -416,9 +430,12 @@ KnownFailures load_known_failures(const std::string& path) {
 void apply_known(KnownFailures& kf, const std::string& test, Outcome& o) {
   const std::string* why = kf.find(test, o.backend);
   if (!why) return;
-  if (o.status == Status::Fail) o = {o.backend, Status::XFail, *why + " -- " + o.detail};
-  else if (o.status == Status::Pass) o = {o.backend, Status::Fail, "XPASS: remove from known_failures.txt"};
-  else o.detail += " (listed in known_failures.txt)";
+  if (o.status == Status::Fail)
+    o = {o.backend, Status::XFail, *why + " -- " + o.detail};
+  else if (o.status == Status::Pass)
+    o = {o.backend, Status::Fail, "XPASS: remove from known_failures.txt"};
+  else
+    o.detail += " (listed in known_failures.txt)";
 }
 
 // ------------------------------------------------------------ table
@@ -429,13 +446,11 @@ struct Row {
   std::string detail;
 };
 
-std::string ops_column(const std::string& ops) {
-  return ops.size() > 28 ? ops.substr(0, 25) + "..." : ops;
-}
+std::string ops_column(const std::string& ops) { return ops.size() > 28 ? ops.substr(0, 25) + "..." : ops; }
 
 void print_row(const Row& r) {
-  std::printf("%-56s %-28s %-9s %-5s %s\n", r.test.c_str(), ops_column(r.ops).c_str(), r.backend.c_str(), status_name(r.status),
-              r.detail.c_str());
+  std::printf("%-56s %-28s %-9s %-5s %s\n", r.test.c_str(), ops_column(r.ops).c_str(), r.backend.c_str(),
+              status_name(r.status), r.detail.c_str());
   std::fflush(stdout);
 }
 
@@ -466,14 +481,22 @@ int main(int argc, char** argv) {
       }
       return args[++i];
     };
-    if (a == "--filter") opt.filter = value();
-    else if (a == "--backend") opt.backends = {value()};
-    else if (a == "--data-dir") opt.data_dir = value();
-    else if (a == "--report") opt.report = value();
-    else if (a == "--known-failures") opt.known_failures = value();
-    else if (a == "--list-skips") opt.list_skips = true;
-    else if (a == "--no-fork") opt.fork = false;
-    else if (a == "--help" || a == "-h") return usage(stdout), 0;
+    if (a == "--filter")
+      opt.filter = value();
+    else if (a == "--backend")
+      opt.backends = {value()};
+    else if (a == "--data-dir")
+      opt.data_dir = value();
+    else if (a == "--report")
+      opt.report = value();
+    else if (a == "--known-failures")
+      opt.known_failures = value();
+    else if (a == "--list-skips")
+      opt.list_skips = true;
+    else if (a == "--no-fork")
+      opt.fork = false;
+    else if (a == "--help" || a == "-h")
+      return usage(stdout), 0;
     else {
       std::fprintf(stderr, "conformance: error: unknown argument '%s'\n", a.c_str());
       return usage(stderr), 2;
@@ -519,7 +542,7 @@ int main(int argc, char** argv) {
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Row> rows;
-  std::map<std::string, int> unsupported_ops;          // op -> tests skipped for it
+  std::map<std::string, int> unsupported_ops;                          // op -> tests skipped for it
   std::vector<std::pair<std::string, std::string>> unsupported_tests;  // test, missing ops
   std::printf("%-56s %-28s %-9s %-5s %s\n", "test", "ops", "backend", "result", "detail");
   for (const fs::path& dir : tests) {
@@ -571,7 +594,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::map<Status, int>> totals;
   for (const Row& r : rows) ++totals[r.backend][r.status];
   int fails = static_cast<int>(stale.size());
-  std::string summary = "\n" + std::to_string(tests.size()) + " tests under " + opt.data_dir + " in " + fmt(secs) + " s\n";
+  std::string summary =
+      "\n" + std::to_string(tests.size()) + " tests under " + opt.data_dir + " in " + fmt(secs) + " s\n";
   summary += "backend     pass  FAIL  XFAIL  skip  unsupported-op\n";
   for (const std::string& b : opt.backends) {
     auto& t = totals[b];
@@ -603,7 +627,9 @@ int main(int argc, char** argv) {
   std::fputs(summary.c_str(), stdout);
 
   if (!opt.report.empty()) {
-    std::string md = "# trainrt conformance: ONNX backend node tests\n\n| test | ops | backend | result | detail |\n|---|---|---|---|---|\n";
+    std::string md =
+        "# trainrt conformance: ONNX backend node tests\n\n| test | ops | backend | result | detail "
+        "|\n|---|---|---|---|---|\n";
     for (const Row& r : rows)
       md += "| " + r.test + " | " + md_cell(r.ops) + " | " + r.backend + " | " + status_name(r.status) + " | " +
             md_cell(r.detail) + " |\n";

@@ -179,7 +179,8 @@ TEST_CASE("files that are not ONNX models") {
   }
   onnx::ModelProto no_graph;
   no_graph.set_ir_version(8);
-  CHECK(contains(error_of([&] { import_onnx_bytes(bytes_of(no_graph), "n.onnx", "", reg); }), "no ir_version or no graph"));
+  CHECK(contains(error_of([&] { import_onnx_bytes(bytes_of(no_graph), "n.onnx", "", reg); }),
+                 "no ir_version or no graph"));
 }
 
 TEST_CASE("a missing file and a directory are one-line errors") {

@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const DataType kAllDtypes[] = {DataType::Float32, DataType::UInt8,   DataType::Int8,    DataType::UInt16,
-                               DataType::Int16,   DataType::Int32,   DataType::Int64,   DataType::Bool,
-                               DataType::Float16, DataType::Float64, DataType::UInt32,  DataType::UInt64,
+const DataType kAllDtypes[] = {DataType::Float32, DataType::UInt8,   DataType::Int8,   DataType::UInt16,
+                               DataType::Int16,   DataType::Int32,   DataType::Int64,  DataType::Bool,
+                               DataType::Float16, DataType::Float64, DataType::UInt32, DataType::UInt64,
                                DataType::BFloat16};
 
 // A fresh folder per test, removed at the end.
@@ -234,14 +234,38 @@ TEST_CASE("element counts that disagree with dims are BadInput naming the field"
     void (*fill)(onnx::TensorProto&, int);
   };
   const Case cases[] = {
-      {DataType::Float32, "float_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_float_data(1); }},
-      {DataType::Float64, "double_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_double_data(1); }},
-      {DataType::Int64, "int64_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_int64_data(1); }},
-      {DataType::Int32, "int32_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_int32_data(1); }},
-      {DataType::Int8, "int32_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_int32_data(1); }},
-      {DataType::Bool, "int32_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_int32_data(1); }},
-      {DataType::Float16, "int32_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_int32_data(0x3c00); }},
-      {DataType::UInt64, "uint64_data", [](onnx::TensorProto& p, int n) { for (int i = 0; i < n; ++i) p.add_uint64_data(1); }},
+      {DataType::Float32, "float_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_float_data(1);
+       }},
+      {DataType::Float64, "double_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_double_data(1);
+       }},
+      {DataType::Int64, "int64_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_int64_data(1);
+       }},
+      {DataType::Int32, "int32_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_int32_data(1);
+       }},
+      {DataType::Int8, "int32_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_int32_data(1);
+       }},
+      {DataType::Bool, "int32_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_int32_data(1);
+       }},
+      {DataType::Float16, "int32_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_int32_data(0x3c00);
+       }},
+      {DataType::UInt64, "uint64_data",
+       [](onnx::TensorProto& p, int n) {
+         for (int i = 0; i < n; ++i) p.add_uint64_data(1);
+       }},
   };
   for (const Case& c : cases) {
     for (int n : {0, 5, 7}) {  // dims [2,3] need 6
@@ -268,7 +292,8 @@ TEST_CASE("raw_data whose size disagrees with dims and dtype is BadInput") {
     CHECK(e.kind() == ErrorKind::BadInput);
     CAPTURE(std::string(e.what()));
     // No raw_data at all trips the "more bytes than the file" check first.
-    if (bytes > 0) CHECK(std::string(e.what()).find("raw_data has " + std::to_string(bytes) + " bytes") != std::string::npos);
+    if (bytes > 0)
+      CHECK(std::string(e.what()).find("raw_data has " + std::to_string(bytes) + " bytes") != std::string::npos);
   }
   onnx::TensorProto half = proto(DataType::Float16, {3});
   half.set_raw_data(std::string(3, '\0'));  // 3 bytes for 3 halves
@@ -332,11 +357,16 @@ TEST_CASE("half <-> float at known bit patterns") {
     float value;
   };
   const H exact[] = {
-      {0x0000, 0.f},          {0x3c00, 1.f},          {0xc000, -2.f},
-      {0x3800, 0.5f},         {0x7bff, 65504.f},      {0x0400, 6.103515625e-05f},  // smallest normal 2^-14
+      {0x0000, 0.f},
+      {0x3c00, 1.f},
+      {0xc000, -2.f},
+      {0x3800, 0.5f},
+      {0x7bff, 65504.f},
+      {0x0400, 6.103515625e-05f},         // smallest normal 2^-14
       {0x0001, 5.9604644775390625e-08f},  // smallest subnormal 2^-24
       {0x03ff, 6.097555160522461e-05f},   // largest subnormal 1023 * 2^-24
-      {0x3555, 0.333251953125f},          {0x2e66, 0.0999755859375f},
+      {0x3555, 0.333251953125f},
+      {0x2e66, 0.0999755859375f},
   };
   for (const H& h : exact) {
     CAPTURE(h.bits);
@@ -388,7 +418,7 @@ TEST_CASE("bfloat16 <-> float at known bit patterns") {
   CHECK(std::isnan(bfloat16_to_float(0x7fc0)));
 
   CHECK(float_to_bfloat16(1.f) == 0x3f80);
-  CHECK(float_to_bfloat16(0.1f) == 0x3dcd);  // 0x3dcccccd rounds up
+  CHECK(float_to_bfloat16(0.1f) == 0x3dcd);                               // 0x3dcccccd rounds up
   CHECK(float_to_bfloat16(std::bit_cast<float>(0x3f808000u)) == 0x3f80);  // tie -> even (down)
   CHECK(float_to_bfloat16(std::bit_cast<float>(0x3f818000u)) == 0x3f82);  // tie -> even (up)
   CHECK(float_to_bfloat16(std::bit_cast<float>(0x3f808001u)) == 0x3f81);  // above the tie

@@ -102,7 +102,9 @@ void require_cpu_kernel(const char* op) {
   REQUIRE_MESSAGE(registry().kernels.find("cpu", kTrainrtDomain, op) != nullptr, "no cpu kernel for ", op);
 }
 
-int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
 
 Tensor rand_f32(std::vector<int64_t> dims, uint64_t seed, double lo = -1, double hi = 1) {
   return random_tensor(DataType::Float32, std::move(dims), seed, lo, hi);
@@ -111,8 +113,8 @@ Tensor rand_f32(std::vector<int64_t> dims, uint64_t seed, double lo = -1, double
 // ---- ConvGrad ---------------------------------------------------------------
 // Outputs requested by bit mask: 1 dX, 2 dW, 4 dB.
 Node conv_grad_node(int mask, std::map<std::string, Attribute> attrs) {
-  return make_node("ConvGrad", {"dy", "x", "w"},
-                   {mask & 1 ? "dx" : "", mask & 2 ? "dw" : "", mask & 4 ? "db" : ""}, std::move(attrs), kTrainrtDomain);
+  return make_node("ConvGrad", {"dy", "x", "w"}, {mask & 1 ? "dx" : "", mask & 2 ? "dw" : "", mask & 4 ? "db" : ""},
+                   std::move(attrs), kTrainrtDomain);
 }
 
 // dY's shape: the forward Conv's output, inferred by the Conv schema itself.
@@ -154,8 +156,12 @@ Compared check_bn_grad(std::vector<int64_t> dims, int mask, float eps, uint64_t 
   Tensor x = rand_f32(dims, seed, -1.5, 2.5);
   TensorMap feeds{{"dy", rand_f32(dims, seed + 1)}, {"x", x}, {"scale", rand_f32({dims[1]}, seed + 2, 0.5, 1.5)}};
   const int64_t reduction = x.numel() / dims[1];
-  return check_same(bn_grad_node(mask, eps), feeds, [=](const std::string&) { return OutTol{0, 0, reduction}; },
-                    timed);
+  return check_same(
+      bn_grad_node(mask, eps), feeds,
+      [=](const std::string&) {
+        return OutTol{0, 0, reduction};
+      },
+      timed);
 }
 
 // ---- pools -------------------------------------------------------------------
@@ -171,7 +177,8 @@ Compared check_pool_grad(const char* op, Tensor x, const std::map<std::string, A
   const bool max = std::string(op) == "MaxPool";
   Node n = make_node(std::string(op) + "Grad", {"dy", "x"}, {"dx"}, attrs, kTrainrtDomain);
   const OutTol tol = max ? OutTol{1e-6, 1e-6} : OutTol{1e-5, 1e-6};
-  return check_same(n, feeds, [=](const std::string&) { return tol; }, timed);
+  return check_same(
+      n, feeds, [=](const std::string&) { return tol; }, timed);
 }
 
 void random_pool_grads(const char* op, uint64_t seed) {
@@ -195,9 +202,12 @@ void random_pool_grads(const char* op, uint64_t seed) {
     std::map<std::string, Attribute> attrs{{"kernel_shape", Attribute::of_ints(k)}, {"strides", Attribute::of_ints(s)}};
     if (max) attrs["dilations"] = Attribute::of_ints(d);
     const int64_t mode = pick(rng, 0, 4);
-    if (mode == 0) attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");
-    else if (mode == 1) attrs["auto_pad"] = Attribute::of_string("VALID");
-    else attrs["pads"] = Attribute::of_ints(pads);
+    if (mode == 0)
+      attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");
+    else if (mode == 1)
+      attrs["auto_pad"] = Attribute::of_string("VALID");
+    else
+      attrs["pads"] = Attribute::of_ints(pads);
     if (mode >= 2 && pick(rng, 0, 1)) attrs["ceil_mode"] = Attribute::of_int(1);
     if (!max && pick(rng, 0, 1)) attrs["count_include_pad"] = Attribute::of_int(1);
     Tensor x = rand_f32(dims, seed * 100 + static_cast<uint64_t>(i));
@@ -230,12 +240,15 @@ TEST_CASE("cpu grad vs reference: ConvGrad, random shapes, attributes and reques
                                            {"dilations", Attribute::of_ints({dh, dw})}};
     if (group > 1) attrs["group"] = Attribute::of_int(group);
     const int64_t mode = pick(rng, 0, 5);
-    if (mode == 0) attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");
-    else if (mode == 1) attrs["auto_pad"] = Attribute::of_string("SAME_LOWER");
-    else if (mode == 2) attrs["auto_pad"] = Attribute::of_string("VALID");
+    if (mode == 0)
+      attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");
+    else if (mode == 1)
+      attrs["auto_pad"] = Attribute::of_string("SAME_LOWER");
+    else if (mode == 2)
+      attrs["auto_pad"] = Attribute::of_string("VALID");
     else
-      attrs["pads"] = Attribute::of_ints({pick(rng, 0, kh - 1), pick(rng, 0, kw - 1), pick(rng, 0, kh - 1),
-                                          pick(rng, 0, kw - 1)});
+      attrs["pads"] =
+          Attribute::of_ints({pick(rng, 0, kh - 1), pick(rng, 0, kw - 1), pick(rng, 0, kh - 1), pick(rng, 0, kw - 1)});
     if (pick(rng, 0, 1)) attrs["kernel_shape"] = Attribute::of_ints({kh, kw});
     const int mask = static_cast<int>(pick(rng, 1, 7));
     CAPTURE(i);
@@ -254,19 +267,20 @@ TEST_CASE("cpu grad vs reference: ConvGrad at the Wide ResNet's layer shapes") {
     int mask;
   };
   const Layer layers[] = {
-      {4, 3, 16, 28, 3, false, 2},      // input conv: X is data, so dW only
-      {4, 16, 160, 28, 3, false, 3},    // block 1
-      {2, 160, 160, 28, 3, false, 3},   // blocks 1-2
-      {4, 16, 160, 28, 1, true, 7},     // block 1 skip: 1x1 with bias
-      {2, 160, 320, 14, 3, false, 3},   // block 3 (after MaxPool 2)
-      {4, 160, 320, 14, 1, true, 7},    // block 3 skip
-      {2, 320, 640, 7, 3, false, 3},    // block 5 (after MaxPool 2)
-      {4, 320, 640, 7, 1, true, 7},     // block 5 skip
+      {4, 3, 16, 28, 3, false, 2},     // input conv: X is data, so dW only
+      {4, 16, 160, 28, 3, false, 3},   // block 1
+      {2, 160, 160, 28, 3, false, 3},  // blocks 1-2
+      {4, 16, 160, 28, 1, true, 7},    // block 1 skip: 1x1 with bias
+      {2, 160, 320, 14, 3, false, 3},  // block 3 (after MaxPool 2)
+      {4, 160, 320, 14, 1, true, 7},   // block 3 skip
+      {2, 320, 640, 7, 3, false, 3},   // block 5 (after MaxPool 2)
+      {4, 320, 640, 7, 1, true, 7},    // block 5 skip
   };
   for (const Layer& l : layers) {
     const int64_t p = l.k / 2;
     std::map<std::string, Attribute> attrs{{"pads", Attribute::of_ints({p, p, p, p})}};
-    TensorMap feeds = conv_grad_feeds({l.n, l.c, l.hw, l.hw}, {l.m, l.c, l.k, l.k}, attrs, 900 + static_cast<uint64_t>(l.c));
+    TensorMap feeds =
+        conv_grad_feeds({l.n, l.c, l.hw, l.hw}, {l.m, l.c, l.k, l.k}, attrs, 900 + static_cast<uint64_t>(l.c));
     const std::string what = "ConvGrad " + std::to_string(l.c) + "->" + std::to_string(l.m) + " " +
                              std::to_string(l.k) + "x" + std::to_string(l.k) + " at " + std::to_string(l.hw) + "x" +
                              std::to_string(l.hw) + " batch " + std::to_string(l.n);
@@ -316,8 +330,8 @@ TEST_CASE("cpu grad vs reference: BatchNormalizationGrad at the Wide ResNet's sh
     int64_t c, hw;
   };
   for (Bn b : {Bn{16, 28}, Bn{160, 28}, Bn{320, 14}, Bn{640, 7}}) {
-    const std::string what = "BatchNormalizationGrad " + std::to_string(b.c) + " channels at " +
-                             std::to_string(b.hw) + "x" + std::to_string(b.hw) + " batch 4";
+    const std::string what = "BatchNormalizationGrad " + std::to_string(b.c) + " channels at " + std::to_string(b.hw) +
+                             "x" + std::to_string(b.hw) + " batch 4";
     CAPTURE(what);
     Compared r = check_bn_grad({4, b.c, b.hw, b.hw}, 7, 1e-5f, 800 + static_cast<uint64_t>(b.c), /*timed=*/true);
     CHECK(r.fallbacks == 0);
@@ -388,7 +402,12 @@ TEST_CASE("cpu grad vs reference: ReluGrad") {
     for (int64_t e = 0; e < y.numel(); ++e) y.data<float>()[e] = std::max(y.data<float>()[e], 0.f);
     TensorMap feeds{{"dy", rand_f32(dims, 51)}, {"y", y}};
     Node n = make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain);
-    Compared r = check_same(n, feeds, [](const std::string&) { return OutTol{1e-6, 0}; }, /*timed=*/true);
+    Compared r = check_same(
+        n, feeds,
+        [](const std::string&) {
+          return OutTol{1e-6, 0};
+        },
+        /*timed=*/true);
     CHECK(r.fallbacks == 0);
     report("ReluGrad " + dims_to_string(dims), r);
   }

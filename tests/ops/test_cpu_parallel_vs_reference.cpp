@@ -180,6 +180,7 @@ TEST_CASE("cpu vs reference: SGD and Adam updates, bit for bit") {
     check_identical(make_node("SGD", {"p", "g", "lr", "step", "m"}, {"p2", "m2"}, sgd, kTrainrtDomain), feeds);
     std::map<std::string, Attribute> adam{{"weight_decay", Attribute::of_float(0.01f)},
                                           {"decoupled_weight_decay", Attribute::of_int(i % 2)}};
-    check_identical(make_node("Adam", {"p", "g", "lr", "step", "m", "v"}, {"p2", "m2", "v2"}, adam, kTrainrtDomain), feeds);
+    check_identical(make_node("Adam", {"p", "g", "lr", "step", "m", "v"}, {"p2", "m2", "v2"}, adam, kTrainrtDomain),
+                    feeds);
   }
 }

@@ -69,7 +69,9 @@ RunInfo check_same(const Node& n, const TensorMap& feeds, Tol tol, bool training
   return info;
 }
 
-int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
 
 // Random weights of fan-in `fan_in`, scaled to 1/sqrt(fan_in) (keeps outputs O(1)).
 Tensor weights(std::vector<int64_t> dims, int64_t fan_in, uint64_t seed) {
@@ -110,12 +112,15 @@ TEST_CASE("cpu vs reference: Conv, random shapes and attributes") {
                                            {"dilations", Attribute::of_ints({dh, dw})}};
     if (group > 1) attrs["group"] = Attribute::of_int(group);
     int64_t mode = pick(rng, 0, 5);
-    if (mode == 0) attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");
-    else if (mode == 1) attrs["auto_pad"] = Attribute::of_string("SAME_LOWER");
-    else if (mode == 2) attrs["auto_pad"] = Attribute::of_string("VALID");
+    if (mode == 0)
+      attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");
+    else if (mode == 1)
+      attrs["auto_pad"] = Attribute::of_string("SAME_LOWER");
+    else if (mode == 2)
+      attrs["auto_pad"] = Attribute::of_string("VALID");
     else
-      attrs["pads"] = Attribute::of_ints({pick(rng, 0, kh - 1), pick(rng, 0, kw - 1), pick(rng, 0, kh - 1),
-                                          pick(rng, 0, kw - 1)});
+      attrs["pads"] =
+          Attribute::of_ints({pick(rng, 0, kh - 1), pick(rng, 0, kw - 1), pick(rng, 0, kh - 1), pick(rng, 0, kw - 1)});
     if (pick(rng, 0, 1)) attrs["kernel_shape"] = Attribute::of_ints({kh, kw});
     bool bias = pick(rng, 0, 1);
     CAPTURE(i);
@@ -134,10 +139,10 @@ TEST_CASE("cpu vs reference: Conv, Wide ResNet layer shapes at batch 2") {
     bool bias;
   };
   const Case cases[] = {
-      {3, 16, 32, 3, false},    {1, 16, 28, 3, false},    // input block (CIFAR, Fashion-MNIST)
-      {16, 160, 28, 3, false},  {160, 160, 28, 3, false},  // blocks 1-2
-      {160, 320, 14, 3, false}, {320, 320, 14, 3, false},  // blocks 3-4 after MaxPool 2
-      {320, 640, 7, 3, false},  {640, 640, 7, 3, false},   // blocks 5-6 (fan-in 5760)
+      {3, 16, 32, 3, false},    {1, 16, 28, 3, false},                             // input block (CIFAR, Fashion-MNIST)
+      {16, 160, 28, 3, false},  {160, 160, 28, 3, false},                          // blocks 1-2
+      {160, 320, 14, 3, false}, {320, 320, 14, 3, false},                          // blocks 3-4 after MaxPool 2
+      {320, 640, 7, 3, false},  {640, 640, 7, 3, false},                           // blocks 5-6 (fan-in 5760)
       {16, 160, 28, 1, true},   {160, 320, 14, 1, true},  {320, 640, 7, 1, true},  // 1x1 skips
   };
   uint64_t seed = 1;
@@ -188,7 +193,8 @@ TEST_CASE("cpu: one cached plan runs in several threads at once") {
   std::vector<std::thread> threads;
   for (size_t t = 0; t < worst.size(); ++t)
     threads.emplace_back([&, t] {
-      for (int rep = 0; rep < 5; ++rep) worst[t] = std::max(worst[t], max_abs_diff(run_graph(g, feeds, *cpu).at("y"), expected));
+      for (int rep = 0; rep < 5; ++rep)
+        worst[t] = std::max(worst[t], max_abs_diff(run_graph(g, feeds, *cpu).at("y"), expected));
     });
   for (std::thread& t : threads) t.join();
   for (double d : worst) CHECK(d == 0);
@@ -211,9 +217,12 @@ std::map<std::string, Attribute> random_pool_attrs(std::mt19937_64& rng, size_t 
   std::map<std::string, Attribute> a{{"kernel_shape", Attribute::of_ints(k)}, {"strides", Attribute::of_ints(s)}};
   if (max) a["dilations"] = Attribute::of_ints(d);
   int64_t mode = pick(rng, 0, 4);
-  if (mode == 0) a["auto_pad"] = Attribute::of_string(pick(rng, 0, 1) ? "SAME_UPPER" : "SAME_LOWER");
-  else if (mode == 1) a["auto_pad"] = Attribute::of_string("VALID");
-  else a["pads"] = Attribute::of_ints(pads);
+  if (mode == 0)
+    a["auto_pad"] = Attribute::of_string(pick(rng, 0, 1) ? "SAME_UPPER" : "SAME_LOWER");
+  else if (mode == 1)
+    a["auto_pad"] = Attribute::of_string("VALID");
+  else
+    a["pads"] = Attribute::of_ints(pads);
   if (pick(rng, 0, 1)) a["ceil_mode"] = Attribute::of_int(1);
   if (!max && pick(rng, 0, 1)) a["count_include_pad"] = Attribute::of_int(1);
   return a;
@@ -317,7 +326,8 @@ TEST_CASE("cpu vs reference: BatchNormalization at the Wide ResNet's shapes") {
     CAPTURE(c);
     Node infer = make_node("BatchNormalization", kBnInputs, {"y"});
     CHECK(check_same(infer, bn_feeds({2, c, hw, hw}, c), kNormTol).fallbacks == 0);
-    Node train = make_node("BatchNormalization", kBnInputs, {"y", "rm", "rv"}, {{"training_mode", Attribute::of_int(1)}});
+    Node train =
+        make_node("BatchNormalization", kBnInputs, {"y", "rm", "rv"}, {{"training_mode", Attribute::of_int(1)}});
     CHECK(check_same(train, bn_feeds({2, c, hw, hw}, c + 1), kNormTol).fallbacks == 0);
   }
 }
@@ -333,13 +343,16 @@ TEST_CASE("cpu vs reference: Gemm, random shapes, transposes, alpha, beta, C bro
     float alpha = scalars[pick(rng, 0, 2)], beta = scalars[pick(rng, 0, 3)];
     std::vector<std::vector<int64_t>> c_shapes{{m, n}, {n}, {1, n}, {m, 1}, {1}, {}, {1, 1}};
     int64_t ci = pick(rng, -1, static_cast<int64_t>(c_shapes.size()) - 1);
-    TensorMap feeds{{"a", random_tensor(DataType::Float32, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, 700 + i)},
-                    {"b", random_tensor(DataType::Float32, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, 800 + i)}};
+    TensorMap feeds{
+        {"a", random_tensor(DataType::Float32, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, 700 + i)},
+        {"b", random_tensor(DataType::Float32, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, 800 + i)}};
     std::vector<std::string> in{"a", "b"};
     if (ci >= 0) feeds["c"] = random_tensor(DataType::Float32, c_shapes[ci], 900 + i), in.push_back("c");
     Node node = make_node("Gemm", in, {"y"},
-                          {{"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)},
-                           {"alpha", Attribute::of_float(alpha)}, {"beta", Attribute::of_float(beta)}});
+                          {{"transA", Attribute::of_int(ta)},
+                           {"transB", Attribute::of_int(tb)},
+                           {"alpha", Attribute::of_float(alpha)},
+                           {"beta", Attribute::of_float(beta)}});
     CAPTURE(i);
     CHECK(check_same(node, feeds, kConvTol).fallbacks == 0);
   }

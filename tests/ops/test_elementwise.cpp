@@ -5,8 +5,8 @@
 #include <cmath>
 #include <functional>
 
-#include "ops/core/broadcast.h"
 #include "graph/error.h"
+#include "ops/core/broadcast.h"
 #include "test_util.h"
 
 using namespace trainrt;
@@ -86,7 +86,8 @@ TEST_CASE("broadcasting in both directions, with scalars and [1]") {
   Tensor row = make(DataType::Float32, {1, 4}, {10, 20, 30, 40});
   // [3,1] - [1,4] -> [3,4]: y[i,j] = col[i] - row[j]
   Tensor y = run1("Sub", {{"a", col}, {"b", row}});
-  CHECK(max_abs_diff(y, make(DataType::Float32, {3, 4}, {-9, -19, -29, -39, -8, -18, -28, -38, -7, -17, -27, -37})) == 0);
+  CHECK(max_abs_diff(y, make(DataType::Float32, {3, 4}, {-9, -19, -29, -39, -8, -18, -28, -38, -7, -17, -27, -37})) ==
+        0);
 
   Tensor scalar = make(DataType::Float64, {}, {2});
   Tensor one = make(DataType::Float64, {1}, {4});
@@ -147,7 +148,9 @@ TEST_CASE("shape rules reject bad inputs with the node's name") {
   e = error_of([&] { run1("Mul", {{"a", x}, {"b", random_tensor(DataType::Float64, {2, 3}, 2)}}); });
   CHECK(e.find("must share a dtype") != std::string::npos);
   e = error_of([&] {
-    run1("Sum", {{"a", x}, {"b", random_tensor(DataType::Float32, {3}, 2)}, {"c", random_tensor(DataType::Float32, {2, 2}, 3)}});
+    run1("Sum", {{"a", x},
+                 {"b", random_tensor(DataType::Float32, {3}, 2)},
+                 {"c", random_tensor(DataType::Float32, {2, 2}, 3)}});
   });
   CHECK(e.find("'Sum_test'") != std::string::npos);
   CHECK(e.find("input 2 'c'") != std::string::npos);
@@ -200,7 +203,8 @@ TEST_CASE("BroadcastIndex and broadcast_reduce_axes") {
 
 TEST_CASE("FLOP rules count output elements") {
   Node add = make_node("Add", {"a", "b"}, {"y"});
-  Graph g = single_node_graph(add, {{"a", Tensor(DataType::Float32, {2, 3, 4})}, {"b", Tensor(DataType::Float32, {4})}});
+  Graph g =
+      single_node_graph(add, {{"a", Tensor(DataType::Float32, {2, 3, 4})}, {"b", Tensor(DataType::Float32, {4})}});
   CHECK(registry().schemas.find("", "Add")->flops(g, g.nodes[0]) == 24);
   Node sum = make_node("Sum", {"a", "b", "c"}, {"y"});
   Tensor t(DataType::Float32, {5});

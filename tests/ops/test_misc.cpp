@@ -55,7 +55,9 @@ TEST_CASE("Constant outputs its value tensor; other value_* forms are unsupporte
 
   ErrorKind kind{};
   std::string e = error_of(
-      [] { run_node(make_node("Constant", {}, {"c"}, {{"value_float", Attribute::of_float(1)}}), {}, "reference"); },
+      [] {
+        run_node(make_node("Constant", {}, {"c"}, {{"value_float", Attribute::of_float(1)}}), {}, "reference");
+      },
       &kind);
   CHECK(kind == ErrorKind::Unsupported);
   CHECK(e.find("value_float") != std::string::npos);
@@ -80,8 +82,8 @@ TEST_CASE("Cast between numeric types") {
   Tensor i64(DataType::Int64, {1});
   i64.data<int64_t>()[0] = (int64_t{1} << 62) + 1;  // not representable in double
   CHECK(cast(i64, DataType::UInt64).data<uint64_t>()[0] == (uint64_t{1} << 62) + 1);
-  CHECK(max_abs_diff(cast(make(DataType::Bool, {2}, {1, 0}), DataType::Float32), make(DataType::Float32, {2}, {1, 0})) ==
-        0);
+  CHECK(max_abs_diff(cast(make(DataType::Bool, {2}, {1, 0}), DataType::Float32),
+                     make(DataType::Float32, {2}, {1, 0})) == 0);
   // NaN -> 0 and out-of-range values saturate instead of invoking UB.
   Tensor odd = make(DataType::Float64, {3}, {std::nan(""), 1e30, -1e30});
   Tensor c = cast(odd, DataType::Int16);
@@ -149,8 +151,8 @@ TEST_CASE("Dropout in training: deterministic per seed, mask matches output, rat
 TEST_CASE("Dropout training_mode input, ratio 0 and bad ratios") {
   Tensor x = random_tensor(DataType::Float32, {1000}, 5, 1, 2);
   // training_mode = true without RunOptions::training; default ratio 0.5.
-  TensorMap out = run_node(make_node("Dropout", {"x", "", "t"}, {"y", "m"}), {{"x", x}, {"t", scalar_bool(true)}},
-                           "reference");
+  TensorMap out =
+      run_node(make_node("Dropout", {"x", "", "t"}, {"y", "m"}), {{"x", x}, {"t", scalar_bool(true)}}, "reference");
   int64_t kept = 0;
   for (int64_t i = 0; i < x.numel(); ++i) {
     kept += out.at("m").data<uint8_t>()[i];
