@@ -1,6 +1,6 @@
 // ONNX files in and out of the IR, and ONNX TensorProto files (test data).
 //
-//   OpRegistry reg; register_all_ops(reg);
+//   const OpRegistry& reg = registry().schemas;        // ops/core/register_all.h
 //   Graph g = import_onnx_file("model.onnx", reg);   // validated, shapes inferred
 //   export_onnx_file(g, "out.onnx");                   // atomic write
 //   Tensor x = read_tensor_file("input_0.pb");

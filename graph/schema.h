@@ -1,9 +1,8 @@
 // Op schemas: what an op accepts and the shape rule that types its outputs.
 //
-//   OpRegistry reg;
-//   register_all_ops(reg);                       // ops/register_all.h
+//   const OpRegistry& reg = registry().schemas;  // ops/core/register_all.h
 //   const OpSchema* s = reg.find("", "Conv");
-//   infer_shapes(graph, reg);                    // graph/infer.h
+//   infer_shapes(graph, reg, "model.onnx");      // graph/infer.h
 //
 // Why here and not in ops/: import, validation and shape inference are graph/
 // work, but the rules themselves are written beside each op's kernels in ops/.

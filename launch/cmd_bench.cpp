@@ -218,7 +218,7 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
-// cpu backend keeps every value plain and convolves directly (ops/dnnl_util.h).
+// cpu backend keeps every value plain and convolves directly (ops/core/dnnl_util.h).
 struct GraphSize {
   size_t nodes = 0, params = 0;  // nodes as built (before fusions), parameter tensors
   int64_t param_values = 0;

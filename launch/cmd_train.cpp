@@ -11,7 +11,7 @@
 // step goes through DataParallel (gradients averaged, stop flags agreed).
 //
 // Where the pieces the manual names live: checkpoints launch/checkpoint.h; the fused
-// training step runtime/training_session.h; --precision ops/kernel.h (MathPrecision)
+// training step runtime/training_session.h; --precision ops/core/kernel.h (MathPrecision)
 // and runtime/loss_scaler.h; ranks runtime/communicator.h and runtime/data_parallel.h.
 #include <unistd.h>
 
@@ -243,7 +243,7 @@ void TrainRun::load_model_and_data() {
 
 // The checkpoint must hold exactly the session's states (its names are checked here,
 // with a hint when it is of an fp16 run or this one is); the session checks each
-// tensor's type and shape as it copies it in (a mismatch ends the run, exit 2).
+// tensor's type and shape; every tensor is checked before the first one is applied.
 void TrainRun::restore(const Checkpoint& ck) {
   const std::vector<std::string> names = session_->state_names();
   const std::set<std::string> want(names.begin(), names.end());
@@ -256,6 +256,7 @@ void TrainRun::restore(const Checkpoint& ck) {
       throw_bad_input(c_.resume, "checkpoint has no tensor '" + n + "'" +
                                      (n.rfind("loss_scaler.", 0) == 0 ? " (it is not of an fp16 run)" : ""));
   try {
+    for (const std::string& n : names) session_->check_state(n, ck.state.at(n));
     for (const std::string& n : names) session_->set_state(n, ck.state.at(n));
   } catch (const Error& e) {
     throw_bad_input(c_.resume, std::string("checkpoint ") + e.what());

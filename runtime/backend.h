@@ -35,7 +35,7 @@ class Backend {
   virtual std::string name() const = 0;
   // The kernel for `n` on this backend; throws Unsupported naming the op.
   virtual const Kernel& kernel(const Node& n) const;
-  // Which arguments `n`'s kernel takes in a blocked layout (ops/kernel.h); all Plain
+  // Which arguments `n`'s kernel takes in a blocked layout (ops/core/kernel.h); all Plain
   // for reference fallbacks, kernels that declared nothing and !blocked_layouts.
   NodeLayouts layouts(const Graph& g, const Node& n) const;
   // Throws Unsupported (naming why) when this backend cannot run the convolutions in
@@ -78,7 +78,7 @@ class Backend {
   int threads = 0;
   // Whether layouts() reports the kernels' blocked slots. The cpu backend turns it off
   // where oneDNN has no nChw16c kernels (no AVX-512: they would run on its reference
-  // implementations, ops/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
+  // implementations, ops/core/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
   // the layout choice and the blocked kernels on any CPU.
   bool blocked_layouts = true;
 

@@ -85,9 +85,9 @@ struct ExecutorOptions {
   // Keep values blocked between kernels that take it (runtime/layout.h); false: all
   // Plain, every oneDNN kernel reorders at its boundary (tests compare the two).
   bool blocked_layouts = true;
-  // Arithmetic of the convolution kernels (ops/kernel.h MathPrecision); storage stays fp32.
+  // Arithmetic of the convolution kernels (ops/core/kernel.h MathPrecision); storage stays fp32.
   MathPrecision math = MathPrecision::fp32;
-  ConvAlgorithm conv = ConvAlgorithm::direct;  // ops/kernel.h
+  ConvAlgorithm conv = ConvAlgorithm::direct;  // ops/core/kernel.h
   // Run the plan's independent neighbouring steps two at a time (PlanOptions::
   // pair_branches, Backend::run_pair), e.g. a residual block's 1x1 skip convolution
   // beside its main branch. Results equal the serial run's up to the kernels' own

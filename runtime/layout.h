@@ -7,7 +7,7 @@
 // Why: oneDNN's convolutions run in nChw16c; a row-major tensor between two of them
 // costs a reorder out and a reorder back in, each a full pass over the activation,
 // for every convolution, forward and backward. Kernels declare per argument what they
-// take (ops/kernel.h: Plain, Any, Shared); a value is stored Blocked16c when its
+// take (ops/core/kernel.h: Plain, Any, Shared); a value is stored Blocked16c when its
 // shape allows it (rank 4, C a multiple of 16: same bytes, so the memory plan is
 // unchanged), its producer and every reader take it, the Shared arguments of a node
 // agree, an in-place output matches the input it overwrites, and nobody outside the

@@ -157,16 +157,14 @@ const Tensor& TrainingSession::state(const std::string& name) const {
   return t_.graph.initializers.at(name);
 }
 
-void TrainingSession::set_state(const std::string& name, const Tensor& value) {
+void TrainingSession::check_state(const std::string& name, const Tensor& value) const {
   if (!t_.loss_scale.empty() && (name == kScalerScale || name == kScalerGood)) {
     const bool scale = name == kScalerScale;
     if (value.dtype() != (scale ? DataType::Float32 : DataType::Int64) || !value.dims().empty())
       throw_bad_input("state '" + name + "'", "must be a " + std::string(scale ? "float32" : "int64") + " scalar");
-    const float s = scale ? value.data<float>()[0] : scaler_.scale();
-    const int64_t good = scale ? scaler_.good_steps() : value.data<int64_t>()[0];
-    if (!(s > 0) || !std::isfinite(s) || good < 0)
-      throw_bad_input("state '" + name + "'", "is not a valid loss scaler state");
-    scaler_.restore(s, good);
+    const bool valid =
+        scale ? value.data<float>()[0] > 0 && std::isfinite(value.data<float>()[0]) : value.data<int64_t>()[0] >= 0;
+    if (!valid) throw_bad_input("state '" + name + "'", "is not a valid loss scaler state");
     return;
   }
   auto it = t_.graph.initializers.find(name);
@@ -178,8 +176,19 @@ void TrainingSession::set_state(const std::string& name, const Tensor& value) {
     throw_bad_input("state '" + name + "'", "expected " + std::string(dtype_name(it->second.dtype())) + " " +
                                                 dims_to_string(it->second.dims()) + ", got " +
                                                 dtype_name(value.dtype()) + " " + dims_to_string(value.dims()));
+}
+
+void TrainingSession::set_state(const std::string& name, const Tensor& value) {
+  check_state(name, value);
+  if (!t_.loss_scale.empty() && (name == kScalerScale || name == kScalerGood)) {
+    const bool scale = name == kScalerScale;
+    scaler_.restore(scale ? value.data<float>()[0] : scaler_.scale(),
+                    scale ? scaler_.good_steps() : value.data<int64_t>()[0]);
+    return;
+  }
   // The executor shares this buffer: write into it rather than replacing it.
-  if (value.nbytes()) std::memcpy(it->second.raw(), value.raw(), value.nbytes());
+  Tensor& dst = t_.graph.initializers.at(name);
+  if (value.nbytes()) std::memcpy(dst.raw(), value.raw(), value.nbytes());
 }
 
 Graph TrainingSession::trained_forward(const Graph& forward) const {

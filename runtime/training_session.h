@@ -80,6 +80,9 @@ class TrainingSession {
   // set_state(); set_steps_done() restores the step counter that seeds Dropout.
   std::vector<std::string> state_names() const;
   void set_state(const std::string& name, const Tensor& value);  // copies into the persistent buffer
+  // The checks set_state() makes (a state of this graph, its type and shape; a valid loss
+  // scaler), without applying anything: a restore checks every tensor before it writes one.
+  void check_state(const std::string& name, const Tensor& value) const;
   void set_steps_done(int64_t steps) { steps_ = steps; }
   // The forward graph with this session's trained initializers (parameters and
   // BatchNormalization running statistics); inputs, outputs and nodes unchanged.

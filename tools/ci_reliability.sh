@@ -119,7 +119,7 @@ run_asan() {
 # The code where trainrt itself shares state between threads: the input pipeline
 # (oneTBB task_group, tests/launch; its handoffs are annotated, graph/tsan.h), the
 # executor (tests/runtime) and the kernels (tests/ops): in a TSan build every parallel loop of the
-# cpu kernels forks plain std::threads (ops/parallel.h parallel_ranges) instead of
+# cpu kernels forks plain std::threads (ops/core/parallel.h parallel_ranges) instead of
 # calling the uninstrumented oneTBB, and oneDNN's OpenMP (uninstrumented libgomp) runs
 # one thread, so TSan sees every access the kernels make from several threads.
 # fuzz/tsan.supp names the suppressions (docs/reliability.md).

@@ -32,7 +32,8 @@ install_packages() {
     # Fuzzing and sanitizer builds use clang's libFuzzer.
     pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-pip clang libclang-rt-14-dev
       libomp-14-dev  # clang's OpenMP, for the fuzz build (tools/ci_reliability.sh)
-      slurm-wlm munge)  # multi-rank tests launch with srun on a one-host Slurm (tools/slurm_local.sh)
+      slurm-wlm munge  # multi-rank tests launch with srun on a one-host Slurm (tools/slurm_local.sh)
+      clang-format clang-tidy)  # tools/ci_lint.sh: the committed .clang-format and .clang-tidy
   fi
   local missing=()
   for p in "${pkgs[@]}"; do
@@ -73,6 +74,8 @@ if [ "$mode" = test ]; then
   # layouts, Winograd and bf16, AVX2 has none of them. The log names what each pass
   # exercised; on an AVX-512 CPU the suite runs again on oneDNN's AVX2 kernels
   # (ONEDNN_MAX_CPU_ISA=AVX2), so one green run covers both kinds of CI machine.
+  echo "== lint (clang-format over every C++ file, clang-tidy over the core: tools/ci_lint.sh)"
+  BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" bash tools/ci_lint.sh
   paths=$("$BUILD_DIR/trainrt" --version | sed -n 's/^  cpu *//p')
   echo "== testing on this CPU's paths: $paths (labels: cpu; gpu tests need a GPU: trainrt selftest --device cuda)"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -LE gpu -j "$JOBS"

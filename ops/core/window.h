@@ -2,8 +2,9 @@
 // strides, dilations, pads, auto_pad and ceil_mode, read once and resolved per
 // spatial dimension.
 //
-//   Window w = read_window(node, /*spatial=*/2, /*kernel=*/{3, 3}, ctx.where(), {});
-//   std::optional<int64_t> ho = resolve_window_dim(w, 0, /*in=*/32, ctx.where());
+//   // in a shape rule, ctx is its InferContext (graph/schema.h)
+//   Window w = read_window(ctx.node(), /*spatial=*/2, /*kernel=*/{3, 3}, ctx.where(), {});
+//   int64_t ho = resolve_window_dim(w, 0, /*in=*/32, ctx.where());
 //   // w.pads now holds explicit pads (auto_pad resolved) for dim 0
 //
 // Why one place: the shape rule and every backend's kernel must agree on the

@@ -1,4 +1,4 @@
-// ConvAlgorithm::winograd (ops/kernel.h) on the cpu backend: oneDNN's Winograd
+// ConvAlgorithm::winograd (ops/core/kernel.h) on the cpu backend: oneDNN's Winograd
 // F(4x4, 3x3) for fp32 3x3 stride-1 convolutions, forward and both backward passes.
 //
 // Winograd computes the same sums through transforms of 6x6 input tiles and 3x3

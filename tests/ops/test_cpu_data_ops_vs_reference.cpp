@@ -1,9 +1,9 @@
 // The cpu backend's kernels for the data-movement and loss ops against the reference
 // backend: Transpose, Concat, Pad, Flatten, Reshape, ReshapeLike, Identity, Constant,
-// Cast (ops/shape_ops_cpu.cpp, ops/misc_cpu.cpp), ReduceMean (ops/reduce_dnnl.cpp),
+// Cast (ops/shape_ops_cpu.cpp, ops/misc_cpu.cpp), ReduceMean (ops/softmax_loss_cpu.cpp),
 // SoftmaxCrossEntropyLoss and SoftmaxCrossEntropyLossGrad (ops/softmax_loss.cpp).
 // Seeded random shapes, attributes and dtypes, sizes above and below the parallel
-// grain (ops/parallel.h).
+// grain (ops/core/parallel.h).
 //
 // Tolerance: none, except ReduceMean. The shape ops move bytes; Cast uses oneDNN only
 // for conversions that round exactly like the reference and otherwise runs the

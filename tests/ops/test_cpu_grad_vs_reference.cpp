@@ -1,4 +1,4 @@
-// The cpu backend's backward kernels (ops/*_grad_dnnl.cpp) against the reference
+// The cpu backend's backward kernels (ops/*_cpu.cpp) against the reference
 // backend, op by op: seeded random shapes and attributes plus the Wide ResNet's real
 // layer shapes at batch 2-4. The WRN cases print an ad-hoc timing of both backends
 // (one reference run, best of three cpu runs after a warm-up; shown, not asserted).

@@ -1,7 +1,7 @@
 // The cpu backend's oneTBB kernels for the per-element and summing ops of a training
 // step (Sum, SumToShape, Dropout, DropoutGrad, SGD, Adam) against the reference
 // backend: seeded random shapes, broadcasting, odd sizes above and below the
-// parallel grain (ops/parallel.h: 16384 elements), fp32 and fp64.
+// parallel grain (ops/core/parallel.h: 16384 elements), fp32 and fp64.
 //
 // Tolerance: none. Each kernel computes every output element with the reference's
 // operations in the reference's order (Dropout's mask from the element's index,

@@ -1,4 +1,4 @@
-// The cpu backend (oneDNN kernels, ops/*_dnnl.cpp) against the reference backend,
+// The cpu backend (oneDNN kernels, ops/*_cpu.cpp) against the reference backend,
 // op by op: seeded random shapes and attributes (20 cases per op) plus the Wide
 // ResNet's real layer shapes at batch 2.
 //

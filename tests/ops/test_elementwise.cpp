@@ -1,4 +1,4 @@
-// Elementwise ops (ops/elementwise.cpp) and the broadcasting helpers (ops/broadcast.h):
+// Elementwise ops (ops/elementwise.cpp) and the broadcasting helpers (ops/core/broadcast.h):
 // known values by hand or by an independent formula, fp32 and fp64, shape errors.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// bf16 and fp16 arithmetic (MathPrecision, ops/kernel.h) in the convolution kernels:
+// bf16 and fp16 arithmetic (MathPrecision, ops/core/kernel.h) in the convolution kernels:
 // Conv, FusedConv and ConvGrad read bf16 (oneDNN's bf16 primitives) or half-precision
 // (emulated: rounded fp32 copies) copies of their fp32 inputs and accumulate in fp32.
 //

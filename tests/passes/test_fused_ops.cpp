@@ -1,4 +1,4 @@
-// The fused ops (ops/fused.cpp, ops/fused_dnnl.cpp) against the unfused graph they
+// The fused ops (ops/fused.cpp, ops/fused_cpu.cpp) against the unfused graph they
 // replace, run on the reference backend; the cpu kernels must take the oneDNN path.
 #include <doctest/doctest.h>
 

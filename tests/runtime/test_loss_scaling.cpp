@@ -138,6 +138,24 @@ TEST_CASE("loss scaling: the scaler's state restores from the checkpoint state, 
   CHECK(error_of([&] {
           b.set_state("loss_scaler.good_steps", make(DataType::Float32, {}, {1}));
         }).find("must be a int64 scalar") != std::string::npos);
+  // check_state makes set_state's checks without applying anything (a restore checks
+  // every tensor before it writes one): a refused value leaves the state as it was.
+  const std::string p = b.training().params[0];
+  const Tensor before = b.state(p).clone();
+  Tensor wrong(DataType::Float32, {before.numel() + 1});
+  CHECK(error_of([&] { b.check_state(p, wrong); }).find("expected float32") != std::string::npos);
+  CHECK(error_of([&] { b.check_state("no_such_state", before); }).find("is not a state") != std::string::npos);
+  CHECK(error_of([&] {
+          b.check_state("loss_scaler.scale", make(DataType::Float32, {}, {0}));
+        }).find("not a valid loss scaler state") != std::string::npos);
+  const float scale = b.loss_scale();
+  Tensor changed = before.clone();
+  changed.data<float>()[0] += 1;
+  b.check_state(p, changed);
+  CHECK(bitwise_equal(b.state(p), before));
+  CHECK(b.loss_scale() == scale);
+  b.set_state(p, changed);
+  CHECK(bitwise_equal(b.state(p), changed));
 }
 
 TEST_CASE("loss scaling: a non-finite loss is an error, not a skipped step") {
