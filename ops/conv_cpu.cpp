@@ -31,9 +31,10 @@
 #include "ops/core/window.h"
 
 namespace trainrt {
-namespace {
 namespace du = dnnl_util;
 namespace gu = grad_util;
+
+namespace {
 
 struct ConvPlan {
   bool use_reference = false;
@@ -188,8 +189,6 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
 // per-channel sum. The plan (primitives, layouts, reorders) is cached by shapes,
 // attributes and the set of requested outputs.
 namespace {
-namespace du = dnnl_util;
-namespace gu = grad_util;
 
 struct ConvGradPlan {
   bool use_reference = false;

@@ -18,8 +18,8 @@
 // integer division by zero is a bad-input error. The broadcasting rule and the
 // index helper live in ops/core/broadcast.h (autodiff reuses them).
 //
-// cpu kernels: Sum is the reference loop split into parallel chunks (ops/core/parallel.h,
-// same bits); SumToShape's is in ops/elementwise_cpu.cpp.
+// cpu kernels: ops/elementwise_cpu.cpp; Sum's loop, shared with it, is in
+// ops/elementwise_loops.h.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -30,6 +30,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/elementwise_loops.h"
 
 namespace trainrt {
 
@@ -184,30 +185,6 @@ void binary_kernel(KernelContext& ctx) {
     T* py = y.data<T>();
     const Op op;
     for (int64_t i = 0; i < y.numel(); ++i) py[i] = op(pa[ia(i)], pb[ib(i)]);
-  });
-}
-
-// y = x0 + x1 + ... with broadcasting, per element left to right from 0.
-// kParallel: the cpu kernel, the same code over parallel chunks (same bits).
-template <bool kParallel>
-void sum_kernel(KernelContext& ctx) {
-  Tensor& y = ctx.out(0);
-  dispatch_float(y.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* py = y.data<T>();
-    std::vector<BroadcastIndex> ix;
-    for (size_t k = 0; k < ctx.inputs.size(); ++k) ix.emplace_back(ctx.in(k).dims(), y.dims());
-    for_range<kParallel>(y.numel(), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) py[i] = T(0);
-      for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-        const T* px = ctx.in(k).data<T>();
-        if (ctx.in(k).numel() == y.numel()) {  // the gradient fan-out case: a dense loop
-          for (int64_t i = begin; i < end; ++i) py[i] += px[i];
-        } else {
-          for (int64_t i = begin; i < end; ++i) py[i] += px[ix[k](i)];
-        }
-      }
-    });
   });
 }
 
@@ -394,9 +371,7 @@ void register_elementwise(Registry& r) {
     return per_output_element(static_cast<double>(n.input_count()) - 1.0)(g, n);
   };
   r.schemas.add(std::move(sum));
-  r.kernels.add("reference", "", "Sum", sum_kernel<false>);
-  r.kernels.add("cpu", "", "Sum", sum_kernel<true>);
-  r.kernels.set_layouts("cpu", "", "Sum", facts::elementwise);
+  r.kernels.add("reference", "", "Sum", elementwise_loops::sum_kernel<false>);
 
   // ---- backward ops (ai.trainrt) ----
   auto grad_rule = [](InferContext& ctx) {

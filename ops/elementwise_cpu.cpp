@@ -1,7 +1,7 @@
 // The elementwise family's cpu kernels (ops/elementwise.cpp has the schemas and the
-// reference kernels; Sum's cpu kernel, the reference loop over oneTBB chunks, registers
-// there). Below: the activations and Add/Sub/Mul/Div (fp32) on oneDNN, activations via
-// eltwise_forward, Add/Sub/Mul/Div via binary; then ReluGrad and SumToShape.
+// reference kernels): the activations and Add/Sub/Mul/Div (fp32) on oneDNN, activations
+// via eltwise_forward, Add/Sub/Mul/Div via binary; then ReluGrad and SumToShape; Sum is
+// the reference's loop over oneTBB chunks (ops/elementwise_loops.h, same bits).
 //
 //   Relu y = max(x,0)   LeakyRelu y = x<0 ? alpha*x : x   Sigmoid 1/(1+e^-x)   Tanh
 //   Add/Sub/Mul/Div C[*] = A[*] op B[*] with numpy broadcasting
@@ -22,6 +22,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/elementwise_loops.h"
 
 namespace trainrt {
 namespace {
@@ -289,6 +290,7 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Sub", binary_cpu<dnnl::algorithm::binary_sub>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Mul", binary_cpu<dnnl::algorithm::binary_mul>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Div", binary_cpu<dnnl::algorithm::binary_div>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Sum", elementwise_loops::sum_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "ReluGrad", relu_grad_cpu, facts::elementwise);
   // SumToShape(dY, like): a copy when the shapes agree; `like` only lends its dims.
   add_if_schema(r, "cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu, [](const Graph& g, const Node& n) {

@@ -20,9 +20,9 @@
 // Exact: where the mask kept an element Z = Y * scale (scale >= 1), so Z > 0 exactly
 // when Y > 0; where it dropped one the gradient is 0 either way.
 //
-// The cpu kernels of Dropout, DropoutGrad and DropoutReluGrad are these loops split
-// into parallel chunks (ops/core/parallel.h): the same code, so the same mask and the
-// same bits.
+// The loops of Dropout, DropoutGrad and DropoutReluGrad are in ops/misc_loops.h: the
+// reference kernels here run them serially, the cpu kernels (ops/misc_cpu.cpp) over
+// parallel chunks (ops/core/parallel.h): the same code, so the same mask and the same bits.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -33,6 +33,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/misc_loops.h"
 
 namespace trainrt {
 
@@ -41,99 +42,6 @@ namespace {
 // ---- Cast (ops/core/cast.h) -------------------------------------------------------
 
 void cast_kernel(KernelContext& ctx) { cast::cast_elements<false>(ctx.in(0), ctx.out(0)); }
-
-// ---- Dropout ----------------------------------------------------------------
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Inputs: data (N..), optional ratio (scalar, default 0.5), optional training_mode
-// (bool scalar). Outputs: output (like data), optional mask (bool, like data).
-// kParallel: the cpu kernel, the same per-element code over parallel chunks, so
-// its mask and output are the reference's bit for bit (ops/core/parallel.h).
-template <bool kParallel>
-void dropout_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.out(0);
-  uint8_t* mask = ctx.has_output(1) ? ctx.out(1).data<uint8_t>() : nullptr;
-  const bool training = ctx.training || (ctx.has_input(2) && ctx.in(2).get_as_double(0) != 0.0);
-  const double ratio = ctx.has_input(1) ? ctx.in(1).get_as_double(0) : 0.5;
-  const int64_t n = x.numel();
-  if (!training) {  // inference: identity, mask all true
-    std::memcpy(y.raw(), x.raw(), x.nbytes());
-    if (mask) std::memset(mask, 1, static_cast<size_t>(n));
-    return;
-  }
-  if (!(ratio >= 0.0 && ratio < 1.0)) throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
-  uint64_t key = ctx.seed;
-  if (ctx.node.has_attr("seed")) key ^= splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
-  key = splitmix64(key);
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T scale = static_cast<T>(1.0 / (1.0 - ratio));
-    const T* px = x.data<T>();
-    T* py = y.data<T>();
-    // Element i (storage order) whose row-major index is `at`: the mask depends on `at`
-    // only, so a Blocked16c tensor (runtime/layout.h) draws the Plain tensor's mask.
-    auto draw = [=](int64_t i, int64_t at) {
-      const double u =
-          static_cast<double>(splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
-      const bool keep = u >= ratio;
-      py[i] = keep ? px[i] * scale : T(0);
-      if (mask) mask[i] = keep ? 1 : 0;
-    };
-    const bool blocked = x.layout() == Layout::Blocked16c;
-    for_range<kParallel>(n, [=, &x](int64_t begin, int64_t end) {
-      if (!blocked)
-        for (int64_t i = begin; i < end; ++i) draw(i, i);
-      else
-        for (BlockedWalk w(x.dims(), begin); w.offset < end; w.next()) draw(w.offset, w.plain);
-    });
-  });
-}
-
-template <bool kParallel>
-void dropout_grad_kernel(KernelContext& ctx) {
-  const Tensor& dy = ctx.in(0);
-  const uint8_t* mask = ctx.in(1).data<uint8_t>();
-  const bool training = ctx.training || (ctx.has_input(3) && ctx.in(3).get_as_double(0) != 0.0);
-  const double ratio = ctx.has_input(2) ? ctx.in(2).get_as_double(0) : 0.5;
-  if (training && !(ratio >= 0.0 && ratio < 1.0))
-    throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
-  dispatch_float(dy.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
-    const T* pdy = dy.data<T>();
-    T* pdx = ctx.out(0).data<T>();
-    for_range<kParallel>(dy.numel(), [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? pdy[i] * scale : T(0);
-    });
-  });
-}
-
-template <bool kParallel>
-void dropout_relu_grad_kernel(KernelContext& ctx) {
-  const Tensor& dz = ctx.in(0);
-  const Tensor& z = ctx.in(1);
-  const bool training = ctx.training || (ctx.has_input(3) && ctx.in(3).get_as_double(0) != 0.0);
-  const double ratio = ctx.has_input(2) ? ctx.in(2).get_as_double(0) : 0.5;
-  if (training && !(ratio >= 0.0 && ratio < 1.0))
-    throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
-  dispatch_float(dz.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
-    const T* pdz = dz.data<T>();
-    const T* pz = z.data<T>();
-    T* pdx = ctx.out(0).data<T>();
-    for_range<kParallel>(dz.numel(), [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) pdx[i] = pz[i] > T(0) ? pdz[i] * scale : T(0);
-    });
-  });
-}
 
 // ---- shape rules ------------------------------------------------------------
 
@@ -294,35 +202,17 @@ void register_misc(Registry& r) {
 
   // Opset 12 moved ratio to an input and added training_mode.
   r.schemas.add(make_schema("Dropout", 12, 1, 3, 1, 2, dropout_rule, {"seed"}));
-  r.kernels.add("reference", "", "Dropout", dropout_kernel<false>);
-  r.kernels.add("cpu", "", "Dropout", dropout_kernel<true>);
-  // Dropout draws its mask from each element's row-major index, so any shared layout
-  // draws the same mask.
-  r.kernels.set_layouts("cpu", "", "Dropout", [](const Graph& g, const Node& n) {
-    if (!facts::same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""}))
-      return NodeLayouts{};
-    return NodeLayouts{{facts::S}, {facts::S, facts::S}};  // data; output, mask (ratio, training_mode: Plain scalars)
-  });
+  r.kernels.add("reference", "", "Dropout", misc_loops::dropout_kernel<false>);
 
   OpSchema dropout_grad = make_schema("DropoutGrad", 1, 2, 4, 1, 1, dropout_grad_rule);
   dropout_grad.domain = kTrainrtDomain;
   r.schemas.add(std::move(dropout_grad));
-  r.kernels.add("reference", kTrainrtDomain, "DropoutGrad", dropout_grad_kernel<false>);
-  r.kernels.add("cpu", kTrainrtDomain, "DropoutGrad", dropout_grad_kernel<true>);
-  r.kernels.set_layouts("cpu", kTrainrtDomain, "DropoutGrad", [](const Graph& g, const Node& n) {
-    if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
-    return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dY, mask; dX
-  });
+  r.kernels.add("reference", kTrainrtDomain, "DropoutGrad", misc_loops::dropout_grad_kernel<false>);
 
   OpSchema dropout_relu_grad = make_schema("DropoutReluGrad", 1, 2, 4, 1, 1, dropout_relu_grad_rule);
   dropout_relu_grad.domain = kTrainrtDomain;
   r.schemas.add(std::move(dropout_relu_grad));
-  r.kernels.add("reference", kTrainrtDomain, "DropoutReluGrad", dropout_relu_grad_kernel<false>);
-  r.kernels.add("cpu", kTrainrtDomain, "DropoutReluGrad", dropout_relu_grad_kernel<true>);
-  r.kernels.set_layouts("cpu", kTrainrtDomain, "DropoutReluGrad", [](const Graph& g, const Node& n) {
-    if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
-    return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dZ, Z; dX
-  });
+  r.kernels.add("reference", kTrainrtDomain, "DropoutReluGrad", misc_loops::dropout_relu_grad_kernel<false>);
   // In place: dX[i] = Z[i] > 0 ? dZ[i] * scale : 0, a plain loop on every backend.
   r.kernels.set_in_place(kTrainrtDomain, "DropoutReluGrad", facts::in_place({{0, 0}}));
 }

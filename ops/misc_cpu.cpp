@@ -1,7 +1,9 @@
-// Cast, Identity and Constant on the cpu backend (ops/misc.cpp has the schemas and
-// the reference kernels).
+// Cast, Identity, Constant and Dropout (with its backward ops) on the cpu backend
+// (ops/misc.cpp has the schemas and the reference kernels).
 //
 //   Identity(x) -> x, Constant() -> value     parallel copies (ops/core/parallel.h)
+//   Dropout, DropoutGrad, DropoutReluGrad      the reference's loops over oneTBB chunks
+//                                              (ops/misc_loops.h): the same mask, bit for bit
 //   Cast(x, to)                                a copy when the dtype does not change;
 //                                              oneDNN's reorder for the pairs below;
 //                                              else the reference loop over oneTBB chunks
@@ -22,8 +24,10 @@
 
 #include "ops/core/cast.h"
 #include "ops/core/dnnl_util.h"
+#include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/misc_loops.h"
 
 namespace trainrt {
 namespace {
@@ -110,6 +114,24 @@ void register_misc_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Cast", cast_cpu);
   add_if_schema(r, "cpu", "", "Identity", identity_cpu);
   add_if_schema(r, "cpu", "", "Constant", constant_cpu);
+
+  // Dropout draws its mask from each element's row-major index, so any shared layout
+  // draws the same mask.
+  add_if_schema(r, "cpu", "", "Dropout", misc_loops::dropout_kernel<true>, [](const Graph& g, const Node& n) {
+    if (!facts::same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""}))
+      return NodeLayouts{};
+    return NodeLayouts{{facts::S}, {facts::S, facts::S}};  // data; output, mask (ratio, training_mode: Plain scalars)
+  });
+  add_if_schema(r, "cpu", kTrainrtDomain, "DropoutGrad", misc_loops::dropout_grad_kernel<true>,
+                [](const Graph& g, const Node& n) {
+                  if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+                  return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dY, mask; dX
+                });
+  add_if_schema(r, "cpu", kTrainrtDomain, "DropoutReluGrad", misc_loops::dropout_relu_grad_kernel<true>,
+                [](const Graph& g, const Node& n) {
+                  if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
+                  return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dZ, Z; dX
+                });
 }
 
 }  // namespace trainrt

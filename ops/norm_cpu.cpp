@@ -25,8 +25,9 @@
 #include "ops/core/register_all.h"
 
 namespace trainrt {
-namespace {
 namespace du = dnnl_util;
+
+namespace {
 
 struct NormPlan {
   bool use_reference = false;
@@ -128,7 +129,6 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
 // N,C,S like the forward kernel (above) sees them; dY, X and dX share one
 // layout, row-major or Blocked16c (runtime/layout.h), and the primitive works in it.
 namespace {
-namespace du = dnnl_util;
 
 struct NormGradPlan {
   bool use_reference = false;

@@ -8,15 +8,17 @@
 //
 // `step` counts completed steps before this one (0 on the first step); lr is a
 // float32 scalar input so schedules change it without rebuilding the graph.
-// The cpu kernels run the reference's per-element update over parallel chunks
-// (ops/core/parallel.h); updates are in place (runtime/plan.cpp), and each element is
-// read before it is written, so chunks never see each other's writes.
+// The update loops are in ops/optimizer_loops.h; the cpu kernels (ops/optimizer_cpu.cpp)
+// run them over parallel chunks (ops/core/parallel.h). Updates are in place (the pairs
+// registered below), and each element is read before it is written, so chunks never see
+// each other's writes.
 #include <cmath>
 
 #include "ops/core/common.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/optimizer_loops.h"
 
 namespace trainrt {
 
@@ -34,62 +36,6 @@ void require_scalar(const InferContext& c, size_t i, DataType t) {
   const ValueInfo& v = c.input(i);
   if (v.dtype != t || !v.shape || !v.shape->empty())
     c.fail("input " + std::to_string(i) + " '" + c.node().inputs[i] + "' must be a " + dtype_name(t) + " scalar");
-}
-
-// kParallel: the cpu kernel, the same per-element update over parallel chunks
-// (ops/core/parallel.h), so it equals the reference bit for bit.
-template <typename T, bool kParallel>
-void sgd(KernelContext& k) {
-  const Tensor &p = k.in(0), &g = k.in(1);
-  const double lr = k.in(2).data<float>()[0];
-  const bool first = k.in(3).data<int64_t>()[0] == 0;
-  const double momentum = k.node.attr_float("momentum", 0.f), dampening = k.node.attr_float("dampening", 0.f);
-  const double wd = k.node.attr_float("weight_decay", 0.f);
-  const bool nesterov = k.node.attr_int("nesterov", 0) != 0;
-  const bool has_buf = k.has_input(4);
-  const T *pp = p.data<T>(), *gp = g.data<T>();
-  T* out = k.out(0).data<T>();
-  const T* buf = has_buf ? k.in(4).data<T>() : nullptr;
-  T* buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr;
-  for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      double d = gp[i] + wd * pp[i];
-      if (has_buf) {
-        // torch.optim.SGD: the buffer starts as the first step's d_p (no dampening).
-        double b = first ? d : momentum * buf[i] + (1.0 - dampening) * d;
-        if (buf_out) buf_out[i] = static_cast<T>(b);
-        d = nesterov ? d + momentum * b : b;
-      }
-      out[i] = static_cast<T>(pp[i] - lr * d);
-    }
-  });
-}
-
-template <typename T, bool kParallel>
-void adam(KernelContext& k) {
-  const Tensor& p = k.in(0);
-  const double lr = k.in(2).data<float>()[0];
-  const double t = static_cast<double>(k.in(3).data<int64_t>()[0] + 1);
-  const double b1 = k.node.attr_float("beta1", 0.9f), b2 = k.node.attr_float("beta2", 0.999f);
-  const double eps = k.node.attr_float("epsilon", 1e-8f), wd = k.node.attr_float("weight_decay", 0.f);
-  const bool decoupled = k.node.attr_int("decoupled_weight_decay", 0) != 0;
-  const T *pp = p.data<T>(), *gp = k.in(1).data<T>(), *m = k.in(4).data<T>(), *v = k.in(5).data<T>();
-  T *out = k.out(0).data<T>(), *m_out = k.out(1).data<T>(), *v_out = k.out(2).data<T>();
-  const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
-  for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      double w = pp[i], g = gp[i];
-      if (decoupled)
-        w *= 1.0 - lr * wd;  // AdamW
-      else
-        g += wd * w;  // Adam: L2 penalty folded into the gradient
-      double mi = b1 * m[i] + (1.0 - b1) * g;
-      double vi = b2 * v[i] + (1.0 - b2) * g * g;
-      m_out[i] = static_cast<T>(mi);
-      v_out[i] = static_cast<T>(vi);
-      out[i] = static_cast<T>(w - (lr / bc1) * mi / (std::sqrt(vi) / std::sqrt(bc2) + eps));
-    }
-  });
 }
 
 }  // namespace
@@ -115,10 +61,7 @@ void register_optimizer(Registry& r) {
   };
   r.schemas.add(s);
   r.kernels.add("reference", kTrainrtDomain, "SGD", [](KernelContext& k) {
-    dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), false>(k); });
-  });
-  r.kernels.add("cpu", kTrainrtDomain, "SGD", [](KernelContext& k) {
-    dispatch_float(k.in(0).dtype(), [&](auto tag) { sgd<decltype(tag), true>(k); });
+    dispatch_float(k.in(0).dtype(), [&](auto tag) { optimizer_loops::sgd<decltype(tag), false>(k); });
   });
   // In place (here and for Adam, Increment): each element is read before it is written.
   r.kernels.set_in_place(kTrainrtDomain, "SGD", facts::in_place({{0, 0}, {1, 4}}));
@@ -140,10 +83,7 @@ void register_optimizer(Registry& r) {
   };
   r.schemas.add(a);
   r.kernels.add("reference", kTrainrtDomain, "Adam", [](KernelContext& k) {
-    dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), false>(k); });
-  });
-  r.kernels.add("cpu", kTrainrtDomain, "Adam", [](KernelContext& k) {
-    dispatch_float(k.in(0).dtype(), [&](auto tag) { adam<decltype(tag), true>(k); });
+    dispatch_float(k.in(0).dtype(), [&](auto tag) { optimizer_loops::adam<decltype(tag), false>(k); });
   });
   r.kernels.set_in_place(kTrainrtDomain, "Adam", facts::in_place({{0, 0}, {1, 4}, {2, 5}}));
 

@@ -18,12 +18,14 @@
 #include "ops/core/dnnl_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
+#include "ops/core/pool_geometry.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
 
 namespace trainrt {
-namespace {
 namespace du = dnnl_util;
+
+namespace {
 
 struct PoolPlan {
   bool use_reference = false;
@@ -111,8 +113,6 @@ void pool_cpu(KernelContext& ctx) {
   if (plan->dst_reorder) du::reorder(plan->dst_reorder, dst, y_user);
 }
 
-}  // namespace
-
 // Pooling backward ops (fp32) of the cpu backend.
 //
 //   MaxPoolGrad(dY: N,C,out..., X: N,C,in...) -> dX: like X
@@ -131,8 +131,6 @@ void pool_cpu(KernelContext& ctx) {
 // MaxPoolGrad and AveragePoolGrad take Blocked16c arguments (runtime/layout.h): a
 // channel's plane is then every 16th float of its channel block; AveragePoolGrad's
 // primitive works in dX's layout and dY is reordered into it when its layout differs.
-namespace {
-namespace du = dnnl_util;
 
 // The pooling window of `n` resolved for x's spatial sizes (exactly as the shape
 // rule and the reference kernel resolve it); false when the sizes disagree with dY.
@@ -145,14 +143,10 @@ bool pool_window(const Node& n, const Tensor& x, const Tensor& dy, Window& w) {
 }
 
 // ---- MaxPoolGrad ----------------------------------------------------------
-// One pooling plane as D,H,W (1-D/2-D pools have leading size-1 dims).
-struct Geometry {
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
-};
-
-Geometry geometry(const Window& w, const Tensor& x, const Tensor& dy) {
-  Geometry g;
+// One pooling plane as D,H,W (1-D/2-D pools have leading size-1 dims), in the
+// reference's Pool3 (ops/core/pool_geometry.h), so the window walk is the same code.
+Pool3 geometry(const Window& w, const Tensor& x, const Tensor& dy) {
+  Pool3 g;
   const size_t sp = w.rank();
   for (size_t i = 0; i < sp; ++i) {
     const size_t j = 3 - sp + i;
@@ -163,32 +157,16 @@ Geometry geometry(const Window& w, const Tensor& x, const Tensor& dy) {
   return g;
 }
 
-// dy: Do,Ho,Wo and x: D,H,W of one plane -> dx: D,H,W of that plane; element i of a
-// plane is at i*step (1 row-major, 16 in a Blocked16c channel block).
-void maxpool_grad_plane(const Geometry& g, const float* dy, const float* x, float* dx, int64_t step) {
-  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
-  for (int64_t i = 0; i < D * H * W; ++i) dx[i * step] = 0.f;
+// dX of one plane (elements `step` apart): each window's dY goes to its argmax, picked by
+// window_argmax as the forward MaxPool picks it; overlapping windows add up.
+void maxpool_grad_plane(const Pool3& g, const float* dy, const float* x, float* dx, int64_t step) {
+  for (int64_t i = 0; i < g.in_size(); ++i) dx[i * step] = 0.f;
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh)
       for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-        int64_t at = -1;
-        float best = 0;
-        for (int64_t a = 0; a < g.k[0]; ++a) {
-          const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
-          if (id < 0 || id >= D) continue;
-          for (int64_t b = 0; b < g.k[1]; ++b) {
-            const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
-            if (ih < 0 || ih >= H) continue;
-            const int64_t row = (id * H + ih) * W;
-            for (int64_t c = 0; c < g.k[2]; ++c) {
-              const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
-              if (iw < 0 || iw >= W) continue;
-              const float v = x[(row + iw) * step];
-              if (at < 0 || v > best) best = v, at = row + iw;
-            }
-          }
-        }
-        if (at >= 0) dx[at * step] += dy[((od * g.out[1] + oh) * g.out[2] + ow) * step];
+        const Argmax m = window_argmax(g, x, od, oh, ow, step);
+        if (m.d >= 0)
+          dx[((m.d * g.in[1] + m.h) * g.in[2] + m.w) * step] += dy[((od * g.out[1] + oh) * g.out[2] + ow) * step];
       }
 }
 
@@ -201,7 +179,7 @@ void maxpool_grad_cpu(KernelContext& ctx) {
   Window w;
   if (x.rank() < 3 || x.rank() > 5 || !pool_window(ctx.node, x, dy, w)) return du::run_reference(ctx);
   if (dy.layout() != x.layout() || dx.layout() != x.layout()) return du::run_reference(ctx);
-  const Geometry g = geometry(w, x, dy);
+  const Pool3 g = geometry(w, x, dy);
   const int64_t lanes = x.layout() == Layout::Blocked16c ? 16 : 1;
   const int64_t groups = x.dims()[0] * x.dims()[1] / lanes;  // planes, or channel blocks of 16 planes
   const int64_t in_size = g.in[0] * g.in[1] * g.in[2], out_size = g.out[0] * g.out[1] * g.out[2];

@@ -1,8 +1,8 @@
 // The softmax_loss family's cpu kernels (ops/softmax_loss.cpp has the schemas and the
 // reference kernels): Softmax and LogSoftmax on oneDNN's softmax_forward and
 // logsoftmax_forward (below), ReduceMean on oneDNN's reduction primitive
-// (reduction_mean), fp32. SoftmaxCrossEntropyLoss and its gradient: the reference loops
-// over oneTBB chunks, registered in ops/softmax_loss.cpp beside the loops.
+// (reduction_mean), fp32. SoftmaxCrossEntropyLoss and its gradient: the reference's loops
+// (ops/softmax_loss_loops.h) over oneTBB chunks, bit for bit the reference.
 //
 //   ReduceMean(x[N,C,H,W], axes=[2,3], keepdims=1) -> y[N,C,1,1]
 //
@@ -20,6 +20,7 @@
 #include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/softmax_loss_loops.h"
 
 namespace trainrt {
 namespace {
@@ -121,6 +122,12 @@ void register_softmax_loss_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Softmax", softmax_cpu<false>);
   add_if_schema(r, "cpu", "", "LogSoftmax", softmax_cpu<true>);
   add_if_schema(r, "cpu", "", "ReduceMean", reduce_mean_cpu);
+  add_if_schema(r, "cpu", "", "SoftmaxCrossEntropyLoss", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_loops::sce_kernel<decltype(tag), true>(ctx); });
+  });
+  add_if_schema(r, "cpu", kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_loops::sce_grad_kernel<decltype(tag), true>(ctx); });
+  });
 }
 
 }  // namespace trainrt

@@ -4,6 +4,7 @@
 //
 //   const Pool3 g = pool_geometry(node, x, y);          // host: window resolved as the shape rule does
 //   Argmax m = window_argmax(g, plane, od, oh, ow);     // host or device
+//   Argmax m = window_argmax(g, plane, od, oh, ow, 16); // a plane whose elements are 16 apart (Blocked16c)
 //   int64_t n = average_divisor(g, od, oh, ow, count_include_pad);
 //
 // Plain C++ for g++; under nvcc the per-element functions are __host__ __device__.
@@ -39,12 +40,15 @@ Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y);
 // Position (d,h,w) of the maximum of window (od,oh,ow) in one D,H,W plane; ties go to
 // the first maximum in window order (a, then b, then c). d < 0 when the window holds
 // no input element. MaxPool and MaxPoolGrad both use it, so they pick the same element.
+// `step`: the distance between a plane's consecutive elements (1 row-major; 16 for one
+// channel of a Blocked16c tensor, runtime/layout.h).
 struct Argmax {
   int64_t d = -1, h = -1, w = -1;
 };
 
 template <typename T>
-TRAINRT_HOST_DEVICE Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow) {
+TRAINRT_HOST_DEVICE Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow,
+                                         int64_t step = 1) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
   T best{};  // read only once a first element was taken
   Argmax at;
@@ -57,7 +61,7 @@ TRAINRT_HOST_DEVICE Argmax window_argmax(const Pool3& g, const T* plane, int64_t
       for (int64_t c = 0; c < g.k[2]; ++c) {
         const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
         if (iw < 0 || iw >= W) continue;
-        const T v = plane[(id * H + ih) * W + iw];
+        const T v = plane[((id * H + ih) * W + iw) * step];
         if (at.d < 0 || v > best) best = v, at = Argmax{id, ih, iw};
       }
     }

@@ -23,6 +23,7 @@ void register_all(Registry& r) {
   register_shape_ops_cpu(r);
   register_softmax_loss_cpu(r);
   register_misc_cpu(r);
+  register_optimizer_cpu(r);
   register_fused_cpu(r);
 
 #ifdef TRAINRT_HAVE_CUDA

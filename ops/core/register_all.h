@@ -52,6 +52,7 @@ void register_gemm_cpu(Registry& r);
 void register_shape_ops_cpu(Registry& r);
 void register_softmax_loss_cpu(Registry& r);
 void register_misc_cpu(Registry& r);
+void register_optimizer_cpu(Registry& r);
 void register_fused_cpu(Registry& r);
 
 // The cuda backend's kernels (cuDNN, cuBLASLt, own kernels; plain layouts only),

@@ -1,0 +1,110 @@
+// The Dropout loops (ops/misc.cpp's header comment gives the mask), one template per op
+// for both backends: the reference kernels (ops/misc.cpp) instantiate kParallel=false,
+// the cpu kernels (ops/misc_cpu.cpp) kParallel=true, the same per-element code over
+// parallel chunks (ops/core/parallel.h), so the same mask and the same bits.
+//
+//   r.kernels.add("cpu", "", "Dropout", misc_loops::dropout_kernel<true>);
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ops/core/common.h"
+#include "ops/core/parallel.h"
+
+namespace trainrt::misc_loops {
+
+// ---- Dropout ----------------------------------------------------------------
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Inputs: data (N..), optional ratio (scalar, default 0.5), optional training_mode
+// (bool scalar). Outputs: output (like data), optional mask (bool, like data).
+// kParallel: the cpu kernel, the same per-element code over parallel chunks, so
+// its mask and output are the reference's bit for bit (ops/core/parallel.h).
+template <bool kParallel>
+void dropout_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  uint8_t* mask = ctx.has_output(1) ? ctx.out(1).data<uint8_t>() : nullptr;
+  const bool training = ctx.training || (ctx.has_input(2) && ctx.in(2).get_as_double(0) != 0.0);
+  const double ratio = ctx.has_input(1) ? ctx.in(1).get_as_double(0) : 0.5;
+  const int64_t n = x.numel();
+  if (!training) {  // inference: identity, mask all true
+    std::memcpy(y.raw(), x.raw(), x.nbytes());
+    if (mask) std::memset(mask, 1, static_cast<size_t>(n));
+    return;
+  }
+  if (!(ratio >= 0.0 && ratio < 1.0)) throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  uint64_t key = ctx.seed;
+  if (ctx.node.has_attr("seed")) key ^= splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
+  key = splitmix64(key);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = static_cast<T>(1.0 / (1.0 - ratio));
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    // Element i (storage order) whose row-major index is `at`: the mask depends on `at`
+    // only, so a Blocked16c tensor (runtime/layout.h) draws the Plain tensor's mask.
+    auto draw = [=](int64_t i, int64_t at) {
+      const double u =
+          static_cast<double>(splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
+      const bool keep = u >= ratio;
+      py[i] = keep ? px[i] * scale : T(0);
+      if (mask) mask[i] = keep ? 1 : 0;
+    };
+    const bool blocked = x.layout() == Layout::Blocked16c;
+    for_range<kParallel>(n, [=, &x](int64_t begin, int64_t end) {
+      if (!blocked)
+        for (int64_t i = begin; i < end; ++i) draw(i, i);
+      else
+        for (BlockedWalk w(x.dims(), begin); w.offset < end; w.next()) draw(w.offset, w.plain);
+    });
+  });
+}
+
+template <bool kParallel>
+void dropout_grad_kernel(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const uint8_t* mask = ctx.in(1).data<uint8_t>();
+  const bool training = ctx.training || (ctx.has_input(3) && ctx.in(3).get_as_double(0) != 0.0);
+  const double ratio = ctx.has_input(2) ? ctx.in(2).get_as_double(0) : 0.5;
+  if (training && !(ratio >= 0.0 && ratio < 1.0))
+    throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  dispatch_float(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
+    const T* pdy = dy.data<T>();
+    T* pdx = ctx.out(0).data<T>();
+    for_range<kParallel>(dy.numel(), [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? pdy[i] * scale : T(0);
+    });
+  });
+}
+
+template <bool kParallel>
+void dropout_relu_grad_kernel(KernelContext& ctx) {
+  const Tensor& dz = ctx.in(0);
+  const Tensor& z = ctx.in(1);
+  const bool training = ctx.training || (ctx.has_input(3) && ctx.in(3).get_as_double(0) != 0.0);
+  const double ratio = ctx.has_input(2) ? ctx.in(2).get_as_double(0) : 0.5;
+  if (training && !(ratio >= 0.0 && ratio < 1.0))
+    throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  dispatch_float(dz.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = training ? static_cast<T>(1.0 / (1.0 - ratio)) : T(1);
+    const T* pdz = dz.data<T>();
+    const T* pz = z.data<T>();
+    T* pdx = ctx.out(0).data<T>();
+    for_range<kParallel>(dz.numel(), [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pdx[i] = pz[i] > T(0) ? pdz[i] * scale : T(0);
+    });
+  });
+}
+}  // namespace trainrt::misc_loops
