@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU bring-up bundle (tools/gpu_bundle.sh) on this machine, which has no GPU: it
+# packs within its 60 MiB, and the carried loader and libraries start the carried
+# trainrt: its version, a cpu selftest through run.sh, and run.sh's one-line refusal
+# of a node without a GPU. Only a CUDA build makes a bundle; otherwise this says so.
+set -u
+trainrt=$1
+src=$2
+source "$src/tests/cli/common.bash"
+if ! ldd "$trainrt" | grep -q libcudart; then
+  echo "skipped: $trainrt is not a CUDA build (tools/gpu_bundle.sh needs one)"
+  exit 0
+fi
+bundle="$tmp/bundle"
+bash "$src/tools/gpu_bundle.sh" "$(dirname "$trainrt")" "$bundle" >"$tmp/pack.log" 2>&1 || fail "gpu_bundle.sh: $(cat "$tmp/pack.log")"
+size=$(du -sk "$bundle" | cut -f1)
+[ "$size" -le $((60 * 1024)) ] || fail "bundle is $size KiB, over 60 MiB"
+[ -x "$bundle/lib/ld-linux.so" ] || fail "bundle carries no dynamic loader"
+ls "$bundle"/lib | grep -q 'libcud\|libnccl\|libcublas' && fail "bundle carries CUDA libraries: $(ls "$bundle/lib")"
+
+export TRAINRT_CUDA_LIBS=/usr/local/cuda/lib64:/usr/local/cuda/lib
+"$bundle/run.sh" libs >"$tmp/libs.log" 2>&1 || fail "run.sh libs: $(cat "$tmp/libs.log")"
+grep -q "libcudnn.so.9: /usr/local/cuda" "$tmp/libs.log" || fail "run.sh did not find cuDNN in TRAINRT_CUDA_LIBS: $(cat "$tmp/libs.log")"
+"$bundle/run.sh" trainrt --version >"$tmp/version.log" 2>&1 || fail "bundled trainrt --version: $(cat "$tmp/version.log")"
+grep -q "^trainrt " "$tmp/version.log" || fail "bundled --version printed no version: $(cat "$tmp/version.log")"
+# The carried libraries run real work: the cpu kernels against the reference backend.
+"$bundle/run.sh" trainrt selftest --widths 4,4,4,4 --batch 2 >"$tmp/selftest.log" 2>&1 ||
+  fail "bundled selftest --device cpu: $(tail -3 "$tmp/selftest.log")"
+# This machine has no GPU: run.sh stops after the selftest with one line saying so.
+"$bundle/run.sh" >"$tmp/run.log" 2>"$tmp/run.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "run.sh without a GPU exited $rc, expected 2"
+grep -q "no usable GPU" "$tmp/run.err" || fail "run.sh without a GPU: $(cat "$tmp/run.err")"
+exit $((fails > 0))

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Packs a CUDA build of trainrt into one folder that runs on a GPU node with no build
+# tools: the stripped binary, the non-CUDA shared libraries it needs, the dynamic
+# loader and C/C++ runtime it was built with, and run.sh.
+#
+#   bash tools/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]     # default: build, build/gpu-bundle
+#   OUT_DIR/run.sh                 # on the GPU node: selftest, then the benchmark
+#   OUT_DIR/run.sh trainrt ARGS    # any trainrt command through the carried loader
+#
+# CUDA's own libraries (cudart, cuBLASLt, cuDNN, NCCL) are not carried: they are
+# hundreds of MB and must match the node's driver. run.sh finds them on the node: in
+# TRAINRT_CUDA_LIBS (a colon list of folders) if set, else in the nvidia-* wheels of an
+# installed PyTorch (any python3 on PATH or /opt/*/.venv), else /usr/local/cuda.
+# The bundle carries glibc and libstdc++ and starts trainrt through the carried
+# ld-linux, so a node whose C library is older than the build machine's still runs it.
+# The seed's Wide ResNet (68 MB of weights) is written on the node by `trainrt model`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=${1:-build}
+out=${2:-$build/gpu-bundle}
+limit_mib=60
+bin="$build/trainrt"
+[ -x "$bin" ] || { echo "gpu_bundle: $bin not found: build first (tools/setup.sh)" >&2; exit 2; }
+ldd "$bin" | grep -q 'libcudart' || { echo "gpu_bundle: $bin was built without CUDA (TRAINRT_CUDA=ON needs nvcc)" >&2; exit 2; }
+
+rm -rf "$out.tmp"
+mkdir -p "$out.tmp/lib"
+strip -o "$out.tmp/trainrt" "$bin"
+
+# Every shared library ldd resolves, except CUDA's (found on the node) and the vdso.
+cuda_re='lib(cudart|cublasLt|cublas|cudnn[a-z_]*|nccl|cuda|nvrtc|nvJitLink)\.so'
+loader=
+while read -r name arrow path _; do
+  if [ "$arrow" != "=>" ]; then  # the loader line: /lib64/ld-linux-x86-64.so.2 (0x...)
+    case "$name" in */ld-linux*) loader=$name ;; esac
+    continue
+  fi
+  [[ "$name" =~ $cuda_re ]] && continue
+  [ -f "$path" ] && cp -L "$path" "$out.tmp/lib/$name"
+done < <(ldd "$bin")
+[ -n "$loader" ] || { echo "gpu_bundle: ldd named no dynamic loader for $bin" >&2; exit 2; }
+cp -L "$loader" "$out.tmp/lib/ld-linux.so"
+strip --strip-unneeded "$out.tmp"/lib/*.so* 2>/dev/null || true
+
+cp tools/gpu_run.sh "$out.tmp/run.sh"
+chmod +x "$out.tmp/run.sh"
+"$bin" --version >"$out.tmp/BUILD"
+
+size_kib=$(du -sk "$out.tmp" | cut -f1)
+if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
+  echo "gpu_bundle: $out is $((size_kib / 1024)) MiB, over the ${limit_mib} MiB limit" >&2
+  du -sk "$out.tmp"/* "$out.tmp"/lib/* | sort -n | tail -5 >&2
+  rm -rf "$out.tmp"
+  exit 1
+fi
+rm -rf "$out"
+mv "$out.tmp" "$out"
+echo "gpu_bundle: $out ($((size_kib / 1024)) MiB): run $out/run.sh on the GPU node"
