@@ -1,7 +1,8 @@
 // Errors that travel up to the CLI as one line.
 //
-//   throw_bad_input(where("model.onnx", node), "attribute 'strides' must be > 0, got 0");
+//   throw_bad_input("model.onnx: " + describe_node(node, 3), "attribute 'strides' must be > 0, got 0");
 //   -> "model.onnx: node 3 'conv1' (Conv): attribute 'strides' must be > 0, got 0"
+//   (describe_node: graph/ir.h; a shape rule's InferContext::where() says the same)
 //
 // Why: every layer adds context (file, node index/name/op, field) to the message
 // and the CLI prints `error: <message>` and exits 2 for bad input (the user can fix

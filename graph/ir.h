@@ -1,7 +1,7 @@
 // The graph IR: one Graph of Nodes that read and write named Values.
 //
-//   Graph g = import_onnx_file("wrn.onnx", registry);      // graph/onnx_io.h
-//   for (const Node& n : g.nodes) std::cout << n.op_type << " " << g.info(n.outputs[0]).shape_string();
+//   Graph g = import_onnx_file("wrn.onnx", registry().schemas);   // graph/onnx_io.h, ops/core/register_all.h
+//   for (const Node& n : g.nodes) std::cout << n.op_type << " " << shape_to_string(*g.info(n.outputs[0]).shape);
 //
 // Why names and not pointers: ONNX is name-based, passes rewrite nodes freely and
 // the exporter writes names back unchanged. Forward, backward (domain ai.trainrt)
