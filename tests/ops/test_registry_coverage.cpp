@@ -41,6 +41,8 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::LogSoftmaxGrad", "LogSoftmax's rule"},
     {"ai.trainrt::SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLoss's rule"},
     {"ai.trainrt::ReduceMeanGrad", "ReduceMean's rule"},
+    {"ai.trainrt::ReduceSumGrad", "ReduceSum's rule"},
+    {"ai.trainrt::ReduceMaxGrad", "ReduceMax's rule"},
 };
 
 // Forward ops without a gradient rule, on purpose.
@@ -69,6 +71,8 @@ const std::map<std::string, std::string> kCpuFallbacks{
     {"ai.trainrt::SoftmaxGrad", "backward of a Softmax outside SoftmaxCrossEntropyLoss (not in the Wide ResNet)"},
     {"ai.trainrt::LogSoftmaxGrad", "backward of a LogSoftmax outside SoftmaxCrossEntropyLoss (not in the Wide ResNet)"},
     {"ai.trainrt::ReduceMeanGrad", "backward of ReduceMean (not in the Wide ResNet)"},
+    {"ai.trainrt::ReduceSumGrad", "backward of ReduceSum (not in the Wide ResNet)"},
+    {"ai.trainrt::ReduceMaxGrad", "backward of ReduceMax (not in the Wide ResNet)"},
     {"ai.trainrt::ConcatGrad", "backward of Concat (not in the Wide ResNet)"},
 };
 
