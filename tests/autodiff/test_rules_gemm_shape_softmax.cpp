@@ -373,6 +373,22 @@ TEST_CASE("ReduceMaxGrad splits dY equally among tied maxima, as torch.amax's ba
   }
 }
 
+TEST_CASE(
+    "gradcheck: a transformer-like chain: LayerNorm, batched MatMul with broadcast weights, ReduceMax, ReduceSum") {
+  GraphBuilder b;
+  const std::string x = b.param("x", {2, 3, 4}, -2, 2);
+  const std::string ln = b.node("LayerNormalization", {x, b.param("gamma", {4}, 0.5, 1.5), b.param("beta", {4})});
+  const std::string h = b.node("MatMul", {ln, b.param("W", {4, 5})});                      // [2,3,5]
+  const std::string att = b.node("MatMul", {h, b.param("K", {1, 5, 3})});                  // [2,3,3], K broadcast
+  const std::string m = b.node("ReduceMax", {att}, {{"axes", Attribute::of_ints({-1})}});  // [2,3,1]
+  const std::string s = b.node("ReduceSum", {h, b.init("axes", ints({1}))}, {{"keepdims", Attribute::of_int(0)}});
+  GradCheck r = check(b, b.node("Add", {b.node("ReduceSum", {m}, {{"keepdims", Attribute::of_int(0)}}),
+                                        b.node("ReduceSum", {s}, {{"keepdims", Attribute::of_int(0)}})}));
+  CHECK(has_node(r.training.graph, "LayerNormalizationGrad"));
+  CHECK(has_node(r.training.graph, "ReduceMaxGrad"));
+  CHECK(has_node(r.training.graph, "SumToShape"));  // K's broadcast batch dim summed
+}
+
 TEST_CASE("gradcheck: a small MLP through every family at once") {
   GraphBuilder b;
   const std::string x = b.feed("x", random_tensor(DataType::Float64, {4, 2, 3}, 5));
