@@ -1,4 +1,10 @@
-// Gradient rule of BatchNormalization (ops/norm.cpp) and its training rewrite.
+// Gradient rules of BatchNormalization (with its training rewrite) and LayerNormalization
+// (ops/norm.cpp).
+//
+//   LayerNormalization(X, Scale, B?; axis, epsilon) -> Y, [Mean, InvStdDev]
+//   (dX, dScale, dB) = LayerNormalizationGrad(dY, X, Scale; axis, epsilon), then
+//   dScale / dB summed to Scale's / B's shape by SumToShape when those broadcast to the
+//   normalized dims. Mean and InvStdDev carry no gradient (Unsupported if they reach the loss).
 //
 //   BatchNormalization(X, scale, B, mean, var) -> Y, [running_mean, running_var, ...]
 //   (dX, dScale, dB) = BatchNormalizationGrad(dY, X, scale; epsilon)
@@ -87,10 +93,48 @@ void batchnorm_grad(GradBuilder& g) {
         {{"epsilon", Attribute::of_float(eps)}});
 }
 
+// Equal at run time for sure: same dims, where unknown the same named symbol.
+bool same_shape(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t d = 0; d < a.size(); ++d)
+    if (!(a[d] == b[d]) || (!a[d].known() && a[d].symbol.empty())) return false;
+  return true;
+}
+
+void layernorm_grad(GradBuilder& g) {
+  const Node& n = g.node();
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (!g.dy(i).empty())
+      throw_unsupported("node '" + n.name + "' (LayerNormalization)",
+                        "output " + std::to_string(i) + " '" + g.output(i) +
+                            "' (Mean or InvStdDev) reaches the loss; only Y carries a gradient");
+  const Shape& x = g.graph().info(g.input(0)).shape.value();
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += static_cast<int64_t>(x.size());
+  const Shape norm(x.begin() + axis, x.end());
+  // Grad outputs in the normalized shape; a broadcast Scale or B sums them further.
+  std::vector<std::string> outs{g.dx(0), "", ""};
+  std::vector<std::pair<size_t, std::string>> sums;
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    if (!g.needs_dx(i)) continue;
+    if (same_shape(g.graph().info(g.input(i)).shape.value(), norm)) {
+      outs[i] = g.dx(i);
+    } else {
+      outs[i] = g.tmp(i == 1 ? "d_scale_normalized" : "d_bias_normalized");
+      sums.emplace_back(i, outs[i]);
+    }
+  }
+  while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
+  g.add("LayerNormalizationGrad", {g.dy(0), g.input(0), g.input(1)}, std::move(outs),
+        {{"axis", Attribute::of_int(axis)}, {"epsilon", Attribute::of_float(n.attr_float("epsilon", 1e-5f))}});
+  for (const auto& [i, full] : sums) g.add("SumToShape", {full, g.input(i)}, {g.dx(i)});
+}
+
 }  // namespace
 
 void register_norm_gradients(GradRegistry& r) {
   r.add_rule("BatchNormalization", batchnorm_grad, /*differentiable=*/{0, 1, 2}, batchnorm_prepare);
+  r.add_rule("LayerNormalization", layernorm_grad, /*differentiable=*/{0, 1, 2});
 }
 
 }  // namespace trainrt

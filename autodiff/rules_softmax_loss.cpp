@@ -7,6 +7,8 @@
 //                             (+ LogSoftmaxGrad(dLogProb, log_prob; axis 1) when output 1 is used)
 //                             scores only: labels are integers, weights are not trained
 //   ReduceMean   dX = ReduceMeanGrad(dY, X; axes, keepdims, noop_with_empty_axes)  (data input only)
+//   ReduceSum    dX = ReduceSumGrad(dY, X; axes, keepdims, noop_with_empty_axes)   dY broadcast back
+//   ReduceMax    dX = ReduceMaxGrad(dY, X, Y; axes, keepdims, noop_with_empty_axes) dY to the maxima, ties split
 //
 // SoftmaxCrossEntropyLoss is prepared before differentiation: its log_prob output
 // is added (named "<node>/log_prob") when the model omitted it, so the backward
@@ -53,7 +55,10 @@ void sce_grad(GradBuilder& g) {
   if (from_loss && from_log_prob) g.add_onnx("Sum", {via_loss, via_log_prob}, {g.dx(0)});
 }
 
-void reduce_mean_grad(GradBuilder& g) {
+// ReduceMean -> ReduceMeanGrad(dY, X), ReduceSum -> ReduceSumGrad(dY, X),
+// ReduceMax -> ReduceMaxGrad(dY, X, Y); the axes (attribute or constant input 1) become
+// the grad op's attribute.
+void reduce_grad(GradBuilder& g) {
   const Node& n = g.node();
   std::vector<int64_t> axes = n.attr_ints("axes");
   if (g.has_input(1)) {  // opset 18: a constant axes input (the shape rule checked it)
@@ -68,7 +73,9 @@ void reduce_mean_grad(GradBuilder& g) {
       {"keepdims", Attribute::of_int(n.attr_int("keepdims", 1))},
       {"noop_with_empty_axes", Attribute::of_int(n.attr_int("noop_with_empty_axes", 0))}};
   if (!axes.empty()) attrs["axes"] = Attribute::of_ints(axes);
-  g.add("ReduceMeanGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, attrs);
+  std::vector<std::string> ins{g.dy(0), g.input(0)};
+  if (n.op_type == "ReduceMax") ins.push_back(g.output(0));
+  g.add(n.op_type + "Grad", std::move(ins), {g.dx(0)}, attrs);
 }
 
 }  // namespace
@@ -77,7 +84,7 @@ void register_softmax_loss_gradients(GradRegistry& r) {
   r.add_rule("Softmax", softmax_grad);
   r.add_rule("LogSoftmax", log_softmax_grad);
   r.add_rule("SoftmaxCrossEntropyLoss", sce_grad, /*differentiable=*/{0}, sce_prepare);
-  r.add_rule("ReduceMean", reduce_mean_grad, /*differentiable=*/{0});
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax"}) r.add_rule(op, reduce_grad, /*differentiable=*/{0});
 }
 
 }  // namespace trainrt

@@ -1,4 +1,4 @@
-// BatchNormalization: schema, shape rule, FLOP rule, reference kernel.
+// BatchNormalization and LayerNormalization: schemas, shape rules, FLOP rules, reference kernels.
 //
 //   x: N,C,spatial...   scale, B, input_mean, input_var: C   ->   Y: like x
 //   Y = (x - m) / sqrt(v + epsilon) * scale + B,  per channel c
@@ -25,6 +25,19 @@
 //   (dY: like X, X: N,C,spatial..., scale: C; epsilon) -> (dX: like X, dScale: C, dBias: C)
 // It recomputes the batch mean and biased variance from X (what the training forward
 // normalised with), so it needs no saved statistics; every output is optional.
+//
+// LayerNormalization (opset 17):
+//   X: d0..d(r-1), Scale, B (optional): broadcast to the normalized shape d(axis)..d(r-1)
+//   -> Y: like X, Mean, InvStdDev (optional): d0..d(axis-1),1,...,1
+//   each row (the elements of X sharing d0..d(axis-1)) normalised over its D elements:
+//   mean = sum(x)/D, var = sum((x-mean)^2)/D, r = 1/sqrt(var+epsilon), Y = (x-mean)*r*Scale + B
+//   axis may be negative (counted from the end); stash_type must be 1 (float: the
+//   statistics are computed in double and stored in X's type, float64 for a float64 X).
+// LayerNormalizationGrad (ai.trainrt), its backward:
+//   (dY: like X, X, Scale; axis, epsilon) -> (dX: like X, dScale, dBias: the normalized shape)
+//   per row, xh = (x-mean)*r, g = dY*Scale:  dX = r*(g - mean(g) - xh*mean(g*xh));
+//   dScale = sum over rows of dY*xh, dBias = sum over rows of dY (the rule sums them
+//   further to Scale's / B's shape when those broadcast). Statistics are recomputed from X.
 #include <cmath>
 #include <string>
 
@@ -241,6 +254,215 @@ double batchnorm_grad_flops(const Graph& g, const Node& n) {
   return 12 * static_cast<double>(element_count(shape_dims(*x->shape)));
 }
 
+// ---- LayerNormalization -------------------------------------------------------------
+
+// The axis attribute, made non-negative for rank `rank`.
+int64_t layernorm_axis(const InferContext& ctx, int64_t rank) {
+  const int64_t axis = ctx.node().attr_int("axis", -1);
+  if (axis < -rank || axis >= rank)
+    ctx.fail("attribute 'axis' " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Input i (Scale or B) must broadcast one way to x's dims from `axis` on.
+void require_broadcasts_to_normalized(const InferContext& ctx, size_t i, const Shape& x, int64_t axis,
+                                      const char* what) {
+  const Node& n = ctx.node();
+  const Shape& s = *ctx.input(i).shape;
+  const size_t rank = x.size(), norm_rank = rank - static_cast<size_t>(axis);
+  bool ok = s.size() <= norm_rank;
+  for (size_t k = 0; ok && k < s.size(); ++k) {
+    const Dim& sd = s[s.size() - 1 - k];
+    const Dim& xd = x[rank - 1 - k];
+    ok = !(sd.known() && sd.value != 1 && xd.known() && sd.value != xd.value);
+  }
+  if (!ok)
+    ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + what + ") " + shape_to_string(s) +
+             " does not broadcast to the normalized dims " + shape_to_string(Shape(x.begin() + axis, x.end())) +
+             " of X " + shape_to_string(x) + " (axis " + std::to_string(axis) + ")");
+}
+
+void layernorm_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const DataType t = require_float(ctx, 0);
+  const int64_t rank = ctx.input_rank(0);
+  if (rank < 1) ctx.fail("input 0 '" + n.inputs[0] + "' (X) must have rank >= 1, got a scalar");
+  const int64_t axis = layernorm_axis(ctx, rank);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  if (!(eps >= 0)) ctx.fail("attribute 'epsilon' must be >= 0, got " + std::to_string(eps));
+  const int64_t stash = n.attr_int("stash_type", 1);
+  if (stash != 1) ctx.fail("attribute 'stash_type' " + std::to_string(stash) + " is not supported; only 1 (float)");
+  const Shape& x = *ctx.input(0).shape;
+  require_same_dtype(ctx, 0, 1);
+  require_broadcasts_to_normalized(ctx, 1, x, axis, "Scale");
+  if (ctx.has_input(2)) {
+    require_same_dtype(ctx, 0, 2);
+    require_broadcasts_to_normalized(ctx, 2, x, axis, "B");
+  }
+  ctx.set_output(0, t, x);
+  Shape stats(x.begin(), x.begin() + axis);
+  stats.resize(x.size(), Dim::of(1));
+  for (size_t i = 1; i < 3; ++i) ctx.set_output(i, t, stats);
+}
+
+double layernorm_flops(const Graph& g, const Node& n) {
+  const ValueInfo* x = g.find_info(n.inputs[0]);
+  if (!x || !x->shape || !shape_is_known(*x->shape)) return 0;
+  // per element: mean 1, variance 3, normalise 2, scale and shift 2
+  return 8 * static_cast<double>(element_count(shape_dims(*x->shape)));
+}
+
+// X seen as rows x D (D = product of the dims from axis on), and where each of the D
+// normalized positions reads a Scale/B that broadcasts to them.
+struct LayerNormView {
+  int64_t rows = 0, D = 0;
+  std::vector<int64_t> scale_at, bias_at;  // size D
+};
+
+std::vector<int64_t> broadcast_offsets(const std::vector<int64_t>& norm, const std::vector<int64_t>& p) {
+  const size_t r = norm.size();
+  std::vector<int64_t> stride(r, 0);
+  for (size_t k = 0, s = 1; k < p.size(); ++k) {  // p right-aligned to norm; a dim of 1 broadcasts
+    const int64_t e = p[p.size() - 1 - k];
+    stride[r - 1 - k] = e == 1 ? 0 : static_cast<int64_t>(s);
+    s *= static_cast<size_t>(e);
+  }
+  std::vector<int64_t> at(static_cast<size_t>(element_count(norm)));
+  for (size_t j = 0; j < at.size(); ++j) {
+    int64_t rest = static_cast<int64_t>(j), off = 0;
+    for (size_t k = r; k-- > 0;) {
+      off += (rest % norm[k]) * stride[k];
+      rest /= norm[k];
+    }
+    at[j] = off;
+  }
+  return at;
+}
+
+LayerNormView layernorm_view(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* bias) {
+  const int64_t rank = x.rank();
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  const std::vector<int64_t> norm(x.dims().begin() + axis, x.dims().end());
+  LayerNormView v;
+  v.D = element_count(norm);
+  v.rows = v.D == 0 ? 0 : x.numel() / v.D;
+  v.scale_at = broadcast_offsets(norm, scale.dims());
+  if (bias) v.bias_at = broadcast_offsets(norm, bias->dims());
+  return v;
+}
+
+// Mean and 1/sqrt(var+eps) of row xr (D values), both passes in double.
+template <typename T>
+std::pair<double, double> row_stats(const T* xr, int64_t D, double eps) {
+  double sum = 0;
+  for (int64_t j = 0; j < D; ++j) sum += static_cast<double>(xr[j]);
+  const double mean = sum / static_cast<double>(D);
+  double sq = 0;
+  for (int64_t j = 0; j < D; ++j) {
+    const double d = static_cast<double>(xr[j]) - mean;
+    sq += d * d;
+  }
+  return {mean, 1.0 / std::sqrt(sq / static_cast<double>(D) + eps)};
+}
+
+template <typename T>
+void layernorm_reference(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor* bias = ctx.has_input(2) ? &ctx.in(2) : nullptr;
+  const LayerNormView v = layernorm_view(ctx.node, x, ctx.in(1), bias);
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const T* s = ctx.in(1).data<T>();
+  const T* b = bias ? bias->data<T>() : nullptr;
+  T* mean_out = ctx.has_output(1) ? ctx.out(1).data<T>() : nullptr;
+  T* inv_out = ctx.has_output(2) ? ctx.out(2).data<T>() : nullptr;
+  for (int64_t i = 0; i < v.rows; ++i) {
+    const T* xr = x.data<T>() + i * v.D;
+    T* yr = ctx.out(0).data<T>() + i * v.D;
+    const auto [mean, r] = row_stats(xr, v.D, eps);
+    if (mean_out) mean_out[i] = static_cast<T>(mean);
+    if (inv_out) inv_out[i] = static_cast<T>(r);
+    for (int64_t j = 0; j < v.D; ++j) {
+      double y = (static_cast<double>(xr[j]) - mean) * r * static_cast<double>(s[v.scale_at[j]]);
+      if (b) y += static_cast<double>(b[v.bias_at[j]]);
+      yr[j] = static_cast<T>(y);
+    }
+  }
+}
+
+// LayerNormalizationGrad(dY, X, Scale) -> (dX, dScale, dBias); each output optional.
+void layernorm_grad_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const DataType t = require_float(ctx, 1);
+  require_same_dtype(ctx, 0, 1);
+  require_same_dtype(ctx, 2, 1);
+  const int64_t rank = ctx.input_rank(1);
+  if (rank < 1) ctx.fail("input 1 '" + n.inputs[1] + "' (X) must have rank >= 1, got a scalar");
+  const int64_t axis = layernorm_axis(ctx, rank);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  if (!(eps >= 0)) ctx.fail("attribute 'epsilon' must be >= 0, got " + std::to_string(eps));
+  const Shape& x = *ctx.input(1).shape;
+  const ValueInfo& dy = ctx.input(0);
+  bool same = dy.shape && dy.shape->size() == x.size();
+  for (size_t i = 0; same && i < x.size(); ++i)
+    same = !((*dy.shape)[i].known() && x[i].known() && (*dy.shape)[i].value != x[i].value);
+  if (!same)
+    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
+             " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
+  require_broadcasts_to_normalized(ctx, 2, x, axis, "Scale");
+  ctx.set_output(0, ctx.input(1));
+  const Shape norm(x.begin() + axis, x.end());
+  ctx.set_output(1, t, norm);
+  ctx.set_output(2, t, norm);
+}
+
+double layernorm_grad_flops(const Graph& g, const Node& n) {
+  const ValueInfo* x = g.find_info(n.inputs[1]);
+  if (!x || !x->shape || !shape_is_known(*x->shape)) return 0;
+  // per element: statistics 4 (recomputed), dScale/dBias 3, dX 7
+  return 14 * static_cast<double>(element_count(shape_dims(*x->shape)));
+}
+
+template <typename T>
+void layernorm_grad_reference(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const LayerNormView v = layernorm_view(ctx.node, x, ctx.in(2), nullptr);
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const T* s = ctx.in(2).data<T>();
+  T* dx = ctx.has_output(0) ? ctx.out(0).data<T>() : nullptr;
+  std::vector<double> g_scale(static_cast<size_t>(v.D)), g_bias(static_cast<size_t>(v.D)), g(static_cast<size_t>(v.D));
+  for (int64_t i = 0; i < v.rows; ++i) {
+    const T* xr = x.data<T>() + i * v.D;
+    const T* dyr = dy.data<T>() + i * v.D;
+    const auto [mean, r] = row_stats(xr, v.D, eps);
+    double g_mean = 0, gxh_mean = 0;
+    for (int64_t j = 0; j < v.D; ++j) {
+      const size_t k = static_cast<size_t>(j);
+      const double xh = (static_cast<double>(xr[j]) - mean) * r;
+      const double d = static_cast<double>(dyr[j]);
+      g_scale[k] += d * xh;
+      g_bias[k] += d;
+      g[k] = d * static_cast<double>(s[v.scale_at[k]]);
+      g_mean += g[k];
+      gxh_mean += g[k] * xh;
+    }
+    if (!dx) continue;
+    g_mean /= static_cast<double>(v.D);
+    gxh_mean /= static_cast<double>(v.D);
+    for (int64_t j = 0; j < v.D; ++j) {
+      const double xh = (static_cast<double>(xr[j]) - mean) * r;
+      dx[i * v.D + j] = static_cast<T>(r * (g[static_cast<size_t>(j)] - g_mean - xh * gxh_mean));
+    }
+  }
+  for (size_t o : {size_t{1}, size_t{2}}) {
+    if (!ctx.has_output(o)) continue;
+    const std::vector<double>& from = o == 1 ? g_scale : g_bias;
+    T* to = ctx.out(o).data<T>();
+    for (size_t k = 0; k < from.size(); ++k) to[k] = static_cast<T>(from[k]);
+  }
+}
+
 }  // namespace
 
 void register_norm(Registry& r) {
@@ -267,6 +489,35 @@ void register_norm(Registry& r) {
   grad.attributes = {"epsilon"};
   r.schemas.add(std::move(grad));
   r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel);
+
+  OpSchema ln;
+  ln.op_type = "LayerNormalization";
+  ln.min_inputs = 2;
+  ln.max_inputs = 3;
+  ln.min_outputs = 1;
+  ln.max_outputs = 3;
+  ln.since_version = 17;
+  ln.infer = layernorm_infer;
+  ln.flops = layernorm_flops;
+  ln.attributes = {"axis", "epsilon", "stash_type"};
+  r.schemas.add(std::move(ln));
+  r.kernels.add("reference", "", "LayerNormalization", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { layernorm_reference<decltype(tag)>(ctx); });
+  });
+
+  OpSchema ln_grad;
+  ln_grad.domain = kTrainrtDomain;
+  ln_grad.op_type = "LayerNormalizationGrad";
+  ln_grad.min_inputs = ln_grad.max_inputs = 3;
+  ln_grad.min_outputs = 1;
+  ln_grad.max_outputs = 3;
+  ln_grad.infer = layernorm_grad_infer;
+  ln_grad.flops = layernorm_grad_flops;
+  ln_grad.attributes = {"axis", "epsilon"};
+  r.schemas.add(std::move(ln_grad));
+  r.kernels.add("reference", kTrainrtDomain, "LayerNormalizationGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(1).dtype(), [&](auto tag) { layernorm_grad_reference<decltype(tag)>(ctx); });
+  });
 }
 
 }  // namespace trainrt

@@ -1,4 +1,5 @@
-// BatchNormalization (fp32) on oneDNN's batch_normalization_forward.
+// BatchNormalization (fp32) on oneDNN's batch_normalization_forward; LayerNormalization and its
+// backward (below) on layer_normalization_forward/_backward.
 //
 //   x: N,C,spatial...   scale, B, input_mean, input_var: C   ->   Y: like x
 //   Y = (x - m) / sqrt(v + epsilon) * scale + B
@@ -224,12 +225,141 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
 
 }  // namespace
 
+// LayerNormalization and LayerNormalizationGrad (fp32) on oneDNN's
+// layer_normalization_forward / _backward.
+//
+//   X seen as rows x D, D = the product of X's dims from axis on (they are the
+//   contiguous trailing ones, so any axis is the primitive's last-dim case):
+//   Y = (x - mean) * r * Scale + B per row, r = 1/sqrt(var + epsilon)
+//   Mean: rows (oneDNN's own), InvStdDev: rows = 1/sqrt(variance + epsilon).
+//   Backward: dX, dScale, dBias (D) with the row statistics recomputed from X in
+//   double (rows in parallel with oneTBB), as BatchNormalizationGrad does.
+// Scale and B must have D values (the normalized shape); a Scale or B that
+// broadcasts to it, an empty X, or a non-f32 tensor runs the reference kernel.
+namespace {
+
+struct LayerNormPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, stat, channel;
+};
+
+// rows x D of x for the node's axis.
+std::pair<int64_t, int64_t> rows_by_d(const KernelContext& ctx, const Tensor& x) {
+  int64_t axis = ctx.node.attr_int("axis", -1);
+  if (axis < 0) axis += x.rank();
+  int64_t d = 1;
+  for (int64_t k = axis; k < x.rank(); ++k) d *= x.dims()[static_cast<size_t>(k)];
+  return {d == 0 ? 0 : x.numel() / d, d};
+}
+
+void layernorm_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& x = ctx.in(0);
+  const bool has_bias = ctx.has_input(2);
+  const auto [rows, D] = rows_by_d(ctx, x);
+  if (x.numel() == 0 || ctx.in(1).numel() != D || (has_bias && ctx.in(2).numel() != D)) return du::run_reference(ctx);
+  const bool stats = ctx.has_output(1) || ctx.has_output(2);
+  const float eps = ctx.node.attr_float("epsilon", 1e-5f);
+  auto plan = du::cached<LayerNormPlan>(du::key("LayerNormalization", rows, D, eps, has_bias, stats), [&] {
+    LayerNormPlan p;
+    p.data = du::plain_desc({rows, D});
+    p.stat = du::plain_desc({rows});
+    p.channel = du::plain_desc({D});
+    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale;
+    if (has_bias) flags = flags | dnnl::normalization_flags::use_shift;
+    try {
+      dnnl::layer_normalization_forward::desc d(
+          stats ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, p.stat, eps, flags);
+      p.prim = dnnl::layer_normalization_forward(
+          dnnl::layer_normalization_forward::primitive_desc(d, du::attr(), du::engine()));
+    } catch (const dnnl::error&) {
+      return du::reference_plan<LayerNormPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+                                             {DNNL_ARG_DST, du::memory_of(ctx.out(0), plan->data)},
+                                             {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)}};
+  if (has_bias) args[DNNL_ARG_SHIFT] = du::memory_of(ctx.in(2), plan->channel);
+  if (!stats) return du::execute(plan->prim, std::move(args));
+  dnnl::memory var = du::temp_memory(plan->stat, 1);
+  args[DNNL_ARG_MEAN] = ctx.has_output(1) ? du::memory_of(ctx.out(1), plan->stat) : du::temp_memory(plan->stat, 0);
+  args[DNNL_ARG_VARIANCE] = var;
+  du::execute(plan->prim, std::move(args));
+  if (!ctx.has_output(2)) return;
+  const float* v = static_cast<const float*>(var.get_data_handle());
+  float* inv = ctx.out(2).data<float>();
+  for (int64_t i = 0; i < rows; ++i) inv[i] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v[i]) + eps));
+}
+
+void layernorm_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const auto [rows, D] = rows_by_d(ctx, x);
+  if (x.numel() == 0 || ctx.in(2).numel() != D) return du::run_reference(ctx);
+  const float eps = ctx.node.attr_float("epsilon", 1e-5f);
+  auto plan = du::cached<LayerNormPlan>(du::key("LayerNormalizationGrad", rows, D, eps), [&] {
+    LayerNormPlan p;
+    p.data = du::plain_desc({rows, D});
+    p.stat = du::plain_desc({rows});
+    p.channel = du::plain_desc({D});
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    try {
+      dnnl::layer_normalization_forward::desc fd(dnnl::prop_kind::forward_training, p.data, p.stat, eps, flags);
+      dnnl::layer_normalization_forward::primitive_desc hint(fd, du::attr(), du::engine());
+      dnnl::layer_normalization_backward::desc bd(dnnl::prop_kind::backward, p.data, p.data, p.stat, eps, flags);
+      p.prim = dnnl::layer_normalization_backward(
+          dnnl::layer_normalization_backward::primitive_desc(bd, du::attr(), du::engine(), hint));
+    } catch (const dnnl::error&) {
+      return du::reference_plan<LayerNormPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+  dnnl::memory mean = du::temp_memory(plan->stat, 0), var = du::temp_memory(plan->stat, 1);
+  float* mp = static_cast<float*>(mean.get_data_handle());
+  float* vp = static_cast<float*>(var.get_data_handle());
+  const float* xp = x.data<float>();
+  parallel_ranges(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* xr = xp + i * D;
+      double sum = 0, sq = 0;
+      for (int64_t j = 0; j < D; ++j) sum += xr[j];
+      const double m = sum / static_cast<double>(D);
+      for (int64_t j = 0; j < D; ++j) sq += (xr[j] - m) * (xr[j] - m);
+      mp[i] = static_cast<float>(m);
+      vp[i] = static_cast<float>(sq / static_cast<double>(D));
+    }
+  });
+  // oneDNN 2.6 asks for the shift with use_shift though dX does not depend on it.
+  dnnl::memory shift = du::temp_memory(plan->channel, 5);
+  auto out_or_temp = [&](size_t i, const du::Md& md, int slot) {
+    return ctx.has_output(i) ? du::memory_of(ctx.out(i), md) : du::temp_memory(md, slot);
+  };
+  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+                           {DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->data)},
+                           {DNNL_ARG_MEAN, mean},
+                           {DNNL_ARG_VARIANCE, var},
+                           {DNNL_ARG_SCALE, du::memory_of(ctx.in(2), plan->channel)},
+                           {DNNL_ARG_SHIFT, shift},
+                           {DNNL_ARG_DIFF_SRC, out_or_temp(0, plan->data, 2)},
+                           {DNNL_ARG_DIFF_SCALE, out_or_temp(1, plan->channel, 3)},
+                           {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, plan->channel, 4)}});
+}
+
+}  // namespace
+
 void register_norm_cpu(Registry& r) {
   using facts::S;
   add_if_schema(
       r, "cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); },
       facts::fixed({{S}, {S}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_cpu, facts::fixed({{S, S}, {S}}));
+  add_if_schema(r, "cpu", "", "LayerNormalization", layernorm_cpu);
+  add_if_schema(r, "cpu", kTrainrtDomain, "LayerNormalizationGrad", layernorm_grad_cpu);
 }
 
 }  // namespace trainrt

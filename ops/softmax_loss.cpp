@@ -1,4 +1,4 @@
-// Softmax, LogSoftmax, SoftmaxCrossEntropyLoss and ReduceMean.
+// Softmax, LogSoftmax, SoftmaxCrossEntropyLoss and the reductions ReduceMean, ReduceSum, ReduceMax.
 //
 //   Softmax(x, axis=-1):     y = exp(x - max) / sum(exp(x - max))   along one axis (opset 13)
 //   LogSoftmax(x, axis=-1):  y = x - max - log(sum(exp(x - max)))
@@ -9,6 +9,9 @@
 //       optional output 1 is the log_softmax itself, shape [N,C,d1..].
 //   ReduceMean(x, axes, keepdims=1): opset 13 takes axes as an attribute, opset 18 as an
 //       optional constant input with noop_with_empty_axes.
+//   ReduceSum(x, axes?, keepdims=1, noop_with_empty_axes=0): axes is input 1 from opset 13.
+//   ReduceMax(x, axes, keepdims=1): axes attribute up to opset 17, input 1 from opset 18.
+//   No axes means every axis (or none, y = x, with noop_with_empty_axes). Sums are in double.
 //
 // Backward ops (domain ai.trainrt, autodiff/rules_softmax_loss.cpp):
 //   SoftmaxGrad(dY, Y, axis) -> dX           dX = Y * (dY - sum_axis(dY * Y))
@@ -18,6 +21,9 @@
 //       g = dLoss / sum(w[l] over non-ignored samples) (mean), dLoss (sum), dLoss[n,d] (none);
 //       0 for ignored samples.
 //   ReduceMeanGrad(dY, X; axes, keepdims, noop_with_empty_axes) -> dX   dY / count broadcast back to X
+//   ReduceSumGrad(dY, X; axes, keepdims, noop_with_empty_axes) -> dX    dY broadcast back to X
+//   ReduceMaxGrad(dY, X, Y; axes, keepdims, noop_with_empty_axes) -> dX dY split equally among the
+//       elements equal to their max (as PyTorch's amax), 0 elsewhere
 //
 // Reference kernels subtract the max and accumulate in double. SoftmaxCrossEntropyLoss and
 // its gradient are loops in ops/softmax_loss_loops.h that the cpu kernels
@@ -107,9 +113,12 @@ void sce_infer(InferContext& ctx) {
   ctx.set_output(1, t, x);
 }
 
-// ---- ReduceMean -------------------------------------------------------------------
+// ---- ReduceMean, ReduceSum, ReduceMax --------------------------------------------
 
-// The axes of a ReduceMean node: attribute (opset 13) or input 1 (opset 18).
+// The opset from which a reduction takes its axes as input 1 instead of an attribute.
+int64_t axes_input_opset(const Node& n) { return n.op_type == "ReduceSum" ? 13 : 18; }
+
+// The axes of a reduction node: attribute (before axes_input_opset) or input 1.
 std::vector<int64_t> reduce_axes(const Node& n, const Tensor* axes_input) {
   if (n.has_attr("axes")) return n.attr_ints("axes");
   std::vector<int64_t> v;
@@ -118,7 +127,7 @@ std::vector<int64_t> reduce_axes(const Node& n, const Tensor* axes_input) {
   return v;
 }
 
-// Shape of ReduceMean(x) over `axes` (keepdims / noop_with_empty_axes from the node);
+// Shape of a reduction of x over `axes` (keepdims / noop_with_empty_axes from the node);
 // checks the axes against x's rank.
 Shape reduced_shape(const InferContext& ctx, const Shape& x, const std::vector<int64_t>& axes) {
   const Node& n = ctx.node();
@@ -144,15 +153,16 @@ Shape reduced_shape(const InferContext& ctx, const Shape& x, const std::vector<i
   return y;
 }
 
-void reduce_mean_infer(InferContext& ctx) {
+void reduce_infer(InferContext& ctx) {
   const Node& n = ctx.node();
   DataType t = require_float(ctx, 0);
   (void)ctx.input_rank(0);
   const Shape& x = *ctx.input(0).shape;
   const int64_t opset = ctx.graph().opset("");
   const Tensor* axes_input = nullptr;
-  if (opset >= 18) {
-    if (n.has_attr("axes")) ctx.fail("attribute 'axes' is an input (input 1) since opset 18");
+  const int64_t since = axes_input_opset(n);
+  if (opset >= since) {
+    if (n.has_attr("axes")) ctx.fail("attribute 'axes' is an input (input 1) since opset " + std::to_string(since));
     if (ctx.has_input(1)) {
       axes_input = ctx.input_constant(1);
       if (!axes_input)
@@ -164,13 +174,15 @@ void reduce_mean_infer(InferContext& ctx) {
     }
   } else {
     if (ctx.has_input(1))
-      ctx.fail("axes as input 1 needs ai.onnx opset 18 (the model imports " + std::to_string(opset) + ")");
-    if (n.has_attr("noop_with_empty_axes")) ctx.fail("attribute 'noop_with_empty_axes' needs ai.onnx opset 18");
+      ctx.fail("axes as input 1 needs ai.onnx opset " + std::to_string(since) + " (the model imports " +
+               std::to_string(opset) + ")");
+    if (n.has_attr("noop_with_empty_axes"))
+      ctx.fail("attribute 'noop_with_empty_axes' needs ai.onnx opset " + std::to_string(since));
   }
   ctx.set_output(0, t, reduced_shape(ctx, x, reduce_axes(n, axes_input)));
 }
 
-double reduce_mean_flops(const Graph& g, const Node& n) {
+double reduce_flops(const Graph& g, const Node& n) {
   const ValueInfo& x = g.info(n.inputs[0]);
   if (!x.shape || !shape_is_known(*x.shape)) return 0;
   return static_cast<double>(element_count(shape_dims(*x.shape)));  // one add per element
@@ -211,17 +223,31 @@ ReduceMap reduce_map(const std::vector<int64_t>& xd, const std::vector<int64_t>&
   return m;
 }
 
-template <typename T>
-void reduce_mean_reference(KernelContext& ctx) {
+enum class Reduction { Mean, Sum, Max };
+
+// y = mean / sum / max of x over the axes; sums accumulate in double. A max keeps the
+// first NaN it meets; a max over nothing is -inf.
+template <typename T, Reduction kind>
+void reduce_reference(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   const std::vector<int64_t> axes = reduce_axes(ctx.node, ctx.has_input(1) ? &ctx.in(1) : nullptr);
   const ReduceMap m = reduce_map(x.dims(), axes, ctx.node.attr_int("noop_with_empty_axes", 0) != 0);
-  std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
+  const double init = kind == Reduction::Max ? -INFINITY : 0.0;
+  std::vector<double> acc(static_cast<size_t>(y.numel()), init);
   const T* xp = x.data<T>();
-  for (size_t k = 0; k < m.offsets.size(); ++k) acc[static_cast<size_t>(m.offsets[k])] += xp[k];
+  for (size_t k = 0; k < m.offsets.size(); ++k) {
+    double& a = acc[static_cast<size_t>(m.offsets[k])];
+    const double v = static_cast<double>(xp[k]);
+    if constexpr (kind == Reduction::Max) {
+      if (v > a || (std::isnan(v) && !std::isnan(a))) a = v;
+    } else {
+      a += v;
+    }
+  }
+  const double div = kind == Reduction::Mean ? static_cast<double>(m.count) : 1.0;
   T* yp = y.data<T>();
-  for (size_t k = 0; k < acc.size(); ++k) yp[k] = static_cast<T>(acc[k] / static_cast<double>(m.count));
+  for (size_t k = 0; k < acc.size(); ++k) yp[k] = static_cast<T>(acc[k] / div);
 }
 
 // ---- backward ops -----------------------------------------------------------------
@@ -340,15 +366,43 @@ void reduce_mean_grad_infer(InferContext& ctx) {
   ctx.set_output(0, ctx.input(1));
 }
 
-// dx[k] = dy[offset(k)] / count.
+// ReduceMaxGrad(dY, X, Y): as ReduceMeanGrad, and Y must have dY's shape.
+void reduce_max_grad_infer(InferContext& ctx) {
+  reduce_mean_grad_infer(ctx);
+  require_same_dtype(ctx, 0, 2);
+  require_same_shape(ctx, 0, 2, "dY");
+}
+
+// ReduceMaxGrad: dx[k] = dy[o] / ties[o] where x[k] == y[o] (o = offset(k)), else 0;
+// ties[o] counts the elements of x equal to y[o] (PyTorch's amax splits equally).
 template <typename T>
-void reduce_mean_grad_reference(KernelContext& ctx) {
+void reduce_max_grad_reference(KernelContext& ctx) {
+  const ReduceMap m =
+      reduce_map(ctx.in(1).dims(), ctx.node.attr_ints("axes"), ctx.node.attr_int("noop_with_empty_axes", 0) != 0);
+  const T* dy = ctx.in(0).data<T>();
+  const T* x = ctx.in(1).data<T>();
+  const T* y = ctx.in(2).data<T>();
+  std::vector<int64_t> ties(static_cast<size_t>(ctx.in(2).numel()), 0);
+  for (size_t k = 0; k < m.offsets.size(); ++k)
+    if (x[k] == y[m.offsets[k]]) ++ties[static_cast<size_t>(m.offsets[k])];
+  T* dx = ctx.out(0).data<T>();
+  for (size_t k = 0; k < m.offsets.size(); ++k) {
+    const int64_t o = m.offsets[k];
+    dx[k] = x[k] == y[o]
+                ? static_cast<T>(static_cast<double>(dy[o]) / static_cast<double>(ties[static_cast<size_t>(o)]))
+                : T(0);
+  }
+}
+
+// ReduceMeanGrad: dx[k] = dy[offset(k)] / count; ReduceSumGrad: dx[k] = dy[offset(k)].
+template <typename T, bool mean>
+void reduce_broadcast_grad_reference(KernelContext& ctx) {
   const ReduceMap m =
       reduce_map(ctx.in(1).dims(), ctx.node.attr_ints("axes"), ctx.node.attr_int("noop_with_empty_axes", 0) != 0);
   const T* dy = ctx.in(0).data<T>();
   T* dx = ctx.out(0).data<T>();
   for (size_t k = 0; k < m.offsets.size(); ++k)
-    dx[k] = static_cast<T>(static_cast<double>(dy[m.offsets[k]]) / static_cast<double>(m.count));
+    dx[k] = static_cast<T>(static_cast<double>(dy[m.offsets[k]]) / (mean ? static_cast<double>(m.count) : 1.0));
 }
 
 }  // namespace
@@ -358,17 +412,11 @@ void register_softmax_loss(Registry& r) {
   r.schemas.add(OpSchema{"", "LogSoftmax", 1, 1, 1, 1, 13, softmax_infer, nullptr, {"axis"}});
   r.schemas.add(
       OpSchema{"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, 12, sce_infer, nullptr, {"ignore_index", "reduction"}});
-  // 13 = axes attribute; the opset 18 form (axes input) is chosen by the model's opset
-  r.schemas.add(OpSchema{"",
-                         "ReduceMean",
-                         1,
-                         2,
-                         1,
-                         1,
-                         13,
-                         reduce_mean_infer,
-                         reduce_mean_flops,
-                         {"axes", "keepdims", "noop_with_empty_axes"}});
+  // 13: ReduceMean/ReduceMax take axes as an attribute, ReduceSum as input 1; the
+  // opset 18 form of ReduceMean/ReduceMax (axes input) is chosen by the model's opset
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax"})
+    r.schemas.add(
+        OpSchema{"", op, 1, 2, 1, 1, 13, reduce_infer, reduce_flops, {"axes", "keepdims", "noop_with_empty_axes"}});
   r.kernels.add("reference", "", "Softmax", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_reference<decltype(tag), false>(ctx); });
   });
@@ -379,7 +427,13 @@ void register_softmax_loss(Registry& r) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_loops::sce_kernel<decltype(tag), false>(ctx); });
   });
   r.kernels.add("reference", "", "ReduceMean", [](KernelContext& ctx) {
-    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_reference<decltype(tag)>(ctx); });
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_reference<decltype(tag), Reduction::Mean>(ctx); });
+  });
+  r.kernels.add("reference", "", "ReduceSum", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_reference<decltype(tag), Reduction::Sum>(ctx); });
+  });
+  r.kernels.add("reference", "", "ReduceMax", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_reference<decltype(tag), Reduction::Max>(ctx); });
   });
 
   r.schemas.add(OpSchema{kTrainrtDomain, "SoftmaxGrad", 2, 2, 1, 1, 1, softmax_grad_infer, nullptr, {"axis"}});
@@ -394,14 +448,25 @@ void register_softmax_loss(Registry& r) {
                          sce_grad_infer,
                          nullptr,
                          {"ignore_index", "reduction"}});
+  for (const char* op : {"ReduceMeanGrad", "ReduceSumGrad"})
+    r.schemas.add(OpSchema{kTrainrtDomain,
+                           op,
+                           2,
+                           2,
+                           1,
+                           1,
+                           1,
+                           reduce_mean_grad_infer,
+                           nullptr,
+                           {"axes", "keepdims", "noop_with_empty_axes"}});
   r.schemas.add(OpSchema{kTrainrtDomain,
-                         "ReduceMeanGrad",
-                         2,
-                         2,
+                         "ReduceMaxGrad",
+                         3,
+                         3,
                          1,
                          1,
                          1,
-                         reduce_mean_grad_infer,
+                         reduce_max_grad_infer,
                          nullptr,
                          {"axes", "keepdims", "noop_with_empty_axes"}});
   r.kernels.add("reference", kTrainrtDomain, "SoftmaxGrad", [](KernelContext& ctx) {
@@ -414,7 +479,13 @@ void register_softmax_loss(Registry& r) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_loops::sce_grad_kernel<decltype(tag), false>(ctx); });
   });
   r.kernels.add("reference", kTrainrtDomain, "ReduceMeanGrad", [](KernelContext& ctx) {
-    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_mean_grad_reference<decltype(tag)>(ctx); });
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_broadcast_grad_reference<decltype(tag), true>(ctx); });
+  });
+  r.kernels.add("reference", kTrainrtDomain, "ReduceSumGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_broadcast_grad_reference<decltype(tag), false>(ctx); });
+  });
+  r.kernels.add("reference", kTrainrtDomain, "ReduceMaxGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) { reduce_max_grad_reference<decltype(tag)>(ctx); });
   });
 }
 

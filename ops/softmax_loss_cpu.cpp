@@ -1,8 +1,9 @@
 // The softmax_loss family's cpu kernels (ops/softmax_loss.cpp has the schemas and the
 // reference kernels): Softmax and LogSoftmax on oneDNN's softmax_forward and
-// logsoftmax_forward (below), ReduceMean on oneDNN's reduction primitive
-// (reduction_mean), fp32. SoftmaxCrossEntropyLoss and its gradient: the reference's loops
-// (ops/softmax_loss_loops.h) over oneTBB chunks, bit for bit the reference.
+// logsoftmax_forward (below), ReduceMean, ReduceSum and ReduceMax on oneDNN's reduction
+// primitive (reduction_mean, reduction_sum, reduction_max), fp32. SoftmaxCrossEntropyLoss and its
+// gradient: the reference's loops (ops/softmax_loss_loops.h) over oneTBB chunks, bit for bit
+// the reference.
 //
 //   ReduceMean(x[N,C,H,W], axes=[2,3], keepdims=1) -> y[N,C,1,1]
 //
@@ -10,10 +11,9 @@
 // of the keepdims=0 form. Size-1 axes are dropped and neighbouring axes of one kind
 // (kept or reduced) merged first, so [N,C,H,W] over [2,3] runs as [N*C, H*W] -> [N*C, 1].
 // When no axis of extent > 1 is reduced (or noop_with_empty_axes with no axes) y is x,
-// copied. oneDNN accumulates in fp32, the reference in double: the results differ by
-// the fp32 sum's rounding (tests/ops/test_cpu_vs_reference.cpp states the tolerance).
-// The reference kernel runs for fp64, for an empty x (a mean of nothing is NaN there)
-// and when oneDNN rejects the descriptors.
+// copied (a mean, sum or max of one element each). oneDNN accumulates in fp32, the reference in double: the results
+// differ by the fp32 sum's rounding (tests/ops/test_cpu_vs_reference.cpp states the tolerance). The reference kernel
+// runs for fp64, for an empty x (a mean of nothing is NaN there, a max -inf) and when oneDNN rejects the descriptors.
 #include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -45,7 +45,8 @@ std::vector<bool> reduced_axes(const KernelContext& ctx) {
   return reduced;
 }
 
-void reduce_mean_cpu(KernelContext& ctx) {
+template <dnnl::algorithm algorithm>
+void reduce_cpu(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (x.dtype() != DataType::Float32 || x.numel() == 0) return du::run_reference(ctx);
@@ -62,15 +63,15 @@ void reduce_mean_cpu(KernelContext& ctx) {
       src.push_back(e), kind.push_back(reduced[d]);
   }
   if (std::find(kind.begin(), kind.end(), true) == kind.end())
-    return parallel_copy(y.raw(), x.raw(), x.nbytes());  // a mean of one element each
+    return parallel_copy(y.raw(), x.raw(), x.nbytes());  // one element each
   if (src.size() > DNNL_MAX_NDIMS) return du::run_reference(ctx);
   std::vector<int64_t> dst = src;
   for (size_t k = 0; k < dst.size(); ++k)
     if (kind[k]) dst[k] = 1;
-  auto plan = du::cached<Plan>(du::key("ReduceMean", src, dst), [&] {
+  auto plan = du::cached<Plan>(du::key("Reduce", static_cast<int>(algorithm), src, dst), [&] {
     du::Md s = du::plain_desc(src), t = du::plain_desc(dst);
     try {
-      dnnl::reduction::desc d(dnnl::algorithm::reduction_mean, s, t, 0.f, 0.f);
+      dnnl::reduction::desc d(algorithm, s, t, 0.f, 0.f);
       dnnl::reduction::primitive_desc pd(d, du::attr(), du::engine());
       return Plan{false, dnnl::reduction(pd), s, t};
     } catch (const dnnl::error&) {
@@ -121,7 +122,9 @@ void softmax_cpu(KernelContext& ctx) {
 void register_softmax_loss_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Softmax", softmax_cpu<false>);
   add_if_schema(r, "cpu", "", "LogSoftmax", softmax_cpu<true>);
-  add_if_schema(r, "cpu", "", "ReduceMean", reduce_mean_cpu);
+  add_if_schema(r, "cpu", "", "ReduceMean", reduce_cpu<dnnl::algorithm::reduction_mean>);
+  add_if_schema(r, "cpu", "", "ReduceSum", reduce_cpu<dnnl::algorithm::reduction_sum>);
+  add_if_schema(r, "cpu", "", "ReduceMax", reduce_cpu<dnnl::algorithm::reduction_max>);
   add_if_schema(r, "cpu", "", "SoftmaxCrossEntropyLoss", [](KernelContext& ctx) {
     dispatch_float(ctx.in(0).dtype(), [&](auto tag) { softmax_loops::sce_kernel<decltype(tag), true>(ctx); });
   });

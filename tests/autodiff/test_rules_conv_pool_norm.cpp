@@ -352,6 +352,52 @@ TEST_CASE("gradcheck: BatchNormalization's opset-13 five-output form as PyTorch 
   CHECK(!bn->has_attr("training_mode"));  // opset 13: the extra outputs make it train
 }
 
+TEST_CASE("gradcheck: LayerNormalization over the last dims, a non-last axis, broadcast Scale/B, no B") {
+  struct Case {
+    std::string what;
+    std::vector<int64_t> x;
+    int64_t axis;
+    std::vector<int64_t> scale, bias;  // bias empty: no B input
+    float eps;
+  };
+  for (const Case& c : {Case{"last dim (nn.LayerNorm)", {2, 3, 5}, -1, {5}, {5}, 1e-5f},
+                        Case{"axis 1 of 3-D", {2, 3, 4}, 1, {3, 4}, {3, 4}, 1e-3f},
+                        Case{"axis 0: one row", {3, 4}, 0, {3, 4}, {3, 4}, 1e-5f},
+                        Case{"axis -2, Scale [1,4] and B [4] broadcast", {2, 3, 4}, -2, {1, 4}, {4}, 0.1f},
+                        Case{"axis 1 of 4-D, no B", {2, 2, 3, 2}, 1, {2, 3, 2}, {}, 1e-5f}}) {
+    CAPTURE(c.what);
+    Net net;
+    std::vector<std::string> ins{net.param("x", c.x, -2, 2), net.param("scale", c.scale, 0.5, 1.5)};
+    if (!c.bias.empty()) ins.push_back(net.param("bias", c.bias));
+    const std::string y = net.node("LayerNormalization", ins,
+                                   {{"axis", Attribute::of_int(c.axis)}, {"epsilon", Attribute::of_float(c.eps)}},
+                                   {"y", "mean", "inv_std"});
+    check(net, y, 24);
+  }
+}
+
+TEST_CASE("LayerNormalization: Mean and InvStdDev on known values; they carry no gradient") {
+  for (DataType t : {DataType::Float32, DataType::Float64}) {
+    CAPTURE(dtype_name(t));
+    // rows [1,3] and [2,6] over axis 1 (eps 0): means 2, 4; variances 1, 4.
+    const TensorMap f{{"x", make(t, {2, 2}, {1, 3, 2, 6})}, {"s", make(t, {2}, {1, 2})}, {"b", make(t, {2}, {0, 1})}};
+    const TensorMap out = run_node(
+        make_node("LayerNormalization", {"x", "s", "b"}, {"y", "m", "r"}, {{"epsilon", Attribute::of_float(0)}}), f,
+        "reference");
+    CHECK(max_abs_diff(out.at("y"), make(t, {2, 2}, {-1, 3, -1, 3})) < 1e-7);
+    CHECK(max_abs_diff(out.at("m"), make(t, {2, 1}, {2, 4})) < 1e-7);
+    CHECK(max_abs_diff(out.at("r"), make(t, {2, 1}, {1, 0.5})) < 1e-7);
+  }
+  Net net;
+  const std::string x = net.param("x", {2, 3});
+  net.node("LayerNormalization", {x, net.param("s", {3})}, {}, {"y", "mean"});
+  const std::string y = net.node("Add", {"y", "mean"});
+  ErrorKind kind = ErrorKind::Internal;
+  const std::string msg = error_of([&] { check_gradients(net.finish(y), net.feeds, 4); }, &kind);
+  CHECK(kind == ErrorKind::Unsupported);
+  CHECK(contains(msg, "only Y carries a gradient"));
+}
+
 TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated outputs, consumers rewired") {
   const PrepareRule& prepare = gradients().find("", "BatchNormalization")->prepare;
   REQUIRE(prepare);

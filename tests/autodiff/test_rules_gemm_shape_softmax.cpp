@@ -330,6 +330,65 @@ TEST_CASE("gradcheck: ReduceMean over axes with and without keepdims, all axes, 
   }
 }
 
+TEST_CASE("gradcheck: ReduceSum (axes input, opset 13) and ReduceMax (axes attribute) over axes, keepdims") {
+  const std::vector<std::vector<int64_t>> all_axes = {{}, {0}, {1}, {-1}, {0, 2}, {2, 1, 0}};
+  for (const auto& axes : all_axes)
+    for (int64_t keepdims : {0, 1}) {
+      CAPTURE(dims_to_string(axes));
+      CAPTURE(keepdims);
+      std::map<std::string, Attribute> attrs{{"keepdims", Attribute::of_int(keepdims)}};
+      GraphBuilder s(13);
+      std::vector<std::string> ins{s.param("p", {2, 3, 4})};
+      if (!axes.empty()) ins.push_back(s.init("axes", ints(axes)));
+      GradCheck r = check(s, s.node("ReduceSum", ins, attrs));
+      CHECK(has_node(r.training.graph, "ReduceSumGrad"));
+      // Continuous random inputs: no two elements of a reduced set tie within h.
+      GraphBuilder m(13);
+      if (!axes.empty()) attrs["axes"] = Attribute::of_ints(axes);
+      r = check(m, m.node("ReduceMax", {m.param("p", {2, 3, 4})}, attrs));
+      CHECK(has_node(r.training.graph, "ReduceMaxGrad"));
+    }
+  for (bool noop : {false, true}) {  // no axes: all of them, or none with noop_with_empty_axes
+    CAPTURE(noop);
+    GraphBuilder b(13);
+    check(b, b.node("ReduceSum", {b.param("p", {2, 3})}, {{"noop_with_empty_axes", Attribute::of_int(noop)}}));
+    GraphBuilder c(18);
+    check(c, c.node("ReduceMax", {c.param("p", {2, 3}), c.init("axes", ints({-2}))},
+                    {{"noop_with_empty_axes", Attribute::of_int(noop)}}));
+  }
+}
+
+TEST_CASE("ReduceMaxGrad splits dY equally among tied maxima, as torch.amax's backward does") {
+  // torch.amax(x, dim=1).sum().backward() for x = [[1,3,3],[2,2,2]] gives
+  // [[0, .5, .5], [1/3, 1/3, 1/3]] (torch 1.13).
+  for (DataType t : {DataType::Float32, DataType::Float64}) {
+    CAPTURE(dtype_name(t));
+    const TensorMap f{
+        {"dy", make(t, {2}, {1, 1})}, {"x", make(t, {2, 3}, {1, 3, 3, 2, 2, 2})}, {"y", make(t, {2}, {3, 2})}};
+    const TensorMap out =
+        run_node(make_node("ReduceMaxGrad", {"dy", "x", "y"}, {"dx"},
+                           {{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}, kTrainrtDomain),
+                 f, "reference");
+    CHECK(max_abs_diff(out.at("dx"), make(t, {2, 3}, {0, 0.5, 0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3})) < 1e-7);
+  }
+}
+
+TEST_CASE(
+    "gradcheck: a transformer-like chain: LayerNorm, batched MatMul with broadcast weights, ReduceMax, ReduceSum") {
+  GraphBuilder b;
+  const std::string x = b.param("x", {2, 3, 4}, -2, 2);
+  const std::string ln = b.node("LayerNormalization", {x, b.param("gamma", {4}, 0.5, 1.5), b.param("beta", {4})});
+  const std::string h = b.node("MatMul", {ln, b.param("W", {4, 5})});                      // [2,3,5]
+  const std::string att = b.node("MatMul", {h, b.param("K", {1, 5, 3})});                  // [2,3,3], K broadcast
+  const std::string m = b.node("ReduceMax", {att}, {{"axes", Attribute::of_ints({-1})}});  // [2,3,1]
+  const std::string s = b.node("ReduceSum", {h, b.init("axes", ints({1}))}, {{"keepdims", Attribute::of_int(0)}});
+  GradCheck r = check(b, b.node("Add", {b.node("ReduceSum", {m}, {{"keepdims", Attribute::of_int(0)}}),
+                                        b.node("ReduceSum", {s}, {{"keepdims", Attribute::of_int(0)}})}));
+  CHECK(has_node(r.training.graph, "LayerNormalizationGrad"));
+  CHECK(has_node(r.training.graph, "ReduceMaxGrad"));
+  CHECK(has_node(r.training.graph, "SumToShape"));  // K's broadcast batch dim summed
+}
+
 TEST_CASE("gradcheck: a small MLP through every family at once") {
   GraphBuilder b;
   const std::string x = b.feed("x", random_tensor(DataType::Float64, {4, 2, 3}, 5));
@@ -581,6 +640,6 @@ TEST_CASE("every gemm/shape/softmax-loss op has a gradient rule, and every backw
       CHECK(s->domain == kTrainrtDomain);
     }
   }
-  CHECK(forward == 11);
-  CHECK(backward == 6);
+  CHECK(forward == 13);
+  CHECK(backward == 8);
 }

@@ -1,6 +1,6 @@
 // The cpu backend's kernels for the data-movement and loss ops against the reference
 // backend: Transpose, Concat, Pad, Flatten, Reshape, ReshapeLike, Identity, Constant,
-// Cast (ops/shape_ops_cpu.cpp, ops/misc_cpu.cpp), ReduceMean (ops/softmax_loss_cpu.cpp),
+// Cast (ops/shape_ops_cpu.cpp, ops/misc_cpu.cpp), ReduceMean, ReduceSum, ReduceMax (ops/softmax_loss_cpu.cpp),
 // SoftmaxCrossEntropyLoss and SoftmaxCrossEntropyLossGrad (ops/softmax_loss.cpp).
 // Seeded random shapes, attributes and dtypes, sizes above and below the parallel
 // grain (ops/core/parallel.h).
@@ -13,7 +13,8 @@
 // reference in double. For n values in [-1, 1] the fp32 sum's rounding error is a
 // random walk of ~sqrt(n) * 2^-24 * |partial sum| with |partial sum| ~ sqrt(n), i.e.
 // ~n * 6e-8 in the sum and ~6e-8 in the mean, whatever n; atol 1e-6 leaves a margin
-// of more than 10 (a relative bound means nothing for means near 0).
+// of more than 10 (a relative bound means nothing for means near 0). ReduceSum: the
+// same error, not divided by n: atol 1e-6 * n for sums of n values. ReduceMax: exact.
 //
 // Every case the cpu kernel claims must also not reach the reference kernel
 // (dnnl_util::reference_fallbacks() unchanged); the documented fallbacks (fp64
@@ -279,6 +280,51 @@ TEST_CASE("cpu vs reference: ReduceMean, random axes, keepdims, opset 13 and 18 
     // fp64: oneDNN has no f64 reduction, so the reference kernel runs (bit equal).
     TensorMap feeds64{{"x", random_tensor(DataType::Float64, dims, 1000 + i)}};
     CHECK(check(n, feeds64, init, opset18 ? 18 : 13) == 1);
+  }
+}
+
+TEST_CASE("cpu vs reference: ReduceSum (axes input) and ReduceMax (axes attribute, opset 18 input), keepdims") {
+  require_cpu_kernel("", "ReduceSum");
+  require_cpu_kernel("", "ReduceMax");
+  std::mt19937_64 rng(243);
+  for (int i = 0; i < 30; ++i) {
+    std::vector<int64_t> dims = random_dims(rng, 1, 5, 9);
+    if (i == 0) dims = {16, 197, 64};  // a ViT's token sums
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    std::vector<int64_t> axes;
+    for (int64_t d = 0; d < rank; ++d)
+      if (pick(rng, 0, 2) == 0) axes.push_back(pick(rng, 0, 1) ? d : d - rank);
+    if (i == 0) axes = {-1};
+    const bool noop = axes.empty() && pick(rng, 0, 1);
+    int64_t count = 1;  // elements summed into one output
+    for (int64_t d = 0; d < rank; ++d)
+      if (!noop &&
+          (axes.empty() || std::count(axes.begin(), axes.end(), d) || std::count(axes.begin(), axes.end(), d - rank)))
+        count *= dims[static_cast<size_t>(d)];
+    std::map<std::string, Attribute> attrs{{"keepdims", Attribute::of_int(i % 2)}};
+    if (noop) attrs["noop_with_empty_axes"] = Attribute::of_int(1);
+    std::vector<std::string> in{"x"};
+    TensorMap init;
+    if (!axes.empty()) {
+      in.push_back("axes");
+      init["axes"] = ints(axes);
+    }
+    CAPTURE(dims_to_string(dims));
+    CAPTURE(dims_to_string(axes));
+    CAPTURE(noop);
+    TensorMap feeds{{"x", random_tensor(DataType::Float32, dims, 1100 + i)}};
+    CHECK(check(make_node("ReduceSum", in, {"y"}, attrs), feeds, init, 13, 1e-6 * static_cast<double>(count)) == 0);
+    TensorMap feeds64{{"x", random_tensor(DataType::Float64, dims, 1100 + i)}};
+    CHECK(check(make_node("ReduceSum", in, {"y"}, attrs), feeds64, init, 13) == 1);
+    // ReduceMax: opset 13 attribute or opset 18 input; a max is exact.
+    const bool opset18 = i % 3 == 2;
+    std::map<std::string, Attribute> max_attrs{{"keepdims", Attribute::of_int(i % 2)}};
+    if (opset18 && noop) max_attrs["noop_with_empty_axes"] = Attribute::of_int(1);
+    if (!opset18 && !axes.empty()) max_attrs["axes"] = Attribute::of_ints(axes);
+    const std::vector<std::string> max_in = opset18 ? in : std::vector<std::string>{"x"};
+    if (!opset18 && noop) continue;  // noop_with_empty_axes needs opset 18 for ReduceMax
+    CHECK(check(make_node("ReduceMax", max_in, {"y"}, max_attrs), feeds, opset18 ? init : TensorMap{},
+                opset18 ? 18 : 13) == 0);
   }
 }
 

@@ -7,7 +7,8 @@
 // kernel's own rounding, and that grows with the length L of the reduction behind an
 // output: dX of ConvGrad sums L = M/G*kH*kW products, dW and dB sum L = N*Ho*Wo, the
 // BatchNormalizationGrad sums (dScale, dBias and, through them, dX) run over
-// L = N*spatial. With random signs the partial sums of L terms of size t grow like
+// L = N*spatial, and the LayerNormalizationGrad sums: dScale and dBias over the rows,
+// dX over a row's D values. With random signs the partial sums of L terms of size t grow like
 // sqrt(L)*t and each of the L additions rounds by 2^-24 of that, so the error is
 // about sqrt(L)*2^-24 times the output's typical (RMS) size, in any summation order
 // (oneDNN's blocked order, its per-thread partial sums). The check for these outputs:
@@ -162,6 +163,20 @@ Compared check_bn_grad(std::vector<int64_t> dims, int mask, float eps, uint64_t 
         return OutTol{0, 0, reduction};
       },
       timed);
+}
+
+// ---- LayerNormalizationGrad --------------------------------------------------
+Compared check_ln_grad(std::vector<int64_t> dims, int64_t axis, int mask, uint64_t seed) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  const std::vector<int64_t> norm(dims.begin() + (axis < 0 ? axis + rank : axis), dims.end());
+  const int64_t D = element_count(norm), rows = element_count(dims) / D;
+  TensorMap feeds{{"dy", rand_f32(dims, seed)},
+                  {"x", rand_f32(dims, seed + 1, -1.5, 2.5)},
+                  {"scale", rand_f32(norm, seed + 2, 0.5, 1.5)}};
+  Node n = make_node("LayerNormalizationGrad", {"dy", "x", "scale"},
+                     {mask & 1 ? "dx" : "", mask & 2 ? "dscale" : "", mask & 4 ? "dbias" : ""},
+                     {{"axis", Attribute::of_int(axis)}, {"epsilon", Attribute::of_float(1e-5f)}}, kTrainrtDomain);
+  return check_same(n, feeds, [=](const std::string& out) { return OutTol{0, 0, out == "dx" ? D : rows}; });
 }
 
 // ---- pools -------------------------------------------------------------------
@@ -321,6 +336,24 @@ TEST_CASE("cpu grad vs reference: BatchNormalizationGrad, random shapes and requ
     CAPTURE(dims_to_string(dims));
     CAPTURE(mask);
     CHECK(check_bn_grad(dims, mask, eps, 700 + static_cast<uint64_t>(i) * 3).fallbacks == 0);
+  }
+}
+
+TEST_CASE("cpu grad vs reference: LayerNormalizationGrad, any axis and requested outputs") {
+  require_cpu_kernel("LayerNormalizationGrad");
+  std::mt19937_64 rng(107);
+  for (int i = 0; i < 20; ++i) {
+    std::vector<int64_t> dims;
+    for (int64_t r = pick(rng, 1, 4); r > 0; --r) dims.push_back(pick(rng, 1, 9));
+    if (i == 0) dims = {2, 197, 768};  // ViT-B/16's encoder at batch 2
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    const int64_t axis = i == 0 ? -1 : pick(rng, -rank, rank - 1);
+    const int mask = i == 0 ? 7 : static_cast<int>(pick(rng, 1, 7));
+    CAPTURE(i);
+    CAPTURE(dims_to_string(dims));
+    CAPTURE(axis);
+    CAPTURE(mask);
+    CHECK(check_ln_grad(dims, axis, mask, 800 + static_cast<uint64_t>(i) * 3).fallbacks == 0);
   }
 }
 

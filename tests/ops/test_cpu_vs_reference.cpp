@@ -12,6 +12,7 @@
 //   signs). atol covers outputs near 0, where a relative bound means nothing.
 // - BatchNormalization: rtol 1e-4, atol 1e-4: fp32 batch mean/variance over up to
 //   N*H*W = 1568 values, then amplified by scale/sqrt(var+eps) (up to ~3 here).
+//   LayerNormalization likewise (row statistics over up to 768 values).
 // - Pools: rtol 1e-5, atol 1e-6 (a max is exact; a mean of <= 49 values).
 // - Relu/LeakyRelu, Add/Sub/Mul/Div: rtol 1e-6, atol 0 (one correctly rounded op).
 // - Sigmoid/Tanh/Softmax: rtol 1e-5, atol 1e-6 (oneDNN's vectorised exp/tanh
@@ -330,6 +331,39 @@ TEST_CASE("cpu vs reference: BatchNormalization at the Wide ResNet's shapes") {
         make_node("BatchNormalization", kBnInputs, {"y", "rm", "rv"}, {{"training_mode", Attribute::of_int(1)}});
     CHECK(check_same(train, bn_feeds({2, c, hw, hw}, c + 1), kNormTol).fallbacks == 0);
   }
+}
+
+// ---- LayerNormalization ---------------------------------------------------
+TEST_CASE("cpu vs reference: LayerNormalization, any axis, with and without B and the statistics outputs") {
+  require_cpu_kernel("LayerNormalization");
+  std::mt19937_64 rng(103);
+  for (int i = 0; i < 20; ++i) {
+    std::vector<int64_t> dims;
+    for (int64_t r = pick(rng, 1, 4); r > 0; --r) dims.push_back(pick(rng, 1, 9));
+    if (i == 0) dims = {2, 197, 768};  // ViT-B/16's encoder at batch 2
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    int64_t axis = i == 0 ? -1 : pick(rng, -rank, rank - 1);
+    const std::vector<int64_t> norm(dims.begin() + (axis < 0 ? axis + rank : axis), dims.end());
+    const bool bias = i % 3 != 1, stats = i % 2 == 1;
+    TensorMap feeds{{"x", random_tensor(DataType::Float32, dims, 1200 + i, -2, 3)},
+                    {"scale", random_tensor(DataType::Float32, norm, 1300 + i, 0.5, 1.5)}};
+    std::vector<std::string> in{"x", "scale"};
+    if (bias) feeds["b"] = random_tensor(DataType::Float32, norm, 1400 + i), in.push_back("b");
+    std::vector<std::string> outs{"y"};
+    if (stats) outs = {"y", "mean", "inv_std"};
+    CAPTURE(i);
+    CAPTURE(dims_to_string(dims));
+    CAPTURE(axis);
+    Node n = make_node("LayerNormalization", in, outs,
+                       {{"axis", Attribute::of_int(axis)}, {"epsilon", Attribute::of_float(i % 2 ? 1e-5f : 1e-3f)}});
+    CHECK(check_same(n, feeds, kNormTol).fallbacks == 0);
+  }
+  // A Scale that broadcasts to the normalized dims runs the reference kernel.
+  TensorMap feeds{{"x", random_tensor(DataType::Float32, {2, 3, 4}, 1)},
+                  {"scale", random_tensor(DataType::Float32, {1, 4}, 2)}};
+  CHECK(check_same(make_node("LayerNormalization", {"x", "scale"}, {"y"}, {{"axis", Attribute::of_int(1)}}), feeds,
+                   kNormTol)
+            .fallbacks == 1);
 }
 
 // ---- Gemm / MatMul --------------------------------------------------------

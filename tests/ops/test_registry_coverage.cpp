@@ -29,6 +29,7 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::SumToShape", "the broadcasting binary ops' rules"},
     {"ai.trainrt::ConvGrad", "Conv's rule"},
     {"ai.trainrt::BatchNormalizationGrad", "BatchNormalization's rule"},
+    {"ai.trainrt::LayerNormalizationGrad", "LayerNormalization's rule"},
     {"ai.trainrt::MaxPoolGrad", "MaxPool's rule"},
     {"ai.trainrt::AveragePoolGrad", "AveragePool's rule"},
     {"ai.trainrt::GlobalAveragePoolGrad", "GlobalAveragePool's rule"},
@@ -40,6 +41,8 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::LogSoftmaxGrad", "LogSoftmax's rule"},
     {"ai.trainrt::SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLoss's rule"},
     {"ai.trainrt::ReduceMeanGrad", "ReduceMean's rule"},
+    {"ai.trainrt::ReduceSumGrad", "ReduceSum's rule"},
+    {"ai.trainrt::ReduceMaxGrad", "ReduceMax's rule"},
 };
 
 // Forward ops without a gradient rule, on purpose.
@@ -68,6 +71,8 @@ const std::map<std::string, std::string> kCpuFallbacks{
     {"ai.trainrt::SoftmaxGrad", "backward of a Softmax outside SoftmaxCrossEntropyLoss (not in the Wide ResNet)"},
     {"ai.trainrt::LogSoftmaxGrad", "backward of a LogSoftmax outside SoftmaxCrossEntropyLoss (not in the Wide ResNet)"},
     {"ai.trainrt::ReduceMeanGrad", "backward of ReduceMean (not in the Wide ResNet)"},
+    {"ai.trainrt::ReduceSumGrad", "backward of ReduceSum (not in the Wide ResNet)"},
+    {"ai.trainrt::ReduceMaxGrad", "backward of ReduceMax (not in the Wide ResNet)"},
     {"ai.trainrt::ConcatGrad", "backward of Concat (not in the Wide ResNet)"},
 };
 
