@@ -100,6 +100,25 @@ Graph per_sample(const Graph& g, const OpRegistry& reg) {
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
+// 17117466 -> "17,117,466".
+std::string thousands(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// Elements of the parameters training updates, as PyTorch counts model.parameters():
+// float initializers in differentiable slots, so BatchNormalization's running
+// statistics are not counted (autodiff/training_graph.h trainable_parameters).
+int64_t trainable_count(const Graph& g) {
+  int64_t n = 0;
+  for (const std::string& p : trainable_parameters(g, {})) n += g.initializers.at(p).numel();
+  return n;
+}
+
 // The memory plan of one training step at --batch (runtime/plan.h) and its gradient buckets.
 void inspect_memory(TrainingGraph t, const Args& a) {
   const int64_t batch = a.positive("batch");
@@ -256,6 +275,7 @@ int cmd_inspect(const Argv& argv) {
     }
   }
   const int64_t params = g.parameter_count();
+  const int64_t trainable = trainable_count(g);
 
   if (a.on("json")) {
     nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
@@ -275,6 +295,7 @@ int cmd_inspect(const Argv& argv) {
     nlohmann::ordered_json o{{"model", path},
                              {"nodes", std::move(nodes)},
                              {"parameters", params},
+                             {"trainable_parameters", trainable},
                              {"flops_per_sample", flops},
                              {"activation_bytes_per_sample", act_bytes},
                              {"unsupported", unsupported}};
@@ -290,7 +311,8 @@ int cmd_inspect(const Argv& argv) {
       for (const std::string& out : n.outputs) outs += (outs.empty() ? "" : ", ") + value_string(g, out);
       std::printf("%4zu  %-28s %-22s (%s) -> (%s)\n", i, n.name.c_str(), n.op_type.c_str(), ins.c_str(), outs.c_str());
     }
-    std::printf("parameters: %lld\n", static_cast<long long>(params));
+    std::printf("parameters: %lld (float initializer elements)\n", static_cast<long long>(params));
+    std::printf("trainable parameters: %s (as PyTorch counts model.parameters())\n", thousands(trainable).c_str());
     std::printf("forward FLOPs per sample: %.4g (%.3f GFLOP)\n", flops, flops / 1e9);
     std::printf("activation bytes per sample: %lld (%.2f MiB)\n", static_cast<long long>(act_bytes),
                 static_cast<double>(act_bytes) / (1 << 20));

@@ -18,6 +18,8 @@ int cmd_evaluate(const Argv& args);
 int cmd_bench(const Argv& args);
 int cmd_plot(const Argv& args);
 int cmd_selftest(const Argv& args);
+int cmd_ops(const Argv& args);
+int cmd_grad(const Argv& args);
 
 // `trainrt --version`: version and every library compiled in.
 std::string version_report();

@@ -24,6 +24,8 @@ const Command kCommands[] = {
     {"bench", trainrt::cmd_bench, "time the full training step of a model (images/s, ms/step, memory)"},
     {"plot", trainrt::cmd_plot, "draw loss and accuracy curves from a --metrics file"},
     {"selftest", trainrt::cmd_selftest, "check this machine's kernels (--device cpu|cuda) against the reference"},
+    {"grad", trainrt::cmd_grad, "write one batch's loss and parameter gradients as TensorProto files"},
+    {"ops", trainrt::cmd_ops, "list the supported ops: opsets, gradient, backends (docs/ops.md)"},
 };
 
 void usage(FILE* to) {
