@@ -88,7 +88,8 @@ run_fuzz() {
 }
 
 # ---------------------------------------------------------------- ASan + UBSan
-# The whole suite (ctest -LE gpu) on a g++ ASan+UBSan build: unit tests, the CLI
+# The whole suite but the slow label (ctest -LE "gpu|slow": the torchvision models' fp64
+# runs) on a g++ ASan+UBSan build: unit tests, the CLI
 # scripts (which run the instrumented trainrt binary) and ONNX conformance.
 san_env() {
   export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0"
@@ -111,7 +112,7 @@ run_asan() {
   [ -e "$dir/pydeps" ] || [ ! -d "$main_build/pydeps" ] || ln -s "$src/$main_build/pydeps" "$dir/pydeps"
   begin "asan ctest"
   st=ok
-  (san_env && ctest --test-dir "$dir" --output-on-failure -LE gpu -j "$JOBS" --timeout 1500) || st=FAIL
+  (san_env && ctest --test-dir "$dir" --output-on-failure -LE "gpu|slow" -j "$JOBS" --timeout 1500) || st=FAIL
   end "asan ctest" $st
 }
 

@@ -30,7 +30,7 @@ install_packages() {
   if [ "$mode" = test ]; then
     # Conformance data, onnx.checker and PyTorch reference scripts.
     # Fuzzing and sanitizer builds use clang's libFuzzer.
-    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-pip clang libclang-rt-14-dev
+    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision python3-pip clang libclang-rt-14-dev
       libomp-14-dev  # clang's OpenMP, for the fuzz build (tools/ci_reliability.sh)
       slurm-wlm munge  # multi-rank tests launch with srun on a one-host Slurm (tools/slurm_local.sh)
       clang-format clang-tidy)  # tools/ci_lint.sh: the committed .clang-format and .clang-tidy
