@@ -54,7 +54,8 @@ void eltwise_cpu(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
-  const auto [alpha, beta] = eltwise_params(ctx);
+  const std::pair<float, float> params = eltwise_params(ctx);
+  const float alpha = params.first, beta = params.second;  // (clang 14 cannot capture bindings)
   auto plan = du::cached<Plan>(du::key("Eltwise", static_cast<int>(alg), x.numel(), alpha, beta), [&] {
     du::Md md = du::plain_desc({x.numel()});
     dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, alpha, beta);

@@ -39,6 +39,7 @@
 #include <limits>
 #include <numbers>
 #include <type_traits>
+#include <utility>
 
 #include "ops/core/broadcast.h"
 #include "ops/core/common.h"
@@ -92,7 +93,8 @@ template <bool kParallel>
 void clip_kernel(KernelContext& ctx) {
   dispatch_arith(ctx.in(0).dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const auto [lo, hi] = clip_bounds<T>(ctx);
+    const std::pair<T, T> bounds = clip_bounds<T>(ctx);
+    const T lo = bounds.first, hi = bounds.second;  // (clang 14 cannot capture bindings)
     const T* x = ctx.in(0).data<T>();
     T* y = ctx.out(0).data<T>();
     for_range<kParallel>(ctx.in(0).numel(), [&](int64_t b, int64_t e) {
@@ -108,7 +110,8 @@ template <bool kParallel>
 void clip_grad_kernel(KernelContext& ctx) {
   dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const auto [lo, hi] = clip_bounds<T>(ctx);
+    const std::pair<T, T> bounds = clip_bounds<T>(ctx);
+    const T lo = bounds.first, hi = bounds.second;  // (clang 14 cannot capture bindings)
     const T* dy = ctx.in(0).data<T>();
     const T* x = ctx.in(1).data<T>();
     T* dx = ctx.out(0).data<T>();
