@@ -6,6 +6,15 @@
 //   Tanh       dX = TanhGrad(dY, Y)                 Sub   dA = SumToShape(dY, A),     dB = SumToShape(-dY, B)
 //                                                   Mul   dA = SumToShape(dY*B, A),   dB = SumToShape(dY*A, B)
 //                                                   Div   dA = SumToShape(dY/B, A),   dB = SumToShape(-(dY/B)*Y, B)
+//   Clip       dX = ClipGrad(dY, X, [min], [max])   Pow   dA', dB' = PowGrad(dY, A, B), each SumToShape'd
+//   HardSigmoid dX = HardSigmoidGrad(dY, X)         Where dX = SumToShape(Where(C, dY, 0), X)
+//   HardSwish  dX = HardSwishGrad(dY, X)                  dY' = SumToShape(Where(C, 0, dY), Y)
+//   Sqrt       dX = SqrtGrad(dY, Y)                 Equal non-differentiable (bool output)
+//   Erf, Gelu  dX = ErfGrad(dY, X), GeluGrad(dY, X)
+//
+// Kinks follow PyTorch: Clip passes dY where min <= x <= max (torch.clamp; note
+// F.relu6 uses min < x < max), HardSigmoid where 0 < alpha*x + beta < 1, HardSwish
+// has x/3 + 1/2 on [-3, 3]. Clip's bounds and Where's condition get no gradient.
 //
 // Broadcasting: an input that was broadcast to Y's shape gets dY summed over the
 // broadcast axes (SumToShape); when its shape is statically Y's, an Identity
@@ -75,6 +84,50 @@ void div_grad(GradBuilder& g) {
   }
 }
 
+// The forward's attributes named in `keys` (those it has), for its backward op.
+std::map<std::string, Attribute> copy_attrs(const Node& n, std::initializer_list<const char*> keys) {
+  std::map<std::string, Attribute> out;
+  for (const char* k : keys)
+    if (n.has_attr(k)) out[k] = n.attrs.at(k);
+  return out;
+}
+
+// The bounds go to ClipGrad as the forward has them: inputs (opset >= 11) or attributes.
+void clip_grad(GradBuilder& g) {
+  std::vector<std::string> ins{g.dy(0), g.input(0)};
+  for (size_t i = 1; i < g.node().inputs.size(); ++i) ins.push_back(g.node().inputs[i]);
+  g.add("ClipGrad", ins, {g.dx(0)}, copy_attrs(g.node(), {"min", "max"}));
+}
+
+void hard_sigmoid_grad(GradBuilder& g) {
+  g.add("HardSigmoidGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, copy_attrs(g.node(), {"alpha", "beta"}));
+}
+void hard_swish_grad(GradBuilder& g) { g.add("HardSwishGrad", {g.dy(0), g.input(0)}, {g.dx(0)}); }
+void sqrt_grad(GradBuilder& g) { g.add("SqrtGrad", {g.dy(0), g.output(0)}, {g.dx(0)}); }
+void erf_grad(GradBuilder& g) { g.add("ErfGrad", {g.dy(0), g.input(0)}, {g.dx(0)}); }
+void gelu_grad(GradBuilder& g) {
+  g.add("GeluGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, copy_attrs(g.node(), {"approximate"}));
+}
+
+// PowGrad writes dA and dB in Y's shape; each is then reduced to its input's shape.
+void pow_grad(GradBuilder& g) {
+  const std::string da = g.needs_dx(0) ? g.tmp("da_full") : "", db = g.needs_dx(1) ? g.tmp("db_full") : "";
+  g.add("PowGrad", {g.dy(0), g.input(0), g.input(1)}, {da, db});
+  if (g.needs_dx(0)) reduce_to_input(g, da, 0);
+  if (g.needs_dx(1)) reduce_to_input(g, db, 1);
+}
+
+// out = C ? X : Y: dY goes to X where C holds and to Y elsewhere.
+void where_grad(GradBuilder& g) {
+  const std::string zero = g.constant("zero", Tensor(g.graph().info(g.output(0)).dtype, {}));
+  for (size_t i : {1u, 2u}) {
+    if (!g.needs_dx(i)) continue;
+    const std::string picked = g.tmp(i == 1 ? "dy_where_c" : "dy_where_not_c");
+    g.add_onnx("Where", {g.input(0), i == 1 ? g.dy(0) : zero, i == 1 ? zero : g.dy(0)}, {picked});
+    reduce_to_input(g, picked, i);
+  }
+}
+
 }  // namespace
 
 void register_elementwise_gradients(GradRegistry& r) {
@@ -88,6 +141,15 @@ void register_elementwise_gradients(GradRegistry& r) {
   r.add_rule("Sub", sub_grad);
   r.add_rule("Mul", mul_grad);
   r.add_rule("Div", div_grad);
+  r.add_rule("Clip", clip_grad, /*differentiable=*/{0});
+  r.add_rule("HardSigmoid", hard_sigmoid_grad);
+  r.add_rule("HardSwish", hard_swish_grad);
+  r.add_rule("Sqrt", sqrt_grad);
+  r.add_rule("Erf", erf_grad);
+  r.add_rule("Gelu", gelu_grad);
+  r.add_rule("Pow", pow_grad);
+  r.add_rule("Where", where_grad, /*differentiable=*/{1, 2});
+  r.add_non_differentiable("Equal");
 }
 
 }  // namespace trainrt

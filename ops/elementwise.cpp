@@ -1,6 +1,9 @@
-// Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh), Neg and arithmetic
-// with numpy broadcasting (Add, Sub, Mul, Div, variadic Sum), and their backward
-// ops (domain ai.trainrt, used by autodiff/rules_elementwise.cpp):
+// Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh, Clip, HardSigmoid,
+// HardSwish, Gelu), Neg, Sqrt, Erf and with numpy broadcasting arithmetic (Add, Sub,
+// Mul, Div, Pow, variadic Sum), Where and Equal, and their backward ops (domain
+// ai.trainrt, used by autodiff/rules_elementwise.cpp). The ops added with Clip keep
+// their loops and formulas in ops/elementwise_loops.h (ClipGrad, PowGrad, ... there);
+// the older ones:
 //
 //   ReluGrad(dY, Y) -> dX              dX = Y > 0 ? dY : 0          (Y = Relu's output)
 //   LeakyReluGrad(dY, X) -> dX         dX = X < 0 ? alpha*dY : dY   (attr alpha, default 0.01)
@@ -70,6 +73,30 @@ void unary_float_rule(InferContext& ctx) {
   ctx.set_output(0, ctx.input(0));
 }
 
+// The broadcast of the shapes of inputs first.. (nullopt where a rank is unknown).
+std::optional<Shape> broadcast_inputs(const InferContext& ctx, size_t first) {
+  std::optional<Shape> out = ctx.input(first).shape;
+  for (size_t i = first + 1; i < ctx.input_count(); ++i) {
+    const std::optional<Shape>& s = ctx.input(i).shape;
+    if (!out || !s) {
+      out.reset();  // some rank is unknown: so is the output's
+      continue;
+    }
+    std::string why;
+    std::optional<Shape> b = broadcast_shapes(*out, *s, &why);
+    if (!b) {
+      const std::string lhs = i == first + 1 ? "input " + std::to_string(first) + " '" + ctx.node().inputs[first] +
+                                                   "' " + shape_to_string(*out)
+                                             : "inputs " + std::to_string(first) + ".." + std::to_string(i - 1) +
+                                                   " (broadcast " + shape_to_string(*out) + ")";
+      ctx.fail("cannot broadcast " + lhs + " with input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' " +
+               shape_to_string(*s) + ": " + why);
+    }
+    out = std::move(b);
+  }
+  return out;
+}
+
 // Y = broadcast(inputs...), every input of input 0's dtype.
 void broadcast_rule(InferContext& ctx, bool integers_ok) {
   const DataType t = ctx.input(0).dtype;
@@ -79,26 +106,8 @@ void broadcast_rule(InferContext& ctx, bool integers_ok) {
     if (t == DataType::Float16 || t == DataType::BFloat16) throw_unsupported(ctx.where(), msg);
     ctx.fail(msg);
   }
-  std::optional<Shape> out = ctx.input(0).shape;
-  for (size_t i = 1; i < ctx.input_count(); ++i) {
-    require_same_dtype(ctx, 0, i);
-    const std::optional<Shape>& s = ctx.input(i).shape;
-    if (!out || !s) {
-      out.reset();  // some rank is unknown: so is the output's
-      continue;
-    }
-    std::string why;
-    std::optional<Shape> b = broadcast_shapes(*out, *s, &why);
-    if (!b) {
-      const std::string lhs = i == 1
-                                  ? "input 0 '" + ctx.node().inputs[0] + "' " + shape_to_string(*out)
-                                  : "inputs 0.." + std::to_string(i - 1) + " (broadcast " + shape_to_string(*out) + ")";
-      ctx.fail("cannot broadcast " + lhs + " with input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' " +
-               shape_to_string(*s) + ": " + why);
-    }
-    out = std::move(b);
-  }
-  ctx.set_output(0, ValueInfo{t, out});
+  for (size_t i = 1; i < ctx.input_count(); ++i) require_same_dtype(ctx, 0, i);
+  ctx.set_output(0, ValueInfo{t, broadcast_inputs(ctx, 0)});
 }
 
 // FLOPs = cost * elements of output 0 (exp/tanh count as one operation).
@@ -300,6 +309,167 @@ OpSchema make_schema(const std::string& op, int since, int min_in, int max_in, S
   return s;
 }
 
+// ---- Clip, Pow, Where, Equal and the activations added with them ------------
+
+// Input i must be float32/float64 or an integer type (or bool where bool_ok).
+DataType require_arith(const InferContext& ctx, size_t i, bool bool_ok = false) {
+  const DataType t = ctx.input(i).dtype;
+  if (is_arith_dtype(t) || (bool_ok && t == DataType::Bool)) return t;
+  const std::string msg = "input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' must be float32, float64" +
+                          (bool_ok ? ", bool" : "") + " or an integer type, got " + dtype_name(t);
+  if (t == DataType::Float16 || t == DataType::BFloat16) throw_unsupported(ctx.where(), msg);
+  ctx.fail(msg);
+}
+
+// Clip: opset 6-10 take the bounds as attributes min/max, opset >= 11 as optional
+// scalar inputs 1 and 2 of X's dtype (either may be missing or "").
+void clip_rule(InferContext& ctx) {
+  const DataType t = require_arith(ctx, 0);
+  const bool attrs = ctx.node().attrs.count("min") || ctx.node().attrs.count("max");
+  const int64_t opset = ctx.graph().opset("");
+  if (opset >= 11 && attrs)
+    ctx.fail("attributes min/max are Clip-6's; at opset " + std::to_string(opset) + " the bounds are inputs 1 and 2");
+  if (opset > 0 && opset < 11 && ctx.input_count() > 1)
+    ctx.fail("Clip at opset " + std::to_string(opset) + " takes the bounds as attributes min/max, not as inputs");
+  for (size_t i = 1; i < ctx.input_count(); ++i) {
+    if (!ctx.has_input(i)) continue;
+    require_same_dtype(ctx, 0, i);
+    const std::optional<Shape>& s = ctx.input(i).shape;
+    if (s && !(s->empty() || (s->size() == 1 && (*s)[0].known() && (*s)[0].value == 1)))
+      ctx.fail("input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' (the " + (i == 1 ? "min" : "max") +
+               " bound) must be a scalar, got " + shape_to_string(*s));
+  }
+  ctx.set_output(0, ValueInfo{t, ctx.input(0).shape});
+}
+
+// Pow(A, B): base and exponent of any numeric types (opset 12+ lets them differ);
+// Y has A's dtype and the broadcast shape.
+void pow_rule(InferContext& ctx) {
+  const DataType t = require_arith(ctx, 0);
+  require_arith(ctx, 1);
+  ctx.set_output(0, ValueInfo{t, broadcast_inputs(ctx, 0)});
+}
+
+// Where(C, X, Y): C bool, X and Y of one dtype; all three broadcast.
+void where_rule(InferContext& ctx) {
+  if (ctx.input(0).dtype != DataType::Bool)
+    ctx.fail("input 0 '" + ctx.node().inputs[0] + "' (the condition) must be bool, got " +
+             dtype_name(ctx.input(0).dtype));
+  const DataType t = ctx.input(1).dtype;
+  if (dtype_size(t) == 0) ctx.fail("input 1 '" + ctx.node().inputs[1] + "' has unsupported dtype " + dtype_name(t));
+  require_same_dtype(ctx, 1, 2);
+  ctx.set_output(0, ValueInfo{t, broadcast_inputs(ctx, 0)});
+}
+
+// Equal(A, B): one numeric or bool dtype; a bool output of the broadcast shape.
+void equal_rule(InferContext& ctx) {
+  require_arith(ctx, 0, /*bool_ok=*/true);
+  require_same_dtype(ctx, 0, 1);
+  ctx.set_output(0, ValueInfo{DataType::Bool, broadcast_inputs(ctx, 0)});
+}
+
+void gelu_rule(InferContext& ctx) {
+  const std::string a = ctx.node().attr_string("approximate", "none");
+  if (a != "none" && a != "tanh") ctx.fail("attribute approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
+  unary_float_rule(ctx);
+}
+
+// PowGrad(dY, A, B) -> dA, dB: A and B broadcast to dY; dA typed like dY, dB like B
+// (a float: an integer exponent has no gradient).
+void pow_grad_rule(InferContext& ctx) {
+  reject_attributes(ctx);
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  require_arith(ctx, 2);
+  const std::optional<Shape> ab = broadcast_inputs(ctx, 1), &dy = ctx.input(0).shape;
+  if (ab && dy && ab->size() != dy->size())
+    ctx.fail("inputs 1 and 2 broadcast to " + shape_to_string(*ab) + ", not to dY's " + shape_to_string(*dy));
+  const bool wants_db = ctx.node().outputs.size() > 1 && !ctx.node().outputs[1].empty();
+  if (wants_db && ctx.input(2).dtype != DataType::Float32 && ctx.input(2).dtype != DataType::Float64)
+    ctx.fail("output 1 (dB) needs a float exponent, input 2 '" + ctx.node().inputs[2] + "' is " +
+             dtype_name(ctx.input(2).dtype));
+  ctx.set_output(0, ctx.input(0));
+  ctx.set_output(1, ValueInfo{ctx.input(2).dtype, dy});
+}
+
+void register_more_elementwise(Registry& r) {
+  using namespace elementwise_loops;
+  auto unary = [](InferContext& ctx) {
+    reject_attributes(ctx);
+    unary_float_rule(ctx);
+  };
+  OpSchema clip = make_schema("Clip", 6, 1, 3, clip_rule, per_output_element(2), {"min", "max"});
+  r.schemas.add(std::move(clip));
+  r.schemas.add(make_schema("HardSigmoid", 6, 1, 1, unary_float_rule, per_output_element(3), {"alpha", "beta"}));
+  r.schemas.add(make_schema("HardSwish", 14, 1, 1, unary, per_output_element(4)));
+  r.schemas.add(make_schema("Sqrt", 6, 1, 1, unary, per_output_element(1)));
+  r.schemas.add(make_schema("Erf", 9, 1, 1, unary, per_output_element(4)));
+  // Gelu is ONNX opset 20's; trainrt's import does not run onnx's checker, so a
+  // model that declares opset 20 (or a graph pass) may use it.
+  r.schemas.add(make_schema("Gelu", 20, 1, 1, gelu_rule, per_output_element(8), {"approximate"}));
+  r.schemas.add(make_schema(
+      "Pow", 7, 2, 2,
+      [](InferContext& ctx) {
+        reject_attributes(ctx);
+        pow_rule(ctx);
+      },
+      per_output_element(4)));
+  r.schemas.add(make_schema(
+      "Where", 9, 3, 3,
+      [](InferContext& ctx) {
+        reject_attributes(ctx);
+        where_rule(ctx);
+      },
+      per_output_element(1)));
+  r.schemas.add(make_schema(
+      "Equal", 7, 2, 2,
+      [](InferContext& ctx) {
+        reject_attributes(ctx);
+        equal_rule(ctx);
+      },
+      per_output_element(1)));
+
+  r.kernels.add("reference", "", "Clip", clip_kernel<false>);
+  r.kernels.add("reference", "", "HardSigmoid", hard_sigmoid_kernel<false>);
+  r.kernels.add("reference", "", "HardSwish", hard_swish_kernel<false>);
+  r.kernels.add("reference", "", "Sqrt", sqrt_kernel<false>);
+  r.kernels.add("reference", "", "Erf", erf_kernel<false>);
+  r.kernels.add("reference", "", "Gelu", gelu_kernel<false>);
+  r.kernels.add("reference", "", "Pow", pow_kernel<false>);
+  r.kernels.add("reference", "", "Where", where_kernel<false>);
+  r.kernels.add("reference", "", "Equal", equal_kernel<false>);
+  // In place: y[i] = f(x[i]) in every backend's kernel (oneDNN's eltwise supports src == dst).
+  for (const char* op : {"Clip", "HardSigmoid", "HardSwish", "Sqrt", "Erf", "Gelu"})
+    r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
+
+  // ---- backward ops (ai.trainrt) ----
+  auto grad_rule = [](InferContext& ctx) {
+    reject_attributes(ctx);
+    same_type_grad_rule(ctx);
+  };
+  OpSchema clip_grad = make_grad_schema("ClipGrad", same_type_grad_rule, per_output_element(2), {"min", "max"});
+  clip_grad.max_inputs = 4;  // dY, X, [min], [max]
+  r.schemas.add(std::move(clip_grad));
+  r.schemas.add(make_grad_schema("HardSigmoidGrad", same_type_grad_rule, per_output_element(4), {"alpha", "beta"}));
+  r.schemas.add(make_grad_schema("HardSwishGrad", grad_rule, per_output_element(4)));
+  r.schemas.add(make_grad_schema("SqrtGrad", grad_rule, per_output_element(2)));
+  r.schemas.add(make_grad_schema("ErfGrad", grad_rule, per_output_element(5)));
+  r.schemas.add(make_grad_schema("GeluGrad", same_type_grad_rule, per_output_element(12), {"approximate"}));
+  OpSchema pow_grad = make_grad_schema("PowGrad", pow_grad_rule, per_output_element(10));
+  pow_grad.min_inputs = pow_grad.max_inputs = 3;
+  pow_grad.max_outputs = 2;
+  r.schemas.add(std::move(pow_grad));
+
+  r.kernels.add("reference", kTrainrtDomain, "ClipGrad", clip_grad_kernel<false>);
+  r.kernels.add("reference", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad_kernel<false>);
+  r.kernels.add("reference", kTrainrtDomain, "HardSwishGrad", hard_swish_grad_kernel<false>);
+  r.kernels.add("reference", kTrainrtDomain, "SqrtGrad", sqrt_grad_kernel<false>);
+  r.kernels.add("reference", kTrainrtDomain, "ErfGrad", erf_grad_kernel<false>);
+  r.kernels.add("reference", kTrainrtDomain, "GeluGrad", gelu_grad_kernel<false>);
+  r.kernels.add("reference", kTrainrtDomain, "PowGrad", pow_grad_kernel<false>);
+  for (const char* op : {"ClipGrad", "HardSigmoidGrad", "HardSwishGrad", "SqrtGrad", "ErfGrad", "GeluGrad"})
+    r.kernels.set_in_place(kTrainrtDomain, op, facts::in_place({{0, 0}}));
+}
 }  // namespace
 
 void register_elementwise(Registry& r) {
@@ -407,6 +577,8 @@ void register_elementwise(Registry& r) {
   for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"})
     r.kernels.set_in_place(kTrainrtDomain, op, facts::in_place({{0, 0}}));
   r.kernels.add("reference", kTrainrtDomain, "SumToShape", sum_to_shape_kernel);
+
+  register_more_elementwise(r);
 }
 
 }  // namespace trainrt

@@ -1,9 +1,11 @@
 // The elementwise family's cpu kernels (ops/elementwise.cpp has the schemas and the
 // reference kernels): the activations and Add/Sub/Mul/Div (fp32) on oneDNN, activations
-// via eltwise_forward, Add/Sub/Mul/Div via binary; then ReluGrad and SumToShape; Sum is
-// the reference's loop over oneTBB chunks (ops/elementwise_loops.h, same bits).
+// via eltwise_forward, Add/Sub/Mul/Div via binary; then ReluGrad and SumToShape. Sum and
+// the ops that oneDNN 2.6 has no primitive for run the reference's loops
+// (ops/elementwise_loops.h) over oneTBB chunks, bit for bit the reference.
 //
 //   Relu y = max(x,0)   LeakyRelu y = x<0 ? alpha*x : x   Sigmoid 1/(1+e^-x)   Tanh
+//   Clip (clip_v2)   HardSwish   Sqrt   Gelu (gelu_erf, gelu_tanh)
 //   Add/Sub/Mul/Div C[*] = A[*] op B[*] with numpy broadcasting
 //
 // Activations see the tensor as one flat vector (layout does not matter). Binary
@@ -35,21 +37,48 @@ struct Plan {
 };
 
 // ---- activations ---------------------------------------------------------
+// oneDNN's alpha and beta: LeakyRelu is relu with a negative slope (plain Relu has
+// alpha 0); Clip is clip_v2 between its bounds.
+std::pair<float, float> eltwise_params(const KernelContext& ctx) {
+  if (ctx.node.op_type == "LeakyRelu") return {ctx.node.attr_float("alpha", 0.01f), 0.f};
+  if (ctx.node.op_type == "Clip") return elementwise_loops::clip_bounds<float>(ctx);
+  // oneDNN 2.6's hardswish is x * relu6(x + 3) / 6; later versions read it as
+  // x * clip(alpha x + beta, 0, 1), so pass ONNX's alpha and beta for either.
+  if (ctx.node.op_type == "HardSwish") return {1.f / 6, 0.5f};
+  return {0.f, 0.f};
+}
+
 template <dnnl::algorithm alg>
 void eltwise_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
-  // LeakyRelu is relu with a negative slope; plain Relu has alpha 0.
-  float alpha = ctx.node.op_type == "LeakyRelu" ? ctx.node.attr_float("alpha", 0.01f) : 0.f;
-  auto plan = du::cached<Plan>(du::key("Eltwise", static_cast<int>(alg), x.numel(), alpha), [&] {
+  const std::pair<float, float> params = eltwise_params(ctx);
+  const float alpha = params.first, beta = params.second;  // (clang 14 cannot capture bindings)
+  auto plan = du::cached<Plan>(du::key("Eltwise", static_cast<int>(alg), x.numel(), alpha, beta), [&] {
     du::Md md = du::plain_desc({x.numel()});
-    dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, alpha, 0.f);
+    dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, alpha, beta);
     dnnl::eltwise_forward::primitive_desc pd(d, du::attr(), du::engine());
     return Plan{false, dnnl::eltwise_forward(pd), md, {}, md};
   });
   du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->src0)}, {DNNL_ARG_DST, du::memory_of(y, plan->dst)}});
+}
+
+void gelu_cpu(KernelContext& ctx) {
+  if (elementwise_loops::gelu_tanh(ctx.node)) return eltwise_cpu<dnnl::algorithm::eltwise_gelu_tanh>(ctx);
+  eltwise_cpu<dnnl::algorithm::eltwise_gelu_erf>(ctx);
+}
+
+// Clip and ClipGrad: the data arguments (X, Y; dY, X, dX) Shared when they have one
+// shape, the scalar bounds Plain.
+NodeLayouts clip_layouts(const Graph& g, const Node& n) {
+  const bool grad = !n.domain.empty();
+  std::vector<std::string> data{n.inputs[0], n.outputs[0]};
+  if (grad) data.push_back(n.inputs[1]);
+  if (!facts::same_shapes(g, data)) return NodeLayouts{};
+  using facts::P, facts::S;
+  return grad ? NodeLayouts{{S, S, P, P}, {S}} : NodeLayouts{{S, P, P}, {S}};
 }
 
 // ---- binary --------------------------------------------------------------
@@ -291,6 +320,26 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Mul", binary_cpu<dnnl::algorithm::binary_mul>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Div", binary_cpu<dnnl::algorithm::binary_div>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Sum", elementwise_loops::sum_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Clip", eltwise_cpu<dnnl::algorithm::eltwise_clip_v2>, clip_layouts);
+  add_if_schema(r, "cpu", "", "HardSwish", eltwise_cpu<dnnl::algorithm::eltwise_hardswish>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Sqrt", eltwise_cpu<dnnl::algorithm::eltwise_sqrt>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Gelu", gelu_cpu, facts::elementwise);
+  // No oneDNN 2.6 primitive (HardSigmoid, Erf, Pow with a tensor exponent, Where, Equal,
+  // the backward ops): the reference loops over oneTBB chunks (ops/elementwise_loops.h).
+  add_if_schema(r, "cpu", "", "HardSigmoid", elementwise_loops::hard_sigmoid_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Erf", elementwise_loops::erf_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Pow", elementwise_loops::pow_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Where", elementwise_loops::where_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Equal", elementwise_loops::equal_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "ClipGrad", elementwise_loops::clip_grad_kernel<true>, clip_layouts);
+  add_if_schema(r, "cpu", kTrainrtDomain, "HardSigmoidGrad", elementwise_loops::hard_sigmoid_grad_kernel<true>,
+                facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "HardSwishGrad", elementwise_loops::hard_swish_grad_kernel<true>,
+                facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "SqrtGrad", elementwise_loops::sqrt_grad_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "ErfGrad", elementwise_loops::erf_grad_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "GeluGrad", elementwise_loops::gelu_grad_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "PowGrad", elementwise_loops::pow_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "ReluGrad", relu_grad_cpu, facts::elementwise);
   // SumToShape(dY, like): a copy when the shapes agree; `like` only lends its dims.
   add_if_schema(r, "cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu, [](const Graph& g, const Node& n) {

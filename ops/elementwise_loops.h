@@ -1,17 +1,358 @@
-// Sum's loop, one template for both backends: the reference kernel (ops/elementwise.cpp)
-// instantiates kParallel=false, the cpu kernel (ops/elementwise_cpu.cpp) kParallel=true,
-// the same code over parallel chunks (ops/core/parallel.h), so the same bits.
+// Loops of the elementwise ops that the reference and the cpu backend share:
+// ops/elementwise.cpp registers them with kParallel = false (the reference kernels),
+// ops/elementwise_cpu.cpp with kParallel = true where oneDNN has no primitive (the same
+// loop over oneTBB chunks, ops/core/parallel.h, so the same bits).
 //
-//   r.kernels.add("reference", "", "Sum", elementwise_loops::sum_kernel<false>);
+//   r.kernels.add("reference", "", "Sum", sum_kernel<false>);
+//   r.kernels.add("reference", "", "Pow", pow_kernel<false>);
+//   r.kernels.add("cpu", "", "Pow", pow_kernel<true>);
+//
+// Formulas (T is the tensor's float type, every operation in T; fp64 is exact to
+// the last rounding of each step):
+//
+//   Clip(X, [min], [max])   y = min(max(x, lo), hi)         NaN stays NaN; lo > hi gives hi
+//   HardSigmoid(X)          y = max(0, min(1, alpha*x + beta))
+//   HardSwish(X)            y = x * min(max(x + 3, 0), 6) / 6   (PyTorch's and oneDNN's order)
+//   Sqrt, Erf               y = sqrt(x), erf(x)
+//   Gelu(X; approximate)    none: y = x/2 * (1 + erf(x/sqrt2))
+//                           tanh: y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+//   Pow(A, B)               y = a^b with broadcasting; float base: pow in T; integer base:
+//                           integer exponent by squaring (wraps mod 2^bits; b < 0 gives
+//                           1/a^|b| truncated), float exponent through double, truncated
+//   Where(C, X, Y)          out = c ? x : y with broadcasting (any dtype, copied as bytes)
+//   Equal(A, B)             out = a == b with broadcasting (bool)
+//
+// Backward ops (ai.trainrt), in dY's shape; conventions at the kinks are PyTorch's:
+//
+//   ClipGrad(dY, X, [min], [max])  dX = lo <= x <= hi ? dY : 0       (torch.clamp)
+//   HardSigmoidGrad(dY, X)         dX = 0 < alpha*x+beta < 1 ? alpha*dY : 0
+//   HardSwishGrad(dY, X)           dX = x < -3 ? 0 : x <= 3 ? dY*(x/3 + 1/2) : dY
+//   SqrtGrad(dY, Y)                dX = dY / (2y)                   (Y = Sqrt's output)
+//   ErfGrad(dY, X)                 dX = dY * 2/sqrt(pi) * exp(-x^2)
+//   GeluGrad(dY, X; approximate)   dX = dY * d/dx Gelu(x)
+//   PowGrad(dY, A, B) -> dA, dB    dA = b == 0 ? 0 : dY * b * a^(b-1)
+//                                  dB = a == 0 && b >= 0 ? 0 : dY * a^b * log(a)
+//                                  (both in dY's shape: the rule reduces them)
 #pragma once
 
-#include <vector>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <type_traits>
+#include <utility>
 
 #include "ops/core/broadcast.h"
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
 
 namespace trainrt::elementwise_loops {
+
+// y[i] = fn(x[i]), float32/float64.
+template <bool kParallel, typename Fn>
+void unary_map(KernelContext& ctx, Fn fn) {
+  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    for_range<kParallel>(ctx.in(0).numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = fn(x[i]);
+    });
+  });
+}
+
+// dx[i] = fn(dy[i], t[i]) over same-shaped float tensors.
+template <bool kParallel, typename Fn>
+void grad_map(KernelContext& ctx, Fn fn) {
+  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* dy = ctx.in(0).data<T>();
+    const T* t = ctx.in(1).data<T>();
+    T* dx = ctx.out(0).data<T>();
+    for_range<kParallel>(ctx.out(0).numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dx[i] = fn(dy[i], t[i]);
+    });
+  });
+}
+
+// ---- Clip -------------------------------------------------------------------
+
+// Clip's bounds as T: inputs 1 and 2 (opset >= 11) or attributes min/max (opset 6-10);
+// a missing bound is T's lowest/highest value.
+template <typename T>
+std::pair<T, T> clip_bounds(const KernelContext& ctx) {
+  T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+  const size_t first = ctx.node.domain.empty() ? 1 : 2;  // ClipGrad has dY first
+  if (ctx.has_input(first)) lo = ctx.in(first).data<T>()[0];
+  if (ctx.has_input(first + 1)) hi = ctx.in(first + 1).data<T>()[0];
+  if (ctx.node.attrs.count("min")) lo = static_cast<T>(ctx.node.attr_float("min", 0.f));
+  if (ctx.node.attrs.count("max")) hi = static_cast<T>(ctx.node.attr_float("max", 0.f));
+  return {lo, hi};
+}
+
+template <bool kParallel>
+void clip_kernel(KernelContext& ctx) {
+  dispatch_arith(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const std::pair<T, T> bounds = clip_bounds<T>(ctx);
+    const T lo = bounds.first, hi = bounds.second;  // (clang 14 cannot capture bindings)
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    for_range<kParallel>(ctx.in(0).numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const T v = x[i] < lo ? lo : x[i];
+        y[i] = v > hi ? hi : v;
+      }
+    });
+  });
+}
+
+template <bool kParallel>
+void clip_grad_kernel(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const std::pair<T, T> bounds = clip_bounds<T>(ctx);
+    const T lo = bounds.first, hi = bounds.second;  // (clang 14 cannot capture bindings)
+    const T* dy = ctx.in(0).data<T>();
+    const T* x = ctx.in(1).data<T>();
+    T* dx = ctx.out(0).data<T>();
+    for_range<kParallel>(ctx.out(0).numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dx[i] = lo <= x[i] && x[i] <= hi ? dy[i] : T(0);
+    });
+  });
+}
+
+// ---- activations ----------------------------------------------------------------
+
+inline double hard_sigmoid_alpha(const Node& n) { return n.attr_float("alpha", 0.2f); }
+inline double hard_sigmoid_beta(const Node& n) { return n.attr_float("beta", 0.5f); }
+
+template <bool kParallel>
+void hard_sigmoid_kernel(KernelContext& ctx) {
+  const double alpha = hard_sigmoid_alpha(ctx.node), beta = hard_sigmoid_beta(ctx.node);
+  unary_map<kParallel>(ctx, [alpha, beta](auto x) {
+    using T = decltype(x);
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return v < T(0) ? T(0) : v > T(1) ? T(1) : v;
+  });
+}
+
+template <bool kParallel>
+void hard_sigmoid_grad_kernel(KernelContext& ctx) {
+  const double alpha = hard_sigmoid_alpha(ctx.node), beta = hard_sigmoid_beta(ctx.node);
+  grad_map<kParallel>(ctx, [alpha, beta](auto dy, auto x) {
+    using T = decltype(x);
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return T(0) < v && v < T(1) ? static_cast<T>(alpha) * dy : T(0);
+  });
+}
+
+template <bool kParallel>
+void hard_swish_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, [](auto x) {
+    using T = decltype(x);
+    const T r = x + T(3) < T(0) ? T(0) : x + T(3) > T(6) ? T(6) : x + T(3);
+    return x * r / T(6);
+  });
+}
+
+template <bool kParallel>
+void hard_swish_grad_kernel(KernelContext& ctx) {
+  grad_map<kParallel>(ctx, [](auto dy, auto x) {
+    using T = decltype(x);
+    return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
+  });
+}
+
+template <bool kParallel>
+void sqrt_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, [](auto x) { return std::sqrt(x); });
+}
+
+template <bool kParallel>
+void sqrt_grad_kernel(KernelContext& ctx) {
+  grad_map<kParallel>(ctx, [](auto dy, auto y) { return dy / (decltype(y)(2) * y); });
+}
+
+template <bool kParallel>
+void erf_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, [](auto x) { return std::erf(x); });
+}
+
+template <bool kParallel>
+void erf_grad_kernel(KernelContext& ctx) {
+  grad_map<kParallel>(ctx, [](auto dy, auto x) {
+    using T = decltype(x);
+    return dy * (T(2) / std::sqrt(std::numbers::pi_v<T>)) * std::exp(-x * x);
+  });
+}
+
+// Gelu's "approximate" attribute: true for "tanh", false for "none" (the default).
+inline bool gelu_tanh(const Node& n) { return n.attr_string("approximate", "none") == "tanh"; }
+
+template <bool kParallel>
+void gelu_kernel(KernelContext& ctx) {
+  if (gelu_tanh(ctx.node))
+    return unary_map<kParallel>(ctx, [](auto x) {
+      using T = decltype(x);
+      const T k = std::sqrt(T(2) / std::numbers::pi_v<T>);
+      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+    });
+  unary_map<kParallel>(ctx, [](auto x) {
+    using T = decltype(x);
+    return T(0.5) * x * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+  });
+}
+
+// none: d/dx = Phi(x) + x * phi(x); tanh: with u = k (x + c x^3), t = tanh(u),
+// d/dx = (1 + t)/2 + x/2 * (1 - t^2) * k (1 + 3c x^2)  (PyTorch's gelu_backward).
+template <bool kParallel>
+void gelu_grad_kernel(KernelContext& ctx) {
+  if (gelu_tanh(ctx.node))
+    return grad_map<kParallel>(ctx, [](auto dy, auto x) {
+      using T = decltype(x);
+      const T k = std::sqrt(T(2) / std::numbers::pi_v<T>), c = T(0.044715);
+      const T t = std::tanh(k * (x + c * x * x * x));
+      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+    });
+  grad_map<kParallel>(ctx, [](auto dy, auto x) {
+    using T = decltype(x);
+    const T cdf = T(0.5) * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+    const T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * std::numbers::pi_v<T>);
+    return dy * (cdf + x * pdf);
+  });
+}
+
+// ---- Pow ----------------------------------------------------------------------
+
+// a^b for one element: T is the base's (and result's) type, U the exponent's.
+template <typename T, typename U>
+T pow_elem(T a, U b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::pow(a, static_cast<T>(b));
+  } else if constexpr (std::is_floating_point_v<U>) {
+    return static_cast<T>(std::trunc(std::pow(static_cast<double>(a), static_cast<double>(b))));
+  } else {
+    if constexpr (std::is_signed_v<U>) {
+      if (b < 0) {  // 1 / a^|b| truncated toward zero: 0 unless |a| == 1
+        if (a == 1) return T(1);
+        if constexpr (std::is_signed_v<T>)
+          if (a == -1) return (b % 2) ? T(-1) : T(1);
+        if (a == 0) throw_bad_input("", "Pow: integer 0 to a negative power");
+        return T(0);
+      }
+    }
+    uint64_t result = 1, base = static_cast<uint64_t>(a);  // wraps mod 2^64, narrowed below
+    for (auto e = static_cast<uint64_t>(b); e; e >>= 1, base *= base)
+      if (e & 1) result *= base;
+    return static_cast<T>(result);
+  }
+}
+
+template <bool kParallel>
+void pow_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.in(0), &b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  dispatch_arith(a.dtype(), [&](auto ta) {
+    dispatch_arith(b.dtype(), [&](auto tb) {
+      using T = decltype(ta);
+      using U = decltype(tb);
+      const BroadcastIndex ia(a.dims(), y.dims()), ib(b.dims(), y.dims());
+      const T* pa = a.data<T>();
+      const U* pb = b.data<U>();
+      T* py = y.data<T>();
+      for_range<kParallel>(y.numel(), [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) py[i] = pow_elem(pa[ia(i)], pb[ib(i)]);
+      });
+    });
+  });
+}
+
+// PowGrad(dY, A, B) -> dA, dB in dY's shape (either output may be omitted). A is a
+// float; B is a float (for dB) or any exponent type (dA only).
+template <bool kParallel>
+void pow_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = ctx.in(0), &a = ctx.in(1), &b = ctx.in(2);
+  dispatch_float(a.dtype(), [&](auto ta) {
+    dispatch_arith(b.dtype(), [&](auto tb) {
+      using T = decltype(ta);
+      using U = decltype(tb);
+      const BroadcastIndex ia(a.dims(), dy.dims()), ib(b.dims(), dy.dims());
+      const T* pdy = dy.data<T>();
+      const T* pa = a.data<T>();
+      const U* pb = b.data<U>();
+      T* da = ctx.has_output(0) ? ctx.out(0).data<T>() : nullptr;
+      U* db = nullptr;
+      if constexpr (std::is_floating_point_v<U>)
+        if (ctx.has_output(1)) db = ctx.out(1).data<U>();
+      for_range<kParallel>(dy.numel(), [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) {
+          const T x = pa[ia(i)];
+          const T p = static_cast<T>(pb[ib(i)]);
+          if (da) da[i] = p == T(0) ? T(0) : pdy[i] * p * std::pow(x, p - T(1));
+          if constexpr (std::is_floating_point_v<U>)
+            if (db) db[i] = static_cast<U>(x == T(0) && p >= T(0) ? T(0) : pdy[i] * std::pow(x, p) * std::log(x));
+        }
+      });
+    });
+  });
+}
+
+// ---- Where, Equal ------------------------------------------------------------------
+
+template <size_t kBytes>
+struct Bytes {
+  unsigned char b[kBytes];
+};
+
+template <bool kParallel>
+void where_kernel(KernelContext& ctx) {
+  const Tensor &c = ctx.in(0), &x = ctx.in(1), &y = ctx.in(2);
+  Tensor& out = ctx.out(0);
+  auto run = [&](auto tag) {
+    using E = decltype(tag);
+    const BroadcastIndex ic(c.dims(), out.dims()), ix(x.dims(), out.dims()), iy(y.dims(), out.dims());
+    const uint8_t* pc = c.data<uint8_t>();
+    const E* px = reinterpret_cast<const E*>(x.raw());
+    const E* py = reinterpret_cast<const E*>(y.raw());
+    E* po = reinterpret_cast<E*>(out.raw());
+    for_range<kParallel>(out.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = pc[ic(i)] ? px[ix(i)] : py[iy(i)];
+    });
+  };
+  switch (dtype_size(x.dtype())) {
+    case 1:
+      return run(Bytes<1>{});
+    case 2:
+      return run(Bytes<2>{});
+    case 4:
+      return run(Bytes<4>{});
+    case 8:
+      return run(Bytes<8>{});
+    default:
+      throw_internal("Where", std::string("unexpected dtype ") + dtype_name(x.dtype()));
+  }
+}
+
+template <bool kParallel>
+void equal_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.in(0), &b = ctx.in(1);
+  Tensor& out = ctx.out(0);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const BroadcastIndex ia(a.dims(), out.dims()), ib(b.dims(), out.dims());
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    uint8_t* po = out.data<uint8_t>();
+    for_range<kParallel>(out.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = pa[ia(i)] == pb[ib(i)];
+    });
+  };
+  if (a.dtype() == DataType::Bool)
+    run(uint8_t{});
+  else
+    dispatch_arith(a.dtype(), run);
+}
 
 // y = x0 + x1 + ... with broadcasting, per element left to right from 0.
 // kParallel: the cpu kernel, the same code over parallel chunks (same bits).

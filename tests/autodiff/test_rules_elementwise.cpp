@@ -97,7 +97,8 @@ Tensor run_grad_op(const std::string& op, const TensorMap& feeds, std::vector<st
   RunOptions o;
   o.training = training;
   TensorMap used;  // run_graph rejects feeds the graph does not read
-  for (const std::string& in : ins) used[in] = feeds.at(in);
+  for (const std::string& in : ins)
+    if (!in.empty()) used[in] = feeds.at(in);
   return run_node(make_node(op, std::move(ins), {"dx"}, std::move(attrs), kTrainrtDomain), used, "reference", {}, o)
       .at("dx");
 }
@@ -280,6 +281,123 @@ TEST_CASE("Dropout that already names its mask keeps it") {
   CHECK(r.training.graph.find_info("drop/mask") == nullptr);
 }
 
+TEST_CASE("gradcheck: Clip with both, one or no bounds; HardSigmoid, HardSwish, Sqrt, Erf, Gelu") {
+  std::mt19937_64 rng(12);
+  auto scalar = [](GraphBuilder& b, const std::string& name, double v) {
+    b.g.initializers[name] = make(DataType::Float64, {}, {v});
+    b.g.values[name] = ValueInfo{DataType::Float64, Shape{}};
+    return name;
+  };
+  for (int trial = 0; trial < 2; ++trial) {
+    CAPTURE(trial);
+    const std::vector<int64_t> dims = random_dims(rng);
+    CAPTURE(dims_to_string(dims));
+    for (const std::vector<std::string>& bounds :
+         std::vector<std::vector<std::string>>{{"lo", "hi"}, {"lo"}, {"", "hi"}, {}}) {
+      GraphBuilder b;
+      b.seed = 200 + static_cast<uint64_t>(trial);
+      std::vector<std::string> ins{b.param("p", dims, -2, 2)};
+      for (const std::string& bound : bounds)
+        ins.push_back(bound.empty() ? "" : scalar(b, bound, bound == "lo" ? -0.5 : 0.7));
+      Graph& g = b.finish(b.node("Clip", ins));
+      GradCheck r = check_gradients(g, b.feeds);
+      CAPTURE(r.worst);
+      CHECK(r.max_error < kTol);
+      CHECK(r.training.params == std::vector<std::string>{"p"});  // the bounds are not trained
+    }
+    const std::vector<std::pair<std::string, std::map<std::string, Attribute>>> ops = {
+        {"HardSigmoid", {}},
+        {"HardSigmoid", {{"alpha", Attribute::of_float(0.3f)}, {"beta", Attribute::of_float(0.4f)}}},
+        {"HardSwish", {}},
+        {"Erf", {}},
+        {"Gelu", {}},
+        {"Gelu", {{"approximate", Attribute::of_string("tanh")}}}};
+    for (const auto& [op, attrs] : ops) {
+      CAPTURE(op);
+      GraphBuilder b;
+      b.seed = 300 + static_cast<uint64_t>(trial);
+      check(b, b.node(op, {b.param("p", dims, -4, 4)}, attrs));
+    }
+    GraphBuilder b;  // Sqrt: away from its pole at 0
+    b.seed = 400 + static_cast<uint64_t>(trial);
+    check(b, b.node("Sqrt", {b.param("p", dims, 0.2, 3)}));
+  }
+}
+
+TEST_CASE("gradcheck: Pow with broadcasting, for base and float exponent; an integer exponent") {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {{2, 3, 4}, {3, 1}}, {{3, 1}, {2, 3, 4}}, {{2, 3}, {}}, {{}, {2, 3}}, {{2, 3}, {2, 3}}};
+  for (const auto& [sa, sb] : shapes) {
+    CAPTURE(dims_to_string(sa));
+    CAPTURE(dims_to_string(sb));
+    GraphBuilder b;
+    check(b, b.node("Pow", {b.param("a", sa, 0.3, 2), b.param("b", sb, -2, 2)}));
+  }
+  GraphBuilder b;  // int64 exponent, negative bases: a gradient for the base only
+  const std::string e = b.feed("e", make(DataType::Int64, {3}, {0, 2, -3}));
+  GradCheck r = check_gradients(b.finish(b.node("Pow", {b.param("a", {2, 3}, -2, -0.5), e})), b.feeds);
+  CAPTURE(r.worst);
+  CHECK(r.max_error < kTol);
+}
+
+TEST_CASE("gradcheck: Where with broadcasting, its condition from Equal (non-differentiable)") {
+  const std::vector<std::vector<int64_t>> x_shapes = {{2, 3}, {3}, {}, {2, 1}};
+  for (const auto& xs : x_shapes) {
+    CAPTURE(dims_to_string(xs));
+    GraphBuilder b;
+    const std::string u = b.feed("u", make(DataType::Int64, {2, 3}, {1, 0, 2, 1, 1, 0}));
+    const std::string one = b.feed("one", make(DataType::Int64, {}, {1}));
+    const std::string c = b.node("Equal", {u, one});
+    check(b, b.node("Where", {c, b.param("x", xs), b.param("y", {3})}));
+  }
+  // Equal is non-differentiable: an initializer read only by it is not trained.
+  GraphBuilder b;
+  const std::string c = b.node("Equal", {b.param("p", {2, 3}), b.feed("q", make(DataType::Float64, {}, {0.5}))});
+  Graph& g = b.finish(b.node("Where", {c, b.param("x", {3}), b.feed("y", make(DataType::Float64, {}, {2}))}));
+  GradCheck r = check_gradients(g, b.feeds);
+  CAPTURE(r.worst);
+  CHECK(r.max_error < kTol);
+  CHECK(r.training.params == std::vector<std::string>{"x"});
+}
+
+TEST_CASE("new backward ops at the kinks follow PyTorch, fp32 and fp64") {
+  for (DataType t : {DataType::Float32, DataType::Float64}) {
+    CAPTURE(dtype_name(t));
+    // Clip(0, 6) as torch.clamp: the gradient passes at exactly min and max.
+    const Tensor dy = make(t, {6}, {1, 2, 3, 4, 5, 6});
+    const TensorMap f{
+        {"dy", dy}, {"x", make(t, {6}, {-3, 0, 3, 6, 6.5, -0.0})}, {"lo", make(t, {}, {0})}, {"hi", make(t, {}, {6})}};
+    CHECK(max_abs_diff(run_grad_op("ClipGrad", f, {"dy", "x", "lo", "hi"}), make(t, {6}, {0, 2, 3, 4, 0, 6})) == 0);
+    CHECK(max_abs_diff(run_grad_op("ClipGrad", f, {"dy", "x", "", "hi"}), make(t, {6}, {1, 2, 3, 4, 0, 6})) == 0);
+    CHECK(max_abs_diff(run_grad_op("ClipGrad", f, {"dy", "x"},
+                                   {{"min", Attribute::of_float(0.f)}, {"max", Attribute::of_float(6.f)}}),
+                       make(t, {6}, {0, 2, 3, 4, 0, 6})) == 0);
+    // HardSigmoid (PyTorch's: alpha 1/6, beta 1/2): zero at x = -3 and 3, alpha inside.
+    const TensorMap h{{"dy", dy}, {"x", make(t, {6}, {-3, 3, 0, -4, 4, 1})}};
+    const std::map<std::string, Attribute> torch_hs{{"alpha", Attribute::of_float(1.f / 6)},
+                                                    {"beta", Attribute::of_float(0.5f)}};
+    const double a6 = 1.f / 6;  // the float attribute, as both dtypes' kernels read it
+    CHECK(max_abs_diff(run_grad_op("HardSigmoidGrad", h, {"dy", "x"}, torch_hs),
+                       make(t, {6}, {0, 0, 3 * a6, 0, 0, 6 * a6})) < 1e-7);
+    // HardSwish: x/3 + 1/2 on [-3, 3] (so -1/2 at -3 and 3/2 at 3), 0 below, 1 above.
+    CHECK(max_abs_diff(run_grad_op("HardSwishGrad", h, {"dy", "x"}), make(t, {6}, {-0.5, 3, 1.5, 0, 5, 6 * 5.0 / 6})) <
+          1e-6);
+    // Pow at a = 0: dA = 0 where b == 0, dB = 0 where b >= 0 (PyTorch's masks).
+    const TensorMap p{
+        {"dy", make(t, {4}, {1, 1, 1, 1})}, {"a", make(t, {4}, {0, 0, 2, 0})}, {"b", make(t, {4}, {0, 2, 3, 1})}};
+    RunOptions o;
+    TensorMap out =
+        run_node(make_node("PowGrad", {"dy", "a", "b"}, {"da", "db"}, {}, kTrainrtDomain), p, "reference", {}, o);
+    CHECK(max_abs_diff(out.at("da"), make(t, {4}, {0, 0, 12, 1})) == 0);
+    CHECK(max_abs_diff(out.at("db"), make(t, {4}, {0, 0, 8 * std::log(2.0), 0})) < 1e-6);
+    // Sqrt: dY / (2 Y); Erf at 0: 2/sqrt(pi).
+    const TensorMap q{{"dy", make(t, {2}, {1, 3})}, {"y", make(t, {2}, {0.5, 2})}};
+    CHECK(max_abs_diff(run_grad_op("SqrtGrad", q, {"dy", "y"}), make(t, {2}, {1, 0.75})) == 0);
+    CHECK(max_abs_diff(run_grad_op("ErfGrad", {{"dy", make(t, {1}, {1})}, {"x", make(t, {1}, {0})}}, {"dy", "x"}),
+                       make(t, {1}, {2 / std::sqrt(M_PI)})) < 1e-6);
+  }
+}
+
 // ---- backward ops: values and shape rules ----------------------------------------
 
 TEST_CASE("backward ops on known values, fp32 and fp64") {
@@ -388,6 +506,10 @@ TEST_CASE("every elementwise/misc op with a reference kernel has a gradient rule
     ++forward;
     CHECK((gr.find(s->domain, s->op_type) != nullptr || gr.is_non_differentiable(s->domain, s->op_type)));
   }
-  CHECK(forward == 14);  // Relu LeakyRelu Sigmoid Tanh Neg Add Sub Mul Div Sum Identity Constant Cast Dropout
-  CHECK(backward == 7);  // ReluGrad LeakyReluGrad SigmoidGrad TanhGrad SumToShape DropoutGrad DropoutReluGrad
+  // Relu LeakyRelu Sigmoid Tanh Neg Add Sub Mul Div Sum Identity Constant Cast Dropout,
+  // Clip HardSigmoid HardSwish Sqrt Erf Gelu Pow Where Equal
+  CHECK(forward == 23);
+  // ReluGrad LeakyReluGrad SigmoidGrad TanhGrad SumToShape DropoutGrad DropoutReluGrad,
+  // ClipGrad HardSigmoidGrad HardSwishGrad SqrtGrad ErfGrad GeluGrad PowGrad
+  CHECK(backward == 14);
 }

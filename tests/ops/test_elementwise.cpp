@@ -211,3 +211,138 @@ TEST_CASE("FLOP rules count output elements") {
   Graph gs = single_node_graph(sum, {{"a", t}, {"b", t}, {"c", t}});
   CHECK(registry().schemas.find("", "Sum")->flops(gs, gs.nodes[0]) == 10);
 }
+
+// ---- Clip, HardSigmoid, HardSwish, Sqrt, Erf, Gelu, Pow, Where, Equal ---------------
+
+namespace {
+
+// Runs `op` on the named inputs in order ("" for an omitted optional one) at `opset`.
+Tensor run_in(const std::string& op, std::vector<std::string> ins, const TensorMap& feeds,
+              std::map<std::string, Attribute> attrs = {}, int64_t opset = 17) {
+  TensorMap used;  // run_graph rejects feeds the graph does not read
+  for (const std::string& in : ins)
+    if (!in.empty()) used[in] = feeds.at(in);
+  Node n = make_node(op, std::move(ins), {"y"}, std::move(attrs));
+  Graph g = single_node_graph(n, used, {}, opset);
+  return run_graph(g, used, *make_backend("reference"), {}).at("y");
+}
+
+}  // namespace
+
+TEST_CASE("Clip: bounds as inputs (opset 11+) or attributes (opset 6-10), either missing; ints; NaN") {
+  for (DataType t : {DataType::Float32, DataType::Float64}) {
+    CAPTURE(dtype_name(t));
+    const Tensor x = make(t, {2, 3}, {-7, -0.5, 0, 3, 6, 9});
+    const TensorMap f{{"x", x}, {"lo", make(t, {}, {0})}, {"hi", make(t, {1}, {6})}};
+    CHECK(max_abs_diff(run_in("Clip", {"x", "lo", "hi"}, f), make(t, {2, 3}, {0, 0, 0, 3, 6, 6})) == 0);
+    CHECK(max_abs_diff(run_in("Clip", {"x", "", "hi"}, f), make(t, {2, 3}, {-7, -0.5, 0, 3, 6, 6})) == 0);
+    CHECK(max_abs_diff(run_in("Clip", {"x", "lo"}, f), make(t, {2, 3}, {0, 0, 0, 3, 6, 9})) == 0);
+    CHECK(max_abs_diff(run_in("Clip", {"x"}, f), x) == 0);
+    const std::map<std::string, Attribute> relu6{{"min", Attribute::of_float(0)}, {"max", Attribute::of_float(6)}};
+    CHECK(max_abs_diff(run_in("Clip", {"x"}, f, relu6, 10), make(t, {2, 3}, {0, 0, 0, 3, 6, 6})) == 0);
+    CHECK(max_abs_diff(run_in("Clip", {"x"}, f, {{"max", Attribute::of_float(1)}}, 6),
+                       make(t, {2, 3}, {-7, -0.5, 0, 1, 1, 1})) == 0);
+    // min > max gives max (numpy.clip's order: max(x, lo) then min(., hi)); NaN stays NaN.
+    const TensorMap g{{"x", make(t, {2}, {NAN, 1})}, {"lo", make(t, {}, {2})}, {"hi", make(t, {}, {1})}};
+    Tensor y = run_in("Clip", {"x", "lo", "hi"}, g);
+    CHECK(std::isnan(y.get_as_double(0)));
+    CHECK(y.get_as_double(1) == 1);
+  }
+  const TensorMap i{{"x", make(DataType::Int8, {4}, {-128, -1, 5, 127})}, {"hi", make(DataType::Int8, {}, {4})}};
+  CHECK(max_abs_diff(run_in("Clip", {"x", "", "hi"}, i), make(DataType::Int8, {4}, {-128, -1, 4, 4})) == 0);
+}
+
+TEST_CASE("HardSigmoid, HardSwish, Sqrt, Erf, Gelu against independent formulas, fp32 and fp64") {
+  for (DataType t : {DataType::Float32, DataType::Float64}) {
+    CAPTURE(dtype_name(t));
+    const double tol = t == DataType::Float32 ? 1e-6 : 1e-15;
+    const Tensor x = make(t, {7}, {-4, -3, -1.25, 0, 0.5, 3, 5});
+    auto expect = [&](const std::function<double(double)>& f) {
+      Tensor y(t, {7});
+      for (int64_t i = 0; i < 7; ++i) y.set_from_double(i, f(x.get_as_double(i)));
+      return y;
+    };
+    auto clamp01 = [](double v) { return std::min(1.0, std::max(0.0, v)); };
+    CHECK(max_abs_diff(run_in("HardSigmoid", {"x"}, {{"x", x}}),
+                       expect([&](double v) { return clamp01(double(0.2f) * v + 0.5); })) < tol);
+    CHECK(max_abs_diff(run_in("HardSigmoid", {"x"}, {{"x", x}},
+                              {{"alpha", Attribute::of_float(0.5f)}, {"beta", Attribute::of_float(0.25f)}}),
+                       expect([&](double v) { return clamp01(0.5 * v + 0.25); })) < tol);
+    CHECK(max_abs_diff(run_in("HardSwish", {"x"}, {{"x", x}}),
+                       expect([&](double v) { return v * clamp01(v / 6 + 0.5); })) < tol);
+    CHECK(max_abs_diff(run_in("Erf", {"x"}, {{"x", x}}), expect([](double v) { return std::erf(v); })) < tol);
+    CHECK(max_abs_diff(run_in("Gelu", {"x"}, {{"x", x}}, {}, 20),
+                       expect([](double v) { return v * 0.5 * std::erfc(-v / std::sqrt(2.0)); })) < tol);
+    CHECK(max_abs_diff(run_in("Gelu", {"x"}, {{"x", x}}, {{"approximate", Attribute::of_string("tanh")}}, 20),
+                       expect([](double v) {
+                         return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+                       })) < tol);
+    const Tensor s = make(t, {4}, {0, 0.25, 2, 1e6});
+    CHECK(max_abs_diff(run_in("Sqrt", {"x"}, {{"x", s}}), make(t, {4}, {0, 0.5, std::sqrt(2.0), 1e3})) < tol);
+    CHECK(std::isnan(run_in("Sqrt", {"x"}, {{"x", make(t, {1}, {-1})}}).get_as_double(0)));
+  }
+}
+
+TEST_CASE("Pow: broadcasting, mixed base and exponent types, integer powers") {
+  for (DataType t : {DataType::Float32, DataType::Float64}) {
+    const TensorMap f{{"a", make(t, {2, 3}, {1, 2, 3, 4, 0.25, -2})}, {"b", make(t, {3}, {2, 0.5, 3})}};
+    CHECK(max_abs_diff(run_in("Pow", {"a", "b"}, f), make(t, {2, 3}, {1, std::sqrt(2.0), 27, 16, 0.5, -8})) < 1e-6);
+    const TensorMap g{{"a", make(t, {3}, {2, -2, 0.5})}, {"b", make(DataType::Int64, {}, {-2})}};
+    CHECK(max_abs_diff(run_in("Pow", {"a", "b"}, g), make(t, {3}, {0.25, 0.25, 4})) == 0);
+  }
+  const TensorMap i{{"a", make(DataType::Int32, {5}, {2, -3, 7, 1, -1})},
+                    {"b", make(DataType::Int64, {5}, {10, 3, 0, -4, -3})}};
+  CHECK(max_abs_diff(run_in("Pow", {"a", "b"}, i), make(DataType::Int32, {5}, {1024, -27, 1, 1, -1})) == 0);
+  const TensorMap m{{"a", make(DataType::Int64, {2}, {4, 3})}, {"b", make(DataType::Float32, {2}, {0.5, 2})}};
+  CHECK(max_abs_diff(run_in("Pow", {"a", "b"}, m), make(DataType::Int64, {2}, {2, 9})) == 0);
+  Graph g = single_node_graph(make_node("Pow", {"a", "b"}, {"y"}), m);
+  CHECK(g.info("y") == ValueInfo{DataType::Int64, shape_of({2})});
+}
+
+TEST_CASE("Where and Equal broadcast; Equal on ints, floats and bools") {
+  Tensor c(DataType::Bool, {2, 1});
+  c.data<uint8_t>()[0] = 1;
+  const TensorMap f{{"c", c}, {"x", make(DataType::Int64, {3}, {1, 2, 3})}, {"z", make(DataType::Int64, {}, {-1})}};
+  CHECK(max_abs_diff(run_in("Where", {"c", "x", "z"}, f), make(DataType::Int64, {2, 3}, {1, 2, 3, -1, -1, -1})) == 0);
+  for (DataType t : {DataType::Float32, DataType::Float64, DataType::Int32, DataType::Bool}) {
+    CAPTURE(dtype_name(t));
+    const TensorMap e{{"a", make(t, {2, 2}, {0, 1, 1, 0})}, {"b", make(t, {2}, {0, 0})}};
+    Tensor y = run_in("Equal", {"a", "b"}, e);
+    CHECK(y.dtype() == DataType::Bool);
+    CHECK(max_abs_diff(y, make(DataType::Bool, {2, 2}, {1, 0, 0, 1})) == 0);
+  }
+  const TensorMap w{{"c", c},
+                    {"x", make(DataType::Float64, {3}, {0.5, 1.5, 2.5})},
+                    {"z", make(DataType::Float64, {2, 3}, {9, 8, 7, 6, 5, 4})}};
+  CHECK(max_abs_diff(run_in("Where", {"c", "x", "z"}, w), make(DataType::Float64, {2, 3}, {0.5, 1.5, 2.5, 6, 5, 4})) ==
+        0);
+}
+
+TEST_CASE("shape rules of Clip, Pow, Where, Equal, Gelu reject bad inputs") {
+  const Tensor x = random_tensor(DataType::Float32, {2, 3}, 1);
+  const TensorMap f{{"x", x},
+                    {"lo", make(DataType::Float32, {}, {0})},
+                    {"v", make(DataType::Float32, {2}, {0, 1})},
+                    {"d", make(DataType::Float64, {}, {0})},
+                    {"c", Tensor(DataType::Bool, {2, 3})},
+                    {"i", Tensor(DataType::Int32, {2, 3})}};
+  auto error = [&](const std::string& op, std::vector<std::string> ins, std::map<std::string, Attribute> attrs = {},
+                   int64_t opset = 17) {
+    ErrorKind kind = ErrorKind::Internal;
+    const std::string e = error_of([&] { run_in(op, std::move(ins), f, std::move(attrs), opset); }, &kind);
+    CHECK(kind == ErrorKind::BadInput);
+    return e;
+  };
+  CHECK(error("Clip", {"x", "v"}).find("(the min bound) must be a scalar") != std::string::npos);
+  CHECK(error("Clip", {"x", "lo", "d"}).find("must share a dtype") != std::string::npos);
+  CHECK(error("Clip", {"x"}, {{"min", Attribute::of_float(0)}}).find("at opset 17 the bounds are inputs") !=
+        std::string::npos);
+  CHECK(error("Clip", {"x", "lo"}, {}, 10).find("takes the bounds as attributes") != std::string::npos);
+  CHECK(error("Pow", {"x", "v"}).find("cannot broadcast") != std::string::npos);
+  CHECK(error("Where", {"x", "x", "x"}).find("(the condition) must be bool") != std::string::npos);
+  CHECK(error("Where", {"c", "x", "i"}).find("must share a dtype") != std::string::npos);
+  CHECK(error("Equal", {"x", "i"}).find("must share a dtype") != std::string::npos);
+  CHECK(error("Gelu", {"x"}, {{"approximate", Attribute::of_string("fast")}}, 20).find("approximate") !=
+        std::string::npos);
+  CHECK(error("Sqrt", {"i"}).find("must be float32 or float64") != std::string::npos);
+}

@@ -27,6 +27,13 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::SigmoidGrad", "Sigmoid's rule"},
     {"ai.trainrt::TanhGrad", "Tanh's rule"},
     {"ai.trainrt::SumToShape", "the broadcasting binary ops' rules"},
+    {"ai.trainrt::ClipGrad", "Clip's rule"},
+    {"ai.trainrt::HardSigmoidGrad", "HardSigmoid's rule"},
+    {"ai.trainrt::HardSwishGrad", "HardSwish's rule"},
+    {"ai.trainrt::SqrtGrad", "Sqrt's rule"},
+    {"ai.trainrt::ErfGrad", "Erf's rule"},
+    {"ai.trainrt::GeluGrad", "Gelu's rule"},
+    {"ai.trainrt::PowGrad", "Pow's rule"},
     {"ai.trainrt::ConvGrad", "Conv's rule"},
     {"ai.trainrt::BatchNormalizationGrad", "BatchNormalization's rule"},
     {"ai.trainrt::LayerNormalizationGrad", "LayerNormalization's rule"},
@@ -48,6 +55,7 @@ const std::map<std::string, std::string> kBackwardOps{
 // Forward ops without a gradient rule, on purpose.
 const std::map<std::string, std::string> kNoGradientRule{
     {"Constant", "no inputs; registered non-differentiable in autodiff/rules_misc.cpp"},
+    {"Equal", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
     {"ai.trainrt::SGD", "optimizer update, appended after differentiation"},
     {"ai.trainrt::Adam", "optimizer update, appended after differentiation"},
     {"ai.trainrt::Increment", "the optimizer's step counter, appended after differentiation"},
