@@ -342,7 +342,8 @@ std::map<std::string, Tensor> read_npz(const std::string& path, uint64_t max_byt
   uint64_t entries = le16(b, eocd + 10), cd = le32(b, eocd + 16);
   if (eocd >= 20 && le32(b, eocd - 20) == 0x07064b50) {  // zip64 locator
     const uint64_t at = le64(b, eocd - 12);
-    if (at > b.size() - 56 || le32(b, at) != 0x06064b50) throw_bad_input(path, "corrupt zip64 end record");
+    if (b.size() < 56 || at > b.size() - 56 || le32(b, at) != 0x06064b50)
+      throw_bad_input(path, "corrupt zip64 end record");
     entries = le64(b, at + 32);
     cd = le64(b, at + 48);
   }
@@ -375,6 +376,9 @@ std::map<std::string, Tensor> read_npz(const std::string& path, uint64_t max_byt
     const uint64_t data = local + 30 + le16(b, local + 26) + le16(b, local + 28);
     if (data > b.size() || packed > b.size() - data) throw_bad_input(where, "zip member is truncated");
     if (size > max_bytes) throw_bad_input(where, "member is larger than the limit of " + std::to_string(max_bytes));
+    if (method == 8 && size / 1032 > packed)  // deflate expands at most 1032:1
+      throw_bad_input(where, "corrupt zip member: " + std::to_string(packed) + " deflated bytes cannot hold " +
+                                 std::to_string(size));
     std::string member = b.substr(data, packed);
     if (method == 8)
       member = inflate_raw(member, size, where);

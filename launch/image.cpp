@@ -57,7 +57,7 @@ void cmyk_to_rgb(Image& im, bool inverted) {
   im.rgb.resize(static_cast<size_t>(n * 3));
 }
 
-DecodeStatus jpeg_decode_c(const uint8_t* data, size_t size, Image* out, JpegError* err) {
+DecodeStatus jpeg_decode_c(const uint8_t* data, size_t size, int64_t max_pixels, Image* out, JpegError* err) {
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&err->mgr);
   err->mgr.error_exit = jpeg_fail;
@@ -72,7 +72,7 @@ DecodeStatus jpeg_decode_c(const uint8_t* data, size_t size, Image* out, JpegErr
   // Grayscale and YCbCr convert to RGB in libjpeg; CMYK and YCCK come out as CMYK.
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-  if (static_cast<int64_t>(cinfo.image_width) * cinfo.image_height > kMaxImagePixels) {
+  if (static_cast<int64_t>(cinfo.image_width) * cinfo.image_height > max_pixels) {
     jpeg_destroy_decompress(&cinfo);
     return kTooLarge;
   }
@@ -115,7 +115,7 @@ void png_read_memory(png_structp png, png_bytep out, size_t n) {
   s->at += n;
 }
 
-DecodeStatus png_decode_c(PngSource* src, Image* out) {
+DecodeStatus png_decode_c(PngSource* src, int64_t max_pixels, Image* out) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, src, png_fail, png_warn);
   if (!png) return std::snprintf(src->message, sizeof src->message, "out of memory"), kLibraryError;
   png_infop info = png_create_info_struct(png);
@@ -130,7 +130,7 @@ DecodeStatus png_decode_c(PngSource* src, Image* out) {
   png_set_read_fn(png, src, png_read_memory);
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-  if (static_cast<int64_t>(w) * h > kMaxImagePixels) {
+  if (static_cast<int64_t>(w) * h > max_pixels) {
     png_destroy_read_struct(&png, &info, nullptr);
     return kTooLarge;
   }
@@ -152,18 +152,21 @@ DecodeStatus png_decode_c(PngSource* src, Image* out) {
   return kDecoded;
 }
 
-[[noreturn]] void too_large(const std::string& where, const char* kind) {
-  throw_bad_input(
-      where, std::string(kind) + " image is larger than the limit of " + std::to_string(kMaxImagePixels) + " pixels");
+[[noreturn]] void too_large(const std::string& where, const char* kind, int64_t max_pixels) {
+  throw_bad_input(where,
+                  std::string(kind) + " image is larger than the limit of " + std::to_string(max_pixels) + " pixels");
 }
 
 // ---------------------------------------------------------------- resampling
-// PIL's bilinear taps (ImagingResample's precompute_coeffs) for `out` samples over
-// `in` source samples: output i reads sources first[i] .. first[i]+count[i]-1.
+// PIL's bilinear taps (ImagingResample's precompute_coeffs and normalize_coeffs_8bpc)
+// for `out` samples over `in` source samples: output i reads sources first[i] ..
+// first[i]+count[i]-1 with weights in fixed point of kPrecision fraction bits.
+constexpr int kPrecision = 32 - 8 - 2;
+
 struct Taps {
   int64_t width = 0;  // weights per output
   std::vector<int64_t> first, count;
-  std::vector<double> w;  // [out][width]
+  std::vector<int32_t> w;  // [out][width]
 };
 
 Taps bilinear_taps(int64_t in, int64_t out) {
@@ -173,53 +176,97 @@ Taps bilinear_taps(int64_t in, int64_t out) {
   t.width = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
   t.first.resize(static_cast<size_t>(out));
   t.count.resize(static_cast<size_t>(out));
-  t.w.assign(static_cast<size_t>(out * t.width), 0.0);
+  t.w.assign(static_cast<size_t>(out * t.width), 0);
+  std::vector<double> w(static_cast<size_t>(t.width));
   for (int64_t i = 0; i < out; ++i) {
     const double center = (static_cast<double>(i) + 0.5) * scale;
     const int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
     const int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
-    double* w = t.w.data() + i * t.width;
     double sum = 0;
     for (int64_t k = 0; k < hi - lo; ++k) {
       const double x = std::abs((static_cast<double>(k + lo) - center + 0.5) / filterscale);
       w[k] = x < 1 ? 1 - x : 0;
       sum += w[k];
     }
-    if (sum > 0)
-      for (int64_t k = 0; k < hi - lo; ++k) w[k] /= sum;
+    for (int64_t k = 0; k < hi - lo; ++k) {
+      const double v = (sum > 0 ? w[k] / sum : 0) * (1 << kPrecision);
+      t.w[i * t.width + k] = static_cast<int32_t>(v < 0 ? std::trunc(v - 0.5) : std::trunc(v + 0.5));
+    }
     t.first[i] = lo;
     t.count[i] = hi - lo;
   }
   return t;
 }
 
-uint8_t round8(double v) { return static_cast<uint8_t>(std::clamp(std::floor(v + 0.5), 0.0, 255.0)); }
+// (sum + half) >> kPrecision, clamped to 8 bits.
+uint8_t clip8(int64_t acc) { return static_cast<uint8_t>(std::clamp<int64_t>(acc >> kPrecision, 0, 255)); }
+
+// Box b of `in` resampled to out_h x out_w; only the window win of that result is
+// computed (rows and columns outside it are never read), into out (win's size).
+void resample(const Image& in, const CropBox& b, int64_t out_h, int64_t out_w, const CropBox& win, Image& out) {
+  if (b.top < 0 || b.left < 0 || b.height < 1 || b.width < 1 || b.top + b.height > in.height ||
+      b.left + b.width > in.width || out_h < 1 || out_w < 1 || win.top < 0 || win.left < 0 ||
+      win.top + win.height > out_h || win.left + win.width > out_w)
+    throw_internal("resize_region", "crop box outside the image");
+  const Taps tx = bilinear_taps(b.width, out_w), ty = bilinear_taps(b.height, out_h);
+  // Horizontal pass over the source rows the window's vertical taps read, rounded to
+  // 8 bits as PIL does, then the vertical pass.
+  const int64_t y0 = ty.first[win.top], y1 = ty.first[win.top + win.height - 1] + ty.count[win.top + win.height - 1];
+  const int64_t W = win.width;
+  std::vector<uint8_t> mid(static_cast<size_t>(std::max<int64_t>(y1 - y0, 0) * W * 3));
+  for (int64_t y = y0; y < y1; ++y) {
+    const uint8_t* row = in.rgb.data() + ((b.top + y) * in.width + b.left) * 3;
+    for (int64_t x = 0; x < W; ++x) {
+      const int64_t ox = win.left + x;
+      const int32_t* w = tx.w.data() + ox * tx.width;
+      const uint8_t* src = row + tx.first[ox] * 3;
+      int64_t acc[3] = {1 << (kPrecision - 1), 1 << (kPrecision - 1), 1 << (kPrecision - 1)};
+      for (int64_t k = 0; k < tx.count[ox]; ++k)
+        for (int c = 0; c < 3; ++c) acc[c] += int64_t{w[k]} * src[k * 3 + c];
+      for (int c = 0; c < 3; ++c) mid[((y - y0) * W + x) * 3 + c] = clip8(acc[c]);
+    }
+  }
+  out.height = win.height;
+  out.width = W;
+  out.rgb.resize(static_cast<size_t>(win.height * W * 3));
+  for (int64_t y = 0; y < win.height; ++y) {
+    const int64_t oy = win.top + y;
+    const int32_t* w = ty.w.data() + oy * ty.width;
+    const uint8_t* src = mid.data() + (ty.first[oy] - y0) * W * 3;
+    for (int64_t x = 0; x < W * 3; ++x) {
+      int64_t acc = 1 << (kPrecision - 1);
+      for (int64_t k = 0; k < ty.count[oy]; ++k) acc += int64_t{w[k]} * src[k * W * 3 + x];
+      out.rgb[y * W * 3 + x] = clip8(acc);
+    }
+  }
+}
 
 }  // namespace
 
-Image decode_jpeg(const uint8_t* data, size_t size, const std::string& where) {
+Image decode_jpeg(const uint8_t* data, size_t size, const std::string& where, int64_t max_pixels) {
   Image im;
   JpegError err;
   err.message[0] = 0;
-  DecodeStatus s = jpeg_decode_c(data, size, &im, &err);
-  if (s == kTooLarge) too_large(where, "JPEG");
+  DecodeStatus s = jpeg_decode_c(data, size, max_pixels, &im, &err);
+  if (s == kTooLarge) too_large(where, "JPEG", max_pixels);
   if (s != kDecoded) throw_bad_input(where, std::string("corrupt or truncated JPEG: ") + err.message);
   return im;
 }
 
-Image decode_png(const uint8_t* data, size_t size, const std::string& where) {
+Image decode_png(const uint8_t* data, size_t size, const std::string& where, int64_t max_pixels) {
   Image im;
   PngSource src{data, size, 0, {0}};
-  DecodeStatus s = png_decode_c(&src, &im);
-  if (s == kTooLarge) too_large(where, "PNG");
+  DecodeStatus s = png_decode_c(&src, max_pixels, &im);
+  if (s == kTooLarge) too_large(where, "PNG", max_pixels);
   if (s != kDecoded) throw_bad_input(where, std::string("corrupt or truncated PNG: ") + src.message);
   return im;
 }
 
-Image decode_image(const std::string& bytes, const std::string& where) {
+Image decode_image(const std::string& bytes, const std::string& where, int64_t max_pixels) {
   const auto* d = reinterpret_cast<const uint8_t*>(bytes.data());
-  if (bytes.size() >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) return decode_jpeg(d, bytes.size(), where);
-  if (bytes.size() >= 8 && png_sig_cmp(d, 0, 8) == 0) return decode_png(d, bytes.size(), where);
+  if (bytes.size() >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff)
+    return decode_jpeg(d, bytes.size(), where, max_pixels);
+  if (bytes.size() >= 8 && png_sig_cmp(d, 0, 8) == 0) return decode_png(d, bytes.size(), where, max_pixels);
   if (bytes.empty()) throw_bad_input(where, "empty file, expected a JPEG or PNG image");
   throw_bad_input(where, "not a JPEG or PNG image (unknown signature)");
 }
@@ -261,33 +308,7 @@ CropBox center_crop(int64_t height, int64_t width, int64_t size) {
 }
 
 void resize_region(const Image& in, const CropBox& b, int64_t out_h, int64_t out_w, Image& out) {
-  if (b.top < 0 || b.left < 0 || b.height < 1 || b.width < 1 || b.top + b.height > in.height ||
-      b.left + b.width > in.width || out_h < 1 || out_w < 1)
-    throw_internal("resize_region", "crop box outside the image");
-  const Taps tx = bilinear_taps(b.width, out_w), ty = bilinear_taps(b.height, out_h);
-  // Horizontal pass over the box's rows, rounded to 8 bits as PIL does, then vertical.
-  std::vector<uint8_t> mid(static_cast<size_t>(b.height * out_w * 3));
-  for (int64_t y = 0; y < b.height; ++y) {
-    const uint8_t* row = in.rgb.data() + ((b.top + y) * in.width + b.left) * 3;
-    for (int64_t x = 0; x < out_w; ++x) {
-      const double* w = tx.w.data() + x * tx.width;
-      double acc[3] = {0, 0, 0};
-      for (int64_t k = 0; k < tx.count[x]; ++k)
-        for (int c = 0; c < 3; ++c) acc[c] += w[k] * row[(tx.first[x] + k) * 3 + c];
-      for (int c = 0; c < 3; ++c) mid[(y * out_w + x) * 3 + c] = round8(acc[c]);
-    }
-  }
-  out.height = out_h;
-  out.width = out_w;
-  out.rgb.resize(static_cast<size_t>(out_h * out_w * 3));
-  for (int64_t y = 0; y < out_h; ++y) {
-    const double* w = ty.w.data() + y * ty.width;
-    for (int64_t x = 0; x < out_w * 3; ++x) {
-      double acc = 0;
-      for (int64_t k = 0; k < ty.count[y]; ++k) acc += w[k] * mid[(ty.first[y] + k) * out_w * 3 + x];
-      out.rgb[y * out_w * 3 + x] = round8(acc);
-    }
-  }
+  resample(in, b, out_h, out_w, {0, 0, out_h, out_w}, out);
 }
 
 void image_to_chw(const Image& im, bool flip, const float* mean, const float* std, float* out) {
@@ -304,15 +325,8 @@ void image_to_chw(const Image& im, bool flip, const float* mean, const float* st
 Image eval_transform(const Image& im, int64_t size) {
   const auto shorter = static_cast<int64_t>(std::nearbyint(static_cast<double>(size) / 0.875));
   const auto [h, w] = resize_shorter(im.height, im.width, shorter);
-  Image resized;
-  resize_region(im, {0, 0, im.height, im.width}, h, w, resized);
-  const CropBox c = center_crop(h, w, size);
-  Image out;
-  out.height = out.width = size;
-  out.rgb.resize(static_cast<size_t>(size * size * 3));
-  for (int64_t y = 0; y < size; ++y)
-    std::memcpy(out.rgb.data() + y * size * 3, resized.rgb.data() + ((c.top + y) * w + c.left) * 3,
-                static_cast<size_t>(size * 3));
+  Image out;  // only the centre crop of the resized image is computed
+  resample(im, {0, 0, im.height, im.width}, h, w, center_crop(h, w, size), out);
   return out;
 }
 

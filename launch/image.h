@@ -20,8 +20,8 @@
 //   resize_shorter + center_crop: Resize(s) scales the shorter side to s and the
 //     longer to int(s*long/short); CenterCrop(size) starts at round((H-size)/2).
 //   resize_region: PIL's bilinear resampling of a box of the image: a triangle
-//     filter widened by the scale when shrinking (antialiasing), horizontal pass then
-//     vertical, each rounded to 8 bits.
+//     filter widened by the scale when shrinking (antialiasing), in PIL's fixed point
+//     (22 fraction bits), horizontal pass then vertical, each rounded to 8 bits.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +39,10 @@ struct Image {
 };
 
 // Decodes by content (JPEG: FF D8 FF, PNG: 89 'PNG'), whatever the file's extension.
-Image decode_image(const std::string& bytes, const std::string& where);
-Image decode_jpeg(const uint8_t* data, size_t size, const std::string& where);
-Image decode_png(const uint8_t* data, size_t size, const std::string& where);
+// An image of more than max_pixels pixels is refused before its pixels are decoded.
+Image decode_image(const std::string& bytes, const std::string& where, int64_t max_pixels = kMaxImagePixels);
+Image decode_jpeg(const uint8_t* data, size_t size, const std::string& where, int64_t max_pixels = kMaxImagePixels);
+Image decode_png(const uint8_t* data, size_t size, const std::string& where, int64_t max_pixels = kMaxImagePixels);
 
 struct CropBox {
   int64_t top = 0, left = 0, height = 0, width = 0;

@@ -301,11 +301,30 @@ Batch BatchStream::build(int64_t k) const {
   }
   // Image files: each decoded and transformed by a task of its own (the batch's task
   // waits for them, stealing work; results do not depend on which thread ran which).
-  if (data_.from_files())
+  // TSan cannot see parallel_for's ordering inside the uninstrumented libtbb: the two
+  // edges (graph/tsan.h) are this thread's state before the tasks, and their writes before
+  // what follows.
+  // A bad file's error is caught in its task; the batch reports its first bad sample's
+  // (the same one whichever thread got there first).
+  if (data_.from_files()) {
+    std::mutex m;
+    int64_t bad = B;
+    std::exception_ptr error;
+    tsan_release(&b);
     tbb::parallel_for(int64_t{0}, B, [&](int64_t j) {
-      prepare_file_sample(data_, b.samples[j], opts_.augment, opts_.seed, opts_.epoch, img + j * per_sample,
-                          opts_.max_file_bytes);
+      tsan_acquire(&b);
+      try {
+        prepare_file_sample(data_, b.samples[j], opts_.augment, opts_.seed, opts_.epoch, img + j * per_sample,
+                            opts_.max_file_bytes);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m);
+        if (j < bad) bad = j, error = std::current_exception();
+      }
+      tsan_release(&b.images);
     });
+    tsan_acquire(&b.images);
+    if (error) std::rethrow_exception(error);
+  }
   b.prepare_seconds = seconds_since(t0);
   b.prepare_start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
   b.prepare_end_ns = b.prepare_start_ns + static_cast<int64_t>(b.prepare_seconds * 1e9);

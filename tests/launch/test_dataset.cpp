@@ -591,6 +591,26 @@ TEST_CASE("bilinear resampling matches PIL's (triangle filter, widened when shri
         std::vector<int>{0, 25, 75, 100});
   resize_region(row, {0, 1, 1, 2}, 1, 1, out);  // box [100, 200] to one pixel: the mean
   CHECK(pixel(out, 0, 0)[0] == 150);
+  // Odd ratios, horizontally and vertically, bit-exact with PIL's fixed point.
+  const std::vector<int> v{3, 250, 17, 99, 180, 64, 7};
+  Image wide, tall;
+  wide.height = tall.width = 1;
+  wide.width = tall.height = 7;
+  for (int x : v) {
+    wide.rgb.insert(wide.rgb.end(), 3, static_cast<uint8_t>(x));
+    tall.rgb.insert(tall.rgb.end(), 3, static_cast<uint8_t>(x));
+  }
+  auto values = [](const Image& im) {
+    std::vector<int> r;
+    for (size_t i = 0; i < im.rgb.size(); i += 3) r.push_back(im.rgb[i]);
+    return r;
+  };
+  resize_region(wide, {0, 0, 1, 7}, 1, 3, out);
+  CHECK(values(out) == std::vector<int>{112, 106, 68});
+  resize_region(wide, {0, 0, 1, 7}, 1, 5, out);
+  CHECK(values(out) == std::vector<int>{85, 121, 99, 128, 26});
+  resize_region(tall, {0, 0, 7, 1}, 3, 1, out);
+  CHECK(values(out) == std::vector<int>{112, 106, 68});
 }
 
 TEST_CASE("torchvision's crop geometry: RandomResizedCrop, its fallback, Resize and CenterCrop") {
