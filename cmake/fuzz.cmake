@@ -40,3 +40,9 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/launch/checkpoint.cpp)
   trainrt_fuzz_target(fuzz_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/launch/checkpoint.cpp)
   target_link_libraries(fuzz_checkpoint PRIVATE trainrt_graph ZLIB::ZLIB)
 endif()
+
+# The image decoders (launch/image.cpp: libjpeg-turbo, libpng), one target each.
+foreach(_fmt jpeg png)
+  trainrt_fuzz_target(fuzz_image_${_fmt} ${CMAKE_CURRENT_SOURCE_DIR}/launch/image.cpp)
+  target_link_libraries(fuzz_image_${_fmt} PRIVATE trainrt_graph JPEG::JPEG PNG::PNG)
+endforeach()

@@ -7,6 +7,7 @@
 //   2 CIFAR-10 test_batch.bin via load_dataset   3 CIFAR-100 test.bin via load_dataset
 //   4 Fashion-MNIST folder via load_dataset: byte 1..4 = big-endian length of the
 //     image file, then the image file, then the label file (image/label count check).
+//   5 npz file via load_dataset (zip: stored or deflated members; npy headers)
 // Readers take paths, so the bytes are written to scratch files first.
 #include <filesystem>
 #include <string>
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const uint8_t mode = data[0] % 5;
+  const uint8_t mode = data[0] % 6;
   ++data, --size;
   const uint64_t max_bytes = 16u << 20;  // gzip bombs stop here, under -rss_limit_mb
   static const fs::path dir = fuzz::scratch_dir() / "data";
@@ -30,6 +31,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::write_bytes(p, data, size);
       if (mode == 0) (void)read_idx_images(p.string(), max_bytes);
       if (mode == 1) (void)read_idx_labels(p.string(), 10, max_bytes);
+      return;
+    }
+    if (mode == 5) {
+      const fs::path p = dir / "arrays.npz";
+      fuzz::write_bytes(p, data, size);
+      DatasetOptions o;
+      o.name = "npz";
+      o.data_dir = p.string();
+      o.max_file_bytes = max_bytes;
+      (void)load_dataset(o);
       return;
     }
     DatasetOptions o;

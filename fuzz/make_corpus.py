@@ -3,7 +3,7 @@
 
     /usr/bin/python3 fuzz/make_corpus.py build-fz/corpus
 
-writes build-fz/corpus/{onnx_import,tensor_proto,dataset,checkpoint}/ (a few hundred small files).
+writes build-fz/corpus/{onnx_import,tensor_proto,dataset,checkpoint,image_jpeg,image_png}/ (a few hundred small files).
 Nothing here is committed: the seeds are rebuilt from tests/data/*.onnx,
 tests/data/wrn_golden/*.pb, ONNX's node tests (Debian libonnx-testdata, when
 installed) and small models / IDX / CIFAR files made below with known structure,
@@ -145,6 +145,40 @@ def checkpoints():
     return [b"\x01" + payload, b"\x00" + header + payload, b"\x00" + header[:10]]
 
 
+def npz_bytes(compressed, rng):
+    import io
+    import numpy as np
+    x = np.array([rng.random() for _ in range(2 * 3 * 2)], dtype=np.float32).reshape(2, 3, 2)
+    y = np.array([0, 1], dtype=np.int64)
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buf, x=x, y=y, x_val=x[:1].astype(np.uint8), y_val=y[:1])
+    return buf.getvalue()
+
+
+def images(fmt, rng):
+    """Small images in the modes the decoder converts (PIL, python3-pil); none without PIL."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return []
+    import io
+    out = []
+    modes = ("RGB", "L", "CMYK") if fmt == "JPEG" else ("RGB", "RGBA", "L", "LA", "P", "I;16", "1")
+    for mode in modes:
+        for w, h in ((3, 2), (17, 9)):
+            im = Image.new("RGB", (w, h))
+            im.putdata([(rng.randrange(256), rng.randrange(256), rng.randrange(256)) for _ in range(w * h)])
+            im = im.convert(mode if mode != "I;16" else "I").convert(mode) if mode != "RGB" else im
+            buf = io.BytesIO()
+            kw = {"progressive": True} if fmt == "JPEG" and w == 17 else {"interlace": 1} if w == 17 else {}
+            try:
+                im.save(buf, fmt, **kw)
+            except (OSError, ValueError):
+                continue
+            out.append(buf.getvalue())
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
@@ -181,10 +215,17 @@ def main():
     put(ds_dir, b"\x02" + cifar(2, 1, rng))
     put(ds_dir, b"\x03" + cifar(2, 2, rng))
     put(ds_dir, b"\x03" + gzip.compress(cifar(1, 2, rng), mtime=0))
+    for compressed in (False, True):
+        put(ds_dir, b"\x05" + npz_bytes(compressed, rng))
+    jpeg_dir = os.path.join(root, "image_jpeg")
+    png_dir = os.path.join(root, "image_png")
+    for fmt, folder in (("JPEG", jpeg_dir), ("PNG", png_dir)):
+        for data in images(fmt, rng):
+            put(folder, data)
     ck_dir = os.path.join(root, "checkpoint")
     for c in checkpoints():
         put(ck_dir, c)
-    for d in (onnx_dir, tp_dir, ds_dir, ck_dir):
+    for d in (onnx_dir, tp_dir, ds_dir, ck_dir, jpeg_dir, png_dir):
         os.makedirs(d, exist_ok=True)  # a seedless target still starts (from empty input)
         print(f"{d}: {len(os.listdir(d))} seeds")
     return 0

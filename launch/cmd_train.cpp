@@ -49,6 +49,16 @@ bool early_stop(const std::vector<double>& acc, int64_t patience, double target)
          std::all_of(acc.end() - patience, acc.end(), [&](double a) { return a >= target; });
 }
 
+// The side of an image folder's crops when --image-size is not given: the model's
+// input H (= W) when both are fixed, else torchvision's 224.
+int64_t model_image_size(const Graph& g) {
+  if (g.inputs.size() != 1) return 224;
+  const ValueInfo& in = g.info(g.inputs[0]);
+  if (in.shape && in.shape->size() == 4 && (*in.shape)[2].known() && (*in.shape)[2].value == (*in.shape)[3].value)
+    return (*in.shape)[2].value;
+  return 224;
+}
+
 // A --resume checkpoint, refused before the data and model are loaded when its flags differ.
 Checkpoint read_resume_checkpoint(const TrainConfig& c) {
   Checkpoint ck = read_checkpoint(c.resume);
@@ -153,6 +163,9 @@ class Tracer {
 class TrainRun {
  public:
   explicit TrainRun(const TrainConfig& c);
+  ~TrainRun() {
+    if (iteration_times_) std::fclose(iteration_times_);
+  }
   void restore(const Checkpoint& ck);
   int run();
 
@@ -185,6 +198,8 @@ class TrainRun {
   TrainerState st_;
   std::string last_checkpoint_;
   int64_t steps_this_run_ = 0;
+  std::FILE* iteration_times_ = nullptr;  // --iteration-times, rank 0
+  bool max_steps_reached() const { return c_.max_steps > 0 && st_.global_step >= c_.max_steps; }
   double reduce_ms_ = 0, exposed_ms_ = 0;  // this epoch's all-reduce time, and the part the optimizer waited for
   const bool tty_ = ::isatty(STDOUT_FILENO);
 };
@@ -210,6 +225,8 @@ TrainRun::TrainRun(const TrainConfig& c) : c_(c) {
   stepper_ = std::make_unique<Stepper>(*session_, comm_.get(), std::move(dp));
   tracer_ = std::make_unique<Tracer>(c, stepper_->data_parallel());
   st_.seed = c.seed;
+  if (lead_ && !c.iteration_times_path.empty() && !(iteration_times_ = std::fopen(c.iteration_times_path.c_str(), "w")))
+    throw_bad_input("--iteration-times " + c.iteration_times_path, "cannot open for writing");
 }
 
 // Ranks first: MPI_Init waits for every rank (under a watchdog), before any long work.
@@ -225,16 +242,22 @@ void TrainRun::start_ranks() {
   backend_->check_math(c_.math);
 }
 
+// The model first: an image folder's crops default to the model's input H/W.
 void TrainRun::load_model_and_data() {
+  forward_ = import_onnx_file(c_.model_path, registry().schemas);
   DatasetOptions dopt;
   dopt.name = c_.dataset;
   dopt.data_dir = c_.data_dir;
   dopt.limit = c_.limit_train;
+  dopt.image_size = c_.image_size > 0 ? c_.image_size : model_image_size(forward_);
   train_ = load_dataset(dopt);
   dopt.train = false;
   dopt.limit = c_.limit_test;
   test_ = load_dataset(dopt);
-  forward_ = import_onnx_file(c_.model_path, registry().schemas);
+  for (Dataset* d : {&train_, &test_}) {
+    if (!c_.mean.empty()) d->mean = c_.mean;
+    if (!c_.std.empty()) d->std = c_.std;
+  }
   io_ = model_io(forward_, train_, c_.model_path);
   for (const std::string& f : c_.optimizer.freeze)
     if (!forward_.is_initializer(f) || !dtype_is_float(forward_.initializers.at(f).dtype()))
@@ -299,7 +322,7 @@ int TrainRun::run() {
                                : std::make_unique<MetricsWriter>(c_.metrics_path, st_.global_step, st_.epoch);
   print_start();
   install_stop_signals();
-  while (st_.epoch < c_.epochs) {
+  while (st_.epoch < c_.epochs && !max_steps_reached()) {
     if (st_.step_in_epoch == 0 && early_stop(st_.val_accuracy, c_.patience, c_.target_accuracy)) {
       std::printf("Early stopping after epoch %lld\n", static_cast<long long>(st_.epoch));
       break;
@@ -333,9 +356,16 @@ bool TrainRun::train_epoch() {
   const auto t0 = std::chrono::steady_clock::now();
   const double seconds_before = st_.epoch_seconds;  // of this epoch, before a resume
   const int64_t first_step = st_.step_in_epoch;
+  auto step_start = t0;
   while (auto batch = stream.next()) {
     const double lr = c_.schedule.at(st_.epoch, st_.step_in_epoch, stream.size());
     const double loss = train_step(*batch, lr);
+    if (iteration_times_) {
+      const auto now = std::chrono::steady_clock::now();
+      std::fprintf(iteration_times_, "%.6f\n", std::chrono::duration<double>(now - step_start).count());
+      std::fflush(iteration_times_);
+      step_start = now;
+    }
     st_.epoch_loss_sum += loss;
     st_.lr = lr;
     ++st_.step_in_epoch;
@@ -347,6 +377,16 @@ bool TrainRun::train_epoch() {
     if (!c_.checkpoint_dir.empty() && c_.checkpoint_every_steps > 0 && st_.global_step % c_.checkpoint_every_steps == 0)
       save(c_.checkpoint_dir);
     if (stop_requested(/*after_step=*/true)) return false;
+    if (max_steps_reached() && st_.step_in_epoch < stream.size()) {
+      // --max-steps mid-epoch: the partial epoch counts in the totals, without validation.
+      if (tty_ && c_.log_every > 0) std::printf("\n");
+      st_.total_seconds += seconds_since(t0);
+      st_.total_images += (st_.step_in_epoch - first_step) * c_.global_batch;
+      std::printf("Stopped after --max-steps %lld steps (epoch %lld, step %lld of %lld)\n",
+                  static_cast<long long>(c_.max_steps), static_cast<long long>(st_.epoch + 1),
+                  static_cast<long long>(st_.step_in_epoch), static_cast<long long>(stream.size()));
+      return true;
+    }
   }
   if (tty_ && c_.log_every > 0) std::printf("\n");
   return end_epoch(seconds_before + seconds_since(t0), first_step);

@@ -14,6 +14,16 @@
 //     1 label byte + 3072 pixel bytes (1024 R, 1024 G, 1024 B: already C,H,W).
 //   CIFAR-100 binary: train.bin / test.bin, records of coarse label byte,
 //     fine label byte + 3072 pixel bytes; the fine label (100 classes) is used.
+//   Image folder (torchvision's ImageFolder): <dir>/train/<class>/<image>, and
+//     <dir>/val/<class>/<image> for the test split; classes are the train/ subfolders
+//     sorted by name (class index = position), files sorted by name, extensions
+//     .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp case-insensitively (torchvision's
+//     IMG_EXTENSIONS; only JPEG and PNG content decodes). Only the file list is read
+//     here: images are decoded when their batch is prepared (launch/pipeline.h).
+//     A class folder without images, or a val/ class that train/ lacks, is an error.
+//   npz (numpy.savez / savez_compressed): arrays x (float32, float64 or uint8, shape
+//     N x ...) and y (integer labels, N); the test split is x_val/y_val when present,
+//     else the training arrays. Stored and deflated members; float64 becomes float32.
 //
 // Why in memory as uint8: the largest set (CIFAR, 50000x3x32x32) is 150 MB as
 // bytes; the pipeline (launch/pipeline.h) converts to normalised float32 per batch.
@@ -21,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,29 +40,38 @@
 namespace trainrt {
 
 struct Dataset {
-  std::string name;    // "fashion-mnist", "mnist", "cifar10", "cifar100"
+  std::string name;    // "fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder", "npz"
   std::string source;  // file or folder it was read from (error messages)
-  Tensor images;       // uint8 [N,C,H,W]
+  Tensor images;       // uint8 [N,C,H,W] (npz: uint8 or float32 [N,...]); empty for an image folder
   Tensor labels;       // int64 [N], each in [0, classes)
   int64_t classes = 0;
-  std::vector<float> mean;  // [C], of x/255
-  std::vector<float> std;   // [C], of x/255
+  std::vector<float> mean;  // [C] (or one value for all), of x/255 for uint8, of x for float32
+  std::vector<float> std;   // [C] (or one value for all)
+  // Image folders: sample i is files[i], decoded and transformed to 3 x image_size x
+  // image_size when its batch is prepared; class_names[k] is class k's folder.
+  std::vector<std::string> files, class_names;
+  int64_t image_size = 0;
 
-  int64_t size() const { return images.empty() ? 0 : images.dims()[0]; }
-  int64_t channels() const { return images.dims()[1]; }
-  int64_t height() const { return images.dims()[2]; }
-  int64_t width() const { return images.dims()[3]; }
-  int64_t sample_bytes() const { return channels() * height() * width(); }
-  const uint8_t* image(int64_t i) const { return images.data<uint8_t>() + i * sample_bytes(); }
+  int64_t size() const { return labels.empty() ? 0 : labels.dims()[0]; }
+  bool from_files() const { return !files.empty() || name == "imagefolder"; }
+  // Shape of one sample as the pipeline delivers it (C,H,W for images).
+  std::vector<int64_t> sample_dims() const;
+  int64_t sample_numel() const;
+  int64_t channels() const { return sample_dims()[0]; }
+  int64_t height() const { return sample_dims()[1]; }
+  int64_t width() const { return sample_dims()[2]; }
+  int64_t sample_bytes() const { return sample_numel() * static_cast<int64_t>(dtype_size(images.dtype())); }
+  const uint8_t* image(int64_t i) const { return images.data<uint8_t>() + i * sample_numel(); }
   int64_t label(int64_t i) const { return labels.data<int64_t>()[i]; }
 };
 
 struct DatasetOptions {
-  std::string name = "fashion-mnist";           // fashion-mnist | mnist | cifar10 | cifar100
+  std::string name = "fashion-mnist";           // fashion-mnist | mnist | cifar10 | cifar100 | imagefolder | npz
   std::string data_dir;                         // "" = default_data_dir(name) (fashion-mnist only)
   bool train = true;                            // train split, else the test split
   int64_t limit = 0;                            // > 0: keep only the first `limit` samples
   uint64_t max_file_bytes = uint64_t{4} << 30;  // per file, after decompression
+  int64_t image_size = 224;                     // imagefolder: the side of the square crops
 };
 
 // The folder used when --data-dir is not given ("" when there is none).
@@ -64,6 +84,13 @@ Tensor read_idx_images(const std::string& path, uint64_t max_bytes);
 Tensor read_idx_labels(const std::string& path, int64_t classes, uint64_t max_bytes);
 // Whole file, gunzipped when it starts with 1f 8b; over max_bytes is an error.
 std::string read_maybe_gzip(const std::string& path, uint64_t max_bytes);
+
+// Arrays of a numpy .npz file by name (npy header checked: dtype, order, shape, size).
+std::map<std::string, Tensor> read_npz(const std::string& path, uint64_t max_bytes);
+// One .npy file's bytes as a tensor; `where` names it in errors.
+Tensor parse_npy(const std::string& bytes, const std::string& where);
+// torchvision's IMG_EXTENSIONS, case-insensitively.
+bool has_image_extension(const std::string& filename);
 
 // Keeps the first n samples (a copy); n >= size() returns d unchanged.
 Dataset take_first(const Dataset& d, int64_t n);

@@ -1,5 +1,6 @@
 #include "launch/pipeline.h"
 
+#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include <random>
 
 #include "graph/error.h"
+#include "graph/onnx_io.h"
 #include "graph/tsan.h"
+#include "launch/image.h"
 
 namespace trainrt {
 
@@ -37,26 +40,42 @@ uint64_t bounded(Next&& next, uint64_t range) {
   return static_cast<uint64_t>(m >> 64);
 }
 
+// mean/std of one value apply to every channel.
+float channel_value(const std::vector<float>& v, int64_t c) { return v.size() == 1 ? v[0] : v[c]; }
+
 std::vector<float> normalise_table(const Dataset& d) {
+  if (d.images.dtype() != DataType::UInt8) return {};
   std::vector<float> lut(static_cast<size_t>(d.channels()) * 256);
   for (int64_t c = 0; c < d.channels(); ++c)
-    for (int v = 0; v < 256; ++v) lut[c * 256 + v] = (static_cast<float>(v) / 255.f - d.mean[c]) / d.std[c];
+    for (int v = 0; v < 256; ++v)
+      lut[c * 256 + v] = (static_cast<float>(v) / 255.f - channel_value(d.mean, c)) / channel_value(d.std, c);
   return lut;
 }
 
 // out[c][y][x] = lut[c][in[c][sy][sx']] with sy = y+dy-pad, sx = x+dx-pad, sx' = flip ? W-1-sx : sx;
 // positions outside the image read the padding value 0.
+// Without augmentation any sample shape C x ... (the first sample dimension is the channel).
 void fill_sample(const Dataset& d, int64_t i, const Augment* aug, int64_t pad, const float* lut, float* out) {
-  const int64_t C = d.channels(), H = d.height(), W = d.width();
+  const int64_t C = d.channels(), inner = d.sample_numel() / std::max<int64_t>(C, 1);
+  if (d.images.dtype() == DataType::Float32) {
+    const float* in = d.images.data<float>() + i * d.sample_numel();
+    for (int64_t c = 0; c < C; ++c) {
+      const float m = channel_value(d.mean, c), s = channel_value(d.std, c);
+      for (int64_t k = 0; k < inner; ++k) out[c * inner + k] = (in[c * inner + k] - m) / s;
+    }
+    return;
+  }
   const uint8_t* in = d.image(i);
+  if (!aug) {
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < inner; ++k) out[c * inner + k] = lut[c * 256 + in[c * inner + k]];
+    return;
+  }
+  const int64_t H = d.height(), W = d.width();
   for (int64_t c = 0; c < C; ++c) {
     const float* t = lut + c * 256;
     const uint8_t* plane = in + c * H * W;
     float* o = out + c * H * W;
-    if (!aug) {
-      for (int64_t k = 0; k < H * W; ++k) o[k] = t[plane[k]];
-      continue;
-    }
     for (int64_t y = 0; y < H; ++y, o += W) {
       int64_t sy = y + aug->dy - pad;
       if (sy < 0 || sy >= H) {
@@ -92,7 +111,9 @@ PipelineOptions eval_options(int64_t batch_size) {
   return o;
 }
 
-bool augment_by_default(const Dataset& d) { return d.name == "cifar10" || d.name == "cifar100"; }
+bool augment_by_default(const Dataset& d) {
+  return d.name == "cifar10" || d.name == "cifar100" || d.name == "imagefolder";
+}
 
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
   std::vector<int64_t> p(static_cast<size_t>(n));
@@ -138,6 +159,20 @@ void prepare_sample(const Dataset& d, int64_t i, const Augment* aug, int64_t pad
   fill_sample(d, i, aug, pad, lut.data(), out);
 }
 
+void prepare_file_sample(const Dataset& d, int64_t i, bool augment, uint64_t seed, int64_t epoch, float* out,
+                         uint64_t max_file_bytes) {
+  const std::string& path = d.files[static_cast<size_t>(i)];
+  const Image im = decode_image(read_file_bytes(path, max_file_bytes), path);
+  const float mean[3] = {channel_value(d.mean, 0), channel_value(d.mean, 1), channel_value(d.mean, 2)};
+  const float std[3] = {channel_value(d.std, 0), channel_value(d.std, 1), channel_value(d.std, 2)};
+  if (!augment) return image_to_chw(eval_transform(im, d.image_size), false, mean, std, out);
+  // RandomResizedCrop's draws, then RandomHorizontalFlip's, from the sample's own stream.
+  uint64_t state = mix(seed, epoch) ^ splitmix64(~static_cast<uint64_t>(i));
+  auto uniform01 = [&] { return static_cast<double>(splitmix64(state++) >> 11) * 0x1.0p-53; };
+  const Image crop = train_transform(im, d.image_size, uniform01);
+  image_to_chw(crop, uniform01() < 0.5, mean, std, out);
+}
+
 // One slot per batch in flight; batch k lives in slot k % prefetch.
 struct BatchStream::State {
   enum Phase { Empty, Queued, Running, Done };
@@ -158,12 +193,21 @@ BatchStream::BatchStream(const Dataset& d, const PipelineOptions& o) : data_(d),
   const std::string where = d.source.empty() ? d.name : d.source;
   if (o.batch_size < 1) throw_bad_input("--batch-size", "must be >= 1, got " + std::to_string(o.batch_size));
   if (o.prefetch < 1 || o.pad < 0) throw_bad_input("data pipeline", "prefetch must be >= 1 and pad >= 0");
-  if (d.images.dtype() != DataType::UInt8 || d.images.rank() != 4 || d.labels.dtype() != DataType::Int64 ||
-      d.labels.dims() != std::vector<int64_t>{d.size()})
-    throw_bad_input(where, "dataset must be uint8 images [N,C,H,W] with int64 labels [N], got images " +
-                               dims_to_string(d.images.dims()) + " and labels " + dims_to_string(d.labels.dims()));
-  if (static_cast<int64_t>(d.mean.size()) != d.channels() || static_cast<int64_t>(d.std.size()) != d.channels())
-    throw_bad_input(where, "mean/std need one value per channel (" + std::to_string(d.channels()) + ")");
+  const bool in_memory = (d.images.dtype() == DataType::UInt8 || d.images.dtype() == DataType::Float32) &&
+                         d.images.rank() >= 2 && d.images.dims()[0] == d.size();
+  if ((!d.from_files() && !in_memory) || (d.from_files() && d.files.size() != static_cast<size_t>(d.size())) ||
+      d.labels.dtype() != DataType::Int64 || d.labels.dims() != std::vector<int64_t>{d.size()})
+    throw_bad_input(where,
+                    "dataset must be uint8/float32 samples [N,...] (or N image files) with int64 labels [N], "
+                    "got " +
+                        dims_to_string(d.images.dims()) + " and labels " + dims_to_string(d.labels.dims()));
+  for (const auto* v : {&d.mean, &d.std})
+    if (v->size() != 1 && static_cast<int64_t>(v->size()) != d.channels())
+      throw_bad_input(where, "mean/std need one value, or one per channel (" + std::to_string(d.channels()) +
+                                 "), got " + std::to_string(v->size()));
+  if (o.augment && !d.from_files() && (d.images.dtype() != DataType::UInt8 || d.images.rank() != 4))
+    throw_bad_input(where, "augmentation (flip + crop) needs uint8 images [N,C,H,W], got " +
+                               std::string(dtype_name(d.images.dtype())) + dims_to_string(d.images.dims()));
   for (float s : d.std)
     if (!(s > 0)) throw_bad_input(where, "std must be > 0");
   samples_ = epoch_samples(d.size(), o);
@@ -232,10 +276,12 @@ Batch BatchStream::build(int64_t k) const {
   auto t0 = std::chrono::steady_clock::now();
   const int64_t first = k * opts_.batch_size;
   const int64_t B = std::min(opts_.batch_size, static_cast<int64_t>(samples_.size()) - first);
-  const int64_t C = data_.channels(), H = data_.height(), W = data_.width();
+  const int64_t per_sample = data_.sample_numel();
+  std::vector<int64_t> dims{B};
+  for (int64_t v : data_.sample_dims()) dims.push_back(v);
   Batch b;
   b.index = k;
-  b.images = Tensor(DataType::Float32, {B, C, H, W});
+  b.images = Tensor(DataType::Float32, dims);
   b.labels = Tensor(DataType::Int64, {B});
   b.samples.assign(samples_.begin() + first, samples_.begin() + first + B);
   float* img = b.images.data<float>();
@@ -248,9 +294,36 @@ Batch BatchStream::build(int64_t k) const {
                       "sample " + std::to_string(i) + ": label " + std::to_string(label) + " is out of range [0, " +
                           std::to_string(data_.classes) + ")");
     lab[j] = label;
+    if (data_.from_files()) continue;  // decoded below, in parallel
     Augment a;
     if (opts_.augment) a = draw_augment(opts_.seed, opts_.epoch, i, opts_.pad);
-    fill_sample(data_, i, opts_.augment ? &a : nullptr, opts_.pad, lut_.data(), img + j * C * H * W);
+    fill_sample(data_, i, opts_.augment ? &a : nullptr, opts_.pad, lut_.data(), img + j * per_sample);
+  }
+  // Image files: each decoded and transformed by a task of its own (the batch's task
+  // waits for them, stealing work; results do not depend on which thread ran which).
+  // TSan cannot see parallel_for's ordering inside the uninstrumented libtbb: the two
+  // edges (graph/tsan.h) are this thread's state before the tasks, and their writes before
+  // what follows.
+  // A bad file's error is caught in its task; the batch reports its first bad sample's
+  // (the same one whichever thread got there first).
+  if (data_.from_files()) {
+    std::mutex m;
+    int64_t bad = B;
+    std::exception_ptr error;
+    tsan_release(&b);
+    tbb::parallel_for(int64_t{0}, B, [&](int64_t j) {
+      tsan_acquire(&b);
+      try {
+        prepare_file_sample(data_, b.samples[j], opts_.augment, opts_.seed, opts_.epoch, img + j * per_sample,
+                            opts_.max_file_bytes);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m);
+        if (j < bad) bad = j, error = std::current_exception();
+      }
+      tsan_release(&b.images);
+    });
+    tsan_acquire(&b.images);
+    if (error) std::rethrow_exception(error);
   }
   b.prepare_seconds = seconds_since(t0);
   b.prepare_start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();

@@ -15,6 +15,9 @@
 // mix(seed, epoch) (splitmix64) and an unbiased bounded draw written here, so it is
 // the same on every platform and standard library.
 //
+// Image folders (launch/dataset.h) are decoded here, each sample by a task of its own
+// within its batch's task: see prepare_file_sample.
+//
 // Augmentation (the seed's RandomHorizontalFlip then RandomCrop(32, padding=4)):
 //   flip with p=0.5, then an H,W window at offset (dy,dx) in [0, 2*pad]^2 of the
 //   image zero-padded by `pad`; padding pixels are 0 and normalise to (0-mean)/std.
@@ -55,15 +58,17 @@ struct PipelineOptions {
   int64_t rank = 0, world = 1;
   int64_t prefetch = 4;     // batches prepared ahead of the consumer
   int64_t first_batch = 0;  // start the epoch here (resume mid-epoch); earlier batches are never built
+  uint64_t max_file_bytes = uint64_t{1} << 30;  // image folders: larger files are an error
 };
 
 // Options for evaluation: fixed order, last partial batch kept, no augmentation.
 PipelineOptions eval_options(int64_t batch_size);
-// CIFAR is augmented by default (the seed's transform); MNIST-like sets are not.
+// CIFAR and image folders are augmented by default (the seed's transform, torchvision's
+// ImageNet training transform); MNIST-like sets and npz arrays are not.
 bool augment_by_default(const Dataset& d);
 
 struct Batch {
-  Tensor images;                                     // float32 [B,C,H,W], normalised
+  Tensor images;                                     // float32 [B,C,H,W] (npz: [B, sample dims]), normalised
   Tensor labels;                                     // int64 [B]
   std::vector<int64_t> samples;                      // dataset index of each row
   int64_t index = 0;                                 // batch number in this epoch
@@ -86,6 +91,11 @@ Augment draw_augment(uint64_t seed, int64_t epoch, int64_t sample, int64_t pad);
 
 // Writes sample i of d as float32 C,H,W to out, augmented when aug is given.
 void prepare_sample(const Dataset& d, int64_t i, const Augment* aug, int64_t pad, float* out);
+// Image folders: decodes d.files[i] and writes it as float32 3 x S x S (S = d.image_size):
+// augment: RandomResizedCrop(S) + RandomHorizontalFlip drawn from (seed, epoch, i);
+// else Resize(round(S/0.875)) + CenterCrop(S) (launch/image.h). Then (x/255-mean)/std.
+void prepare_file_sample(const Dataset& d, int64_t i, bool augment, uint64_t seed, int64_t epoch, float* out,
+                         uint64_t max_file_bytes = uint64_t{1} << 30);
 
 class BatchStream {
  public:

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "autodiff/training_graph.h"
 #include "launch/cli.h"
@@ -24,6 +25,10 @@ struct TrainConfig {
   // Model and data.
   std::string model_path, dataset, data_dir, augment;  // augment: auto | on | none
   int64_t limit_train = 0, limit_test = 0;
+  int64_t image_size = 0;        // imagefolder: --image-size, 0 = the model's input H/W, else 224
+  std::vector<float> mean, std;  // --mean/--std; empty = the dataset's own
+  int64_t max_steps = 0;         // --max-steps: stop after this many steps (0 = no limit)
+  std::string iteration_times_path;
   bool shuffle = true;
   uint64_t seed = 0;
   // Ranks and batches: batch_size is --batch-size, global_batch that rounded down to a

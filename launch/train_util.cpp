@@ -31,13 +31,27 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
   if (g.outputs.empty()) throw_bad_input(where, "the model has no outputs");
   ModelIo io{g.inputs[0], g.outputs[0]};
   const ValueInfo& in = g.info(io.input);
-  Shape want{Dim::sym("N"), Dim::of(d.channels()), Dim::of(d.height()), Dim::of(d.width())};
-  bool ok = in.dtype == DataType::Float32 && in.shape && in.shape->size() == 4;
-  for (size_t i = 1; ok && i < 4; ++i) ok = !(*in.shape)[i].known() || (*in.shape)[i].value == want[i].value;
-  if (!ok)
-    throw_bad_input(where, "input '" + io.input + "' is " + dtype_name(in.dtype) +
-                               shape_to_string(in.shape.value_or(Shape{})) + " but " + d.name + " images are float32" +
-                               shape_to_string(want));
+  const std::vector<int64_t> sample = d.sample_dims();
+  bool ok = in.dtype == DataType::Float32 && in.shape && in.shape->size() == sample.size() + 1;
+  for (size_t i = 1; ok && i <= sample.size(); ++i)
+    ok = !(*in.shape)[i].known() || (*in.shape)[i].value == sample[i - 1];
+  if (!ok) {
+    // "model input 'x' is 1x28x28 per sample, dataset cifar10 gives 3x32x32"
+    auto per_sample = [](auto&& dims, size_t from) {
+      std::string s;
+      for (size_t i = from; i < dims.size(); ++i) s += (i > from ? "x" : "") + dims[i];
+      return s.empty() ? std::string("a scalar") : s;
+    };
+    std::vector<std::string> model, data;
+    for (const Dim& dim : in.shape.value_or(Shape{})) model.push_back(dim.known() ? std::to_string(dim.value) : "?");
+    for (int64_t v : sample) data.push_back(std::to_string(v));
+    std::string what = "model input '" + io.input + "' is " +
+                       (in.shape ? per_sample(model, 1) + " per sample" : std::string("of unknown shape"));
+    if (in.dtype != DataType::Float32) what += std::string(" of ") + dtype_name(in.dtype) + " (float32 needed)";
+    what += ", dataset " + d.name + " gives " + per_sample(data, 0);
+    if (d.from_files()) what += " (--image-size " + std::to_string(d.image_size) + ")";
+    throw_bad_input(where, what);
+  }
   const ValueInfo& out = g.info(io.logits);
   if (!out.shape || out.shape->size() != 2 || ((*out.shape)[1].known() && (*out.shape)[1].value != d.classes))
     throw_bad_input(where, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) + " but " +

@@ -15,9 +15,10 @@
 # ASan + UBSan), build-as (g++, ASan + UBSan), build-ts (g++, TSan). Override the
 # prefix with TRAINRT_RELIABILITY_PREFIX (default "build-").
 #
-# Budget (2 cores, CI limit 90 min): build + ctest ~10 min; fuzz (a clang build + 4
-# targets x FUZZ_SECONDS) ~6 min; asan (a g++ ASan+UBSan build of everything + the
-# whole ctest suite, label cpu) ~10-15 min; tsan (a TSan build of the libraries and
+# Budget (2 cores, CI limit 90 min): build + ctest ~10 min; fuzz (a clang build + 6
+# targets x FUZZ_SECONDS: onnx_import, tensor_proto, dataset, checkpoint, image_jpeg,
+# image_png) ~8 min; asan (a g++ ASan+UBSan build of everything + the whole ctest
+# suite, label cpu) ~10-15 min; tsan (a TSan build of the libraries and
 # three test programs + their run) ~4 min. Measured times, and what each phase leaves
 # out and why, are in docs/reliability.md.
 set -euo pipefail

@@ -25,6 +25,7 @@ install_packages() {
     libonnx-dev libprotobuf-dev protobuf-compiler
     libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
     doctest-dev libopenmpi-dev openmpi-bin zlib1g-dev nlohmann-json3-dev
+    libjpeg62-turbo-dev libpng-dev  # image-folder datasets: JPEG and PNG decoding (launch/image.cpp)
     dataset-fashion-mnist gnuplot-nox
   )
   if [ "$mode" = test ]; then
@@ -32,6 +33,7 @@ install_packages() {
     # Fuzzing and sanitizer builds use clang's libFuzzer.
     pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision python3-pip clang libclang-rt-14-dev
       libomp-14-dev  # clang's OpenMP, for the fuzz build (tools/ci_reliability.sh)
+      python3-pil  # tests/cli/train_imagefolder.sh and fuzz/make_corpus.py write JPEG/PNG files
       slurm-wlm munge  # multi-rank tests launch with srun on a one-host Slurm (tools/slurm_local.sh)
       clang-format clang-tidy)  # tools/ci_lint.sh: the committed .clang-format and .clang-tidy
   fi
