@@ -234,7 +234,8 @@ void reshape_infer(InferContext& ctx) {
   if (n.has_attr("allowzero") && ctx.graph().opset("") < 14)
     ctx.fail("attribute 'allowzero' needs ai.onnx opset 14, the model imports opset " +
              std::to_string(ctx.graph().opset("")));
-  if (ctx.input(1).dtype != DataType::Int64) ctx.fail("input 1 (shape) must be int64");
+  if (ctx.input(1).dtype != DataType::Int64)
+    ctx.fail("input 1 '" + n.inputs[1] + "' (shape) must be int64, got " + dtype_name(ctx.input(1).dtype));
   const std::optional<std::vector<ShapeInt>> ints = ctx.input_ints(1);
   if (!ints) {  // computed at run time: the rank when the shape's length is known
     const ValueInfo& v = ctx.input(1);
