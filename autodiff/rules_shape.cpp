@@ -4,6 +4,12 @@
 //   Transpose          dX = Transpose(dY, perm = inverse(perm))
 //   Concat             (dX0, dX1, ...) = ConcatGrad(dY, X0, X1, ...; axis)
 //   Pad                dX = Pad(dY, -pads[, axes])             (data input only; constant mode)
+//   Squeeze, Unsqueeze dX = ReshapeLike(dY, X)
+//   Gather             dX = GatherGrad(dY, indices, X; axis)   (scatter-add into zeros of X's shape)
+//   Slice              dX = SliceGrad(dY, X, starts, ends, axes, steps)   (scatter into zeros)
+//   Split              dX = Concat(dY_0, dY_1, ...; axis)      (zeros for an output with no gradient)
+//   Expand             dX = SumToShape(dY, X)
+//   Shape, ConstantOfShape, Range: non-differentiable (integer or constant outputs)
 //
 // Pad with negated pads crops what the forward added and zero-fills what a
 // negative forward pad cropped, which is exactly the adjoint of constant padding.
@@ -45,6 +51,8 @@ void concat_grad(GradBuilder& g) {
 }
 
 void pad_grad(GradBuilder& g) {
+  if (g.node().attr_string("mode", "constant") != "constant")
+    throw_unsupported(g.node().name, "Pad's gradient is implemented for mode 'constant' only");
   const Tensor* pads = constant_of(g.graph(), g.input(1));
   if (!pads) throw_internal(g.node().name, "Pad's pads are not a constant (the shape rule requires one)");
   Tensor neg(DataType::Int64, {pads->numel()});
@@ -62,9 +70,49 @@ void pad_grad(GradBuilder& g) {
   g.add("ReshapeLike", {cropped, g.input(0)}, {g.dx(0)});
 }
 
+void gather_grad(GradBuilder& g) {
+  g.add("GatherGrad", {g.dy(0), g.input(1), g.input(0)}, {g.dx(0)},
+        {{"axis", Attribute::of_int(g.node().attr_int("axis", 0))}});
+}
+
+void slice_grad(GradBuilder& g) {
+  std::vector<std::string> inputs{g.dy(0), g.input(0)};
+  for (size_t i = 1; i < g.node().inputs.size(); ++i) inputs.push_back(g.node().inputs[i]);
+  g.add("SliceGrad", inputs, {g.dx(0)});
+}
+
+// dX = Concat(dY_0, dY_1, ...) along the split axis; an output nothing reads
+// contributes zeros of its shape (ConstantOfShape of its Shape, so a symbolic batch works).
+void split_grad(GradBuilder& g) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < g.node().outputs.size(); ++i) {
+    if (!g.dy(i).empty()) {
+      parts.push_back(g.dy(i));
+      continue;
+    }
+    const std::string shape = g.tmp("shape" + std::to_string(i)), zeros = g.tmp("zeros" + std::to_string(i));
+    g.add_onnx("Shape", {g.output(i)}, {shape});
+    const Attribute zero = Attribute::of_tensor(Tensor(g.graph().info(g.output(i)).dtype, {1}));
+    g.add_onnx("ConstantOfShape", {shape}, {zeros}, {{"value", zero}});
+    parts.push_back(zeros);
+  }
+  g.add_onnx("Concat", parts, {g.dx(0)}, {{"axis", Attribute::of_int(g.node().attr_int("axis", 0))}});
+}
+
+void expand_grad(GradBuilder& g) { g.add("SumToShape", {g.dy(0), g.input(0)}, {g.dx(0)}); }
+
 }  // namespace
 
 void register_shape_gradients(GradRegistry& r) {
+  r.add_rule("Gather", gather_grad, /*differentiable=*/{0});
+  r.add_rule("Unsqueeze", reshape_grad, /*differentiable=*/{0});
+  r.add_rule("Squeeze", reshape_grad, /*differentiable=*/{0});
+  r.add_rule("Slice", slice_grad, /*differentiable=*/{0});
+  r.add_rule("Split", split_grad, /*differentiable=*/{0});
+  r.add_rule("Expand", expand_grad, /*differentiable=*/{0});
+  r.add_non_differentiable("Shape");  // integer outputs
+  r.add_non_differentiable("ConstantOfShape");
+  r.add_non_differentiable("Range");
   r.add_rule("Flatten", reshape_grad);
   r.add_rule("Reshape", reshape_grad, /*differentiable=*/{0});
   r.add_rule("Transpose", transpose_grad);

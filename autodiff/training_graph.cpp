@@ -163,6 +163,14 @@ std::vector<std::string> prepare_forward(TrainingGraph& t, const Graph& forward,
   infer_shapes(g, schemas, "training graph");
   if (!dtype_is_float(g.info(t.loss).dtype) || !g.info(t.loss).shape || !g.info(t.loss).shape->empty())
     throw_bad_input("training", "loss '" + t.loss + "' must be a float scalar");
+  // Shape computations whose inputs' shapes are known fold before differentiation, so
+  // they neither run nor take part in autodiff; with a symbolic batch the rest folds
+  // when the plan is specialised. Float initializers (parameters, BN statistics) stay.
+  SimplifyOptions fold;
+  for (const auto& [name, value] : g.initializers)
+    if (dtype_is_float(value.dtype())) fold.variable.insert(name);
+  fold.keep = g.outputs;
+  if (has_shape_computation(g)) fold_shapes(g, schemas, fold);
   for (Node& n : g.nodes)
     if (const GradEntry* e = gr.find(n.domain, n.op_type); e && e->prepare) e->prepare(n, g);
   infer_shapes(g, schemas, "training graph");

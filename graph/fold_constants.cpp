@@ -7,6 +7,9 @@
 // dimension cannot change: specialize() rejects a feed that disagrees).
 // Shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze) take their result's dims
 // from the inferred output type, so they follow the op's own shape rule exactly.
+// A scalar or 1-D integer value whose elements inference knows (ValueInfo::ints) folds
+// whatever its op: Shape -> Gather -> Unsqueeze -> Concat chains, Add/Mul/Div on them.
+// ConstantOfShape folds with a constant shape, Range with constant integer scalars.
 // Cast folds only when every value converts exactly (no rounding, no truncation),
 // so the folded value is what any backend's Cast kernel would produce.
 #include <algorithm>
@@ -17,7 +20,9 @@
 
 #include "graph/error.h"
 #include "graph/fuse_util.h"
+#include "graph/infer.h"
 #include "graph/passes.h"
+#include "graph/schema.h"
 
 namespace trainrt {
 
@@ -96,6 +101,26 @@ std::optional<Tensor> gather(const Tensor& data, const Tensor& idx, int64_t axis
   return out;
 }
 
+// A scalar or 1-D integer value whose elements shape inference knows as numbers
+// (ValueInfo::ints: Shape of a known shape, arithmetic on it), as a tensor.
+std::optional<Tensor> known_ints(const Graph& g, const std::string& v) {
+  const ValueInfo* info = g.find_info(v);
+  if (!info || !info->ints || !info->shape || info->shape->size() > 1) return std::nullopt;
+  if (info->dtype != DataType::Int64 && info->dtype != DataType::Int32) return std::nullopt;
+  const std::optional<std::vector<int64_t>> dims = inferred_dims(g, v);
+  if (!dims || element_count(*dims) != static_cast<int64_t>(info->ints->size())) return std::nullopt;
+  Tensor t(info->dtype, *dims);
+  for (size_t k = 0; k < info->ints->size(); ++k) {
+    const ShapeInt& e = (*info->ints)[k];
+    if (!e.known()) return std::nullopt;
+    if (info->dtype == DataType::Int64)
+      t.data<int64_t>()[k] = e.value;
+    else
+      t.data<int32_t>()[k] = static_cast<int32_t>(e.value);
+  }
+  return t;
+}
+
 // The folded value of node n (single output) or nullopt when n is not foldable.
 // `in[i]` is the constant value of input i (nullptr when omitted or not constant).
 std::optional<Tensor> evaluate(const Graph& g, const Node& n, const std::vector<const Tensor*>& in) {
@@ -105,6 +130,7 @@ std::optional<Tensor> evaluate(const Graph& g, const Node& n, const std::vector<
     return true;
   };
   const std::optional<std::vector<int64_t>> out_dims = inferred_dims(g, n.outputs[0]);
+  if (std::optional<Tensor> t = known_ints(g, n.outputs[0])) return t;
   if (is_onnx(n, "Constant")) {
     const Tensor* t = n.has_attr("value") ? n.attr_tensor("value") : nullptr;
     return t ? std::optional<Tensor>(t->clone()) : std::nullopt;
@@ -121,6 +147,21 @@ std::optional<Tensor> evaluate(const Graph& g, const Node& n, const std::vector<
     auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
     const int64_t start = clamp(n.attr_int("start", 0)), end = clamp(n.attr_int("end", rank));
     return int64_vector(std::vector<int64_t>(d->begin() + start, d->begin() + std::max(start, end)));
+  }
+  if (is_onnx(n, "ConstantOfShape") && out_dims && all_const(0)) {
+    Tensor t(g.info(n.outputs[0]).dtype, *out_dims);
+    const Tensor* value = n.has_attr("value") ? n.attr_tensor("value") : nullptr;
+    const size_t esize = dtype_size(t.dtype());
+    if (value && value->nbytes() == esize)
+      for (int64_t i = 0; i < t.numel(); ++i)
+        std::memcpy(t.raw() + static_cast<size_t>(i) * esize, value->raw(), esize);
+    return t;
+  }
+  if (is_onnx(n, "Range") && out_dims && all_const(0) && in.size() == 3 && in[0]->dtype() != DataType::Float32) {
+    Tensor t(in[0]->dtype(), *out_dims);  // float32 is left to the kernel: its rounding of start + i*delta
+    const double start = in[0]->get_as_double(0), delta = in[2]->get_as_double(0);
+    for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, start + static_cast<double>(i) * delta);
+    return t;
   }
   if (!all_const(0) || in.empty() || !in[0]) return std::nullopt;
   const Tensor& x = *in[0];
@@ -187,6 +228,27 @@ size_t fold_constants(Graph& g, const SimplifyOptions& o) {
   }
   passes::erase_marked(g, dead);
   return folded;
+}
+
+bool has_shape_computation(const Graph& g) {
+  static const std::set<std::string> computing{"Shape", "Size", "ConstantOfShape", "Range"};
+  for (const Node& n : g.nodes) {
+    if (canonical_domain(n.domain).empty() && computing.count(n.op_type)) return true;
+    for (const std::string& out : n.outputs) {
+      const ValueInfo* info = out.empty() ? nullptr : g.find_info(out);
+      if (info && (!info->shape || !shape_is_known(*info->shape))) return true;
+    }
+  }
+  return false;
+}
+
+size_t fold_shapes(Graph& g, const OpRegistry& reg, const SimplifyOptions& o) {
+  size_t total = 0;
+  for (size_t folded = 1; folded > 0; total += folded) {
+    infer_shapes(g, reg, "");
+    folded = fold_constants(g, o);
+  }
+  return total;
 }
 
 }  // namespace trainrt

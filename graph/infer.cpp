@@ -1,5 +1,7 @@
 #include "graph/infer.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "graph/error.h"
@@ -39,7 +41,59 @@ void check_size(const std::string& name, const ValueInfo& v, const std::string& 
   }
 }
 
+// Integer arithmetic on shape values (Add/Sub/Mul/Div of Gather(Shape(x)), Cast,
+// Identity): the output's elements where every input's are known, so
+// Reshape(x, Concat(N, C/2, ...)) still types. Numbers combine; a symbol passes
+// through Identity, Cast, +0, *1 and /1; anything else is unknown ("?").
+std::optional<std::vector<ShapeInt>> arithmetic_ints(const InferContext& ctx, const ValueInfo& out) {
+  const Node& n = ctx.node();
+  static const std::set<std::string> ops{"Add", "Sub", "Mul", "Div", "Cast", "Identity"};
+  if (!canonical_domain(n.domain).empty() || !ops.count(n.op_type)) return std::nullopt;
+  if (out.dtype != DataType::Int64 && out.dtype != DataType::Int32) return std::nullopt;
+  if (!out.shape || out.shape->size() > 1) return std::nullopt;
+  std::vector<std::vector<ShapeInt>> in;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    std::optional<std::vector<ShapeInt>> v = ctx.input_ints(i);
+    if (!v) return std::nullopt;
+    in.push_back(*v);
+  }
+  if (in.size() == 1) return in[0];
+  if (in.size() != 2) return std::nullopt;
+  const size_t len = std::max(in[0].size(), in[1].size());
+  if ((in[0].size() != len && in[0].size() != 1) || (in[1].size() != len && in[1].size() != 1)) return std::nullopt;
+  std::vector<ShapeInt> r;
+  for (size_t k = 0; k < len; ++k) {
+    const ShapeInt& a = in[0][in[0].size() == 1 ? 0 : k];
+    const ShapeInt& b = in[1][in[1].size() == 1 ? 0 : k];
+    const std::string& op = n.op_type;
+    if (a.known() && b.known()) {
+      if (op == "Div" && b.value == 0) return std::nullopt;  // the kernel reports it
+      r.push_back(ShapeInt::of(op == "Add"   ? a.value + b.value
+                               : op == "Sub" ? a.value - b.value
+                               : op == "Mul" ? a.value * b.value
+                                             : a.value / b.value));
+    } else if (b.known() && ((op == "Add" || op == "Sub") ? b.value == 0 : b.value == 1)) {
+      r.push_back(a);
+    } else if (a.known() && ((op == "Add" && a.value == 0) || (op == "Mul" && a.value == 1))) {
+      r.push_back(b);
+    } else {
+      r.push_back(ShapeInt{0, "?"});
+    }
+  }
+  return r;
+}
+
 }  // namespace
+
+std::vector<size_t> shape_input_slots(const Node& n) {
+  if (!canonical_domain(n.domain).empty()) return {};
+  static const std::map<std::string, std::vector<size_t>> slots{
+      {"Reshape", {1}},     {"Pad", {1, 3}},    {"Expand", {1}},  {"Slice", {1, 2, 3, 4}}, {"ConstantOfShape", {0}},
+      {"Range", {0, 1, 2}}, {"Unsqueeze", {1}}, {"Squeeze", {1}}, {"Split", {1}},          {"Tile", {1}},
+  };
+  auto it = slots.find(n.op_type);
+  return it == slots.end() ? std::vector<size_t>{} : it->second;
+}
 
 void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& where) {
   if (g.opsets.empty()) throw_bad_input(where, "model has no opset_import");
@@ -131,6 +185,8 @@ void infer_shapes(Graph& g, const OpRegistry& reg, const std::string& where,
     InferContext ctx(g, n, i, outs);
     try {
       s->infer(ctx);
+      for (ValueInfo& out : outs)
+        if (!out.ints && out.dtype != DataType::Undefined) out.ints = arithmetic_ints(ctx, out);
     } catch (const Error& e) {
       throw Error(e.kind(), prefix(where, e.what()));
     }

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "graph/schema.h"
 
@@ -19,6 +20,12 @@ namespace trainrt {
 inline constexpr int64_t kMinOpset = 13;
 
 void validate_graph(const Graph& g, const OpRegistry& reg, const std::string& where);
+
+// Inputs of node n whose values decide its outputs' shapes (Reshape's shape, Pad's
+// pads and axes, Slice's starts..steps, Expand's and ConstantOfShape's shape, Range's
+// scalars, the axes of Squeeze and Unsqueeze, Split's split): TensorRT's shape tensors.
+// A graph input read there is specialised on its value (runtime/executor.h specialize()).
+std::vector<size_t> shape_input_slots(const Node& n);
 
 // Types every node output. `declared` holds types written in the file
 // (value_info, graph outputs); a known dimension that disagrees is an error.

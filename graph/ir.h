@@ -36,10 +36,30 @@ Shape shape_of(const std::vector<int64_t>& dims);
 bool shape_is_known(const Shape& s);
 std::vector<int64_t> shape_dims(const Shape& s);  // requires shape_is_known
 
-// Type of a value: dtype plus a shape that may be missing (rank unknown).
+// One element of a small integer value known while shapes are inferred (Shape's
+// output and what is computed from it): a number of any sign, or not a number, then
+// the symbol of the dimension it copies ("N") or "?" when nothing is known.
+struct ShapeInt {
+  int64_t value = 0;
+  std::string symbol;  // empty: `value` is the number
+  bool known() const { return symbol.empty(); }
+  bool operator==(const ShapeInt&) const = default;
+  static ShapeInt of(int64_t v) { return ShapeInt{v, {}}; }
+  static ShapeInt of(const Dim& d) { return d.known() ? of(d.value) : ShapeInt{0, d.symbol.empty() ? "?" : d.symbol}; }
+  // As a dimension: a number >= 0, the symbol, or unknown.
+  Dim dim() const { return known() ? (value >= 0 ? Dim::of(value) : Dim{}) : symbol == "?" ? Dim{} : Dim::sym(symbol); }
+};
+
+// Type of a value: dtype plus a shape that may be missing (rank unknown). `ints`:
+// for a scalar or 1-D integer value computed from shapes, its elements as far as
+// shape inference knows them (Reshape's computed shape becomes [N,2,58,8,8]).
 struct ValueInfo {
+  ValueInfo() = default;
+  ValueInfo(DataType t, std::optional<Shape> s = std::nullopt, std::optional<std::vector<ShapeInt>> i = std::nullopt)
+      : dtype(t), shape(std::move(s)), ints(std::move(i)) {}
   DataType dtype = DataType::Undefined;
   std::optional<Shape> shape;
+  std::optional<std::vector<ShapeInt>> ints;
   bool operator==(const ValueInfo&) const = default;
 };
 

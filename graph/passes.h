@@ -35,6 +35,8 @@
 
 namespace trainrt {
 
+class OpRegistry;
+
 // Removes nodes none of whose outputs reach a graph output or a value in `keep`,
 // then drops initializers and value types nothing uses. Returns nodes removed.
 size_t eliminate_dead_nodes(Graph& g, const std::vector<std::string>& keep = {});
@@ -52,8 +54,20 @@ struct SimplifyOptions {
 // Replaces nodes whose inputs are all constant (initializers, Constant nodes) by
 // initializers, for cheap ops only: Constant, Identity, Cast, Shape (also of any
 // value whose shape is fully known), Size, Reshape, Flatten, Squeeze, Unsqueeze,
-// Concat, Gather. Returns the number of nodes folded. Values keep their names.
+// Concat, Gather, ConstantOfShape, integer Range, and any node whose scalar or 1-D
+// integer output inference knows element by element (ValueInfo::ints). Returns the number of nodes folded. Values keep
+// their names.
 size_t fold_constants(Graph& g, const SimplifyOptions& o = {});
+
+// Shape inference and fold_constants in turn until nothing more folds: each fold
+// makes the shapes behind it known (a Reshape whose shape was computed), which the
+// next inference passes on. With every input shape known, every shape computation
+// (Shape -> Gather/Slice -> Unsqueeze -> Concat -> Reshape/Expand, ConstantOfShape,
+// Range, int64 arithmetic) becomes an initializer. Returns the number of nodes folded.
+size_t fold_shapes(Graph& g, const OpRegistry& reg, const SimplifyOptions& o = {});
+// Whether g computes shapes (Shape, Size, ConstantOfShape, Range) or has a node output
+// whose shape inference left open: what fold_shapes is for.
+bool has_shape_computation(const Graph& g);
 
 // fold_constants then eliminate_dead_nodes; returns nodes removed in total.
 size_t simplify(Graph& g, const SimplifyOptions& o = {});

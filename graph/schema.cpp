@@ -24,6 +24,30 @@ const Tensor* InferContext::input_constant(size_t i) const {
   return nullptr;
 }
 
+std::optional<std::vector<ShapeInt>> InferContext::input_ints(size_t i) const {
+  if (!node_.has_input(i)) return std::nullopt;
+  if (const Tensor* t = input_constant(i)) {
+    if ((t->dtype() != DataType::Int64 && t->dtype() != DataType::Int32) || t->rank() > 1) return std::nullopt;
+    std::vector<ShapeInt> v;
+    for (int64_t k = 0; k < t->numel(); ++k)
+      v.push_back(ShapeInt::of(t->dtype() == DataType::Int64 ? t->data<int64_t>()[k] : t->data<int32_t>()[k]));
+    return v;
+  }
+  const ValueInfo* v = graph_.find_info(node_.inputs[i]);
+  return v ? v->ints : std::nullopt;
+}
+
+std::optional<std::vector<int64_t>> InferContext::input_numbers(size_t i) const {
+  std::optional<std::vector<ShapeInt>> v = input_ints(i);
+  if (!v) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const ShapeInt& e : *v) {
+    if (!e.known()) return std::nullopt;
+    out.push_back(e.value);
+  }
+  return out;
+}
+
 int64_t InferContext::input_rank(size_t i) const {
   const ValueInfo& v = input(i);
   if (!v.shape) fail("input " + std::to_string(i) + " '" + node_.inputs[i] + "' has unknown rank");

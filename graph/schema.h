@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ class InferContext {
   const ValueInfo& input(size_t i) const;  // type of input i (must be present)
   // Constant value of input i when it is an initializer or a Constant node output.
   const Tensor* input_constant(size_t i) const;
+  // Elements of a scalar or 1-D integer input as far as they are known: a constant's
+  // values, or what shape inference computed for it (ValueInfo::ints); nullopt otherwise.
+  std::optional<std::vector<ShapeInt>> input_ints(size_t i) const;
+  // input_ints(i) when every element is a number.
+  std::optional<std::vector<int64_t>> input_numbers(size_t i) const;
   // Rank of input i; fails if unknown.
   int64_t input_rank(size_t i) const;
   size_t output_count() const { return outputs_.size(); }

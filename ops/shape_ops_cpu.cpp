@@ -5,7 +5,11 @@
 //   Flatten, Reshape, ReshapeLike   a parallel copy (ops/core/parallel.h)
 //   Transpose(x, perm)              oneDNN reorder from a permuted-strides view of x
 //   Concat(x0, x1, ..., axis)       oneDNN concat of the inputs seen as [outer, block_i]
-//   Pad(x, pads, value)             oneTBB over output rows: fill, copy, fill
+//   Pad(x, pads, value)             oneTBB over output rows: fill, copy, fill (constant mode;
+//                                   edge, reflect and wrap run the reference loop)
+//   Squeeze, Unsqueeze              a parallel copy
+//   Gather, Slice, Split, Expand, Range, ConstantOfShape, GatherGrad, SliceGrad:
+//                                   the reference loops over oneTBB chunks of rows (shape_kernels)
 //
 // oneDNN's reorder and concat are given the elements as words: 4- and 8-byte elements
 // as one or two s32, 1- and 2-byte elements as one or two u8 (an 8- or 2-byte element
@@ -231,7 +235,8 @@ void pad_cpu(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
-  if (x.rank() == 0) return parallel_copy(y.raw(), x.raw(), x.nbytes());  // nothing to pad
+  if (x.rank() == 0) return parallel_copy(y.raw(), x.raw(), x.nbytes());                      // nothing to pad
+  if (ctx.node.attr_string("mode", "constant") != "constant") return du::run_reference(ctx);  // edge, reflect, wrap
   switch (dtype_size(x.dtype())) {
     case 1:
       return pad_as<uint8_t>(ctx);
@@ -255,6 +260,18 @@ void register_shape_ops_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Transpose", transpose_cpu);
   add_if_schema(r, "cpu", "", "Concat", concat_cpu);
   add_if_schema(r, "cpu", "", "Pad", pad_cpu);
+  const ShapeKernels& k = shape_kernels(/*parallel=*/true);
+  add_if_schema(r, "cpu", "", "Shape", shape_of_kernel);
+  add_if_schema(r, "cpu", "", "ConstantOfShape", k.constant_of_shape);
+  add_if_schema(r, "cpu", "", "Range", k.range);
+  add_if_schema(r, "cpu", "", "Gather", k.gather);
+  add_if_schema(r, "cpu", "", "Unsqueeze", copy_cpu);
+  add_if_schema(r, "cpu", "", "Squeeze", copy_cpu);
+  add_if_schema(r, "cpu", "", "Slice", k.slice);
+  add_if_schema(r, "cpu", "", "Split", k.split);
+  add_if_schema(r, "cpu", "", "Expand", k.expand);
+  add_if_schema(r, "cpu", kTrainrtDomain, "GatherGrad", k.gather_grad);
+  add_if_schema(r, "cpu", kTrainrtDomain, "SliceGrad", k.slice_grad);
 }
 
 }  // namespace trainrt

@@ -12,11 +12,16 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
+#include "graph/passes.h"
 #include "runtime/layout.h"
 
 namespace trainrt {
 
-Graph specialize(const Graph& g, const TensorMap& feeds) {
+namespace {
+constexpr int64_t kMaxShapeFeed = 1024;  // a shape feed is copied into each plan's signature
+}  // namespace
+
+Graph specialize(const Graph& g, const TensorMap& feeds, const std::set<std::string>& variable) {
   Graph s = g;
   for (const std::string& in : g.inputs) {
     auto it = feeds.find(in);
@@ -39,8 +44,31 @@ Graph specialize(const Graph& g, const TensorMap& feeds) {
   for (const auto& [name, t] : feeds)
     if (!s.find_info(name) || std::find(g.inputs.begin(), g.inputs.end(), name) == g.inputs.end())
       throw_bad_input("input '" + name + "'", "is not an input of the model");
+  for (const std::string& in : shape_feeds(g)) {
+    const Tensor& t = feeds.at(in);
+    if (t.rank() > 1 || t.numel() > kMaxShapeFeed)
+      throw_bad_input("input '" + in + "'", "is read as a shape and must be a scalar or 1-D of at most " +
+                                                std::to_string(kMaxShapeFeed) + " values, got " +
+                                                dims_to_string(t.dims()));
+    s.initializers[in] = t.clone();
+    if (std::find(s.initializer_inputs.begin(), s.initializer_inputs.end(), in) == s.initializer_inputs.end())
+      s.initializer_inputs.push_back(in);
+  }
   infer_shapes(s, registry().schemas, "");
+  // Shape computations (and a shape the inference left open) fold now that shapes are known.
+  if (has_shape_computation(s)) fold_shapes(s, registry().schemas, SimplifyOptions{.keep = {}, .variable = variable});
   return s;
+}
+
+std::vector<std::string> shape_feeds(const Graph& g) {
+  std::set<std::string> inputs(g.inputs.begin(), g.inputs.end()), read;
+  for (const Node& n : g.nodes)
+    for (size_t slot : shape_input_slots(n))
+      if (n.has_input(slot) && inputs.count(n.inputs[slot])) read.insert(n.inputs[slot]);
+  std::vector<std::string> out;
+  for (const std::string& in : g.inputs)
+    if (read.count(in)) out.push_back(in);
+  return out;
 }
 
 namespace {
@@ -90,6 +118,7 @@ struct Executor::Prepared {
   // Signature: feed dtypes and dims (in graph input order) and the extra outputs.
   std::vector<DataType> feed_types;
   std::vector<std::vector<int64_t>> feed_dims;
+  std::vector<Tensor> shape_values;  // the values of shape_feeds_ the plan was specialised on
   std::vector<std::string> extra;
 
   Plan plan;
@@ -111,7 +140,9 @@ struct Executor::Prepared {
 };
 
 Executor::Executor(Graph g, const Backend& backend, ExecutorOptions o)
-    : graph_(std::move(g)), backend_(backend), opts_(std::move(o)) {}
+    : graph_(std::move(g)), backend_(backend), opts_(std::move(o)), shape_feeds_(shape_feeds(graph_)) {
+  for (const auto& [produced, state] : opts_.plan.state_updates) state_.insert(state);
+}
 Executor::~Executor() = default;
 
 const Plan& Executor::plan() const {
@@ -135,10 +166,15 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
       auto it = feeds.find(graph_.inputs[i]);
       same = it != feeds.end() && it->second.dtype() == p->feed_types[i] && it->second.dims() == p->feed_dims[i];
     }
+    for (size_t i = 0; same && i < shape_feeds_.size(); ++i) {
+      const Tensor &now = feeds.at(shape_feeds_[i]), &then = p->shape_values[i];
+      same = now.nbytes() == then.nbytes() && std::memcmp(now.raw(), then.raw(), now.nbytes()) == 0;
+    }
     if (same) return *p;
   }
   auto p = std::make_unique<Prepared>();
-  Graph s = specialize(graph_, feeds);
+  Graph s = specialize(graph_, feeds, state_);
+  for (const std::string& in : shape_feeds_) p->shape_values.push_back(feeds.at(in).clone());
   PlanOptions po = opts_.plan;
   po.pair_branches = po.pair_branches || opts_.concurrent_branches;
   for (const std::string& out : graph_.outputs) po.keep.push_back(out);

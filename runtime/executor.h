@@ -7,7 +7,8 @@
 //   const TensorMap& y = ex.run({{"input", x}});      // views into the arena, valid until the next run
 //
 // Why: kernels get preallocated outputs, so the graph is first specialised to the
-// feeds' shapes (symbolic batch dims become numbers) and planned (runtime/plan.h):
+// feeds' shapes (symbolic batch dims become numbers, and the values of feeds read as
+// shapes, e.g. Reshape's shape, become constants) and planned (runtime/plan.h):
 // order, lifetimes, one arena. An Executor keeps the plan, the arena and every
 // kernel's argument list per feed-shape signature, so a repeated run neither
 // re-plans nor allocates graph values. run_graph is an Executor used once whose
@@ -21,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "graph/error.h"
@@ -75,7 +77,15 @@ int64_t first_non_finite(const Tensor& t);
 
 // Copies `g` with graph input shapes taken from `feeds` and re-infers all shapes.
 // A feed with the wrong dtype, rank or a fixed dimension that differs is BadInput.
-Graph specialize(const Graph& g, const TensorMap& feeds);
+// A graph input read as a shape input (graph/infer.h shape_input_slots: Reshape's
+// shape, Pad's pads...) is specialised on its value too, as TensorRT does with shape
+// tensors: the copy holds it as an initializer as well, so the shape rules read it.
+// Shape computations then fold to initializers (graph/passes.h fold_shapes), except
+// through the initializers in `variable` (training state).
+Graph specialize(const Graph& g, const TensorMap& feeds, const std::set<std::string>& variable = {});
+
+// The graph inputs of `g` that some node reads as a shape input (see specialize()).
+std::vector<std::string> shape_feeds(const Graph& g);
 
 TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts = {});
 
@@ -113,7 +123,8 @@ class Executor {
   // the value is live (Plan::values[...].def <= step <= last). BadInput for unknown names.
   // Intermediates may be Blocked16c (Tensor::layout(); to_plain() reads them).
   const Tensor& value(const std::string& name) const;
-  // Plans built so far (one per feed-shape signature and option set).
+  // Plans built so far (one per feed-shape signature and option set; a feed read as a
+  // shape input is part of the signature by value).
   size_t plans_built() const { return prepared_.size(); }
 
  private:
@@ -134,6 +145,8 @@ class Executor {
   Graph graph_;
   const Backend& backend_;
   ExecutorOptions opts_;
+  std::vector<std::string> shape_feeds_;  // plans are keyed on these feeds' values too
+  std::set<std::string> state_;           // initializers updates write: never folded
   std::vector<std::unique_ptr<Prepared>> prepared_;
   Prepared* last_ = nullptr;
 };

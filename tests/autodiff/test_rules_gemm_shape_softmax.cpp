@@ -634,12 +634,96 @@ TEST_CASE("every gemm/shape/softmax-loss op has a gradient rule, and every backw
     CHECK(r.kernels.find("reference", s->domain, s->op_type) != nullptr);
     if (s->domain.empty()) {
       ++forward;
-      CHECK(gr.find("", s->op_type) != nullptr);
+      CHECK((gr.find("", s->op_type) != nullptr) != gr.is_non_differentiable("", s->op_type));
     } else {
       ++backward;
       CHECK(s->domain == kTrainrtDomain);
     }
   }
-  CHECK(forward == 13);
-  CHECK(backward == 8);
+  CHECK(forward == 22);  // Shape, ConstantOfShape and Range are non-differentiable
+  CHECK(backward == 10);
+}
+
+// ---- Gather, Slice, Split, Squeeze, Unsqueeze, Expand, computed shapes ----------------
+
+TEST_CASE("gradcheck: Gather on every axis with negative and repeated indices") {
+  for (int64_t axis : {0, 1, -1}) {
+    CAPTURE(axis);
+    GraphBuilder b;
+    Tensor idx(DataType::Int64, {2, 2});
+    const int64_t picks[] = {0, -1, 1, 0};  // row 0 twice: its gradient adds up
+    for (int k = 0; k < 4; ++k) idx.data<int64_t>()[k] = picks[k];
+    GradCheck r =
+        check(b, b.node("Gather", {b.param("p", {3, 2, 4}), b.init("idx", idx)}, {{"axis", Attribute::of_int(axis)}}));
+    CHECK(has_node(r.training.graph, "GatherGrad"));
+  }
+}
+
+TEST_CASE("gradcheck: Slice with negative steps, clamped ends and default axes") {
+  GraphBuilder b;
+  check(b, b.node("Slice", {b.param("p", {5, 6}), b.init("starts", ints({-1, 1})), b.init("ends", ints({-100, 100})),
+                            b.init("axes", ints({0, -1})), b.init("steps", ints({-2, 2}))}));
+  GraphBuilder c;
+  GradCheck r =
+      check(c, c.node("Slice", {c.param("p", {4, 3}), c.init("starts", ints({1})), c.init("ends", ints({3}))}));
+  CHECK(has_node(r.training.graph, "SliceGrad"));
+}
+
+TEST_CASE("gradcheck: Split into given and equal parts, one output unused") {
+  GraphBuilder b;
+  const std::vector<std::string> parts =
+      b.node_n("Split", {b.param("p", {2, 6}), b.init("split", ints({1, 2, 3}))}, 3, {{"axis", Attribute::of_int(1)}});
+  check(b, b.node("Concat", {parts[0], parts[2]}, {{"axis", Attribute::of_int(1)}}));  // parts[1] gets zeros
+  GraphBuilder c;                                                                      // equal parts
+  const std::vector<std::string> halves = c.node_n("Split", {c.param("p", {4, 3})}, 2);
+  check(c, c.node("Mul", {halves[0], halves[1]}));
+}
+
+TEST_CASE("opset 11 forms: Split's split and Squeeze/Unsqueeze's axes as attributes") {
+  Tensor x(DataType::Float64, {2, 1, 3});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = static_cast<double>(i);
+  auto run = [&](const Node& n) {
+    return run_graph(single_node_graph(n, {{"x", x}}, {}, 11), {{"x", x}}, *make_backend("cpu"));
+  };
+  TensorMap split = run(
+      make_node("Split", {"x"}, {"a", "b"}, {{"axis", Attribute::of_int(2)}, {"split", Attribute::of_ints({1, 2})}}));
+  CHECK(split.at("b").dims() == std::vector<int64_t>{2, 1, 2});
+  CHECK(split.at("b").data<double>()[3] == 5.0);
+  CHECK(run(make_node("Squeeze", {"x"}, {"y"}, {{"axes", Attribute::of_ints({-2})}})).at("y").dims() ==
+        std::vector<int64_t>{2, 3});
+  CHECK(run(make_node("Unsqueeze", {"x"}, {"y"}, {{"axes", Attribute::of_ints({0, 4})}})).at("y").dims() ==
+        std::vector<int64_t>{1, 2, 1, 3, 1});
+  // From opset 13 the attribute is an error, the input is expected.
+  CHECK_THROWS_WITH_AS(
+      single_node_graph(make_node("Squeeze", {"x"}, {"y"}, {{"axes", Attribute::of_ints({1})}}), {{"x", x}}),
+      doctest::Contains("is an input from ai.onnx opset 13"), Error);
+}
+
+TEST_CASE("gradcheck: Squeeze and Unsqueeze with given and default axes") {
+  GraphBuilder b;
+  const std::string u = b.node("Unsqueeze", {b.param("p", {3, 2}), b.init("axes", ints({0, -1}))});  // [1,3,2,1]
+  check(b, b.node("Squeeze", {u, b.init("sq", ints({3}))}));                                         // [1,3,2]
+  GraphBuilder c;
+  const std::string v = c.node("Unsqueeze", {c.param("p", {3, 2}), c.init("axes", ints({1}))});
+  check(c, c.node("Squeeze", {v}));  // every 1 removed
+}
+
+TEST_CASE("gradcheck: Expand by broadcasting, to a higher rank") {
+  GraphBuilder b;
+  GradCheck r = check(b, b.node("Expand", {b.param("p", {3, 1}), b.init("shape", ints({2, 1, 4}))}));
+  CHECK(has_node(r.training.graph, "SumToShape"));
+}
+
+TEST_CASE("gradcheck: Reshape whose shape is computed from Shape folds before autodiff") {
+  GraphBuilder b;
+  const std::string h =
+      b.node("Mul", {b.feed("x", random_tensor(DataType::Float64, {2, 3, 4}, 5)), b.param("p", {3, 4})});
+  const std::string batch = b.node("Gather", {b.node("Shape", {h}), b.init("zero", Tensor(DataType::Int64, {}))});
+  const std::string shape =
+      b.node("Concat", {b.node("Unsqueeze", {batch, b.init("axes", ints({0}))}), b.init("rest", ints({-1}))},
+             {{"axis", Attribute::of_int(0)}});
+  GradCheck r = check(b, b.node("Tanh", {b.node("Reshape", {h, shape})}));  // [2,12]
+  CHECK(!has_node(r.training.graph, "Shape"));
+  CHECK(!has_node(r.training.graph, "Gather"));
+  CHECK(has_node(r.training.graph, "ReshapeLike"));
 }

@@ -381,3 +381,51 @@ TEST_CASE("cpu vs reference: SoftmaxCrossEntropyLoss and its gradient, every red
     CHECK(check(make_node("SoftmaxCrossEntropyLossGrad", grad_in, {"dx"}, attrs, kTrainrtDomain), grad_feeds) == 0);
   }
 }
+
+TEST_CASE("cpu Gather, Slice, Split, Expand and their gradients equal the reference above the parallel grain") {
+  for (const char* op : {"Gather", "Slice", "Split", "Expand", "Range", "ConstantOfShape"}) require_cpu_kernel("", op);
+  for (const char* op : {"GatherGrad", "SliceGrad"}) require_cpu_kernel(kTrainrtDomain, op);
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 6; ++trial) {
+    CAPTURE(trial);
+    const DataType t = random_type(rng);
+    const std::vector<int64_t> big{pick(rng, 3, 40), 64, pick(rng, 5, 70)};  // 1e4..2e5 elements
+    const Tensor x = random_bits(t, big, static_cast<uint64_t>(trial));
+    const int64_t axis = pick(rng, -3, 2);
+    const int64_t dim = big[static_cast<size_t>(axis < 0 ? axis + 3 : axis)];
+    const int64_t other = ((axis < 0 ? axis + 3 : axis) + 1) % 3;  // a second sliced axis
+    Tensor idx(DataType::Int64, {2, 3});
+    for (int64_t k = 0; k < idx.numel(); ++k) idx.data<int64_t>()[k] = pick(rng, -dim, dim - 1);
+    check(make_node("Gather", {"x", "idx"}, {"y"}, {{"axis", Attribute::of_int(axis)}}), {{"x", x}}, {{"idx", idx}});
+    check(make_node("Slice", {"x", "s", "e", "a", "st"}, {"y"}), {{"x", x}},
+          {{"s", ints({-1, 2})}, {"e", ints({-1000, 1000})}, {"a", ints({axis, other})}, {"st", ints({-2, 3})}});
+    check(make_node("Split", {"x", "sp"}, {"y0", "y1"}, {{"axis", Attribute::of_int(1)}}), {{"x", x}},
+          {{"sp", ints({24, 40})}});
+    check(make_node("Expand", {"x", "shape"}, {"y"}), {{"x", random_bits(t, {big[0], 1, big[2]}, 9)}},
+          {{"shape", ints({2, big[0], 64, big[2]})}});
+    // The gradients: dY of the forward op's output shape, float32 or float64.
+    const DataType f = trial % 2 ? DataType::Float32 : DataType::Float64;
+    const Tensor xf = random_tensor(f, big, static_cast<uint64_t>(trial));
+    const TensorMap consts{{"idx", idx},
+                           {"s", ints({-1, 2})},
+                           {"e", ints({-1000, 1000})},
+                           {"a", ints({axis, other})},
+                           {"st", ints({-2, 3})}};
+    const Node gather = make_node("Gather", {"x", "idx"}, {"y"}, {{"axis", Attribute::of_int(axis)}});
+    const Node slice = make_node("Slice", {"x", "s", "e", "a", "st"}, {"y"});
+    const std::vector<int64_t> gathered = run_node(gather, {{"x", xf}}, "reference", consts).at("y").dims();
+    const std::vector<int64_t> sliced = run_node(slice, {{"x", xf}}, "reference", consts).at("y").dims();
+    check(make_node("GatherGrad", {"dy", "idx", "x"}, {"dx"}, {{"axis", Attribute::of_int(axis)}}, kTrainrtDomain),
+          {{"x", xf}, {"dy", random_tensor(f, gathered, 3)}}, consts);
+    check(make_node("SliceGrad", {"dy", "x", "s", "e", "a", "st"}, {"dx"}, {}, kTrainrtDomain),
+          {{"x", xf}, {"dy", random_tensor(f, sliced, 4)}}, consts);
+  }
+  Tensor start(DataType::Int64, {}), limit(DataType::Int64, {}), delta(DataType::Int64, {});
+  start.data<int64_t>()[0] = -7;
+  limit.data<int64_t>()[0] = 100000;
+  delta.data<int64_t>()[0] = 3;
+  check(make_node("Range", {"a", "b", "c"}, {"y"}), {{"a", start}, {"b", limit}, {"c", delta}});
+  check(make_node("ConstantOfShape", {"shape"}, {"y"},
+                  {{"value", Attribute::of_tensor(make(DataType::Float64, {1}, {2.5}))}}),
+        {}, {{"shape", ints({300, 70})}});
+}

@@ -44,6 +44,8 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::DropoutReluGrad", "the training fusion of DropoutGrad and ReluGrad"},
     {"ai.trainrt::ReshapeLike", "Flatten's and Reshape's rule"},
     {"ai.trainrt::ConcatGrad", "Concat's rule"},
+    {"ai.trainrt::GatherGrad", "Gather's rule"},
+    {"ai.trainrt::SliceGrad", "Slice's rule"},
     {"ai.trainrt::SoftmaxGrad", "Softmax's rule"},
     {"ai.trainrt::LogSoftmaxGrad", "LogSoftmax's rule"},
     {"ai.trainrt::SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLoss's rule"},
@@ -56,6 +58,9 @@ const std::map<std::string, std::string> kBackwardOps{
 const std::map<std::string, std::string> kNoGradientRule{
     {"Constant", "no inputs; registered non-differentiable in autodiff/rules_misc.cpp"},
     {"Equal", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
+    {"Shape", "int64 output; registered non-differentiable in autodiff/rules_shape.cpp"},
+    {"ConstantOfShape", "its output does not depend on its input's values; non-differentiable"},
+    {"Range", "computes indices from scalars; registered non-differentiable"},
     {"ai.trainrt::SGD", "optimizer update, appended after differentiation"},
     {"ai.trainrt::Adam", "optimizer update, appended after differentiation"},
     {"ai.trainrt::Increment", "the optimizer's step counter, appended after differentiation"},
