@@ -69,13 +69,7 @@ MODELS = {
 }
 
 # Models that cannot train in trainrt yet -> the ops they lack (each must be named in the failure).
-EXPECTED_FAILURES = {
-    "mobilenet_v2": ("Clip",),
-    "mobilenet_v3_small": ("HardSigmoid",),
-    "shufflenet_v2_x0_5": ("Gather", "Shape", "Slice", "Unsqueeze"),
-    "vit_small": ("ConstantOfShape", "Equal", "Erf", "Expand", "Gather", "LayerNormalization", "Shape", "Slice",
-                  "Unsqueeze", "Where"),
-}
+EXPECTED_FAILURES = {}
 
 
 def no_randomness(model):
