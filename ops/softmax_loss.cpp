@@ -165,9 +165,9 @@ void reduce_infer(InferContext& ctx) {
     if (n.has_attr("axes")) ctx.fail("attribute 'axes' is an input (input 1) since opset " + std::to_string(since));
     if (ctx.has_input(1)) {
       axes_input = ctx.input_constant(1);
-      if (!axes_input)
-        throw_unsupported(ctx.where(), "input 1 '" + n.inputs[1] +
-                                           "' (axes) must be a constant (an initializer or a Constant node's output)");
+      // Fed at run time: the shape is known once the plan is specialised on the value
+      // (graph/infer.h shape_input_slots).
+      if (!axes_input) return ctx.set_output(0, ValueInfo{t});
       if (axes_input->dtype() != DataType::Int64 || axes_input->rank() != 1)
         ctx.fail("input 1 '" + n.inputs[1] + "' (axes) must be a 1-D int64 tensor, got " +
                  dtype_name(axes_input->dtype()) + dims_to_string(axes_input->dims()));
