@@ -257,7 +257,8 @@ void layernorm_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Tensor& x = ctx.in(0);
   const bool has_bias = ctx.has_input(2);
-  const auto [rows, D] = rows_by_d(ctx, x);
+  const std::pair<int64_t, int64_t> shape = rows_by_d(ctx, x);
+  const int64_t rows = shape.first, D = shape.second;  // named values: lambdas capture them
   if (x.numel() == 0 || ctx.in(1).numel() != D || (has_bias && ctx.in(2).numel() != D)) return du::run_reference(ctx);
   const bool stats = ctx.has_output(1) || ctx.has_output(2);
   const float eps = ctx.node.attr_float("epsilon", 1e-5f);
@@ -298,7 +299,8 @@ void layernorm_grad_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
-  const auto [rows, D] = rows_by_d(ctx, x);
+  const std::pair<int64_t, int64_t> shape = rows_by_d(ctx, x);
+  const int64_t rows = shape.first, D = shape.second;  // named values: lambdas capture them
   if (x.numel() == 0 || ctx.in(2).numel() != D) return du::run_reference(ctx);
   const float eps = ctx.node.attr_float("epsilon", 1e-5f);
   auto plan = du::cached<LayerNormPlan>(du::key("LayerNormalizationGrad", rows, D, eps), [&] {

@@ -1009,7 +1009,7 @@ void split_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const size_t axis = static_cast<size_t>(normalize(ctx.node.attr_int("axis", 0), x.rank()));
   const std::vector<int64_t> xs = strides_of(x.dims());
-  std::vector<int64_t> strides = xs;
+  const std::vector<int64_t>& strides = xs;
   int64_t offset = 0;
   for (size_t i = 0; i < ctx.outputs.size(); ++i) {
     std::vector<int64_t> dims = x.dims();
