@@ -410,7 +410,10 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
   TrainingGraph t;
   const std::vector<std::string> model_outputs = prepare_forward(t, forward, o);
   Graph& g = t.graph;
-  const std::vector<std::string> params = trainable_parameters(g, o.freeze);
+  // The model's own initializers: a float Constant node that folded into one while
+  // shapes were folded (GELU's 0.5, attention's scale) is no parameter.
+  std::vector<std::string> params = trainable_parameters(g, o.freeze);
+  std::erase_if(params, [&](const std::string& p) { return !forward.is_initializer(p); });
   const std::unordered_set<std::string> needs = values_needing_gradients(g, params);
 
   BackwardPass bp{g, {}, {}, {}, {}, {}};

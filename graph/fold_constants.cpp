@@ -8,7 +8,8 @@
 // Shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze) take their result's dims
 // from the inferred output type, so they follow the op's own shape rule exactly.
 // A scalar or 1-D integer value whose elements inference knows (ValueInfo::ints) folds
-// whatever its op: Shape -> Gather -> Unsqueeze -> Concat chains, Add/Mul/Div on them.
+// whatever its op: Shape -> Gather -> Unsqueeze -> Concat chains, Add/Mul/Div on them,
+// Equal/Where on them (bool 0/1) and ConstantOfShape of a known length.
 // ConstantOfShape folds with a constant shape, Range with constant integer scalars.
 // Cast folds only when every value converts exactly (no rounding, no truncation),
 // so the folded value is what any backend's Cast kernel would produce.
@@ -101,12 +102,13 @@ std::optional<Tensor> gather(const Tensor& data, const Tensor& idx, int64_t axis
   return out;
 }
 
-// A scalar or 1-D integer value whose elements shape inference knows as numbers
+// A scalar or 1-D integer (or bool) value whose elements shape inference knows as numbers
 // (ValueInfo::ints: Shape of a known shape, arithmetic on it), as a tensor.
 std::optional<Tensor> known_ints(const Graph& g, const std::string& v) {
   const ValueInfo* info = g.find_info(v);
   if (!info || !info->ints || !info->shape || info->shape->size() > 1) return std::nullopt;
-  if (info->dtype != DataType::Int64 && info->dtype != DataType::Int32) return std::nullopt;
+  if (info->dtype != DataType::Int64 && info->dtype != DataType::Int32 && info->dtype != DataType::Bool)
+    return std::nullopt;
   const std::optional<std::vector<int64_t>> dims = inferred_dims(g, v);
   if (!dims || element_count(*dims) != static_cast<int64_t>(info->ints->size())) return std::nullopt;
   Tensor t(info->dtype, *dims);
@@ -116,7 +118,7 @@ std::optional<Tensor> known_ints(const Graph& g, const std::string& v) {
     if (info->dtype == DataType::Int64)
       t.data<int64_t>()[k] = e.value;
     else
-      t.data<int32_t>()[k] = static_cast<int32_t>(e.value);
+      t.set_from_double(static_cast<int64_t>(k), static_cast<double>(e.value));  // int32, bool 0/1
   }
   return t;
 }

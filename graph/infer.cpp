@@ -42,14 +42,39 @@ void check_size(const std::string& name, const ValueInfo& v, const std::string& 
 }
 
 // Integer arithmetic on shape values (Add/Sub/Mul/Div of Gather(Shape(x)), Cast,
-// Identity): the output's elements where every input's are known, so
-// Reshape(x, Concat(N, C/2, ...)) still types. Numbers combine; a symbol passes
-// through Identity, Cast, +0, *1 and /1; anything else is unknown ("?").
+// Identity, Equal, Where): the output's elements where every input's are known, so
+// Reshape(x, Concat(N, C/2, ...)) still types, and so does PyTorch's expand(n, -1, -1)
+// (Where(Equal(s, -1), 1, s)). Numbers combine; a symbol passes through Identity,
+// Cast, +0, *1 and /1; anything else is unknown ("?"). A symbol is a dimension, never
+// negative, so it equals no negative number; Equal's bool output is 0 or 1.
+std::optional<ShapeInt> combine(const std::string& op, const ShapeInt& a, const ShapeInt& b) {
+  if (op == "Equal") {
+    if (a.known() && b.known()) return ShapeInt::of(a.value == b.value);
+    if (!a.known() && !b.known() && a.symbol != "?" && a.symbol == b.symbol) return ShapeInt::of(1);
+    const ShapeInt& num = a.known() ? a : b;
+    const ShapeInt& sym = a.known() ? b : a;
+    if (num.known() && num.value < 0 && sym.symbol != "?") return ShapeInt::of(0);
+    return ShapeInt{0, "?"};
+  }
+  if (a.known() && b.known()) {
+    if (op == "Div" && b.value == 0) return std::nullopt;  // the kernel reports it
+    return ShapeInt::of(op == "Add"   ? a.value + b.value
+                        : op == "Sub" ? a.value - b.value
+                        : op == "Mul" ? a.value * b.value
+                                      : a.value / b.value);
+  }
+  if (b.known() && ((op == "Add" || op == "Sub") ? b.value == 0 : b.value == 1)) return a;
+  if (a.known() && ((op == "Add" && a.value == 0) || (op == "Mul" && a.value == 1))) return b;
+  return ShapeInt{0, "?"};
+}
+
 std::optional<std::vector<ShapeInt>> arithmetic_ints(const InferContext& ctx, const ValueInfo& out) {
   const Node& n = ctx.node();
-  static const std::set<std::string> ops{"Add", "Sub", "Mul", "Div", "Cast", "Identity"};
+  static const std::set<std::string> ops{"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Equal", "Where"};
   if (!canonical_domain(n.domain).empty() || !ops.count(n.op_type)) return std::nullopt;
-  if (out.dtype != DataType::Int64 && out.dtype != DataType::Int32) return std::nullopt;
+  const bool is_bool = n.op_type == "Equal";
+  if (is_bool ? out.dtype != DataType::Bool : (out.dtype != DataType::Int64 && out.dtype != DataType::Int32))
+    return std::nullopt;
   if (!out.shape || out.shape->size() > 1) return std::nullopt;
   std::vector<std::vector<ShapeInt>> in;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -58,27 +83,22 @@ std::optional<std::vector<ShapeInt>> arithmetic_ints(const InferContext& ctx, co
     in.push_back(*v);
   }
   if (in.size() == 1) return in[0];
-  if (in.size() != 2) return std::nullopt;
-  const size_t len = std::max(in[0].size(), in[1].size());
-  if ((in[0].size() != len && in[0].size() != 1) || (in[1].size() != len && in[1].size() != 1)) return std::nullopt;
+  if (in.size() != (n.op_type == "Where" ? 3u : 2u)) return std::nullopt;
+  size_t len = 1;
+  for (const std::vector<ShapeInt>& v : in) len = std::max(len, v.size());
+  for (const std::vector<ShapeInt>& v : in)
+    if (v.size() != len && v.size() != 1) return std::nullopt;
+  auto at = [&](size_t i, size_t k) -> const ShapeInt& { return in[i][in[i].size() == 1 ? 0 : k]; };
   std::vector<ShapeInt> r;
   for (size_t k = 0; k < len; ++k) {
-    const ShapeInt& a = in[0][in[0].size() == 1 ? 0 : k];
-    const ShapeInt& b = in[1][in[1].size() == 1 ? 0 : k];
-    const std::string& op = n.op_type;
-    if (a.known() && b.known()) {
-      if (op == "Div" && b.value == 0) return std::nullopt;  // the kernel reports it
-      r.push_back(ShapeInt::of(op == "Add"   ? a.value + b.value
-                               : op == "Sub" ? a.value - b.value
-                               : op == "Mul" ? a.value * b.value
-                                             : a.value / b.value));
-    } else if (b.known() && ((op == "Add" || op == "Sub") ? b.value == 0 : b.value == 1)) {
-      r.push_back(a);
-    } else if (a.known() && ((op == "Add" && a.value == 0) || (op == "Mul" && a.value == 1))) {
-      r.push_back(b);
-    } else {
-      r.push_back(ShapeInt{0, "?"});
+    if (n.op_type == "Where") {  // Where(cond, a, b): cond's pick, or a when both agree
+      const ShapeInt &c = at(0, k), &a = at(1, k), &b = at(2, k);
+      r.push_back(c.known() ? (c.value ? a : b) : (a == b && a.symbol != "?") ? a : ShapeInt{0, "?"});
+      continue;
     }
+    std::optional<ShapeInt> e = combine(n.op_type, at(0, k), at(1, k));
+    if (!e) return std::nullopt;
+    r.push_back(*e);
   }
   return r;
 }

@@ -51,8 +51,9 @@ struct ShapeInt {
 };
 
 // Type of a value: dtype plus a shape that may be missing (rank unknown). `ints`:
-// for a scalar or 1-D integer value computed from shapes, its elements as far as
-// shape inference knows them (Reshape's computed shape becomes [N,2,58,8,8]).
+// for a scalar or 1-D integer value computed from shapes (or a bool one, 0/1, compared
+// from them), its elements as far as shape inference knows them (Reshape's computed
+// shape becomes [N,2,58,8,8]).
 struct ValueInfo {
   ValueInfo() = default;
   ValueInfo(DataType t, std::optional<Shape> s = std::nullopt, std::optional<std::vector<ShapeInt>> i = std::nullopt)

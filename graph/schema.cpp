@@ -27,10 +27,13 @@ const Tensor* InferContext::input_constant(size_t i) const {
 std::optional<std::vector<ShapeInt>> InferContext::input_ints(size_t i) const {
   if (!node_.has_input(i)) return std::nullopt;
   if (const Tensor* t = input_constant(i)) {
-    if ((t->dtype() != DataType::Int64 && t->dtype() != DataType::Int32) || t->rank() > 1) return std::nullopt;
+    const DataType d = t->dtype();
+    if ((d != DataType::Int64 && d != DataType::Int32 && d != DataType::Bool) || t->rank() > 1) return std::nullopt;
     std::vector<ShapeInt> v;
     for (int64_t k = 0; k < t->numel(); ++k)
-      v.push_back(ShapeInt::of(t->dtype() == DataType::Int64 ? t->data<int64_t>()[k] : t->data<int32_t>()[k]));
+      v.push_back(ShapeInt::of(d == DataType::Int64   ? t->data<int64_t>()[k]
+                               : d == DataType::Int32 ? t->data<int32_t>()[k]
+                                                      : static_cast<int64_t>(t->get_as_double(k))));
     return v;
   }
   const ValueInfo* v = graph_.find_info(node_.inputs[i]);

@@ -32,8 +32,8 @@ class InferContext {
   const ValueInfo& input(size_t i) const;  // type of input i (must be present)
   // Constant value of input i when it is an initializer or a Constant node output.
   const Tensor* input_constant(size_t i) const;
-  // Elements of a scalar or 1-D integer input as far as they are known: a constant's
-  // values, or what shape inference computed for it (ValueInfo::ints); nullopt otherwise.
+  // Elements of a scalar or 1-D integer (or bool: 0/1) input as far as they are
+  // known: a constant's values, or what shape inference computed for it (ValueInfo::ints); nullopt otherwise.
   std::optional<std::vector<ShapeInt>> input_ints(size_t i) const;
   // input_ints(i) when every element is a number.
   std::optional<std::vector<int64_t>> input_numbers(size_t i) const;

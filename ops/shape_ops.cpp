@@ -24,8 +24,9 @@
 // Shape-carrying inputs (Reshape's shape, Pad's pads, Slice's starts..., Unsqueeze's
 // axes, Expand's and ConstantOfShape's shape, Range's scalars) may be computed: a
 // rule reads them with InferContext::input_ints, which also sees what inference knows
-// of a computed value (ValueInfo::ints: Shape's output, and Gather, Slice, Squeeze,
-// Unsqueeze and Concat of it), so Reshape(x, Concat(Shape(x)[0], [-1])) types as
+// of a computed value (ValueInfo::ints: Shape's output, Gather, Slice, Squeeze,
+// Unsqueeze, Reshape and Concat of it, a short ConstantOfShape, and the arithmetic,
+// Equal and Where of graph/infer.cpp), so Reshape(x, Concat(Shape(x)[0], [-1])) types as
 // [N, C*H*W] before anything is folded. Values known only at run time leave the
 // dims unknown until the graph is specialised (runtime/executor.h specialize()).
 //
@@ -327,7 +328,9 @@ void reshape_infer(InferContext& ctx) {
   } else if (in_symbols.empty() && !y_has_unknown && in_known != out_known) {
     ctx.fail(mismatch + ": " + std::to_string(in_known) + " elements vs " + std::to_string(out_known));
   }
-  ctx.set_output(0, t, y);
+  ValueInfo out{t, y};
+  if (y.size() <= 1) out.ints = ctx.input_ints(0);  // a shape value reshaped: same elements, same order
+  ctx.set_output(0, out);
 }
 
 // ---- Transpose --------------------------------------------------------------------
@@ -590,6 +593,9 @@ std::optional<Shape> dims_of_shape_input(const InferContext& ctx, size_t i, cons
   return std::nullopt;
 }
 
+// Longest vector ConstantOfShape's output carries as ValueInfo::ints: a shape's length.
+constexpr int64_t kMaxShapeInts = 64;
+
 void constant_of_shape_infer(InferContext& ctx) {
   const Node& n = ctx.node();
   DataType t = DataType::Float32;
@@ -599,7 +605,15 @@ void constant_of_shape_infer(InferContext& ctx) {
     t = v->dtype();
     if (!dtype_is_supported(t) || dtype_size(t) == 0) ctx.fail("attribute 'value' has unsupported dtype");
   }
-  ctx.set_output(0, ValueInfo{t, dims_of_shape_input(ctx, 0, "shape")});
+  ValueInfo out{t, dims_of_shape_input(ctx, 0, "shape")};
+  // A small integer vector of one value (PyTorch's expand builds [1,1,1] this way):
+  // its elements, for the shape arithmetic that follows.
+  const Tensor* v = n.has_attr("value") ? n.attr_tensor("value") : nullptr;
+  if ((t == DataType::Int64 || t == DataType::Int32) && out.shape && out.shape->size() <= 1 &&
+      shape_is_known(*out.shape) && element_count(shape_dims(*out.shape)) <= kMaxShapeInts)
+    out.ints = std::vector<ShapeInt>(static_cast<size_t>(element_count(shape_dims(*out.shape))),
+                                     ShapeInt::of(v ? static_cast<int64_t>(v->get_as_double(0)) : 0));
+  ctx.set_output(0, out);
 }
 
 // Range's length max(ceil((limit - start) / delta), 0).

@@ -3,6 +3,7 @@
 // as a shape specialises the plan on its value (runtime/executor.h specialize()).
 #include <doctest/doctest.h>
 
+#include "autodiff/training_graph.h"
 #include "graph/infer.h"
 #include "graph/passes.h"
 #include "ops/core/register_all.h"
@@ -135,4 +136,112 @@ TEST_CASE("a Reshape whose shape is a graph input runs with two shape values: tw
   CHECK(ex.plans_built() == 2);
   // A shape that does not fit is the shape rule's error, named at the Reshape.
   CHECK_THROWS_WITH_AS(ex.run({{"x", x}, {"shape", int64s({5, 5})}}), doctest::Contains("cannot reshape"), Error);
+}
+
+namespace {
+
+Tensor int64_scalar(int64_t v) {
+  Tensor t(DataType::Int64, {});
+  t.data<int64_t>()[0] = v;
+  return t;
+}
+
+// y = Concat(Expand(c, shape), x; axis=1), c [1,1,4], x [batch,3,4]: PyTorch's
+// cat([c.expand(x.size(0), -1, -1), x], 1) as exported (opset 17), where the -1s of
+// expand become shape = Where(Equal(s, -1 * ones), ones, s) for s = [n, -1, -1].
+Graph expand_graph(const Dim& batch) {
+  Graph g;
+  g.name = "expand";
+  g.opsets[""] = 17;
+  g.inputs = {"x", "c"};
+  g.outputs = {"y"};
+  g.values["x"] = ValueInfo{DataType::Float32, Shape{batch, Dim::of(3), Dim::of(4)}};
+  g.values["c"] = ValueInfo{DataType::Float32, shape_of({1, 1, 4})};
+  add_init(g, "zero", int64_scalar(0));
+  add_init(g, "minus1", int64_scalar(-1));
+  add_init(g, "axes", int64s({0}));
+  add_init(g, "flat", int64s({-1}));
+  Tensor one(DataType::Int64, {1});
+  one.data<int64_t>()[0] = 1;
+  g.nodes = {make_node("Shape", {"x"}, {"s"}),
+             make_node("Gather", {"s", "zero"}, {"n"}, {{"axis", Attribute::of_int(0)}}),
+             make_node("Unsqueeze", {"n", "axes"}, {"n1"}),
+             make_node("Unsqueeze", {"minus1", "axes"}, {"m1"}),
+             make_node("Unsqueeze", {"minus1", "axes"}, {"m2"}),
+             make_node("Concat", {"n1", "m1", "m2"}, {"sizes"}, {{"axis", Attribute::of_int(0)}}),
+             make_node("Reshape", {"sizes", "flat"}, {"r"}, {{"allowzero", Attribute::of_int(0)}}),
+             make_node("Shape", {"r"}, {"rs"}),
+             make_node("ConstantOfShape", {"rs"}, {"ones"}, {{"value", Attribute::of_tensor(one)}}),
+             make_node("Mul", {"ones", "minus1"}, {"neg"}),
+             make_node("Equal", {"r", "neg"}, {"is_neg"}),
+             make_node("Where", {"is_neg", "ones", "r"}, {"shape"}),
+             make_node("Expand", {"c", "shape"}, {"e"}),
+             make_node("Concat", {"e", "x"}, {"y"}, {{"axis", Attribute::of_int(1)}})};
+  for (size_t i = 0; i < g.nodes.size(); ++i) g.nodes[i].name = "n" + std::to_string(i);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("fold_shapes: PyTorch's expand(n, -1, -1) (Equal, Where, ConstantOfShape on a shape) folds") {
+  SUBCASE("a known batch types the Expand and folds its shape to a constant") {
+    Graph g = expand_graph(Dim::of(2));
+    infer_shapes(g, registry().schemas, "test");
+    CHECK(shape_to_string(*g.info("e").shape) == "[2,1,4]");
+    CHECK(shape_to_string(*g.info("y").shape) == "[2,4,4]");
+    fold_shapes(g, registry().schemas);
+    eliminate_dead_nodes(g);
+    REQUIRE(g.nodes.size() == 2);
+    CHECK(g.nodes[0].op_type == "Expand");
+    REQUIRE(g.is_initializer("shape"));
+    const Tensor& shape = g.initializers.at("shape");
+    REQUIRE(shape.numel() == 3);
+    CHECK(shape.data<int64_t>()[0] == 2);
+    CHECK(shape.data<int64_t>()[1] == 1);
+    CHECK(shape.data<int64_t>()[2] == 1);
+  }
+  SUBCASE("a symbolic batch keeps its symbol (a dimension is never -1), then folds once known") {
+    Graph g = expand_graph(Dim::sym("N"));
+    infer_shapes(g, registry().schemas, "test");
+    CHECK(shape_to_string(*g.info("e").shape) == "[N,1,4]");
+    fold_shapes(g, registry().schemas);
+    CHECK(count(g, "Where") == 1);  // its value needs the batch
+    for (int64_t batch : {1, 3}) {
+      Tensor x(DataType::Float32, {batch, 3, 4});
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(10 + i);
+      Tensor c(DataType::Float32, {1, 1, 4});
+      for (int64_t i = 0; i < 4; ++i) c.data<float>()[i] = static_cast<float>(i + 1);
+      const Graph s = specialize(g, {{"x", x}, {"c", c}});
+      CHECK(count(s, "Where") == 0);
+      CHECK(count(s, "Shape") == 0);
+      CHECK(shape_dims(*s.info("e").shape) == std::vector<int64_t>{batch, 1, 4});
+      auto backend = make_backend("reference");
+      const Tensor y = run_graph(g, {{"x", x}, {"c", c}}, *backend).at("y");
+      REQUIRE(y.dims() == std::vector<int64_t>{batch, 4, 4});
+      CHECK(y.data<float>()[(batch - 1) * 16 + 3] == 4.0f);                               // the last row's class token
+      CHECK(y.data<float>()[(batch - 1) * 16 + 4] == x.data<float>()[(batch - 1) * 12]);  // then x
+    }
+  }
+}
+
+TEST_CASE("training: a float Constant node folded with the shapes is no parameter, the model's initializer is") {
+  Graph g = expand_graph(Dim::of(2));  // c becomes a parameter, the output is scaled by a Constant 0.5
+  g.inputs = {"x"};
+  Tensor c(DataType::Float32, {1, 1, 4});
+  add_init(g, "c", c);
+  Tensor half(DataType::Float32, {});
+  half.data<float>()[0] = 0.5f;
+  g.nodes.back().outputs = {"y0"};
+  g.nodes.push_back(make_node("Constant", {}, {"half"}, {{"value", Attribute::of_tensor(half)}}));
+  g.nodes.push_back(make_node("Mul", {"y0", "half"}, {"y"}));
+  g.nodes[g.nodes.size() - 2].name = "half";
+  g.nodes.back().name = "scale";
+  infer_shapes(g, registry().schemas, "test");
+  TrainingOptions o;
+  o.optimizer = "none";
+  const TrainingGraph t = build_training_graph(g, o);
+  CHECK(t.params == std::vector<std::string>{"c"});
+  CHECK(t.graph.is_initializer("half"));  // folded, and still not trained
+  CHECK(count(t.graph, "Expand") == 1);
+  CHECK(count(t.graph, "Where") == 0);
 }
