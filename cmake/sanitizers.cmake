@@ -39,5 +39,11 @@ if(TRAINRT_SANITIZE AND NOT TRAINRT_SANITIZE STREQUAL "OFF")
   endif()
   add_compile_options(${_trainrt_san})
   add_link_options(${_trainrt_san})
+  # g++ 12's -Wmaybe-uninitialized misfires on instrumented code: moving an engaged
+  # std::optional<Shape> into ValueInfo (graph/ir.h) reads as uninitialized under ASan.
+  # The normal build keeps the warning (and -Werror), so real cases are still caught.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
+  endif()
   message(STATUS "trainrt: sanitizers ${TRAINRT_SANITIZE} (fuzz targets: ${TRAINRT_FUZZ})")
 endif()
