@@ -426,8 +426,9 @@ Bytes npy(const std::string& descr, const std::vector<int64_t>& shape, const Byt
   return b + header + data;
 }
 
+// Little-endian, `bytes` wide; bytes past the eighth are zero.
 void put_le(Bytes& b, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (int i = 0; i < bytes; ++i) b.push_back(i < 8 ? static_cast<char>((v >> (8 * i)) & 0xff) : '\0');
 }
 
 // A zip of the members (name -> bytes), stored or raw-deflated, as numpy.savez writes it.
