@@ -6,13 +6,17 @@
 //
 // Semantics are the reference kernel's (ops/norm.cpp): the node trains when the
 // executor trains, training_mode = 1, or any output besides Y is requested. Then m, v
-// are the batch mean and biased variance (oneDNN's forward_training computes both)
-// and the running statistics are updated here, as oneDNN does not:
+// are the batch mean and biased variance, computed here by batch_stats (two
+// passes summed in double, as the reference and the backward kernel compute them, not
+// oneDNN's fp32 statistics, whose rounding on a nearly constant channel is amplified
+// by 1/sqrt(v + eps) and can flip a following Relu), and the running statistics are
+// updated here, as oneDNN does not:
 //   running = input * momentum + current * (1 - momentum)
 // outputs 1/2 are the running mean/var, 3/4 (opset <= 13 form) the batch mean/var.
-// Inference uses use_global_stats with input_mean/input_var. With fuse_relu (the fused
-// BatchNormalizationRelu) oneDNN applies Relu to Y and, when training, wants a
-// workspace (the relu mask for its own backward; ours is ReluGrad on Y, so it is scratch).
+// The primitive itself always normalises with given statistics (use_global_stats):
+// the batch's when training, input_mean/input_var in inference. With fuse_relu (the fused
+// BatchNormalizationRelu) oneDNN applies Relu to Y (a workspace, if the primitive asks
+// for one, is scratch: the backward is ReluGrad on Y).
 // X and Y share one layout, row-major or Blocked16c (runtime/layout.h).
 #include "ops/norm_cpu.h"
 
@@ -53,92 +57,6 @@ std::vector<int64_t> data_dims(const Tensor& x) {
   return {d[0], d[1], s};
 }
 
-}  // namespace
-
-void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
-  if (!du::all_f32(ctx)) return du::run_reference(ctx);
-  const Node& n = ctx.node;
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.out(0);
-  const bool training = node_trains(ctx);
-  const float eps = n.attr_float("epsilon", 1e-5f);
-  const float momentum = n.attr_float("momentum", 0.9f);
-  const int64_t channels = x.dims().at(1);
-  if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
-  std::vector<int64_t> dd = data_dims(x);
-  if (y.layout() != x.layout()) return du::run_reference(ctx);  // the primitive takes one data layout
-  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, training, eps, fuse_relu, x.layout()), [&] {
-    NormPlan p;
-    p.data = x.layout() == Layout::Plain ? du::plain_desc(dd) : du::desc_of(x);
-    p.channel = du::plain_desc({channels});
-    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    if (fuse_relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
-    if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
-    try {
-      dnnl::batch_normalization_forward::desc d(
-          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, p.data, eps, flags);
-      dnnl::batch_normalization_forward::primitive_desc pd(d, du::attr(), du::engine());
-      p.prim = dnnl::batch_normalization_forward(pd);
-      p.workspace = pd.workspace_desc();
-    } catch (const dnnl::error&) {
-      return du::reference_plan<NormPlan>();
-    }
-    return p;
-  });
-  if (plan->use_reference) return du::run_reference(ctx);
-
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, du::memory_of(x, plan->data)},
-      {DNNL_ARG_DST, du::memory_of(y, plan->data)},
-      {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
-      {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
-  };
-  if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
-  if (!training) {
-    args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
-    args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
-    du::execute(plan->prim, std::move(args));
-    return;
-  }
-  // Batch statistics go straight into outputs 3/4 when requested, else temporaries.
-  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
-  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
-  args[DNNL_ARG_MEAN] = mean;
-  args[DNNL_ARG_VARIANCE] = var;
-  du::execute(plan->prim, std::move(args));
-  const float* bm = static_cast<const float*>(mean.get_data_handle());
-  const float* bv = static_cast<const float*>(var.get_data_handle());
-  const float* im = ctx.in(3).data<float>();
-  const float* iv = ctx.in(4).data<float>();
-  if (ctx.has_output(1))
-    for (int64_t c = 0; c < channels; ++c) ctx.out(1).data<float>()[c] = im[c] * momentum + bm[c] * (1 - momentum);
-  if (ctx.has_output(2))
-    for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
-}
-
-// BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
-//
-//   dY, X: N,C,spatial...   scale: C   ->   dX: like X, dScale: C, dBias: C
-//   per channel over M = N*S: mean, biased var of X, r = 1/sqrt(var+eps), xh = (x-mean)*r
-//   dBias = sum dY, dScale = sum dY*xh, dX = scale*r*(dY - dBias/M - xh*dScale/M)
-//
-// The batch statistics the training forward normalised with are recomputed here
-// from X (two passes, channels in parallel with oneTBB, each channel summed in
-// double so the statistics are as exact as the reference's), then the backward
-// primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
-// Outputs that were not requested go to per-thread temporaries. Tensors are seen as
-// N,C,S like the forward kernel (above) sees them; dY, X and dX share one
-// layout, row-major or Blocked16c (runtime/layout.h), and the primitive works in it.
-namespace {
-
-struct NormGradPlan {
-  bool use_reference = false;
-  dnnl::primitive prim;
-  du::Md data, channel;
-};
-
-// data_dims: as the forward, above.
-
 // x: N,C,S -> mean, var: C (biased variance), two passes per channel, each channel
 // summed in the same order (n, then s) whatever the layout, so both layouts give the
 // same bits. Blocked16c: 16 channels at once, interleaved (channel blocks in parallel).
@@ -176,6 +94,92 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
     }
   });
 }
+
+}  // namespace
+
+void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  const bool training = node_trains(ctx);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  const float momentum = n.attr_float("momentum", 0.9f);
+  const int64_t channels = x.dims().at(1);
+  if (x.numel() == 0) return du::run_reference(ctx);  // empty batch: the reference's rules
+  std::vector<int64_t> dd = data_dims(x);
+  if (y.layout() != x.layout()) return du::run_reference(ctx);  // the primitive takes one data layout
+  auto plan = du::cached<NormPlan>(du::key("BatchNormalization", dd, eps, fuse_relu, x.layout()), [&] {
+    NormPlan p;
+    p.data = x.layout() == Layout::Plain ? du::plain_desc(dd) : du::desc_of(x);
+    p.channel = du::plain_desc({channels});
+    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    if (fuse_relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
+    flags = flags | dnnl::normalization_flags::use_global_stats;
+    try {
+      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, p.data, eps, flags);
+      dnnl::batch_normalization_forward::primitive_desc pd(d, du::attr(), du::engine());
+      p.prim = dnnl::batch_normalization_forward(pd);
+      p.workspace = pd.workspace_desc();
+    } catch (const dnnl::error&) {
+      return du::reference_plan<NormPlan>();
+    }
+    return p;
+  });
+  if (plan->use_reference) return du::run_reference(ctx);
+
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, du::memory_of(x, plan->data)},
+      {DNNL_ARG_DST, du::memory_of(y, plan->data)},
+      {DNNL_ARG_SCALE, du::memory_of(ctx.in(1), plan->channel)},
+      {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
+  };
+  if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
+  if (!training) {
+    args[DNNL_ARG_MEAN] = du::memory_of(ctx.in(3), plan->channel);
+    args[DNNL_ARG_VARIANCE] = du::memory_of(ctx.in(4), plan->channel);
+    du::execute(plan->prim, std::move(args));
+    return;
+  }
+  // Batch statistics go straight into outputs 3/4 when requested, else temporaries.
+  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
+  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
+  batch_stats(x, static_cast<float*>(mean.get_data_handle()), static_cast<float*>(var.get_data_handle()));
+  args[DNNL_ARG_MEAN] = mean;
+  args[DNNL_ARG_VARIANCE] = var;
+  du::execute(plan->prim, std::move(args));
+  const float* bm = static_cast<const float*>(mean.get_data_handle());
+  const float* bv = static_cast<const float*>(var.get_data_handle());
+  const float* im = ctx.in(3).data<float>();
+  const float* iv = ctx.in(4).data<float>();
+  if (ctx.has_output(1))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(1).data<float>()[c] = im[c] * momentum + bm[c] * (1 - momentum);
+  if (ctx.has_output(2))
+    for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
+}
+
+// BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
+//
+//   dY, X: N,C,spatial...   scale: C   ->   dX: like X, dScale: C, dBias: C
+//   per channel over M = N*S: mean, biased var of X, r = 1/sqrt(var+eps), xh = (x-mean)*r
+//   dBias = sum dY, dScale = sum dY*xh, dX = scale*r*(dY - dBias/M - xh*dScale/M)
+//
+// The batch statistics the training forward normalised with are recomputed here
+// from X (two passes, channels in parallel with oneTBB, each channel summed in
+// double so the statistics are as exact as the reference's), then the backward
+// primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
+// Outputs that were not requested go to per-thread temporaries. Tensors are seen as
+// N,C,S like the forward kernel (above) sees them; dY, X and dX share one
+// layout, row-major or Blocked16c (runtime/layout.h), and the primitive works in it.
+namespace {
+
+struct NormGradPlan {
+  bool use_reference = false;
+  dnnl::primitive prim;
+  du::Md data, channel;
+};
+
+// data_dims, batch_stats: as the forward, above.
 
 void batchnorm_grad_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);

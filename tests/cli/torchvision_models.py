@@ -72,11 +72,7 @@ MODELS = {
 }
 
 # Models that cannot train in trainrt yet -> the ops they lack (each must be named in the failure).
-EXPECTED_FAILURES = {
-    # The cpu backend's fp32 gradients are off by O(1e-2) (the fp64 reference passes): a
-    # cpu kernel of an op only this model uses (channel shuffle, chunk) is being traced.
-    "shufflenet_v2_x0_5": ("fp32 cpu gradients",),
-}
+EXPECTED_FAILURES = {}
 
 
 def no_randomness(model):
