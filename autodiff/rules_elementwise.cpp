@@ -11,6 +11,9 @@
 //   HardSwish  dX = HardSwishGrad(dY, X)                  dY' = SumToShape(Where(C, 0, dY), Y)
 //   Sqrt       dX = SqrtGrad(dY, Y)                 Equal non-differentiable (bool output)
 //   Erf, Gelu  dX = ErfGrad(dY, X), GeluGrad(dY, X)
+//   Exp        dX = dY * Y                          Greater, Less, GreaterOrEqual, LessOrEqual:
+//   Log        dX = dY / X                                non-differentiable (bool output)
+//   Reciprocal dX = -(dY * Y) * Y
 //
 // Kinks follow PyTorch: Clip passes dY where min <= x <= max (torch.clamp; note
 // F.relu6 uses min < x < max), HardSigmoid where 0 < alpha*x + beta < 1, HardSwish
@@ -109,6 +112,16 @@ void gelu_grad(GradBuilder& g) {
   g.add("GeluGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, copy_attrs(g.node(), {"approximate"}));
 }
 
+void exp_grad(GradBuilder& g) { g.add_onnx("Mul", {g.dy(0), g.output(0)}, {g.dx(0)}); }
+void log_grad(GradBuilder& g) { g.add_onnx("Div", {g.dy(0), g.input(0)}, {g.dx(0)}); }
+// Y = 1/X: dX = -dY / X^2 = -(dY * Y) * Y.
+void reciprocal_grad(GradBuilder& g) {
+  const std::string dy_y = g.tmp("dy_times_y"), neg = g.tmp("neg_dy_times_y");
+  g.add_onnx("Mul", {g.dy(0), g.output(0)}, {dy_y});
+  g.add_onnx("Neg", {dy_y}, {neg});
+  g.add_onnx("Mul", {neg, g.output(0)}, {g.dx(0)});
+}
+
 // PowGrad writes dA and dB in Y's shape; each is then reduced to its input's shape.
 void pow_grad(GradBuilder& g) {
   const std::string da = g.needs_dx(0) ? g.tmp("da_full") : "", db = g.needs_dx(1) ? g.tmp("db_full") : "";
@@ -149,7 +162,10 @@ void register_elementwise_gradients(GradRegistry& r) {
   r.add_rule("Gelu", gelu_grad);
   r.add_rule("Pow", pow_grad);
   r.add_rule("Where", where_grad, /*differentiable=*/{1, 2});
-  r.add_non_differentiable("Equal");
+  r.add_rule("Exp", exp_grad);
+  r.add_rule("Log", log_grad);
+  r.add_rule("Reciprocal", reciprocal_grad);
+  for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) r.add_non_differentiable(op);
 }
 
 }  // namespace trainrt

@@ -1,6 +1,7 @@
 // Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh, Clip, HardSigmoid,
-// HardSwish, Gelu), Neg, Sqrt, Erf and with numpy broadcasting arithmetic (Add, Sub,
-// Mul, Div, Pow, variadic Sum), Where and Equal, and their backward ops (domain
+// HardSwish, Gelu), Neg, Sqrt, Erf, Exp, Log, Reciprocal and with numpy broadcasting
+// arithmetic (Add, Sub, Mul, Div, Pow, variadic Sum), Where and the comparisons (Equal,
+// Greater, Less, GreaterOrEqual, LessOrEqual), and their backward ops (domain
 // ai.trainrt, used by autodiff/rules_elementwise.cpp). The ops added with Clip keep
 // their loops and formulas in ops/elementwise_loops.h (ClipGrad, PowGrad, ... there);
 // the older ones:
@@ -363,7 +364,7 @@ void where_rule(InferContext& ctx) {
 
 // Equal(A, B): one numeric or bool dtype; a bool output of the broadcast shape.
 void equal_rule(InferContext& ctx) {
-  require_arith(ctx, 0, /*bool_ok=*/true);
+  require_arith(ctx, 0, /*bool_ok=*/ctx.node().op_type == "Equal");
   require_same_dtype(ctx, 0, 1);
   ctx.set_output(0, ValueInfo{DataType::Bool, broadcast_inputs(ctx, 0)});
 }
@@ -403,6 +404,9 @@ void register_more_elementwise(Registry& r) {
   r.schemas.add(make_schema("HardSigmoid", 6, 1, 1, unary_float_rule, per_output_element(3), {"alpha", "beta"}));
   r.schemas.add(make_schema("HardSwish", 14, 1, 1, unary, per_output_element(4)));
   r.schemas.add(make_schema("Sqrt", 6, 1, 1, unary, per_output_element(1)));
+  r.schemas.add(make_schema("Exp", 6, 1, 1, unary, per_output_element(1)));
+  r.schemas.add(make_schema("Log", 6, 1, 1, unary, per_output_element(1)));
+  r.schemas.add(make_schema("Reciprocal", 6, 1, 1, unary, per_output_element(1)));
   r.schemas.add(make_schema("Erf", 9, 1, 1, unary, per_output_element(4)));
   // Gelu is ONNX opset 20's; trainrt's import does not run onnx's checker, so a
   // model that declares opset 20 (or a graph pass) may use it.
@@ -421,13 +425,17 @@ void register_more_elementwise(Registry& r) {
         where_rule(ctx);
       },
       per_output_element(1)));
-  r.schemas.add(make_schema(
-      "Equal", 7, 2, 2,
-      [](InferContext& ctx) {
-        reject_attributes(ctx);
-        equal_rule(ctx);
-      },
-      per_output_element(1)));
+  // Comparisons: Equal from opset 7 (bool inputs from 11), Greater/Less from 7 (9 and 13
+  // only add types), GreaterOrEqual/LessOrEqual from 12.
+  for (auto [op, since] :
+       {std::pair{"Equal", 7}, {"Greater", 7}, {"Less", 7}, {"GreaterOrEqual", 12}, {"LessOrEqual", 12}})
+    r.schemas.add(make_schema(
+        op, since, 2, 2,
+        [](InferContext& ctx) {
+          reject_attributes(ctx);
+          equal_rule(ctx);
+        },
+        per_output_element(1)));
 
   r.kernels.add("reference", "", "Clip", clip_kernel<false>);
   r.kernels.add("reference", "", "HardSigmoid", hard_sigmoid_kernel<false>);
@@ -438,8 +446,15 @@ void register_more_elementwise(Registry& r) {
   r.kernels.add("reference", "", "Pow", pow_kernel<false>);
   r.kernels.add("reference", "", "Where", where_kernel<false>);
   r.kernels.add("reference", "", "Equal", equal_kernel<false>);
+  r.kernels.add("reference", "", "Greater", greater_kernel<false>);
+  r.kernels.add("reference", "", "Less", less_kernel<false>);
+  r.kernels.add("reference", "", "GreaterOrEqual", greater_or_equal_kernel<false>);
+  r.kernels.add("reference", "", "LessOrEqual", less_or_equal_kernel<false>);
+  r.kernels.add("reference", "", "Exp", exp_kernel<false>);
+  r.kernels.add("reference", "", "Log", log_kernel<false>);
+  r.kernels.add("reference", "", "Reciprocal", reciprocal_kernel<false>);
   // In place: y[i] = f(x[i]) in every backend's kernel (oneDNN's eltwise supports src == dst).
-  for (const char* op : {"Clip", "HardSigmoid", "HardSwish", "Sqrt", "Erf", "Gelu"})
+  for (const char* op : {"Clip", "HardSigmoid", "HardSwish", "Sqrt", "Erf", "Gelu", "Exp", "Log", "Reciprocal"})
     r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
 
   // ---- backward ops (ai.trainrt) ----

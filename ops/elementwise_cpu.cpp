@@ -331,6 +331,15 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Pow", elementwise_loops::pow_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Where", elementwise_loops::where_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Equal", elementwise_loops::equal_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Greater", elementwise_loops::greater_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Less", elementwise_loops::less_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "GreaterOrEqual", elementwise_loops::greater_or_equal_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "LessOrEqual", elementwise_loops::less_or_equal_kernel<true>, facts::elementwise);
+  // Exp, Log, Reciprocal: the reference's loop (std::exp/std::log, not oneDNN's
+  // polynomial approximations), so both backends give the same bits.
+  add_if_schema(r, "cpu", "", "Exp", elementwise_loops::exp_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Log", elementwise_loops::log_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Reciprocal", elementwise_loops::reciprocal_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "ClipGrad", elementwise_loops::clip_grad_kernel<true>, clip_layouts);
   add_if_schema(r, "cpu", kTrainrtDomain, "HardSigmoidGrad", elementwise_loops::hard_sigmoid_grad_kernel<true>,
                 facts::elementwise);

@@ -14,13 +14,16 @@
 //   HardSigmoid(X)          y = max(0, min(1, alpha*x + beta))
 //   HardSwish(X)            y = x * min(max(x + 3, 0), 6) / 6   (PyTorch's and oneDNN's order)
 //   Sqrt, Erf               y = sqrt(x), erf(x)
+//   Exp, Log, Reciprocal    y = exp(x), log(x), 1/x
 //   Gelu(X; approximate)    none: y = x/2 * (1 + erf(x/sqrt2))
 //                           tanh: y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 //   Pow(A, B)               y = a^b with broadcasting; float base: pow in T; integer base:
 //                           integer exponent by squaring (wraps mod 2^bits; b < 0 gives
 //                           1/a^|b| truncated), float exponent through double, truncated
 //   Where(C, X, Y)          out = c ? x : y with broadcasting (any dtype, copied as bytes)
-//   Equal(A, B)             out = a == b with broadcasting (bool)
+//   Equal(A, B)             out = a == b with broadcasting (bool; A, B numbers or bool)
+//   Greater, Less, GreaterOrEqual, LessOrEqual(A, B)
+//                           out = a > b, a < b, a >= b, a <= b likewise (numbers only)
 //
 // Backward ops (ai.trainrt), in dY's shape; conventions at the kinks are PyTorch's:
 //
@@ -162,6 +165,21 @@ void hard_swish_grad_kernel(KernelContext& ctx) {
     using T = decltype(x);
     return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
   });
+}
+
+template <bool kParallel>
+void exp_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, [](auto x) { return std::exp(x); });
+}
+
+template <bool kParallel>
+void log_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, [](auto x) { return std::log(x); });
+}
+
+template <bool kParallel>
+void reciprocal_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, [](auto x) { return decltype(x)(1) / x; });
 }
 
 template <bool kParallel>
@@ -334,8 +352,9 @@ void where_kernel(KernelContext& ctx) {
   }
 }
 
-template <bool kParallel>
-void equal_kernel(KernelContext& ctx) {
+// out = cmp(a, b) with broadcasting, bool out; a and b bool only for Equal.
+template <bool kParallel, typename Cmp>
+void compare_kernel(KernelContext& ctx, Cmp cmp) {
   const Tensor &a = ctx.in(0), &b = ctx.in(1);
   Tensor& out = ctx.out(0);
   auto run = [&](auto tag) {
@@ -345,13 +364,34 @@ void equal_kernel(KernelContext& ctx) {
     const T* pb = b.data<T>();
     uint8_t* po = out.data<uint8_t>();
     for_range<kParallel>(out.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) po[i] = pa[ia(i)] == pb[ib(i)];
+      for (int64_t i = s; i < e; ++i) po[i] = cmp(pa[ia(i)], pb[ib(i)]);
     });
   };
   if (a.dtype() == DataType::Bool)
     run(uint8_t{});
   else
     dispatch_arith(a.dtype(), run);
+}
+
+template <bool kParallel>
+void equal_kernel(KernelContext& ctx) {
+  compare_kernel<kParallel>(ctx, [](auto a, auto b) { return a == b; });
+}
+template <bool kParallel>
+void greater_kernel(KernelContext& ctx) {
+  compare_kernel<kParallel>(ctx, [](auto a, auto b) { return a > b; });
+}
+template <bool kParallel>
+void less_kernel(KernelContext& ctx) {
+  compare_kernel<kParallel>(ctx, [](auto a, auto b) { return a < b; });
+}
+template <bool kParallel>
+void greater_or_equal_kernel(KernelContext& ctx) {
+  compare_kernel<kParallel>(ctx, [](auto a, auto b) { return a >= b; });
+}
+template <bool kParallel>
+void less_or_equal_kernel(KernelContext& ctx) {
+  compare_kernel<kParallel>(ctx, [](auto a, auto b) { return a <= b; });
 }
 
 // y = x0 + x1 + ... with broadcasting, per element left to right from 0.

@@ -318,9 +318,12 @@ TEST_CASE("gradcheck: Clip with both, one or no bounds; HardSigmoid, HardSwish, 
       b.seed = 300 + static_cast<uint64_t>(trial);
       check(b, b.node(op, {b.param("p", dims, -4, 4)}, attrs));
     }
-    GraphBuilder b;  // Sqrt: away from its pole at 0
-    b.seed = 400 + static_cast<uint64_t>(trial);
-    check(b, b.node("Sqrt", {b.param("p", dims, 0.2, 3)}));
+    for (const char* op : {"Sqrt", "Log", "Reciprocal", "Exp"}) {  // away from the poles at 0
+      CAPTURE(op);
+      GraphBuilder b;
+      b.seed = 400 + static_cast<uint64_t>(trial);
+      check(b, b.node(op, {b.param("p", dims, 0.2, 3)}));
+    }
   }
 }
 

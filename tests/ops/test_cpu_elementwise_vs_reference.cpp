@@ -113,7 +113,7 @@ TEST_CASE("cpu vs reference: Clip, HardSigmoid, HardSwish, Sqrt, Erf, Gelu and t
   }
 }
 
-TEST_CASE("cpu vs reference: Pow, Where, Equal and PowGrad with broadcasting") {
+TEST_CASE("cpu vs reference: Pow, Where, comparisons, Exp, Log, Reciprocal and PowGrad with broadcasting") {
   std::mt19937_64 rng(82);
   for (int i = 0; i < 16; ++i) {
     const std::vector<int64_t> out = i == 0 ? std::vector<int64_t>{2, 32, 14, 14} : random_dims(rng, 4);
@@ -133,11 +133,21 @@ TEST_CASE("cpu vs reference: Pow, Where, Equal and PowGrad with broadcasting") {
                           {"x", random_tensor(DataType::Float32, ad, 2200 + i)},
                           {"y", random_tensor(DataType::Float32, bd, 2300 + i)}};
     CHECK(check_same(make_node("Where", {"c", "x", "y"}, {"out"}), where, kBitwise) == 0);
+    const TensorMap unary{{"a", random_tensor(DataType::Float32, ad, 2400 + i, 0.05, 8)}};
+    for (const char* op : {"Exp", "Log", "Reciprocal"}) {
+      CAPTURE(op);
+      CHECK(check_same(make_node(op, {"a"}, {"out"}), unary, kBitwise) == 0);
+    }
     // Equal on small integers so that some elements are equal.
     Tensor ea(DataType::Int64, ad), eb(DataType::Int64, bd);
     for (int64_t k = 0; k < ea.numel(); ++k) ea.data<int64_t>()[k] = static_cast<int64_t>(rng() % 3);
     for (int64_t k = 0; k < eb.numel(); ++k) eb.data<int64_t>()[k] = static_cast<int64_t>(rng() % 3);
-    CHECK(check_same(make_node("Equal", {"a", "b"}, {"eq"}), {{"a", ea}, {"b", eb}}, kBitwise) == 0);
+    for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) {
+      CAPTURE(op);
+      CHECK(check_same(make_node(op, {"a", "b"}, {"out"}), {{"a", ea}, {"b", eb}}, kBitwise) == 0);
+    }
+    CHECK(check_same(make_node("Greater", {"a", "b"}, {"out"}), {{"a", where.at("x")}, {"b", where.at("y")}},
+                     kBitwise) == 0);  // floats too
   }
 }
 
@@ -170,6 +180,10 @@ TEST_CASE("cpu: the new elementwise kernels give the same bits on Blocked16c ten
       {"Pow", "", {&pos, &x}, 2, DataType::Float32},
       {"Where", "", {&cond, &x, &pos}, 3, DataType::Float32},
       {"Equal", "", {&x, &x}, 2, DataType::Bool},
+      {"Less", "", {&x, &pos}, 2, DataType::Bool},
+      {"Exp", "", {&x}, 1, DataType::Float32},
+      {"Log", "", {&pos}, 1, DataType::Float32},
+      {"Reciprocal", "", {&pos}, 1, DataType::Float32},
       {"ClipGrad", kTrainrtDomain, {&dy, &x, &lo, &hi}, 2, DataType::Float32},
       {"HardSigmoidGrad", kTrainrtDomain, {&dy, &x}, 2, DataType::Float32},
       {"HardSwishGrad", kTrainrtDomain, {&dy, &x}, 2, DataType::Float32},

@@ -58,6 +58,10 @@ const std::map<std::string, std::string> kBackwardOps{
 const std::map<std::string, std::string> kNoGradientRule{
     {"Constant", "no inputs; registered non-differentiable in autodiff/rules_misc.cpp"},
     {"Equal", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
+    {"Greater", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
+    {"Less", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
+    {"GreaterOrEqual", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
+    {"LessOrEqual", "bool output; registered non-differentiable in autodiff/rules_elementwise.cpp"},
     {"Shape", "int64 output; registered non-differentiable in autodiff/rules_shape.cpp"},
     {"ConstantOfShape", "its output does not depend on its input's values; non-differentiable"},
     {"Range", "computes indices from scalars; registered non-differentiable"},
