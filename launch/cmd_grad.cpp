@@ -11,6 +11,7 @@
 #include "graph/onnx_io.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
+#include "launch/tensor_files.h"
 #include "launch/train_util.h"
 #include "runtime/executor.h"
 
@@ -46,15 +47,7 @@ int cmd_grad(const Argv& argv) {
   o.optimizer = "none";
   const TrainingGraph t = build_training_graph(g, o);
 
-  TensorMap feeds;
-  for (const std::string& spec : a.all("input")) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      throw_bad_input("--input " + spec, "expected NAME=FILE.pb");
-    std::string name = spec.substr(0, eq);
-    if (feeds.count(name)) throw_bad_input("--input " + spec, "input '" + name + "' is given twice");
-    feeds[name] = read_tensor_file(spec.substr(eq + 1));
-  }
+  TensorMap feeds = read_feeds(a.all("input"));
   if (!t.labels.empty()) {
     if (!a.on("labels"))
       throw_bad_input("trainrt grad", "the model ends in logits: --labels FILE.pb (int64 class indices) is required");
@@ -68,16 +61,13 @@ int cmd_grad(const Argv& argv) {
   ro.seed = static_cast<uint64_t>(a.at_least("seed", 0));
   const TensorMap out = run_graph(t.graph, feeds, *backend, ro);
 
-  const std::string dir = a.str("output-dir");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw_bad_input(dir, "cannot create the output folder: " + ec.message());
-  auto path = [&](const std::string& file) { return (std::filesystem::path(dir) / file).string(); };
   std::vector<std::string> params = t.params;
   std::sort(params.begin(), params.end());
-  write_tensor_file(out.at(t.loss), path("loss.pb"), "loss");
+  std::vector<TensorFile> files{{"loss.pb", &out.at(t.loss), "loss"}};
   for (size_t k = 0; k < params.size(); ++k)
-    write_tensor_file(out.at(t.gradients.at(params[k])), path("grad_" + std::to_string(k) + ".pb"), params[k]);
+    files.push_back({"grad_" + std::to_string(k) + ".pb", &out.at(t.gradients.at(params[k])), params[k]});
+  const std::string dir = a.str("output-dir");
+  write_tensor_files(dir, files);
   std::printf("loss %.9g, %zu gradients written to %s\n", out.at(t.loss).get_as_double(0), params.size(), dir.c_str());
   return 0;
 }

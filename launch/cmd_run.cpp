@@ -8,6 +8,7 @@
 #include "graph/onnx_io.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
+#include "launch/tensor_files.h"
 #include "launch/train_util.h"
 #include "runtime/executor.h"
 
@@ -34,32 +35,12 @@ int cmd_run(const Argv& argv) {
   configure_threads(threads);
   auto backend = make_backend(a.str("backend"), threads);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
-  TensorMap feeds;
-  for (const std::string& spec : a.all("input")) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      throw_bad_input("--input " + spec, "expected NAME=FILE.pb");
-    std::string name = spec.substr(0, eq);
-    if (feeds.count(name)) throw_bad_input("--input " + spec, "input '" + name + "' is given twice");
-    feeds[name] = read_tensor_file(spec.substr(eq + 1));
-  }
+  TensorMap feeds = read_feeds(a.all("input"));
   TensorMap out = run_graph(g, feeds, *backend);
-  const std::string dir = a.str("output-dir");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw_bad_input(dir, "cannot create the output folder: " + ec.message());
-  // All outputs or none: a failure part-way removes the files this run wrote.
-  std::vector<std::string> written;
-  try {
-    for (size_t k = 0; k < g.outputs.size(); ++k) {
-      std::string file = (std::filesystem::path(dir) / ("output_" + std::to_string(k) + ".pb")).string();
-      write_tensor_file(out.at(g.outputs[k]), file, g.outputs[k]);
-      written.push_back(file);
-    }
-  } catch (...) {
-    for (const std::string& f : written) std::filesystem::remove(f, ec);
-    throw;
-  }
+  std::vector<TensorFile> files;
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    files.push_back({"output_" + std::to_string(k) + ".pb", &out.at(g.outputs[k]), g.outputs[k]});
+  const std::vector<std::string> written = write_tensor_files(a.str("output-dir"), files);
   for (size_t k = 0; k < g.outputs.size(); ++k)
     std::printf("%s: %s %s\n", written[k].c_str(), g.outputs[k].c_str(),
                 dims_to_string(out.at(g.outputs[k]).dims()).c_str());

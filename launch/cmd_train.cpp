@@ -49,16 +49,6 @@ bool early_stop(const std::vector<double>& acc, int64_t patience, double target)
          std::all_of(acc.end() - patience, acc.end(), [&](double a) { return a >= target; });
 }
 
-// The side of an image folder's crops when --image-size is not given: the model's
-// input H (= W) when both are fixed, else torchvision's 224.
-int64_t model_image_size(const Graph& g) {
-  if (g.inputs.size() != 1) return 224;
-  const ValueInfo& in = g.info(g.inputs[0]);
-  if (in.shape && in.shape->size() == 4 && (*in.shape)[2].known() && (*in.shape)[2].value == (*in.shape)[3].value)
-    return (*in.shape)[2].value;
-  return 224;
-}
-
 // A --resume checkpoint, refused before the data and model are loaded when its flags differ.
 Checkpoint read_resume_checkpoint(const TrainConfig& c) {
   Checkpoint ck = read_checkpoint(c.resume);

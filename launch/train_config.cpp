@@ -131,14 +131,6 @@ std::string num(double v) {
   return buf;
 }
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 TrainingOptions optimizer_flags(const Args& a) {
   TrainingOptions o;
   o.optimizer = a.one_of("optimizer", {"sgd", "adam", "adamw"});
@@ -167,21 +159,6 @@ LrSchedule schedule_flags(const Args& a, int64_t epochs) {
   if (a.on("lr-step-epochs") && s.kind != "step")
     throw_bad_input("--lr-step-epochs", "applies to --lr-schedule step only");
   return s;
-}
-
-// A comma list of numbers, each finite (and > 0 for --std).
-std::vector<float> number_list(const Args& a, const std::string& flag, bool positive) {
-  std::vector<float> out;
-  for (const std::string& item : split_commas(a.str(flag))) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (end == item.c_str() || *end != 0 || !std::isfinite(v) || (positive && !(v > 0)))
-      throw_bad_input("--" + flag, "expected " + std::string(positive ? "positive " : "") +
-                                       "numbers separated by commas, got '" + a.str(flag) + "'");
-    out.push_back(static_cast<float>(v));
-  }
-  if (a.on(flag) && out.empty()) throw_bad_input("--" + flag, "expected numbers separated by commas");
-  return out;
 }
 
 void data_flags(const Args& a, TrainConfig& c) {

@@ -60,6 +60,39 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
   return io;
 }
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// The side of an image folder's crops when --image-size is not given: the model's
+// input H (= W) when both are fixed, else torchvision's 224.
+int64_t model_image_size(const Graph& g) {
+  if (g.inputs.size() != 1) return 224;
+  const ValueInfo& in = g.info(g.inputs[0]);
+  if (in.shape && in.shape->size() == 4 && (*in.shape)[2].known() && (*in.shape)[2].value == (*in.shape)[3].value)
+    return (*in.shape)[2].value;
+  return 224;
+}
+
+// A comma list of numbers, each finite (and > 0 for --std).
+std::vector<float> number_list(const Args& a, const std::string& flag, bool positive) {
+  std::vector<float> out;
+  for (const std::string& item : split_commas(a.str(flag))) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (end == item.c_str() || *end != 0 || !std::isfinite(v) || (positive && !(v > 0)))
+      throw_bad_input("--" + flag, "expected " + std::string(positive ? "positive " : "") +
+                                       "numbers separated by commas, got '" + a.str(flag) + "'");
+    out.push_back(static_cast<float>(v));
+  }
+  if (a.on(flag) && out.empty()) throw_bad_input("--" + flag, "expected numbers separated by commas");
+  return out;
+}
+
 Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
                     const std::function<bool()>& stop) {
   BatchStream stream(d, eval_options(batch_size));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "launch/cli.h"
 #include "launch/dataset.h"
@@ -24,6 +25,15 @@ struct ModelIo {
 // The model must take one float input shaped like the dataset's images and give
 // [N,classes] logits with the dataset's class count; BadInput naming both otherwise.
 ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where);
+
+// The side of an image folder's crops when --image-size is not given: the model's
+// input H (= W) when both are fixed, else torchvision's 224.
+int64_t model_image_size(const Graph& g);
+// The non-empty items of a comma list.
+std::vector<std::string> split_commas(const std::string& s);
+// --FLAG's comma list of numbers (--mean, --std), each finite and, if `positive`, > 0;
+// empty when the flag is not given.
+std::vector<float> number_list(const Args& a, const std::string& flag, bool positive);
 
 struct Evaluation {
   double loss = 0;      // mean over batches of the batch-mean cross-entropy (the seed's v_loss)
