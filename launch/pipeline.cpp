@@ -1,6 +1,5 @@
 #include "launch/pipeline.h"
 
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "graph/onnx_io.h"
 #include "graph/tsan.h"
 #include "launch/image.h"
+#include "ops/core/parallel.h"
 
 namespace trainrt {
 
@@ -301,28 +301,25 @@ Batch BatchStream::build(int64_t k) const {
   }
   // Image files: each decoded and transformed by a task of its own (the batch's task
   // waits for them, stealing work; results do not depend on which thread ran which).
-  // TSan cannot see parallel_for's ordering inside the uninstrumented libtbb: the two
-  // edges (graph/tsan.h) are this thread's state before the tasks, and their writes before
-  // what follows.
+  // The loop is parallel_ranges (ops/core/parallel.h): oneTBB's parallel_for, plain
+  // std::threads under TSan, which cannot see the ordering inside the uninstrumented libtbb.
   // A bad file's error is caught in its task; the batch reports its first bad sample's
   // (the same one whichever thread got there first).
   if (data_.from_files()) {
     std::mutex m;
     int64_t bad = B;
     std::exception_ptr error;
-    tsan_release(&b);
-    tbb::parallel_for(int64_t{0}, B, [&](int64_t j) {
-      tsan_acquire(&b);
-      try {
-        prepare_file_sample(data_, b.samples[j], opts_.augment, opts_.seed, opts_.epoch, img + j * per_sample,
-                            opts_.max_file_bytes);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(m);
-        if (j < bad) bad = j, error = std::current_exception();
+    parallel_ranges(B, 1, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        try {
+          prepare_file_sample(data_, b.samples[j], opts_.augment, opts_.seed, opts_.epoch, img + j * per_sample,
+                              opts_.max_file_bytes);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(m);
+          if (j < bad) bad = j, error = std::current_exception();
+        }
       }
-      tsan_release(&b.images);
     });
-    tsan_acquire(&b.images);
     if (error) std::rethrow_exception(error);
   }
   b.prepare_seconds = seconds_since(t0);
