@@ -6,7 +6,8 @@
 # from stored and deflated .npz files. Each bad input is one stderr line naming the
 # file or what differs, exit 2: a corrupt PNG, a truncated JPEG, a file that is not an
 # image, an empty class folder, no train/ folder, a val/ class train/ lacks, a model
-# whose input is another size, an npz whose samples do not fit the model.
+# whose input is another size, an npz whose samples do not fit the model. `trainrt
+# evaluate` of the exported models agrees with the run's last validation.
 set -uo pipefail
 trainrt=$(realpath "$1")
 src=$2
@@ -105,6 +106,33 @@ for f in a c; do
   grep -q "^Epoch =  2: .*Validation Loss = [0-9]" "$tmp/npz.log" || fail "npz $f: $(cat "$tmp/npz.log")"
 done
 grep -q "24 training images, 24 test images" "$tmp/npz.log" || fail "npz without x_val: $(grep Training "$tmp/npz.log")"
+
+# `trainrt evaluate` of an export reads the same data the same way: an image folder's val/
+# (resize + center crop, --mean/--std as given) and an npz's x_val/y_val give the loss and
+# accuracy the run's last validation printed.
+agrees() {  # agrees LOG EXPORT [evaluate flags]: the last epoch line of LOG vs evaluate of EXPORT
+  local log=$1 model=$2
+  shift 2
+  local want got
+  want=$(grep "^Epoch" "$log" | tail -1 | sed -n 's/.*Validation Loss = \([0-9.]*\), Validation Accuracy = \([0-9.]*\).*/\1 \2/p')
+  "$trainrt" evaluate "$model" --threads 2 --batch-size 8 "$@" >"$tmp/eval.log" 2>&1 || {
+    fail "evaluate $*: $(cat "$tmp/eval.log")"
+    return
+  }
+  got=$(sed -n 's/^Test Loss = \([0-9.]*\), Test Accuracy = \([0-9.]*\).*/\1 \2/p' "$tmp/eval.log")
+  [ -n "$want" ] && [ "$want" = "$got" ] || fail "evaluate $* gives '$got', training validated '$want'"
+}
+"$trainrt" train "$tmp/m32.onnx" --dataset imagefolder --data-dir "$tmp/data" "${common[@]}" --epochs 1 \
+  --mean 0.5,0.4,0.3 --std 0.2 --export "$tmp/folder.onnx" >"$tmp/folder.log" 2>&1 ||
+  fail "imagefolder with --export: $(tail -2 "$tmp/folder.log")"
+agrees "$tmp/folder.log" "$tmp/folder.onnx" --dataset imagefolder --data-dir "$tmp/data" --mean 0.5,0.4,0.3 --std 0.2
+"$trainrt" train "$tmp/mlp.onnx" --dataset npz --data-dir "$tmp/a.npz" "${common[@]}" --epochs 1 \
+  --export "$tmp/npz.onnx" >"$tmp/npz1.log" 2>&1 || fail "npz with --export: $(tail -2 "$tmp/npz1.log")"
+agrees "$tmp/npz1.log" "$tmp/npz.onnx" --dataset npz --data-dir "$tmp/a.npz"
+grep -q "(6 images)" "$tmp/eval.log" || fail "evaluate of the npz did not use x_val (6 images): $(cat "$tmp/eval.log")"
+expect_error 2 "m28.onnx: model input 'input' is 1x28x28 per sample, dataset imagefolder gives 3x32x32 (--image-size 32)$" -- \
+  "$trainrt" evaluate "$tmp/m28.onnx" --dataset imagefolder --data-dir "$tmp/data" --image-size 32 --threads 2
+expect_error 2 ": --dataset: " -- "$trainrt" evaluate "$tmp/m28.onnx" --dataset imagenet
 
 # Bad inputs: one line each, exit 2.
 bad() {  # bad PATTERN [flags]: training on the copy of the tiny folder in $tmp/bad
