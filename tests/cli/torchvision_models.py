@@ -62,7 +62,7 @@ MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=CLASSES), 13),
     "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=CLASSES), 13),
     "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=CLASSES), 13),
-    "shufflenet_v2_x0_5": (lambda: torchvision.models.shufflenet_v2_x0_5(num_classes=CLASSES), 13),
+    "shufflenet_v2_x1_0": (lambda: torchvision.models.shufflenet_v2_x1_0(num_classes=CLASSES), 13),
     "efficientnet_b0": (lambda: torchvision.models.efficientnet_b0(num_classes=CLASSES, stochastic_depth_prob=0.0),
                         13),
     "densenet121": (lambda: torchvision.models.densenet121(num_classes=CLASSES), 13),
