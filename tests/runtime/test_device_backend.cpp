@@ -181,8 +181,10 @@ TEST_CASE(
       CHECK(c.host_calls == want);
       CHECK(c.host_syncs == c.host_total());
       CHECK(c.launched + c.host_total() == device.plan().steps.size());
+      std::string host_ops;
+      for (const auto& [op, calls] : c.host_calls) host_ops += " " + op + " x" + std::to_string(calls);
       MESSAGE("stand-in WRN step (" << device.plan().steps.size() << " plan steps, " << c.launched << " queued, "
-                                    << c.host_total() << " on the host): " << c.syncs
+                                    << c.host_total() << " on the host:" << host_ops << "): " << c.syncs
                                     << " synchronisations outside host kernels, " << c.host_syncs << " in them");
     }
     for (const std::string& name : ref.state_names()) {
