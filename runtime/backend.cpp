@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "graph/error.h"
 #include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
+#include "runtime/executor.h"
 #include "runtime/plan.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
@@ -59,6 +61,14 @@ size_t Backend::available_bytes() const { return available_memory_bytes(); }
 
 void Backend::copy(void* to, const void* from, size_t bytes) const {
   if (bytes) std::memcpy(to, from, bytes);
+}
+
+void Backend::flag_non_finite(const Tensor& t, uint64_t* flag) const {
+  if (asynchronous()) synchronize();
+  const int64_t bad = first_non_finite(t);
+  if (bad < 0) return;
+  const uint64_t key = non_finite_key(static_cast<uint64_t>(bad), !std::isnan(t.get_as_double(bad)));
+  *flag = std::min(*flag, key);
 }
 
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {

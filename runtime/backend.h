@@ -11,13 +11,16 @@
 // Memory and time: the executor asks its backend for every buffer kernels touch
 // (allocate) and copies in what the backend cannot reach (feeds, constants from the
 // model). A backend whose kernels run asynchronously (cuda: queued on a stream) says
-// so, and the executor calls synchronize() before the host reads or writes a value
-// (NaN checks, step hooks, results); its kernels that have no device version run on
-// the host after a synchronize() too (fallback_ops). The cpu and reference backends
-// are synchronous host backends, so all of this is a no-op for them.
+// so, and the executor calls synchronize() only where the host reads or writes a value:
+// a step's end (results), before its first state write when NaN/Inf checks are on (the
+// checks run on the device, flag_non_finite), where a step hook reads a value
+// (Executor::value) and after each kernel when profiling; its kernels that have no
+// device version run on the host after a synchronize() too (fallback_ops). The cpu and
+// reference backends are synchronous host backends, so all of this is a no-op for them.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -74,6 +77,15 @@ class Backend {
   virtual bool asynchronous() const { return false; }
   // Waits until every kernel and copy issued so far has finished.
   virtual void synchronize() const {}
+  // Records whether float tensor `t` holds a NaN or Inf, in order with the kernels issued
+  // so far: `*flag` (8 bytes of this backend's memory) becomes min(*flag, non_finite_key(i,
+  // element i is Inf)) over the non-finite elements i of `t` (storage order), so a flag
+  // set to kAllFinite before the step names the first bad element and its kind once the
+  // host reads it after synchronize(). Other dtypes leave it alone. Default: a host scan
+  // at once (after synchronize() on an asynchronous backend); cuda: a kernel on its stream.
+  virtual void flag_non_finite(const Tensor& t, uint64_t* flag) const;
+  static constexpr uint64_t kAllFinite = ~uint64_t{0};
+  static constexpr uint64_t non_finite_key(uint64_t element, bool inf) { return element * 2 + (inf ? 1 : 0); }
   // Threads this backend may use (0 = all cores).
   int threads = 0;
   // Whether layouts() reports the kernels' blocked slots. The cpu backend turns it off

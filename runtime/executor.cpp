@@ -137,6 +137,13 @@ struct Executor::Prepared {
   std::vector<std::string> check_names;
   bool check_anomaly = false;
   bool check_ready = false;
+  // Asynchronous backends: per step and output, the index of its flag in `flags` (-1:
+  // unchecked), 8 bytes each in the backend's memory (Backend::flag_non_finite), reset
+  // from `flags_init` at the start of each run; steps [0, flags_read) have been read.
+  std::vector<std::vector<int>> flag_of;
+  std::shared_ptr<std::byte[]> flags;
+  std::vector<uint64_t> flags_init;
+  size_t flags_read = 0;
 };
 
 Executor::Executor(Graph g, const Backend& backend, ExecutorOptions o)
@@ -154,7 +161,13 @@ const Tensor& Executor::value(const std::string& name) const {
   if (!last_) throw_bad_input("Executor::value", "no run yet");
   auto it = last_->plan.index.find(name);
   if (it == last_->plan.index.end()) throw_bad_input("value '" + name + "'", "is not a value of the model");
+  if (queued_) sync();  // the host reads (or a hook writes) it next
   return last_->slots[static_cast<size_t>(it->second)];
+}
+
+void Executor::sync() const {
+  backend_.synchronize();
+  queued_ = false;
 }
 
 Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& ro) {
@@ -300,7 +313,7 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
 }
 
 // NaN/Inf checks: which outputs of which steps (kept until the check set changes).
-void Executor::choose_checks(Prepared& p, const RunOptions& ro) {
+void Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
   if (p.check_ready && p.check_anomaly == ro.detect_anomaly && p.check_names == ro.check_finite) return;
   const Plan& plan = p.plan;
   std::set<int> named;
@@ -317,6 +330,15 @@ void Executor::choose_checks(Prepared& p, const RunOptions& ro) {
   p.check_names = ro.check_finite;
   p.check_anomaly = ro.detect_anomaly;
   p.check_ready = true;
+  p.flag_of.assign(plan.steps.size(), {});
+  p.flags_init.clear();
+  if (!backend_.asynchronous()) return;
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    for (char c : p.checked[s]) {
+      p.flag_of[s].push_back(c ? static_cast<int>(p.flags_init.size()) : -1);
+      if (c) p.flags_init.push_back(Backend::kAllFinite);
+    }
+  p.flags = backend_.allocate(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
 }
 
 // One kernel call; its profile event goes to `ev` (the caller appends events in plan
@@ -327,6 +349,8 @@ void Executor::run_kernel(Prepared& p, size_t s, NodeEvent* ev) const {
   const Node& n = plan.graph.nodes[st.node];
   KernelContext& ctx = p.contexts[s];
   const int64_t t0 = ev ? now_ns() : 0;
+  const bool async = backend_.asynchronous();
+  if (async) queued_ = true;
   try {
     (*p.kernels[s])(ctx);
   } catch (const Error& e) {
@@ -335,7 +359,7 @@ void Executor::run_kernel(Prepared& p, size_t s, NodeEvent* ev) const {
     throw_internal(describe_node(n, st.node), e.what());
   }
   if (!ev) return;
-  if (backend_.asynchronous()) backend_.synchronize();  // the kernel's own time, not its launch's
+  if (async) sync();  // the kernel's own time, not its launch's
   ev->name = n.name;
   ev->op = n.op_type;
   ev->node = st.node;
@@ -346,50 +370,90 @@ void Executor::run_kernel(Prepared& p, size_t s, NodeEvent* ev) const {
   for (const Tensor* t : ctx.outputs) ev->output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
 }
 
-// Throws NumericalError for the first checked output of step `s` holding a NaN or Inf.
-void Executor::check_outputs(const Prepared& p, size_t s) {
-  const Plan& plan = p.plan;
+namespace {
+
+// Output `k` of step `s` holds a NaN (or Inf) first at element `bad` of its storage order.
+NumericalError non_finite_output(const Plan& plan, const KernelContext& ctx, size_t s, size_t k, int64_t bad,
+                                 bool nan) {
   const PlanStep& st = plan.steps[s];
   const Node& n = plan.graph.nodes[st.node];
+  const std::string& value = n.outputs[k];
+  const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
+                              ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
+                              : bad;  // the row-major index a user can look up
+  return NumericalError(n.name, n.op_type, value, st.node,
+                        describe_node(n, st.node) + ": output '" + value + "' has " + (nan ? "NaN" : "Inf") +
+                            " at element " + std::to_string(element) +
+                            " (the run stopped before later nodes; state is unchanged)");
+}
+
+}  // namespace
+
+// Throws NumericalError for the first checked output of step `s` holding a NaN or Inf.
+void Executor::check_outputs(const Prepared& p, size_t s) {
   const KernelContext& ctx = p.contexts[s];
-  for (size_t k = 0; k < st.outputs.size(); ++k) {
+  for (size_t k = 0; k < p.checked[s].size(); ++k) {
     if (!p.checked[s][k]) continue;
-    int64_t bad = first_non_finite(*ctx.outputs[k]);
-    if (bad < 0) continue;
-    const std::string& value = n.outputs[k];
-    const double x = ctx.outputs[k]->get_as_double(bad);
-    const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
-                                ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
-                                : bad;  // the row-major index a user can look up
-    throw NumericalError(n.name, n.op_type, value, st.node,
-                         describe_node(n, st.node) + ": output '" + value + "' has " + (std::isnan(x) ? "NaN" : "Inf") +
-                             " at element " + std::to_string(element) +
-                             " (the run stopped before later nodes; state is unchanged)");
+    const int64_t bad = first_non_finite(*ctx.outputs[k]);
+    if (bad >= 0) throw non_finite_output(p.plan, ctx, s, k, bad, std::isnan(ctx.outputs[k]->get_as_double(bad)));
   }
 }
 
+// The device-side check of step `s`'s checked outputs (asynchronous backends), read by read_flags.
+void Executor::flag_outputs(Prepared& p, size_t s) const {
+  auto* flags = reinterpret_cast<uint64_t*>(p.flags.get());
+  for (size_t k = 0; k < p.flag_of[s].size(); ++k)
+    if (const int f = p.flag_of[s][k]; f >= 0) backend_.flag_non_finite(*p.contexts[s].outputs[k], flags + f);
+}
+
+// After a synchronisation: throws NumericalError for the first flagged output of the
+// steps from flags_read up to `upto`, in plan order.
+void Executor::read_flags(Prepared& p, size_t upto) {
+  const auto* flags = reinterpret_cast<const uint64_t*>(p.flags.get());
+  for (size_t s = p.flags_read; s < upto; ++s)
+    for (size_t k = 0; k < p.flag_of[s].size(); ++k) {
+      const int f = p.flag_of[s][k];
+      if (f < 0 || flags[f] == Backend::kAllFinite) continue;
+      p.flags_read = upto;
+      throw non_finite_output(p.plan, p.contexts[s], s, k, static_cast<int64_t>(flags[f] >> 1), (flags[f] & 1) == 0);
+    }
+  p.flags_read = upto;
+}
+
 // The plan's steps in order, one or (concurrent_branches) two at a time, each with
-// its hooks, profile events and NaN/Inf checks.
+// its hooks, profile events and NaN/Inf checks. On an asynchronous backend nothing here
+// waits for the device except profiling (per kernel), a hook reading a value (value())
+// and, with checks on, the read of the device's check flags before the first state write.
 void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   const Plan& plan = p.plan;
   const bool async = backend_.asynchronous();
   // A run that stops early (an error, a NaN, a hook's exception) leaves no kernel queued
   // behind it: the caller may read state or write a checkpoint next.
   struct DrainOnThrow {
-    const Backend& b;
+    const Executor& ex;
     bool armed;
     ~DrainOnThrow() {
       if (armed && std::uncaught_exceptions() > 0) try {
-          b.synchronize();
+          ex.sync();
         } catch (...) {  // the error in flight is the one to report
         }
     }
-  } drain{backend_, async};
+  } drain{*this, async};
+  const bool deferred = checking && async;  // checks flagged on the device, read after a synchronisation
+  bool state_guarded = false;                // the flags before the first state write were read
+  if (deferred) {
+    backend_.copy(p.flags.get(), p.flags_init.data(), p.flags_init.size() * sizeof(uint64_t));
+    p.flags_read = 0;
+  }
   const size_t steps = plan.steps.size();
   for (size_t s = 0; s < steps;) {
     const size_t count = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s] ? 2 : 1;
+    if (deferred && plan.steps[s].writes_state && !state_guarded) {
+      state_guarded = true;
+      sync();  // a NaN found now leaves the state unchanged
+      read_flags(p, s);
+    }
     if (ro.skip_state_writes && plan.steps[s].writes_state) break;  // paired steps never write state
-    if (async && ro.before_step) backend_.synchronize();            // the hook reads and writes values on the host
     for (size_t k = s; k < s + count; ++k) {
       if (ro.before_step) ro.before_step(static_cast<int>(k));
       KernelContext& ctx = p.contexts[k];
@@ -402,12 +466,10 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
                         [&] { run_kernel(p, s + 1, ro.profile ? &ev[1] : nullptr); });
     else
       run_kernel(p, s, ro.profile ? &ev[0] : nullptr);
-    // Host reads below; a profile's times are the kernels' own only once they finished.
-    if (async && (checking || ro.after_step || ro.profile)) backend_.synchronize();
     if (ro.profile)
       for (size_t k = 0; k < count; ++k) ro.profile->events.push_back(std::move(ev[k]));
     if (checking)
-      for (size_t k = s; k < s + count; ++k) check_outputs(p, k);
+      for (size_t k = s; k < s + count; ++k) deferred ? flag_outputs(p, k) : check_outputs(p, k);
     if (ro.after_step)
       for (size_t k = s; k < s + count; ++k) ro.after_step(static_cast<int>(k));
     s += count;
@@ -422,11 +484,16 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     bind_slots(p);
     build_contexts(p);
   }
+  const bool async = backend_.asynchronous();
   stage_feeds(p, feeds);
+  if (async) queued_ = true;
   const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
   if (checking) choose_checks(p, ro);
   run_steps(p, ro, checking);
-  if (backend_.asynchronous()) backend_.synchronize();  // results, state and staged feeds are the host's again
+  if (async) {
+    sync();  // results, state and staged feeds are the host's again
+    if (checking) read_flags(p, p.plan.steps.size());
+  }
   for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
   return p.results;
 }

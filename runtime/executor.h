@@ -17,6 +17,16 @@
 // Numerical faults: values named in RunOptions::check_finite (or every float
 // output with detect_anomaly) are checked right after their node; a NaN/Inf stops
 // the run before any later node and throws NumericalError naming node, op and value.
+// On an asynchronous backend (cuda) the check runs on the device instead
+// (Backend::flag_non_finite into a per-plan flag buffer) and the host reads the flags
+// where the step synchronises anyway: before its first state write and at its end. The
+// error names the first node in plan order with a bad output, as on a host backend, and
+// the state is unchanged; kernels after that node (none writing state) may have run.
+//
+// Synchronisation on an asynchronous backend: at the end of run(), before the first
+// state write when checks are on, in value() when kernels are queued (a step hook
+// reading a value: once per hook that reads, not once per node) and after each kernel
+// when profiling (its own time).
 #pragma once
 
 #include <functional>
@@ -51,7 +61,8 @@ struct RunOptions {
   size_t memory_limit_bytes = 0;
   // Called after each plan step (index into Plan::steps) with its outputs written:
   // where a gradient bucket's all-reduce starts (GradientBucket::ready_after_step).
-  // Executor::value() reads any live value from inside the callback.
+  // Executor::value() reads any live value from inside the callback (on an asynchronous
+  // backend it synchronises first; a hook that reads nothing costs no synchronisation).
   std::function<void(int step)> after_step;
   // Called before each plan step runs: where an optimizer step waits for the all-reduce
   // of the gradients it reads (runtime/data_parallel.h). An exception stops the run there.
@@ -121,7 +132,9 @@ class Executor {
   const Plan& plan() const;
   // A value's buffer in the current (or last) run; its bytes are only meaningful while
   // the value is live (Plan::values[...].def <= step <= last). BadInput for unknown names.
-  // Intermediates may be Blocked16c (Tensor::layout(); to_plain() reads them).
+  // Intermediates may be Blocked16c (Tensor::layout(); to_plain() reads them). On an
+  // asynchronous backend with kernels queued it synchronises first, so that the host
+  // may read and write the bytes (a step hook).
   const Tensor& value(const std::string& name) const;
   // Plans built so far (one per feed-shape signature and option set; a feed read as a
   // shape input is part of the signature by value).
@@ -137,10 +150,14 @@ class Executor {
   void bind_slots(Prepared& p);
   void build_contexts(Prepared& p) const;
   void stage_feeds(Prepared& p, const TensorMap& feeds) const;
-  static void choose_checks(Prepared& p, const RunOptions& ro);
+  void choose_checks(Prepared& p, const RunOptions& ro) const;
   void run_steps(Prepared& p, const RunOptions& ro, bool checking);
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);
+  void flag_outputs(Prepared& p, size_t s) const;
+  static void read_flags(Prepared& p, size_t upto);
+  // backend_.synchronize(), and nothing of this executor is queued any more.
+  void sync() const;
 
   Graph graph_;
   const Backend& backend_;
@@ -149,6 +166,7 @@ class Executor {
   std::set<std::string> state_;           // initializers updates write: never folded
   std::vector<std::unique_ptr<Prepared>> prepared_;
   Prepared* last_ = nullptr;
+  mutable bool queued_ = false;  // kernels or copies issued since the last sync() (asynchronous backends)
 };
 
 }  // namespace trainrt

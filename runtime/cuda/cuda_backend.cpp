@@ -5,6 +5,7 @@
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
 #include "runtime/communicator.h"
+#include "runtime/cuda/non_finite.h"
 
 namespace trainrt {
 
@@ -65,6 +66,9 @@ class CudaBackend : public Backend {
   void synchronize() const override {
     cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
   }
+
+  // On the stream, into managed memory the host reads after the step's synchronisation.
+  void flag_non_finite(const Tensor& t, uint64_t* flag) const override { cuda::flag_non_finite(t, flag); }
 
   void check_math(MathPrecision m) const override {
     if (m != MathPrecision::fp32)

@@ -1,0 +1,93 @@
+// A strict stand-in for the cuda backend, for the executor's tests on the CPU.
+//
+//   StandinDevice dev;                              // kernels: the cuda backend's set
+//   TrainingSession s(t, ..., dev);  s.step(b, lr);
+//   CHECK(dev.counts().syncs == 2);                  // synchronize() calls outside host kernels
+//
+// What it models of a CUDA stream and the cuda backend (runtime/cuda/cuda_backend.cpp):
+// - Kernels of ops that have a "cuda" kernel in the registry are queued (as their
+//   reference kernels) and run only at synchronize(), in issue order; so are copies and
+//   NaN/Inf checks (flag_non_finite). The other ops run on the host through
+//   Backend::on_host, as the cuda backend runs its fallbacks. A build without CUDA has no
+//   "cuda" kernels: there the host ops are an explicit list (the constructor's).
+// - Its kernels refuse memory that allocate() did not hand out (a device kernel faults
+//   on a host pointer).
+// - Memory it hands out is its own page-aligned mmap. A region that queued work reads or
+//   writes is PROT_NONE from the moment that work is issued until synchronize() runs the
+//   queue: a host read or write of a value a kernel may still be writing faults at once
+//   (SIGSEGV), where a wrong result would otherwise show only sometimes. After
+//   synchronize() the host may read and write it again, as with the cuda backend's
+//   managed memory.
+// - It counts synchronize() calls (apart: those a host kernel makes) and host kernel
+//   calls, per op.
+// Its results equal the reference backend's bit for bit: the kernels are the same.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace trainrt::test {
+
+// Ops of the fused Wide ResNet training graph the stand-in runs on the host in a build
+// without CUDA kernels.
+extern const std::set<std::string> kWrnHostOps;
+
+class StandinDevice : public Backend {
+ public:
+  explicit StandinDevice(std::set<std::string> host_ops_without_cuda = kWrnHostOps);
+  ~StandinDevice() override;
+  std::string name() const override { return "standin-device"; }
+  bool asynchronous() const override { return true; }
+  const Kernel& kernel(const Node& n) const override;
+  std::shared_ptr<std::byte[]> allocate(size_t bytes) const override;
+  bool reaches(const void* p) const override { return owns(p); }
+  void copy(void* to, const void* from, size_t bytes) const override;
+  void synchronize() const override;
+  void flag_non_finite(const Tensor& t, uint64_t* flag) const override;
+  size_t available_bytes() const override { return budget; }
+  std::string available_source() const override { return "the stand-in's budget"; }
+
+  // Whether op `op` runs on the host here (no "cuda" kernel, or the explicit list).
+  bool runs_on_host(const std::string& domain, const std::string& op) const;
+  // Whether the registry holds cuda kernels (a CUDA build): the host ops follow them.
+  static bool have_cuda_kernels();
+
+  struct Counts {
+    size_t syncs = 0;                          // synchronize() calls other than a host kernel's own
+    size_t host_syncs = 0;                     // the host kernels' synchronize() calls
+    size_t launched = 0;                       // queued kernels
+    std::map<std::string, size_t> host_calls;  // host kernel calls per op
+    size_t host_total() const;
+  };
+  Counts counts() const;
+  void reset_counts();
+
+  size_t pending() const;
+  bool owns(const void* p) const;
+  // Whether the region holding `p` is protected now (what the stand-in believes; the
+  // tests read /proc/self/maps too).
+  bool is_protected(const void* p) const;
+
+  size_t budget = size_t{1} << 40;
+  std::string fail_op;         // kernels of this op type fail at launch
+  bool protect_memory = true;  // false: queued work leaves memory readable (a test's control)
+
+  struct Pool;  // the regions, shared with the deleters of what allocate() handed out
+
+ private:
+  void enqueue(std::function<void()> f, const std::vector<const void*>& touched) const;
+  std::set<std::string> host_ops_;
+  std::shared_ptr<Pool> pool_;
+  mutable std::mutex kernels_mu_;
+  mutable std::map<const Kernel*, std::unique_ptr<Kernel>> kernels_;
+};
+
+}  // namespace trainrt::test
