@@ -1,9 +1,9 @@
-// The cuda backend's elementwise kernels: Relu, Add, Sub, Mul, Div, Sum, ReluGrad,
-// SumToShape, the activations Sigmoid, Tanh, LeakyRelu, Neg, Clip, HardSigmoid, HardSwish
-// and their gradients, float32 and float64 (Dropout's: ops/misc_cuda.cu).
+// The cuda backend's elementwise kernels: Relu, Add, Mul, Sum, ReluGrad, SumToShape, the
+// activations Sigmoid, Clip, HardSigmoid, HardSwish and their gradients: float32, and
+// float64 for Relu, Add, Sum, ReluGrad, SumToShape (Dropout's: ops/misc_cuda.cu).
 //
 //   Relu        y = x < 0 ? 0 : x (NaN stays NaN)        ReluGrad   dX = Y > 0 ? dY : 0
-//   Add, Sub, Mul, Div   y = a op b, numpy broadcasting up to rank 8
+//   Add, Mul    y = a op b, numpy broadcasting up to rank 8 (Sub, Div: on the host)
 //   activations and their *Grad: the formulas of ops/elementwise.cpp and
 //               ops/elementwise_loops.h, one functor each (map_kernel, grad_map_kernel);
 //               Clip's min/max inputs are read on the device
@@ -21,8 +21,9 @@
 // element strides over its contiguous runs. Sums are in double, so they may differ from
 // the reference's sequential T sums by rounding only.
 //
-// Host fallbacks (reference kernel after a stream synchronisation): Add, Sub, Mul, Div
-// of integer dtypes (shape arithmetic) or with an output rank above 8, Clip of integers, Sum with a broadcast input,
+// Host fallbacks (reference kernel after a stream synchronisation): Add and Mul of
+// integer dtypes (shape arithmetic) or with an output rank above 8, Mul and the
+// activations of float64, Clip of integers, Sum with a broadcast input,
 // SumToShape above rank 8, any dtype other than float32/float64.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
@@ -101,22 +102,10 @@ struct AddOp {
     return a + b;
   }
 };
-struct SubOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a - b;
-  }
-};
 struct MulOp {
   template <typename T>
   __device__ T operator()(T a, T b) const {
     return a * b;
-  }
-};
-struct DivOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a / b;
   }
 };
 
@@ -151,38 +140,6 @@ struct SigmoidGradOp {  // (dY, Y)
   template <typename T>
   __device__ T operator()(T dy, T y) const {
     return dy * y * (T(1) - y);
-  }
-};
-struct TanhOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return tanh(x);
-  }
-};
-struct TanhGradOp {  // (dY, Y)
-  template <typename T>
-  __device__ T operator()(T dy, T y) const {
-    return dy * (T(1) - y * y);
-  }
-};
-struct NegOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return -x;
-  }
-};
-struct LeakyReluOp {
-  double alpha;
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return x < T(0) ? static_cast<T>(alpha) * x : x;
-  }
-};
-struct LeakyReluGradOp {  // (dY, X)
-  double alpha;
-  template <typename T>
-  __device__ T operator()(T dy, T x) const {
-    return x < T(0) ? static_cast<T>(alpha) * dy : dy;
   }
 };
 struct HardSigmoidOp {
@@ -289,13 +246,23 @@ void relu_grad(KernelContext& ctx) {
     run_reference(ctx);
 }
 
-template <typename Op>
+// fp32 (and fp64 with kFp64: Add, which had it first); other dtypes on the host.
+// with_float, or fp32 alone without kFp64 (false, nothing called, for other dtypes).
+template <bool kFp64, typename F>
+bool with_float_if(DataType t, F&& f) {
+  if constexpr (kFp64)
+    return with_float(t, f);
+  else
+    return t == DataType::Float32 ? (f(float{}), true) : false;
+}
+
+template <typename Op, bool kFp64 = false>
 void binary(KernelContext& ctx) {
   const Tensor &a = ctx.in(0), &b = ctx.in(1);
   Tensor& y = ctx.out(0);
   DeviceIndex ia, ib;
   const bool ok = device_index(a.dims(), y.dims(), ia) && device_index(b.dims(), y.dims(), ib);
-  if (!ok || !with_float(a.dtype(), [&](auto tag) {
+  if (!ok || !with_float_if<kFp64>(a.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = y.numel();
         binary_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(a.data<T>(), ia, b.data<T>(), ib, y.data<T>(),
@@ -305,11 +272,13 @@ void binary(KernelContext& ctx) {
     run_reference(ctx);
 }
 
-// y = f(x) for an activation functor made per dtype by make(T{}).
+// y = f(x) for an activation functor made per dtype by make(T{}); fp32 only (fp64 runs
+// on the host: training on the cuda backend is fp32, and each dtype is another kernel
+// for every GPU architecture in the binary).
 template <typename Make>
 void unary(KernelContext& ctx, Make make) {
   const int64_t n = ctx.in(0).numel();
-  if (!with_float(ctx.in(0).dtype(), [&](auto tag) {
+  if (!with_float_if<false>(ctx.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
         map_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(ctx.in(0).data<T>(), ctx.out(0).data<T>(), n,
                                                                      make(tag));
@@ -318,11 +287,11 @@ void unary(KernelContext& ctx, Make make) {
     run_reference(ctx);
 }
 
-// dX = f(dY, t) for a gradient functor made per dtype by make(T{}).
+// dX = f(dY, t) for a gradient functor made per dtype by make(T{}); fp32 only.
 template <typename Make>
 void unary_grad(KernelContext& ctx, Make make) {
   const int64_t n = ctx.out(0).numel();
-  if (!with_float(ctx.in(0).dtype(), [&](auto tag) {
+  if (!with_float_if<false>(ctx.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
         grad_map_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(ctx.in(0).data<T>(), ctx.in(1).data<T>(),
                                                                           ctx.out(0).data<T>(), n, make(tag));
@@ -341,14 +310,6 @@ void plain_unary_grad(KernelContext& ctx) {
   unary_grad(ctx, [](auto) { return Op{}; });
 }
 
-void leaky_relu(KernelContext& ctx) {
-  const double alpha = ctx.node.attr_float("alpha", 0.01f);
-  unary(ctx, [alpha](auto) { return LeakyReluOp{alpha}; });
-}
-void leaky_relu_grad(KernelContext& ctx) {
-  const double alpha = ctx.node.attr_float("alpha", 0.01f);
-  unary_grad(ctx, [alpha](auto) { return LeakyReluGradOp{alpha}; });
-}
 void hard_sigmoid(KernelContext& ctx) {
   const double alpha = ctx.node.attr_float("alpha", 0.2f), beta = ctx.node.attr_float("beta", 0.5f);
   unary(ctx, [alpha, beta](auto) { return HardSigmoidOp{alpha, beta}; });
@@ -495,20 +456,13 @@ void sum_to_shape(KernelContext& ctx) {
 
 void register_elementwise_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Relu", relu);
-  add_if_schema(r, "cuda", "", "Add", binary<AddOp>);
-  add_if_schema(r, "cuda", "", "Sub", binary<SubOp>);
+  add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>);
   add_if_schema(r, "cuda", "", "Mul", binary<MulOp>);
-  add_if_schema(r, "cuda", "", "Div", binary<DivOp>);
   add_if_schema(r, "cuda", "", "Sigmoid", plain_unary<SigmoidOp>);
-  add_if_schema(r, "cuda", "", "Tanh", plain_unary<TanhOp>);
-  add_if_schema(r, "cuda", "", "Neg", plain_unary<NegOp>);
-  add_if_schema(r, "cuda", "", "LeakyRelu", leaky_relu);
   add_if_schema(r, "cuda", "", "HardSigmoid", hard_sigmoid);
   add_if_schema(r, "cuda", "", "HardSwish", plain_unary<HardSwishOp>);
   add_if_schema(r, "cuda", "", "Clip", clip);
   add_if_schema(r, "cuda", kTrainrtDomain, "SigmoidGrad", plain_unary_grad<SigmoidGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "TanhGrad", plain_unary_grad<TanhGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "LeakyReluGrad", leaky_relu_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "HardSwishGrad", plain_unary_grad<HardSwishGradOp>);
   add_if_schema(r, "cuda", kTrainrtDomain, "ClipGrad", clip_grad);

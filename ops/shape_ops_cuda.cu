@@ -16,12 +16,12 @@
 //
 // Pad reads its pads, axes and constant value on the device (each block's thread 0 builds
 // the full begin pads in shared memory), since they are tensors a kernel may have
-// written; the output's dims are the host's. Per element it splits the output index
-// over the dims (one division per dim: the general-rank index).
+// written; the output's dims are the host's. Pad splits each output index over
+// the dims (one division per dim: the general-rank index).
 //
 // Host fallbacks (reference kernel after a stream synchronisation): Concat/ConcatGrad
-// rows wider than cudaMemcpy2DAsync's pitch limit (2^31 bytes); Pad above rank 8 or of
-// elements not 1, 2, 4 or 8 bytes wide.
+// rows wider than cudaMemcpy2DAsync's pitch limit (2^31 bytes); Pad above
+// rank 8 or of elements not 4 or 8 bytes wide.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -99,9 +99,25 @@ void concat_grad(KernelContext& ctx) {
   }
 }
 
-// ---- Pad --------------------------------------------------------------------------
+// ---- Pad ---------------------------------------------------------------
 
 constexpr int kMaxRank = 8;
+
+// f(E{}) with E the unsigned integer of the element's width, and true; false for other
+// widths (1 and 2 bytes: bool, uint8, fp16 stay on the host; each width is another
+// kernel for every GPU architecture in the binary).
+template <typename F>
+bool with_width(DataType t, F&& f) {
+  switch (dtype_size(t)) {
+    case 4:
+      return f(uint32_t{}), true;
+    case 8:
+      return f(uint64_t{}), true;
+    default:
+      return false;
+  }
+}
+
 enum class PadMode : int { Constant, Edge, Reflect, Wrap };
 
 struct PadArgs {
@@ -182,28 +198,13 @@ void pad(KernelContext& ctx) {
     a.out[d] = y.dims()[static_cast<size_t>(d)];
   }
   const int64_t n = y.numel();
-  const cudaStream_t s = context().stream;
-  switch (dtype_size(x.dtype())) {
-    case 1:
-      pad_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const uint8_t*>(x.raw()),
-                                                    reinterpret_cast<uint8_t*>(y.raw()), n, a);
-      break;
-    case 2:
-      pad_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const uint16_t*>(x.raw()),
-                                                    reinterpret_cast<uint16_t*>(y.raw()), n, a);
-      break;
-    case 4:
-      pad_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const uint32_t*>(x.raw()),
-                                                    reinterpret_cast<uint32_t*>(y.raw()), n, a);
-      break;
-    case 8:
-      pad_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const uint64_t*>(x.raw()),
-                                                    reinterpret_cast<uint64_t*>(y.raw()), n, a);
-      break;
-    default:
-      return run_reference(ctx);
-  }
-  check_launch(ctx.node, "pad_kernel");
+  if (!with_width(x.dtype(), [&](auto tag) {
+        using E = decltype(tag);
+        pad_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(reinterpret_cast<const E*>(x.raw()),
+                                                                     reinterpret_cast<E*>(y.raw()), n, a);
+        check_launch(ctx.node, "pad_kernel");
+      }))
+    run_reference(ctx);
 }
 
 }  // namespace

@@ -1,12 +1,9 @@
-// The cuda backend's softmax and loss kernels: Softmax, LogSoftmax and their gradients,
-// SoftmaxCrossEntropyLoss and its gradient SoftmaxCrossEntropyLossGrad, float32 and
-// float64; the loss with int64 or int32 labels, optional class weights, reduction
-// mean/sum/none, ignore_index (ops/softmax_loss.cpp's header gives the maths; the
-// reference's loops are ops/softmax_loss_loops.h).
+// The cuda backend's loss kernels, float32: SoftmaxCrossEntropyLoss and its gradient
+// SoftmaxCrossEntropyLossGrad, with int64 or int32 labels, optional class weights,
+// reduction mean/sum/none, ignore_index (ops/softmax_loss.cpp's header gives the maths;
+// the reference's loops are ops/softmax_loss_loops.h). Softmax, LogSoftmax and the
+// reductions run on the host.
 //
-//   Softmax, LogSoftmax          one thread per row along `axis`: max, sum of exp and the
-//                                outputs in double, as the reference
-//   SoftmaxGrad, LogSoftmaxGrad  one thread per row: the row's sum in double, then dX
 //   SoftmaxCrossEntropyLoss      one thread per sample (n, d1..): its row's log_softmax
 //                                in double (max subtracted), the log_prob output, its loss
 //                                and weight; mean/sum add the blocks' partial sums, then
@@ -24,7 +21,8 @@
 // it the mean or sum), so the NaN check after the step stops training.
 //
 // Host fallbacks (reference kernel after a stream synchronisation): dtypes other than
-// float32/float64, labels other than int64/int32.
+// float32 (training on the cuda backend is fp32, and each dtype is another kernel for
+// every GPU architecture in the binary), labels other than int64/int32.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -76,102 +74,6 @@ __device__ void store_partials(double loss, double weight, double* partials) {
     partials[2 * blockIdx.x] = v[0];
     partials[2 * blockIdx.x + 1] = v[1];
   }
-}
-
-// ---- Softmax, LogSoftmax and their gradients --------------------------------------
-
-// x viewed as [outer, len, inner] around the axis: rows = outer * inner.
-struct Rows {
-  int64_t rows = 0, len = 1, inner = 1;
-  __device__ int64_t base(int64_t row) const {
-    const int64_t o = row / inner;
-    return o * len * inner + (row - o * inner);
-  }
-};
-
-Rows rows_around(const Tensor& t, const Node& n) {
-  int64_t axis = n.attr_int("axis", -1);
-  if (axis < 0) axis += t.rank();
-  Rows r;
-  int64_t outer = 1;
-  for (size_t d = 0; d < t.dims().size(); ++d) {
-    const int64_t v = t.dims()[d];
-    if (static_cast<int64_t>(d) < axis)
-      outer *= v;
-    else if (static_cast<int64_t>(d) == axis)
-      r.len = v;
-    else
-      r.inner *= v;
-  }
-  r.rows = outer * r.inner;
-  return r;
-}
-
-template <typename T, bool kLog>
-__global__ void softmax_kernel(const T* x, T* y, Rows r) {
-  TRAINRT_GRID_STRIDE(row, r.rows) {
-    const int64_t base = r.base(row);
-    double m = -INFINITY;
-    for (int64_t c = 0; c < r.len; ++c) {
-      const double v = static_cast<double>(x[base + c * r.inner]);
-      m = m < v ? v : m;
-    }
-    double sum = 0;
-    for (int64_t c = 0; c < r.len; ++c) sum += exp(static_cast<double>(x[base + c * r.inner]) - m);
-    const double log_sum = log(sum);
-    for (int64_t c = 0; c < r.len; ++c) {
-      const int64_t k = base + c * r.inner;
-      const double lp = static_cast<double>(x[k]) - m - log_sum;
-      y[k] = static_cast<T>(kLog ? lp : exp(lp));
-    }
-  }
-}
-
-// softmax: dX = Y * (dY - sum(dY * Y)); log_softmax: dX = dY - exp(Y) * sum(dY).
-template <typename T, bool kLog>
-__global__ void softmax_grad_kernel(const T* dy, const T* y, T* dx, Rows r) {
-  TRAINRT_GRID_STRIDE(row, r.rows) {
-    const int64_t base = r.base(row);
-    double sum = 0;
-    for (int64_t c = 0; c < r.len; ++c) {
-      const int64_t k = base + c * r.inner;
-      sum += kLog ? static_cast<double>(dy[k]) : static_cast<double>(dy[k]) * static_cast<double>(y[k]);
-    }
-    for (int64_t c = 0; c < r.len; ++c) {
-      const int64_t k = base + c * r.inner;
-      const double v = kLog ? static_cast<double>(dy[k]) - exp(static_cast<double>(y[k])) * sum
-                            : static_cast<double>(y[k]) * (static_cast<double>(dy[k]) - sum);
-      dx[k] = static_cast<T>(v);
-    }
-  }
-}
-
-template <bool kLog>
-void softmax(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  const Rows r = rows_around(x, ctx.node);
-  if (r.rows == 0 || x.numel() == 0) return;
-  if (!with_float(x.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        softmax_kernel<T, kLog>
-            <<<blocks_for(r.rows), kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), r);
-        check_launch(ctx.node, "softmax_kernel");
-      }))
-    run_reference(ctx);
-}
-
-template <bool kLog>
-void softmax_grad(KernelContext& ctx) {
-  const Tensor& y = ctx.in(1);
-  const Rows r = rows_around(y, ctx.node);
-  if (r.rows == 0 || y.numel() == 0) return;
-  if (!with_float(y.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        softmax_grad_kernel<T, kLog><<<blocks_for(r.rows), kThreads, 0, context().stream>>>(
-            ctx.in(0).data<T>(), y.data<T>(), ctx.out(0).data<T>(), r);
-        check_launch(ctx.node, "softmax_grad_kernel");
-      }))
-    run_reference(ctx);
 }
 
 // ---- SoftmaxCrossEntropyLoss -------------------------------------------------------
@@ -262,6 +164,12 @@ __global__ void sce_grad_kernel(const T* dloss, const T* lp, Labels labels, cons
   }
 }
 
+// f(float{}) and true for float32; false (the caller falls back) for other dtypes.
+template <typename F>
+bool with_fp32(DataType t, F&& f) {
+  return t == DataType::Float32 ? (f(float{}), true) : false;
+}
+
 // Sizes and labels of a loss node; false (the caller falls back) for labels of another dtype.
 bool loss_sizes(const KernelContext& ctx, const Tensor& scores, const Tensor& labels, Sizes& s, Labels& l) {
   if (labels.dtype() != DataType::Int64 && labels.dtype() != DataType::Int32) return false;
@@ -279,7 +187,7 @@ void sce(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Sizes s;
   Labels labels;
-  if (!loss_sizes(ctx, x, ctx.in(1), s, labels) || !with_float(x.dtype(), [&](auto tag) {
+  if (!loss_sizes(ctx, x, ctx.in(1), s, labels) || !with_fp32(x.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const Context& c = context();
         const std::string reduction = ctx.node.attr_string("reduction", "mean");
@@ -307,7 +215,7 @@ void sce_grad(KernelContext& ctx) {
   const Tensor& lp = ctx.in(1);
   Sizes s;
   Labels labels;
-  if (!loss_sizes(ctx, lp, ctx.in(2), s, labels) || !with_float(lp.dtype(), [&](auto tag) {
+  if (!loss_sizes(ctx, lp, ctx.in(2), s, labels) || !with_fp32(lp.dtype(), [&](auto tag) {
         using T = decltype(tag);
         if (s.rows == 0) return;
         const Context& c = context();
@@ -333,10 +241,6 @@ void sce_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_softmax_loss_cuda(Registry& r) {
-  add_if_schema(r, "cuda", "", "Softmax", softmax<false>);
-  add_if_schema(r, "cuda", "", "LogSoftmax", softmax<true>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "SoftmaxGrad", softmax_grad<false>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "LogSoftmaxGrad", softmax_grad<true>);
   add_if_schema(r, "cuda", "", "SoftmaxCrossEntropyLoss", sce);
   add_if_schema(r, "cuda", kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", sce_grad);
 }
