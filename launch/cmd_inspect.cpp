@@ -1,8 +1,11 @@
 // `trainrt inspect MODEL.onnx [--json] [--passes]`: one line per node, then totals (or
-// one JSON object, with the pass counts as its "passes" member).
+// one JSON object, with the pass counts as its "passes" member). `--device cuda` adds
+// the ops the cuda backend would run on the host, from the kernel registry alone, so it
+// works in a CUDA build on a machine without a GPU.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -25,13 +28,15 @@ namespace {
 const CommandSpec kSpec{
     "inspect",
     "trainrt inspect MODEL.onnx [--json] [--passes] [--training [--dump-training-graph OUT.onnx] [--memory [--batch N] "
-    "[--bucket-cap-mb M] [--fuse on|off]]]",
+    "[--bucket-cap-mb M] [--fuse on|off]]] [--device cuda]",
     "Print every node (name, op, input and output shapes) and the model's totals: parameters,\n"
     "forward FLOPs per sample, activation bytes per sample and unsupported ops. With --training,\n"
     "also build the training graph and list its backward and optimizer nodes and the memory\n"
     "the saved activations need. With --memory, also plan a training step at --batch and print\n"
     "the arena's peak bytes, the naive bytes (one buffer per value), the largest live set, the\n"
-    "persistent bytes and the gradient buckets.",
+    "persistent bytes and the gradient buckets. With --device cuda, list the ops of the evaluation\n"
+    "graph (and with --training of the training graph, fused as --fuse says) that have no cuda\n"
+    "kernel and so run on the host after a synchronisation (needs a CUDA build, not a GPU).",
     {{"json", "", "print one JSON object instead of a table", Flag::Switch},
      {"training", "", "also build and summarise the training graph", Flag::Switch},
      {"dump-training-graph", "", "write the whole training graph as ONNX (domain ai.trainrt for backward ops)"},
@@ -45,7 +50,9 @@ const CommandSpec kSpec{
       Flag::Switch},
      {"batch", "64", "batch size of the planned step (--memory)"},
      {"fuse", "on", "plan the fused training graph as train and bench run it (--memory); off: the unfused graph"},
-     {"bucket-cap-mb", "25", "gradient bucket cap in MB (--memory); the first bucket is 1 MB at most"}},
+     {"bucket-cap-mb", "25", "gradient bucket cap in MB (--memory); the first bucket is 1 MB at most"},
+     {"device", "",
+      "cuda: list the ops of the evaluation (and --training) graph without a cuda kernel, which run on the host"}},
     1,
     1};
 
@@ -172,6 +179,25 @@ void inspect_memory(TrainingGraph t, const Args& a) {
   }
 }
 
+// --device cuda: the ops of `g` without a cuda kernel (the cuda backend runs them on the
+// host after a synchronisation, runtime/backend.cpp Backend::kernel), "domain::op (count)".
+// Kernels that exist but fall back for some dtypes or shapes are not listed.
+std::vector<std::string> host_ops(const Graph& g) {
+  std::map<std::string, int> count;
+  for (const Node& n : g.nodes)
+    if (!registry().kernels.find("cuda", n.domain, n.op_type))
+      ++count[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
+  std::vector<std::string> out;
+  for (const auto& [op, k] : count) out.push_back(op + " (" + std::to_string(k) + ")");
+  return out;
+}
+
+void print_host_ops(const char* graph, const Graph& g) {
+  std::string list;
+  for (const std::string& op : host_ops(g)) list += (list.empty() ? "" : ", ") + op;
+  std::printf("cuda host fallbacks of the %s: %s\n", graph, list.empty() ? "none" : list.c_str());
+}
+
 // Backward/optimizer nodes, saved-activation memory per sample, state bytes.
 void inspect_training(const Graph& g, const Args& a) {
   const Registry& reg = registry();
@@ -220,6 +246,11 @@ void inspect_training(const Graph& g, const Args& a) {
   std::printf("optimizer state: %lld bytes (%.2f MiB)\n", static_cast<long long>(state_bytes),
               static_cast<double>(state_bytes) / (1 << 20));
   if (a.on("memory")) inspect_memory(t, a);
+  if (a.on("device")) {
+    Graph fused = t.graph;
+    if (a.on_off("fuse")) fuse_training_graph(fused);  // what TrainingSession plans
+    print_host_ops(a.on_off("fuse") ? "fused training graph" : "training graph", fused);
+  }
   if (a.on("passes")) {
     Graph fused = t.graph;
     size_t n = fuse_training_graph(fused);
@@ -236,6 +267,14 @@ int cmd_inspect(const Argv& argv) {
   if (a.on("memory") && !a.on("training")) throw_bad_input("trainrt inspect", "--memory needs --training");
   if (a.on("json") && a.on("training"))
     throw_bad_input("trainrt inspect", "--json and --training cannot be combined yet");
+  if (a.on("device")) {
+    if (a.str("device") != "cuda")
+      throw_bad_input("--device " + a.str("device"), "inspect lists the host fallbacks of cuda only; expected cuda");
+#ifndef TRAINRT_HAVE_CUDA
+    throw_unsupported("--device cuda",
+                      "the cuda backend is not built in this trainrt (configure with -DTRAINRT_CUDA=ON)");
+#endif
+  }
   const Registry& reg = registry();
   ImportLimits limits;
   std::string bytes = read_file_bytes(path, limits.max_file_bytes);
@@ -299,6 +338,9 @@ int cmd_inspect(const Argv& argv) {
                              {"flops_per_sample", flops},
                              {"activation_bytes_per_sample", act_bytes},
                              {"unsupported", unsupported}};
+    if (unsupported.empty() && a.on("device")) {
+      o["cuda_host_fallbacks"] = {{"model", host_ops(g)}, {"evaluation", host_ops(optimize_for_inference(g))}};
+    }
     if (unsupported.empty() && a.on("passes")) o["passes"] = passes_json(pass_report(g, optimize_for_inference(g)));
     std::printf("%s\n", o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
   } else {
@@ -321,6 +363,10 @@ int cmd_inspect(const Argv& argv) {
   }
   if (unsupported.empty() && a.on("passes") && !a.on("json"))
     std::printf("inference passes:\n%s", describe_passes(g, optimize_for_inference(g)).c_str());
+  if (unsupported.empty() && a.on("device") && !a.on("json")) {
+    print_host_ops("model graph", g);                               // what evaluate and run execute
+    print_host_ops("evaluation graph", optimize_for_inference(g));  // what train evaluates with
+  }
   if (unsupported.empty() && (a.on("training") || a.on("dump-training-graph"))) inspect_training(g, a);
   return unsupported.empty() ? 0 : 2;
 }

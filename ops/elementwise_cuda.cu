@@ -1,8 +1,12 @@
-// The cuda backend's elementwise kernels: Relu, Add, Sum, ReluGrad, SumToShape, float32
-// and float64 (Dropout's: ops/misc_cuda.cu).
+// The cuda backend's elementwise kernels: Relu, Add, Mul, Sum, ReluGrad, SumToShape, the
+// activations Sigmoid, Clip, HardSigmoid, HardSwish and their gradients: float32, and
+// float64 for Relu, Add, Sum, ReluGrad, SumToShape (Dropout's: ops/misc_cuda.cu).
 //
 //   Relu        y = x < 0 ? 0 : x (NaN stays NaN)        ReluGrad   dX = Y > 0 ? dY : 0
-//   Add         y = a + b, numpy broadcasting up to rank 8
+//   Add, Mul    y = a op b, numpy broadcasting up to rank 8 (Sub, Div: on the host)
+//   activations and their *Grad: the formulas of ops/elementwise.cpp and
+//               ops/elementwise_loops.h, one functor each (map_kernel, grad_map_kernel);
+//               Clip's min/max inputs are read on the device
 //   Sum         y = ((0 + x0) + x1) + ...: the reference's order, so its bits
 //   SumToShape  dX[j] = sum of the dY elements that read X[j] in the forward broadcast
 //
@@ -17,8 +21,9 @@
 // element strides over its contiguous runs. Sums are in double, so they may differ from
 // the reference's sequential T sums by rounding only.
 //
-// Host fallbacks (reference kernel after a stream synchronisation): Add of integer
-// dtypes (shape arithmetic) or with an output rank above 8, Sum with a broadcast input,
+// Host fallbacks (reference kernel after a stream synchronisation): Add and Mul of
+// integer dtypes (shape arithmetic) or with an output rank above 8, Mul and the
+// activations of float64, Clip of integers, Sum with a broadcast input,
 // SumToShape above rank 8, any dtype other than float32/float64.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
@@ -28,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -90,10 +96,117 @@ bool device_index(const std::vector<int64_t>& in, const std::vector<int64_t>& ou
   return true;
 }
 
-template <typename T>
-__global__ void add_kernel(const T* a, DeviceIndex ia, const T* b, DeviceIndex ib, T* y, int64_t n) {
-  TRAINRT_GRID_STRIDE(i, n) { y[i] = a[ia(i)] + b[ib(i)]; }
+struct AddOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MulOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+
+template <typename T, typename Op>
+__global__ void binary_kernel(const T* a, DeviceIndex ia, const T* b, DeviceIndex ib, T* y, int64_t n, Op op) {
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = op(a[ia(i)], b[ib(i)]); }
 }
+
+// ---- activations and their gradients --------------------------------------------
+
+template <typename T, typename F>
+__global__ void map_kernel(const T* x, T* y, int64_t n, F f) {
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = f(x[i]); }
+}
+
+// dX = f(dY, t), t the forward's input or output (the op's input 1).
+template <typename T, typename F>
+__global__ void grad_map_kernel(const T* dy, const T* t, T* dx, int64_t n, F f) {
+  TRAINRT_GRID_STRIDE(i, n) { dx[i] = f(dy[i], t[i]); }
+}
+
+// Sigmoid: a form where exp never overflows.
+struct SigmoidOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + exp(-x));
+    const T e = exp(x);
+    return e / (T(1) + e);
+  }
+};
+struct SigmoidGradOp {  // (dY, Y)
+  template <typename T>
+  __device__ T operator()(T dy, T y) const {
+    return dy * y * (T(1) - y);
+  }
+};
+struct HardSigmoidOp {
+  double alpha, beta;
+  template <typename T>
+  __device__ T operator()(T x) const {
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return v < T(0) ? T(0) : v > T(1) ? T(1) : v;
+  }
+};
+struct HardSigmoidGradOp {  // (dY, X)
+  double alpha, beta;
+  template <typename T>
+  __device__ T operator()(T dy, T x) const {
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return T(0) < v && v < T(1) ? static_cast<T>(alpha) * dy : T(0);
+  }
+};
+struct HardSwishOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    const T r = x + T(3) < T(0) ? T(0) : x + T(3) > T(6) ? T(6) : x + T(3);
+    return x * r / T(6);
+  }
+};
+struct HardSwishGradOp {  // (dY, X)
+  template <typename T>
+  __device__ T operator()(T dy, T x) const {
+    return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
+  }
+};
+
+// Clip's bounds: the min/max inputs (opset >= 11, read on the device: they may be
+// computed values), else the min/max attributes (opset 6-10), else T's extremes.
+template <typename T>
+struct ClipBounds {
+  const T* lo_at = nullptr;
+  const T* hi_at = nullptr;
+  T lo, hi;
+  __device__ T low() const { return lo_at ? *lo_at : lo; }
+  __device__ T high() const { return hi_at ? *hi_at : hi; }
+};
+template <typename T>
+ClipBounds<T> clip_bounds(const KernelContext& ctx) {
+  ClipBounds<T> b;
+  b.lo = std::numeric_limits<T>::lowest();
+  b.hi = std::numeric_limits<T>::max();
+  const size_t first = ctx.node.domain.empty() ? 1 : 2;  // ClipGrad has dY first
+  if (ctx.has_input(first)) b.lo_at = ctx.in(first).data<T>();
+  if (ctx.has_input(first + 1)) b.hi_at = ctx.in(first + 1).data<T>();
+  if (ctx.node.attrs.count("min")) b.lo_at = nullptr, b.lo = static_cast<T>(ctx.node.attr_float("min", 0.f));
+  if (ctx.node.attrs.count("max")) b.hi_at = nullptr, b.hi = static_cast<T>(ctx.node.attr_float("max", 0.f));
+  return b;
+}
+template <typename T>
+struct ClipOp {
+  ClipBounds<T> b;
+  __device__ T operator()(T x) const {
+    const T v = x < b.low() ? b.low() : x;
+    return v > b.high() ? b.high() : v;
+  }
+};
+template <typename T>
+struct ClipGradOp {  // (dY, X)
+  ClipBounds<T> b;
+  __device__ T operator()(T dy, T x) const { return b.low() <= x && x <= b.high() ? dy : T(0); }
+};
 
 constexpr int kSumInputs = 8;  // per launch; more inputs take further launches over y
 template <typename T>
@@ -133,18 +246,83 @@ void relu_grad(KernelContext& ctx) {
     run_reference(ctx);
 }
 
-void add(KernelContext& ctx) {
+// fp32 (and fp64 with kFp64: Add, which had it first); other dtypes on the host.
+// with_float, or fp32 alone without kFp64 (false, nothing called, for other dtypes).
+template <bool kFp64, typename F>
+bool with_float_if(DataType t, F&& f) {
+  if constexpr (kFp64)
+    return with_float(t, f);
+  else
+    return t == DataType::Float32 ? (f(float{}), true) : false;
+}
+
+template <typename Op, bool kFp64 = false>
+void binary(KernelContext& ctx) {
   const Tensor &a = ctx.in(0), &b = ctx.in(1);
   Tensor& y = ctx.out(0);
   DeviceIndex ia, ib;
   const bool ok = device_index(a.dims(), y.dims(), ia) && device_index(b.dims(), y.dims(), ib);
-  if (!ok || !with_float(a.dtype(), [&](auto tag) {
+  if (!ok || !with_float_if<kFp64>(a.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = y.numel();
-        add_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(a.data<T>(), ia, b.data<T>(), ib, y.data<T>(), n);
-        check_launch(ctx.node, "add_kernel");
+        binary_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(a.data<T>(), ia, b.data<T>(), ib, y.data<T>(),
+                                                                        n, Op{});
+        check_launch(ctx.node, "binary_kernel");
       }))
     run_reference(ctx);
+}
+
+// y = f(x) for an activation functor made per dtype by make(T{}); fp32 only (fp64 runs
+// on the host: training on the cuda backend is fp32, and each dtype is another kernel
+// for every GPU architecture in the binary).
+template <typename Make>
+void unary(KernelContext& ctx, Make make) {
+  const int64_t n = ctx.in(0).numel();
+  if (!with_float_if<false>(ctx.in(0).dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        map_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(ctx.in(0).data<T>(), ctx.out(0).data<T>(), n,
+                                                                     make(tag));
+        check_launch(ctx.node, "map_kernel");
+      }))
+    run_reference(ctx);
+}
+
+// dX = f(dY, t) for a gradient functor made per dtype by make(T{}); fp32 only.
+template <typename Make>
+void unary_grad(KernelContext& ctx, Make make) {
+  const int64_t n = ctx.out(0).numel();
+  if (!with_float_if<false>(ctx.in(0).dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        grad_map_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(ctx.in(0).data<T>(), ctx.in(1).data<T>(),
+                                                                          ctx.out(0).data<T>(), n, make(tag));
+        check_launch(ctx.node, "grad_map_kernel");
+      }))
+    run_reference(ctx);
+}
+
+// A kernel of a functor without parameters.
+template <typename Op>
+void plain_unary(KernelContext& ctx) {
+  unary(ctx, [](auto) { return Op{}; });
+}
+template <typename Op>
+void plain_unary_grad(KernelContext& ctx) {
+  unary_grad(ctx, [](auto) { return Op{}; });
+}
+
+void hard_sigmoid(KernelContext& ctx) {
+  const double alpha = ctx.node.attr_float("alpha", 0.2f), beta = ctx.node.attr_float("beta", 0.5f);
+  unary(ctx, [alpha, beta](auto) { return HardSigmoidOp{alpha, beta}; });
+}
+void hard_sigmoid_grad(KernelContext& ctx) {
+  const double alpha = ctx.node.attr_float("alpha", 0.2f), beta = ctx.node.attr_float("beta", 0.5f);
+  unary_grad(ctx, [alpha, beta](auto) { return HardSigmoidGradOp{alpha, beta}; });
+}
+void clip(KernelContext& ctx) {
+  unary(ctx, [&](auto tag) { return ClipOp<decltype(tag)>{clip_bounds<decltype(tag)>(ctx)}; });
+}
+void clip_grad(KernelContext& ctx) {
+  unary_grad(ctx, [&](auto tag) { return ClipGradOp<decltype(tag)>{clip_bounds<decltype(tag)>(ctx)}; });
 }
 
 void sum(KernelContext& ctx) {
@@ -278,7 +456,16 @@ void sum_to_shape(KernelContext& ctx) {
 
 void register_elementwise_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Relu", relu);
-  add_if_schema(r, "cuda", "", "Add", add);
+  add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>);
+  add_if_schema(r, "cuda", "", "Mul", binary<MulOp>);
+  add_if_schema(r, "cuda", "", "Sigmoid", plain_unary<SigmoidOp>);
+  add_if_schema(r, "cuda", "", "HardSigmoid", hard_sigmoid);
+  add_if_schema(r, "cuda", "", "HardSwish", plain_unary<HardSwishOp>);
+  add_if_schema(r, "cuda", "", "Clip", clip);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SigmoidGrad", plain_unary_grad<SigmoidGradOp>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad);
+  add_if_schema(r, "cuda", kTrainrtDomain, "HardSwishGrad", plain_unary_grad<HardSwishGradOp>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ClipGrad", clip_grad);
   add_if_schema(r, "cuda", "", "Sum", sum);
   add_if_schema(r, "cuda", kTrainrtDomain, "ReluGrad", relu_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "SumToShape", sum_to_shape);

@@ -1,7 +1,9 @@
-// The cuda backend's Dropout kernels: Dropout and its two gradients (DropoutGrad,
-// DropoutReluGrad), float32 and float64.
+// The cuda backend's misc kernels: Dropout and its two gradients (DropoutGrad,
+// DropoutReluGrad), float32 and float64; Identity, every dtype.
 //
 //   Dropout     the counter-based mask of ops/misc.cpp, bit for bit
+//   Identity    y = x's bytes: one cudaMemcpyAsync on the stream (the planner declares no
+//               in-place pair for it, so y is a buffer of its own; a copy onto itself is skipped)
 //
 // Why own kernels: one pass over memory; cuDNN has no op with Dropout's mask. Kernels
 // run in place where the planner puts an output over an input (runtime/plan.cpp):
@@ -14,8 +16,8 @@
 // kernel cannot throw: where the reference rejects a ratio outside [0, 1) in training,
 // these kernels write NaN to every element (mask 0), so the loss shows it.
 //
-// Host fallbacks (reference kernel after a stream synchronisation): any dtype other
-// than float32/float64.
+// Host fallbacks (reference kernel after a stream synchronisation): Dropout of any dtype
+// other than float32/float64.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -173,9 +175,20 @@ void dropout_grad(KernelContext& ctx) {
     run_reference(ctx);
 }
 
+// ---- Identity ------------------------------------------------------------------
+
+void identity(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (x.nbytes() == 0 || y.raw() == x.raw()) return;
+  check(cudaMemcpyAsync(y.raw(), x.raw(), x.nbytes(), cudaMemcpyDefault, context().stream),
+        what(ctx.node, "cudaMemcpyAsync"));
+}
+
 }  // namespace
 
 void register_misc_cuda(Registry& r) {
+  add_if_schema(r, "cuda", "", "Identity", identity);
   add_if_schema(r, "cuda", "", "Dropout", dropout);
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>);
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>);

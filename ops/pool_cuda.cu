@@ -1,11 +1,15 @@
-// MaxPool, AveragePool, MaxPoolGrad and AveragePoolGrad of the cuda backend: own kernels,
-// one thread per output element (forward) or per dX element (backward, a gather, so no
-// atomics and the same sums on every run). Registered by register_all (ops/core/register_all.cpp).
+// MaxPool, AveragePool, GlobalAveragePool and their gradients on the cuda backend: own
+// kernels, one thread per output element (forward) or per dX element (backward, a gather,
+// so no atomics and the same sums on every run); the global ones one block per N,C plane.
+// Registered by register_all (ops/core/register_all.cpp).
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
 //   AveragePool      x: N,C,spatial... -> y: N,C,out...
 //   MaxPoolGrad      (dY, X) -> dX: dY to its window's argmax, recomputed from X
 //   AveragePoolGrad  (dY, X) -> dX: dY / divisor to every real element of its window
+//   GlobalAveragePool      x: N,C,spatial... -> y: N,C,1,...: each plane's mean, summed in
+//                          double over the block (a fixed tree, so the same bits every run)
+//   GlobalAveragePoolGrad  (dY, X) -> dX: dY / plane size to every element of the plane
 //
 // Why not cuDNN's pooling: it pads symmetrically, has no dilations, no ceil_mode, no
 // Indices output, and its backward's choice among tied maxima (common after a Relu: a
@@ -20,6 +24,7 @@
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -222,9 +227,65 @@ void averagepool_grad(KernelContext& ctx) {
   check_launch(ctx.node, "averagepool_grad_kernel");
 }
 
+// One block per plane p (grid-stride over planes): y[p] = mean of x's plane p.
+template <typename T>
+__global__ void global_average_pool_kernel(const T* x, T* y, int64_t planes, int64_t size) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const T* plane = x + p * size;
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) sum += static_cast<double>(plane[i]);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) y[p] = static_cast<T>(sum / static_cast<double>(size));
+  }
+}
+
+// One block per plane p: dx's plane p = dy[p] / size (the reference's rounding).
+template <typename T>
+__global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t planes, int64_t size) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const T share = static_cast<T>(static_cast<double>(dy[p]) / static_cast<double>(size));
+    T* plane = dx + p * size;
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) plane[i] = share;
+  }
+}
+
+unsigned plane_blocks(int64_t planes) { return static_cast<unsigned>(std::min<int64_t>(planes, 65535)); }
+
+void global_averagepool(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  const int64_t planes = x.dims()[0] * x.dims()[1];
+  if (planes == 0) return;
+  const int64_t size = x.numel() / planes;  // 0: each mean is 0/0 = NaN, as the reference's
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    global_average_pool_kernel<T>
+        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size);
+  });
+  check_launch(ctx.node, "global_average_pool_kernel");
+}
+
+void global_averagepool_grad(KernelContext& ctx) {
+  require_fp32_math(ctx);
+  const Tensor& dy = ctx.in(0);
+  Tensor& dx = ctx.out(0);
+  const int64_t planes = dx.dims()[0] * dx.dims()[1];
+  if (planes == 0 || dx.numel() == 0) return;
+  const int64_t size = dx.numel() / planes;
+  dispatch_float(dx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    global_average_pool_grad_kernel<T>
+        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size);
+  });
+  check_launch(ctx.node, "global_average_pool_grad_kernel");
+}
+
 }  // namespace
 
 void register_pool_cuda(Registry& r) {
+  add_if_schema(r, "cuda", "", "GlobalAveragePool", global_averagepool);
+  add_if_schema(r, "cuda", kTrainrtDomain, "GlobalAveragePoolGrad", global_averagepool_grad);
   add_if_schema(r, "cuda", "", "MaxPool", maxpool);
   add_if_schema(r, "cuda", "", "AveragePool", averagepool);
   add_if_schema(r, "cuda", kTrainrtDomain, "MaxPoolGrad", maxpool_grad);

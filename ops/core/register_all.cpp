@@ -32,6 +32,8 @@ void register_all(Registry& r) {
   cuda::register_pool_cuda(r);
   cuda::register_norm_cuda(r);
   cuda::register_gemm_cuda(r);
+  cuda::register_shape_ops_cuda(r);
+  cuda::register_softmax_loss_cuda(r);
   cuda::register_misc_cuda(r);
   cuda::register_optimizer_cuda(r);
 #endif

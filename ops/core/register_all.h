@@ -63,6 +63,8 @@ void register_conv_cuda(Registry& r);
 void register_pool_cuda(Registry& r);
 void register_norm_cuda(Registry& r);
 void register_gemm_cuda(Registry& r);
+void register_shape_ops_cuda(Registry& r);
+void register_softmax_loss_cuda(Registry& r);
 void register_misc_cuda(Registry& r);
 void register_optimizer_cuda(Registry& r);
 }  // namespace cuda
