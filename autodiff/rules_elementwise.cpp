@@ -13,7 +13,9 @@
 //   Erf, Gelu  dX = ErfGrad(dY, X), GeluGrad(dY, X)
 //   Exp        dX = dY * Y                          Greater, Less, GreaterOrEqual, LessOrEqual:
 //   Log        dX = dY / X                                non-differentiable (bool output)
-//   Reciprocal dX = -(dY * Y) * Y
+//   Reciprocal dX = -(dY * Y) * Y                    Not: non-differentiable (bool)
+//   Mod        non-differentiable: exported graphs use it on integer shape values;
+//              a float Mod's inputs get no gradient (dA = dY, dB = -dY*trunc(a/b) is not built)
 //
 // Kinks follow PyTorch: Clip passes dY where min <= x <= max (torch.clamp; note
 // F.relu6 uses min < x < max), HardSigmoid where 0 < alpha*x + beta < 1, HardSwish
@@ -165,7 +167,10 @@ void register_elementwise_gradients(GradRegistry& r) {
   r.add_rule("Exp", exp_grad);
   r.add_rule("Log", log_grad);
   r.add_rule("Reciprocal", reciprocal_grad);
-  for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) r.add_non_differentiable(op);
+  for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Not"})
+    r.add_non_differentiable(op);
+  // Mod: exported graphs use it on shape values (window padding); no gradient rule yet.
+  r.add_non_differentiable("Mod");
 }
 
 }  // namespace trainrt

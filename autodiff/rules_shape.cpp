@@ -113,6 +113,9 @@ void register_shape_gradients(GradRegistry& r) {
   r.add_non_differentiable("Shape");  // integer outputs
   r.add_non_differentiable("ConstantOfShape");
   r.add_non_differentiable("Range");
+  // ScatterND: exported graphs build masks with it from constants; no rule yet
+  // (dData = dY with the scattered slices zeroed, dUpdates = GatherND(dY, indices)).
+  r.add_non_differentiable("ScatterND");
   r.add_rule("Flatten", reshape_grad);
   r.add_rule("Reshape", reshape_grad, /*differentiable=*/{0});
   r.add_rule("Transpose", transpose_grad);

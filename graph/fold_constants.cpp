@@ -11,6 +11,7 @@
 // whatever its op: Shape -> Gather -> Unsqueeze -> Concat chains, Add/Mul/Div on them,
 // Equal/Where on them (bool 0/1) and ConstantOfShape of a known length.
 // ConstantOfShape folds with a constant shape, Range with constant integer scalars.
+// Transpose and Slice of a constant fold (PyTorch's F.pad export computes pads with them).
 // Cast folds only when every value converts exactly (no rounding, no truncation),
 // so the folded value is what any backend's Cast kernel would produce.
 #include <algorithm>
@@ -102,6 +103,28 @@ std::optional<Tensor> gather(const Tensor& data, const Tensor& idx, int64_t axis
   return out;
 }
 
+// y[i] = x[src(i)] for every multi-index i of out_dims, src mapping output to input
+// per axis as start[d] + i[d] * step[d] along input axis axis_of[d] (Transpose, Slice).
+Tensor strided_copy(const Tensor& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& axis_of,
+                    const std::vector<int64_t>& start, const std::vector<int64_t>& step) {
+  Tensor out(x.dtype(), out_dims);
+  const size_t esize = dtype_size(x.dtype());
+  const size_t r = out_dims.size();
+  std::vector<int64_t> in_stride(x.dims().size(), 1);
+  for (size_t d = x.dims().size(); d-- > 1;) in_stride[d - 1] = in_stride[d] * x.dims()[d];
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t off = 0;
+    for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d] * step[d]) * in_stride[static_cast<size_t>(axis_of[d])];
+    std::memcpy(out.raw() + static_cast<size_t>(i) * esize, x.raw() + static_cast<size_t>(off) * esize, esize);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < out_dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 // A scalar or 1-D integer (or bool) value whose elements shape inference knows as numbers
 // (ValueInfo::ints: Shape of a known shape, arithmetic on it), as a tensor.
 std::optional<Tensor> known_ints(const Graph& g, const std::string& v) {
@@ -188,6 +211,41 @@ std::optional<Tensor> evaluate(const Graph& g, const Node& n, const std::vector<
     if (axis < 0) axis += x.rank();
     if (axis < 0 || axis >= x.rank()) return std::nullopt;
     return concat(parts, axis, *out_dims);
+  }
+  if (is_onnx(n, "Transpose") && x.rank() == static_cast<int64_t>(out_dims->size())) {
+    std::vector<int64_t> perm = n.attr_ints("perm");
+    if (perm.empty())
+      for (int64_t d = x.rank(); d-- > 0;) perm.push_back(d);
+    if (static_cast<int64_t>(perm.size()) != x.rank()) return std::nullopt;
+    for (int64_t& p : perm)
+      if (p < 0 || p >= x.rank() ||
+          (*out_dims)[static_cast<size_t>(&p - perm.data())] != x.dims()[static_cast<size_t>(p)])
+        return std::nullopt;
+    return strided_copy(x, *out_dims, perm, std::vector<int64_t>(perm.size(), 0), std::vector<int64_t>(perm.size(), 1));
+  }
+  if (is_onnx(n, "Slice") && in.size() >= 3 && x.rank() == static_cast<int64_t>(out_dims->size())) {
+    const size_t r = static_cast<size_t>(x.rank());
+    std::vector<int64_t> axis_of(r), start(r, 0), step(r, 1);
+    for (size_t d = 0; d < r; ++d) axis_of[d] = static_cast<int64_t>(d);
+    const int64_t na = in[1]->numel();
+    for (int64_t j = 0; j < na; ++j) {
+      int64_t a = in.size() > 3 && in[3] ? static_cast<int64_t>(in[3]->get_as_double(j)) : j;
+      if (a < 0) a += x.rank();
+      if (a < 0 || a >= x.rank()) return std::nullopt;
+      const int64_t dim = x.dims()[static_cast<size_t>(a)];
+      const int64_t st = in.size() > 4 && in[4] ? static_cast<int64_t>(in[4]->get_as_double(j)) : 1;
+      if (st == 0) return std::nullopt;
+      double b = in[1]->get_as_double(j);
+      if (b < 0) b += static_cast<double>(dim);
+      b = st > 0 ? std::clamp(b, 0.0, static_cast<double>(dim)) : std::clamp(b, 0.0, static_cast<double>(dim - 1));
+      start[static_cast<size_t>(a)] = static_cast<int64_t>(b);
+      step[static_cast<size_t>(a)] = st;
+    }
+    for (size_t d = 0; d < r; ++d) {  // every read inside x (the inferred dims say how many)
+      const int64_t last = start[d] + ((*out_dims)[d] - 1) * step[d];
+      if ((*out_dims)[d] > 0 && (last < 0 || last >= x.dims()[d] || start[d] >= x.dims()[d])) return std::nullopt;
+    }
+    return strided_copy(x, *out_dims, axis_of, start, step);
   }
   if (is_onnx(n, "Gather") && in.size() == 2) {
     int64_t axis = n.attr_int("axis", 0);

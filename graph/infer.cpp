@@ -41,8 +41,8 @@ void check_size(const std::string& name, const ValueInfo& v, const std::string& 
   }
 }
 
-// Integer arithmetic on shape values (Add/Sub/Mul/Div of Gather(Shape(x)), Cast,
-// Identity, Equal, Where): the output's elements where every input's are known, so
+// Integer arithmetic on shape values (Add/Sub/Mul/Div/Mod of Gather(Shape(x)), Cast,
+// Identity, Equal, Not, Where): the output's elements where every input's are known, so
 // Reshape(x, Concat(N, C/2, ...)) still types, and so does PyTorch's expand(n, -1, -1)
 // (Where(Equal(s, -1), 1, s)). Numbers combine; a symbol passes through Identity,
 // Cast, +0, *1 and /1; anything else is unknown ("?"). A symbol is a dimension, never
@@ -57,7 +57,11 @@ std::optional<ShapeInt> combine(const std::string& op, const ShapeInt& a, const 
     return ShapeInt{0, "?"};
   }
   if (a.known() && b.known()) {
-    if (op == "Div" && b.value == 0) return std::nullopt;  // the kernel reports it
+    if ((op == "Div" || op == "Mod") && b.value == 0) return std::nullopt;  // the kernel reports it
+    if (op == "Mod") {  // fmod = 0: the remainder takes the divisor's sign
+      const int64_t r = b.value == -1 ? 0 : a.value % b.value;
+      return ShapeInt::of(r != 0 && (r < 0) != (b.value < 0) ? r + b.value : r);
+    }
     return ShapeInt::of(op == "Add"   ? a.value + b.value
                         : op == "Sub" ? a.value - b.value
                         : op == "Mul" ? a.value * b.value
@@ -70,9 +74,11 @@ std::optional<ShapeInt> combine(const std::string& op, const ShapeInt& a, const 
 
 std::optional<std::vector<ShapeInt>> arithmetic_ints(const InferContext& ctx, const ValueInfo& out) {
   const Node& n = ctx.node();
-  static const std::set<std::string> ops{"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Equal", "Where"};
+  static const std::set<std::string> ops{"Add",  "Sub",      "Mul",   "Div",   "Mod",
+                                         "Cast", "Identity", "Equal", "Where", "Not"};
   if (!canonical_domain(n.domain).empty() || !ops.count(n.op_type)) return std::nullopt;
-  const bool is_bool = n.op_type == "Equal";
+  if (n.op_type == "Mod" && n.attr_int("fmod", 0) != 0) return std::nullopt;  // C's fmod: not folded here
+  const bool is_bool = n.op_type == "Equal" || n.op_type == "Not";
   if (is_bool ? out.dtype != DataType::Bool : (out.dtype != DataType::Int64 && out.dtype != DataType::Int32))
     return std::nullopt;
   if (!out.shape || out.shape->size() > 1) return std::nullopt;
@@ -81,6 +87,11 @@ std::optional<std::vector<ShapeInt>> arithmetic_ints(const InferContext& ctx, co
     std::optional<std::vector<ShapeInt>> v = ctx.input_ints(i);
     if (!v) return std::nullopt;
     in.push_back(*v);
+  }
+  if (n.op_type == "Not") {  // bool 0/1 in, 1/0 out
+    std::vector<ShapeInt> r;
+    for (const ShapeInt& v : in[0]) r.push_back(v.known() ? ShapeInt::of(v.value == 0) : ShapeInt{0, "?"});
+    return r;
   }
   if (in.size() == 1) return in[0];
   if (in.size() != (n.op_type == "Where" ? 3u : 2u)) return std::nullopt;

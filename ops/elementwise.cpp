@@ -1,7 +1,7 @@
 // Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh, Clip, HardSigmoid,
 // HardSwish, Gelu), Neg, Sqrt, Erf, Exp, Log, Reciprocal and with numpy broadcasting
-// arithmetic (Add, Sub, Mul, Div, Pow, variadic Sum), Where and the comparisons (Equal,
-// Greater, Less, GreaterOrEqual, LessOrEqual), and their backward ops (domain
+// arithmetic (Add, Sub, Mul, Div, Mod, Pow, variadic Sum), Where, Not and the comparisons
+// (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), and their backward ops (domain
 // ai.trainrt, used by autodiff/rules_elementwise.cpp). The ops added with Clip keep
 // their loops and formulas in ops/elementwise_loops.h (ClipGrad, PowGrad, ... there);
 // the older ones:
@@ -369,6 +369,24 @@ void equal_rule(InferContext& ctx) {
   ctx.set_output(0, ValueInfo{DataType::Bool, broadcast_inputs(ctx, 0)});
 }
 
+// Mod(A, B; fmod): one numeric dtype, broadcast; float needs fmod = 1 (ONNX's rule).
+void mod_rule(InferContext& ctx) {
+  const int64_t fmod = ctx.node().attr_int("fmod", 0);
+  if (fmod != 0 && fmod != 1) ctx.fail("attribute fmod must be 0 or 1, got " + std::to_string(fmod));
+  broadcast_rule(ctx, /*integers_ok=*/true);
+  const DataType t = ctx.input(0).dtype;
+  if (fmod == 0 && (t == DataType::Float32 || t == DataType::Float64))
+    ctx.fail("a float Mod needs fmod = 1, input 0 '" + ctx.node().inputs[0] + "' is " + dtype_name(t));
+}
+
+// Not(X): bool in, bool out of X's shape.
+void not_rule(InferContext& ctx) {
+  reject_attributes(ctx);
+  if (ctx.input(0).dtype != DataType::Bool)
+    ctx.fail("input 0 '" + ctx.node().inputs[0] + "' must be bool, got " + dtype_name(ctx.input(0).dtype));
+  ctx.set_output(0, ctx.input(0));
+}
+
 void gelu_rule(InferContext& ctx) {
   const std::string a = ctx.node().attr_string("approximate", "none");
   if (a != "none" && a != "tanh") ctx.fail("attribute approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
@@ -436,8 +454,13 @@ void register_more_elementwise(Registry& r) {
           equal_rule(ctx);
         },
         per_output_element(1)));
+  // Mod from opset 10 (13 only adds types), Not from opset 1.
+  r.schemas.add(make_schema("Mod", 10, 2, 2, mod_rule, per_output_element(1), {"fmod"}));
+  r.schemas.add(make_schema("Not", 1, 1, 1, not_rule, per_output_element(1)));
 
   r.kernels.add("reference", "", "Clip", clip_kernel<false>);
+  r.kernels.add("reference", "", "Mod", mod_kernel<false>);
+  r.kernels.add("reference", "", "Not", not_kernel<false>);
   r.kernels.add("reference", "", "HardSigmoid", hard_sigmoid_kernel<false>);
   r.kernels.add("reference", "", "HardSwish", hard_swish_kernel<false>);
   r.kernels.add("reference", "", "Sqrt", sqrt_kernel<false>);

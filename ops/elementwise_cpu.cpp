@@ -331,6 +331,8 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Pow", elementwise_loops::pow_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Where", elementwise_loops::where_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Equal", elementwise_loops::equal_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Mod", elementwise_loops::mod_kernel<true>, facts::elementwise);
+  add_if_schema(r, "cpu", "", "Not", elementwise_loops::not_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Greater", elementwise_loops::greater_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Less", elementwise_loops::less_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "GreaterOrEqual", elementwise_loops::greater_or_equal_kernel<true>, facts::elementwise);

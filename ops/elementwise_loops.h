@@ -24,6 +24,10 @@
 //   Equal(A, B)             out = a == b with broadcasting (bool; A, B numbers or bool)
 //   Greater, Less, GreaterOrEqual, LessOrEqual(A, B)
 //                           out = a > b, a < b, a >= b, a <= b likewise (numbers only)
+//   Mod(A, B; fmod)         with broadcasting; fmod = 0 (integers only): the remainder
+//                           takes the divisor's sign (numpy, Python); fmod = 1: C's fmod
+//                           (the dividend's sign); integer b == 0 is a bad-input error
+//   Not(X)                  y = !x (bool)
 //
 // Backward ops (ai.trainrt), in dY's shape; conventions at the kinks are PyTorch's:
 //
@@ -392,6 +396,56 @@ void greater_or_equal_kernel(KernelContext& ctx) {
 template <bool kParallel>
 void less_or_equal_kernel(KernelContext& ctx) {
   compare_kernel<kParallel>(ctx, [](auto a, auto b) { return a <= b; });
+}
+
+// ---- Mod, Not ------------------------------------------------------------------
+
+// a mod b; kFmod: C's fmod (sign of a), else the sign of b (integers only).
+template <bool kFmod, typename T>
+T mod_of(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::fmod(a, b);
+  } else {
+    if (b == 0) throw_bad_input("Mod", "integer modulo by zero");
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return T(0);  // MIN % -1 would overflow
+      const T r = static_cast<T>(a % b);
+      if constexpr (!kFmod)
+        if (r != 0 && ((r < 0) != (b < 0))) return static_cast<T>(r + b);
+      return r;
+    } else {
+      return static_cast<T>(a % b);
+    }
+  }
+}
+
+template <bool kParallel>
+void mod_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.in(0), &b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  const bool fmod = ctx.node.attr_int("fmod", 0) != 0;
+  dispatch_arith(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const BroadcastIndex ia(a.dims(), y.dims()), ib(b.dims(), y.dims());
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    for_range<kParallel>(y.numel(), [&](int64_t s, int64_t e) {
+      if (fmod)
+        for (int64_t i = s; i < e; ++i) py[i] = mod_of<true>(pa[ia(i)], pb[ib(i)]);
+      else
+        for (int64_t i = s; i < e; ++i) py[i] = mod_of<false>(pa[ia(i)], pb[ib(i)]);
+    });
+  });
+}
+
+template <bool kParallel>
+void not_kernel(KernelContext& ctx) {
+  const uint8_t* x = ctx.in(0).data<uint8_t>();
+  uint8_t* y = ctx.out(0).data<uint8_t>();
+  for_range<kParallel>(ctx.in(0).numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) y[i] = x[i] ? 0 : 1;
+  });
 }
 
 // y = x0 + x1 + ... with broadcasting, per element left to right from 0.

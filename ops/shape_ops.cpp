@@ -11,6 +11,8 @@
 //   Unsqueeze(x[3,4], axes=[0,-1]) -> [1,3,4,1]          Squeeze(x[1,3,1], axes=[0]) -> [3,1]
 //   Slice(x[10], starts=[-1], ends=[-11], steps=[-2]) -> x[9], x[7], ..., x[1]
 //   Split(x[N,6], split=[2,4], axis=1) -> [N,2], [N,4]   (equal parts without split)
+//   ScatterND(x[4,5], idx[2,1], upd[2,5]) -> x with rows idx[0], idx[1] replaced
+//                                        (reduction none/add/mul; repeated indices apply in order)
 //
 // Backward ops (domain ai.trainrt, autodiff/rules_shape.cpp):
 //   ReshapeLike(dY, X) -> dX                  dY's elements in X's shape (Flatten, Reshape; X is
@@ -1136,15 +1138,127 @@ void concat_grad_reference(KernelContext& ctx) {
     }
 }
 
+// ---- ScatterND -------------------------------------------------------------------
+
+// ScatterND(data, indices, updates; reduction): indices [..., k] (k <= rank(data)),
+// updates = indices.shape[:-1] + data.shape[k:]; the output is data with each indexed
+// slice replaced (none), added to (add) or multiplied into (mul).
+void scatter_nd_infer(InferContext& ctx) {
+  const Node& n = ctx.node();
+  const std::string red = n.attr_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul")
+    ctx.fail("attribute reduction must be \"none\", \"add\" or \"mul\", got \"" + red + "\"");
+  const DataType t = red == "none" ? ctx.input(0).dtype : require_numeric(ctx, 0);
+  if (dtype_size(t) == 0) ctx.fail("input 0 '" + n.inputs[0] + "' has unsupported dtype " + dtype_name(t));
+  if (ctx.input(1).dtype != DataType::Int64)
+    ctx.fail(std::string("input 1 (indices) must be int64, got ") + dtype_name(ctx.input(1).dtype));
+  if (ctx.input(2).dtype != t)
+    ctx.fail("input 2 (updates) must have the data's dtype " + std::string(dtype_name(t)) + ", got " +
+             dtype_name(ctx.input(2).dtype));
+  const int64_t r = ctx.input_rank(0), q = ctx.input_rank(1);
+  if (r < 1 || q < 1) ctx.fail("data and indices must have rank >= 1");
+  const Shape& data = *ctx.input(0).shape;
+  const Shape& idx = *ctx.input(1).shape;
+  const Dim k = idx.back();
+  if (k.known()) {
+    if (k.value < 1 || k.value > r)
+      ctx.fail("the last dimension of indices is " + std::to_string(k.value) + ", must be in [1, " + std::to_string(r) +
+               "]");
+    Shape want(idx.begin(), idx.end() - 1);
+    want.insert(want.end(), data.begin() + k.value, data.end());
+    if (const std::optional<Shape>& u = ctx.input(2).shape) {
+      bool ok = u->size() == want.size();
+      for (size_t i = 0; ok && i < want.size(); ++i)
+        ok = !(*u)[i].known() || !want[i].known() || (*u)[i].value == want[i].value;
+      if (!ok) ctx.fail("input 2 (updates) has shape " + shape_to_string(*u) + ", expected " + shape_to_string(want));
+    }
+  }
+  ctx.set_output(0, ValueInfo{t, data});
+}
+
+template <typename T, typename Fn>
+void scatter_nd_slices(KernelContext& ctx, T* y, Fn fn, bool parallel) {
+  const Tensor &x = ctx.in(0), &ind = ctx.in(1), &u = ctx.in(2);
+  const int64_t k = ind.dims().back();
+  const int64_t tuples = k == 0 ? 0 : ind.numel() / k;
+  int64_t slice = 1;
+  for (size_t d = static_cast<size_t>(k); d < x.dims().size(); ++d) slice *= x.dims()[d];
+  const int64_t* pi = ind.data<int64_t>();
+  std::vector<int64_t> offset(static_cast<size_t>(tuples));
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t o = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t dim = x.dims()[static_cast<size_t>(j)];
+      int64_t v = pi[t * k + j];
+      if (v < -dim || v >= dim)
+        throw_bad_input(describe_node(ctx.node, 1), "index " + std::to_string(v) + " is out of range [" +
+                                                        std::to_string(-dim) + ", " + std::to_string(dim - 1) +
+                                                        "] for dimension " + std::to_string(j));
+      if (v < 0) v += dim;
+      o = o * dim + v;
+    }
+    offset[static_cast<size_t>(t)] = o * slice;
+  }
+  const T* pu = reinterpret_cast<const T*>(u.raw());
+  // Parallel over the elements of a slice, each chunk applying every tuple in order:
+  // repeated indices apply in index order on both backends.
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t t = 0; t < tuples; ++t)
+      for (int64_t i = b; i < e; ++i) fn(y[offset[static_cast<size_t>(t)] + i], pu[t * slice + i]);
+  };
+  if (parallel)
+    for_range<true>(slice, body);
+  else
+    for_range<false>(slice, body);
+}
+
+template <bool kParallel>
+void scatter_nd_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+  const std::string red = ctx.node.attr_string("reduction", "none");
+  if (red == "none") {
+    auto copy = [&](auto tag) {
+      using E = decltype(tag);
+      scatter_nd_slices<E>(
+          ctx, reinterpret_cast<E*>(y.raw()), [](E& d, const E& s) { d = s; }, kParallel);
+    };
+    switch (dtype_size(x.dtype())) {
+      case 1:
+        return copy(uint8_t{});
+      case 2:
+        return copy(uint16_t{});
+      case 4:
+        return copy(uint32_t{});
+      case 8:
+        return copy(uint64_t{});
+      default:
+        throw_internal("ScatterND", std::string("unexpected dtype ") + dtype_name(x.dtype()));
+    }
+  }
+  dispatch_arith(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (red == "add")
+      scatter_nd_slices<T>(
+          ctx, y.data<T>(), [](T& d, T s) { d = static_cast<T>(d + s); }, kParallel);
+    else
+      scatter_nd_slices<T>(
+          ctx, y.data<T>(), [](T& d, T s) { d = static_cast<T>(d * s); }, kParallel);
+  });
+}
+
 }  // namespace
 
 const ShapeKernels& shape_kernels(bool parallel) {
   static const ShapeKernels serial{
-      gather_rows<false>,  gather_grad_rows<false>, slice_kernel<false>, slice_grad_kernel<false>,
-      split_kernel<false>, expand_kernel<false>,    range_kernel<false>, constant_of_shape_kernel<false>};
+      gather_rows<false>,      gather_grad_rows<false>, slice_kernel<false>, slice_grad_kernel<false>,
+      split_kernel<false>,     expand_kernel<false>,    range_kernel<false>, constant_of_shape_kernel<false>,
+      scatter_nd_kernel<false>};
   static const ShapeKernels threaded{
-      gather_rows<true>,  gather_grad_rows<true>, slice_kernel<true>, slice_grad_kernel<true>,
-      split_kernel<true>, expand_kernel<true>,    range_kernel<true>, constant_of_shape_kernel<true>};
+      gather_rows<true>,      gather_grad_rows<true>, slice_kernel<true>, slice_grad_kernel<true>,
+      split_kernel<true>,     expand_kernel<true>,    range_kernel<true>, constant_of_shape_kernel<true>,
+      scatter_nd_kernel<true>};
   return parallel ? threaded : serial;
 }
 
@@ -1208,6 +1322,25 @@ void register_shape_ops(Registry& r) {
   r.kernels.add("reference", "", "Slice", k.slice);
   r.kernels.add("reference", "", "Split", k.split);
   r.kernels.add("reference", "", "Expand", k.expand);
+  // ScatterND from opset 11 (13 adds types, 16 the reduction attribute: none/add/mul).
+  // FLOPs: one per updated element for add/mul, none for a copy.
+  r.schemas.add(OpSchema{"",
+                         "ScatterND",
+                         3,
+                         3,
+                         1,
+                         1,
+                         11,
+                         scatter_nd_infer,
+                         [](const Graph& g, const Node& n) {
+                           const ValueInfo* u = g.find_info(n.inputs.at(2));
+                           if (n.attr_string("reduction", "none") == "none" || !u || !u->shape ||
+                               !shape_is_known(*u->shape))
+                             return 0.0;
+                           return static_cast<double>(element_count(shape_dims(*u->shape)));
+                         },
+                         {"reduction"}});
+  r.kernels.add("reference", "", "ScatterND", k.scatter_nd);
   r.schemas.add(OpSchema{kTrainrtDomain, "GatherGrad", 3, 3, 1, 1, 1, gather_grad_infer, nullptr, {"axis"}});
   r.schemas.add(OpSchema{kTrainrtDomain, "SliceGrad", 4, 6, 1, 1, 1, slice_grad_infer, nullptr, {}});
   r.kernels.add("reference", kTrainrtDomain, "GatherGrad", k.gather_grad);

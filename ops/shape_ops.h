@@ -26,7 +26,7 @@ size_t concat_axis(const Node& n, int64_t rank);
 // The indexing kernels, serial for the reference backend and over oneTBB chunks of
 // whole rows for the cpu one (ops/core/parallel.h): one loop, the same bits.
 struct ShapeKernels {
-  Kernel gather, gather_grad, slice, slice_grad, split, expand, range, constant_of_shape;
+  Kernel gather, gather_grad, slice, slice_grad, split, expand, range, constant_of_shape, scatter_nd;
 };
 const ShapeKernels& shape_kernels(bool parallel);
 // Shape's kernel: writes the input's dims (a few int64).

@@ -270,6 +270,7 @@ void register_shape_ops_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Slice", k.slice);
   add_if_schema(r, "cpu", "", "Split", k.split);
   add_if_schema(r, "cpu", "", "Expand", k.expand);
+  add_if_schema(r, "cpu", "", "ScatterND", k.scatter_nd);
   add_if_schema(r, "cpu", kTrainrtDomain, "GatherGrad", k.gather_grad);
   add_if_schema(r, "cpu", kTrainrtDomain, "SliceGrad", k.slice_grad);
 }

@@ -510,9 +510,9 @@ TEST_CASE("every elementwise/misc op with a reference kernel has a gradient rule
     CHECK((gr.find(s->domain, s->op_type) != nullptr || gr.is_non_differentiable(s->domain, s->op_type)));
   }
   // Relu LeakyRelu Sigmoid Tanh Neg Add Sub Mul Div Sum Identity Constant Cast Dropout,
-  // Clip HardSigmoid HardSwish Sqrt Erf Gelu Pow Where Equal, Exp Log Reciprocal
-  // Greater Less GreaterOrEqual LessOrEqual
-  CHECK(forward == 30);
+  // Clip HardSigmoid HardSwish Sqrt Erf Gelu Pow Where Equal, Greater Less GreaterOrEqual
+  // LessOrEqual Exp Log Reciprocal, Mod Not
+  CHECK(forward == 32);
   // ReluGrad LeakyReluGrad SigmoidGrad TanhGrad SumToShape DropoutGrad DropoutReluGrad,
   // ClipGrad HardSigmoidGrad HardSwishGrad SqrtGrad ErfGrad GeluGrad PowGrad
   CHECK(backward == 14);

@@ -640,7 +640,7 @@ TEST_CASE("every gemm/shape/softmax-loss op has a gradient rule, and every backw
       CHECK(s->domain == kTrainrtDomain);
     }
   }
-  CHECK(forward == 22);  // Shape, ConstantOfShape and Range are non-differentiable
+  CHECK(forward == 23);  // Shape, ConstantOfShape, Range and ScatterND are non-differentiable
   CHECK(backward == 10);
 }
 

@@ -178,3 +178,31 @@ TEST_CASE("describe_passes lists node counts per op type before and after") {
   CHECK(line.substr(line.size() - 2) == "-2");
   CHECK(text.find("nodes") != std::string::npos);
 }
+
+TEST_CASE("simplify folds Transpose and a reversing Slice of constants (PyTorch's F.pad pads) as the kernels compute") {
+  Graph g;
+  g.name = "pads";
+  g.opsets[""] = 13;
+  Tensor c(DataType::Int64, {2, 3});
+  for (int i = 0; i < 6; ++i) c.data<int64_t>()[i] = i;
+  g.initializers["c"] = c;
+  g.values["c"] = ValueInfo{DataType::Int64, shape_of({2, 3})};
+  for (auto [name, v] : {std::pair{"st", -1}, {"en", -4}, {"ax", 0}, {"sp", -1}}) {
+    g.nodes.push_back(node("Constant", {}, {name}, {{"value", Attribute::of_tensor(int64s({v}))}}));
+  }
+  g.nodes.push_back(node("Transpose", {"c"}, {"t"}, {{"perm", Attribute::of_ints({1, 0})}}));
+  g.nodes.push_back(node("Slice", {"t", "st", "en", "ax", "sp"}, {"r"}));
+  g.nodes.push_back(node("Identity", {"r"}, {"out"}));
+  g.outputs = {"out"};
+  validate_graph(g, registry().schemas, "pads");
+  infer_shapes(g, registry().schemas, "pads");
+  Graph s = g;
+  simplify(s);
+  REQUIRE(s.is_initializer("r"));
+  const Tensor& r = s.initializers.at("r");
+  CHECK(r.dims() == std::vector<int64_t>{3, 2});
+  const std::vector<int64_t> want{2, 5, 1, 4, 0, 3};  // rows of c^T, last first
+  for (size_t i = 0; i < want.size(); ++i) CHECK(r.data<int64_t>()[i] == want[i]);
+  TensorMap a = run_graph(g, {}, *make_backend("reference"));
+  CHECK(max_abs_diff(a.at("out").cast(DataType::Float64), r.cast(DataType::Float64)) == 0.0);
+}
