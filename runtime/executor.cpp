@@ -440,7 +440,7 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
     }
   } drain{*this, async};
   const bool deferred = checking && async;  // checks flagged on the device, read after a synchronisation
-  bool state_guarded = false;                // the flags before the first state write were read
+  bool state_guarded = false;               // the flags before the first state write were read
   if (deferred) {
     backend_.copy(p.flags.get(), p.flags_init.data(), p.flags_init.size() * sizeof(uint64_t));
     p.flags_read = 0;
