@@ -16,10 +16,12 @@ if(NOT TRAINRT_CUDA STREQUAL "OFF")
 endif()
 
 if(TRAINRT_BUILD_CUDA)
-  # Turing (the seeds' Quadro RTX 5000), Ampere (A100) and Hopper (GH200 nodes);
+  # Turing (the seeds' Quadro RTX 5000), Ampere (A100) and Hopper (GH200 nodes) as
+  # machine code; PTX only for Hopper, which newer GPUs compile at load time (PTX for
+  # every architecture doubled the binary and pushed the GPU bundle past its 60 MiB).
   # CUDA 13 has no Volta. -DCMAKE_CUDA_ARCHITECTURES=... picks others.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 75 80 90)
+    set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 90)
   endif()
   enable_language(CUDA)
   # The kernels include the C++20 headers of graph/ and ops/. CMake 3.25 knows no C++20
@@ -39,8 +41,9 @@ if(TRAINRT_BUILD_CUDA)
   # Two object libraries folded into the folder libraries they belong to (the top-level
   # CMakeLists.txt does it): ops/*.cu and ops/core/*.cu are kernels of ops/ (registered by register_all),
   # runtime/cuda/* is the cuda Backend, its memory and the NCCL communicator.
+  # --compress-mode=size: the smallest fatbinary (decompressed once, when the module loads).
   set(_cuda_flags
-    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter --compress-mode=size>
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-unused-parameter>)
   file(GLOB _cuda_ops_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/ops/*.cu
        ${CMAKE_CURRENT_SOURCE_DIR}/ops/core/*.cu)
