@@ -22,7 +22,7 @@ out=${2:-$build/gpu-bundle}
 limit_mib=60
 bin="$build/trainrt"
 [ -x "$bin" ] || { echo "gpu_bundle: $bin not found: build first (tools/setup.sh)" >&2; exit 2; }
-ldd "$bin" | grep -q 'libcudart' || { echo "gpu_bundle: $bin was built without CUDA (TRAINRT_CUDA=ON needs nvcc)" >&2; exit 2; }
+ldd "$bin" | grep 'libcudart' >/dev/null || { echo "gpu_bundle: $bin was built without CUDA (TRAINRT_CUDA=ON needs nvcc)" >&2; exit 2; }
 
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp/lib"

@@ -7,7 +7,7 @@ set -u
 trainrt=$1
 src=$2
 source "$src/tests/cli/common.bash"
-if ! ldd "$trainrt" | grep -q libcudart; then
+if ! ldd "$trainrt" | grep libcudart >/dev/null; then
   echo "skipped: $trainrt is not a CUDA build (tools/gpu_bundle.sh needs one)"
   exit 0
 fi
