@@ -106,7 +106,7 @@ struct Recorder {
     const Node& n = p.graph.nodes[st.node];
     for (size_t k = 0; k < st.outputs.size(); ++k) {
       if (st.outputs[k] < 0) continue;
-      values[n.outputs[k]] = to_plain(s.value(n.outputs[k]));
+      values[n.outputs[k]] = to_plain(s.backend().to_host(s.value(n.outputs[k])));
       order.push_back({n.outputs[k], describe(n)});
     }
   }

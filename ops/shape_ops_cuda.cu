@@ -41,7 +41,7 @@ namespace {
 
 constexpr size_t kMaxPitch = static_cast<size_t>(std::numeric_limits<int32_t>::max());
 
-// y = x's bytes on the stream (managed memory: cudaMemcpyDefault finds the direction).
+// y = x's bytes on the stream (device to device).
 void copy_bytes(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);

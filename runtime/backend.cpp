@@ -34,10 +34,50 @@ const Kernel& Backend::on_host(const Kernel& k) const {
   std::unique_ptr<Kernel>& w = host_kernels_[&k];
   if (!w)
     w = std::make_unique<Kernel>([this, &k](KernelContext& ctx) {
-      synchronize();
-      k(ctx);
+      if (host_visible()) {
+        synchronize();
+        k(ctx);
+        return;
+      }
+      run_on_host_copies(k, ctx);
     });
   return *w;
+}
+
+// Stages `ctx`'s tensors in host memory, runs `k` there and copies its outputs back.
+// An output that shares an input's buffer (an update in place) shares its host copy too;
+// outputs are copied in as well, for kernels that accumulate into them.
+void Backend::run_on_host_copies(const Kernel& k, KernelContext& ctx) const {
+  std::map<const void*, Tensor> host;  // by device address
+  auto stage = [&](const Tensor* t) -> Tensor* {
+    if (!t || !t->nbytes() || !reaches(t->raw())) return const_cast<Tensor*>(t);
+    auto [it, fresh] = host.try_emplace(t->raw());
+    if (fresh) {
+      it->second = Tensor(t->dtype(), t->dims());
+      it->second.set_layout(t->layout());
+      copy(it->second.raw(), t->raw(), t->nbytes());
+    }
+    return &it->second;
+  };
+  KernelContext hc = ctx;
+  for (auto& t : hc.inputs) t = stage(t);
+  for (auto& t : hc.outputs) t = stage(t);
+  synchronize();
+  k(hc);
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    if (hc.outputs[i] != ctx.outputs[i]) copy(ctx.outputs[i]->raw(), hc.outputs[i]->raw(), ctx.outputs[i]->nbytes());
+}
+
+Tensor Backend::to_host(const Tensor& t) const {
+  if (host_visible() || !t.nbytes() || !reaches(t.raw())) {
+    if (asynchronous()) synchronize();
+    return t;
+  }
+  Tensor h(t.dtype(), t.dims());
+  h.set_layout(t.layout());
+  copy(h.raw(), t.raw(), t.nbytes());
+  synchronize();
+  return h;
 }
 
 std::shared_ptr<std::byte[]> Backend::allocate(size_t bytes) const {

@@ -66,8 +66,21 @@ class Backend {
     return true;
   }
   // Copies `bytes` bytes between any memory the host or this backend uses, in order
-  // with the kernels already issued.
+  // with the kernels already issued. A copy into host memory has landed after
+  // synchronize(); a copy from host memory that allocate_host() did not hand out reads
+  // it at the call (pageable memory), one from allocate_host() memory when it runs.
   virtual void copy(void* to, const void* from, size_t bytes) const;
+  // Whether the host may read and write what allocate() hands out (after synchronize()).
+  // False for device memory (cuda: cudaMalloc): the host then sees it only through
+  // copy() into host memory at named points (results, NaN/Inf flags, state for
+  // checkpoints and exports), and its host kernels (fallback_ops) run on staged copies.
+  virtual bool host_visible() const { return true; }
+  // Host memory for staging copies to and from this backend: pinned for cuda, so a copy
+  // runs asynchronously. Default: host memory (Backend::allocate).
+  virtual std::shared_ptr<std::byte[]> allocate_host(size_t bytes) const { return Backend::allocate(bytes); }
+  // A host tensor holding `t` (same type, shape and layout): `t` itself where the host
+  // sees this backend's memory, else a copy (synchronises).
+  Tensor to_host(const Tensor& t) const;
   // Bytes a new allocation may still take, and what that figure is ("MemAvailable",
   // "free GPU memory"); the executor refuses a plan that needs more, before allocating.
   // Default: the host's MemAvailable (0: unknown).
@@ -100,8 +113,11 @@ class Backend {
   Backend(std::string kernel_set, std::vector<std::string> fallbacks)
       : kernel_set_(std::move(kernel_set)), fallbacks_(std::move(fallbacks)) {}
   // `k` made safe to call among asynchronous kernels: it calls synchronize() first
-  // (a host kernel reads what queued kernels write). One wrapper per kernel, kept.
+  // (a host kernel reads what queued kernels write) and, where the host cannot see this
+  // backend's memory, runs `k` on host copies of its arguments and copies its outputs
+  // back. One wrapper per kernel, kept.
   const Kernel& on_host(const Kernel& k) const;
+  void run_on_host_copies(const Kernel& k, KernelContext& ctx) const;
 
  private:
   std::string kernel_set_;

@@ -76,6 +76,9 @@ class Communicator {
   int rank() const { return rank_; }
   int world() const { return world_; }
   virtual std::string name() const = 0;  // "mpi", "local"
+  // Whether all_reduce_sum_async reduces the backend's device memory where it is (NCCL);
+  // otherwise the data-parallel code hands it host memory.
+  virtual bool reduces_device_memory() const { return false; }
   double timeout_seconds() const { return opts_.timeout_seconds; }
 
   // Sum over ranks, in place, of `count` float32 or float64 elements at `data`, which

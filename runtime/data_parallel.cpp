@@ -36,9 +36,13 @@ bool same_on_all_ranks(Communicator& c, const std::vector<double>& mine, const s
 }  // namespace
 
 // A bucket's flat buffer: its gradients back to back, and in bucket 0 the loss and the
-// stop flag after them.
+// stop flag after them. On a backend whose memory the host cannot see (cuda) `flat` is
+// in the backend's memory and `host` mirrors it in host memory (Backend::allocate_host):
+// the gradients are packed there by device copies, and averaged, checked and unpacked
+// from the mirror (see start/finish). Elsewhere `host` is `flat`.
 struct DataParallel::Bucket {
   Tensor flat;                           // dtype_ [elements (+2 in bucket 0)]
+  Tensor host;                           // the same, where the host reads it
   std::vector<std::string> gradients;    // value names, in the bucket's order
   std::vector<size_t> offsets;           // element offset of each in `flat`
   size_t elements = 0;                   // gradient elements (extras after them)
@@ -108,7 +112,9 @@ void DataParallel::prepare() {
   // In the backend's memory: a GPU communicator (NCCL) reduces the buckets where they are.
   for (size_t b = 0; b < state_.size(); ++b) {
     const int64_t n = static_cast<int64_t>(state_[b]->elements + (b == 0 ? 2 : 0));
-    state_[b]->flat = Tensor(dtype_, {n}, s_.backend().allocate(static_cast<size_t>(n) * dtype_size(dtype_)));
+    const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype_);
+    state_[b]->flat = Tensor(dtype_, {n}, s_.backend().allocate(bytes));
+    state_[b]->host = staged() ? Tensor(dtype_, {n}, s_.backend().allocate_host(bytes)) : state_[b]->flat;
   }
   // Each step that reads a gradient waits for its bucket first (the optimizer nodes).
   for (size_t s = 0; s < plan.steps.size(); ++s) {
@@ -127,21 +133,48 @@ void DataParallel::prepare() {
   plan_ = &plan;
 }
 
+bool DataParallel::staged() const { return !s_.backend().host_visible(); }
+
+// Packs bucket `b`'s gradients (and in bucket 0 the loss and stop flag) into its flat
+// buffer and starts its all-reduce. Staged (device memory the host cannot see): device
+// copies pack `flat` in stream order, then one synchronisation. A host communicator
+// reduces `host` (copied from `flat` before that synchronisation); NCCL reduces `flat`
+// (bucket 0: a second synchronisation lands the loss and stop flag in it first).
 void DataParallel::start(size_t b) {
   Bucket& st = *state_[b];
-  std::byte* flat = st.flat.raw();
+  const Backend& dev = s_.backend();
   const size_t esize = dtype_size(dtype_);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
     const Tensor& g = s_.value(st.gradients[i]);
     if (g.layout() != Layout::Plain || g.dtype() != dtype_)
       throw_internal("data-parallel training",
                      "gradient '" + st.gradients[i] + "' is not a plain " + dtype_name(dtype_) + " tensor");
-    std::memcpy(flat + st.offsets[i] * esize, g.raw(), g.nbytes());
+    if (staged())
+      dev.copy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
+    else
+      std::memcpy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
+  }
+  const bool on_device = staged() && comm_.reduces_device_memory();  // NCCL reduces `flat` itself
+  if (staged()) {
+    if (!on_device) dev.copy(st.host.raw(), st.flat.raw(), st.elements * esize);
+    if (b == 0) {
+      const Tensor& loss = s_.value(s_.training().loss);
+      if (loss_host_.dtype() != loss.dtype() || loss_host_.nbytes() != loss.nbytes())
+        loss_host_ = Tensor(loss.dtype(), loss.dims(), dev.allocate_host(loss.nbytes()));
+      dev.copy(loss_host_.raw(), loss.raw(), loss.nbytes());
+    }
+    dev.synchronize();
   }
   if (b == 0) {
-    st.flat.set_from_double(static_cast<int64_t>(st.elements), s_.value(s_.training().loss).get_as_double(0));
-    st.flat.set_from_double(static_cast<int64_t>(st.elements) + 1, stop_ ? 1.0 : 0.0);
+    const double loss = staged() ? loss_host_.get_as_double(0) : s_.value(s_.training().loss).get_as_double(0);
+    st.host.set_from_double(static_cast<int64_t>(st.elements), loss);
+    st.host.set_from_double(static_cast<int64_t>(st.elements) + 1, stop_ ? 1.0 : 0.0);
+    if (on_device) {  // the two extras into `flat`, landed before NCCL's stream reads it
+      dev.copy(st.flat.raw() + st.elements * esize, st.host.raw() + st.elements * esize, 2 * esize);
+      dev.synchronize();
+    }
   }
+  std::byte* flat = on_device ? st.flat.raw() : st.host.raw();
   st.finished = false;
   timings_[b] = {};
   timings_[b].bucket = static_cast<int>(b);
@@ -158,6 +191,10 @@ void DataParallel::finish(size_t b, bool check) {
   if (st.finished) return;
   const int64_t w0 = now_ns();
   st.request->wait();
+  if (staged() && comm_.reduces_device_memory()) {  // the sums, where the host averages and checks them
+    s_.backend().copy(st.host.raw(), st.flat.raw(), st.host.nbytes());
+    s_.backend().synchronize();
+  }
   timings_[b].wait_ns = now_ns() - w0;
   timings_[b].start_ns = st.request->start_ns;
   timings_[b].end_ns = st.request->end_ns;
@@ -170,13 +207,13 @@ void DataParallel::finish(size_t b, bool check) {
     for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] * static_cast<T>(inv));
   };
   if (dtype_ == DataType::Float32)
-    average(st.flat.data<float>(), st.flat.numel());
+    average(st.host.data<float>(), st.host.numel());
   else
-    average(st.flat.data<double>(), st.flat.numel());
+    average(st.host.data<double>(), st.host.numel());
   if (b == 0) {
-    mean_loss_ = st.flat.get_as_double(static_cast<int64_t>(st.elements));
+    mean_loss_ = st.host.get_as_double(static_cast<int64_t>(st.elements));
     have_mean_loss_ = true;
-    stop_agreed_ = st.flat.get_as_double(static_cast<int64_t>(st.elements) + 1) > 0;
+    stop_agreed_ = st.host.get_as_double(static_cast<int64_t>(st.elements) + 1) > 0;
   }
   if (!check) return;
   const Plan& plan = s_.plan();
@@ -194,11 +231,20 @@ void DataParallel::finish(size_t b, bool check) {
   const size_t esize = dtype_size(dtype_);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
     Tensor g = s_.value(st.gradients[i]);  // a handle on the arena value
-    std::memcpy(g.raw(), st.flat.raw() + st.offsets[i] * esize, g.nbytes());
-    if (const int64_t bad = first_non_finite(g); bad >= 0)
+    // The averaged gradient, where the host reads it.
+    const Tensor avg(
+        dtype_, g.dims(),
+        std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), st.host.raw() + st.offsets[i] * esize));
+    if (const int64_t bad = first_non_finite(avg); bad >= 0)
       fault(st.gradients[i], "gradient '" + st.gradients[i] + "' has " +
-                                 (std::isnan(g.get_as_double(bad)) ? "NaN" : "Inf") + " at element " +
+                                 (std::isnan(avg.get_as_double(bad)) ? "NaN" : "Inf") + " at element " +
                                  std::to_string(bad));
+    // Staged: read by the copy when it runs (allocate_host memory), before the next
+    // step's start() writes the mirror again after a synchronisation.
+    if (staged())
+      s_.backend().copy(g.raw(), avg.raw(), g.nbytes());
+    else
+      std::memcpy(g.raw(), avg.raw(), g.nbytes());
   }
 }
 
@@ -265,7 +311,8 @@ void DataParallel::broadcast_names(const std::vector<std::string>& names, int ro
     throw Error(ErrorKind::Peer, what + ": rank " + std::to_string(rank()) +
                                      ": the ranks' models differ (state names, types or shapes): every rank must "
                                      "load the same model with the same flags");
-  std::shared_ptr<std::byte[]> flat = s_.backend().allocate(bytes);  // where a GPU communicator reaches it
+  // Host memory: state() and set_state() hand out and take host tensors on every backend.
+  std::shared_ptr<std::byte[]> flat = s_.backend().allocate_host(bytes);
   size_t at = 0;
   for (const std::string& n : names) {
     const Tensor& t = s_.state(n);

@@ -98,6 +98,7 @@ class DataParallel {
   void start(size_t b);               // pack and all-reduce
   void finish(size_t b, bool check);  // wait, average, unpack, check
   void drain();                       // wait for every started bucket, no checks
+  bool staged() const;                // the backend's memory is not the host's (Bucket)
   void on_after(int step);
   void set_hooks(bool on);  // install (or remove) the session's before/after-step hooks
   void on_before(int step);
@@ -116,6 +117,7 @@ class DataParallel {
   bool stop_ = false, stop_agreed_ = false;
   double mean_loss_ = 0;
   bool have_mean_loss_ = false;
+  Tensor loss_host_;  // staged: the loss, copied out with bucket 0
 };
 
 }  // namespace trainrt

@@ -126,6 +126,9 @@ struct Executor::Prepared {
   std::shared_ptr<std::byte[]> arena;
   std::vector<Tensor> slots;   // one per plan value; kernels get pointers to these
   std::vector<Tensor> staged;  // per feed: its copy in backend memory, when the backend cannot reach it
+  // Per staged feed on an asynchronous backend: host memory the copy reads from
+  // (Backend::allocate_host: pinned for cuda), filled from the caller's batch.
+  std::vector<std::shared_ptr<std::byte[]>> pinned;
   std::vector<const Kernel*> kernels;
   std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
   std::vector<int> feed_values;                            // plan value of each graph input
@@ -143,6 +146,7 @@ struct Executor::Prepared {
   std::vector<std::vector<int>> flag_of;
   std::shared_ptr<std::byte[]> flags;
   std::vector<uint64_t> flags_init;
+  std::vector<uint64_t> flags_host;  // where the host cannot see `flags`: their copy, read after a sync
   size_t flags_read = 0;
 };
 
@@ -161,7 +165,9 @@ const Tensor& Executor::value(const std::string& name) const {
   if (!last_) throw_bad_input("Executor::value", "no run yet");
   auto it = last_->plan.index.find(name);
   if (it == last_->plan.index.end()) throw_bad_input("value '" + name + "'", "is not a value of the model");
-  if (queued_) sync();  // the host reads (or a hook writes) it next
+  // The host reads (or a hook writes) it next; device memory the host cannot see is read
+  // through copies in stream order instead (Backend::copy, to_host).
+  if (queued_ && backend_.host_visible()) sync();
   return last_->slots[static_cast<size_t>(it->second)];
 }
 
@@ -237,6 +243,7 @@ void Executor::release_other_arenas(const Prepared& keep) {
     q->results.clear();
     for (Tensor& t : q->slots) t = Tensor();
     q->staged.clear();
+    q->pinned.clear();
   }
 }
 
@@ -245,7 +252,15 @@ void Executor::release_other_arenas(const Prepared& keep) {
 void Executor::bind_slots(Prepared& p) {
   const Plan& plan = p.plan;
   p.arena = backend_.allocate(std::max<size_t>(plan.arena_bytes, kPlanAlignment));
-  if (opts_.poison_arena) std::memset(p.arena.get(), 0xff, std::max<size_t>(plan.arena_bytes, kPlanAlignment));
+  if (opts_.poison_arena) {
+    const size_t n = std::max<size_t>(plan.arena_bytes, kPlanAlignment);
+    if (backend_.host_visible()) {
+      std::memset(p.arena.get(), 0xff, n);
+    } else {
+      const std::vector<std::byte> ff(n, std::byte{0xff});
+      backend_.copy(p.arena.get(), ff.data(), n);
+    }
+  }
   for (size_t v = 0; v < plan.values.size(); ++v) {
     const PlannedValue& pv = plan.values[v];
     if (pv.storage == Storage::Arena) {
@@ -268,6 +283,7 @@ void Executor::bind_slots(Prepared& p) {
     if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
       p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
   p.staged.assign(p.feed_values.size(), Tensor());
+  p.pinned.assign(p.feed_values.size(), nullptr);
 }
 
 // Each step's kernel arguments, built once per binding: pointers into the slots.
@@ -295,7 +311,13 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
     if (feed.nbytes() && !backend_.reaches(feed.raw())) {  // a host batch: staged in backend memory
       Tensor& staged = p.staged[i];
       if (staged.empty()) staged = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
-      backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
+      if (async) {  // through host memory the copy may read while the host goes on (the last run synchronised)
+        if (!p.pinned[i]) p.pinned[i] = backend_.allocate_host(feed.nbytes());
+        std::memcpy(p.pinned[i].get(), feed.raw(), feed.nbytes());
+        backend_.copy(staged.raw(), p.pinned[i].get(), feed.nbytes());
+      } else {
+        backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
+      }
       slot = staged;
     } else {
       slot = feed;
@@ -304,7 +326,11 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
   for (size_t v = 0; v < plan.values.size(); ++v) {  // kept values returned to a caller that owns them
     const PlannedValue& pv = plan.values[v];
     if (pv.storage != Storage::Output) continue;
-    if (async)
+    if (!backend_.host_visible()) {  // the caller gets host copies (run()): one device buffer, kept
+      if (p.slots[v].empty())
+        p.slots[v] = Tensor(pv.dtype, pv.dims,
+                            backend_.allocate(static_cast<size_t>(element_count(pv.dims)) * dtype_size(pv.dtype)));
+    } else if (async)
       p.slots[v] = Tensor(pv.dtype, pv.dims,
                           backend_.allocate(static_cast<size_t>(element_count(pv.dims)) * dtype_size(pv.dtype)));
     else
@@ -339,6 +365,13 @@ void Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
       if (c) p.flags_init.push_back(Backend::kAllFinite);
     }
   p.flags = backend_.allocate(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
+  p.flags_host.assign(backend_.host_visible() ? 0 : p.flags_init.size(), 0);
+}
+
+// Issues the copy of the check flags into host memory where the host cannot see them;
+// they are read after the next sync().
+void Executor::fetch_flags(Prepared& p) const {
+  if (!p.flags_host.empty()) backend_.copy(p.flags_host.data(), p.flags.get(), p.flags_host.size() * sizeof(uint64_t));
 }
 
 // One kernel call; its profile event goes to `ev` (the caller appends events in plan
@@ -409,7 +442,7 @@ void Executor::flag_outputs(Prepared& p, size_t s) const {
 // After a synchronisation: throws NumericalError for the first flagged output of the
 // steps from flags_read up to `upto`, in plan order.
 void Executor::read_flags(Prepared& p, size_t upto) {
-  const auto* flags = reinterpret_cast<const uint64_t*>(p.flags.get());
+  const auto* flags = p.flags_host.empty() ? reinterpret_cast<const uint64_t*>(p.flags.get()) : p.flags_host.data();
   for (size_t s = p.flags_read; s < upto; ++s)
     for (size_t k = 0; k < p.flag_of[s].size(); ++k) {
       const int f = p.flag_of[s][k];
@@ -450,6 +483,7 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
     const size_t count = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s] ? 2 : 1;
     if (deferred && plan.steps[s].writes_state && !state_guarded) {
       state_guarded = true;
+      fetch_flags(p);
       sync();  // a NaN found now leaves the state unchanged
       read_flags(p, s);
     }
@@ -490,11 +524,23 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
   const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
   if (checking) choose_checks(p, ro);
   run_steps(p, ro, checking);
+  const bool copies = !backend_.host_visible();
+  for (const auto& [name, v] : p.result_values) {
+    const Tensor& slot = p.slots[static_cast<size_t>(v)];
+    if (copies && slot.nbytes() && backend_.reaches(slot.raw())) {  // the results' copies into host memory
+      Tensor h(slot.dtype(), slot.dims());
+      h.set_layout(slot.layout());
+      backend_.copy(h.raw(), slot.raw(), slot.nbytes());
+      p.results[name] = h;
+    } else {
+      p.results[name] = slot;
+    }
+  }
   if (async) {
-    sync();  // results, state and staged feeds are the host's again
+    if (checking) fetch_flags(p);
+    sync();  // results (and, on a host-visible backend, state and staged feeds) are the host's again
     if (checking) read_flags(p, p.plan.steps.size());
   }
-  for (const auto& [name, v] : p.result_values) p.results[name] = p.slots[static_cast<size_t>(v)];
   return p.results;
 }
 

@@ -126,7 +126,10 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Outputs (graph outputs, extra outputs) are views into the arena, or into state
-  // for updates written in place; the next run overwrites them.
+  // for updates written in place; the next run overwrites them. Where the host cannot
+  // see the backend's memory (Backend::host_visible: cuda) they are host copies, made
+  // once per run at its end: the one place a run reads device memory besides the
+  // NaN/Inf flags.
   const TensorMap& run(const TensorMap& feeds, const RunOptions& ro = {});
   // The plan of the last run (BadInput before the first run).
   const Plan& plan() const;
@@ -134,7 +137,8 @@ class Executor {
   // the value is live (Plan::values[...].def <= step <= last). BadInput for unknown names.
   // Intermediates may be Blocked16c (Tensor::layout(); to_plain() reads them). On an
   // asynchronous backend with kernels queued it synchronises first, so that the host
-  // may read and write the bytes (a step hook).
+  // may read and write the bytes (a step hook); where the host cannot see the backend's
+  // memory (Backend::host_visible) it does not: the caller copies in stream order.
   const Tensor& value(const std::string& name) const;
   // Plans built so far (one per feed-shape signature and option set; a feed read as a
   // shape input is part of the signature by value).
@@ -155,6 +159,7 @@ class Executor {
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);
   void flag_outputs(Prepared& p, size_t s) const;
+  void fetch_flags(Prepared& p) const;
   static void read_flags(Prepared& p, size_t upto);
   // backend_.synchronize(), and nothing of this executor is queued any more.
   void sync() const;

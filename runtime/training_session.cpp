@@ -98,7 +98,7 @@ double TrainingSession::step(const TensorMap& batch, float lr) {
     last_skipped_ = true;
     ++skipped_;
     ++steps_;
-    return exec_->value(t_.loss).get_as_double(0);
+    return backend_->to_host(exec_->value(t_.loss)).get_as_double(0);
   }
   const TensorMap& out = *ran;
   last_ = &out;
@@ -110,7 +110,7 @@ double TrainingSession::step(const TensorMap& batch, float lr) {
     const Tensor& from = out.at(produced);
     Tensor& to = t_.graph.initializers.at(state);
     if (from.nbytes() != to.nbytes()) throw_internal("TrainingSession::step", "update '" + produced + "' changed size");
-    std::memcpy(to.raw(), from.raw(), to.nbytes());
+    backend_->copy(to.raw(), from.raw(), to.nbytes());  // results are host memory: read at the call
   }
   ++steps_;
   return out.at(t_.loss).get_as_double(0);
@@ -154,7 +154,9 @@ const Tensor& TrainingSession::state(const std::string& name) const {
     scaler_good_.data<int64_t>()[0] = scaler_.good_steps();
     return name == kScalerScale ? scaler_scale_ : scaler_good_;
   }
-  return t_.graph.initializers.at(name);
+  const Tensor& t = t_.graph.initializers.at(name);
+  if (backend_->host_visible()) return t;
+  return host_state_[name] = backend_->to_host(t);  // device memory: a host copy, made now
 }
 
 void TrainingSession::check_state(const std::string& name, const Tensor& value) const {
@@ -188,14 +190,15 @@ void TrainingSession::set_state(const std::string& name, const Tensor& value) {
   }
   // The executor shares this buffer: write into it rather than replacing it.
   Tensor& dst = t_.graph.initializers.at(name);
-  if (value.nbytes()) std::memcpy(dst.raw(), value.raw(), value.nbytes());
+  if (value.nbytes()) backend_->copy(dst.raw(), value.raw(), value.nbytes());
+  host_state_.erase(name);
 }
 
 Graph TrainingSession::trained_forward(const Graph& forward) const {
   Graph g = forward;
   for (auto& [name, tensor] : g.initializers) {
     auto it = t_.graph.initializers.find(name);
-    if (it != t_.graph.initializers.end()) tensor = it->second.clone();
+    if (it != t_.graph.initializers.end()) tensor = backend_->to_host(it->second).clone();
   }
   return g;
 }

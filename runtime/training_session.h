@@ -63,6 +63,8 @@ class TrainingSession {
   // Where the steps run; its allocate() gives memory its kernels (and communicators) reach.
   const Backend& backend() const { return *backend_; }
   // The state's persistent buffer: the next step overwrites it (clone() to keep a copy).
+  // Where the host cannot see the backend's memory (Backend::host_visible, cuda) a host
+  // copy made by this call (a synchronisation): checkpoints and exports read it so.
   const Tensor& state(const std::string& name) const;
   int64_t steps_done() const { return steps_; }
   // Loss scaling (a training graph with a loss-scale input): each step feeds the
@@ -102,6 +104,7 @@ class TrainingSession {
   // for the all-reduce of its gradients; a NumericalError thrown there (a non-finite
   // reduced gradient) stops the step like the session's own checks.
   void set_before_step(std::function<void(int step)> f) { before_step_ = std::move(f); }
+  // A live value's buffer (Executor::value): device memory where !backend().host_visible().
   const Tensor& value(const std::string& name) const { return exec_->value(name); }
   // Refuse plans needing more bytes than this (0: MemAvailable).
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
@@ -130,6 +133,7 @@ class TrainingSession {
   std::function<void(int)> after_step_, before_step_;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()
+  mutable TensorMap host_state_;               // state() copies where the host cannot see the backend's memory
   bool last_skipped_ = false;
   int64_t skipped_ = 0;
 };

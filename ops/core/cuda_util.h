@@ -14,8 +14,8 @@
 // Why: the cuda backend (runtime/cuda/cuda_backend.h) queues every kernel on one stream
 // in plan order, so a kernel never waits for another itself; the executor synchronises
 // only where the host reads values (checks, hooks, host-run fallback kernels, results).
-// Values live in CUDA managed memory, so a tensor's data() pointer is valid both on the
-// device and, after synchronisation, on the host. Kernels read and write fp32 (and fp64
+// Values live in device memory (cudaMalloc): a tensor's data() pointer is for kernels
+// and copies only, never for the host. Kernels read and write fp32 (and fp64
 // where cuDNN/cuBLASLt have it) in the plain row-major layout; everything else falls
 // back to the host kernels (Backend::fallback_ops).
 //

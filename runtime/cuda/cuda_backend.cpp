@@ -26,16 +26,32 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   bool asynchronous() const override { return true; }
 
+  // Device memory (no managed memory: it would migrate pages whenever the host looks).
+  // The host sees it only through copy() (host_visible() is false).
   std::shared_ptr<std::byte[]> allocate(size_t bytes) const override {
     cuda::context();
     void* p = nullptr;
-    cudaError_t e = cudaMallocManaged(&p, bytes ? bytes : 64, cudaMemAttachGlobal);
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls report their own
       throw_bad_input("GPU memory", "cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) +
                                         "): use a smaller batch");
     }
     return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { (void)cudaFree(q); });
+  }
+  bool host_visible() const override { return false; }
+
+  // Pinned host memory: copies from and to it run asynchronously on the stream.
+  std::shared_ptr<std::byte[]> allocate_host(size_t bytes) const override {
+    cuda::context();
+    void* p = nullptr;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw_bad_input("pinned host memory",
+                      "cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) + ")");
+    }
+    return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { (void)cudaFreeHost(q); });
   }
 
   bool reaches(const void* p) const override {
@@ -44,10 +60,9 @@ class CudaBackend : public Backend {
       (void)cudaGetLastError();
       return false;
     }
-    return a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeDevice;
+    return a.type == cudaMemoryTypeDevice;
   }
 
-  // Managed memory could exceed the GPU and page to the host at every kernel: refused instead.
   size_t available_bytes() const override {
     cuda::context();
     size_t free = 0, total = 0;
@@ -67,7 +82,7 @@ class CudaBackend : public Backend {
     cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
   }
 
-  // On the stream, into managed memory the host reads after the step's synchronisation.
+  // On the stream, into device memory the executor copies out before the step's synchronisation.
   void flag_non_finite(const Tensor& t, uint64_t* flag) const override { cuda::flag_non_finite(t, flag); }
 
   void check_math(MathPrecision m) const override {

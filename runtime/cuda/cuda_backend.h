@@ -1,15 +1,16 @@
 // The cuda backend: cuDNN / cuBLASLt / own kernels (ops/*_cuda.cu) on one CUDA stream,
-// values in CUDA managed memory.
+// values in device memory (cudaMalloc), staging in pinned host memory (cudaMallocHost).
 //
 //   std::unique_ptr<Backend> b = make_backend("cuda");   // Unsupported without a GPU
 //
-// Why managed memory: the executor, the trainer and the data-parallel code read and
-// write values on the host (NaN checks, checkpoints, export, gradient buckets, ops
-// that have no CUDA kernel yet). With managed memory a tensor's one pointer serves
-// both sides, so all of that is shared with the cpu backend unchanged, and the
-// backend stays thin: it allocates, copies, synchronises and picks the device. The
-// price is page migration where host and device take turns on a value, which
-// `trainrt inspect` shows as the list of host-run ops (Backend::fallback_ops).
+// Why device memory and no managed memory: managed pages migrate whenever the host
+// looks, and managed allocations beyond the card's memory can stall it. The host
+// therefore never dereferences a value (host_visible() is false); the executor, the
+// trainer and the data-parallel code see device memory only through copies at named
+// points (results, NaN/Inf flags, state for checkpoints and export, bucket mirrors, the
+// arguments of ops without a CUDA kernel), in backend-independent code that the
+// stand-in device of the runtime tests checks on the CPU. The backend stays thin: it
+// allocates, copies, synchronises and picks the device.
 //
 // The device is the local rank's (SLURM_LOCALID / OMPI_COMM_WORLD_LOCAL_RANK) modulo
 // the GPUs visible, as DDP's one process per GPU. Arithmetic is fp32 (bf16/fp16 are

@@ -112,7 +112,7 @@ bool NcclCommunicator::prepare(const void* data, const char* call) {
   cuda::check(cudaSetDevice(device_), std::string(call) + ": cudaSetDevice");
   cudaPointerAttributes a{};
   cuda::check(cudaPointerGetAttributes(&a, data), std::string(call) + ": cudaPointerGetAttributes");
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  return a.type == cudaMemoryTypeDevice;
 }
 
 // Polls until NCCL has finished the last call (init, or the enqueue of a collective) and,

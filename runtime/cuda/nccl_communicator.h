@@ -14,7 +14,7 @@
 // host-side sums and broadcasts, which this communicator hands on to it.
 //
 // Preconditions of all_reduce_sum_async / broadcast:
-//   - `data` is device or CUDA managed memory for NCCL; host memory (the trainer's few
+//   - `data` is device memory for NCCL; host memory (the trainer's few
 //     counts and flags) is passed on to the bootstrap communicator, in issue order;
 //   - NCCL reads `data` on its own stream, ordered after nothing: the caller has
 //     synchronised the compute stream after the last kernel that writes `data`, and
@@ -49,6 +49,7 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(Communicator& bootstrap, CommOptions o);
   ~NcclCommunicator() override;
   std::string name() const override { return "nccl"; }
+  bool reduces_device_memory() const override { return true; }
 
  protected:
   void do_all_reduce_sum(void* data, size_t count, DataType t) override;

@@ -1,7 +1,7 @@
 // The cuda backend's device-side NaN/Inf check (Backend::flag_non_finite): a kernel on
 // the context's stream that lowers `*flag` to the key of `t`'s first non-finite element.
 //
-//   cuda::flag_non_finite(t, flag);   // flag: 8 bytes of managed memory, read after a sync
+//   cuda::flag_non_finite(t, flag);   // flag: 8 bytes of device memory, copied out before a sync
 //
 // Why: the executor's checks then cost no synchronisation per node; the host reads the
 // flags where the step synchronises anyway (runtime/executor.h). Plain C++ header.

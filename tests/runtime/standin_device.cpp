@@ -28,6 +28,7 @@ struct StandinDevice::Pool {
   };
   std::mutex mu;
   std::map<const std::byte*, Region> regions;  // by start
+  std::map<const std::byte*, size_t> pinned;   // allocate_host() memory: start -> bytes
   std::vector<std::function<void()>> pending;
   Counts counts;
 
@@ -38,6 +39,13 @@ struct StandinDevice::Pool {
     if (it == regions.begin()) return regions.end();
     --it;
     return b < it->first + std::max<size_t>(it->second.bytes, 1) ? it : regions.end();
+  }
+  bool is_pinned(const void* p) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    auto it = pinned.upper_bound(b);
+    if (it == pinned.begin()) return false;
+    --it;
+    return b < it->first + std::max<size_t>(it->second, 1);
   }
   void set(const std::byte* start, Region& r, bool protect) {
     if (r.protect == protect) return;
@@ -130,12 +138,13 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
 std::shared_ptr<std::byte[]> StandinDevice::allocate(size_t bytes) const {
   const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t mapped = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool hidden = device_memory && protect_memory;  // the host never sees it, from the start
+  void* p = mmap(nullptr, mapped, hidden ? PROT_NONE : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   auto* b = static_cast<std::byte*>(p);
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
-    pool_->regions[b] = Pool::Region{bytes, mapped, false};
+    pool_->regions[b] = Pool::Region{bytes, mapped, hidden};
   }
   return std::shared_ptr<std::byte[]>(b, [pool = pool_, mapped](std::byte* q) {
     {
@@ -146,9 +155,24 @@ std::shared_ptr<std::byte[]> StandinDevice::allocate(size_t bytes) const {
   });
 }
 
+std::shared_ptr<std::byte[]> StandinDevice::allocate_host(size_t bytes) const {
+  std::shared_ptr<std::byte[]> b = Backend::allocate(bytes);
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  pool_->pinned[b.get()] = bytes;
+  return std::shared_ptr<std::byte[]>(b.get(), [pool = pool_, b](std::byte* q) {
+    std::lock_guard<std::mutex> l(pool->mu);
+    pool->pinned.erase(q);
+  });
+}
+
 void StandinDevice::copy(void* to, const void* from, size_t bytes) const {
   if (!bytes) return;
-  if (owns(from)) {  // device to device (or host): read in stream order
+  bool read_when_run = owns(from);
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    read_when_run = read_when_run || pool_->is_pinned(from);
+  }
+  if (read_when_run) {  // from the device or pinned host memory: read in stream order
     enqueue([to, from, bytes] { std::memcpy(to, from, bytes); }, {to, from});
     return;
   }
@@ -179,12 +203,27 @@ void StandinDevice::enqueue(std::function<void()> f, const std::vector<const voi
 
 void StandinDevice::synchronize() const {
   std::vector<std::function<void()>> work;
+  const bool hidden = device_memory && protect_memory;
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
     work.swap(pool_->pending);
     ++(in_host_kernel ? pool_->counts.host_syncs : pool_->counts.syncs);
-    for (auto& [start, r] : pool_->regions) pool_->set(start, r, false);
+    if (!hidden || !work.empty())
+      for (auto& [start, r] : pool_->regions) pool_->set(start, r, false);
   }
+  if (!hidden) {
+    for (auto& f : work) f();
+    return;
+  }
+  // Device memory: open only while the queue runs (its kernels and copies), closed again
+  // even when a queued kernel throws.
+  struct Close {
+    Pool& pool;
+    ~Close() {
+      std::lock_guard<std::mutex> lock(pool.mu);
+      for (auto& [start, r] : pool.regions) pool.set(start, r, true);
+    }
+  } close{*pool_};
   for (auto& f : work) f();
 }
 

@@ -12,12 +12,15 @@
 //   "cuda" kernels: there the host ops are an explicit list (the constructor's).
 // - Its kernels refuse memory that allocate() did not hand out (a device kernel faults
 //   on a host pointer).
-// - Memory it hands out is its own page-aligned mmap. A region that queued work reads or
-//   writes is PROT_NONE from the moment that work is issued until synchronize() runs the
-//   queue: a host read or write of a value a kernel may still be writing faults at once
-//   (SIGSEGV), where a wrong result would otherwise show only sometimes. After
-//   synchronize() the host may read and write it again, as with the cuda backend's
-//   managed memory.
+// - Memory it hands out is its own page-aligned mmap, device memory as the cuda backend's
+//   cudaMalloc gives (device_memory, the default): PROT_NONE except while synchronize()
+//   runs the queue, so a host read or write outside its kernels and copies faults at once
+//   (SIGSEGV). The host reaches it only through copy() and the executor's staging
+//   (Backend::host_visible() is false). With device_memory off (managed memory) a region
+//   is PROT_NONE only from the moment queued work touches it until synchronize().
+// - allocate_host() memory is pinned host memory: a copy() from it reads it when the copy
+//   runs, not when it is issued, so a host write before synchronize() shows in results.
+//   A copy from other host memory reads it at the call (pageable memory).
 // - It counts synchronize() calls (apart: those a host kernel makes) and host kernel
 //   calls, per op.
 // Its results equal the reference backend's bit for bit: the kernels are the same.
@@ -51,6 +54,8 @@ class StandinDevice : public Backend {
   bool reaches(const void* p) const override { return owns(p); }
   void copy(void* to, const void* from, size_t bytes) const override;
   void synchronize() const override;
+  bool host_visible() const override { return !device_memory; }
+  std::shared_ptr<std::byte[]> allocate_host(size_t bytes) const override;
   void flag_non_finite(const Tensor& t, uint64_t* flag) const override;
   size_t available_bytes() const override { return budget; }
   std::string available_source() const override { return "the stand-in's budget"; }
@@ -78,7 +83,11 @@ class StandinDevice : public Backend {
 
   size_t budget = size_t{1} << 40;
   std::string fail_op;         // kernels of this op type fail at launch
-  bool protect_memory = true;  // false: queued work leaves memory readable (a test's control)
+  bool protect_memory = true;  // false: memory stays readable (a test's control)
+  // true (cudaMalloc): the host never sees memory allocate() hands out; it is PROT_NONE
+  // except while synchronize() runs the queue, so only the stand-in's own kernels and
+  // copies touch it. false (managed memory): only while queued work touches it.
+  bool device_memory = true;
 
   struct Pool;  // the regions, shared with the deleters of what allocate() handed out
 
