@@ -15,8 +15,14 @@ endif()
 add_custom_target(trainrt_fuzz)
 set(_fuzz_dir ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 
+# trainrt_fuzz_target(NAME [SOURCE FILE] [extra sources...]): fuzz/NAME.cpp, or
+# fuzz/FILE when one source makes several targets.
 function(trainrt_fuzz_target name)
-  add_executable(${name} ${_fuzz_dir}/${name}.cpp ${ARGN})
+  cmake_parse_arguments(PARSE_ARGV 1 _arg "" "SOURCE" "")
+  if(NOT _arg_SOURCE)
+    set(_arg_SOURCE ${name}.cpp)
+  endif()
+  add_executable(${name} ${_fuzz_dir}/${_arg_SOURCE} ${_arg_UNPARSED_ARGUMENTS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_compile_options(${name} PRIVATE ${TRAINRT_WARNINGS})
@@ -41,8 +47,10 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/launch/checkpoint.cpp)
   target_link_libraries(fuzz_checkpoint PRIVATE trainrt_graph ZLIB::ZLIB)
 endif()
 
-# The image decoders (launch/image.cpp: libjpeg-turbo, libpng), one target each.
+# The image decoders (launch/image.cpp: libjpeg-turbo, libpng), one target each from
+# one source that FUZZ_IMAGE_PNG points at one decoder.
 foreach(_fmt jpeg png)
-  trainrt_fuzz_target(fuzz_image_${_fmt} ${CMAKE_CURRENT_SOURCE_DIR}/launch/image.cpp)
+  trainrt_fuzz_target(fuzz_image_${_fmt} SOURCE fuzz_image.cpp ${CMAKE_CURRENT_SOURCE_DIR}/launch/image.cpp)
   target_link_libraries(fuzz_image_${_fmt} PRIVATE trainrt_graph JPEG::JPEG PNG::PNG)
+  target_compile_definitions(fuzz_image_${_fmt} PRIVATE FUZZ_IMAGE_PNG=$<STREQUAL:${_fmt},png>)
 endforeach()

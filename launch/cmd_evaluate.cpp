@@ -12,25 +12,19 @@
 namespace trainrt {
 
 namespace {
-const CommandSpec kSpec{
-    "evaluate",
-    "trainrt evaluate MODEL.onnx --dataset fashion-mnist|mnist|cifar10|cifar100|imagefolder|npz "
-    "[options]",
-    "Print the test-set loss (mean cross-entropy per batch) and accuracy of a model: the test\n"
-    "files, an image folder's val/ (resize + center crop), an npz file's x_val/y_val (else x/y),\n"
-    "normalised as `trainrt train` normalises them.",
-    {{"dataset", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, imagefolder (D/val/<class>/) or npz"},
-     {"data-dir", "", "dataset folder, or the .npz file (default: Debian's /usr/share/datasets/fashion-mnist)"},
-     {"image-size", "0", "imagefolder: side of the crops (0 = the model's input H/W when fixed, else 224)"},
-     {"mean", "", "per-channel mean of x/255 (uint8) or x (float), comma list (imagefolder: 0.485,0.456,0.406)"},
-     {"std", "", "per-channel std, comma list (imagefolder: 0.229,0.224,0.225)"},
-     {"batch-size", "128", "images per forward pass"},
-     {"limit", "0", "use only the first N test images (0 = all)"},
-     {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
-     {"backend", "cpu", "with --device cpu: cpu or reference"},
-     {"threads", "0", "CPU threads (0 = all cores)"}},
-    1,
-    1};
+const CommandSpec kSpec{"evaluate",
+                        "trainrt evaluate MODEL.onnx --dataset fashion-mnist|mnist|cifar10|cifar100|imagefolder|npz "
+                        "[options]",
+                        "Print the test-set loss (mean cross-entropy per batch) and accuracy of a model: the test\n"
+                        "files, an image folder's val/ (resize + center crop), an npz file's x_val/y_val (else x/y),\n"
+                        "normalised as `trainrt train` normalises them.",
+                        with_data_flags("val", {{"batch-size", "128", "images per forward pass"},
+                                                {"limit", "0", "use only the first N test images (0 = all)"},
+                                                {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
+                                                {"backend", "cpu", "with --device cpu: cpu or reference"},
+                                                {"threads", "0", "CPU threads (0 = all cores)"}}),
+                        1,
+                        1};
 }  // namespace
 
 int cmd_evaluate(const Argv& argv) {
@@ -39,20 +33,9 @@ int cmd_evaluate(const Argv& argv) {
   const int64_t batch = a.positive("batch-size"), limit = a.at_least("limit", 0), threads = a.at_least("threads", 0);
   configure_threads(static_cast<int>(threads));
   auto backend = make_backend(backend_for_device(a), static_cast<int>(threads));
-  DatasetOptions o;
-  o.name = a.one_of("dataset", {"fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder", "npz"});
-  o.data_dir = a.str("data-dir");
-  o.train = false;
-  o.limit = limit;
-  const int64_t image_size = a.at_least("image-size", 0);
-  if (a.on("image-size") && o.name != "imagefolder")
-    throw_bad_input("--image-size", "applies to --dataset imagefolder");
-  const std::vector<float> mean = number_list(a, "mean", false), std = number_list(a, "std", true);
+  const DataFlags data = data_flags(a);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
-  o.image_size = image_size > 0 ? image_size : model_image_size(g);
-  Dataset test = load_dataset(o);
-  if (!mean.empty()) test.mean = mean;
-  if (!std.empty()) test.std = std;
+  const Dataset test = load_split(data, g, /*train=*/false, limit);
   Evaluation e = evaluate(g, model_io(g, test, a.positional[0]), test, batch, *backend);
   std::printf("Test Loss = %5.3f, Test Accuracy = %5.3f (%lld images)\n", e.loss, e.accuracy,
               static_cast<long long>(e.images));

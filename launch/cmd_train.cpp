@@ -235,19 +235,8 @@ void TrainRun::start_ranks() {
 // The model first: an image folder's crops default to the model's input H/W.
 void TrainRun::load_model_and_data() {
   forward_ = import_onnx_file(c_.model_path, registry().schemas);
-  DatasetOptions dopt;
-  dopt.name = c_.dataset;
-  dopt.data_dir = c_.data_dir;
-  dopt.limit = c_.limit_train;
-  dopt.image_size = c_.image_size > 0 ? c_.image_size : model_image_size(forward_);
-  train_ = load_dataset(dopt);
-  dopt.train = false;
-  dopt.limit = c_.limit_test;
-  test_ = load_dataset(dopt);
-  for (Dataset* d : {&train_, &test_}) {
-    if (!c_.mean.empty()) d->mean = c_.mean;
-    if (!c_.std.empty()) d->std = c_.std;
-  }
+  train_ = load_split(c_.data, forward_, /*train=*/true, c_.limit_train);
+  test_ = load_split(c_.data, forward_, /*train=*/false, c_.limit_test);
   io_ = model_io(forward_, train_, c_.model_path);
   for (const std::string& f : c_.optimizer.freeze)
     if (!forward_.is_initializer(f) || !dtype_is_float(forward_.initializers.at(f).dtype()))
@@ -291,7 +280,7 @@ void TrainRun::print_start() const {
         static_cast<long long>(c_.per_rank_batch), c_.bucket_mb, c_.first_bucket_mb);
   std::printf(
       "Training %s on %s with Batch Size: %lld (%lld training images, %lld test images, %zu parameter tensors, %s)\n",
-      c_.model_path.c_str(), c_.dataset.c_str(), static_cast<long long>(c_.global_batch),
+      c_.model_path.c_str(), c_.data.dataset.c_str(), static_cast<long long>(c_.global_batch),
       static_cast<long long>(train_.size()), static_cast<long long>(test_.size()), session_->training().params.size(),
       c_.precision.c_str());
   if (c_.math == MathPrecision::fp16)

@@ -70,58 +70,59 @@ const CommandSpec kSpec{
     std::string("Train an ONNX model (its float initializers are the parameters) on an image dataset,\n"
                 "printing the seed's per-epoch line, and export the trained model.") +
         kManual,
-    {{"dataset", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, imagefolder (D/train/<class>/) or npz"},
-     {"data-dir", "", "dataset folder, or the .npz file (default: Debian's /usr/share/datasets/fashion-mnist)"},
-     {"image-size", "0", "imagefolder: side of the crops (0 = the model's input H/W when fixed, else 224)"},
-     {"mean", "", "per-channel mean of x/255 (uint8) or x (float), comma list (imagefolder: 0.485,0.456,0.406)"},
-     {"std", "", "per-channel std, comma list (imagefolder: 0.229,0.224,0.225)"},
-     {"max-steps", "0", "stop after this many training steps (0 = run the --epochs)"},
-     {"iteration-times", "", "write each step's duration in seconds, one line per step, to this file"},
-     {"batch-size", "32", "images per step (with several ranks: over all ranks, split evenly)"},
-     {"epochs", "100", "maximum number of epochs"},
-     {"base-lr", "0.01", "learning rate"},
-     {"optimizer", "sgd", "sgd, adam or adamw"},
-     {"momentum", "0", "SGD momentum"},
-     {"weight-decay", "0", "weight decay (L2 for sgd/adam, decoupled for adamw)"},
-     {"nesterov", "off", "Nesterov momentum (sgd, needs --momentum > 0)", Flag::Switch},
-     {"lr-schedule", "constant", "constant, step (x0.1 every --lr-step-epochs) or cosine"},
-     {"lr-step-epochs", "30", "epochs between x0.1 steps of the step schedule"},
-     {"warmup-epochs", "0", "linear warm-up of the learning rate over this many epochs (<= --epochs)"},
-     {"target-accuracy", "0.95", "early stopping: accuracy the last --patience epochs must reach"},
-     {"patience", "2", "early stopping: number of epochs at or above the target"},
-     {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
-     {"precision", "fp32",
-      "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on cpu)"},
-     {"conv-algorithm", "winograd",
-      "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
-     {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},
-     {"backend", "cpu", "with --device cpu: cpu or reference"},
-     {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
-     {"seed", "0", "seed of shuffling, augmentation and dropout"},
-     {"shuffle", "on", "on or off (off: the file's order every epoch)"},
-     {"augment", "auto", "auto (CIFAR: crop+flip; imagefolder: resized crop+flip; MNIST-like, npz: none), on or none"},
-     {"limit-train", "0", "use only the first N training images (0 = all)"},
-     {"limit-test", "0", "use only the first N test images (0 = all)"},
-     {"log-every", "50", "progress line every N steps (redrawn in place on a terminal; 0 = never)"},
-     {"metrics", "", "write one JSON object per epoch (and per --metrics-every steps) to this file"},
-     {"metrics-every", "50", "a JSON 'step' line every N steps in --metrics (0 = epoch lines only)"},
-     {"checkpoint-dir", "", "folder for checkpoints (a stop signal without it writes to ./checkpoints)"},
-     {"checkpoint-every", "1", "with --checkpoint-dir: a checkpoint every N epochs (0 = none)"},
-     {"checkpoint-every-steps", "0", "with --checkpoint-dir: also a checkpoint every N steps (0 = none)"},
-     {"keep-checkpoints", "3", "keep the newest K checkpoints in --checkpoint-dir"},
-     {"resume", "", "continue from checkpoint PATH, or 'auto' = the newest in --checkpoint-dir"},
-     {"export", "", "write the trained model (same inputs/outputs, trained initializers) here"},
-     {"export-inference", "", "write the inference-optimised model (BN folded, Dropout removed, standard ONNX) here"},
-     {"trace", "", "write a Chrome/Perfetto trace (nodes, data loading) of --trace-steps steps here"},
-     {"trace-steps", "10", "steps recorded by --trace, from this run's 2nd step (the 1st builds the plan)"},
-     {"detect-anomaly", "off", "on a NaN/Inf, rerun the step checking every node and name the first bad one",
-      Flag::Switch},
-     {"fuse", "on", "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"},
-     {"branches", "serial",
-      "serial, or concurrent: independent neighbouring nodes two at a time, each with half the threads"},
-     {"bucket-cap-mb", "25", "several ranks: gradients are averaged in buckets of about this many MB"},
-     {"first-bucket-cap-mb", "1", "several ranks: cap of the first bucket (small, so averaging starts early)"},
-     {"comm-timeout", "300", "several ranks: seconds to wait for the other ranks before declaring one dead"}},
+    with_data_flags(
+        "train",
+        {{"max-steps", "0", "stop after this many training steps (0 = run the --epochs)"},
+         {"iteration-times", "", "write each step's duration in seconds, one line per step, to this file"},
+         {"batch-size", "32", "images per step (with several ranks: over all ranks, split evenly)"},
+         {"epochs", "100", "maximum number of epochs"},
+         {"base-lr", "0.01", "learning rate"},
+         {"optimizer", "sgd", "sgd, adam or adamw"},
+         {"momentum", "0", "SGD momentum"},
+         {"weight-decay", "0", "weight decay (L2 for sgd/adam, decoupled for adamw)"},
+         {"nesterov", "off", "Nesterov momentum (sgd, needs --momentum > 0)", Flag::Switch},
+         {"lr-schedule", "constant", "constant, step (x0.1 every --lr-step-epochs) or cosine"},
+         {"lr-step-epochs", "30", "epochs between x0.1 steps of the step schedule"},
+         {"warmup-epochs", "0", "linear warm-up of the learning rate over this many epochs (<= --epochs)"},
+         {"target-accuracy", "0.95", "early stopping: accuracy the last --patience epochs must reach"},
+         {"patience", "2", "early stopping: number of epochs at or above the target"},
+         {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
+         {"precision", "fp32",
+          "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on "
+          "cpu)"},
+         {"conv-algorithm", "winograd",
+          "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+         {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},
+         {"backend", "cpu", "with --device cpu: cpu or reference"},
+         {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
+         {"seed", "0", "seed of shuffling, augmentation and dropout"},
+         {"shuffle", "on", "on or off (off: the file's order every epoch)"},
+         {"augment", "auto",
+          "auto (CIFAR: crop+flip; imagefolder: resized crop+flip; MNIST-like, npz: none), on or none"},
+         {"limit-train", "0", "use only the first N training images (0 = all)"},
+         {"limit-test", "0", "use only the first N test images (0 = all)"},
+         {"log-every", "50", "progress line every N steps (redrawn in place on a terminal; 0 = never)"},
+         {"metrics", "", "write one JSON object per epoch (and per --metrics-every steps) to this file"},
+         {"metrics-every", "50", "a JSON 'step' line every N steps in --metrics (0 = epoch lines only)"},
+         {"checkpoint-dir", "", "folder for checkpoints (a stop signal without it writes to ./checkpoints)"},
+         {"checkpoint-every", "1", "with --checkpoint-dir: a checkpoint every N epochs (0 = none)"},
+         {"checkpoint-every-steps", "0", "with --checkpoint-dir: also a checkpoint every N steps (0 = none)"},
+         {"keep-checkpoints", "3", "keep the newest K checkpoints in --checkpoint-dir"},
+         {"resume", "", "continue from checkpoint PATH, or 'auto' = the newest in --checkpoint-dir"},
+         {"export", "", "write the trained model (same inputs/outputs, trained initializers) here"},
+         {"export-inference", "",
+          "write the inference-optimised model (BN folded, Dropout removed, standard ONNX) here"},
+         {"trace", "", "write a Chrome/Perfetto trace (nodes, data loading) of --trace-steps steps here"},
+         {"trace-steps", "10", "steps recorded by --trace, from this run's 2nd step (the 1st builds the plan)"},
+         {"detect-anomaly", "off", "on a NaN/Inf, rerun the step checking every node and name the first bad one",
+          Flag::Switch},
+         {"fuse", "on",
+          "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"},
+         {"branches", "serial",
+          "serial, or concurrent: independent neighbouring nodes two at a time, each with half the threads"},
+         {"bucket-cap-mb", "25", "several ranks: gradients are averaged in buckets of about this many MB"},
+         {"first-bucket-cap-mb", "1", "several ranks: cap of the first bucket (small, so averaging starts early)"},
+         {"comm-timeout", "300", "several ranks: seconds to wait for the other ranks before declaring one dead"}}),
     1,
     1};
 
@@ -161,12 +162,7 @@ LrSchedule schedule_flags(const Args& a, int64_t epochs) {
   return s;
 }
 
-void data_flags(const Args& a, TrainConfig& c) {
-  c.image_size = a.at_least("image-size", 0);
-  if (a.on("image-size") && c.dataset != "imagefolder")
-    throw_bad_input("--image-size", "applies to --dataset imagefolder");
-  c.mean = number_list(a, "mean", false);
-  c.std = number_list(a, "std", true);
+void step_flags(const Args& a, TrainConfig& c) {
   c.max_steps = a.at_least("max-steps", 0);
   c.iteration_times_path = a.str("iteration-times");
   if (a.on("iteration-times") && c.iteration_times_path.empty())
@@ -216,7 +212,7 @@ void checkpoint_flags(const Args& a, TrainConfig& c) {
 
 std::map<std::string, std::string> resume_key(const Args& a, const TrainConfig& c) {
   std::map<std::string, std::string> k{{"model", std::filesystem::path(c.model_path).filename().string()},
-                                       {"dataset", c.dataset},
+                                       {"dataset", c.data.dataset},
                                        {"batch-size", std::to_string(c.batch_size)},
                                        {"optimizer", c.optimizer.optimizer},
                                        {"momentum", num(c.optimizer.momentum)},
@@ -231,7 +227,7 @@ std::map<std::string, std::string> resume_key(const Args& a, const TrainConfig& 
                                        {"limit-train", a.str("limit-train")},
                                        {"freeze", a.str("freeze")},
                                        {"ranks", std::to_string(c.env.world)}};
-  if (c.dataset == "imagefolder") k["image-size"] = std::to_string(c.image_size);
+  if (c.data.dataset == "imagefolder") k["image-size"] = std::to_string(c.data.image_size);
   if (a.on("mean")) k["mean"] = a.str("mean");
   if (a.on("std")) k["std"] = a.str("std");
   if (c.schedule.kind == "step") k["lr-step-epochs"] = std::to_string(c.schedule.step_epochs);
@@ -247,9 +243,8 @@ TrainConfig train_config(const Args& a, const RankEnvironment& env) {
   TrainConfig c;
   c.env = env;
   c.model_path = a.positional[0];
-  c.dataset = a.one_of("dataset", {"fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder", "npz"});
-  data_flags(a, c);
-  c.data_dir = a.str("data-dir");
+  c.data = data_flags(a);
+  step_flags(a, c);
   c.batch_size = a.positive("batch-size");
   c.epochs = a.positive("epochs");
   c.patience = a.positive("patience");

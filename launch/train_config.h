@@ -23,11 +23,10 @@ namespace trainrt {
 
 struct TrainConfig {
   // Model and data.
-  std::string model_path, dataset, data_dir, augment;  // augment: auto | on | none
+  std::string model_path, augment;  // augment: auto | on | none
+  DataFlags data;
   int64_t limit_train = 0, limit_test = 0;
-  int64_t image_size = 0;        // imagefolder: --image-size, 0 = the model's input H/W, else 224
-  std::vector<float> mean, std;  // --mean/--std; empty = the dataset's own
-  int64_t max_steps = 0;         // --max-steps: stop after this many steps (0 = no limit)
+  int64_t max_steps = 0;  // --max-steps: stop after this many steps (0 = no limit)
   std::string iteration_times_path;
   bool shuffle = true;
   uint64_t seed = 0;

@@ -78,6 +78,43 @@ int64_t model_image_size(const Graph& g) {
   return 224;
 }
 
+std::vector<Flag> with_data_flags(const std::string& split, std::vector<Flag> rest) {
+  std::vector<Flag> flags{
+      {"dataset", "fashion-mnist",
+       "fashion-mnist, mnist, cifar10, cifar100, imagefolder (D/" + split + "/<class>/) or npz"},
+      {"data-dir", "", "dataset folder, or the .npz file (default: Debian's /usr/share/datasets/fashion-mnist)"},
+      {"image-size", "0", "imagefolder: side of the crops (0 = the model's input H/W when fixed, else 224)"},
+      {"mean", "", "per-channel mean of x/255 (uint8) or x (float), comma list (imagefolder: 0.485,0.456,0.406)"},
+      {"std", "", "per-channel std, comma list (imagefolder: 0.229,0.224,0.225)"}};
+  flags.insert(flags.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  return flags;
+}
+
+DataFlags data_flags(const Args& a) {
+  DataFlags f;
+  f.dataset = a.one_of("dataset", {"fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder", "npz"});
+  f.data_dir = a.str("data-dir");
+  f.image_size = a.at_least("image-size", 0);
+  if (a.on("image-size") && f.dataset != "imagefolder")
+    throw_bad_input("--image-size", "applies to --dataset imagefolder");
+  f.mean = number_list(a, "mean", false);
+  f.std = number_list(a, "std", true);
+  return f;
+}
+
+Dataset load_split(const DataFlags& f, const Graph& g, bool train, int64_t limit) {
+  DatasetOptions o;
+  o.name = f.dataset;
+  o.data_dir = f.data_dir;
+  o.train = train;
+  o.limit = limit;
+  o.image_size = f.image_size > 0 ? f.image_size : model_image_size(g);
+  Dataset d = load_dataset(o);
+  if (!f.mean.empty()) d.mean = f.mean;
+  if (!f.std.empty()) d.std = f.std;
+  return d;
+}
+
 // A comma list of numbers, each finite (and > 0 for --std).
 std::vector<float> number_list(const Args& a, const std::string& flag, bool positive) {
   std::vector<float> out;

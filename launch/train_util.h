@@ -29,6 +29,24 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where);
 // The side of an image folder's crops when --image-size is not given: the model's
 // input H (= W) when both are fixed, else torchvision's 224.
 int64_t model_image_size(const Graph& g);
+
+// The data flags of `train` and `evaluate` (--dataset, --data-dir, --image-size, --mean,
+// --std) followed by `rest`; `split` is the image folder's subfolder the command reads
+// ("train" or "val"), for --dataset's help.
+std::vector<Flag> with_data_flags(const std::string& split, std::vector<Flag> rest);
+
+// What the data flags say, checked (BadInput naming the flag).
+struct DataFlags {
+  std::string dataset, data_dir;  // data_dir "" = the dataset's default folder
+  int64_t image_size = 0;         // imagefolder: --image-size, 0 = the model's input H/W, else 224
+  std::vector<float> mean, std;   // --mean/--std; empty = the dataset's own
+};
+DataFlags data_flags(const Args& a);
+
+// The training or test split for model `g`, its first `limit` samples (0 = all): an
+// image folder's crops are the model's input size unless --image-size is given, and
+// --mean/--std replace the dataset's normalisation.
+Dataset load_split(const DataFlags& f, const Graph& g, bool train, int64_t limit);
 // The non-empty items of a comma list.
 std::vector<std::string> split_commas(const std::string& s);
 // --FLAG's comma list of numbers (--mean, --std), each finite and, if `positive`, > 0;

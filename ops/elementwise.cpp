@@ -122,17 +122,11 @@ FlopRule per_output_element(double cost) {
 
 // ---- reference kernels -----------------------------------------------------
 
-// y[i] = fn(x[i]) for any shape, float32/float64; fn is generic over T.
-template <typename Fn>
-void unary_loop(KernelContext& ctx, Fn fn) {
-  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* x = ctx.in(0).data<T>();
-    T* y = ctx.out(0).data<T>();
-    const int64_t n = ctx.in(0).numel();
-    for (int64_t i = 0; i < n; ++i) y[i] = fn(x[i]);
-  });
-}
+// The reference's loops are elementwise_loops' templates, serial (the cpu kernels run them
+// over oneTBB chunks).
+using elementwise_loops::broadcast_map;
+using elementwise_loops::grad_map;
+using elementwise_loops::unary_map;
 
 // Integer arithmetic is done in uint64_t and narrowed: wraps modulo 2^bits
 // without signed-overflow UB (C++20 defines the narrowing conversion).
@@ -185,16 +179,9 @@ struct DivOp {
 // y = op(a, b) with broadcasting; y is already shaped by the rule.
 template <typename Op>
 void binary_kernel(KernelContext& ctx) {
-  const Tensor &a = ctx.in(0), &b = ctx.in(1);
-  Tensor& y = ctx.out(0);
-  dispatch_arith(a.dtype(), [&](auto tag) {
+  dispatch_arith(ctx.in(0).dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const BroadcastIndex ia(a.dims(), y.dims()), ib(b.dims(), y.dims());
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* py = y.data<T>();
-    const Op op;
-    for (int64_t i = 0; i < y.numel(); ++i) py[i] = op(pa[ia(i)], pb[ib(i)]);
+    broadcast_map<false, T, T, T>(ctx.out(0), Op{}, ctx.in(0), ctx.in(1));
   });
 }
 
@@ -252,19 +239,6 @@ double sum_to_shape_flops(const Graph& g, const Node& n) {
   const ValueInfo* v = g.find_info(n.inputs[0]);
   if (!v || !v->shape || !shape_is_known(*v->shape)) return 0.0;
   return static_cast<double>(element_count(shape_dims(*v->shape)));
-}
-
-// dx[i] = fn(dy[i], t[i]) over same-shaped float tensors.
-template <typename Fn>
-void binary_same_loop(KernelContext& ctx, Fn fn) {
-  dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* dy = ctx.in(0).data<T>();
-    const T* t = ctx.in(1).data<T>();
-    T* dx = ctx.out(0).data<T>();
-    const int64_t n = ctx.out(0).numel();
-    for (int64_t i = 0; i < n; ++i) dx[i] = fn(dy[i], t[i]);
-  });
 }
 
 // dx[j] = sum of dy[i] over the i that read x[j] in the forward broadcast.
@@ -523,15 +497,15 @@ void register_elementwise(Registry& r) {
 
   // Relu: y = max(x, 0); NaN stays NaN.
   r.kernels.add("reference", "", "Relu",
-                [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return x < 0 ? decltype(x)(0) : x; }); });
+                [](KernelContext& ctx) { unary_map<false>(ctx, [](auto x) { return x < 0 ? decltype(x)(0) : x; }); });
   // LeakyRelu: y = x if x >= 0 else alpha * x (alpha defaults to 0.01).
   r.kernels.add("reference", "", "LeakyRelu", [](KernelContext& ctx) {
     const double alpha = ctx.node.attr_float("alpha", 0.01f);
-    unary_loop(ctx, [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; });
+    unary_map<false>(ctx, [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; });
   });
   // Sigmoid: y = 1 / (1 + exp(-x)), in a form where exp never overflows.
   r.kernels.add("reference", "", "Sigmoid", [](KernelContext& ctx) {
-    unary_loop(ctx, [](auto x) {
+    unary_map<false>(ctx, [](auto x) {
       using T = decltype(x);
       if (x >= 0) return T(1) / (T(1) + std::exp(-x));
       const T e = std::exp(x);
@@ -539,10 +513,10 @@ void register_elementwise(Registry& r) {
     });
   });
   r.kernels.add("reference", "", "Tanh",
-                [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return std::tanh(x); }); });
+                [](KernelContext& ctx) { unary_map<false>(ctx, [](auto x) { return std::tanh(x); }); });
   // Neg: y = -x (float32/float64; the gradient rules' negation, and ONNX's op).
   r.schemas.add(make_schema("Neg", 6, 1, 1, unary, per_output_element(1)));
-  r.kernels.add("reference", "", "Neg", [](KernelContext& ctx) { unary_loop(ctx, [](auto x) { return -x; }); });
+  r.kernels.add("reference", "", "Neg", [](KernelContext& ctx) { unary_map<false>(ctx, [](auto x) { return -x; }); });
   // In place: y[i] = f(x[i]) (the reference loop; oneDNN's eltwise supports src == dst).
   for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"})
     r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
@@ -599,17 +573,17 @@ void register_elementwise(Registry& r) {
       sum_to_shape_flops));
 
   r.kernels.add("reference", kTrainrtDomain, "ReluGrad", [](KernelContext& ctx) {
-    binary_same_loop(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
+    grad_map<false>(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
   });
   r.kernels.add("reference", kTrainrtDomain, "LeakyReluGrad", [](KernelContext& ctx) {
     const double alpha = ctx.node.attr_float("alpha", 0.01f);  // same branch as the forward: x < 0
-    binary_same_loop(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });
+    grad_map<false>(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });
   });
   r.kernels.add("reference", kTrainrtDomain, "SigmoidGrad", [](KernelContext& ctx) {
-    binary_same_loop(ctx, [](auto dy, auto y) { return dy * y * (decltype(y)(1) - y); });
+    grad_map<false>(ctx, [](auto dy, auto y) { return dy * y * (decltype(y)(1) - y); });
   });
   r.kernels.add("reference", kTrainrtDomain, "TanhGrad", [](KernelContext& ctx) {
-    binary_same_loop(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
+    grad_map<false>(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
   });
   // In place: dx[i] = f(dy[i], t[i]) (oneDNN's eltwise_backward supports diff_src == diff_dst).
   for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"})

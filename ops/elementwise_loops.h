@@ -48,6 +48,7 @@
 #include <numbers>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ops/core/broadcast.h"
 #include "ops/core/common.h"
@@ -80,6 +81,35 @@ void grad_map(KernelContext& ctx, Fn fn) {
       for (int64_t i = b; i < e; ++i) dx[i] = fn(dy[i], t[i]);
     });
   });
+}
+
+// One input of broadcast_map: x[i] is the element of a tensor of element type T that
+// output element i reads (ops/core/broadcast.h).
+template <typename T>
+struct BroadcastInput {
+  BroadcastInput(const Tensor& t, const std::vector<int64_t>& out_dims)
+      : p(reinterpret_cast<const T*>(t.raw())), index(t.dims(), out_dims) {}
+  T operator[](int64_t i) const { return p[index(i)]; }
+  const T* p;
+  BroadcastIndex index;
+};
+
+template <typename>
+using TensorRef = const Tensor&;
+
+// out[i] = fn(in0[i0(i)], in1[i1(i)], ...) over the row-major output, every input
+// broadcast to out's dims; Out and In... are the element types (read as their bytes,
+// so a Bytes<n> copies any dtype of that size).
+//   broadcast_map<kParallel, T, T, U>(y, [](T a, U b) { return pow_elem(a, b); }, a, b);
+template <bool kParallel, typename Out, typename... In, typename Fn>
+void broadcast_map(Tensor& out, Fn fn, TensorRef<In>... in) {
+  Out* po = reinterpret_cast<Out*>(out.raw());
+  auto run = [&](const BroadcastInput<In>&... x) {
+    for_range<kParallel>(out.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = fn(x[i]...);
+    });
+  };
+  run(BroadcastInput<In>(in, out.dims())...);
 }
 
 // ---- Clip -------------------------------------------------------------------
@@ -274,18 +304,12 @@ T pow_elem(T a, U b) {
 template <bool kParallel>
 void pow_kernel(KernelContext& ctx) {
   const Tensor &a = ctx.in(0), &b = ctx.in(1);
-  Tensor& y = ctx.out(0);
   dispatch_arith(a.dtype(), [&](auto ta) {
     dispatch_arith(b.dtype(), [&](auto tb) {
       using T = decltype(ta);
       using U = decltype(tb);
-      const BroadcastIndex ia(a.dims(), y.dims()), ib(b.dims(), y.dims());
-      const T* pa = a.data<T>();
-      const U* pb = b.data<U>();
-      T* py = y.data<T>();
-      for_range<kParallel>(y.numel(), [&](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) py[i] = pow_elem(pa[ia(i)], pb[ib(i)]);
-      });
+      broadcast_map<kParallel, T, T, U>(
+          ctx.out(0), [](T x, U p) { return pow_elem(x, p); }, a, b);
     });
   });
 }
@@ -330,17 +354,10 @@ struct Bytes {
 template <bool kParallel>
 void where_kernel(KernelContext& ctx) {
   const Tensor &c = ctx.in(0), &x = ctx.in(1), &y = ctx.in(2);
-  Tensor& out = ctx.out(0);
   auto run = [&](auto tag) {
     using E = decltype(tag);
-    const BroadcastIndex ic(c.dims(), out.dims()), ix(x.dims(), out.dims()), iy(y.dims(), out.dims());
-    const uint8_t* pc = c.data<uint8_t>();
-    const E* px = reinterpret_cast<const E*>(x.raw());
-    const E* py = reinterpret_cast<const E*>(y.raw());
-    E* po = reinterpret_cast<E*>(out.raw());
-    for_range<kParallel>(out.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) po[i] = pc[ic(i)] ? px[ix(i)] : py[iy(i)];
-    });
+    broadcast_map<kParallel, E, uint8_t, E, E>(
+        ctx.out(0), [](uint8_t pick, E a, E b) { return pick ? a : b; }, c, x, y);
   };
   switch (dtype_size(x.dtype())) {
     case 1:
@@ -360,16 +377,9 @@ void where_kernel(KernelContext& ctx) {
 template <bool kParallel, typename Cmp>
 void compare_kernel(KernelContext& ctx, Cmp cmp) {
   const Tensor &a = ctx.in(0), &b = ctx.in(1);
-  Tensor& out = ctx.out(0);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    const BroadcastIndex ia(a.dims(), out.dims()), ib(b.dims(), out.dims());
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    uint8_t* po = out.data<uint8_t>();
-    for_range<kParallel>(out.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) po[i] = cmp(pa[ia(i)], pb[ib(i)]);
-    });
+    broadcast_map<kParallel, uint8_t, T, T>(ctx.out(0), cmp, a, b);
   };
   if (a.dtype() == DataType::Bool)
     run(uint8_t{});
@@ -422,20 +432,13 @@ T mod_of(T a, T b) {
 template <bool kParallel>
 void mod_kernel(KernelContext& ctx) {
   const Tensor &a = ctx.in(0), &b = ctx.in(1);
-  Tensor& y = ctx.out(0);
   const bool fmod = ctx.node.attr_int("fmod", 0) != 0;
   dispatch_arith(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const BroadcastIndex ia(a.dims(), y.dims()), ib(b.dims(), y.dims());
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* py = y.data<T>();
-    for_range<kParallel>(y.numel(), [&](int64_t s, int64_t e) {
-      if (fmod)
-        for (int64_t i = s; i < e; ++i) py[i] = mod_of<true>(pa[ia(i)], pb[ib(i)]);
-      else
-        for (int64_t i = s; i < e; ++i) py[i] = mod_of<false>(pa[ia(i)], pb[ib(i)]);
-    });
+    if (fmod)
+      broadcast_map<kParallel, T, T, T>(ctx.out(0), mod_of<true, T>, a, b);
+    else
+      broadcast_map<kParallel, T, T, T>(ctx.out(0), mod_of<false, T>, a, b);
   });
 }
 

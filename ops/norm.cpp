@@ -43,6 +43,7 @@
 
 #include "ops/core/common.h"
 #include "ops/core/register_all.h"
+#include "ops/norm_loops.h"
 
 namespace trainrt {
 
@@ -160,6 +161,18 @@ void batchnorm_kernel(KernelContext& ctx) {
   });
 }
 
+// The backward ops' input 0 (dY) must have the shape x of input 1 (X) where both are known.
+void require_dy_shape_of_x(const InferContext& ctx, const Shape& x) {
+  const Node& n = ctx.node();
+  const ValueInfo& dy = ctx.input(0);
+  bool same = dy.shape && dy.shape->size() == x.size();
+  for (size_t i = 0; same && i < x.size(); ++i)
+    same = !((*dy.shape)[i].known() && x[i].known() && (*dy.shape)[i].value != x[i].value);
+  if (!same)
+    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
+             " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
+}
+
 // BatchNormalizationGrad(dY, X, scale) -> (dX, dScale, dBias); each output optional.
 void batchnorm_grad_infer(InferContext& ctx) {
   const Node& n = ctx.node();
@@ -172,13 +185,7 @@ void batchnorm_grad_infer(InferContext& ctx) {
   if (rank < 2)
     ctx.fail("input 1 '" + n.inputs[1] + "' (X) must have rank >= 2 (N,C,...), got rank " + std::to_string(rank));
   const Shape& x = *ctx.input(1).shape;
-  const ValueInfo& dy = ctx.input(0);
-  bool same = dy.shape && dy.shape->size() == x.size();
-  for (size_t i = 0; same && i < x.size(); ++i)
-    same = !((*dy.shape)[i].known() && x[i].known() && (*dy.shape)[i].value != x[i].value);
-  if (!same)
-    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
-             " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
+  require_dy_shape_of_x(ctx, x);
   if (ctx.input_rank(2) != 1)
     ctx.fail("input 2 '" + n.inputs[2] + "' (scale) must have rank 1, got rank " + std::to_string(ctx.input_rank(2)));
   const Dim& c = (*ctx.input(2).shape)[0];
@@ -355,15 +362,8 @@ LayerNormView layernorm_view(const Node& n, const Tensor& x, const Tensor& scale
 // Mean and 1/sqrt(var+eps) of row xr (D values), both passes in double.
 template <typename T>
 std::pair<double, double> row_stats(const T* xr, int64_t D, double eps) {
-  double sum = 0;
-  for (int64_t j = 0; j < D; ++j) sum += static_cast<double>(xr[j]);
-  const double mean = sum / static_cast<double>(D);
-  double sq = 0;
-  for (int64_t j = 0; j < D; ++j) {
-    const double d = static_cast<double>(xr[j]) - mean;
-    sq += d * d;
-  }
-  return {mean, 1.0 / std::sqrt(sq / static_cast<double>(D) + eps)};
+  const std::pair<double, double> mv = norm_loops::row_moments(xr, D);
+  return {mv.first, 1.0 / std::sqrt(mv.second + eps)};
 }
 
 template <typename T>
@@ -402,13 +402,7 @@ void layernorm_grad_infer(InferContext& ctx) {
   const float eps = n.attr_float("epsilon", 1e-5f);
   if (!(eps >= 0)) ctx.fail("attribute 'epsilon' must be >= 0, got " + std::to_string(eps));
   const Shape& x = *ctx.input(1).shape;
-  const ValueInfo& dy = ctx.input(0);
-  bool same = dy.shape && dy.shape->size() == x.size();
-  for (size_t i = 0; same && i < x.size(); ++i)
-    same = !((*dy.shape)[i].known() && x[i].known() && (*dy.shape)[i].value != x[i].value);
-  if (!same)
-    ctx.fail("input 0 '" + n.inputs[0] + "' (dY) has shape " + shape_to_string(dy.shape.value_or(Shape{})) +
-             " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
+  require_dy_shape_of_x(ctx, x);
   require_broadcasts_to_normalized(ctx, 2, x, axis, "Scale");
   ctx.set_output(0, ctx.input(1));
   const Shape norm(x.begin() + axis, x.end());

@@ -28,6 +28,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/norm_loops.h"
 
 namespace trainrt {
 namespace du = dnnl_util;
@@ -181,6 +182,27 @@ struct NormGradPlan {
 
 // data_dims, batch_stats: as the forward, above.
 
+// Runs a batch or layer normalization backward primitive (use_scale|use_shift) on
+// (dY, X, scale) = inputs 0..2 of `data` / `channel` descriptors, with the forward's
+// statistics; (dX, dScale, dBias) = outputs 0..2, each to a temporary when not requested.
+void run_norm_backward(KernelContext& ctx, const dnnl::primitive& prim, const du::Md& data, const du::Md& channel,
+                       const dnnl::memory& mean, const dnnl::memory& var) {
+  // oneDNN 2.6 asks for the shift with use_shift though dX does not depend on it.
+  dnnl::memory shift = du::temp_memory(channel, 5);
+  auto out_or_temp = [&](size_t i, const du::Md& md, int slot) {
+    return ctx.has_output(i) ? du::memory_of(ctx.out(i), md) : du::temp_memory(md, slot);
+  };
+  du::execute(prim, {{DNNL_ARG_SRC, du::memory_of(ctx.in(1), data)},
+                     {DNNL_ARG_DIFF_DST, du::memory_of(ctx.in(0), data)},
+                     {DNNL_ARG_MEAN, mean},
+                     {DNNL_ARG_VARIANCE, var},
+                     {DNNL_ARG_SCALE, du::memory_of(ctx.in(2), channel)},
+                     {DNNL_ARG_SHIFT, shift},
+                     {DNNL_ARG_DIFF_SRC, out_or_temp(0, data, 2)},
+                     {DNNL_ARG_DIFF_SCALE, out_or_temp(1, channel, 3)},
+                     {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, channel, 4)}});
+}
+
 void batchnorm_grad_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Tensor& dy = ctx.in(0);
@@ -211,20 +233,7 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
 
   dnnl::memory mean = du::temp_memory(plan->channel, 0), var = du::temp_memory(plan->channel, 1);
   batch_stats(x, static_cast<float*>(mean.get_data_handle()), static_cast<float*>(var.get_data_handle()));
-  // oneDNN 2.6 asks for the shift with use_shift though dX does not depend on it.
-  dnnl::memory shift = du::temp_memory(plan->channel, 5);
-  auto out_or_temp = [&](size_t i, const du::Md& md, int slot) {
-    return ctx.has_output(i) ? du::memory_of(ctx.out(i), md) : du::temp_memory(md, slot);
-  };
-  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->data)},
-                           {DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->data)},
-                           {DNNL_ARG_MEAN, mean},
-                           {DNNL_ARG_VARIANCE, var},
-                           {DNNL_ARG_SCALE, du::memory_of(ctx.in(2), plan->channel)},
-                           {DNNL_ARG_SHIFT, shift},
-                           {DNNL_ARG_DIFF_SRC, out_or_temp(0, plan->data, 2)},
-                           {DNNL_ARG_DIFF_SCALE, out_or_temp(1, plan->channel, 3)},
-                           {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, plan->channel, 4)}});
+  run_norm_backward(ctx, plan->prim, plan->data, plan->channel, mean, var);
 }
 
 }  // namespace
@@ -237,7 +246,8 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
 //   Y = (x - mean) * r * Scale + B per row, r = 1/sqrt(var + epsilon)
 //   Mean: rows (oneDNN's own), InvStdDev: rows = 1/sqrt(variance + epsilon).
 //   Backward: dX, dScale, dBias (D) with the row statistics recomputed from X in
-//   double (rows in parallel with oneTBB), as BatchNormalizationGrad does.
+//   double by the reference's loop (ops/norm_loops.h; rows in parallel with oneTBB),
+//   as BatchNormalizationGrad does.
 // Scale and B must have D values (the normalized shape); a Scale or B that
 // broadcasts to it, an empty X, or a non-f32 tensor runs the reference kernel.
 namespace {
@@ -301,7 +311,6 @@ void layernorm_cpu(KernelContext& ctx) {
 
 void layernorm_grad_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
-  const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
   const std::pair<int64_t, int64_t> shape = rows_by_d(ctx, x);
   const int64_t rows = shape.first, D = shape.second;  // named values: lambdas capture them
@@ -331,29 +340,12 @@ void layernorm_grad_cpu(KernelContext& ctx) {
   const float* xp = x.data<float>();
   parallel_ranges(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
-      const float* xr = xp + i * D;
-      double sum = 0, sq = 0;
-      for (int64_t j = 0; j < D; ++j) sum += xr[j];
-      const double m = sum / static_cast<double>(D);
-      for (int64_t j = 0; j < D; ++j) sq += (xr[j] - m) * (xr[j] - m);
-      mp[i] = static_cast<float>(m);
-      vp[i] = static_cast<float>(sq / static_cast<double>(D));
+      const std::pair<double, double> mv = norm_loops::row_moments(xp + i * D, D);
+      mp[i] = static_cast<float>(mv.first);
+      vp[i] = static_cast<float>(mv.second);
     }
   });
-  // oneDNN 2.6 asks for the shift with use_shift though dX does not depend on it.
-  dnnl::memory shift = du::temp_memory(plan->channel, 5);
-  auto out_or_temp = [&](size_t i, const du::Md& md, int slot) {
-    return ctx.has_output(i) ? du::memory_of(ctx.out(i), md) : du::temp_memory(md, slot);
-  };
-  du::execute(plan->prim, {{DNNL_ARG_SRC, du::memory_of(x, plan->data)},
-                           {DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->data)},
-                           {DNNL_ARG_MEAN, mean},
-                           {DNNL_ARG_VARIANCE, var},
-                           {DNNL_ARG_SCALE, du::memory_of(ctx.in(2), plan->channel)},
-                           {DNNL_ARG_SHIFT, shift},
-                           {DNNL_ARG_DIFF_SRC, out_or_temp(0, plan->data, 2)},
-                           {DNNL_ARG_DIFF_SCALE, out_or_temp(1, plan->channel, 3)},
-                           {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, plan->channel, 4)}});
+  run_norm_backward(ctx, plan->prim, plan->data, plan->channel, mean, var);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #                         layouts", "Winograd", "bf16"), as `trainrt --version` reports
 #                         it: what oneDNN dispatches to, ONEDNN_MAX_CPU_ISA included,
 #                         not what /proc/cpuinfo lists
+#   small_wrn             writes the inspect tests' model, a Fashion-MNIST Wide ResNet of
+#                         widths 4,8,12,16, to $model (= $tmp/wrn.onnx)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -24,4 +26,8 @@ expect_error() {
 }
 cpu_path() {
   "$trainrt" --version | grep "^  cpu " | grep -q "$1 on"
+}
+small_wrn() {
+  model=$tmp/wrn.onnx
+  "$trainrt" model wrn --dataset fashion-mnist --widths 4,8,12,16 -o "$model" >/dev/null || fail "model wrn failed"
 }

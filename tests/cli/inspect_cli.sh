@@ -6,8 +6,7 @@ trainrt=$1
 src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-model=$tmp/wrn.onnx
-"$trainrt" model wrn --dataset fashion-mnist --widths 4,8,12,16 -o "$model" >/dev/null || fail "model wrn failed"
+small_wrn
 if [ -f "$model" ]; then
   "$trainrt" inspect "$model" >"$tmp/table" || fail "inspect exited $?"
   grep -q "^parameters: " "$tmp/table" || fail "inspect lacks the parameters line"

@@ -8,8 +8,7 @@ trainrt=$1
 src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-model=$tmp/wrn.onnx
-"$trainrt" model wrn --dataset fashion-mnist --widths 4,8,12,16 -o "$model" >/dev/null || fail "model wrn failed"
+small_wrn
 expect_error 2 "expected cuda" -- "$trainrt" inspect "$model" --device cpu
 "$trainrt" inspect "$model" --device cuda >"$tmp/probe" 2>"$tmp/probe.err"
 if grep -q "not built" "$tmp/probe.err"; then
