@@ -46,6 +46,7 @@ const CommandSpec kSpec{
      {"threads", "0", "CPU threads (0 = all cores)"},
      {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
      {"backend", "cpu", "with --device cpu: cpu or reference"},
+     {"timing-cache", "", "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
      {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
      {"conv-algorithm", "winograd",
       "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
@@ -63,7 +64,7 @@ const CommandSpec kSpec{
     1};
 
 struct BenchConfig {
-  std::string path, backend, precision, optimizer, trace;
+  std::string path, backend, precision, optimizer, trace, timing_cache;
   int64_t batch = 0, steps = 0, warmup = 0, threads = 0;
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::winograd;
@@ -82,6 +83,7 @@ BenchConfig bench_config(const Args& a) {
   c.warmup = a.at_least("warmup", 0);
   c.threads = a.at_least("threads", 0);
   c.backend = backend_for_device(a);
+  c.timing_cache = timing_cache_for_device(a, c.path);
   c.precision = a.one_of("precision", {"fp32", "bf16"});
   c.math = c.precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
   c.conv = a.one_of("conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd

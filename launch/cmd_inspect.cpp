@@ -19,6 +19,7 @@
 #include "launch/commands.h"
 #include "ops/core/register_all.h"
 #include "runtime/buckets.h"
+#include "runtime/cudnn_fusion.h"
 #include "runtime/training_session.h"
 
 namespace trainrt {
@@ -36,7 +37,8 @@ const CommandSpec kSpec{
     "the arena's peak bytes, the naive bytes (one buffer per value), the largest live set, the\n"
     "persistent bytes and the gradient buckets. With --device cuda, list the ops of the evaluation\n"
     "graph (and with --training of the training graph, fused as --fuse says) that have no cuda\n"
-    "kernel and so run on the host after a synchronisation (needs a CUDA build, not a GPU).",
+    "kernel and so run on the host after a synchronisation (needs a CUDA build, not a GPU), and\n"
+    "with --training the cuDNN fusion pattern each fused step maps to or why it would run unfused.",
     {{"json", "", "print one JSON object instead of a table", Flag::Switch},
      {"training", "", "also build and summarise the training graph", Flag::Switch},
      {"dump-training-graph", "", "write the whole training graph as ONNX (domain ai.trainrt for backward ops)"},
@@ -198,6 +200,22 @@ void print_host_ops(const char* graph, const Graph& g) {
   std::printf("cuda host fallbacks of the %s: %s\n", graph, list.empty() ? "none" : list.c_str());
 }
 
+// --device cuda: the cuDNN-graph pattern of each fused step (runtime/cudnn_fusion.h),
+// one line per pattern and reason it would run unfused for. A plan: no fused cuDNN
+// graph runs yet.
+void print_cudnn_fusions(const Graph& fused) {
+  std::printf("cuDNN fusion patterns of the fused training graph (planned):\n");
+  std::printf("  %-22s %6s %8s  %s\n", "pattern", "fused", "unfused", "reason");
+  for (const FusionRow& r : cudnn_fusion_table(cudnn_fusion_sites(fused))) {
+    if (r.unfused.empty()) std::printf("  %-22s %6zu %8d  -\n", r.pattern.c_str(), r.fused, 0);
+    bool first = true;
+    for (const auto& [reason, n] : r.unfused) {
+      std::printf("  %-22s %6zu %8zu  %s\n", r.pattern.c_str(), first ? r.fused : size_t{0}, n, reason.c_str());
+      first = false;
+    }
+  }
+}
+
 // Backward/optimizer nodes, saved-activation memory per sample, state bytes.
 void inspect_training(const Graph& g, const Args& a) {
   const Registry& reg = registry();
@@ -250,6 +268,7 @@ void inspect_training(const Graph& g, const Args& a) {
     Graph fused = t.graph;
     if (a.on_off("fuse")) fuse_training_graph(fused);  // what TrainingSession plans
     print_host_ops(a.on_off("fuse") ? "fused training graph" : "training graph", fused);
+    if (a.on_off("fuse")) print_cudnn_fusions(fused);
   }
   if (a.on("passes")) {
     Graph fused = t.graph;

@@ -94,6 +94,8 @@ const CommandSpec kSpec{
           "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
          {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},
          {"backend", "cpu", "with --device cpu: cpu or reference"},
+         {"timing-cache", "",
+          "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
          {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
          {"seed", "0", "seed of shuffling, augmentation and dropout"},
          {"shuffle", "on", "on or off (off: the file's order every epoch)"},
@@ -255,6 +257,7 @@ TrainConfig train_config(const Args& a, const RankEnvironment& env) {
   c.precision = a.one_of("precision", {"fp32", "bf16", "fp16"});
   c.backend = backend_for_device(a);
   c.device = a.str("device");
+  c.timing_cache = timing_cache_for_device(a, c.model_path);
   c.math = c.precision == "bf16"   ? MathPrecision::bf16
            : c.precision == "fp16" ? MathPrecision::fp16
                                    : MathPrecision::fp32;

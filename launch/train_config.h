@@ -42,6 +42,7 @@ struct TrainConfig {
   double target_accuracy = 0;
   // How the step runs.
   std::string precision, backend, device;
+  std::string timing_cache;  // --device cuda: the timing cache file (runtime/timing_cache.h)
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::winograd;
   int64_t threads = 0;

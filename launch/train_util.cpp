@@ -22,6 +22,7 @@
 #include "graph/onnx_io.h"
 #include "launch/pipeline.h"
 #include "runtime/executor.h"
+#include "runtime/timing_cache.h"
 
 namespace trainrt {
 
@@ -344,6 +345,16 @@ std::string backend_for_device(const Args& a) {
   }
   if (a.on("backend")) throw_bad_input("--backend " + backend, "contradicts --device cuda");
   return "cuda";
+}
+
+std::string timing_cache_for_device(const Args& a, const std::string& model_path) {
+  if (a.str("device") != "cuda") {
+    if (a.on("timing-cache")) throw_bad_input("--timing-cache", "applies to --device cuda");
+    return "";
+  }
+  const std::string path = a.on("timing-cache") ? a.str("timing-cache") : default_timing_cache_path(model_path);
+  TimingCache::load(path, "", "");  // refuses a corrupt file now, not after the first epoch
+  return path;
 }
 
 }  // namespace trainrt

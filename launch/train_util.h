@@ -93,6 +93,11 @@ struct LrSchedule {
 // combination with --backend is a contradiction (BadInput).
 std::string backend_for_device(const Args& a);
 
+// The timing cache file of a --device cuda run (runtime/timing_cache.h): --timing-cache,
+// else next to the model; "" for --device cpu, where --timing-cache is refused. A file
+// that exists is read now, so a corrupt one is refused before the model is (BadInput).
+std::string timing_cache_for_device(const Args& a, const std::string& model_path);
+
 // "16,160,320,640" -> the Wide ResNet's 4 widths; BadInput naming --widths otherwise.
 std::vector<int64_t> parse_widths(const std::string& text);
 

@@ -2,7 +2,9 @@
 # `trainrt inspect --device cuda`: the ops the cuda backend would run on the host (no
 # cuda kernel registered), listed from the registry, so this runs without a GPU. The
 # Wide ResNet's training and evaluation graphs run entirely on the device; a model with
-# an op lacking a cuda kernel lists it. A build without CUDA says so in one line.
+# an op lacking a cuda kernel lists it. With --training it also prints the cuDNN fusion
+# plan (pattern, fused, unfused with the reason); --timing-cache is checked here too, as
+# far as a machine without a GPU gets. A build without CUDA says so in one line.
 set -uo pipefail
 trainrt=$1
 src=$2
@@ -25,6 +27,52 @@ done
 "$trainrt" inspect "$model" --training --fuse off --device cuda >"$tmp/wrn_unfused" || fail "inspect --fuse off exited $?"
 grep -q "^cuda host fallbacks of the training graph: none$" "$tmp/wrn_unfused" ||
   fail "WRN unfused training graph has host fallbacks: $(grep "host fallbacks" "$tmp/wrn_unfused")"
+
+# The cuDNN fusion plan of the fused training graph (runtime/cudnn_fusion.h): the Wide
+# ResNet's fused steps all map to a pattern, but the dropout gradients after a dgrad.
+row() { grep -E "^  $1 +$2 +$3  $4\$" "$5" >/dev/null || fail "no row '$1 $2 $3 $4' in: $(sed -n '/cuDNN fusion/,$p' "$5")"; }
+grep -q "^cuDNN fusion patterns of the fused training graph (planned):$" "$tmp/wrn" || fail "no cuDNN fusion table"
+row bn_relu_fwd 13 0 - "$tmp/wrn"
+row conv_bias_add 3 0 - "$tmp/wrn"
+row bn_relu_bwd 7 0 - "$tmp/wrn"
+row dgrad_drelu 0 6 "dropout between the convolution and ReLU gradients" "$tmp/wrn"
+grep -q "cuDNN fusion" "$tmp/wrn_unfused" && fail "--fuse off prints a cuDNN fusion table"
+
+# A grouped convolution with a residual Add: fused by trainrt (FusedConv), not by cuDNN.
+/usr/bin/python3 - "$tmp/grouped.onnx" <<'PY'
+import numpy as np, onnx, sys
+from onnx import helper, numpy_helper, TensorProto
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+rng = np.random.default_rng(0)
+inits = [numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+         numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "fc_w"),
+         numpy_helper.from_array(np.zeros(3, np.float32), "fc_b")]
+nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="gconv", group=2, pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c", "x"], ["r"], name="add"),
+         helper.make_node("Relu", ["r"], ["a"], name="relu"),
+         helper.make_node("GlobalAveragePool", ["a"], ["p"], name="gap"),
+         helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+         helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], name="fc", transB=1)]
+m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 13)])
+onnx.save(m, sys.argv[1])
+PY
+"$trainrt" inspect "$tmp/grouped.onnx" --training --device cuda >"$tmp/grouped" 2>&1 ||
+  fail "inspect --training --device cuda of the grouped model exited $?: $(tail -3 "$tmp/grouped")"
+row conv_bias_add 0 1 "grouped convolution \(group=2\)" "$tmp/grouped"
+
+# --timing-cache: only with --device cuda; a corrupt file is refused before anything runs.
+expect_error 2 "--timing-cache: applies to --device cuda" -- "$trainrt" bench "$model" --batch 2 --timing-cache "$tmp/tc.json"
+printf '{"format": "trainrt-timing-cache", "version": 7, "entries": []}' >"$tmp/tc.json"
+expect_error 2 "$tmp/tc.json: timing cache version 7 is not supported" -- \
+  "$trainrt" bench "$model" --batch 2 --device cuda --timing-cache "$tmp/tc.json"
+expect_error 2 "$tmp/tc.json: timing cache version 7 is not supported" -- \
+  "$trainrt" train "$model" --device cuda --timing-cache "$tmp/tc.json" --max-steps 1
+# The default cache file sits next to the model.
+cp "$tmp/tc.json" "$tmp/wrn.timing-cache.json"
+expect_error 2 "$tmp/wrn.timing-cache.json: timing cache version 7" -- "$trainrt" bench "$model" --batch 2 --device cuda
+rm "$tmp/wrn.timing-cache.json"
 
 # A model with Erf, which has no cuda kernel: listed with its count, in the table and the JSON.
 /usr/bin/python3 - "$tmp/erf.onnx" <<'PY'
