@@ -54,6 +54,11 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
   if (opts_.bucket_cap_bytes == 0 || opts_.first_bucket_cap_bytes == 0)
     throw_bad_input("--bucket-cap-mb", "a bucket cap must be > 0");
   s_.set_check_finite(false);
+  // The buckets (allocated at the first step, in the backend's memory) hold every
+  // parameter's gradient once, plus the loss and stop flag: counted before that step.
+  size_t bucket_bytes = 2 * sizeof(double);
+  for (const std::string& p : s_.training().params) bucket_bytes += s_.training().graph.initializers.at(p).nbytes();
+  s_.set_memory_reserve(bucket_bytes);
   set_hooks(true);
 }
 

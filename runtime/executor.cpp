@@ -213,14 +213,20 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   }
   p->extra = ro.extra_outputs;
 
-  // Memory refusal before the arena exists.
-  const size_t need = plan.arena_bytes + plan.output_bytes;
+  // Memory refusal before the arena exists: the arena, the outputs, the feeds staged in
+  // backend memory and what the caller reserves (state is allocated already).
+  size_t staged = 0;
+  for (const std::string& in : graph_.inputs)
+    if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw())) staged += f.nbytes();
+  const size_t need = plan.arena_bytes + plan.output_bytes + staged + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
   if (limit && need > limit)
     throw_bad_input("memory plan",
                     "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
                         (ro.memory_limit_bytes ? " (the set limit)" : " (" + backend_.available_source() + ")") +
-                        ": use a smaller batch");
+                        " (arena " + gib(plan.arena_bytes) + ", outputs " + gib(plan.output_bytes) +
+                        ", staged inputs " + gib(staged) + ", reserved " + gib(ro.reserve_bytes) +
+                        " GiB): use a smaller batch");
   prepared_.push_back(std::move(p));
   Prepared& r = *prepared_.back();
   r.slots.resize(plan.values.size());

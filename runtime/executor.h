@@ -59,6 +59,10 @@ struct RunOptions {
   // Refuse a plan whose arena needs more bytes than this (0: Backend::available_bytes(),
   // the host's MemAvailable or the GPU's free memory).
   size_t memory_limit_bytes = 0;
+  // Bytes the caller will allocate in the backend's memory beside this plan (the
+  // data-parallel buckets): counted with the arena, the outputs and the staged feeds in
+  // that refusal, so a run that would not fit stops before its first step.
+  size_t reserve_bytes = 0;
   // Called after each plan step (index into Plan::steps) with its outputs written:
   // where a gradient bucket's all-reduce starts (GradientBucket::ready_after_step).
   // Executor::value() reads any live value from inside the callback (on an asynchronous

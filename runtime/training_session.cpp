@@ -60,6 +60,7 @@ RunOptions TrainingSession::run_options() const {
   if (check_) ro.check_finite = check_names_;
   ro.profile = profile_;
   ro.memory_limit_bytes = memory_limit_;
+  ro.reserve_bytes = memory_reserve_;
   ro.after_step = after_step_;
   ro.before_step = before_step_;
   return ro;

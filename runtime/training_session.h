@@ -108,6 +108,8 @@ class TrainingSession {
   const Tensor& value(const std::string& name) const { return exec_->value(name); }
   // Refuse plans needing more bytes than this (0: MemAvailable).
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
+  // Bytes to count beside each new plan in that refusal (RunOptions::reserve_bytes).
+  void set_memory_reserve(size_t bytes) { memory_reserve_ = bytes; }
   // The plan of the last step (BadInput before the first).
   const Plan& plan() const { return exec_->plan(); }
   // Bytes of the persistent block (parameters, optimizer and BN state).
@@ -130,6 +132,7 @@ class TrainingSession {
   bool check_ = true;
   ProfileCollector* profile_ = nullptr;
   size_t memory_limit_ = 0;
+  size_t memory_reserve_ = 0;
   std::function<void(int)> after_step_, before_step_;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()

@@ -451,7 +451,8 @@ TEST_CASE("device backend: a plan larger than the backend's free memory is refus
   Executor ex(g, dev);
   const std::string e = error_of([&] { ex.run({{"input", random_tensor(DataType::Float32, {4, 1, 28, 28}, 1)}}); });
   CHECK(e.find("memory plan: needs") != std::string::npos);
-  CHECK(e.find("(the stand-in's budget): use a smaller batch") != std::string::npos);
+  CHECK(e.find("(the stand-in's budget) (arena ") != std::string::npos);
+  CHECK(e.find(" GiB): use a smaller batch") != std::string::npos);
   CHECK(dev.pending() == 0);
 }
 
@@ -467,4 +468,42 @@ TEST_CASE("device backend: a run stopped by an exception leaves no kernel queued
   CHECK(error_of([&] { ex.run(feeds); }).find("launch of MaxPool failed") != std::string::npos);
   CHECK(dev.counts().launched > 3);  // kernels were queued when the failure came
   CHECK(dev.pending() == 0);
+}
+
+TEST_CASE("device backend: the memory refusal counts the arena, outputs, staged inputs and data-parallel buckets") {
+  // Before the first step, nothing allocated yet: a limit one byte short of everything the
+  // run will hold beside its state is refused; exactly enough runs.
+  Graph g = small_wrn();
+  const TensorMap batch = wrn_batch(4, 2);
+  size_t staged = sizeof(float);  // the learning rate, a float32 scalar feed
+  for (const auto& [name, t] : batch) staged += t.nbytes();
+  size_t plan_bytes = 0, reserve = 0;
+  {
+    LocalGroup group(1);
+    auto c = group.communicator(0);
+    TrainingSession s(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 1});
+    DataParallel dp(s, *c);
+    dp.step(batch, 0.05f);
+    plan_bytes = s.plan().arena_bytes + s.plan().output_bytes;
+    reserve = 2 * sizeof(double);
+    for (const std::string& p : s.training().params) reserve += s.training().graph.initializers.at(p).nbytes();
+  }
+  for (const size_t limit : {plan_bytes + staged + reserve - 1, plan_bytes + staged + reserve}) {
+    CAPTURE(limit);
+    LocalGroup group(1);
+    auto c = group.communicator(0);
+    auto owned = std::make_unique<StandinDevice>();
+    StandinDevice& dev = *owned;
+    TrainingSession s(wrn_training(g), std::move(owned), {.seed = 1});
+    s.set_memory_limit(limit);
+    DataParallel dp(s, *c);
+    const std::string e = error_of([&] { dp.step(batch, 0.05f); });
+    if (limit < plan_bytes + staged + reserve) {
+      CHECK(e.find("memory plan: needs") != std::string::npos);
+      CHECK(e.find(", reserved ") != std::string::npos);
+      CHECK(dev.counts().launched == 0);  // refused before any kernel
+    } else {
+      CHECK(e.empty());
+    }
+  }
 }
