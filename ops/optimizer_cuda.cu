@@ -14,6 +14,8 @@
 // double as the reference does; the per-element update runs in T, so results differ from
 // the reference's all-double arithmetic by rounding only. Updates are written in place
 // (runtime/plan.cpp): each thread reads its element of every input before writing.
+// Each kernel first reads KernelContext::skip_if_flagged when set: a step whose checks
+// found a NaN/Inf leaves the state unchanged without the host waiting before the update.
 //
 // Host fallbacks (reference kernel after a stream synchronisation): dtypes other than
 // float32/float64, which the shape rules reject anyway.
@@ -37,12 +39,16 @@ constexpr unsigned kMaxBlocks = 1024;
 
 unsigned grid_for(int64_t n) { return std::min(blocks_for(n, kThreads), kMaxBlocks); }
 
+// Whether the step's NaN/Inf checks lowered the skip flag: the update then writes nothing.
+__device__ bool flagged(const uint64_t* skip) { return skip != nullptr && *skip != ~uint64_t{0}; }
+
 template <typename T>
 struct SgdArgs {
   const T *p, *g, *buf;  // buf, buf_out: nullptr without a momentum buffer (or its output)
   const float* lr;
   const int64_t* step;
   T *out, *buf_out;
+  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
   int64_t n;
   T momentum, one_minus_dampening, wd;
   bool nesterov;
@@ -50,6 +56,7 @@ struct SgdArgs {
 
 template <typename T>
 __global__ void sgd_kernel(SgdArgs<T> a) {
+  if (flagged(a.skip)) return;
   const T lr = static_cast<T>(*a.lr);
   const bool first = *a.step == 0;
   TRAINRT_GRID_STRIDE(i, a.n) {
@@ -71,6 +78,7 @@ struct AdamArgs {
   const float* lr;
   const int64_t* step;
   T *out, *m_out, *v_out;
+  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
   int64_t n;
   double beta1, beta2, eps, wd;
   bool decoupled;
@@ -89,6 +97,7 @@ struct AdamStep {
 
 template <typename T>
 __global__ void adam_kernel(AdamArgs<T> a) {
+  if (flagged(a.skip)) return;  // every thread returns: no one waits at the barrier below
   __shared__ AdamStep<T> c;
   if (threadIdx.x == 0) {
     const double lr = static_cast<double>(*a.lr), t = static_cast<double>(*a.step + 1);
@@ -115,7 +124,8 @@ __global__ void adam_kernel(AdamArgs<T> a) {
   }
 }
 
-__global__ void increment_kernel(const int64_t* step, int64_t* out) {
+__global__ void increment_kernel(const int64_t* step, int64_t* out, const uint64_t* skip) {
+  if (flagged(skip)) return;
   // In uint64: the reference's int64 + 1 without signed overflow.
   *out = static_cast<int64_t>(static_cast<uint64_t>(*step) + 1);
 }
@@ -132,6 +142,7 @@ void sgd(KernelContext& k) {
                            .step = k.in(3).data<int64_t>(),
                            .out = k.out(0).data<T>(),
                            .buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr,
+                           .skip = k.skip_if_flagged,
                            .n = k.in(0).numel(),
                            .momentum = static_cast<T>(node.attr_float("momentum", 0.f)),
                            .one_minus_dampening = static_cast<T>(1.0 - node.attr_float("dampening", 0.f)),
@@ -156,6 +167,7 @@ void adam(KernelContext& k) {
                             .out = k.out(0).data<T>(),
                             .m_out = k.out(1).data<T>(),
                             .v_out = k.out(2).data<T>(),
+                            .skip = k.skip_if_flagged,
                             .n = k.in(0).numel(),
                             .beta1 = node.attr_float("beta1", 0.9f),
                             .beta2 = node.attr_float("beta2", 0.999f),
@@ -169,7 +181,7 @@ void adam(KernelContext& k) {
 }
 
 void increment(KernelContext& k) {
-  increment_kernel<<<1, 1, 0, context().stream>>>(k.in(0).data<int64_t>(), k.out(0).data<int64_t>());
+  increment_kernel<<<1, 1, 0, context().stream>>>(k.in(0).data<int64_t>(), k.out(0).data<int64_t>(), k.skip_if_flagged);
   check_launch(k.node, "increment_kernel");
 }
 
@@ -179,6 +191,8 @@ void register_optimizer_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "SGD", sgd);
   add_if_schema(r, "cuda", kTrainrtDomain, "Adam", adam);
   add_if_schema(r, "cuda", kTrainrtDomain, "Increment", increment);
+  for (const char* op : {"SGD", "Adam", "Increment"})
+    if (r.kernels.find("cuda", kTrainrtDomain, op)) r.kernels.set_skips_when_flagged("cuda", kTrainrtDomain, op);
 }
 
 }  // namespace trainrt::cuda

@@ -36,36 +36,14 @@ const Kernel& Backend::on_host(const Kernel& k) const {
     w = std::make_unique<Kernel>([this, &k](KernelContext& ctx) {
       if (host_visible()) {
         synchronize();
-        k(ctx);
+        if (!ctx.skip_if_flagged || *ctx.skip_if_flagged == kAllFinite) k(ctx);
         return;
       }
-      run_on_host_copies(k, ctx);
+      run_on_host_copies(
+          k, ctx, [this](void* to, const void* from, size_t n) { copy(to, from, n); }, [this] { synchronize(); },
+          [this](const void* p) { return reaches(p); });
     });
   return *w;
-}
-
-// Stages `ctx`'s tensors in host memory, runs `k` there and copies its outputs back.
-// An output that shares an input's buffer (an update in place) shares its host copy too;
-// outputs are copied in as well, for kernels that accumulate into them.
-void Backend::run_on_host_copies(const Kernel& k, KernelContext& ctx) const {
-  std::map<const void*, Tensor> host;  // by device address
-  auto stage = [&](const Tensor* t) -> Tensor* {
-    if (!t || !t->nbytes() || !reaches(t->raw())) return const_cast<Tensor*>(t);
-    auto [it, fresh] = host.try_emplace(t->raw());
-    if (fresh) {
-      it->second = Tensor(t->dtype(), t->dims());
-      it->second.set_layout(t->layout());
-      copy(it->second.raw(), t->raw(), t->nbytes());
-    }
-    return &it->second;
-  };
-  KernelContext hc = ctx;
-  for (auto& t : hc.inputs) t = stage(t);
-  for (auto& t : hc.outputs) t = stage(t);
-  synchronize();
-  k(hc);
-  for (size_t i = 0; i < ctx.outputs.size(); ++i)
-    if (hc.outputs[i] != ctx.outputs[i]) copy(ctx.outputs[i]->raw(), hc.outputs[i]->raw(), ctx.outputs[i]->nbytes());
 }
 
 Tensor Backend::to_host(const Tensor& t) const {
@@ -109,6 +87,13 @@ void Backend::flag_non_finite(const Tensor& t, uint64_t* flag) const {
   if (bad < 0) return;
   const uint64_t key = non_finite_key(static_cast<uint64_t>(bad), !std::isnan(t.get_as_double(bad)));
   *flag = std::min(*flag, key);
+}
+
+bool Backend::skips_when_flagged(const Node& n) const {
+  const Registry& r = registry();
+  if (r.kernels.find(kernel_set_, n.domain, n.op_type))
+    return r.kernels.skips_when_flagged(kernel_set_, n.domain, n.op_type);
+  return asynchronous();  // a fallback runs through on_host, which reads the flag
 }
 
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {

@@ -12,8 +12,8 @@
 // (allocate) and copies in what the backend cannot reach (feeds, constants from the
 // model). A backend whose kernels run asynchronously (cuda: queued on a stream) says
 // so, and the executor calls synchronize() only where the host reads or writes a value:
-// a step's end (results), before its first state write when NaN/Inf checks are on (the
-// checks run on the device, flag_non_finite), where a step hook reads a value
+// a step's end (results and the NaN/Inf flags: the checks run on the device,
+// flag_non_finite, and state writers skip on them, skips_when_flagged), where a step hook reads a value
 // (Executor::value) and after each kernel when profiling; its kernels that have no
 // device version run on the host after a synchronize() too (fallback_ops). The cpu and
 // reference backends are synchronous host backends, so all of this is a no-op for them.
@@ -99,6 +99,9 @@ class Backend {
   virtual void flag_non_finite(const Tensor& t, uint64_t* flag) const;
   static constexpr uint64_t kAllFinite = ~uint64_t{0};
   static constexpr uint64_t non_finite_key(uint64_t element, bool inf) { return element * 2 + (inf ? 1 : 0); }
+  // Whether this backend's kernel for `n` honours KernelContext::skip_if_flagged: its
+  // own kernels where the registry says so, and every host fallback (Backend::on_host).
+  virtual bool skips_when_flagged(const Node& n) const;
   // Threads this backend may use (0 = all cores).
   int threads = 0;
   // Whether layouts() reports the kernels' blocked slots. The cpu backend turns it off
@@ -117,7 +120,6 @@ class Backend {
   // backend's memory, runs `k` on host copies of its arguments and copies its outputs
   // back. One wrapper per kernel, kept.
   const Kernel& on_host(const Kernel& k) const;
-  void run_on_host_copies(const Kernel& k, KernelContext& ctx) const;
 
  private:
   std::string kernel_set_;

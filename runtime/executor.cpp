@@ -147,6 +147,10 @@ struct Executor::Prepared {
   std::shared_ptr<std::byte[]> flags;
   std::vector<uint64_t> flags_init;
   std::vector<uint64_t> flags_host;  // where the host cannot see `flags`: their copy, read after a sync
+  // The flag of "some check before the first state write failed" (-1: none), which the
+  // state writers read on the device (KernelContext::skip_if_flagged); set when every
+  // state writer's kernel honours it, and then the step waits for nothing before them.
+  int any_flag = -1;
   size_t flags_read = 0;
 };
 
@@ -370,6 +374,11 @@ void Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
       p.flag_of[s].push_back(c ? static_cast<int>(p.flags_init.size()) : -1);
       if (c) p.flags_init.push_back(Backend::kAllFinite);
     }
+  bool guard = plan.first_state_write >= 0;
+  for (const PlanStep& st : plan.steps)
+    guard = guard && (!st.writes_state || backend_.skips_when_flagged(plan.graph.nodes[st.node]));
+  p.any_flag = guard ? static_cast<int>(p.flags_init.size()) : -1;
+  if (guard) p.flags_init.push_back(Backend::kAllFinite);
   p.flags = backend_.allocate(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
   p.flags_host.assign(backend_.host_visible() ? 0 : p.flags_init.size(), 0);
 }
@@ -441,8 +450,12 @@ void Executor::check_outputs(const Prepared& p, size_t s) {
 // The device-side check of step `s`'s checked outputs (asynchronous backends), read by read_flags.
 void Executor::flag_outputs(Prepared& p, size_t s) const {
   auto* flags = reinterpret_cast<uint64_t*>(p.flags.get());
+  const bool guards = p.any_flag >= 0 && static_cast<int>(s) < p.plan.first_state_write;
   for (size_t k = 0; k < p.flag_of[s].size(); ++k)
-    if (const int f = p.flag_of[s][k]; f >= 0) backend_.flag_non_finite(*p.contexts[s].outputs[k], flags + f);
+    if (const int f = p.flag_of[s][k]; f >= 0) {
+      backend_.flag_non_finite(*p.contexts[s].outputs[k], flags + f);
+      if (guards) backend_.flag_non_finite(*p.contexts[s].outputs[k], flags + p.any_flag);
+    }
 }
 
 // After a synchronisation: throws NumericalError for the first flagged output of the
@@ -479,7 +492,9 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
     }
   } drain{*this, async};
   const bool deferred = checking && async;  // checks flagged on the device, read after a synchronisation
-  bool state_guarded = false;               // the flags before the first state write were read
+  // The state writers skip on the device when a check before them failed: no wait there.
+  const bool skip_on_device = deferred && p.any_flag >= 0;
+  bool state_guarded = false;  // the flags before the first state write were read
   if (deferred) {
     backend_.copy(p.flags.get(), p.flags_init.data(), p.flags_init.size() * sizeof(uint64_t));
     p.flags_read = 0;
@@ -487,7 +502,7 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   const size_t steps = plan.steps.size();
   for (size_t s = 0; s < steps;) {
     const size_t count = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s] ? 2 : 1;
-    if (deferred && plan.steps[s].writes_state && !state_guarded) {
+    if (deferred && !skip_on_device && plan.steps[s].writes_state && !state_guarded) {
       state_guarded = true;
       fetch_flags(p);
       sync();  // a NaN found now leaves the state unchanged
@@ -499,6 +514,9 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
       KernelContext& ctx = p.contexts[k];
       ctx.training = ro.training;
       ctx.seed = ro.seed * 1000003u + plan.steps[k].node;  // the node's graph index: any order gives the same masks
+      ctx.skip_if_flagged = skip_on_device && plan.steps[k].writes_state
+                                ? reinterpret_cast<const uint64_t*>(p.flags.get()) + p.any_flag
+                                : nullptr;
     }
     NodeEvent ev[2];
     if (count == 2)

@@ -19,14 +19,18 @@
 // the run before any later node and throws NumericalError naming node, op and value.
 // On an asynchronous backend (cuda) the check runs on the device instead
 // (Backend::flag_non_finite into a per-plan flag buffer) and the host reads the flags
-// where the step synchronises anyway: before its first state write and at its end. The
-// error names the first node in plan order with a bad output, as on a host backend, and
-// the state is unchanged; kernels after that node (none writing state) may have run.
+// at the step's end. The checks before the first state write also lower one "any" flag
+// that the state writers read on the device (KernelContext::skip_if_flagged): a bad
+// value makes them write nothing, so the state is unchanged without a wait before them.
+// Where a state writer's kernel cannot skip (Backend::skips_when_flagged), the host
+// instead synchronises and reads the flags before the first state write. The error
+// names the first node in plan order with a bad output, as on a host backend; kernels
+// after that node (none writing state) may have run.
 //
 // Synchronisation on an asynchronous backend: at the end of run(), before the first
-// state write when checks are on, in value() when kernels are queued (a step hook
-// reading a value: once per hook that reads, not once per node) and after each kernel
-// when profiling (its own time).
+// state write when checks are on and a writer cannot skip, in value() when kernels are
+// queued on a backend whose memory the host sees (a step hook reading a value: once per
+// hook that reads, not once per node) and after each kernel when profiling.
 #pragma once
 
 #include <functional>

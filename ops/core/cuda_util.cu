@@ -94,8 +94,22 @@ void check_launch(const Node& n, const char* kernel) { check(cudaGetLastError(),
 void run_reference(KernelContext& ctx) {
   const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
   if (!k) throw_internal(what(ctx.node, "cuda host fallback"), "no reference kernel");
-  check(cudaStreamSynchronize(context().stream), what(ctx.node, "cudaStreamSynchronize before the host fallback"));
-  (*k)(ctx);
+  // Device memory: the reference kernel runs on host copies of the arguments.
+  cudaStream_t stream = context().stream;
+  run_on_host_copies(
+      *k, ctx,
+      [&](void* to, const void* from, size_t n) {
+        check(cudaMemcpyAsync(to, from, n, cudaMemcpyDefault, stream), what(ctx.node, "copy for the host fallback"));
+      },
+      [&] { check(cudaStreamSynchronize(stream), what(ctx.node, "cudaStreamSynchronize before the host fallback")); },
+      [](const void* p) {
+        cudaPointerAttributes a{};
+        if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return false;
+        }
+        return a.type == cudaMemoryTypeDevice;
+      });
 }
 
 void require_fp32_math(const KernelContext& ctx) {

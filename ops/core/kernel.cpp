@@ -71,6 +71,45 @@ NodeLayouts KernelRegistry::layouts(const std::string& backend, const Graph& g, 
   return it == layouts_.end() ? NodeLayouts{} : it->second(g, n);
 }
 
+void KernelRegistry::set_skips_when_flagged(const std::string& backend, const std::string& domain,
+                                            const std::string& op_type) {
+  auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
+  if (!kernels_.count(key)) throw_internal("KernelRegistry", "skip flag of '" + op_type + "' before its kernel");
+  skips_.insert(key);
+}
+
+bool KernelRegistry::skips_when_flagged(const std::string& backend, const std::string& domain,
+                                        const std::string& op_type) const {
+  return skips_.count(std::make_tuple(backend, canonical_domain(domain), op_type)) != 0;
+}
+
+void run_on_host_copies(const Kernel& k, KernelContext& ctx,
+                        const std::function<void(void*, const void*, size_t)>& copy, const std::function<void()>& sync,
+                        const std::function<bool(const void*)>& on_device) {
+  uint64_t flag = ~uint64_t{0};
+  if (ctx.skip_if_flagged) copy(&flag, ctx.skip_if_flagged, sizeof flag);
+  std::map<const void*, Tensor> host;  // by device address
+  auto stage = [&](const Tensor* t) -> Tensor* {
+    if (!t || !t->nbytes() || !on_device(t->raw())) return const_cast<Tensor*>(t);
+    auto [it, fresh] = host.try_emplace(t->raw());
+    if (fresh) {
+      it->second = Tensor(t->dtype(), t->dims());
+      it->second.set_layout(t->layout());
+      copy(it->second.raw(), t->raw(), t->nbytes());
+    }
+    return &it->second;
+  };
+  KernelContext hc = ctx;
+  hc.skip_if_flagged = nullptr;
+  for (auto& t : hc.inputs) t = stage(t);
+  for (auto& t : hc.outputs) t = stage(t);
+  sync();
+  if (flag != ~uint64_t{0}) return;
+  k(hc);
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    if (hc.outputs[i] != ctx.outputs[i]) copy(ctx.outputs[i]->raw(), hc.outputs[i]->raw(), ctx.outputs[i]->nbytes());
+}
+
 void KernelRegistry::set_in_place(const std::string& domain, const std::string& op_type, InPlaceRule r) {
   in_place_[std::make_pair(canonical_domain(domain), op_type)] = std::move(r);
 }

@@ -19,7 +19,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "graph/ir.h"
@@ -53,6 +55,12 @@ struct KernelContext {
   uint64_t seed = 0;                  // per node and step: Dropout masks derive from it
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::direct;
+  // Set by the executor on an asynchronous backend for kernels that write state, where
+  // the backend's kernel declared it (KernelRegistry::set_skips_when_flagged): 8 bytes of
+  // the backend's memory that the NaN/Inf checks of the step lowered from ~0 when a
+  // checked value was not finite. Such a kernel then writes nothing, so the state stays
+  // unchanged without the host waiting for the checks before the first state write.
+  const uint64_t* skip_if_flagged = nullptr;
 
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i]; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i]; }
@@ -61,6 +69,16 @@ struct KernelContext {
 };
 
 using Kernel = std::function<void(KernelContext&)>;
+
+// Runs host kernel `k` on host copies of `ctx`'s tensors that live in device memory
+// (`on_device`), for a backend whose memory the host cannot see: copies them in with
+// `copy` (to, from, bytes), calls `sync`, runs `k` and copies its outputs back (they are
+// read at the call: pageable memory). An output sharing an input's buffer (an update in
+// place) shares its host copy; outputs are copied in too, for kernels that accumulate.
+// With ctx.skip_if_flagged set and the flag lowered, nothing runs.
+void run_on_host_copies(const Kernel& k, KernelContext& ctx,
+                        const std::function<void(void*, const void*, size_t)>& copy, const std::function<void()>& sync,
+                        const std::function<bool(const void*)>& on_device);
 
 // What a kernel accepts for one argument: only Plain; Any (Plain or Blocked16c, each
 // argument on its own); Shared (either, but every Shared argument of the node in the
@@ -96,11 +114,15 @@ class KernelRegistry {
   void set_in_place(const std::string& domain, const std::string& op_type, InPlaceRule r);
   // The declared pairs of `n`'s op; none when none was declared.
   std::vector<InPlacePair> in_place(const Node& n, const InPlaceDims& in, const std::vector<int64_t>* out0) const;
+  // Declares that the backend's kernel for the op honours KernelContext::skip_if_flagged.
+  void set_skips_when_flagged(const std::string& backend, const std::string& domain, const std::string& op_type);
+  bool skips_when_flagged(const std::string& backend, const std::string& domain, const std::string& op_type) const;
 
  private:
   std::map<std::tuple<std::string, std::string, std::string>, Kernel> kernels_;
   std::map<std::tuple<std::string, std::string, std::string>, LayoutRule> layouts_;
   std::map<std::pair<std::string, std::string>, InPlaceRule> in_place_;
+  std::set<std::tuple<std::string, std::string, std::string>> skips_;
 };
 
 }  // namespace trainrt

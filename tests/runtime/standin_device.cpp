@@ -85,6 +85,12 @@ bool StandinDevice::runs_on_host(const std::string& domain, const std::string& o
   return host_ops_.count(op) != 0;
 }
 
+bool StandinDevice::skips_when_flagged(const Node& n) const {
+  if (runs_on_host(n.domain, n.op_type)) return true;  // Backend::on_host reads the flag
+  if (have_cuda_kernels()) return registry().kernels.skips_when_flagged("cuda", n.domain, n.op_type);
+  return n.op_type == "SGD" || n.op_type == "Adam" || n.op_type == "Increment";
+}
+
 const Kernel& StandinDevice::kernel(const Node& n) const {
   const Kernel* ref = registry().kernels.find("reference", n.domain, n.op_type);
   if (!ref) throw_unsupported("standin-device", "no kernel for " + n.op_type);
@@ -124,13 +130,27 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
           throw_internal("standin-device", "node '" + ctx.node.name + "' was given an output in host memory");
         touched.push_back(t->raw());
       }
+    if (ctx.skip_if_flagged) {
+      if (!owns(ctx.skip_if_flagged))
+        throw_internal("standin-device", "node '" + ctx.node.name + "' was given a skip flag in host memory");
+      touched.push_back(ctx.skip_if_flagged);
+    }
     if (ctx.node.op_type == fail_op) throw_internal("standin-device", "launch of " + fail_op + " failed");
     {
       std::lock_guard<std::mutex> l(pool_->mu);
       ++pool_->counts.launched;
     }
     KernelContext launched = ctx;  // the arguments as they were at the launch
-    enqueue([ref, launched]() mutable { (*ref)(launched); }, touched);
+    enqueue(
+        [ref, launched, pool = pool_]() mutable {
+          if (launched.skip_if_flagged && *launched.skip_if_flagged != kAllFinite) {
+            std::lock_guard<std::mutex> l(pool->mu);
+            ++pool->counts.skipped;
+            return;
+          }
+          (*ref)(launched);
+        },
+        touched);
   });
   return *k;
 }

@@ -21,6 +21,8 @@
 // - allocate_host() memory is pinned host memory: a copy() from it reads it when the copy
 //   runs, not when it is issued, so a host write before synchronize() shows in results.
 //   A copy from other host memory reads it at the call (pageable memory).
+// - A queued kernel given KernelContext::skip_if_flagged reads the flag when it runs and
+//   writes nothing when a check lowered it, as the cuda optimizer kernels do.
 // - It counts synchronize() calls (apart: those a host kernel makes) and host kernel
 //   calls, per op.
 // Its results equal the reference backend's bit for bit: the kernels are the same.
@@ -62,6 +64,9 @@ class StandinDevice : public Backend {
 
   // Whether op `op` runs on the host here (no "cuda" kernel, or the explicit list).
   bool runs_on_host(const std::string& domain, const std::string& op) const;
+  // As the cuda backend: its host ops, and the kernels whose cuda kernel honours the flag
+  // (the registry's; in a build without CUDA the optimizer updates, as optimizer_cuda.cu).
+  bool skips_when_flagged(const Node& n) const override;
   // Whether the registry holds cuda kernels (a CUDA build): the host ops follow them.
   static bool have_cuda_kernels();
 
@@ -69,6 +74,7 @@ class StandinDevice : public Backend {
     size_t syncs = 0;                          // synchronize() calls other than a host kernel's own
     size_t host_syncs = 0;                     // the host kernels' synchronize() calls
     size_t launched = 0;                       // queued kernels
+    size_t skipped = 0;                        // of those, skipped on a lowered skip flag
     std::map<std::string, size_t> host_calls;  // host kernel calls per op
     size_t host_total() const;
   };
