@@ -7,8 +7,10 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -20,6 +22,29 @@
 #include "runtime/executor.h"
 
 namespace trainrt::test {
+
+// A fresh folder under the system's temporary folder, removed with everything in it at
+// the end of the scope.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "trainrt-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  // Entries directly in the folder (a test of atomic writes: no temporary left).
+  size_t count() const {
+    return static_cast<size_t>(
+        std::distance(std::filesystem::directory_iterator(path), std::filesystem::directory_iterator()));
+  }
+};
 
 inline Tensor random_tensor(DataType t, std::vector<int64_t> dims, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   Tensor x(t, std::move(dims));

@@ -11,8 +11,10 @@
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
+#include "test_util.h"
 
 using namespace trainrt;
+using trainrt::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -113,15 +115,6 @@ std::string error_of(F&& f, ErrorKind kind = ErrorKind::BadInput) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "trainrt-test-XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 

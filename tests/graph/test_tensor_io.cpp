@@ -16,8 +16,10 @@
 
 #include "graph/error.h"
 #include "graph/onnx_io.h"
+#include "test_util.h"
 
 using namespace trainrt;
+using trainrt::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -26,21 +28,6 @@ const DataType kAllDtypes[] = {DataType::Float32, DataType::UInt8,   DataType::I
                                DataType::Int16,   DataType::Int32,   DataType::Int64,  DataType::Bool,
                                DataType::Float16, DataType::Float64, DataType::UInt32, DataType::UInt64,
                                DataType::BFloat16};
-
-// A fresh folder per test, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrt_tensor_io.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -13,25 +13,13 @@
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "runtime/timing_cache.h"
+#include "test_util.h"
 
 using namespace trainrt;
+using trainrt::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "trainrt-timing-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  size_t count() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(path), fs::directory_iterator()));
-  }
-};
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 std::string read(const std::string& path) { return read_file_bytes(path, 1 << 20); }
