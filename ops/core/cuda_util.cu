@@ -102,14 +102,16 @@ void run_reference(KernelContext& ctx) {
         check(cudaMemcpyAsync(to, from, n, cudaMemcpyDefault, stream), what(ctx.node, "copy for the host fallback"));
       },
       [&] { check(cudaStreamSynchronize(stream), what(ctx.node, "cudaStreamSynchronize before the host fallback")); },
-      [](const void* p) {
-        cudaPointerAttributes a{};
-        if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-          (void)cudaGetLastError();
-          return false;
-        }
-        return a.type == cudaMemoryTypeDevice;
-      });
+      is_device_memory);
+}
+
+bool is_device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
 }
 
 void require_fp32_math(const KernelContext& ctx) {

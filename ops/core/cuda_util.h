@@ -74,6 +74,9 @@ void check_launch(const Node& n, const char* kernel);
 // For what a cuda kernel does not cover: the op's host reference kernel, run once the
 // stream is synchronised (queued kernels may still be writing its inputs).
 void run_reference(KernelContext& ctx);
+// Whether `p` points into device memory (cudaMalloc); false for host memory and for a
+// pointer CUDA does not know (the error is cleared).
+bool is_device_memory(const void* p);
 // Kernels that honour KernelContext::math call this first: cuda runs fp32 arithmetic
 // only, so a bf16/fp16 request is Unsupported rather than silently computed in fp32.
 void require_fp32_math(const KernelContext& ctx);

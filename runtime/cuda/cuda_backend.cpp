@@ -29,39 +29,16 @@ class CudaBackend : public Backend {
   // Device memory (no managed memory: it would migrate pages whenever the host looks).
   // The host sees it only through copy() (host_visible() is false).
   std::shared_ptr<std::byte[]> allocate(size_t bytes) const override {
-    cuda::context();
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the sticky-free error so later calls report their own
-      throw_bad_input("GPU memory", "cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) +
-                                        "): use a smaller batch");
-    }
-    return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { (void)cudaFree(q); });
+    return allocation(bytes, cudaMalloc, cudaFree, "GPU memory", "): use a smaller batch");
   }
   bool host_visible() const override { return false; }
 
   // Pinned host memory: copies from and to it run asynchronously on the stream.
   std::shared_ptr<std::byte[]> allocate_host(size_t bytes) const override {
-    cuda::context();
-    void* p = nullptr;
-    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 64);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw_bad_input("pinned host memory",
-                      "cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) + ")");
-    }
-    return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { (void)cudaFreeHost(q); });
+    return allocation(bytes, cudaMallocHost, cudaFreeHost, "pinned host memory", ")");
   }
 
-  bool reaches(const void* p) const override {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return a.type == cudaMemoryTypeDevice;
-  }
+  bool reaches(const void* p) const override { return cuda::is_device_memory(p); }
 
   size_t available_bytes() const override {
     cuda::context();
@@ -89,6 +66,21 @@ class CudaBackend : public Backend {
     if (m != MathPrecision::fp32)
       throw_unsupported(std::string("--precision ") + math_precision_name(m),
                         "the cuda backend runs fp32 arithmetic only in this version");
+  }
+
+ private:
+  // `bytes` bytes from `alloc` (cudaMalloc, cudaMallocHost), freed by `release`; a
+  // failure is one line naming `what`, its size and CUDA's reason, then `advice`.
+  static std::shared_ptr<std::byte[]> allocation(size_t bytes, cudaError_t (*alloc)(void**, size_t),
+                                                 cudaError_t (*release)(void*), const char* what, const char* advice) {
+    cuda::context();
+    void* p = nullptr;
+    cudaError_t e = alloc(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls report their own
+      throw_bad_input(what, "cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) + advice);
+    }
+    return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [release](std::byte* q) { (void)release(q); });
   }
 };
 
