@@ -99,6 +99,28 @@ class Backend {
   virtual void flag_non_finite(const Tensor& t, uint64_t* flag) const;
   static constexpr uint64_t kAllFinite = ~uint64_t{0};
   static constexpr uint64_t non_finite_key(uint64_t element, bool inf) { return element * 2 + (inf ? 1 : 0); }
+  // Streams. An asynchronous backend runs kernels, copy() and flag_non_finite() on its
+  // compute stream, in issue order; copy_on() may issue a copy on another stream (cuda:
+  // one each for copies and for collectives). Work on different streams is ordered only
+  // by events: record(s) marks the point reached by what was issued on `s` so far, and
+  // wait(s, e) makes work issued on `s` afterwards start after that point, without the
+  // host waiting. synchronize() waits for every stream. A synchronous backend has
+  // nothing to order: record() gives a null event, wait() and copy_on() fall back to
+  // the plain calls.
+  enum class Stream : uint8_t { compute, copy, comm };
+  using Event = std::shared_ptr<const void>;
+  virtual Event record(Stream s) const {
+    (void)s;
+    return nullptr;
+  }
+  virtual void wait(Stream s, const Event& e) const {
+    (void)s;
+    (void)e;
+  }
+  virtual void copy_on(Stream s, void* to, const void* from, size_t bytes) const {
+    (void)s;
+    copy(to, from, bytes);
+  }
   // Whether this backend's kernel for `n` honours KernelContext::skip_if_flagged: its
   // own kernels where the registry says so, and every host fallback (Backend::on_host).
   virtual bool skips_when_flagged(const Node& n) const;

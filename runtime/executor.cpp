@@ -315,6 +315,7 @@ void Executor::build_contexts(Prepared& p) const {
 void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
   const Plan& plan = p.plan;
   const bool async = backend_.asynchronous();
+  bool on_copy_stream = false;  // a batch copy the compute stream must wait for
   for (size_t i = 0; i < p.feed_values.size(); ++i) {
     const Tensor& feed = feeds.at(graph_.inputs[i]);
     Tensor& slot = p.slots[static_cast<size_t>(p.feed_values[i])];
@@ -324,7 +325,8 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       if (async) {  // through host memory the copy may read while the host goes on (the last run synchronised)
         if (!p.pinned[i]) p.pinned[i] = backend_.allocate_host(feed.nbytes());
         std::memcpy(p.pinned[i].get(), feed.raw(), feed.nbytes());
-        backend_.copy(staged.raw(), p.pinned[i].get(), feed.nbytes());
+        backend_.copy_on(Backend::Stream::copy, staged.raw(), p.pinned[i].get(), feed.nbytes());
+        on_copy_stream = true;
       } else {
         backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
       }
@@ -333,6 +335,8 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       slot = feed;
     }
   }
+  // The batch's copies run on the copy stream; the step's kernels start after them.
+  if (on_copy_stream) backend_.wait(Backend::Stream::compute, backend_.record(Backend::Stream::copy));
   for (size_t v = 0; v < plan.values.size(); ++v) {  // kept values returned to a caller that owns them
     const PlannedValue& pv = plan.values[v];
     if (pv.storage != Storage::Output) continue;

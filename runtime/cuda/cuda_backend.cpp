@@ -22,7 +22,17 @@ class CudaBackend : public Backend {
                                              (e != cudaSuccess ? cudaGetErrorName(e) : "no CUDA devices") + ")");
     cuda::set_device(rank_environment().local_rank % count);
     cuda::context();  // creates the stream and handles now, so a failure shows before training
+    cuda::check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    cuda::check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate (collectives)");
   }
+  ~CudaBackend() override {
+    (void)cudaStreamSynchronize(copy_stream_);
+    (void)cudaStreamSynchronize(comm_stream_);
+    (void)cudaStreamDestroy(copy_stream_);
+    (void)cudaStreamDestroy(comm_stream_);
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
   std::string name() const override { return "cuda"; }
   bool asynchronous() const override { return true; }
 
@@ -55,8 +65,30 @@ class CudaBackend : public Backend {
     cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, cuda::context().stream), "copy to the GPU");
   }
 
+  void copy_on(Stream s, void* to, const void* from, size_t bytes) const override {
+    if (!bytes) return;
+    cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream(s)), "copy to the GPU");
+  }
+
+  // An event per record(), without timing; destroyed with the last handle (CUDA frees it
+  // once it completes).
+  Event record(Stream s) const override {
+    cudaEvent_t e = nullptr;
+    cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    std::shared_ptr<CUevent_st> owned(e, [](CUevent_st* x) { (void)cudaEventDestroy(x); });
+    cuda::check(cudaEventRecord(e, stream(s)), "cudaEventRecord");
+    return owned;
+  }
+  void wait(Stream s, const Event& e) const override {
+    if (!e) return;
+    auto* ev = static_cast<cudaEvent_t>(const_cast<void*>(e.get()));
+    cuda::check(cudaStreamWaitEvent(stream(s), ev, 0), "cudaStreamWaitEvent");
+  }
+
   void synchronize() const override {
     cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
+    cuda::check(cudaStreamSynchronize(copy_stream_), "waiting for the GPU's copies");
+    cuda::check(cudaStreamSynchronize(comm_stream_), "waiting for the GPU's collectives");
   }
 
   // On the stream, into device memory the executor copies out before the step's synchronisation.
@@ -69,6 +101,11 @@ class CudaBackend : public Backend {
   }
 
  private:
+  cudaStream_t stream(Stream s) const {
+    return s == Stream::copy ? copy_stream_ : s == Stream::comm ? comm_stream_ : cuda::context().stream;
+  }
+  cudaStream_t copy_stream_ = nullptr, comm_stream_ = nullptr;
+
   // `bytes` bytes from `alloc` (cudaMalloc, cudaMallocHost), freed by `release`; a
   // failure is one line naming `what`, its size and CUDA's reason, then `advice`.
   static std::shared_ptr<std::byte[]> allocation(size_t bytes, cudaError_t (*alloc)(void**, size_t),

@@ -1,4 +1,5 @@
-// The cuda backend: cuDNN / cuBLASLt / own kernels (ops/*_cuda.cu) on one CUDA stream,
+// The cuda backend: cuDNN / cuBLASLt / own kernels (ops/*_cuda.cu) on a compute stream,
+// batch copies on a copy stream ordered by events (Backend::Stream),
 // values in device memory (cudaMalloc), staging in pinned host memory (cudaMallocHost).
 //
 //   std::unique_ptr<Backend> b = make_backend("cuda");   // Unsupported without a GPU

@@ -4,10 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <new>
+#include <thread>
 
 #include "graph/error.h"
 #include "runtime/executor.h"
@@ -20,6 +25,27 @@ namespace {
 thread_local bool in_host_kernel = false;  // a host kernel of some stand-in runs on this thread
 }  // namespace
 
+// An event: reached once the work issued before its record() on its stream has run.
+struct StandinDevice::EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool reached = false;
+  Stream stream = Stream::compute;
+  void reach() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reached = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// One item of a stream's queue: work to run, or an event to record or to wait for.
+struct StandinDevice::Work {
+  std::function<void()> run;
+  std::shared_ptr<EventState> record, wait;
+};
+
 struct StandinDevice::Pool {
   struct Region {
     size_t bytes = 0;   // asked for
@@ -29,8 +55,9 @@ struct StandinDevice::Pool {
   std::mutex mu;
   std::map<const std::byte*, Region> regions;  // by start
   std::map<const std::byte*, size_t> pinned;   // allocate_host() memory: start -> bytes
-  std::vector<std::function<void()>> pending;
+  std::array<std::vector<Work>, kStreams> pending;  // per stream, in issue order
   Counts counts;
+  std::atomic<size_t> skipped{0};  // Counts::skipped, counted by the stream threads
 
   // The region holding `p`, or regions.end(); mu held.
   std::map<const std::byte*, Region>::iterator find(const void* p) {
@@ -68,7 +95,7 @@ StandinDevice::StandinDevice(std::set<std::string> host_ops_without_cuda)
 
 StandinDevice::~StandinDevice() {
   std::lock_guard<std::mutex> lock(pool_->mu);
-  pool_->pending.clear();
+  for (auto& q : pool_->pending) q.clear();
   for (auto& [start, r] : pool_->regions) pool_->set(start, r, false);  // what outlives the device stays readable
 }
 
@@ -142,15 +169,15 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
     }
     KernelContext launched = ctx;  // the arguments as they were at the launch
     enqueue(
-        [ref, launched, pool = pool_]() mutable {
+        [ref, launched, pool = pool_, fail = ctx.node.op_type == fail_when_run]() mutable {
+          if (fail) throw_internal("standin-device", "kernel of " + launched.node.op_type + " failed");
           if (launched.skip_if_flagged && *launched.skip_if_flagged != kAllFinite) {
-            std::lock_guard<std::mutex> l(pool->mu);
-            ++pool->counts.skipped;
+            pool->skipped.fetch_add(1, std::memory_order_relaxed);  // no ordering between streams
             return;
           }
           (*ref)(launched);
         },
-        touched);
+        touched, Stream::compute);
   });
   return *k;
 }
@@ -185,7 +212,9 @@ std::shared_ptr<std::byte[]> StandinDevice::allocate_host(size_t bytes) const {
   });
 }
 
-void StandinDevice::copy(void* to, const void* from, size_t bytes) const {
+void StandinDevice::copy(void* to, const void* from, size_t bytes) const { copy_on(Stream::compute, to, from, bytes); }
+
+void StandinDevice::copy_on(Stream s, void* to, const void* from, size_t bytes) const {
   if (!bytes) return;
   bool read_when_run = owns(from);
   {
@@ -193,12 +222,30 @@ void StandinDevice::copy(void* to, const void* from, size_t bytes) const {
     read_when_run = read_when_run || pool_->is_pinned(from);
   }
   if (read_when_run) {  // from the device or pinned host memory: read in stream order
-    enqueue([to, from, bytes] { std::memcpy(to, from, bytes); }, {to, from});
+    enqueue([to, from, bytes] { std::memcpy(to, from, bytes); }, {to, from}, s);
     return;
   }
   // From host memory: staged at the call (cudaMemcpyAsync from pageable memory), landed in stream order.
   std::vector<std::byte> staged(static_cast<const std::byte*>(from), static_cast<const std::byte*>(from) + bytes);
-  enqueue([to, staged] { std::memcpy(to, staged.data(), staged.size()); }, {to});
+  enqueue([to, staged] { std::memcpy(to, staged.data(), staged.size()); }, {to}, s);
+}
+
+Backend::Event StandinDevice::record(Stream s) const {
+  auto e = std::make_shared<EventState>();
+  e->stream = s;
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  ++pool_->counts.records;
+  pool_->pending[static_cast<size_t>(s)].push_back(Work{nullptr, e, nullptr});
+  return e;
+}
+
+void StandinDevice::wait(Stream s, const Event& e) const {
+  if (!e) return;
+  auto ev = std::static_pointer_cast<EventState>(std::const_pointer_cast<void>(e));
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  ++pool_->counts.waits;
+  if (ignore_waits || ev->stream == s) return;  // a stream is ordered with itself
+  pool_->pending[static_cast<size_t>(s)].push_back(Work{nullptr, nullptr, std::move(ev)});
 }
 
 void StandinDevice::flag_non_finite(const Tensor& t, uint64_t* flag) const {
@@ -210,33 +257,110 @@ void StandinDevice::flag_non_finite(const Tensor& t, uint64_t* flag) const {
         if (bad >= 0)
           *flag = std::min(*flag, non_finite_key(static_cast<uint64_t>(bad), !std::isnan(t.get_as_double(bad))));
       },
-      {t.raw(), flag});
+      {t.raw(), flag}, Stream::compute);
 }
 
-void StandinDevice::enqueue(std::function<void()> f, const std::vector<const void*>& touched) const {
+void StandinDevice::enqueue(std::function<void()> f, const std::vector<const void*>& touched, Stream s) const {
   std::lock_guard<std::mutex> lock(pool_->mu);
   if (protect_memory)
     for (const void* p : touched)
       if (auto it = pool_->find(p); it != pool_->regions.end()) pool_->set(it->first, it->second, true);
-  pool_->pending.push_back(std::move(f));
+  pool_->pending[static_cast<size_t>(s)].push_back(Work{std::move(f), nullptr, nullptr});
 }
 
+namespace {
+
+// Runs the queues of one synchronize(), each on a thread of its own as CUDA runs streams:
+// nothing orders two streams but their events. A thread takes its whole queue at the
+// start and shares nothing with the others while it runs, so work of two streams that no
+// event orders is a data race ThreadSanitizer sees. A late stream's thread starts only
+// once every other thread has finished or waits for an event (the worst order a missing
+// event can meet, for tests that need it deterministic).
+class QueueRun {
+ public:
+  explicit QueueRun(int late) : late_(late) {}
+
+  template <class Queue>
+  void run(std::array<Queue, 3>& queues) {
+    size_t busy = 0;
+    for (const auto& q : queues) busy += !q.empty();
+    if (busy <= 1) {  // one stream: its events are reached in order, or were reached before
+      for (auto& q : queues) drain(q, false);
+      return;
+    }
+    for (size_t i = 0; i < queues.size(); ++i)
+      if (!queues[i].empty() && static_cast<int>(i) != late_) ++active_;
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < queues.size(); ++i)
+      if (!queues[i].empty())
+        threads.emplace_back([this, &q = queues[i], late = static_cast<int>(i) == late_] { drain(q, late); });
+    for (std::thread& t : threads) t.join();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  template <class Queue>
+  void drain(Queue& q, bool late) {
+    if (late) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return active_ == 0; });
+    }
+    bool failed = false;
+    for (auto& w : q) {
+      if (w.wait && !failed) {
+        if (!late) idle(+1);
+        std::unique_lock<std::mutex> lock(w.wait->mu);
+        w.wait->cv.wait(lock, [&] { return w.wait->reached; });
+        lock.unlock();
+        if (!late) idle(-1);
+      }
+      if (w.run && !failed) try {
+          w.run();
+        } catch (...) {  // like a failed CUDA stream: later work does not run, events are still reached
+          failed = true;
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!error_) error_ = std::current_exception();
+        }
+      if (w.record) w.record->reach();
+    }
+    if (!late) idle(+1);
+  }
+  // A thread stops (+1) or starts again (-1) being in the way of a late stream.
+  void idle(int d) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ -= d;
+    }
+    cv_.notify_all();
+  }
+  int late_;
+  int active_ = 0;  // threads of streams that are not late, running and not waiting for an event
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
 void StandinDevice::synchronize() const {
-  std::vector<std::function<void()>> work;
+  std::array<std::vector<Work>, kStreams> work;
   const bool hidden = device_memory && protect_memory;
+  bool any = false;
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
     work.swap(pool_->pending);
     ++(in_host_kernel ? pool_->counts.host_syncs : pool_->counts.syncs);
-    if (!hidden || !work.empty())
+    for (const auto& q : work) any = any || !q.empty();
+    if (!hidden || any)
       for (auto& [start, r] : pool_->regions) pool_->set(start, r, false);
   }
+  QueueRun run(late_stream ? static_cast<int>(*late_stream) : -1);
   if (!hidden) {
-    for (auto& f : work) f();
+    run.run(work);
     return;
   }
-  // Device memory: open only while the queue runs (its kernels and copies), closed again
-  // even when a queued kernel throws.
+  // Device memory: open only while the queues run (their kernels and copies), closed
+  // again even when a queued kernel throws.
   struct Close {
     Pool& pool;
     ~Close() {
@@ -244,22 +368,27 @@ void StandinDevice::synchronize() const {
       for (auto& [start, r] : pool.regions) pool.set(start, r, true);
     }
   } close{*pool_};
-  for (auto& f : work) f();
+  run.run(work);
 }
 
 StandinDevice::Counts StandinDevice::counts() const {
   std::lock_guard<std::mutex> lock(pool_->mu);
-  return pool_->counts;
+  Counts c = pool_->counts;
+  c.skipped = pool_->skipped.load(std::memory_order_relaxed);
+  return c;
 }
 
 void StandinDevice::reset_counts() {
   std::lock_guard<std::mutex> lock(pool_->mu);
   pool_->counts = {};
+  pool_->skipped.store(0, std::memory_order_relaxed);
 }
 
 size_t StandinDevice::pending() const {
   std::lock_guard<std::mutex> lock(pool_->mu);
-  return pool_->pending.size();
+  size_t n = 0;
+  for (const auto& q : pool_->pending) n += q.size();
+  return n;
 }
 
 bool StandinDevice::owns(const void* p) const {

@@ -6,8 +6,14 @@
 //
 // What it models of a CUDA stream and the cuda backend (runtime/cuda/cuda_backend.cpp):
 // - Kernels of ops that have a "cuda" kernel in the registry are queued (as their
-//   reference kernels) and run only at synchronize(), in issue order; so are copies and
-//   NaN/Inf checks (flag_non_finite). The other ops run on the host through
+//   reference kernels) on the compute stream and run only at synchronize(), in issue
+//   order; so are copies and NaN/Inf checks (flag_non_finite).
+// - Streams as CUDA's: compute, copy and comm each have a queue, and synchronize() runs
+//   each non-empty queue on a thread of its own. Only events (record/wait) order work of
+//   two streams; without one, two streams touching the same bytes race (ThreadSanitizer
+//   reports it) and results may differ. late_stream makes one stream run as late as its
+//   events allow (a deterministic worst case for a missing event); ignore_waits drops
+//   every wait (a test's control that shows a missing event is caught). The other ops run on the host through
 //   Backend::on_host, as the cuda backend runs its fallbacks. A build without CUDA has no
 //   "cuda" kernels: there the host ops are an explicit list (the constructor's).
 // - Its kernels refuse memory that allocate() did not hand out (a device kernel faults
@@ -33,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -55,6 +62,9 @@ class StandinDevice : public Backend {
   std::shared_ptr<std::byte[]> allocate(size_t bytes) const override;
   bool reaches(const void* p) const override { return owns(p); }
   void copy(void* to, const void* from, size_t bytes) const override;
+  void copy_on(Stream s, void* to, const void* from, size_t bytes) const override;
+  Event record(Stream s) const override;
+  void wait(Stream s, const Event& e) const override;
   void synchronize() const override;
   bool host_visible() const override { return !device_memory; }
   std::shared_ptr<std::byte[]> allocate_host(size_t bytes) const override;
@@ -75,6 +85,7 @@ class StandinDevice : public Backend {
     size_t host_syncs = 0;                     // the host kernels' synchronize() calls
     size_t launched = 0;                       // queued kernels
     size_t skipped = 0;                        // of those, skipped on a lowered skip flag
+    size_t records = 0, waits = 0;             // record() and wait() calls
     std::map<std::string, size_t> host_calls;  // host kernel calls per op
     size_t host_total() const;
   };
@@ -89,16 +100,23 @@ class StandinDevice : public Backend {
 
   size_t budget = size_t{1} << 40;
   std::string fail_op;         // kernels of this op type fail at launch
+  std::string fail_when_run;   // queued kernels of this op type fail when they run (a CUDA asynchronous error)
   bool protect_memory = true;  // false: memory stays readable (a test's control)
   // true (cudaMalloc): the host never sees memory allocate() hands out; it is PROT_NONE
   // except while synchronize() runs the queue, so only the stand-in's own kernels and
   // copies touch it. false (managed memory): only while queued work touches it.
   bool device_memory = true;
+  // This stream's queue runs only once every other stream's is done or waits for an event.
+  std::optional<Stream> late_stream;
+  bool ignore_waits = false;  // wait() orders nothing (a missing event, for a test's control)
 
   struct Pool;  // the regions, shared with the deleters of what allocate() handed out
+  struct EventState;
+  struct Work;
 
  private:
-  void enqueue(std::function<void()> f, const std::vector<const void*>& touched) const;
+  static constexpr size_t kStreams = 3;
+  void enqueue(std::function<void()> f, const std::vector<const void*>& touched, Stream s) const;
   std::set<std::string> host_ops_;
   std::shared_ptr<Pool> pool_;
   mutable std::mutex kernels_mu_;

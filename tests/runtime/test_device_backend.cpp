@@ -148,6 +148,52 @@ TEST_CASE("stand-in device: device memory faults on any host access; copies and 
   CHECK(d.to_host(y).data<float>()[0] == -1.5f);
 }
 
+TEST_CASE("stand-in device: streams run on threads of their own, ordered only by events") {
+  // A copy on the copy stream, then a kernel on the compute stream that reads what it
+  // wrote. The copy stream is made to run as late as its events allow: with the event
+  // the kernel sees the copy; without it (ignore_waits, the control) the old bytes.
+  using S = Backend::Stream;
+  const Tensor in = make(DataType::Float32, {4}, {-1.5f, -0.5f, 0.5f, 1.5f});
+  const Tensor old = make(DataType::Float32, {4}, {3.f, 3.f, 3.f, 3.f});
+  Node relu = make_node("Relu", {"x"}, {"y"});
+  relu.name = "relu";
+  for (bool ordered : {true, false}) {
+    CAPTURE(ordered);
+    StandinDevice d;
+    d.late_stream = S::copy;
+    d.ignore_waits = !ordered;
+    Tensor x(DataType::Float32, {4}, d.allocate(16)), y(DataType::Float32, {4}, d.allocate(16));
+    d.copy(x.raw(), old.raw(), 16);
+    d.synchronize();
+    std::shared_ptr<std::byte[]> pinned = d.allocate_host(16);
+    std::memcpy(pinned.get(), in.raw(), 16);
+    d.copy_on(S::copy, x.raw(), pinned.get(), 16);
+    d.wait(S::compute, d.record(S::copy));
+    KernelContext ctx{relu, {&x}, {&y}};
+    d.kernel(relu)(ctx);
+    CHECK(d.pending() == (ordered ? 4u : 3u));  // copy, record, (wait,) kernel
+    d.synchronize();
+    const Tensor h = d.to_host(y);
+    CHECK(h.data<float>()[3] == (ordered ? 1.5f : 3.f));
+    CHECK(h.data<float>()[0] == (ordered ? 0.f : 3.f));
+    CHECK(d.counts().records == 1);
+    CHECK(d.counts().waits == 1);
+  }
+  // A stream whose work fails still reaches its events, so a stream waiting on it does not
+  // hang; synchronize() reports the failure.
+  StandinDevice d;
+  d.fail_when_run = "Relu";
+  Tensor x(DataType::Float32, {4}, d.allocate(16)), y(DataType::Float32, {4}, d.allocate(16));
+  d.copy(x.raw(), in.raw(), 16);
+  KernelContext ctx{relu, {&x}, {&y}};
+  d.kernel(relu)(ctx);
+  d.wait(S::copy, d.record(S::compute));
+  std::shared_ptr<std::byte[]> out = d.allocate_host(16);
+  d.copy_on(S::copy, out.get(), y.raw(), 16);
+  CHECK(error_of([&] { d.synchronize(); }).find("kernel of Relu failed") != std::string::npos);
+  CHECK(d.pending() == 0);
+}
+
 TEST_CASE("stand-in device: managed memory faults on a host access while queued work touches it") {
   StandinDevice d;
   d.device_memory = false;
@@ -179,6 +225,7 @@ TEST_CASE("device backend: training steps equal the reference backend's bit for 
   Graph g = small_wrn();
   auto owned = std::make_unique<StandinDevice>(kWrnHostOps);
   StandinDevice& dev = *owned;
+  dev.late_stream = Backend::Stream::copy;  // the batch copies land as late as their event allows
   TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3});
   TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3});
   // The state lives in the backend's memory from the start; state() hands out host copies.
