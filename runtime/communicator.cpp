@@ -190,6 +190,13 @@ void Communicator::wait(CommRequest& r) {
   if (!r.error_.empty()) throw_peer(r.error_);
 }
 
+Communicator::DeviceReduce Communicator::all_reduce_average_after(const Backend& b, const Backend::Event& ready,
+                                                                  void* data, size_t count, DataType t,
+                                                                  const std::string& what) {
+  (void)b, (void)ready, (void)data, (void)count, (void)t;
+  throw_internal(what, "communicator " + name() + " does not order collectives by events");
+}
+
 std::shared_ptr<CommRequest> Communicator::all_reduce_sum_async(void* data, size_t count, DataType t,
                                                                 std::string what) {
   if (t != DataType::Float32 && t != DataType::Float64)

@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "graph/tensor.h"
+#include "runtime/backend.h"
 
 namespace trainrt {
 
@@ -79,6 +80,20 @@ class Communicator {
   // Whether all_reduce_sum_async reduces the backend's device memory where it is (NCCL);
   // otherwise the data-parallel code hands it host memory.
   virtual bool reduces_device_memory() const { return false; }
+  // Whether all_reduce_average_after works: the collective is issued in a backend's stream
+  // order (NCCL on its stream, after an event of the compute stream) and the caller orders
+  // its own work after it by an event, so the host waits for neither.
+  virtual bool orders_by_events() const { return false; }
+  struct DeviceReduce {
+    Backend::Event done;                 // reached once every rank's average is in `data`
+    std::shared_ptr<CommRequest> watch;  // may be null; its wait() reports a peer that died (Peer)
+  };
+  // The average over the ranks, in place, of `count` float32/float64 elements of `b`'s
+  // memory at `data`, which the collective reads once `ready` (an event of `b`) is
+  // reached. The caller waits for `done` on its stream before reading `data` again.
+  // Internal error unless orders_by_events().
+  virtual DeviceReduce all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data, size_t count,
+                                                DataType t, const std::string& what);
   double timeout_seconds() const { return opts_.timeout_seconds; }
 
   // Sum over ranks, in place, of `count` float32 or float64 elements at `data`, which
@@ -100,6 +115,9 @@ class Communicator {
   // peer's collective for ever) is left behind instead of joined.
   void stop_thread(bool may_abandon = true);
   bool broken() const;
+  // Runs `op` on the communicator's thread after what was asked for before (the blocking
+  // primitives' own path; a watch of a device collective).
+  std::shared_ptr<CommRequest> submit(std::string what, std::function<void()> op);
 
  private:
   friend class CommRequest;
@@ -113,7 +131,6 @@ class Communicator {
     std::string broken;  // first failure; every later call throws it
     bool stopping = false;
   };
-  std::shared_ptr<CommRequest> submit(std::string what, std::function<void()> op);
   void wait(CommRequest& r);
   static void loop(const std::shared_ptr<Queue>& q, int rank, int world);
 

@@ -48,6 +48,10 @@ struct DataParallel::Bucket {
   size_t elements = 0;                   // gradient elements (extras after them)
   std::shared_ptr<CommRequest> request;  // the running all-reduce, if started
   bool finished = true;
+  // Ordered by events (events_): the all-reduce's end on the device, and its watch.
+  Backend::Event done;
+  std::shared_ptr<CommRequest> watch;
+  size_t flag0 = 0;  // its first check flag (bucket 0: the loss's, then one per gradient)
 };
 
 DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOptions o) : s_(s), comm_(c), opts_(o) {
@@ -65,18 +69,24 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
 void DataParallel::set_hooks(bool on) {
   s_.set_before_step(on ? std::function<void(int)>([this](int step) { on_before(step); }) : nullptr);
   s_.set_after_step(on ? std::function<void(int)>([this](int step) { on_after(step); }) : nullptr);
+  s_.set_after_run(on ? std::function<void()>([this] {
+    if (events_) conclude_on_device();
+  })
+                      : nullptr);
 }
 
 DataParallel::~DataParallel() {
   set_hooks(false);
   s_.set_check_finite(true);
+  s_.set_skip_flag(nullptr);
   // A bucket still in flight writes into our buffers: wait for it (it completes unless a
   // peer died, in which case the communicator is broken and returns at once).
   for (auto& b : state_)
-    if (b->request) try {
-        b->request->wait();
-      } catch (const Error&) {
-      }
+    for (auto* r : {&b->request, &b->watch})
+      if (*r) try {
+          (*r)->wait();
+        } catch (const Error&) {
+        }
 }
 
 void DataParallel::prepare() {
@@ -121,6 +131,7 @@ void DataParallel::prepare() {
     state_[b]->flat = Tensor(dtype_, {n}, s_.backend().allocate(bytes));
     state_[b]->host = staged() ? Tensor(dtype_, {n}, s_.backend().allocate_host(bytes)) : state_[b]->flat;
   }
+  choose_events(plan);
   // Each step that reads a gradient waits for its bucket first (the optimizer nodes).
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     std::set<size_t> need;
@@ -140,12 +151,147 @@ void DataParallel::prepare() {
 
 bool DataParallel::staged() const { return !s_.backend().host_visible(); }
 
+// Whether this plan's buckets go through the device path ordered by events (see the
+// header): a communicator that orders collectives by events (NCCL) on a backend whose
+// memory the host cannot see, every state writer skipping on a device flag, a loss of
+// the gradients' type and no loss scaling (its skipped steps are decided on the host).
+// Then the check flags, their host mirror and the skip flag the session's state writers
+// read are set up here.
+void DataParallel::choose_events(const Plan& plan) {
+  const Backend& dev = s_.backend();
+  const PlannedValue& loss = plan.value(s_.training().loss);
+  events_ = staged() && comm_.orders_by_events() && s_.training().loss_scale.empty() && plan.first_state_write >= 0 &&
+            loss.dtype == dtype_ && loss.bytes == dtype_size(dtype_);
+  for (const PlanStep& st : plan.steps)
+    events_ = events_ && (!st.writes_state || dev.skips_when_flagged(plan.graph.nodes[st.node]));
+  s_.set_skip_flag(nullptr);
+  if (!events_) return;
+  size_t n = 0;
+  for (size_t b = 0; b < state_.size(); ++b) {
+    state_[b]->flag0 = n;
+    n += state_[b]->gradients.size() + (b == 0 ? 1 : 0);
+  }
+  any_flag_ = n++;
+  flags_init_.assign(n, Backend::kAllFinite);
+  flags_ = dev.allocate(n * sizeof(uint64_t));
+  flags_host_ = dev.allocate_host(n * sizeof(uint64_t));
+  extras_host_ = Tensor(dtype_, {2}, dev.allocate_host(2 * dtype_size(dtype_)));
+  s_.set_skip_flag(reinterpret_cast<const uint64_t*>(flags_.get()) + any_flag_);
+}
+
+// A view of `n` elements of bucket `st`'s flat buffer from element `at`, shaped `dims`.
+Tensor DataParallel::flat_view(const Bucket& st, size_t at, const std::vector<int64_t>& dims) const {
+  // Not owning: the buckets outlive every use within a step.
+  auto* p = const_cast<std::byte*>(st.flat.raw()) + at * dtype_size(dtype_);
+  return Tensor(dtype_, dims, std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), p));
+}
+
+// start() on the device path: the packing copies, the loss and stop flag, then the
+// average over the ranks after an event of the compute stream. Nothing waits.
+void DataParallel::start_on_device(size_t b) {
+  Bucket& st = *state_[b];
+  const Backend& dev = s_.backend();
+  const size_t esize = dtype_size(dtype_);
+  for (size_t i = 0; i < st.gradients.size(); ++i) {
+    const Tensor& g = s_.value(st.gradients[i]);
+    dev.copy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
+  }
+  if (b == 0) {
+    dev.copy(st.flat.raw() + st.elements * esize, s_.value(s_.training().loss).raw(), esize);
+    Tensor stop(dtype_, {});
+    stop.set_from_double(0, stop_ ? 1.0 : 0.0);
+    dev.copy(st.flat.raw() + (st.elements + 1) * esize, stop.raw(), esize);  // host memory: read now
+  }
+  st.finished = false;
+  timings_[b] = {};
+  timings_[b].bucket = static_cast<int>(b);
+  timings_[b].bytes = st.elements * esize;
+  timings_[b].ready_ns = now_ns();
+  Communicator::DeviceReduce r = comm_.all_reduce_average_after(
+      dev, dev.record(Backend::Stream::compute), st.flat.raw(), static_cast<size_t>(st.flat.numel()), dtype_,
+      "all-reduce of gradient bucket " + std::to_string(b) + " (" + std::to_string(st.gradients.size()) +
+          " gradients)");
+  st.done = std::move(r.done);
+  st.watch = std::move(r.watch);
+}
+
+// finish() on the device path: the compute stream waits for the average, copies it back
+// and checks it into the flags; no host wait.
+void DataParallel::finish_on_device(size_t b, bool check) {
+  Bucket& st = *state_[b];
+  const Backend& dev = s_.backend();
+  dev.wait(Backend::Stream::compute, st.done);
+  st.finished = true;
+  auto* flags = reinterpret_cast<uint64_t*>(flags_.get());
+  auto flag = [&](const Tensor& t, size_t f) {
+    dev.flag_non_finite(t, flags + f);
+    dev.flag_non_finite(t, flags + any_flag_);
+  };
+  if (check && b == 0) flag(flat_view(st, st.elements, {}), st.flag0);
+  for (size_t i = 0; i < st.gradients.size(); ++i) {
+    Tensor g = s_.value(st.gradients[i]);  // a handle on the arena value
+    const Tensor avg = flat_view(st, st.offsets[i], g.dims());
+    if (check) flag(avg, st.flag0 + (b == 0 ? 1 : 0) + i);
+    dev.copy(g.raw(), avg.raw(), g.nbytes());
+  }
+}
+
+// After a step's run on the device path (synchronised; TrainingSession's after-run hook,
+// before it copies the running statistics): the watches' verdicts, the mean loss and
+// stop flag, and the first failed check in bucket order (the loss first), as the host
+// path reports it; the state writers skipped on the device.
+void DataParallel::conclude_on_device() {
+  for (size_t b = 0; b < state_.size(); ++b) {
+    Bucket& st = *state_[b];
+    if (st.watch) {
+      std::shared_ptr<CommRequest> w = std::move(st.watch);
+      w->wait();
+      timings_[b].start_ns = w->start_ns;
+      timings_[b].end_ns = w->end_ns;
+    }
+    st.done.reset();
+  }
+  mean_loss_ = extras_host_.get_as_double(0);
+  stop_agreed_ = extras_host_.get_as_double(1) > 0;
+  have_mean_loss_ = true;
+  const auto* flags = reinterpret_cast<const uint64_t*>(flags_host_.get());
+  if (flags[any_flag_] == Backend::kAllFinite) return;
+  const Plan& plan = s_.plan();
+  for (size_t b = 0; b < state_.size(); ++b) {
+    const Bucket& st = *state_[b];
+    std::vector<std::string> values;
+    if (b == 0) values.push_back(s_.training().loss);
+    values.insert(values.end(), st.gradients.begin(), st.gradients.end());
+    for (size_t k = 0; k < values.size(); ++k) {
+      const uint64_t f = flags[st.flag0 + k];
+      if (f == Backend::kAllFinite) continue;
+      const bool is_loss = b == 0 && k == 0;
+      const std::string kind = (f & 1) ? "Inf" : "NaN";
+      throw numerical_fault(plan, values[k],
+                            is_loss
+                                ? "loss '" + values[k] + "' is " + kind
+                                : "gradient '" + values[k] + "' has " + kind + " at element " + std::to_string(f >> 1));
+    }
+  }
+}
+
+NumericalError DataParallel::numerical_fault(const Plan& plan, const std::string& value,
+                                             const std::string& what) const {
+  const PlannedValue& pv = plan.value(value);
+  const size_t node = pv.def >= 0 ? plan.steps[static_cast<size_t>(pv.def)].node : 0;
+  const Node& n = plan.graph.nodes[node];
+  return NumericalError(n.name, n.op_type, value, node,
+                        "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + ": " + what +
+                            " (averaged over the ranks; the step stopped before any state was written)");
+}
+
 // Packs bucket `b`'s gradients (and in bucket 0 the loss and stop flag) into its flat
 // buffer and starts its all-reduce. Staged (device memory the host cannot see): device
 // copies pack `flat` in stream order, then one synchronisation. A host communicator
 // reduces `host` (copied from `flat` before that synchronisation); NCCL reduces `flat`
 // (bucket 0: a second synchronisation lands the loss and stop flag in it first).
 void DataParallel::start(size_t b) {
+  if (events_) return start_on_device(b);
   Bucket& st = *state_[b];
   const Backend& dev = s_.backend();
   const size_t esize = dtype_size(dtype_);
@@ -194,6 +340,7 @@ void DataParallel::finish(size_t b, bool check) {
   if (b != 0 && !state_.empty()) finish(0, check);  // the loss first: a NaN loss is reported as such
   Bucket& st = *state_[b];
   if (st.finished) return;
+  if (events_) return finish_on_device(b, check);
   const int64_t w0 = now_ns();
   st.request->wait();
   if (staged() && comm_.reduces_device_memory()) {  // the sums, where the host averages and checks them
@@ -223,13 +370,8 @@ void DataParallel::finish(size_t b, bool check) {
   if (!check) return;
   const Plan& plan = s_.plan();
   auto fault = [&](const std::string& value, const std::string& what) {
-    const PlannedValue& pv = plan.value(value);
-    const size_t node = pv.def >= 0 ? plan.steps[static_cast<size_t>(pv.def)].node : 0;
-    const Node& n = plan.graph.nodes[node];
     drain();
-    throw NumericalError(n.name, n.op_type, value, node,
-                         "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + ": " + what +
-                             " (averaged over the ranks; the step stopped before any state was written)");
+    throw numerical_fault(plan, value, what);
   };
   if (b == 0 && !std::isfinite(mean_loss_))
     fault(s_.training().loss, "loss '" + s_.training().loss + "' is " + (std::isnan(mean_loss_) ? "NaN" : "Inf"));
@@ -255,6 +397,11 @@ void DataParallel::finish(size_t b, bool check) {
 
 void DataParallel::drain() {
   for (auto& st : state_) {
+    if (st->watch) {  // the device path: its collective has been issued; wait for its end
+      std::shared_ptr<CommRequest> w = std::move(st->watch);
+      st->finished = true;
+      w->wait();
+    }
     if (!st->request) continue;
     std::shared_ptr<CommRequest> r = std::move(st->request);
     st->finished = true;
@@ -268,6 +415,16 @@ void DataParallel::on_before(int step) {
     drain();  // nothing of an earlier (failed) step may still write into the buffers
     have_mean_loss_ = false;
     stop_agreed_ = false;
+    if (events_) s_.backend().copy(flags_.get(), flags_init_.data(), flags_init_.size() * sizeof(uint64_t));
+  }
+  if (events_ && step == s_.plan().first_state_write) {
+    // Every bucket's average and checks before the first state write, so the skip flag
+    // the writers read is complete; then their results' copies to the host.
+    for (size_t b = 0; b < state_.size(); ++b) finish(b, true);
+    const Backend& dev = s_.backend();
+    dev.copy(flags_host_.get(), flags_.get(), flags_init_.size() * sizeof(uint64_t));
+    dev.copy(extras_host_.raw(), state_[0]->flat.raw() + state_[0]->elements * dtype_size(dtype_),
+             2 * dtype_size(dtype_));
   }
   if (static_cast<size_t>(step) < need_at_.size())
     for (size_t b : need_at_[static_cast<size_t>(step)]) finish(b, true);
@@ -281,6 +438,7 @@ void DataParallel::on_after(int step) {
 double DataParallel::step(const TensorMap& batch, float lr, bool stop) {
   stop_ = stop;
   double loss = s_.step(batch, lr);
+  if (events_) return mean_loss_;  // concluded in the session's after-run hook
   // Buckets no optimizer node read (none in a training graph) and a skipped step's
   // (fp16 loss scaling) still complete, so every rank has issued the same collectives.
   for (size_t b = 0; b < state_.size(); ++b) finish(b, false);

@@ -19,6 +19,16 @@
 //     applies the same update to the same parameters, so parameters stay bit-identical;
 //   - the first bucket also carries the loss (the step's mean loss over the ranks) and a
 //     stop flag (a rank that got SIGTERM/SIGUSR1: every rank stops after the same step).
+// Ordered by events instead (a communicator that orders_by_events, NCCL, on a backend
+// whose memory the host cannot see, cuda): a bucket is packed by device copies, an event
+// of the compute stream starts its ncclAvg all-reduce on the communication stream, and
+// before the first state write the compute stream waits for every bucket's event, copies
+// the averages back and checks them on the device into flags; the optimizer kernels skip
+// on a lowered flag (RunOptions::skip_flag). The host reads the flags, the mean loss and
+// the stop flag once, after the step's one synchronisation (TrainingSession's after-run
+// hook), and reports the same NumericalError as below. The averages are waited for all at
+// once before the optimizer, not per bucket: the optimizer of an early bucket does not
+// overlap a late bucket's all-reduce.
 // NaN/Inf checks run on the averaged gradients and loss, which every rank holds alike, so
 // every rank stops (or, with fp16 loss scaling, skips the step) together; a check of a
 // rank's own gradients would stop that rank alone and leave the others waiting.
@@ -98,7 +108,16 @@ class DataParallel {
   void start(size_t b);               // pack and all-reduce
   void finish(size_t b, bool check);  // wait, average, unpack, check
   void drain();                       // wait for every started bucket, no checks
-  bool staged() const;                // the backend's memory is not the host's (Bucket)
+  // The device path, ordered by events (Communicator::orders_by_events: NCCL on the cuda
+  // backend): no synchronisation per bucket; checks on the device lower a flag the
+  // session's state writers skip on, read once the step has ended.
+  void choose_events(const Plan& plan);
+  void start_on_device(size_t b);
+  void finish_on_device(size_t b, bool check);
+  void conclude_on_device();
+  Tensor flat_view(const Bucket& st, size_t at, const std::vector<int64_t>& dims) const;
+  NumericalError numerical_fault(const Plan& plan, const std::string& value, const std::string& what) const;
+  bool staged() const;  // the backend's memory is not the host's (Bucket)
   void on_after(int step);
   void set_hooks(bool on);  // install (or remove) the session's before/after-step hooks
   void on_before(int step);
@@ -118,6 +137,13 @@ class DataParallel {
   double mean_loss_ = 0;
   bool have_mean_loss_ = false;
   Tensor loss_host_;  // staged: the loss, copied out with bucket 0
+  // The device path (choose_events): check flags per bucket value and "any", in the
+  // backend's memory, their host mirror, and the mean loss and stop flag copied out.
+  bool events_ = false;
+  std::vector<uint64_t> flags_init_;
+  std::shared_ptr<std::byte[]> flags_, flags_host_;
+  size_t any_flag_ = 0;
+  Tensor extras_host_;
 };
 
 }  // namespace trainrt

@@ -518,9 +518,9 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
       KernelContext& ctx = p.contexts[k];
       ctx.training = ro.training;
       ctx.seed = ro.seed * 1000003u + plan.steps[k].node;  // the node's graph index: any order gives the same masks
-      ctx.skip_if_flagged = skip_on_device && plan.steps[k].writes_state
-                                ? reinterpret_cast<const uint64_t*>(p.flags.get()) + p.any_flag
-                                : nullptr;
+      ctx.skip_if_flagged = !plan.steps[k].writes_state ? nullptr
+                            : skip_on_device            ? reinterpret_cast<const uint64_t*>(p.flags.get()) + p.any_flag
+                                                        : ro.skip_flag;
     }
     NodeEvent ev[2];
     if (count == 2)

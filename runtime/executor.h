@@ -75,6 +75,11 @@ struct RunOptions {
   // Called before each plan step runs: where an optimizer step waits for the all-reduce
   // of the gradients it reads (runtime/data_parallel.h). An exception stops the run there.
   std::function<void(int step)> before_step;
+  // A flag in the backend's memory (8 bytes, Backend::kAllFinite while all is well) that
+  // the caller's own device-side checks lower: every state writer gets it as
+  // KernelContext::skip_if_flagged (the data-parallel checks of averaged gradients), unless
+  // this run's own checks give them theirs. The caller checks Backend::skips_when_flagged.
+  const uint64_t* skip_flag = nullptr;
 };
 
 // A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.

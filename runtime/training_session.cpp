@@ -63,6 +63,7 @@ RunOptions TrainingSession::run_options() const {
   ro.reserve_bytes = memory_reserve_;
   ro.after_step = after_step_;
   ro.before_step = before_step_;
+  ro.skip_flag = skip_flag_;
   return ro;
 }
 
@@ -91,6 +92,7 @@ double TrainingSession::step(const TensorMap& batch, float lr) {
   const TensorMap* ran = nullptr;
   try {
     ran = &exec_->run(feeds_for(batch, lr), ro);
+    if (after_run_) after_run_();  // may throw NumericalError: nothing below runs then
   } catch (const NumericalError& e) {
     // An overflow of the scaled backward pass: the check stopped the step before any
     // state was written; skip it and shrink the scale. A non-finite loss is a real fault.
@@ -122,6 +124,7 @@ std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& bat
   ro.check_finite.clear();
   ro.after_step = nullptr;  // a diagnostic rerun on this process alone: no step hooks
   ro.before_step = nullptr;
+  ro.skip_flag = nullptr;
   ro.detect_anomaly = true;
   ro.skip_state_writes = true;
   try {

@@ -110,6 +110,12 @@ class TrainingSession {
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
   // Bytes to count beside each new plan in that refusal (RunOptions::reserve_bytes).
   void set_memory_reserve(size_t bytes) { memory_reserve_ = bytes; }
+  // RunOptions::skip_flag for the steps (the data-parallel checks on the device); null: none.
+  void set_skip_flag(const uint64_t* flag) { skip_flag_ = flag; }
+  // Called by step() once the run has ended, before the updates not written in place are
+  // copied into the state: a NumericalError it throws ends the step as a failed check does
+  // (the data-parallel checks read on the host after the step's synchronisation).
+  void set_after_run(std::function<void()> f) { after_run_ = std::move(f); }
   // The plan of the last step (BadInput before the first).
   const Plan& plan() const { return exec_->plan(); }
   // Bytes of the persistent block (parameters, optimizer and BN state).
@@ -134,6 +140,8 @@ class TrainingSession {
   size_t memory_limit_ = 0;
   size_t memory_reserve_ = 0;
   std::function<void(int)> after_step_, before_step_;
+  const uint64_t* skip_flag_ = nullptr;
+  std::function<void()> after_run_;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()
   mutable TensorMap host_state_;               // state() copies where the host cannot see the backend's memory

@@ -96,6 +96,52 @@ void NcclCommunicator::do_all_reduce_sum(void* data, size_t count, DataType t) {
   wait_for("ncclAllReduce", /*on_stream=*/true);
 }
 
+// Issued by the caller's thread (the trainer's, between kernel launches), so the event
+// `done` is recorded behind the collective before the caller's stream waits for it; the
+// host waits only for NCCL's enqueue. The communicator's thread then watches the event
+// with the deadline: a peer that never joins aborts the NCCL communicator, whose kernels
+// then end, so the caller's synchronisation returns and the watch reports Peer. NCCL
+// calls stay sequential: during a step nothing else is asked of this communicator (the
+// host sums go to the bootstrap communicator).
+Communicator::DeviceReduce NcclCommunicator::all_reduce_average_after(const Backend& b, const Backend::Event& ready,
+                                                                      void* data, size_t count, DataType t,
+                                                                      const std::string& what) {
+  (void)b;  // the cuda backend: its events are cudaEvent_t
+  if (broken()) throw Error(ErrorKind::Peer, what + ": the communicator is broken by an earlier failure");
+  if (t != DataType::Float32 && t != DataType::Float64)
+    throw_internal("all_reduce_average " + what, std::string("unsupported element type ") + dtype_name(t));
+  if (ready)
+    cuda::check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(const_cast<void*>(ready.get())), 0),
+                what + ": cudaStreamWaitEvent");
+  const ncclDataType_t type = t == DataType::Float32 ? ncclFloat32 : ncclFloat64;
+  if (count) {
+    nccl_check(ncclAllReduce(data, data, count, type, ncclAvg, comm_, stream_), "ncclAllReduce", comm_);
+    wait_for(what + ": ncclAllReduce", /*on_stream=*/false);
+  }
+  cudaEvent_t e = nullptr;
+  cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what + ": cudaEventCreate");
+  std::shared_ptr<CUevent_st> done(e, [](CUevent_st* x) { (void)cudaEventDestroy(x); });
+  cuda::check(cudaEventRecord(e, stream_), what + ": cudaEventRecord");
+  std::shared_ptr<CommRequest> watch = submit(what, [this, done, what] {
+    const Clock::time_point deadline = deadline_after(timeout_seconds());
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      nccl_check(ncclCommGetAsyncError(comm_, &state), what + ": ncclCommGetAsyncError", comm_);
+      if (state != ncclSuccess && state != ncclInProgress) fail(what + " failed: " + nccl_message(state, comm_));
+      const cudaError_t q = cudaEventQuery(done.get());
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) {
+        abort_comm();
+        cuda::check(q, what + ": cudaEventQuery");
+      }
+      if (closing_) fail(what + ": given up: this rank is ending after an error");
+      if (Clock::now() > deadline) fail(what + ": " + no_answer(timeout_seconds()));
+      std::this_thread::sleep_for(kPoll);
+    }
+  });
+  return {done, watch};
+}
+
 void NcclCommunicator::do_broadcast(void* data, size_t bytes, int root) {
   if (bytes == 0) return;
   if (!prepare(data, "ncclBroadcast")) return bootstrap_.broadcast(data, bytes, root, "host values");

@@ -425,39 +425,50 @@ TEST_CASE("device backend: inference results and constants come back right, as h
 }
 
 TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit (buckets in backend memory)") {
+  // Variants: 0 the stand-in with a host communicator (the MPI path: a synchronisation per
+  // bucket), 1 the reference backend, 2 the stand-in with stand-in collectives ordered by
+  // events (the NCCL path: averaged on the comm stream, no synchronisation but the step's end).
   Graph g = small_wrn();
-  std::map<std::string, Tensor> results[2];
-  for (int variant = 0; variant < 2; ++variant) {
+  std::map<std::string, Tensor> results[3];
+  std::vector<double> losses[3];
+  for (int variant = 0; variant < 3; ++variant) {
+    CAPTURE(variant);
     LocalGroup group(2);
+    StandinCollectives collectives(2);
     std::mutex mu;
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(2);
     for (int r = 0; r < 2; ++r)
       threads.emplace_back([&, r] {
         try {
-          auto c = group.communicator(r);
           auto standin = std::make_unique<StandinDevice>();
-          StandinDevice* dev = variant == 0 ? standin.get() : nullptr;
+          StandinDevice* dev = variant != 1 ? standin.get() : nullptr;
+          if (variant == 2) dev->late_stream = Backend::Stream::comm;  // the averages land as late as events allow
+          auto c = variant == 2 ? collectives.communicator(r, *standin) : group.communicator(r);
           std::unique_ptr<Backend> b =
-              variant == 0 ? std::unique_ptr<Backend>(std::move(standin)) : make_backend("reference");
+              variant != 1 ? std::unique_ptr<Backend>(std::move(standin)) : make_backend("reference");
           TrainingSession s(wrn_training(g), std::move(b), {.seed = static_cast<uint64_t>(5 + r)});
           DataParallel dp(s, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10});
           dp.broadcast_state();
           for (int step = 0; step < 3; ++step) {
             if (dev) dev->reset_counts();
-            dp.step(wrn_batch(4, static_cast<uint64_t>(10 * step + r)), 0.05f);
+            const double loss = dp.step(wrn_batch(4, static_cast<uint64_t>(10 * step + r)), 0.05f);
+            if (r == 0) losses[variant].push_back(loss);
             if (!dev) continue;
-            // Device memory: a bucket is packed by device copies and copied to its host
+            // Host communicator: a bucket is packed by device copies and copied to its host
             // mirror, one synchronisation before its all-reduce; it is unpacked by copies
             // in stream order (none); the end of the step once more. Not once per node.
+            // Ordered by events: the step's end only.
             const StandinDevice::Counts n = dev->counts();
-            CHECK(n.syncs == dp.buckets().size() + 1);
+            CHECK(n.syncs == (variant == 2 ? 1 : dp.buckets().size() + 1));
             CHECK(n.host_calls == host_steps(s.plan(), *dev));
+            if (variant == 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, compute after comm
             if (r == 0 && step == 2) {
               std::lock_guard<std::mutex> lock(mu);
-              MESSAGE("stand-in data-parallel step (" << s.plan().steps.size() << " plan steps, " << dp.buckets().size()
-                                                      << " buckets): " << n.syncs
-                                                      << " synchronisations outside host kernels");
+              MESSAGE("stand-in data-parallel step ("
+                      << s.plan().steps.size() << " plan steps, " << dp.buckets().size() << " buckets, "
+                      << std::string(variant == 2 ? "events" : "host mirror") << "): " << n.syncs
+                      << " synchronisations outside host kernels");
             }
           }
           CHECK(dp.state_identical());
@@ -473,11 +484,83 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
+  CHECK(losses[0] == losses[1]);
+  CHECK(losses[2] == losses[1]);
+  REQUIRE(!results[2].empty());
+  for (const auto& [name, t] : results[2]) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(t, results[1].at(name)));
+  }
   REQUIRE(!results[1].empty());
   for (const auto& [name, t] : results[1]) {
     CAPTURE(name);
     CHECK(bitwise_equal(results[0].at(name), t));
   }
+}
+
+TEST_CASE("device backend: data-parallel steps ordered by events: a NaN on one rank, a stop request, a dead peer") {
+  // The NCCL path on the stand-in: the checks of the averaged loss and gradients run on
+  // the device and the optimizer kernels skip on them, so every rank reports the same
+  // value and keeps its state, with no synchronisation before the step's end.
+  Graph g = small_wrn();
+  auto ranks = [&](double timeout, const std::function<void(int, TrainingSession&, DataParallel&, StandinDevice&)>& f) {
+    StandinCollectives collectives(2);
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(2);
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          auto standin = std::make_unique<StandinDevice>();
+          StandinDevice& dev = *standin;
+          auto c = collectives.communicator(r, dev, {.timeout_seconds = timeout});
+          TrainingSession s(wrn_training(g), std::move(standin), {.seed = 5});
+          DataParallel dp(s, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10});
+          dp.broadcast_state();
+          f(r, s, dp, dev);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  };
+  std::vector<std::string> values(2);
+  ranks(60, [&](int r, TrainingSession& s, DataParallel& dp, StandinDevice& dev) {
+    dp.step(wrn_batch(4, 1), 0.05f);
+    std::map<std::string, Tensor> before;
+    for (const std::string& n : s.state_names()) before[n] = s.state(n).clone();
+    TensorMap b = wrn_batch(4, static_cast<uint64_t>(2 + r));
+    if (r == 1) b.begin()->second.data<float>()[5] = NAN;  // only rank 1's batch is bad
+    dev.reset_counts();
+    try {
+      dp.step(b, 0.05f);
+    } catch (const NumericalError& e) {
+      values[static_cast<size_t>(r)] = e.value;
+      CHECK(std::string(e.what()).find("averaged over the ranks") != std::string::npos);
+    }
+    CHECK(dev.counts().syncs == 1);
+    CHECK(dev.counts().skipped > 0);  // the optimizer kernels wrote nothing
+    for (const std::string& n : s.state_names()) {
+      CAPTURE(n);
+      CHECK(bitwise_equal(s.state(n), before[n]));
+    }
+    // Still in step: a stop asked for by rank 1 stops both after the same step.
+    dp.step(wrn_batch(4, 9), 0.05f, /*stop=*/r == 1);
+    CHECK(dp.stop_agreed());
+    CHECK(dp.state_identical());
+  });
+  CHECK(!values[0].empty());
+  CHECK(values[0] == values[1]);
+  // A rank that dies: the other's collective ends after the timeout with a Peer error.
+  ranks(0.3, [&](int r, TrainingSession&, DataParallel& dp, StandinDevice&) {
+    dp.step(wrn_batch(4, 1), 0.05f);
+    if (r == 1) return;
+    ErrorKind kind{};
+    const std::string msg = error_of([&] { dp.step(wrn_batch(4, 2), 0.05f); }, &kind);
+    CHECK(kind == ErrorKind::Peer);
+    CHECK(msg.find("no answer from the other ranks") != std::string::npos);
+  });
 }
 
 TEST_CASE("an asynchronous backend runs the kernels it lacks on the host, after synchronize()") {
