@@ -50,6 +50,10 @@ struct DropoutOptions {
   DataType ratio_type = DataType::Float32;
   const uint8_t* training_mode = nullptr;  // bool scalar; nullptr: false
   bool training = false;                   // KernelContext::training
+  // The mask's key, splitmix64(seed ^ attr_mix): seed is node_seed(*run_seed, node) read
+  // on the device (a captured step draws each replay's masks), else `seed`.
+  const uint64_t* run_seed = nullptr;
+  uint64_t node = 0, seed = 0, attr_mix = 0;
 };
 
 // What every thread of a launch needs, derived once per block by thread 0.
@@ -58,6 +62,7 @@ struct DropoutConstants {
   bool training, valid;  // valid: ratio in [0, 1), the reference's check
   uint64_t threshold;    // keep when (h >> 11) >= threshold, i.e. u >= ratio
   T scale;               // 1 / (1 - ratio) in training, else 1; NaN when !valid
+  uint64_t key;          // the mask's key (DropoutOptions)
 };
 
 template <typename T>
@@ -80,6 +85,7 @@ __device__ DropoutConstants<T> dropout_constants(const DropoutOptions& o) {
   DropoutConstants<T> c;
   c.training = o.training || (o.training_mode && *o.training_mode != 0);
   c.valid = ratio >= 0.0 && ratio < 1.0;
+  c.key = splitmix64((o.run_seed ? node_seed(*o.run_seed, o.node) : o.seed) ^ o.attr_mix);
   // u = k * 2^-53 exactly (k < 2^53), so u >= ratio <=> k >= ceil(ratio * 2^53), exact too.
   c.threshold = c.valid ? static_cast<uint64_t>(ceil(ratio * 9007199254740992.0)) : 0;
   c.scale = !c.training ? T(1) : c.valid ? static_cast<T>(1.0 / (1.0 - ratio)) : static_cast<T>(nan(""));
@@ -95,8 +101,9 @@ __device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) 
 }
 
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, uint64_t key, DropoutOptions o) {
+__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
+  const uint64_t key = c.key;
   TRAINRT_GRID_STRIDE(i, n) {
     if (!c.training) {  // inference: identity, mask all true
       y[i] = x[i];
@@ -146,15 +153,16 @@ void dropout(KernelContext& ctx) {
   DropoutOptions o;
   const Tensor& x = ctx.in(0);
   // The reference's key: splitmix64(seed), or splitmix64(seed ^ splitmix64(attr seed)).
-  uint64_t key = ctx.seed;
-  if (ctx.node.has_attr("seed")) key ^= splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
-  key = splitmix64(key);
+  o.run_seed = ctx.run_seed;
+  o.node = ctx.node_index;
+  o.seed = ctx.seed;
+  if (ctx.node.has_attr("seed")) o.attr_mix = splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
   uint8_t* mask = ctx.has_output(1) ? ctx.out(1).data<uint8_t>() : nullptr;
   if (!dropout_options(ctx, 1, o) || !with_float(x.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = x.numel();
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
-        dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, key, o);
+        dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, o);
         check_launch(ctx.node, "dropout_kernel");
       }))
     run_reference(ctx);

@@ -46,6 +46,17 @@ const Kernel& Backend::on_host(const Kernel& k) const {
   return *w;
 }
 
+void Backend::begin_capture() const { throw_internal("backend " + name(), "cannot capture a step"); }
+Backend::Captured Backend::end_capture() const { throw_internal("backend " + name(), "cannot capture a step"); }
+void Backend::replay(const Captured& c) const {
+  (void)c;
+  throw_internal("backend " + name(), "cannot replay a step");
+}
+
+bool Backend::runs_on_host(const Node& n) const {
+  return asynchronous() && registry().kernels.find(kernel_set_, n.domain, n.op_type) == nullptr;
+}
+
 Tensor Backend::to_host(const Tensor& t) const {
   if (host_visible() || !t.nbytes() || !reaches(t.raw())) {
     if (asynchronous()) synchronize();

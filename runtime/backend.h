@@ -121,6 +121,22 @@ class Backend {
     (void)s;
     copy(to, from, bytes);
   }
+  // Capture (CUDA graphs). Work issued between begin_capture() and end_capture() on any
+  // stream is recorded, not run; replay() issues it again as one launch, with the
+  // arguments and memory it named when captured and the memory's contents as they are
+  // when it runs (batches, the seed and the learning rate reach it through pinned
+  // buffers). While capturing, synchronize(), allocate(), allocate_host() and copies from
+  // pageable host memory are errors (Internal, as CUDA refuses them); abort_capture() ends
+  // a capture and drops what it recorded. Default: no capture (can_capture() false).
+  using Captured = std::shared_ptr<const void>;
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture() const;
+  virtual Captured end_capture() const;
+  virtual void abort_capture() const noexcept {}
+  virtual void replay(const Captured& c) const;
+  // Whether `n` runs on the host here (an asynchronous backend's fallback_ops): such a
+  // step synchronises, so it cannot be captured.
+  virtual bool runs_on_host(const Node& n) const;
   // Whether this backend's kernel for `n` honours KernelContext::skip_if_flagged: its
   // own kernels where the registry says so, and every host fallback (Backend::on_host).
   virtual bool skips_when_flagged(const Node& n) const;

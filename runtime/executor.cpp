@@ -146,12 +146,31 @@ struct Executor::Prepared {
   std::vector<std::vector<int>> flag_of;
   std::shared_ptr<std::byte[]> flags;
   std::vector<uint64_t> flags_init;
-  std::vector<uint64_t> flags_host;  // where the host cannot see `flags`: their copy, read after a sync
+  std::shared_ptr<std::byte[]> flags_init_pinned;  // flags_init in allocate_host memory (asynchronous backends)
+  std::shared_ptr<std::byte[]> flags_host;         // where the host cannot see `flags`: their copy, read after a sync
   // The flag of "some check before the first state write failed" (-1: none), which the
   // state writers read on the device (KernelContext::skip_if_flagged); set when every
   // state writer's kernel honours it, and then the step waits for nothing before them.
   int any_flag = -1;
   size_t flags_read = 0;
+  // Asynchronous backends: the run's seed in backend memory (KernelContext::run_seed),
+  // written from `seed_pinned`; the batch copies to issue (staged <- pinned); pinned host
+  // buffers the results are copied into where the host cannot see the backend's memory.
+  std::shared_ptr<std::byte[]> seed_device, seed_pinned;
+  struct FeedCopy {
+    void* to;
+    const void* from;
+    size_t bytes;
+  };
+  std::vector<FeedCopy> feed_copies;
+  std::vector<std::shared_ptr<std::byte[]>> result_pinned;  // per result_values entry
+  // The captured step (Backend::replay), the run options it was captured with, and
+  // whether capturing failed (the backend refused something in it: never tried again).
+  Backend::Captured captured;
+  std::string capture_key;
+  bool capture_failed = false;
+  bool host_steps = false;  // some step runs on the host (Backend::runs_on_host): never captured
+  size_t runs = 0;
 };
 
 Executor::Executor(Graph g, const Backend& backend, ExecutorOptions o)
@@ -254,6 +273,10 @@ void Executor::release_other_arenas(const Prepared& keep) {
     for (Tensor& t : q->slots) t = Tensor();
     q->staged.clear();
     q->pinned.clear();
+    q->captured.reset();
+    q->result_pinned.clear();
+    q->seed_device.reset();
+    q->seed_pinned.reset();
   }
 }
 
@@ -294,6 +317,18 @@ void Executor::bind_slots(Prepared& p) {
       p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
   p.staged.assign(p.feed_values.size(), Tensor());
   p.pinned.assign(p.feed_values.size(), nullptr);
+  p.result_pinned.assign(p.result_values.size(), nullptr);
+  if (backend_.asynchronous()) {
+    p.seed_device = backend_.allocate(sizeof(uint64_t));
+    p.seed_pinned = backend_.allocate_host(sizeof(uint64_t));
+    if (!backend_.host_visible())
+      for (size_t i = 0; i < p.result_values.size(); ++i) {
+        const PlannedValue& pv = plan.values[static_cast<size_t>(p.result_values[i].second)];
+        p.result_pinned[i] = backend_.allocate_host(pv.bytes);
+      }
+  }
+  p.host_steps = false;
+  for (const PlanStep& st : plan.steps) p.host_steps = p.host_steps || backend_.runs_on_host(plan.graph.nodes[st.node]);
 }
 
 // Each step's kernel arguments, built once per binding: pointers into the slots.
@@ -305,6 +340,8 @@ void Executor::build_contexts(Prepared& p) const {
     KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
     c.math = opts_.math;
     c.conv = opts_.conv;
+    c.run_seed = p.seed_device ? reinterpret_cast<const uint64_t*>(p.seed_device.get()) : nullptr;
+    c.node_index = st.node;
     for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
     for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
   }
@@ -315,7 +352,7 @@ void Executor::build_contexts(Prepared& p) const {
 void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
   const Plan& plan = p.plan;
   const bool async = backend_.asynchronous();
-  bool on_copy_stream = false;  // a batch copy the compute stream must wait for
+  p.feed_copies.clear();
   for (size_t i = 0; i < p.feed_values.size(); ++i) {
     const Tensor& feed = feeds.at(graph_.inputs[i]);
     Tensor& slot = p.slots[static_cast<size_t>(p.feed_values[i])];
@@ -325,8 +362,7 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       if (async) {  // through host memory the copy may read while the host goes on (the last run synchronised)
         if (!p.pinned[i]) p.pinned[i] = backend_.allocate_host(feed.nbytes());
         std::memcpy(p.pinned[i].get(), feed.raw(), feed.nbytes());
-        backend_.copy_on(Backend::Stream::copy, staged.raw(), p.pinned[i].get(), feed.nbytes());
-        on_copy_stream = true;
+        p.feed_copies.push_back({staged.raw(), p.pinned[i].get(), feed.nbytes()});
       } else {
         backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
       }
@@ -335,8 +371,6 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       slot = feed;
     }
   }
-  // The batch's copies run on the copy stream; the step's kernels start after them.
-  if (on_copy_stream) backend_.wait(Backend::Stream::compute, backend_.record(Backend::Stream::copy));
   for (size_t v = 0; v < plan.values.size(); ++v) {  // kept values returned to a caller that owns them
     const PlannedValue& pv = plan.values[v];
     if (pv.storage != Storage::Output) continue;
@@ -353,8 +387,8 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
 }
 
 // NaN/Inf checks: which outputs of which steps (kept until the check set changes).
-void Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
-  if (p.check_ready && p.check_anomaly == ro.detect_anomaly && p.check_names == ro.check_finite) return;
+bool Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
+  if (p.check_ready && p.check_anomaly == ro.detect_anomaly && p.check_names == ro.check_finite) return false;
   const Plan& plan = p.plan;
   std::set<int> named;
   for (const std::string& name : ro.check_finite) {
@@ -372,7 +406,7 @@ void Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
   p.check_ready = true;
   p.flag_of.assign(plan.steps.size(), {});
   p.flags_init.clear();
-  if (!backend_.asynchronous()) return;
+  if (!backend_.asynchronous()) return true;
   for (size_t s = 0; s < plan.steps.size(); ++s)
     for (char c : p.checked[s]) {
       p.flag_of[s].push_back(c ? static_cast<int>(p.flags_init.size()) : -1);
@@ -383,14 +417,18 @@ void Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
     guard = guard && (!st.writes_state || backend_.skips_when_flagged(plan.graph.nodes[st.node]));
   p.any_flag = guard ? static_cast<int>(p.flags_init.size()) : -1;
   if (guard) p.flags_init.push_back(Backend::kAllFinite);
-  p.flags = backend_.allocate(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
-  p.flags_host.assign(backend_.host_visible() ? 0 : p.flags_init.size(), 0);
+  const size_t bytes = std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment);
+  p.flags = backend_.allocate(bytes);
+  p.flags_init_pinned = backend_.allocate_host(bytes);
+  std::memcpy(p.flags_init_pinned.get(), p.flags_init.data(), p.flags_init.size() * sizeof(uint64_t));
+  p.flags_host = backend_.host_visible() ? nullptr : backend_.allocate_host(bytes);
+  return true;
 }
 
 // Issues the copy of the check flags into host memory where the host cannot see them;
 // they are read after the next sync().
 void Executor::fetch_flags(Prepared& p) const {
-  if (!p.flags_host.empty()) backend_.copy(p.flags_host.data(), p.flags.get(), p.flags_host.size() * sizeof(uint64_t));
+  if (p.flags_host) backend_.copy(p.flags_host.get(), p.flags.get(), p.flags_init.size() * sizeof(uint64_t));
 }
 
 // One kernel call; its profile event goes to `ev` (the caller appends events in plan
@@ -465,7 +503,7 @@ void Executor::flag_outputs(Prepared& p, size_t s) const {
 // After a synchronisation: throws NumericalError for the first flagged output of the
 // steps from flags_read up to `upto`, in plan order.
 void Executor::read_flags(Prepared& p, size_t upto) {
-  const auto* flags = p.flags_host.empty() ? reinterpret_cast<const uint64_t*>(p.flags.get()) : p.flags_host.data();
+  const auto* flags = reinterpret_cast<const uint64_t*>(p.flags_host ? p.flags_host.get() : p.flags.get());
   for (size_t s = p.flags_read; s < upto; ++s)
     for (size_t k = 0; k < p.flag_of[s].size(); ++k) {
       const int f = p.flag_of[s][k];
@@ -500,7 +538,7 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   const bool skip_on_device = deferred && p.any_flag >= 0;
   bool state_guarded = false;  // the flags before the first state write were read
   if (deferred) {
-    backend_.copy(p.flags.get(), p.flags_init.data(), p.flags_init.size() * sizeof(uint64_t));
+    backend_.copy(p.flags.get(), p.flags_init_pinned.get(), p.flags_init.size() * sizeof(uint64_t));
     p.flags_read = 0;
   }
   const size_t steps = plan.steps.size();
@@ -517,7 +555,7 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
       if (ro.before_step) ro.before_step(static_cast<int>(k));
       KernelContext& ctx = p.contexts[k];
       ctx.training = ro.training;
-      ctx.seed = ro.seed * 1000003u + plan.steps[k].node;  // the node's graph index: any order gives the same masks
+      ctx.seed = node_seed(ro.seed, plan.steps[k].node);  // device kernels read it from run_seed
       ctx.skip_if_flagged = !plan.steps[k].writes_state ? nullptr
                             : skip_on_device            ? reinterpret_cast<const uint64_t*>(p.flags.get()) + p.any_flag
                                                         : ro.skip_flag;
@@ -538,6 +576,41 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   }
 }
 
+// The part of a run issued to the backend (and captured): the batch copies on the copy
+// stream, the seed, the steps, the results' and flags' copies into host memory.
+void Executor::issue_run(Prepared& p, const RunOptions& ro, bool checking) {
+  const bool async = backend_.asynchronous();
+  for (const Prepared::FeedCopy& c : p.feed_copies)
+    async ? backend_.copy_on(Backend::Stream::copy, c.to, c.from, c.bytes) : backend_.copy(c.to, c.from, c.bytes);
+  // The step's kernels start after the batch's copies.
+  if (async && !p.feed_copies.empty()) backend_.wait(Backend::Stream::compute, backend_.record(Backend::Stream::copy));
+  if (p.seed_device) backend_.copy(p.seed_device.get(), p.seed_pinned.get(), sizeof(uint64_t));
+  if (async) queued_ = true;
+  run_steps(p, ro, checking);
+  for (size_t i = 0; i < p.result_values.size(); ++i) {
+    const Tensor& slot = p.slots[static_cast<size_t>(p.result_values[i].second)];
+    if (p.result_pinned[i] && slot.nbytes() && backend_.reaches(slot.raw()))  // into host memory
+      backend_.copy(p.result_pinned[i].get(), slot.raw(), slot.nbytes());
+  }
+  if (async && checking) fetch_flags(p);
+}
+
+// Whether this run may be captured (Backend::begin_capture) or replay a capture, and the
+// options a capture depends on (`key`): device memory the host never sees, no step on
+// the host, every feed staged through pinned memory, no hook, profile or early stop, and
+// a run of this plan before (the kernels' own one-time set-up is not captured).
+bool Executor::capturable(const Prepared& p, const RunOptions& ro, std::string& key) const {
+  if (!opts_.capture || !backend_.can_capture() || backend_.host_visible() || p.capture_failed || p.host_steps ||
+      p.runs == 0 || ro.profile || ro.after_step || ro.before_step || ro.skip_state_writes || ro.skip_flag)
+    return false;
+  size_t staged = 0;
+  for (const Tensor& t : p.staged) staged += !t.empty();
+  if (p.feed_copies.size() != staged || staged != p.feed_values.size()) return false;
+  key = std::string(ro.training ? "training" : "inference") + (ro.detect_anomaly ? " anomaly" : "");
+  for (const std::string& c : ro.check_finite) key += " " + c;
+  return true;
+}
+
 const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
   Prepared& p = prepare(feeds, ro);
   last_ = &p;
@@ -548,26 +621,47 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
   }
   const bool async = backend_.asynchronous();
   stage_feeds(p, feeds);
-  if (async) queued_ = true;
+  if (p.seed_pinned) std::memcpy(p.seed_pinned.get(), &ro.seed, sizeof(uint64_t));  // the last run synchronised
   const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
-  if (checking) choose_checks(p, ro);
-  run_steps(p, ro, checking);
-  const bool copies = !backend_.host_visible();
-  for (const auto& [name, v] : p.result_values) {
+  if (checking && choose_checks(p, ro)) p.captured.reset();
+  std::string key;
+  if (!capturable(p, ro, key)) {
+    issue_run(p, ro, checking);
+  } else if (p.captured && p.capture_key == key) {
+    queued_ = true;
+    p.flags_read = 0;
+    backend_.replay(p.captured);
+  } else {
+    // Captured once, then replayed: this run and every later one with the same options.
+    p.captured.reset();
+    backend_.begin_capture();
+    try {
+      issue_run(p, ro, checking);
+      p.captured = backend_.end_capture();
+      p.capture_key = key;
+    } catch (const std::exception&) {  // something in the step cannot be captured: run it as issued
+      backend_.abort_capture();
+      p.capture_failed = true;
+      issue_run(p, ro, checking);
+    }
+    if (p.captured) backend_.replay(p.captured);
+  }
+  ++p.runs;
+  if (async) {
+    sync();  // results (and, on a host-visible backend, state and staged feeds) are the host's again
+    if (checking) read_flags(p, p.plan.steps.size());
+  }
+  for (size_t i = 0; i < p.result_values.size(); ++i) {
+    const auto& [name, v] = p.result_values[i];
     const Tensor& slot = p.slots[static_cast<size_t>(v)];
-    if (copies && slot.nbytes() && backend_.reaches(slot.raw())) {  // the results' copies into host memory
-      Tensor h(slot.dtype(), slot.dims());
+    if (p.result_pinned[i] && slot.nbytes() && backend_.reaches(slot.raw())) {
+      Tensor h(slot.dtype(), slot.dims());  // the caller's: a copy of the pinned buffer
       h.set_layout(slot.layout());
-      backend_.copy(h.raw(), slot.raw(), slot.nbytes());
+      std::memcpy(h.raw(), p.result_pinned[i].get(), slot.nbytes());
       p.results[name] = h;
     } else {
       p.results[name] = slot;
     }
-  }
-  if (async) {
-    if (checking) fetch_flags(p);
-    sync();  // results (and, on a host-visible backend, state and staged feeds) are the host's again
-    if (checking) read_flags(p, p.plan.steps.size());
   }
   return p.results;
 }

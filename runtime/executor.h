@@ -27,6 +27,16 @@
 // names the first node in plan order with a bad output, as on a host backend; kernels
 // after that node (none writing state) may have run.
 //
+// Capture (ExecutorOptions::capture, a backend that can_capture: cuda's CUDA graphs): the
+// second run of a plan is captured and replayed, and later runs with the same run options
+// only replay it, one launch per run. What changes from run to run reaches the captured
+// kernels through memory they read when they run: the batch through its pinned staging
+// buffer, the learning rate as a feed, Dropout's seed from device memory
+// (KernelContext::run_seed). Not captured: a plan with a step on the host, feeds the
+// backend reaches directly (their addresses change), runs with step hooks (data-parallel
+// training), profiling or skip_state_writes, and a plan whose capture the backend
+// refused once (it then runs as issued).
+//
 // Synchronisation on an asynchronous backend: at the end of run(), before the first
 // state write when checks are on and a writer cannot skip, in value() when kernels are
 // queued on a backend whose memory the host sees (a step hook reading a value: once per
@@ -127,6 +137,10 @@ struct ExecutorOptions {
   // beside its main branch. Results equal the serial run's up to the kernels' own
   // thread-count dependence (each kernel of a pair gets half the threads).
   bool concurrent_branches = false;
+  // On a backend that can capture (cuda: CUDA graphs), capture a run once its plan has run
+  // before and replay it while the feed shapes and run options stay the same: one launch
+  // per step instead of one per kernel (Executor::run says when a run is not captured).
+  bool capture = true;
 };
 
 class Executor {
@@ -167,7 +181,9 @@ class Executor {
   void bind_slots(Prepared& p);
   void build_contexts(Prepared& p) const;
   void stage_feeds(Prepared& p, const TensorMap& feeds) const;
-  void choose_checks(Prepared& p, const RunOptions& ro) const;
+  bool choose_checks(Prepared& p, const RunOptions& ro) const;  // true: the check set changed
+  void issue_run(Prepared& p, const RunOptions& ro, bool checking);
+  bool capturable(const Prepared& p, const RunOptions& ro, std::string& key) const;
   void run_steps(Prepared& p, const RunOptions& ro, bool checking);
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);

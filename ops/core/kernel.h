@@ -47,6 +47,19 @@ const char* math_precision_name(MathPrecision m);
 enum class ConvAlgorithm : uint8_t { direct, winograd };
 const char* conv_algorithm_name(ConvAlgorithm a);
 
+#ifdef __CUDACC__
+#define TRAINRT_HOST_DEVICE __host__ __device__
+#else
+#define TRAINRT_HOST_DEVICE
+#endif
+
+// KernelContext::seed of the node at graph index `node` in a run with seed `run_seed`:
+// any order of the nodes gives the same masks. Device kernels derive it from the run's
+// seed in device memory (KernelContext::run_seed).
+TRAINRT_HOST_DEVICE constexpr uint64_t node_seed(uint64_t run_seed, uint64_t node) {
+  return run_seed * 1000003u + node;
+}
+
 struct KernelContext {
   const Node& node;
   std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
@@ -61,6 +74,13 @@ struct KernelContext {
   // checked value was not finite. Such a kernel then writes nothing, so the state stays
   // unchanged without the host waiting for the checks before the first state write.
   const uint64_t* skip_if_flagged = nullptr;
+  // On an asynchronous backend: the run's seed in the backend's memory (8 bytes), written
+  // in stream order before the run's kernels, and this node's graph index. A device kernel
+  // that draws random numbers reads node_seed(*run_seed, node_index) when it runs instead
+  // of `seed` (the same value), so a captured step replayed in a later run draws that
+  // run's masks (Backend::replay).
+  const uint64_t* run_seed = nullptr;
+  uint64_t node_index = 0;
 
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i]; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i]; }

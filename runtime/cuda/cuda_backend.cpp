@@ -85,6 +85,43 @@ class CudaBackend : public Backend {
     cuda::check(cudaStreamWaitEvent(stream(s), ev, 0), "cudaStreamWaitEvent");
   }
 
+  // CUDA graphs: the compute stream captures; the copy and collectives streams join the
+  // capture by waiting for an event of it, and rejoin it before it ends, as CUDA requires
+  // of every stream a captured graph forks.
+  bool can_capture() const override { return true; }
+  void begin_capture() const override {
+    cuda::check(cudaStreamBeginCapture(cuda::context().stream, cudaStreamCaptureModeThreadLocal),
+                "cudaStreamBeginCapture");
+    const Event fork = record(Stream::compute);
+    wait(Stream::copy, fork);
+    wait(Stream::comm, fork);
+  }
+  Captured end_capture() const override {
+    wait(Stream::compute, record(Stream::copy));
+    wait(Stream::compute, record(Stream::comm));
+    cudaGraph_t graph = nullptr;
+    cuda::check(cudaStreamEndCapture(cuda::context().stream, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    cuda::check(e, "cudaGraphInstantiate");
+    return std::shared_ptr<CUgraphExec_st>(exec, [](CUgraphExec_st* x) { (void)cudaGraphExecDestroy(x); });
+  }
+  void abort_capture() const noexcept override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cuda::context().stream, &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t graph = nullptr;
+      (void)cudaStreamEndCapture(cuda::context().stream, &graph);
+      if (graph) (void)cudaGraphDestroy(graph);
+    }
+    (void)cudaGetLastError();  // the refused call's error is not the next call's
+  }
+  void replay(const Captured& c) const override {
+    auto* exec = static_cast<cudaGraphExec_t>(const_cast<void*>(c.get()));
+    cuda::check(cudaGraphLaunch(exec, cuda::context().stream), "cudaGraphLaunch");
+  }
+
   void synchronize() const override {
     cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
     cuda::check(cudaStreamSynchronize(copy_stream_), "waiting for the GPU's copies");

@@ -57,6 +57,13 @@ struct StandinDevice::Pool {
   std::map<const std::byte*, Region> regions;       // by start
   std::map<const std::byte*, size_t> pinned;        // allocate_host() memory: start -> bytes
   std::array<std::vector<Work>, kStreams> pending;  // per stream, in issue order
+  // While capturing: the recorded work per stream (instead of `pending`).
+  std::optional<std::array<std::vector<Work>, kStreams>> capture;
+  // The pending queues (or the capture's), mu held.
+  std::array<std::vector<Work>, kStreams>& queues() { return capture ? *capture : pending; }
+  void refuse_in_capture(const char* what) const {
+    if (capture) throw_internal("standin-device", std::string(what) + " while capturing");
+  }
   Counts counts;
   std::atomic<size_t> skipped{0};  // Counts::skipped, counted by the stream threads
 
@@ -172,6 +179,8 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
     enqueue(
         [ref, launched, pool = pool_, fail = ctx.node.op_type == fail_when_run]() mutable {
           if (fail) throw_internal("standin-device", "kernel of " + launched.node.op_type + " failed");
+          // As a cuda kernel drawing random numbers: the seed read when it runs.
+          if (launched.run_seed) launched.seed = node_seed(*launched.run_seed, launched.node_index);
           if (launched.skip_if_flagged && *launched.skip_if_flagged != kAllFinite) {
             pool->skipped.fetch_add(1, std::memory_order_relaxed);  // no ordering between streams
             return;
@@ -186,6 +195,10 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
 std::shared_ptr<std::byte[]> StandinDevice::allocate(size_t bytes) const {
   const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t mapped = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    pool_->refuse_in_capture("allocate()");
+  }
   const bool hidden = device_memory && protect_memory;  // the host never sees it, from the start
   void* p = mmap(nullptr, mapped, hidden ? PROT_NONE : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
@@ -204,6 +217,10 @@ std::shared_ptr<std::byte[]> StandinDevice::allocate(size_t bytes) const {
 }
 
 std::shared_ptr<std::byte[]> StandinDevice::allocate_host(size_t bytes) const {
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    pool_->refuse_in_capture("allocate_host()");
+  }
   std::shared_ptr<std::byte[]> b = Backend::allocate(bytes);
   std::lock_guard<std::mutex> lock(pool_->mu);
   pool_->pinned[b.get()] = bytes;
@@ -227,6 +244,10 @@ void StandinDevice::copy_on(Stream s, void* to, const void* from, size_t bytes) 
     return;
   }
   // From host memory: staged at the call (cudaMemcpyAsync from pageable memory), landed in stream order.
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    pool_->refuse_in_capture("a copy from pageable host memory");
+  }
   std::vector<std::byte> staged(static_cast<const std::byte*>(from), static_cast<const std::byte*>(from) + bytes);
   enqueue([to, staged] { std::memcpy(to, staged.data(), staged.size()); }, {to}, s);
 }
@@ -236,7 +257,7 @@ Backend::Event StandinDevice::record(Stream s) const {
   e->stream = s;
   std::lock_guard<std::mutex> lock(pool_->mu);
   ++pool_->counts.records;
-  pool_->pending[static_cast<size_t>(s)].push_back(Work{nullptr, e, nullptr});
+  pool_->queues()[static_cast<size_t>(s)].push_back(Work{nullptr, e, nullptr});
   return e;
 }
 
@@ -246,7 +267,7 @@ void StandinDevice::wait(Stream s, const Event& e) const {
   std::lock_guard<std::mutex> lock(pool_->mu);
   ++pool_->counts.waits;
   if (ignore_waits || ev->stream == s) return;  // a stream is ordered with itself
-  pool_->pending[static_cast<size_t>(s)].push_back(Work{nullptr, nullptr, std::move(ev)});
+  pool_->queues()[static_cast<size_t>(s)].push_back(Work{nullptr, nullptr, std::move(ev)});
 }
 
 void StandinDevice::flag_non_finite(const Tensor& t, uint64_t* flag) const {
@@ -266,7 +287,7 @@ void StandinDevice::enqueue(std::function<void()> f, const std::vector<const voi
   if (protect_memory)
     for (const void* p : touched)
       if (auto it = pool_->find(p); it != pool_->regions.end()) pool_->set(it->first, it->second, true);
-  pool_->pending[static_cast<size_t>(s)].push_back(Work{std::move(f), nullptr, nullptr});
+  pool_->queues()[static_cast<size_t>(s)].push_back(Work{std::move(f), nullptr, nullptr});
 }
 
 namespace {
@@ -349,6 +370,7 @@ void StandinDevice::synchronize() const {
   bool any = false;
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
+    pool_->refuse_in_capture("synchronize()");
     work.swap(pool_->pending);
     ++(in_host_kernel ? pool_->counts.host_syncs : pool_->counts.syncs);
     for (const auto& q : work) any = any || !q.empty();
@@ -370,6 +392,57 @@ void StandinDevice::synchronize() const {
     }
   } close{*pool_};
   run.run(work);
+}
+
+bool StandinDevice::capturing() const {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  return pool_->capture.has_value();
+}
+
+void StandinDevice::begin_capture() const {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  if (pool_->capture) throw_internal("standin-device", "begin_capture() while capturing");
+  pool_->capture.emplace();
+}
+
+Backend::Captured StandinDevice::end_capture() const {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  if (!pool_->capture) throw_internal("standin-device", "end_capture() without begin_capture()");
+  auto c = std::make_shared<std::array<std::vector<Work>, kStreams>>(std::move(*pool_->capture));
+  pool_->capture.reset();
+  ++pool_->counts.captures;
+  return c;
+}
+
+void StandinDevice::abort_capture() const noexcept {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  pool_->capture.reset();
+}
+
+void StandinDevice::replay(const Captured& c) const {
+  const auto& graph = *std::static_pointer_cast<const std::array<std::vector<Work>, kStreams>>(c);
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  pool_->refuse_in_capture("replay()");
+  ++pool_->counts.replays;
+  // Each replay reaches its events anew: those recorded in the capture are replaced by
+  // fresh ones (a wait for an event from before the capture keeps it: reached already).
+  std::map<const EventState*, std::shared_ptr<EventState>> fresh;
+  for (const auto& q : graph)
+    for (const Work& w : q)
+      if (w.record) fresh[w.record.get()] = nullptr;
+  auto renew = [&](const std::shared_ptr<EventState>& e) -> std::shared_ptr<EventState> {
+    if (!e || !fresh.count(e.get())) return e;
+    std::shared_ptr<EventState>& n = fresh[e.get()];
+    if (!n) {
+      n = std::make_shared<EventState>();
+      n->stream = e->stream;
+    }
+    return n;
+  };
+  for (size_t q = 0; q < kStreams; ++q)
+    for (const Work& w : graph[q]) pool_->pending[q].push_back(Work{w.run, renew(w.record), renew(w.wait)});
+  if (protect_memory)  // what queued work touches is closed already (device memory) or now
+    for (auto& [start, r] : pool_->regions) pool_->set(start, r, true);
 }
 
 StandinDevice::Counts StandinDevice::counts() const {

@@ -68,6 +68,16 @@ class StandinDevice : public Backend {
   Event record(Stream s) const override;
   void wait(Stream s, const Event& e) const override;
   void synchronize() const override;
+  // Capture as CUDA graphs do: between begin_capture() and end_capture() the queues'
+  // work is recorded instead of queued; replay() queues it again (events renewed), so
+  // kernels read their memory when the replay runs. synchronize(), allocate(),
+  // allocate_host() and a copy from pageable host memory while capturing throw Internal.
+  bool can_capture() const override { return capture_enabled; }
+  void begin_capture() const override;
+  Captured end_capture() const override;
+  void abort_capture() const noexcept override;
+  void replay(const Captured& c) const override;
+  bool runs_on_host(const Node& n) const override { return runs_on_host(n.domain, n.op_type); }
   bool host_visible() const override { return !device_memory; }
   std::shared_ptr<std::byte[]> allocate_host(size_t bytes) const override;
   void flag_non_finite(const Tensor& t, uint64_t* flag) const override;
@@ -76,6 +86,7 @@ class StandinDevice : public Backend {
 
   // Whether op `op` runs on the host here (no "cuda" kernel, or the explicit list).
   bool runs_on_host(const std::string& domain, const std::string& op) const;
+  bool capturing() const;
   // As the cuda backend: its host ops, and the kernels whose cuda kernel honours the flag
   // (the registry's; in a build without CUDA the optimizer updates, as optimizer_cuda.cu).
   bool skips_when_flagged(const Node& n) const override;
@@ -88,6 +99,7 @@ class StandinDevice : public Backend {
     size_t launched = 0;                       // queued kernels
     size_t skipped = 0;                        // of those, skipped on a lowered skip flag
     size_t records = 0, waits = 0;             // record() and wait() calls
+    size_t captures = 0, replays = 0;          // end_capture() and replay() calls
     std::map<std::string, size_t> host_calls;  // host kernel calls per op
     size_t host_total() const;
   };
@@ -115,7 +127,8 @@ class StandinDevice : public Backend {
   bool device_memory = true;
   // This stream's queue runs only once every other stream's is done or waits for an event.
   std::optional<Stream> late_stream;
-  bool ignore_waits = false;  // wait() orders nothing (a missing event, for a test's control)
+  bool ignore_waits = false;    // wait() orders nothing (a missing event, for a test's control)
+  bool capture_enabled = true;  // false: can_capture() says no (the executor issues every run)
 
   struct Pool;  // the regions, shared with the deleters of what allocate() handed out
   struct EventState;

@@ -194,6 +194,44 @@ TEST_CASE("stand-in device: streams run on threads of their own, ordered only by
   CHECK(d.pending() == 0);
 }
 
+TEST_CASE("stand-in device: capture records work instead of running it; replay runs it with memory as it is then") {
+  using S = Backend::Stream;
+  StandinDevice d;
+  Node relu = make_node("Relu", {"x"}, {"y"});
+  relu.name = "relu";
+  Tensor x(DataType::Float32, {4}, d.allocate(16)), y(DataType::Float32, {4}, d.allocate(16));
+  std::shared_ptr<std::byte[]> in = d.allocate_host(16), out = d.allocate_host(16);
+  const Tensor pageable = make(DataType::Float32, {4}, {1.f, 2.f, 3.f, 4.f});
+  d.begin_capture();
+  d.copy_on(S::copy, x.raw(), in.get(), 16);  // pinned: allowed, read when it runs
+  d.wait(S::compute, d.record(S::copy));
+  KernelContext ctx{relu, {&x}, {&y}};
+  d.kernel(relu)(ctx);
+  d.copy(out.get(), y.raw(), 16);
+  // What CUDA refuses while capturing.
+  CHECK(error_of([&] { d.synchronize(); }).find("synchronize() while capturing") != std::string::npos);
+  CHECK(error_of([&] { (void)d.allocate(16); }).find("allocate() while capturing") != std::string::npos);
+  CHECK(error_of([&] { (void)d.allocate_host(16); }).find("while capturing") != std::string::npos);
+  CHECK(error_of([&] { d.copy(x.raw(), pageable.raw(), 16); }).find("pageable") != std::string::npos);
+  const Backend::Captured g = d.end_capture();
+  CHECK(d.pending() == 0);  // recorded, not queued
+  for (float base : {-2.f, 5.f}) {
+    for (int i = 0; i < 4; ++i) reinterpret_cast<float*>(in.get())[i] = base + static_cast<float>(i);
+    d.replay(g);
+    d.synchronize();
+    for (int i = 0; i < 4; ++i)
+      CHECK(reinterpret_cast<float*>(out.get())[i] == std::max(0.f, base + static_cast<float>(i)));
+  }
+  CHECK(d.counts().captures == 1);
+  CHECK(d.counts().replays == 2);
+  // An aborted capture leaves nothing behind.
+  d.begin_capture();
+  d.kernel(relu)(ctx);
+  d.abort_capture();
+  CHECK(!d.capturing());
+  CHECK(d.pending() == 0);
+}
+
 TEST_CASE("stand-in device: managed memory faults on a host access while queued work touches it") {
   StandinDevice d;
   d.device_memory = false;
@@ -422,6 +460,43 @@ TEST_CASE("device backend: inference results and constants come back right, as h
     }
   }
   CHECK(dev.pending() == 0);
+}
+
+TEST_CASE("device backend: a training step is captured once and replayed; dropout masks follow each step's seed") {
+  // No op on the host (a build without CUDA kernels: none listed), so the step can be
+  // captured: run 0 is issued (the kernels' one-time set-up), run 1 captured and
+  // replayed, later runs replayed. The Wide ResNet has Dropout: a replay must draw the
+  // masks of its own step (the seed is read on the device), or the steps would differ
+  // from the reference from run 2 on.
+  Graph g = small_wrn();
+  auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});
+  StandinDevice& dev = *owned;
+  TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3});
+  TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3});
+  for (int step = 0; step < 4; ++step) {
+    CAPTURE(step);
+    dev.reset_counts();
+    const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 20));
+    CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
+    REQUIRE(host_steps(device.plan(), dev).empty());
+    const StandinDevice::Counts c = dev.counts();
+    CHECK(c.syncs == 1);
+    CHECK(c.captures == (step == 1 ? 1u : 0u));
+    CHECK(c.replays == (step >= 1 ? 1u : 0u));
+    CHECK(c.launched == (step <= 1 ? device.plan().steps.size() : 0u));  // a replay launches nothing
+  }
+  for (const std::string& name : ref.state_names()) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(device.state(name), ref.state(name)));
+  }
+  // A new batch shape is a new plan: issued once, then captured and replayed.
+  dev.reset_counts();
+  for (int i = 0; i < 3; ++i) {
+    const TensorMap b = wrn_batch(2, static_cast<uint64_t>(40 + i));
+    CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
+  }
+  CHECK(dev.counts().captures == 1);
+  CHECK(dev.counts().replays == 2);
 }
 
 TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit (buckets in backend memory)") {
