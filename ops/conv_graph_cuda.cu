@@ -118,7 +118,6 @@ struct GraphPlan {
   std::vector<DescPtr> keep;  // the operation graph, engine config and what they refer to
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
-  int64_t engine = -1;  // cuDNN's global engine index (diagnostics)
 };
 
 bool has_note(const std::vector<cudnnBackendNumericalNote_t>& notes, cudnnBackendNumericalNote_t n) {
@@ -162,7 +161,7 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
         continue;
       }
       for (int64_t i = 0; i < count; ++i) {
-        ++candidates;
+        if (need_deterministic) ++candidates;  // the second pass looks at the same configs again
         Builder e;
         cudnnBackendDescriptor_t engine = e.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
         int64_t n = 0;
@@ -189,9 +188,6 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
                      : "engines left out: down-converting or non-deterministic");
           continue;
         }
-        int64_t index = -1;
-        e.note(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index),
-               "engine index");
         cudnnBackendDescriptor_t plan = e.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
         e.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
         e.set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[static_cast<size_t>(i)], "plan engine config");
@@ -214,7 +210,6 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
         p->keep.insert(p->keep.end(), e.keep.begin(), e.keep.end());
         p->plan = plan;
         p->workspace = ws;
-        p->engine = index;
         return p;
       }
     }
