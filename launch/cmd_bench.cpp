@@ -47,6 +47,8 @@ const CommandSpec kSpec{
      {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
      {"backend", "cpu", "with --device cpu: cpu or reference"},
      {"timing-cache", "", "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
+     {"fp32-math", "tf32",
+      "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
      {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
      {"conv-algorithm", "winograd",
       "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
@@ -68,6 +70,7 @@ struct BenchConfig {
   int64_t batch = 0, steps = 0, warmup = 0, threads = 0;
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::winograd;
+  Fp32Math fp32_math = Fp32Math::strict;
   double lr = 0;
   uint64_t seed = 0;
   bool fuse = true, blocked = true, concurrent = false, profile = false;
@@ -84,6 +87,7 @@ BenchConfig bench_config(const Args& a) {
   c.threads = a.at_least("threads", 0);
   c.backend = backend_for_device(a);
   c.timing_cache = timing_cache_for_device(a, c.path);
+  c.fp32_math = fp32_math_for_device(a, Fp32Math::tf32);
   c.precision = a.one_of("precision", {"fp32", "bf16"});
   c.math = c.precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
   c.conv = a.one_of("conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd
@@ -270,6 +274,7 @@ int cmd_bench(const Argv& argv) {
   typed[t.lr] = Tensor(DataType::Float32, {});
   const double flops = step_flops(specialize(t.graph, typed));
 
+  set_default_fp32_math(c.fp32_math);
   std::unique_ptr<Backend> backend = make_backend(c.backend, static_cast<int>(c.threads));
   backend->check_math(c.math);
   const GraphSize size = graph_size(t);

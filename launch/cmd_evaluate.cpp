@@ -22,6 +22,9 @@ const CommandSpec kSpec{"evaluate",
                                                 {"limit", "0", "use only the first N test images (0 = all)"},
                                                 {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
                                                 {"backend", "cpu", "with --device cpu: cpu or reference"},
+                                                {"fp32-math", "tf32",
+                                                 "with --device cuda: tf32 (TF32 tensor cores, as PyTorch) or "
+                                                 "strict (full fp32)"},
                                                 {"threads", "0", "CPU threads (0 = all cores)"}}),
                         1,
                         1};
@@ -32,7 +35,9 @@ int cmd_evaluate(const Argv& argv) {
   if (a.help) return print_help(kSpec), 0;
   const int64_t batch = a.positive("batch-size"), limit = a.at_least("limit", 0), threads = a.at_least("threads", 0);
   configure_threads(static_cast<int>(threads));
-  auto backend = make_backend(backend_for_device(a), static_cast<int>(threads));
+  const std::string backend_name = backend_for_device(a);
+  set_default_fp32_math(fp32_math_for_device(a, Fp32Math::tf32));
+  auto backend = make_backend(backend_name, static_cast<int>(threads));
   const DataFlags data = data_flags(a);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
   const Dataset test = load_split(data, g, /*train=*/false, limit);

@@ -42,6 +42,9 @@ const CommandSpec kSpec{
      {"widths", "4,8,12,16", "Wide ResNet widths (input block, stages 1-3)"},
      {"batch", "8", "images per step"},
      {"tolerance", "0.002", "largest relative error allowed per value"},
+     {"fp32-math", "strict",
+      "with --device cuda: strict (full fp32, the reference's arithmetic) or tf32 (TF32 tensor cores: "
+      "expect errors near 1e-3, raise --tolerance)"},
      {"threads", "0", "CPU threads (0 = all cores)"}},
     0,
     0};
@@ -125,6 +128,8 @@ int cmd_selftest(const Argv& argv) {
   WrnOptions o = wrn_options_for_dataset("fashion-mnist");
   o.widths = parse_widths(a.str("widths"));
   configure_threads(static_cast<int>(threads));
+  const Fp32Math fp32_math = fp32_math_for_device(a, Fp32Math::strict);
+  set_default_fp32_math(fp32_math);
   std::unique_ptr<Backend> backend = make_backend(device, static_cast<int>(threads));
   Graph g = build_wide_resnet(o);
   infer_shapes(g, registry().schemas, "selftest");
@@ -133,8 +138,10 @@ int cmd_selftest(const Argv& argv) {
   std::vector<std::string> host = backend->fallback_ops();
   std::string host_list;
   for (const std::string& op : host) host_list += (host_list.empty() ? "" : ", ") + op;
-  if (backend->asynchronous())
+  if (backend->asynchronous()) {
     std::printf("  ops run on the host: %s\n", host_list.empty() ? "none" : host_list.c_str());
+    std::printf("  fp32 math of convolutions and Gemm: %s\n", fp32_math_name(fp32_math));
+  }
   std::printf("  Wide ResNet widths %s on [%lld,1,28,28], 10 classes; SGD momentum 0.9, weight decay 5e-4\n",
               a.str("widths").c_str(), static_cast<long long>(batch));
   std::string failure;

@@ -228,6 +228,7 @@ void TrainRun::start_ranks() {
     throw_internal("stdout", "cannot silence rank " + std::to_string(c_.env.rank));
   rank_threads_ = c_.threads > 0 ? static_cast<int>(c_.threads) : default_rank_threads(c_.env.local_world);
   configure_threads(rank_threads_);
+  set_default_fp32_math(c_.fp32_math);
   backend_ = make_backend(c_.backend, rank_threads_);
   backend_->check_math(c_.math);
 }

@@ -96,6 +96,8 @@ const CommandSpec kSpec{
          {"backend", "cpu", "with --device cpu: cpu or reference"},
          {"timing-cache", "",
           "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
+         {"fp32-math", "tf32",
+          "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
          {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
          {"seed", "0", "seed of shuffling, augmentation and dropout"},
          {"shuffle", "on", "on or off (off: the file's order every epoch)"},
@@ -258,6 +260,7 @@ TrainConfig train_config(const Args& a, const RankEnvironment& env) {
   c.backend = backend_for_device(a);
   c.device = a.str("device");
   c.timing_cache = timing_cache_for_device(a, c.model_path);
+  c.fp32_math = fp32_math_for_device(a, Fp32Math::tf32);
   c.math = c.precision == "bf16"   ? MathPrecision::bf16
            : c.precision == "fp16" ? MathPrecision::fp16
                                    : MathPrecision::fp32;

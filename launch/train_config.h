@@ -45,6 +45,7 @@ struct TrainConfig {
   std::string timing_cache;  // --device cuda: the timing cache file (runtime/timing_cache.h)
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::winograd;
+  Fp32Math fp32_math = Fp32Math::strict;  // --fp32-math (cuda: tf32 unless strict)
   int64_t threads = 0;
   bool fuse = true, concurrent = false, detect_anomaly = false;
   // Output.

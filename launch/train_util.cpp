@@ -347,6 +347,15 @@ std::string backend_for_device(const Args& a) {
   return "cuda";
 }
 
+Fp32Math fp32_math_for_device(const Args& a, Fp32Math cuda_default) {
+  if (a.str("device") != "cuda") {
+    if (a.on("fp32-math")) throw_bad_input("--fp32-math", "applies to --device cuda");
+    return Fp32Math::strict;
+  }
+  if (!a.on("fp32-math")) return cuda_default;
+  return a.one_of("fp32-math", {"tf32", "strict"}) == "tf32" ? Fp32Math::tf32 : Fp32Math::strict;
+}
+
 std::string timing_cache_for_device(const Args& a, const std::string& model_path) {
   if (a.str("device") != "cuda") {
     if (a.on("timing-cache")) throw_bad_input("--timing-cache", "applies to --device cuda");

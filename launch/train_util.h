@@ -98,6 +98,12 @@ std::string backend_for_device(const Args& a);
 // that exists is read now, so a corrupt one is refused before the model is (BadInput).
 std::string timing_cache_for_device(const Args& a, const std::string& model_path);
 
+// The fp32 math of the cuda kernels (ops/core/kernel.h Fp32Math) from --fp32-math tf32|strict,
+// `cuda_default` when the flag is not given; with --device cpu the flag is refused
+// (BadInput: the host kernels have one fp32 arithmetic) and the result is strict. The
+// command passes it to set_default_fp32_math before it builds executors.
+Fp32Math fp32_math_for_device(const Args& a, Fp32Math cuda_default);
+
 // "16,160,320,640" -> the Wide ResNet's 4 widths; BadInput naming --widths otherwise.
 std::vector<int64_t> parse_widths(const std::string& text);
 

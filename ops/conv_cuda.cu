@@ -8,11 +8,17 @@
 // cuDNN calls: cudnnConvolutionForward, cudnnConvolutionBackwardData and
 // cudnnConvolutionBackwardFilter with algorithms from the cudnnGet*Algorithm_v7
 // heuristics (nothing is timed: no allocation, no synchronisation), and
-// cudnnConvolutionBackwardBias for db. The math type is CUDNN_FMA_MATH: the default
-// lets Ampere and later GPUs use TF32 tensor cores, which round fp32 inputs to 10-bit
-// mantissas and would no longer be the reference's arithmetic. Bias, Relu and the
-// residual are one epilogue kernel after the convolution, because
-// cudnnConvolutionBiasActivationForward adds z before the activation and FusedConv adds it after.
+// cudnnConvolutionBackwardBias for db. Math type by KernelContext::fp32: tf32 (the
+// CLI's default on --device cuda, as PyTorch's for cuDNN) sets CUDNN_DEFAULT_MATH, which
+// lets Ampere and later GPUs use TF32 tensor cores (fp32 inputs rounded to 10-bit
+// mantissas, fp32 accumulation); strict sets CUDNN_FMA_MATH, the reference's
+// arithmetic. fp64 is always FMA. Bias, Relu and the residual are one epilogue kernel
+// after the convolution, because cudnnConvolutionBiasActivationForward adds z before the
+// activation and FusedConv adds it after.
+//
+// FusedConv forward first tries one cuDNN graph (ops/conv_graph_cuda.h: convolution and
+// its epilogue fused, the backend API); this legacy path runs where the graph is out of
+// scope or cuDNN turns that problem down (said once per problem on stderr).
 //
 // Geometry is ops/core/window.h's. cuDNN pads both sides of a dim alike; an output element
 // depends only on the begin pads, so the convolution runs as is whenever cuDNN's output
@@ -22,9 +28,9 @@
 //
 // fp32 and fp64 (CUDNN_DATA_DOUBLE). Falls back to the host reference kernel (after
 // synchronising the stream) when a tensor has 2^31 or more elements (cuDNN's int
-// indexing), cuDNN rejects the descriptors, or its heuristics offer no FMA-math algorithm
-// within 256 MiB of workspace. Descriptors and algorithm choices are cached by
-// dtype, shapes, resolved window, group and requested outputs; like the context, they
+// indexing), cuDNN rejects the descriptors, or its heuristics offer no algorithm of the
+// allowed math within 256 MiB of workspace. Descriptors and algorithm choices are cached by
+// dtype, shapes, resolved window, group, requested outputs and fp32 math; like the context, they
 // live as long as the process.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "ops/conv_graph_cuda.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/window.h"
@@ -104,16 +111,18 @@ struct ConvPlan {
 
 bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
 
-// The first heuristic result that runs in FMA math within the workspace cap, preferring
+// The first heuristic result within the workspace cap whose math the plan allows (FMA;
+// with TF32 also the default math, never a down-conversion to fp16), preferring
 // deterministic ones: a resumed run repeats the straight one bit for bit only if every
 // kernel does (cuDNN's atomics-based backward algorithms do not). A non-deterministic
 // one is taken only when nothing else qualifies.
 template <typename Perf, typename Algo>
-bool pick(const std::vector<Perf>& perf, int returned, Algo* algo) {
+bool pick(const std::vector<Perf>& perf, int returned, bool tf32, Algo* algo) {
+  auto allowed = [&](cudnnMathType_t m) { return m == CUDNN_FMA_MATH || (tf32 && m == CUDNN_DEFAULT_MATH); };
   for (bool need_deterministic : {true, false})
     for (int i = 0; i < returned; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH &&
-          perf[i].memory <= kMaxCudnnWorkspace && (!need_deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && allowed(perf[i].mathType) && perf[i].memory <= kMaxCudnnWorkspace &&
+          (!need_deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
         *algo = perf[i].algo;
         return true;
       }
@@ -123,7 +132,8 @@ bool pick(const std::vector<Perf>& perf, int returned, Algo* algo) {
 // x: N,C,H,W  w: M,C/G,kH,kW  y: N,M,Ho,Wo with `win` resolved for x.
 // cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
 ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
-                        const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, DataType t, Want want) {
+                        const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, DataType t, Want want,
+                        bool tf32) {
   ConvPlan p;
   const int64_t pb = win.pads[2], pr = win.pads[3];  // end pads (bottom, right)
   p.top = win.pads[0], p.left = win.pads[1];
@@ -152,7 +162,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
                                               i(win.dilations[0]), i(win.dilations[1]), CUDNN_CROSS_CORRELATION,
                                               type)) &&
            ok(cudnnSetConvolutionGroupCount(p.conv, i(group))) &&
-           ok(cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH)) &&
+           ok(cudnnSetConvolutionMathType(p.conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)) &&
            ok(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
            ok(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &m, &ho, &wo)) && n == yd[0] && m == yd[1] &&
            ho == yd[2] && wo == yd[3];
@@ -169,7 +179,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
     check(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &count), heuristics);
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(count));
     if (!ok(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x, p.w, p.conv, p.y, count, &returned, perf.data())) ||
-        !pick(perf, returned, &p.forward) ||
+        !pick(perf, returned, tf32, &p.forward) ||
         !ok(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x, p.w, p.conv, p.y, p.forward, &bytes)))
       return ConvPlan{.use_reference = true};
     p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
@@ -179,7 +189,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(count));
     if (!ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w, p.y, p.conv, p.x, count, &returned,
                                                         perf.data())) ||
-        !pick(perf, returned, &p.data) ||
+        !pick(perf, returned, tf32, &p.data) ||
         !ok(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, p.w, p.y, p.conv, p.x, p.data, &bytes)))
       return ConvPlan{.use_reference = true};
     p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
@@ -189,7 +199,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(count));
     if (!ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x, p.y, p.conv, p.w, count, &returned,
                                                           perf.data())) ||
-        !pick(perf, returned, &p.filter) ||
+        !pick(perf, returned, tf32, &p.filter) ||
         !ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, p.x, p.y, p.conv, p.w, p.filter, &bytes)))
       return ConvPlan{.use_reference = true};
     p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
@@ -197,20 +207,30 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   return p;
 }
 
-// The plan for node n's convolution of x with w into y (dims yd).
-std::shared_ptr<const ConvPlan> conv_plan(const Node& n, const Tensor& x, const Tensor& w,
-                                          const std::vector<int64_t>& yd, Want want) {
+// Node n's window, resolved for x (explicit pads) and checked against y's dims yd.
+Window conv_window(const Node& n, const Tensor& x, const Tensor& w, const std::vector<int64_t>& yd) {
   Window win = read_window(n, 2, {w.dims()[2], w.dims()[3]}, "", {});
   for (size_t i = 0; i < 2; ++i) TRAINRT_ASSERT(resolve_window_dim(win, i, x.dims()[2 + i], "") == yd[2 + i]);
+  return win;
+}
+
+// The plan for node n's convolution of x with w into y (dims yd).
+std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor& x, const Tensor& w,
+                                          const std::vector<int64_t>& yd, Want want) {
+  const Node& n = ctx.node;
+  const Window win = conv_window(n, x, w, yd);
   const int64_t group = n.attr_int("group", 1);
+  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && x.dtype() == DataType::Float32;
   std::string key = dtype_name(x.dtype());
   auto append = [&](const std::vector<int64_t>& v) {
     key += '|';
     for (int64_t d : v) key += std::to_string(d) + ',';
   };
   append(x.dims()), append(w.dims()), append(yd), append(win.strides), append(win.dilations), append(win.pads);
-  key += "|g" + std::to_string(group) + (want.forward ? "F" : "") + (want.data ? "D" : "") + (want.filter ? "W" : "");
-  return cached<ConvPlan>(key, [&] { return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.dtype(), want); });
+  key += "|g" + std::to_string(group) + (want.forward ? "F" : "") + (want.data ? "D" : "") + (want.filter ? "W" : "") +
+         (tf32 ? "|tf32" : "");
+  return cached<ConvPlan>(key,
+                          [&] { return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.dtype(), want, tf32); });
 }
 
 // Byte offsets of the buffers one call carves out of the shared workspace.
@@ -236,7 +256,11 @@ void conv_forward(KernelContext& ctx, bool fused) {
   const bool relu = fused && n.attr_string("activation", "") == "Relu";
   std::shared_ptr<const ConvPlan> plan;
   if (x.numel() > 0 && w.numel() > 0) {
-    plan = conv_plan(n, x, w, y.dims(), Want{.forward = true});
+    if (fused) {
+      const Window win = conv_window(n, x, w, y.dims());
+      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), relu})) return;
+    }
+    plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
     if (plan->use_reference) return run_reference(ctx);
   }
   Context& c = context();
@@ -292,7 +316,7 @@ void conv_grad(KernelContext& ctx) {
       if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
     return;
   }
-  auto plan = conv_plan(n, x, w, dy.dims(), Want{.data = dx != nullptr, .filter = dw != nullptr});
+  auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx != nullptr, .filter = dw != nullptr});
   if (plan->use_reference) return run_reference(ctx);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -5,14 +5,16 @@
 //
 // cuBLASLt is column-major and Y is row-major, so it computes Y^T = B'^T A'^T: its "A"
 // is our B and its "B" our A, each read in place with the transpose as the operation.
-// fp32 runs in CUBLAS_COMPUTE_32F (no TF32: the reference's arithmetic), fp64 in
+// fp32 runs in CUBLAS_COMPUTE_32F_FAST_TF32 with KernelContext::fp32 tf32 (the CLI's
+// default on --device cuda: TF32 tensor cores, fp32 accumulation, as PyTorch allows for
+// convolutions) and CUBLAS_COMPUTE_32F with strict (the reference's arithmetic); fp64 in
 // CUBLAS_COMPUTE_64F. A C of Y's full size is passed to cuBLASLt as its C (out of
 // place); a broadcast C is first expanded into Y by a kernel and the product added in
 // place (C == D); beta == 0 ignores C, as BLAS and the cpu kernel do. K == 0 is no
 // product: Y = beta * C (or 0) by the same kernel.
 //
 // The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
-// M, N, K, transA/transB and the pointers' alignments (the heuristic assumes 256-byte
+// M, N, K, transA/transB, fp32 math and the pointers' alignments (the heuristic assumes 256-byte
 // aligned buffers unless told otherwise); like the context, they live as long as the
 // process. Falls back to the host reference kernel (after synchronising the stream)
 // when the heuristic offers no algorithm within 32 MiB of workspace.
@@ -61,12 +63,15 @@ struct GemmPlan {
 
 // align: of our B, our A, C and Y (cuBLASLt's A, B, C, D).
 GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                        const uint32_t align[4]) {
+                        const uint32_t align[4], bool tf32) {
   GemmPlan p;
   const bool f64 = t == DataType::Float64;
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cublasComputeType_t compute = f64    ? CUBLAS_COMPUTE_64F
+                                      : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                             : CUBLAS_COMPUTE_32F;
   const std::string where = what(node, "cuBLASLt matmul descriptors");
-  check(cublasLtMatmulDescCreate(&p.op, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, type), where);
+  check(cublasLtMatmulDescCreate(&p.op, compute, type), where);
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), where);
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), where);
@@ -126,7 +131,9 @@ void gemm(KernelContext& ctx) {
     std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
                       std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
     for (uint32_t v : align) key += ',' + std::to_string(v);
-    plan = cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align); });
+    const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
+    if (tf32) key += "|tf32";
+    plan = cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32); });
     if (plan->use_reference) return run_reference(ctx);
   }
   Context& cx = context();

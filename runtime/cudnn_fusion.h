@@ -24,6 +24,10 @@
 // (N,C,H,W), when the convolution is grouped or dilated or an activation is not ReLU
 // (the first fused kernels' scope), or when a batch-norm's channel count is not a
 // multiple of 4 (fp32) or 8 (fp16, bf16), which BnAddRelu and DReluForkDBn require.
+// The cuda FusedConv forward (ops/conv_graph_cuda.h) tries its cuDNN graph exactly on
+// the conv sites this counts as fused (fp32 there: the cuda backend has no fp16/bf16
+// kernels); keep the two rules alike. Whether cuDNN then takes a site is known only at
+// run time: one it turns down falls back and says so once.
 #pragma once
 
 #include <map>

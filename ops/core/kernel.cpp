@@ -1,5 +1,7 @@
 #include "ops/core/kernel.h"
 
+#include <atomic>
+
 #include "graph/error.h"
 #include "graph/schema.h"
 #include "ops/core/common.h"
@@ -28,6 +30,15 @@ float round_to_math(float v, MathPrecision m) {
   }
 }
 const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::winograd ? "winograd" : "direct"; }
+
+const char* fp32_math_name(Fp32Math m) { return m == Fp32Math::tf32 ? "tf32" : "strict"; }
+
+namespace {
+std::atomic<Fp32Math> process_fp32_math{Fp32Math::strict};
+}  // namespace
+
+Fp32Math default_fp32_math() { return process_fp32_math.load(std::memory_order_relaxed); }
+void set_default_fp32_math(Fp32Math m) { process_fp32_math.store(m, std::memory_order_relaxed); }
 
 Tensor math_input(const Tensor& t, MathPrecision m) {
   if (m == MathPrecision::fp32 || t.dtype() != DataType::Float32) return t;

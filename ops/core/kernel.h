@@ -60,6 +60,18 @@ TRAINRT_HOST_DEVICE constexpr uint64_t node_seed(uint64_t run_seed, uint64_t nod
   return run_seed * 1000003u + node;
 }
 
+// How the cuda kernels may compute fp32 convolutions (cuDNN) and Gemm (cuBLASLt). tf32:
+// on Ampere and later GPUs, tensor cores with the inputs rounded to TF32 (10-bit
+// mantissa) and fp32 accumulation, as PyTorch lets cuDNN convolutions do by default;
+// strict: FMA arithmetic in full fp32, the reference's. Host kernels ignore it.
+// KernelContext::fp32 starts as the process's default (strict, unless set: the CLI's
+// --fp32-math sets it once, before any executor is built), so it reaches every kernel
+// without each layer between the CLI and the kernels carrying it.
+enum class Fp32Math : uint8_t { strict, tf32 };
+const char* fp32_math_name(Fp32Math m);
+Fp32Math default_fp32_math();
+void set_default_fp32_math(Fp32Math m);
+
 struct KernelContext {
   const Node& node;
   std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
@@ -68,6 +80,7 @@ struct KernelContext {
   uint64_t seed = 0;                  // per node and step: Dropout masks derive from it
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::direct;
+  Fp32Math fp32 = default_fp32_math();
   // Set by the executor on an asynchronous backend for kernels that write state, where
   // the backend's kernel declared it (KernelRegistry::set_skips_when_flagged): 8 bytes of
   // the backend's memory that the NaN/Inf checks of the step lowered from ~0 when a

@@ -1,0 +1,366 @@
+// FusedConv forward as one cuDNN graph: ops/conv_graph_cuda.h says what and why.
+// Host code only (no kernels of its own). Compiled in CI, never run on a GPU.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/error.h"
+#include "ops/conv_graph_cuda.h"
+#include "ops/core/graph_fallback.h"
+
+// cuDNN 9.x marks the HANDLE attributes of the operation graph and execution plan
+// deprecated (when CUDNN_WARN_DEPRECATED is defined) in favour of device-property
+// descriptors; the handle is what binds the plan to the context's stream, so use it.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace trainrt::cuda {
+
+namespace {
+
+constexpr int64_t kMaxGraphWorkspace = int64_t{256} << 20;
+
+// Unique ids of the graph's tensors (the variant pack names buffers by them).
+enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kConvOut = 101, kBiasOut, kReluOut };
+
+// One backend descriptor, destroyed with its last owner.
+struct Desc {
+  cudnnBackendDescriptor_t d = nullptr;
+  Desc() = default;
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  ~Desc() {
+    if (d) cudnnBackendDestroyDescriptor(d);
+  }
+};
+using DescPtr = std::shared_ptr<Desc>;
+
+std::string status_text(cudnnStatus_t s) { return cudnnGetErrorString(s); }
+
+// Builds descriptors; the first failing call (its name and cuDNN's status) becomes
+// `why`, and every later call does nothing.
+struct Builder {
+  std::string why;
+  std::vector<DescPtr> keep;  // every descriptor the plan refers to, alive as long as it
+
+  bool ok() const { return why.empty(); }
+  bool note(cudnnStatus_t s, const char* call) {
+    if (ok() && s != CUDNN_STATUS_SUCCESS) why = std::string(call) + ": " + status_text(s);
+    return ok();
+  }
+  cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t type, const char* what) {
+    auto d = std::make_shared<Desc>();
+    if (ok()) note(cudnnBackendCreateDescriptor(type, &d->d), what);
+    keep.push_back(d);
+    return d->d;
+  }
+  void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+           int64_t count, const void* values, const char* what) {
+    if (ok()) note(cudnnBackendSetAttribute(d, name, type, count, values), what);
+  }
+  void set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t v,
+                const char* what) {
+    set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, what);
+  }
+  void finalize(cudnnBackendDescriptor_t d, const char* what) {
+    if (ok()) note(cudnnBackendFinalize(d), what);
+  }
+};
+
+// An fp32 tensor of `dims`, dense row-major.
+cudnnBackendDescriptor_t tensor(Builder& b, int64_t uid, const std::vector<int64_t>& dims, int64_t align,
+                                bool is_virtual) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (size_t i = dims.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
+  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t d = b.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor descriptor");
+  b.set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor data type");
+  b.set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()), dims.data(),
+        "tensor dimensions");
+  b.set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<int64_t>(strides.size()), strides.data(),
+        "tensor strides");
+  b.set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor unique id");
+  b.set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
+  b.set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor is-virtual");
+  b.finalize(d, "tensor finalize");
+  return d;
+}
+
+// y = mode(x) or y = mode(x, second): one pointwise operation in fp32.
+cudnnBackendDescriptor_t pointwise(Builder& b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                   cudnnBackendDescriptor_t second, cudnnBackendDescriptor_t y) {
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t pw = b.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise descriptor");
+  b.set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+  b.set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise math precision");
+  b.finalize(pw, "pointwise finalize");
+  cudnnBackendDescriptor_t op = b.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise operation descriptor");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "pointwise x");
+  if (second) b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, second, "pointwise b");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "pointwise y");
+  b.finalize(op, "pointwise operation finalize");
+  return op;
+}
+
+// What the cache key and the graph depend on.
+struct Problem {
+  std::vector<int64_t> x, w, y, strides, dilations, pre, post;
+  bool bias = false, relu = false, residual = false, tf32 = false;
+  int64_t align[5] = {};  // of x, w, b, z, y (bytes, at most 16)
+};
+
+struct GraphPlan {
+  std::vector<DescPtr> keep;  // the operation graph, engine config and what they refer to
+  cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace = 0;
+};
+
+bool has_note(const std::vector<cudnnBackendNumericalNote_t>& notes, cudnnBackendNumericalNote_t n) {
+  for (cudnnBackendNumericalNote_t v : notes)
+    if (v == n) return true;
+  return false;
+}
+
+// The first engine config of the heuristics (mode A, then the fallback list) that the
+// precision allows and that finalizes into an execution plan within the workspace cap.
+// Null and `why` when none does.
+std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::vector<DescPtr> keep, bool tf32,
+                                           std::string* why) {
+  cudnnHandle_t handle = context().cudnn;
+  std::string first;  // the first reason a heuristics mode or engine config was turned down
+  auto reason = [&](const std::string& r) {
+    if (first.empty()) first = r;
+  };
+  int64_t candidates = 0;
+  for (bool need_deterministic : {true, false})
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      Builder b;
+      cudnnBackendDescriptor_t heur = b.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
+      b.set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph");
+      b.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
+      b.finalize(heur, "heuristics finalize");
+      int64_t count = 0;
+      if (b.ok())
+        b.note(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                        nullptr),
+               "heuristics result count");
+      std::vector<cudnnBackendDescriptor_t> cfgs;
+      for (int64_t i = 0; i < count && b.ok(); ++i)
+        cfgs.push_back(b.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config"));
+      if (b.ok() && count > 0)
+        b.note(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                        &count, cfgs.data()),
+               "heuristics results");
+      if (!b.ok()) {
+        reason(b.why);
+        continue;
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        if (need_deterministic) ++candidates;  // the second pass looks at the same configs again
+        Builder e;
+        cudnnBackendDescriptor_t engine = e.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+        int64_t n = 0;
+        if (e.ok())
+          e.note(cudnnBackendGetAttribute(cfgs[static_cast<size_t>(i)], CUDNN_ATTR_ENGINECFG_ENGINE,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine),
+                 "engine of config");
+        std::vector<cudnnBackendNumericalNote_t> notes(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+        if (e.ok())
+          e.note(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                          static_cast<int64_t>(notes.size()), &n, notes.data()),
+                 "engine numerical notes");
+        if (!e.ok()) {
+          reason(e.why);
+          continue;
+        }
+        notes.resize(static_cast<size_t>(n));
+        if (has_note(notes, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) ||
+            has_note(notes, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) ||
+            (!tf32 && has_note(notes, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)) ||
+            (need_deterministic && has_note(notes, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC))) {
+          reason(!tf32 && has_note(notes, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
+                     ? "engines left out: TF32 tensor cores under strict fp32 math"
+                     : "engines left out: down-converting or non-deterministic");
+          continue;
+        }
+        cudnnBackendDescriptor_t plan = e.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
+        e.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
+        e.set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[static_cast<size_t>(i)], "plan engine config");
+        e.finalize(plan, "execution plan finalize");
+        int64_t ws = 0;
+        if (e.ok())
+          e.note(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
+                 "plan workspace size");
+        if (!e.ok()) {
+          reason(e.why);
+          continue;
+        }
+        if (ws > kMaxGraphWorkspace) {
+          reason("engines left out: more than 256 MiB of workspace");
+          continue;
+        }
+        auto p = std::make_shared<GraphPlan>();
+        p->keep = keep;
+        p->keep.insert(p->keep.end(), b.keep.begin(), b.keep.end());
+        p->keep.insert(p->keep.end(), e.keep.begin(), e.keep.end());
+        p->plan = plan;
+        p->workspace = ws;
+        return p;
+      }
+    }
+  if (first.empty()) first = "no engine from the heuristics";
+  *why = candidates == 0 ? first : first + "; " + std::to_string(candidates) + " engine configs tried";
+  return nullptr;
+}
+
+// The operation graph of `p` and its execution plan; null and `why` when cuDNN does not support it.
+std::shared_ptr<const GraphPlan> build_plan(const Problem& p, std::string* why) {
+  Builder b;
+  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false);
+  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false);
+  const std::vector<int64_t> channel{1, p.y[1], 1, 1};
+  cudnnBackendDescriptor_t bias = p.bias ? tensor(b, kB, channel, p.align[2], false) : nullptr;
+  cudnnBackendDescriptor_t z = p.residual ? tensor(b, kZ, p.y, p.align[3], false) : nullptr;
+  // Each stage writes a virtual tensor except the last, which writes y.
+  const int stages = 1 + (p.bias ? 1 : 0) + (p.relu ? 1 : 0) + (p.residual ? 1 : 0);
+  int stage = 0;
+  auto out = [&](int64_t uid) {
+    ++stage;
+    return stage == stages ? tensor(b, kY, p.y, p.align[4], false) : tensor(b, uid, p.y, 16, true);
+  };
+
+  const int64_t spatial = 2;
+  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  cudnnBackendDescriptor_t conv = b.make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "convolution descriptor");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "convolution compute type");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution mode");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial, "convolution spatial dims");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, spatial, p.strides.data(),
+        "convolution strides");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, spatial, p.dilations.data(), "convolution dilations");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, spatial, p.pre.data(), "convolution pre-paddings");
+  b.set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, spatial, p.post.data(),
+        "convolution post-paddings");
+  b.finalize(conv, "convolution finalize");
+
+  std::vector<cudnnBackendDescriptor_t> ops;
+  cudnnBackendDescriptor_t cur = out(kConvOut);
+  const float alpha = 1.f, beta = 0.f;
+  cudnnBackendDescriptor_t fwd =
+      b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "convolution forward operation");
+  b.set_desc(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x, "convolution x");
+  b.set_desc(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, "convolution w");
+  b.set_desc(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, cur, "convolution y");
+  b.set_desc(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv, "convolution descriptor");
+  b.set(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "convolution alpha");
+  b.set(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "convolution beta");
+  b.finalize(fwd, "convolution forward finalize");
+  ops.push_back(fwd);
+  // The epilogue in FusedConv's order: bias, activation, then the residual.
+  if (p.bias) {
+    cudnnBackendDescriptor_t next = out(kBiasOut);
+    ops.push_back(pointwise(b, CUDNN_POINTWISE_ADD, cur, bias, next));
+    cur = next;
+  }
+  if (p.relu) {
+    cudnnBackendDescriptor_t next = out(kReluOut);
+    ops.push_back(pointwise(b, CUDNN_POINTWISE_RELU_FWD, cur, nullptr, next));
+    cur = next;
+  }
+  if (p.residual) ops.push_back(pointwise(b, CUDNN_POINTWISE_ADD, cur, z, out(kY)));
+
+  cudnnHandle_t handle = context().cudnn;
+  cudnnBackendDescriptor_t graph = b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+  b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
+  b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()),
+        ops.data(), "graph operations");
+  b.finalize(graph, "operation graph finalize");
+  if (!b.ok()) {
+    *why = b.why;
+    return nullptr;
+  }
+  return pick_plan(graph, b.keep, p.tf32, why);
+}
+
+// Runs the plan on this call's buffers; "" when it ran, cuDNN's reason when it does not
+// support it (nothing was written). Other errors throw.
+std::string execute(const Node& node, const GraphPlan& g, const ConvGraphArgs& a) {
+  std::vector<int64_t> uids{kX, kW, kY};
+  std::vector<void*> ptrs{const_cast<std::byte*>(a.x.raw()), const_cast<std::byte*>(a.w.raw()), a.y.raw()};
+  if (a.b) uids.push_back(kB), ptrs.push_back(const_cast<std::byte*>(a.b->raw()));
+  if (a.z) uids.push_back(kZ), ptrs.push_back(const_cast<std::byte*>(a.z->raw()));
+  void* ws = g.workspace > 0 ? workspace(static_cast<size_t>(g.workspace)) : nullptr;
+  Builder b;
+  cudnnBackendDescriptor_t pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+  b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data(),
+        "variant pack ids");
+  b.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()),
+        ptrs.data(), "variant pack pointers");
+  b.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "variant pack workspace");
+  b.finalize(pack, "variant pack finalize");
+  if (!b.ok()) throw_internal(what(node, "cuDNN graph variant pack"), b.why);
+  const cudnnStatus_t s = cudnnBackendExecute(context().cudnn, g.plan, pack);
+  if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED) return "execute: " + status_text(s);
+  check(s, what(node, "cudnnBackendExecute"));
+  return "";
+}
+
+// Largest power of two up to 16 dividing the address: the alignment the graph may assume.
+int64_t alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  int64_t bytes = 4;
+  while (bytes < 16 && a % static_cast<std::uintptr_t>(2 * bytes) == 0) bytes *= 2;
+  return bytes;
+}
+
+std::string dims_text(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t d : v) s += (s.empty() ? "" : ",") + std::to_string(d);
+  return s;
+}
+
+}  // namespace
+
+bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
+  const Window& win = a.win;
+  if (a.x.dtype() != DataType::Float32 || a.x.rank() != 4 || a.group != 1 || win.dilations[0] != 1 ||
+      win.dilations[1] != 1 || a.x.numel() == 0 || a.w.numel() == 0 || a.y.numel() == 0)
+    return false;
+  Problem p;
+  p.x = a.x.dims(), p.w = a.w.dims(), p.y = a.y.dims();
+  p.strides = win.strides, p.dilations = win.dilations;
+  p.pre = {win.pads[0], win.pads[1]}, p.post = {win.pads[2], win.pads[3]};
+  p.bias = a.b != nullptr, p.relu = a.relu, p.residual = a.z != nullptr;
+  p.tf32 = ctx.fp32 == Fp32Math::tf32;
+  const void* ptrs[5] = {a.x.raw(), a.w.raw(), a.b ? a.b->raw() : nullptr, a.z ? a.z->raw() : nullptr, a.y.raw()};
+  for (int i = 0; i < 5; ++i) p.align[i] = ptrs[i] ? alignment(ptrs[i]) : 16;
+
+  std::string key = "x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" + dims_text(p.strides) +
+                    "|p" + dims_text(p.pre) + "," + dims_text(p.post) + "|" + (p.bias ? "b" : "") +
+                    (p.relu ? "r" : "") + (p.residual ? "z" : "") + "|" + fp32_math_name(ctx.fp32) + "|a";
+  for (int64_t v : p.align) key += std::to_string(v);
+  std::string epilogue = "conv";
+  if (p.bias) epilogue += "+bias";
+  if (p.relu) epilogue += "+relu";
+  if (p.residual) epilogue += "+add";
+  const std::string problem =
+      "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + fp32_math_name(ctx.fp32);
+
+  static auto* graphs = new GraphFallback<GraphPlan>();  // like the plan cache: lives as long as the process
+  return graphs->try_run(
+      key, [&](std::string* why) { return build_plan(p, why); },
+      [&](const GraphPlan& g) { return execute(ctx.node, g, a); },
+      [&](const std::string& why) {
+        const std::string line =
+            graph_fallback_notice(ctx.node.op_type, ctx.node.name, problem, why, "the unfused convolution + epilogue");
+        std::fprintf(stderr, "%s\n", line.c_str());
+      });
+}
+
+}  // namespace trainrt::cuda

@@ -1,0 +1,97 @@
+// Try a fused library graph, remember per problem when the library does not support
+// it, fall back, and say so once: the host-side decision of the cuda kernels that run
+// a cuDNN graph (ops/conv_graph_cuda.cu) with a legacy path beside it.
+//
+//   static GraphFallback<ExecPlan> graphs;
+//   bool ran = graphs.try_run(key,
+//       [&](std::string* why) { return build(why); },           // plan, or null and why not
+//       [&](const ExecPlan& p) { return execute(p); },         // "" ran, else why not (nothing written)
+//       [&](const std::string& why) { std::cerr << "...: " << why << '\n'; });
+//   if (!ran) legacy();
+//
+// Why a separate piece: the library answers "unsupported" at three points (no engine
+// from the heuristics, a plan that does not finalize, NOT_SUPPORTED when it executes),
+// and every one of them must lead to the same thing: this problem (its key: dtype,
+// shapes, window, which epilogue) runs the legacy path from then on, without asking
+// the library again, and the user reads one line about it, not one per step. Nothing
+// here needs a GPU, so tests/ops/test_graph_fallback.cpp drives it with fake builders.
+//
+// The build runs under a lock, once per key (as cuda::cached); execute runs outside it.
+// A build or execute that throws (a real error, not "unsupported") propagates and
+// records nothing: the next call tries again.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace trainrt {
+
+template <typename Plan>
+class GraphFallback {
+ public:
+  using Build = std::function<std::shared_ptr<const Plan>(std::string* why)>;
+  using Execute = std::function<std::string(const Plan&)>;
+  using Notice = std::function<void(const std::string& why)>;
+
+  // True when the graph ran for `key`; false when the caller must run its legacy path
+  // (`notice` was called with the reason if this is the first time for `key`).
+  bool try_run(const std::string& key, const Build& build, const Execute& execute, const Notice& notice) {
+    std::shared_ptr<const Plan> plan;
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = state_.find(key);
+      if (it == state_.end()) {
+        State s;
+        s.plan = build(&why);
+        if (!s.plan) s.unsupported = why.empty() ? "unsupported" : why;
+        it = state_.emplace(key, std::move(s)).first;
+        if (!it->second.plan) {
+          notice(it->second.unsupported);
+          return false;
+        }
+      }
+      if (!it->second.plan) return false;
+      plan = it->second.plan;
+    }
+    why = execute(*plan);
+    if (why.empty()) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    State& s = state_[key];
+    if (s.plan) {  // the first execute to fail for this key says so; others just fall back
+      s.plan = nullptr;
+      s.unsupported = why;
+      notice(why);
+    }
+    return false;
+  }
+
+  // The reason `key` runs the legacy path; "" when it runs the graph or was never tried.
+  std::string unsupported(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = state_.find(key);
+    return it == state_.end() ? "" : it->second.unsupported;
+  }
+
+ private:
+  struct State {
+    std::shared_ptr<const Plan> plan;  // null: unsupported, the legacy path runs
+    std::string unsupported;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, State> state_;
+};
+
+// The one line said when a problem falls back, e.g. "trainrt: cuda: FusedConv 'conv3'
+// (x 8,16,28,28 w 32,16,3,3): cuDNN graph unsupported (no engine), running the unfused
+// convolution + epilogue".
+inline std::string graph_fallback_notice(const std::string& op, const std::string& node, const std::string& problem,
+                                         const std::string& why, const std::string& instead) {
+  return "trainrt: cuda: " + op + " '" + node + "' (" + problem + "): cuDNN graph unsupported (" + why + "), running " +
+         instead;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,153 @@
+// GraphFallback (ops/core/graph_fallback.h): the cuda FusedConv's "try the cuDNN graph,
+// remember an unsupported problem, run the legacy path, say so once" logic, driven by
+// fake builders and executors on the CPU.
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops/core/graph_fallback.h"
+
+using namespace trainrt;
+
+namespace {
+
+// A fake library: counts builds and executes, fails where told.
+struct FakeLibrary {
+  std::string build_fails;    // non-empty: build returns null with this reason
+  std::string execute_fails;  // non-empty: execute returns this reason
+  int builds = 0, executes = 0, legacy = 0;
+  std::vector<std::string> notices;
+  GraphFallback<int> graphs;
+
+  // One kernel call: the graph, or the legacy path when it does not run.
+  void call(const std::string& key) {
+    const bool ran = graphs.try_run(
+        key,
+        [&](std::string* why) -> std::shared_ptr<const int> {
+          ++builds;
+          if (!build_fails.empty()) return *why = build_fails, nullptr;
+          return std::make_shared<const int>(42);
+        },
+        [&](const int& plan) {
+          CHECK(plan == 42);
+          ++executes;
+          return execute_fails;
+        },
+        [&](const std::string& why) { notices.push_back(key + ": " + why); });
+    if (!ran) ++legacy;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("graph fallback: a supported problem builds once and runs the graph every call") {
+  FakeLibrary lib;
+  for (int i = 0; i < 3; ++i) lib.call("a");
+  CHECK(lib.builds == 1);
+  CHECK(lib.executes == 3);
+  CHECK(lib.legacy == 0);
+  CHECK(lib.notices.empty());
+  CHECK(lib.graphs.unsupported("a").empty());
+}
+
+TEST_CASE("graph fallback: no plan -> legacy from the first call, one notice, never built again") {
+  FakeLibrary lib;
+  lib.build_fails = "no engine from the heuristics";
+  for (int i = 0; i < 4; ++i) lib.call("a");
+  CHECK(lib.builds == 1);
+  CHECK(lib.executes == 0);
+  CHECK(lib.legacy == 4);
+  REQUIRE(lib.notices.size() == 1);
+  CHECK(lib.notices[0] == "a: no engine from the heuristics");
+  CHECK(lib.graphs.unsupported("a") == "no engine from the heuristics");
+}
+
+TEST_CASE("graph fallback: a build failing without a reason still names one") {
+  GraphFallback<int> g;
+  std::string said;
+  CHECK_FALSE(g.try_run(
+      "k", [](std::string*) { return std::shared_ptr<const int>(); }, [](const int&) { return std::string(); },
+      [&](const std::string& why) { said = why; }));
+  CHECK(said == "unsupported");
+}
+
+TEST_CASE("graph fallback: NOT_SUPPORTED at execute -> that call and all later ones run the legacy path") {
+  FakeLibrary lib;
+  lib.execute_fails = "CUDNN_STATUS_NOT_SUPPORTED at execute";
+  lib.call("a");
+  CHECK(lib.executes == 1);
+  CHECK(lib.legacy == 1);     // the failed call itself still produces its output
+  lib.execute_fails.clear();  // even if it would now succeed: the decision is kept
+  lib.call("a");
+  lib.call("a");
+  CHECK(lib.builds == 1);
+  CHECK(lib.executes == 1);
+  CHECK(lib.legacy == 3);
+  REQUIRE(lib.notices.size() == 1);
+  CHECK(lib.notices[0] == "a: CUDNN_STATUS_NOT_SUPPORTED at execute");
+}
+
+TEST_CASE("graph fallback: problems are decided each on its own key") {
+  FakeLibrary lib;
+  lib.call("ok");
+  lib.build_fails = "finalize: CUDNN_STATUS_NOT_SUPPORTED";
+  lib.call("bad");
+  lib.call("bad");
+  lib.call("ok");  // already built: unaffected by the other key's failure
+  lib.call("bad2");
+  CHECK(lib.builds == 3);
+  CHECK(lib.executes == 2);
+  CHECK(lib.legacy == 3);
+  CHECK(lib.notices.size() == 2);
+  CHECK(lib.graphs.unsupported("ok").empty());
+  CHECK_FALSE(lib.graphs.unsupported("bad2").empty());
+}
+
+TEST_CASE("graph fallback: an error that is not 'unsupported' propagates and records nothing") {
+  GraphFallback<int> g;
+  int builds = 0;
+  auto build = [&](std::string*) -> std::shared_ptr<const int> {
+    if (++builds == 1) throw std::runtime_error("out of memory");
+    return std::make_shared<const int>(1);
+  };
+  auto execute = [](const int&) { return std::string(); };
+  auto notice = [](const std::string&) { FAIL("no notice for an error"); };
+  CHECK_THROWS_AS(g.try_run("k", build, execute, notice), std::runtime_error);
+  CHECK(g.try_run("k", build, execute, notice));
+  CHECK(builds == 2);
+}
+
+TEST_CASE("graph fallback: threads calling with one failing key get one notice") {
+  std::mutex mu;
+  GraphFallback<int> g;
+  int notices = 0, legacy = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        const bool ran = g.try_run(
+            "k", [](std::string*) { return std::make_shared<const int>(1); },
+            [](const int&) { return std::string("CUDNN_STATUS_NOT_SUPPORTED"); },
+            [&](const std::string&) {
+              std::lock_guard<std::mutex> lock(mu);
+              ++notices;
+            });
+        std::lock_guard<std::mutex> lock(mu);
+        if (!ran) ++legacy;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(notices == 1);
+  CHECK(legacy == 200);
+}
+
+TEST_CASE("graph fallback: the notice line names op, node, problem, reason and the path taken") {
+  CHECK(graph_fallback_notice("FusedConv", "conv3", "x 8,16,28,28 w 32,16,3,3", "no engine",
+                              "the unfused convolution + epilogue") ==
+        "trainrt: cuda: FusedConv 'conv3' (x 8,16,28,28 w 32,16,3,3): cuDNN graph unsupported (no engine), running "
+        "the unfused convolution + epilogue");
+}
