@@ -1,8 +1,10 @@
 // The CUDA context, error checks and kernel helpers of ops/core/cuda_util.h. Compiled and linked in CI;
 // run only where a GPU exists.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
@@ -15,6 +17,7 @@ std::mutex context_mu;
 Context* the_context = nullptr;
 void* work = nullptr;
 size_t work_bytes = 0;
+std::vector<void*> outgrown;  // earlier workspaces, kept for what still names them
 }  // namespace
 
 void set_device(int device) {
@@ -75,13 +78,16 @@ void* workspace(size_t bytes) {
   Context& c = context();
   std::lock_guard<std::mutex> lock(context_mu);
   if (bytes <= work_bytes) return work;
-  // The old buffer may still be in use by queued kernels: free it after they finish.
-  check(cudaStreamSynchronize(c.stream), "workspace");
-  if (work) check(cudaFree(work), "cudaFree workspace");
-  work = nullptr;
-  work_bytes = 0;
-  check(cudaMalloc(&work, bytes), "cudaMalloc workspace of " + std::to_string(bytes) + " bytes");
-  work_bytes = bytes;
+  // An outgrown buffer is kept, not freed: queued kernels and CUDA graphs captured
+  // earlier (Backend::replay) name it. Growing at least twofold keeps all of them
+  // together below the final size.
+  (void)c;
+  const size_t grown = std::max(bytes, 2 * work_bytes);
+  void* p = nullptr;
+  check(cudaMalloc(&p, grown), "cudaMalloc workspace of " + std::to_string(grown) + " bytes");
+  if (work) outgrown.push_back(work);
+  work = p;
+  work_bytes = grown;
   return work;
 }
 

@@ -49,8 +49,9 @@ void set_device(int device);
 // The process's context on its device, created on first use (thread-safe).
 // Throws Unsupported when no GPU is usable.
 Context& context();
-// Scratch device memory of at least `bytes`, valid until the next call that grows it;
-// kernels use it within one call on the context's stream.
+// Scratch device memory of at least `bytes` for a kernel call on the context's stream.
+// A buffer outgrown by a later call stays allocated until the process ends, since queued
+// kernels and captured CUDA graphs may still use it.
 void* workspace(size_t bytes);
 
 // Internal errors naming `what` and the library's own message.
