@@ -170,6 +170,24 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
   return e;
 }
 
+size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size) {
+  std::vector<int64_t> dims = d.sample_dims();
+  dims.insert(dims.begin(), std::min(batch_size, std::max<int64_t>(d.size(), 1)));
+  const Tensor batch(DataType::Float32, dims);
+  PlanOptions o;
+  o.keep = g.outputs;
+  o.kept_outside = true;
+  Plan p;
+  try {
+    p = build_plan(specialize(g, {{io.input, batch}}), o);
+  } catch (const Error&) {  // a model validation cannot run at this batch: evaluate() will say why
+    return 0;
+  }
+  size_t bytes = p.arena_bytes + p.output_bytes + batch.nbytes();
+  for (const auto& [name, t] : g.initializers) bytes += t.nbytes();
+  return bytes;
+}
+
 Evaluation evaluate_share(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
                           int rank, int world, Communicator* comm, const std::function<bool()>& stop) {
   if (!comm || world <= 1) return evaluate(g, io, d, batch_size, b, stop);

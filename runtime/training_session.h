@@ -110,6 +110,7 @@ class TrainingSession {
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
   // Bytes to count beside each new plan in that refusal (RunOptions::reserve_bytes).
   void set_memory_reserve(size_t bytes) { memory_reserve_ = bytes; }
+  size_t memory_reserve() const { return memory_reserve_; }
   // RunOptions::skip_flag for the steps (the data-parallel checks on the device); null: none.
   void set_skip_flag(const uint64_t* flag) { skip_flag_ = flag; }
   // Called by step() once the run has ended, before the updates not written in place are
