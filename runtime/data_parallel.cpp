@@ -179,10 +179,10 @@ void DataParallel::choose_events(const Plan& plan) {
   s_.set_skip_flag(reinterpret_cast<const uint64_t*>(flags_.get()) + any_flag_);
 }
 
-// A view of `n` elements of bucket `st`'s flat buffer from element `at`, shaped `dims`.
-Tensor DataParallel::flat_view(const Bucket& st, size_t at, const std::vector<int64_t>& dims) const {
+// A view, shaped `dims`, of a bucket buffer (`flat` or its host mirror) from element `at`.
+Tensor DataParallel::bucket_view(const Tensor& buffer, size_t at, const std::vector<int64_t>& dims) const {
   // Not owning: the buckets outlive every use within a step.
-  auto* p = const_cast<std::byte*>(st.flat.raw()) + at * dtype_size(dtype_);
+  auto* p = const_cast<std::byte*>(buffer.raw()) + at * dtype_size(dtype_);
   return Tensor(dtype_, dims, std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), p));
 }
 
@@ -192,10 +192,7 @@ void DataParallel::start_on_device(size_t b) {
   Bucket& st = *state_[b];
   const Backend& dev = s_.backend();
   const size_t esize = dtype_size(dtype_);
-  for (size_t i = 0; i < st.gradients.size(); ++i) {
-    const Tensor& g = s_.value(st.gradients[i]);
-    dev.copy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
-  }
+  pack(st);
   if (b == 0) {
     dev.copy(st.flat.raw() + st.elements * esize, s_.value(s_.training().loss).raw(), esize);
     Tensor stop(dtype_, {});
@@ -227,10 +224,10 @@ void DataParallel::finish_on_device(size_t b, bool check) {
     dev.flag_non_finite(t, flags + f);
     dev.flag_non_finite(t, flags + any_flag_);
   };
-  if (check && b == 0) flag(flat_view(st, st.elements, {}), st.flag0);
+  if (check && b == 0) flag(bucket_view(st.flat, st.elements, {}), st.flag0);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
     Tensor g = s_.value(st.gradients[i]);  // a handle on the arena value
-    const Tensor avg = flat_view(st, st.offsets[i], g.dims());
+    const Tensor avg = bucket_view(st.flat, st.offsets[i], g.dims());
     if (check) flag(avg, st.flag0 + (b == 0 ? 1 : 0) + i);
     dev.copy(g.raw(), avg.raw(), g.nbytes());
   }
@@ -290,10 +287,9 @@ NumericalError DataParallel::numerical_fault(const Plan& plan, const std::string
 // copies pack `flat` in stream order, then one synchronisation. A host communicator
 // reduces `host` (copied from `flat` before that synchronisation); NCCL reduces `flat`
 // (bucket 0: a second synchronisation lands the loss and stop flag in it first).
-void DataParallel::start(size_t b) {
-  if (events_) return start_on_device(b);
-  Bucket& st = *state_[b];
-  const Backend& dev = s_.backend();
+// Copies bucket `st`'s gradients into its flat buffer: device copies in stream order
+// where the host cannot see the backend's memory.
+void DataParallel::pack(Bucket& st) {
   const size_t esize = dtype_size(dtype_);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
     const Tensor& g = s_.value(st.gradients[i]);
@@ -301,10 +297,18 @@ void DataParallel::start(size_t b) {
       throw_internal("data-parallel training",
                      "gradient '" + st.gradients[i] + "' is not a plain " + dtype_name(dtype_) + " tensor");
     if (staged())
-      dev.copy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
+      s_.backend().copy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
     else
       std::memcpy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
   }
+}
+
+void DataParallel::start(size_t b) {
+  if (events_) return start_on_device(b);
+  Bucket& st = *state_[b];
+  const Backend& dev = s_.backend();
+  const size_t esize = dtype_size(dtype_);
+  pack(st);
   const bool on_device = staged() && comm_.reduces_device_memory();  // NCCL reduces `flat` itself
   if (staged()) {
     if (!on_device) dev.copy(st.host.raw(), st.flat.raw(), st.elements * esize);
@@ -375,13 +379,10 @@ void DataParallel::finish(size_t b, bool check) {
   };
   if (b == 0 && !std::isfinite(mean_loss_))
     fault(s_.training().loss, "loss '" + s_.training().loss + "' is " + (std::isnan(mean_loss_) ? "NaN" : "Inf"));
-  const size_t esize = dtype_size(dtype_);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
     Tensor g = s_.value(st.gradients[i]);  // a handle on the arena value
     // The averaged gradient, where the host reads it.
-    const Tensor avg(
-        dtype_, g.dims(),
-        std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), st.host.raw() + st.offsets[i] * esize));
+    const Tensor avg = bucket_view(st.host, st.offsets[i], g.dims());
     if (const int64_t bad = first_non_finite(avg); bad >= 0)
       fault(st.gradients[i], "gradient '" + st.gradients[i] + "' has " +
                                  (std::isnan(avg.get_as_double(bad)) ? "NaN" : "Inf") + " at element " +

@@ -115,7 +115,8 @@ class DataParallel {
   void start_on_device(size_t b);
   void finish_on_device(size_t b, bool check);
   void conclude_on_device();
-  Tensor flat_view(const Bucket& st, size_t at, const std::vector<int64_t>& dims) const;
+  Tensor bucket_view(const Tensor& buffer, size_t at, const std::vector<int64_t>& dims) const;
+  void pack(Bucket& st);
   NumericalError numerical_fault(const Plan& plan, const std::string& value, const std::string& what) const;
   bool staged() const;  // the backend's memory is not the host's (Bucket)
   void on_after(int step);
