@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "autodiff/training_graph.h"
 #include "graph/infer.h"
@@ -60,6 +64,24 @@ inline TensorMap wrn_batch(int64_t n, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i)
     labels.data<int64_t>()[i] = static_cast<int64_t>((seed + 3 * static_cast<uint64_t>(i)) % 10);
   return {{"input", random_tensor(DataType::Float32, {n, 1, 28, 28}, seed)}, {"labels", labels}};
+}
+
+// Runs f(rank) for ranks 0..world-1, each on a thread of its own (a LocalGroup's ranks),
+// and rethrows the first rank's exception once all have ended.
+inline void on_ranks(int world, const std::function<void(int)>& f) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        f(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace trainrt::test

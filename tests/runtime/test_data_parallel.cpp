@@ -74,22 +74,6 @@ TensorMap rows(const TensorMap& b, int64_t begin, int64_t n) {
 }
 
 // Runs f(rank) on `world` threads and rethrows the first exception.
-void on_ranks(int world, const std::function<void(int)>& f) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        f(r);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
 }  // namespace
 
 TEST_CASE("rank_environment: srun, mpirun and RANK/WORLD_SIZE, bad values named") {

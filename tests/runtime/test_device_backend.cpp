@@ -511,53 +511,43 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
     LocalGroup group(2);
     StandinCollectives collectives(2);
     std::mutex mu;
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(2);
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          auto standin = std::make_unique<StandinDevice>();
-          StandinDevice* dev = variant != 1 ? standin.get() : nullptr;
-          if (variant == 2) dev->late_stream = Backend::Stream::comm;  // the averages land as late as events allow
-          auto c = variant == 2 ? collectives.communicator(r, *standin) : group.communicator(r);
-          std::unique_ptr<Backend> b =
-              variant != 1 ? std::unique_ptr<Backend>(std::move(standin)) : make_backend("reference");
-          TrainingSession s(wrn_training(g), std::move(b), {.seed = static_cast<uint64_t>(5 + r)});
-          DataParallel dp(s, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10});
-          dp.broadcast_state();
-          for (int step = 0; step < 3; ++step) {
-            if (dev) dev->reset_counts();
-            const double loss = dp.step(wrn_batch(4, static_cast<uint64_t>(10 * step + r)), 0.05f);
-            if (r == 0) losses[variant].push_back(loss);
-            if (!dev) continue;
-            // Host communicator: a bucket is packed by device copies and copied to its host
-            // mirror, one synchronisation before its all-reduce; it is unpacked by copies
-            // in stream order (none); the end of the step once more. Not once per node.
-            // Ordered by events: the step's end only.
-            const StandinDevice::Counts n = dev->counts();
-            CHECK(n.syncs == (variant == 2 ? 1 : dp.buckets().size() + 1));
-            CHECK(n.host_calls == host_steps(s.plan(), *dev));
-            if (variant == 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, compute after comm
-            if (r == 0 && step == 2) {
-              std::lock_guard<std::mutex> lock(mu);
-              MESSAGE("stand-in data-parallel step ("
-                      << s.plan().steps.size() << " plan steps, " << dp.buckets().size() << " buckets, "
-                      << std::string(variant == 2 ? "events" : "host mirror") << "): " << n.syncs
-                      << " synchronisations outside host kernels");
-            }
-          }
-          CHECK(dp.state_identical());
-          if (r == 0) {
-            std::lock_guard<std::mutex> lock(mu);
-            for (const std::string& name : s.state_names()) results[variant][name] = s.state(name).clone();
-          }
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
+    on_ranks(2, [&](int r) {
+      auto standin = std::make_unique<StandinDevice>();
+      StandinDevice* dev = variant != 1 ? standin.get() : nullptr;
+      if (variant == 2) dev->late_stream = Backend::Stream::comm;  // the averages land as late as events allow
+      auto c = variant == 2 ? collectives.communicator(r, *standin) : group.communicator(r);
+      std::unique_ptr<Backend> b =
+          variant != 1 ? std::unique_ptr<Backend>(std::move(standin)) : make_backend("reference");
+      TrainingSession s(wrn_training(g), std::move(b), {.seed = static_cast<uint64_t>(5 + r)});
+      DataParallel dp(s, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10});
+      dp.broadcast_state();
+      for (int step = 0; step < 3; ++step) {
+        if (dev) dev->reset_counts();
+        const double loss = dp.step(wrn_batch(4, static_cast<uint64_t>(10 * step + r)), 0.05f);
+        if (r == 0) losses[variant].push_back(loss);
+        if (!dev) continue;
+        // Host communicator: a bucket is packed by device copies and copied to its host
+        // mirror, one synchronisation before its all-reduce; it is unpacked by copies
+        // in stream order (none); the end of the step once more. Not once per node.
+        // Ordered by events: the step's end only.
+        const StandinDevice::Counts n = dev->counts();
+        CHECK(n.syncs == (variant == 2 ? 1 : dp.buckets().size() + 1));
+        CHECK(n.host_calls == host_steps(s.plan(), *dev));
+        if (variant == 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, compute after comm
+        if (r == 0 && step == 2) {
+          std::lock_guard<std::mutex> lock(mu);
+          MESSAGE("stand-in data-parallel step ("
+                  << s.plan().steps.size() << " plan steps, " << dp.buckets().size() << " buckets, "
+                  << std::string(variant == 2 ? "events" : "host mirror") << "): " << n.syncs
+                  << " synchronisations outside host kernels");
         }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
+      }
+      CHECK(dp.state_identical());
+      if (r == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const std::string& name : s.state_names()) results[variant][name] = s.state(name).clone();
+      }
+    });
   }
   CHECK(losses[0] == losses[1]);
   CHECK(losses[2] == losses[1]);
@@ -580,25 +570,15 @@ TEST_CASE("device backend: data-parallel steps ordered by events: a NaN on one r
   Graph g = small_wrn();
   auto ranks = [&](double timeout, const std::function<void(int, TrainingSession&, DataParallel&, StandinDevice&)>& f) {
     StandinCollectives collectives(2);
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(2);
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          auto standin = std::make_unique<StandinDevice>();
-          StandinDevice& dev = *standin;
-          auto c = collectives.communicator(r, dev, {.timeout_seconds = timeout});
-          TrainingSession s(wrn_training(g), std::move(standin), {.seed = 5});
-          DataParallel dp(s, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10});
-          dp.broadcast_state();
-          f(r, s, dp, dev);
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
+    on_ranks(2, [&](int r) {
+      auto standin = std::make_unique<StandinDevice>();
+      StandinDevice& dev = *standin;
+      auto c = collectives.communicator(r, dev, {.timeout_seconds = timeout});
+      TrainingSession s(wrn_training(g), std::move(standin), {.seed = 5});
+      DataParallel dp(s, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10});
+      dp.broadcast_state();
+      f(r, s, dp, dev);
+    });
   };
   std::vector<std::string> values(2);
   ranks(60, [&](int r, TrainingSession& s, DataParallel& dp, StandinDevice& dev) {
