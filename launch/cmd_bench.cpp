@@ -250,8 +250,15 @@ void print_setup(const BenchConfig& c, const BenchIo& io, const GraphSize& size,
   const std::string convs = c.conv != ConvAlgorithm::winograd ? "direct"
                             : avx512                          ? "winograd"
                                                               : "direct (winograd needs AVX-512)";
-  std::printf("training graph: %zu nodes, fusions %s (%zu nodes run), layouts %s, convolutions %s\n", size.nodes,
-              c.fuse ? "on" : "off", session.training().graph.nodes.size(), layouts.c_str(), convs.c_str());
+  // The session adds an Assign node per state update its producer cannot write in place.
+  const Graph& run = session.training().graph;
+  const auto assigns = static_cast<size_t>(std::count_if(run.nodes.begin(), run.nodes.end(), [](const Node& n) {
+    return n.domain == kTrainrtDomain && n.op_type == "Assign";
+  }));
+  std::printf(
+      "training graph: %zu nodes, fusions %s (%zu nodes run, plus %zu state writes), layouts %s, "
+      "convolutions %s\n",
+      size.nodes, c.fuse ? "on" : "off", run.nodes.size() - assigns, assigns, layouts.c_str(), convs.c_str());
   std::fflush(stdout);
 }
 

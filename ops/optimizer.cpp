@@ -5,14 +5,18 @@
 //   Adam(param, grad, lr, step, exp_avg, exp_avg_sq) -> param', exp_avg', exp_avg_sq'
 //     attrs beta1, beta2, epsilon, weight_decay, decoupled_weight_decay (1 = AdamW).
 //   Increment(step) -> step + 1 (int64 scalar: the number of completed steps)
+//   Assign(state, value) -> state' = value (any dtype; in place: the state's own buffer)
 //
 // `step` counts completed steps before this one (0 on the first step); lr is a
 // float32 scalar input so schedules change it without rebuilding the graph.
 // The update loops are in ops/optimizer_loops.h; the cpu kernels (ops/optimizer_cpu.cpp)
 // run them over parallel chunks (ops/core/parallel.h). Updates are in place (the pairs
 // registered below), and each element is read before it is written, so chunks never see
-// each other's writes.
+// each other's writes. Assign is how a state update whose producer cannot write it in
+// place (BatchNormalization's running statistics) is written by the plan itself, after
+// the step's checks, like the optimizer's updates (runtime/training_session.cpp).
 #include <cmath>
+#include <cstring>
 
 #include "ops/core/common.h"
 #include "ops/core/kernel_facts.h"
@@ -98,6 +102,20 @@ void register_optimizer(Registry& r) {
   r.kernels.add("reference", kTrainrtDomain, "Increment",
                 [](KernelContext& k) { k.out(0).data<int64_t>()[0] = k.in(0).data<int64_t>()[0] + 1; });
   r.kernels.set_in_place(kTrainrtDomain, "Increment", facts::in_place({{0, 0}}));
+
+  OpSchema as;
+  as.domain = kTrainrtDomain;
+  as.op_type = "Assign";
+  as.min_inputs = as.max_inputs = 2;
+  as.infer = [](InferContext& c) {
+    require_same_type(c, 0, 1);
+    c.set_output(0, c.input(0));
+  };
+  r.schemas.add(as);
+  r.kernels.add("reference", kTrainrtDomain, "Assign", [](KernelContext& k) {
+    if (k.out(0).raw() != k.in(1).raw()) std::memmove(k.out(0).raw(), k.in(1).raw(), k.in(1).nbytes());
+  });
+  r.kernels.set_in_place(kTrainrtDomain, "Assign", facts::in_place({{0, 0}}));
 }
 
 }  // namespace trainrt

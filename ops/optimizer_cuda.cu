@@ -1,4 +1,4 @@
-// The cuda backend's optimizer updates (domain ai.trainrt): SGD, Adam, Increment, with
+// The cuda backend's optimizer updates (domain ai.trainrt): SGD, Adam, Increment, Assign, with
 // ops/optimizer.cpp's rules:
 //
 //   SGD   d = g + wd*p;  with a buffer: b = step == 0 ? d : momentum*b + (1 - dampening)*d,
@@ -6,6 +6,7 @@
 //   Adam  AdamW: p *= 1 - lr*wd, else g += wd*p;  m' = b1*m + (1-b1)*g,  v' = b2*v + (1-b2)*g^2,
 //         p' = p - (lr / (1 - b1^t)) * m' / (sqrt(v') / sqrt(1 - b2^t) + eps),  t = step + 1
 //   Increment  step' = step + 1
+//   Assign     state' = value (any dtype: 4-byte words, or bytes when the size is odd)
 //
 // (AdamW's decay is applied as p - lr*wd*p, the same value, so a small lr*wd survives T.)
 // Why it reads lr and step on the device: both are values (a schedule changes lr, the
@@ -130,6 +131,14 @@ __global__ void increment_kernel(const int64_t* step, int64_t* out, const uint64
   *out = static_cast<int64_t>(static_cast<uint64_t>(*step) + 1);
 }
 
+template <typename W>
+__global__ void assign_kernel(const W* from, W* to, int64_t n, const uint64_t* skip) {
+  if (flagged(skip)) return;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    to[i] = from[i];
+}
+
 void sgd(KernelContext& k) {
   const Node& node = k.node;
   if (!with_float(k.in(0).dtype(), [&](auto tag) {
@@ -185,13 +194,32 @@ void increment(KernelContext& k) {
   check_launch(k.node, "increment_kernel");
 }
 
+// A kernel, not cudaMemcpyAsync: the copy must skip on the step's flag like the updates.
+void assign(KernelContext& k) {
+  const size_t bytes = k.in(1).nbytes();
+  if (bytes == 0 || k.out(0).raw() == k.in(1).raw()) return;
+  if (bytes % 4 == 0) {
+    const auto n = static_cast<int64_t>(bytes / 4);
+    assign_kernel<<<grid_for(n), kThreads, 0, context().stream>>>(reinterpret_cast<const uint32_t*>(k.in(1).raw()),
+                                                                  reinterpret_cast<uint32_t*>(k.out(0).raw()), n,
+                                                                  k.skip_if_flagged);
+  } else {
+    const auto n = static_cast<int64_t>(bytes);
+    assign_kernel<<<grid_for(n), kThreads, 0, context().stream>>>(reinterpret_cast<const uint8_t*>(k.in(1).raw()),
+                                                                  reinterpret_cast<uint8_t*>(k.out(0).raw()), n,
+                                                                  k.skip_if_flagged);
+  }
+  check_launch(k.node, "assign_kernel");
+}
+
 }  // namespace
 
 void register_optimizer_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "SGD", sgd);
   add_if_schema(r, "cuda", kTrainrtDomain, "Adam", adam);
   add_if_schema(r, "cuda", kTrainrtDomain, "Increment", increment);
-  for (const char* op : {"SGD", "Adam", "Increment"})
+  add_if_schema(r, "cuda", kTrainrtDomain, "Assign", assign);
+  for (const char* op : {"SGD", "Adam", "Increment", "Assign"})
     if (r.kernels.find("cuda", kTrainrtDomain, op)) r.kernels.set_skips_when_flagged("cuda", kTrainrtDomain, op);
 }
 

@@ -324,7 +324,9 @@ void Executor::bind_slots(Prepared& p) {
     if (!backend_.host_visible())
       for (size_t i = 0; i < p.result_values.size(); ++i) {
         const PlannedValue& pv = plan.values[static_cast<size_t>(p.result_values[i].second)];
-        p.result_pinned[i] = backend_.allocate_host(pv.bytes);
+        // An update written in place is returned as its state's buffer: the state is read
+        // through TrainingSession::state(), not copied out at every step.
+        if (pv.storage != Storage::State) p.result_pinned[i] = backend_.allocate_host(pv.bytes);
       }
   }
   p.host_steps = false;

@@ -156,7 +156,7 @@ class Executor {
   // for updates written in place; the next run overwrites them. Where the host cannot
   // see the backend's memory (Backend::host_visible: cuda) they are host copies, made
   // once per run at its end: the one place a run reads device memory besides the
-  // NaN/Inf flags.
+  // NaN/Inf flags; updates written in place are not copied (their state's buffer).
   const TensorMap& run(const TensorMap& feeds, const RunOptions& ro = {});
   // The plan of the last run (BadInput before the first run).
   const Plan& plan() const;

@@ -1,13 +1,56 @@
 #include "runtime/training_session.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
 
 #include "graph/error.h"
 #include "graph/passes.h"
+#include "ops/core/register_all.h"
 
 namespace trainrt {
+
+namespace {
+
+// Every state update is written by the plan in place: an update whose producer cannot
+// write over its state (BatchNormalization's running statistics, computed in the forward
+// pass) gets an Assign node, appended last so that no other node's index (Dropout's
+// seed) moves. Like the optimizer's updates it runs after the step's checks and skips on
+// a failed one, and the host copies nothing back after a step.
+void assign_updates_in_place(TrainingGraph& t) {
+  Graph& g = t.graph;
+  const std::unordered_map<std::string, size_t> producer = g.producers();
+  const auto no_dims = [](size_t) -> const std::vector<int64_t>* { return nullptr; };
+  for (const auto& [produced, state] : t.updates) {
+    auto it = producer.find(produced);
+    if (it == producer.end()) continue;
+    const Node& n = g.nodes[it->second];
+    const size_t out = static_cast<size_t>(std::find(n.outputs.begin(), n.outputs.end(), produced) - n.outputs.begin());
+    bool in_place = false;
+    for (InPlacePair c : registry().kernels.in_place(n, no_dims, nullptr))
+      in_place = in_place || (c.out == out && c.in < n.inputs.size() && n.inputs[c.in] == state);
+    if (in_place) continue;
+    std::string value = produced + ".value";
+    while (g.find_info(value) || g.is_initializer(value)) value += "_";
+    for (Node& m : g.nodes) {
+      for (std::string& in : m.inputs)
+        if (in == produced) in = value;
+      for (std::string& o : m.outputs)
+        if (o == produced) o = value;
+    }
+    if (const ValueInfo* info = g.find_info(produced)) g.values[value] = *info;
+    Node assign;
+    assign.name = produced + "/assign";
+    assign.op_type = "Assign";
+    assign.domain = kTrainrtDomain;
+    assign.inputs = {state, value};
+    assign.outputs = {produced};
+    g.nodes.push_back(std::move(assign));
+  }
+}
+
+}  // namespace
 
 PlanOptions training_plan_options(const TrainingGraph& t) {
   PlanOptions o;
@@ -19,6 +62,7 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
 TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, SessionOptions o)
     : t_(std::move(t)), backend_(std::move(backend)), seed_(o.seed), scaler_(o.loss_scaling) {
   if (o.fuse) fuse_training_graph(t_.graph);
+  assign_updates_in_place(t_);
   // One persistent block for every state tensor; the initializers become views into it.
   for (const auto& [produced, state] : t_.updates)
     persistent_bytes_ += align_up(t_.graph.initializers.at(state).nbytes());

@@ -65,7 +65,8 @@ struct StandinDevice::Pool {
     if (capture) throw_internal("standin-device", std::string(what) + " while capturing");
   }
   Counts counts;
-  std::atomic<size_t> skipped{0};  // Counts::skipped, counted by the stream threads
+  std::atomic<size_t> skipped{0};        // Counts::skipped, counted by the stream threads
+  std::atomic<size_t> to_host_bytes{0};  // Counts::to_host_bytes, counted by the stream threads
 
   // The region holding `p`, or regions.end(); mu held.
   std::map<const std::byte*, Region>::iterator find(const void* p) {
@@ -123,7 +124,7 @@ bool StandinDevice::runs_on_host(const std::string& domain, const std::string& o
 bool StandinDevice::skips_when_flagged(const Node& n) const {
   if (runs_on_host(n.domain, n.op_type)) return true;  // Backend::on_host reads the flag
   if (have_cuda_kernels()) return registry().kernels.skips_when_flagged("cuda", n.domain, n.op_type);
-  return n.op_type == "SGD" || n.op_type == "Adam" || n.op_type == "Increment";
+  return n.op_type == "SGD" || n.op_type == "Adam" || n.op_type == "Increment" || n.op_type == "Assign";
 }
 
 const Kernel& StandinDevice::kernel(const Node& n) const {
@@ -239,8 +240,14 @@ void StandinDevice::copy_on(Stream s, void* to, const void* from, size_t bytes) 
     std::lock_guard<std::mutex> lock(pool_->mu);
     read_when_run = read_when_run || pool_->is_pinned(from);
   }
+  std::atomic<size_t>* to_host = owns(to) ? nullptr : &pool_->to_host_bytes;
   if (read_when_run) {  // from the device or pinned host memory: read in stream order
-    enqueue([to, from, bytes] { std::memcpy(to, from, bytes); }, {to, from}, s);
+    enqueue(
+        [to, from, bytes, to_host] {
+          std::memcpy(to, from, bytes);
+          if (to_host) to_host->fetch_add(bytes, std::memory_order_relaxed);
+        },
+        {to, from}, s);
     return;
   }
   // From host memory: staged at the call (cudaMemcpyAsync from pageable memory), landed in stream order.
@@ -449,6 +456,7 @@ StandinDevice::Counts StandinDevice::counts() const {
   std::lock_guard<std::mutex> lock(pool_->mu);
   Counts c = pool_->counts;
   c.skipped = pool_->skipped.load(std::memory_order_relaxed);
+  c.to_host_bytes = pool_->to_host_bytes.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -456,6 +464,7 @@ void StandinDevice::reset_counts() {
   std::lock_guard<std::mutex> lock(pool_->mu);
   pool_->counts = {};
   pool_->skipped.store(0, std::memory_order_relaxed);
+  pool_->to_host_bytes.store(0, std::memory_order_relaxed);
 }
 
 size_t StandinDevice::pending() const {

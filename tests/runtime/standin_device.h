@@ -98,6 +98,7 @@ class StandinDevice : public Backend {
     size_t host_syncs = 0;                     // the host kernels' synchronize() calls
     size_t launched = 0;                       // queued kernels
     size_t skipped = 0;                        // of those, skipped on a lowered skip flag
+    size_t to_host_bytes = 0;                  // bytes copied from device memory into host memory
     size_t records = 0, waits = 0;             // record() and wait() calls
     size_t captures = 0, replays = 0;          // end_capture() and replay() calls
     std::map<std::string, size_t> host_calls;  // host kernel calls per op

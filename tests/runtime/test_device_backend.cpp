@@ -324,6 +324,13 @@ TEST_CASE(
       CHECK(c.host_calls == want);
       CHECK(c.host_syncs == c.host_total());
       CHECK(c.launched + c.host_total() == device.plan().steps.size());
+      // The host reads the loss, the logits and the check flags; never the state (the
+      // running statistics are written on the device too: Assign).
+      const auto& out = device.last_outputs();
+      const size_t results = out.at(device.training().loss).nbytes() + out.at(g.outputs[0]).nbytes();
+      const size_t flags = 8 * (device.training().params.size() + 2);  // gradients, loss, "any"
+      CHECK(c.to_host_bytes >= results);
+      CHECK(c.to_host_bytes <= results + flags);
       std::string host_ops;
       for (const auto& [op, calls] : c.host_calls) host_ops += " " + op + " x" + std::to_string(calls);
       MESSAGE("stand-in WRN step (" << device.plan().steps.size() << " plan steps, " << c.launched << " queued, "
