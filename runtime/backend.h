@@ -121,6 +121,12 @@ class Backend {
     (void)s;
     copy(to, from, bytes);
   }
+  // The host waits until the point `e` marks is reached (cuda: cudaEventSynchronize), and
+  // for no other work. Default: synchronize() on an asynchronous backend.
+  virtual void wait_host(const Event& e) const {
+    (void)e;
+    if (asynchronous()) synchronize();
+  }
   // Capture (CUDA graphs). Work issued between begin_capture() and end_capture() on any
   // stream is recorded, not run; replay() issues it again as one launch, with the
   // arguments and memory it named when captured and the memory's contents as they are

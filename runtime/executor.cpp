@@ -114,6 +114,18 @@ int64_t first_non_finite(const Tensor& t) {
   }
 }
 
+// Asynchronous backends: the host memory of one run in flight (allocate_host: pinned for
+// cuda), one slot per run launch() may have in flight (run() uses slot 0), allocated
+// when first used: the batch's copy per staged feed, the seed, the results and the
+// check flags copied back where the host cannot see the backend's memory, and the
+// event on the compute stream after the run's last copy.
+struct Executor::Slot {
+  std::vector<std::shared_ptr<std::byte[]>> feeds;    // per feed (null: not staged)
+  std::vector<std::shared_ptr<std::byte[]>> results;  // per result_values entry (null: not copied)
+  std::shared_ptr<std::byte[]> seed, flags;
+  Backend::Event done;
+};
+
 struct Executor::Prepared {
   // Signature: feed dtypes and dims (in graph input order) and the extra outputs.
   std::vector<DataType> feed_types;
@@ -126,9 +138,6 @@ struct Executor::Prepared {
   std::shared_ptr<std::byte[]> arena;
   std::vector<Tensor> slots;   // one per plan value; kernels get pointers to these
   std::vector<Tensor> staged;  // per feed: its copy in backend memory, when the backend cannot reach it
-  // Per staged feed on an asynchronous backend: host memory the copy reads from
-  // (Backend::allocate_host: pinned for cuda), filled from the caller's batch.
-  std::vector<std::shared_ptr<std::byte[]>> pinned;
   std::vector<const Kernel*> kernels;
   std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
   std::vector<int> feed_values;                            // plan value of each graph input
@@ -147,23 +156,24 @@ struct Executor::Prepared {
   std::shared_ptr<std::byte[]> flags;
   std::vector<uint64_t> flags_init;
   std::shared_ptr<std::byte[]> flags_init_pinned;  // flags_init in allocate_host memory (asynchronous backends)
-  std::shared_ptr<std::byte[]> flags_host;         // where the host cannot see `flags`: their copy, read after a sync
   // The flag of "some check before the first state write failed" (-1: none), which the
   // state writers read on the device (KernelContext::skip_if_flagged); set when every
   // state writer's kernel honours it, and then the step waits for nothing before them.
   int any_flag = -1;
   size_t flags_read = 0;
   // Asynchronous backends: the run's seed in backend memory (KernelContext::run_seed),
-  // written from `seed_pinned`; the batch copies to issue (staged <- pinned); pinned host
-  // buffers the results are copied into where the host cannot see the backend's memory.
-  std::shared_ptr<std::byte[]> seed_device, seed_pinned;
+  // written from its slot's pinned copy; the batch copies to issue (staged <- pinned).
+  std::shared_ptr<std::byte[]> seed_device;
   struct FeedCopy {
     void* to;
     const void* from;
     size_t bytes;
   };
   std::vector<FeedCopy> feed_copies;
-  std::vector<std::shared_ptr<std::byte[]>> result_pinned;  // per result_values entry
+  // Asynchronous backends: the host memory of each run in flight (Executor::Slot).
+  std::vector<Slot> ring;
+  size_t current = 0;        // the slot of the run being issued
+  Backend::Event last_done;  // the end of the last run issued (its staged batch is read by then)
   // The captured step (Backend::replay), the run options it was captured with, and
   // whether capturing failed (the backend refused something in it: never tried again).
   Backend::Captured captured;
@@ -272,11 +282,10 @@ void Executor::release_other_arenas(const Prepared& keep) {
     q->results.clear();
     for (Tensor& t : q->slots) t = Tensor();
     q->staged.clear();
-    q->pinned.clear();
+    q->ring.clear();
+    q->last_done.reset();
     q->captured.reset();
-    q->result_pinned.clear();
     q->seed_device.reset();
-    q->seed_pinned.reset();
   }
 }
 
@@ -316,19 +325,8 @@ void Executor::bind_slots(Prepared& p) {
     if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
       p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
   p.staged.assign(p.feed_values.size(), Tensor());
-  p.pinned.assign(p.feed_values.size(), nullptr);
-  p.result_pinned.assign(p.result_values.size(), nullptr);
-  if (backend_.asynchronous()) {
-    p.seed_device = backend_.allocate(sizeof(uint64_t));
-    p.seed_pinned = backend_.allocate_host(sizeof(uint64_t));
-    if (!backend_.host_visible())
-      for (size_t i = 0; i < p.result_values.size(); ++i) {
-        const PlannedValue& pv = plan.values[static_cast<size_t>(p.result_values[i].second)];
-        // An update written in place is returned as its state's buffer: the state is read
-        // through TrainingSession::state(), not copied out at every step.
-        if (pv.storage != Storage::State) p.result_pinned[i] = backend_.allocate_host(pv.bytes);
-      }
-  }
+  p.ring.clear();
+  if (backend_.asynchronous()) p.seed_device = backend_.allocate(sizeof(uint64_t));
   p.host_steps = false;
   for (const PlanStep& st : plan.steps) p.host_steps = p.host_steps || backend_.runs_on_host(plan.graph.nodes[st.node]);
 }
@@ -354,6 +352,7 @@ void Executor::build_contexts(Prepared& p) const {
 void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
   const Plan& plan = p.plan;
   const bool async = backend_.asynchronous();
+  Slot* run = async ? &run_slot(p) : nullptr;
   p.feed_copies.clear();
   for (size_t i = 0; i < p.feed_values.size(); ++i) {
     const Tensor& feed = feeds.at(graph_.inputs[i]);
@@ -361,10 +360,11 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
     if (feed.nbytes() && !backend_.reaches(feed.raw())) {  // a host batch: staged in backend memory
       Tensor& staged = p.staged[i];
       if (staged.empty()) staged = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
-      if (async) {  // through host memory the copy may read while the host goes on (the last run synchronised)
-        if (!p.pinned[i]) p.pinned[i] = backend_.allocate_host(feed.nbytes());
-        std::memcpy(p.pinned[i].get(), feed.raw(), feed.nbytes());
-        p.feed_copies.push_back({staged.raw(), p.pinned[i].get(), feed.nbytes()});
+      if (async) {  // through host memory the copy reads when it runs (the slot's last run has ended)
+        std::shared_ptr<std::byte[]>& pinned = run->feeds[i];
+        if (!pinned) pinned = backend_.allocate_host(feed.nbytes());
+        std::memcpy(pinned.get(), feed.raw(), feed.nbytes());
+        p.feed_copies.push_back({staged.raw(), pinned.get(), feed.nbytes()});
       } else {
         backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
       }
@@ -423,14 +423,36 @@ bool Executor::choose_checks(Prepared& p, const RunOptions& ro) const {
   p.flags = backend_.allocate(bytes);
   p.flags_init_pinned = backend_.allocate_host(bytes);
   std::memcpy(p.flags_init_pinned.get(), p.flags_init.data(), p.flags_init.size() * sizeof(uint64_t));
-  p.flags_host = backend_.host_visible() ? nullptr : backend_.allocate_host(bytes);
+  for (Slot& slot : p.ring) slot.flags.reset();  // sized anew by run_slot()
   return true;
 }
 
 // Issues the copy of the check flags into host memory where the host cannot see them;
 // they are read after the next sync().
 void Executor::fetch_flags(Prepared& p) const {
-  if (p.flags_host) backend_.copy(p.flags_host.get(), p.flags.get(), p.flags_init.size() * sizeof(uint64_t));
+  if (const auto& host = p.ring[p.current].flags)
+    backend_.copy(host.get(), p.flags.get(), p.flags_init.size() * sizeof(uint64_t));
+}
+
+// The host buffers of the run being issued (Prepared::current), allocated on its first use.
+Executor::Slot& Executor::run_slot(Prepared& p) const {
+  if (p.ring.size() <= p.current) p.ring.resize(p.current + 1);
+  Slot& slot = p.ring[p.current];
+  if (slot.feeds.empty()) {
+    slot.feeds.resize(p.feed_values.size());  // allocated by stage_feeds, which knows the bytes
+    slot.results.resize(p.result_values.size());
+    slot.seed = backend_.allocate_host(sizeof(uint64_t));
+    if (!backend_.host_visible())
+      for (size_t i = 0; i < p.result_values.size(); ++i) {
+        const PlannedValue& pv = p.plan.values[static_cast<size_t>(p.result_values[i].second)];
+        // An update written in place is returned as its state's buffer: the state is read
+        // through TrainingSession::state(), not copied out at every step.
+        if (pv.storage != Storage::State) slot.results[i] = backend_.allocate_host(pv.bytes);
+      }
+  }
+  if (p.flags && !backend_.host_visible() && !slot.flags)
+    slot.flags = backend_.allocate_host(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
+  return slot;
 }
 
 // One kernel call; its profile event goes to `ev` (the caller appends events in plan
@@ -505,7 +527,8 @@ void Executor::flag_outputs(Prepared& p, size_t s) const {
 // After a synchronisation: throws NumericalError for the first flagged output of the
 // steps from flags_read up to `upto`, in plan order.
 void Executor::read_flags(Prepared& p, size_t upto) {
-  const auto* flags = reinterpret_cast<const uint64_t*>(p.flags_host ? p.flags_host.get() : p.flags.get());
+  const auto& host = p.ring[p.current].flags;
+  const auto* flags = reinterpret_cast<const uint64_t*>(host ? host.get() : p.flags.get());
   for (size_t s = p.flags_read; s < upto; ++s)
     for (size_t k = 0; k < p.flag_of[s].size(); ++k) {
       const int f = p.flag_of[s][k];
@@ -539,8 +562,9 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   // The state writers skip on the device when a check before them failed: no wait there.
   const bool skip_on_device = deferred && p.any_flag >= 0;
   bool state_guarded = false;  // the flags before the first state write were read
-  if (deferred) {
-    backend_.copy(p.flags.get(), p.flags_init_pinned.get(), p.flags_init.size() * sizeof(uint64_t));
+  if (deferred) {              // the "any" flag (last) is reset by issue_inputs(), where a window of runs starts
+    const size_t reset = p.flags_init.size() - (p.any_flag >= 0 ? 1 : 0);
+    if (reset) backend_.copy(p.flags.get(), p.flags_init_pinned.get(), reset * sizeof(uint64_t));
     p.flags_read = 0;
   }
   const size_t steps = plan.steps.size();
@@ -578,23 +602,65 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   }
 }
 
-// The part of a run issued to the backend (and captured): the batch copies on the copy
-// stream, the seed, the steps, the results' and flags' copies into host memory.
-void Executor::issue_run(Prepared& p, const RunOptions& ro, bool checking) {
+// Before a run's captured part: the batch's copies from the slot's pinned buffers on the
+// copy stream, after the last run has ended (it read the same staged buffers), the
+// compute stream waiting for them; the seed; and, where a window of runs starts
+// (`fresh`: none in flight), the reset of the "any check failed" flag, which stays
+// lowered over the window's later runs so that after a failed run no state changes.
+void Executor::issue_inputs(Prepared& p, bool checking, bool fresh) {
   const bool async = backend_.asynchronous();
+  if (async && p.last_done && !p.feed_copies.empty()) backend_.wait(Backend::Stream::copy, p.last_done);
   for (const Prepared::FeedCopy& c : p.feed_copies)
     async ? backend_.copy_on(Backend::Stream::copy, c.to, c.from, c.bytes) : backend_.copy(c.to, c.from, c.bytes);
-  // The step's kernels start after the batch's copies.
   if (async && !p.feed_copies.empty()) backend_.wait(Backend::Stream::compute, backend_.record(Backend::Stream::copy));
-  if (p.seed_device) backend_.copy(p.seed_device.get(), p.seed_pinned.get(), sizeof(uint64_t));
-  if (async) queued_ = true;
-  run_steps(p, ro, checking);
-  for (size_t i = 0; i < p.result_values.size(); ++i) {
-    const Tensor& slot = p.slots[static_cast<size_t>(p.result_values[i].second)];
-    if (p.result_pinned[i] && slot.nbytes() && backend_.reaches(slot.raw()))  // into host memory
-      backend_.copy(p.result_pinned[i].get(), slot.raw(), slot.nbytes());
+  if (p.seed_device) backend_.copy(p.seed_device.get(), p.ring[p.current].seed.get(), sizeof(uint64_t));
+  if (async && checking && fresh && p.any_flag >= 0) {
+    const size_t at = static_cast<size_t>(p.any_flag) * sizeof(uint64_t);
+    backend_.copy(p.flags.get() + at, p.flags_init_pinned.get() + at, sizeof(uint64_t));
   }
-  if (async && checking) fetch_flags(p);
+  if (async) queued_ = true;
+}
+
+// After a run's captured part: its results and check flags into the slot's host memory,
+// and the event that marks its end.
+void Executor::issue_outputs(Prepared& p, bool checking) {
+  if (!backend_.asynchronous()) return;
+  Slot& slot = p.ring[p.current];
+  for (size_t i = 0; i < p.result_values.size(); ++i) {
+    const Tensor& t = p.slots[static_cast<size_t>(p.result_values[i].second)];
+    if (slot.results[i] && t.nbytes() && backend_.reaches(t.raw()))
+      backend_.copy(slot.results[i].get(), t.raw(), t.nbytes());
+  }
+  if (checking) fetch_flags(p);
+  slot.done = p.last_done = backend_.record(Backend::Stream::compute);
+}
+
+// A run: inputs, the steps (captured once and replayed where capturable()), outputs.
+void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fresh) {
+  issue_inputs(p, checking, fresh);
+  std::string key;
+  if (!capturable(p, ro, key)) {
+    run_steps(p, ro, checking);
+  } else if (p.captured && p.capture_key == key) {
+    p.flags_read = 0;
+    backend_.replay(p.captured);
+  } else {
+    // Captured once, then replayed: this run and every later one with the same options.
+    p.captured.reset();
+    backend_.begin_capture();
+    try {
+      run_steps(p, ro, checking);
+      p.captured = backend_.end_capture();
+      p.capture_key = key;
+    } catch (const std::exception&) {  // something in the step cannot be captured: run it as issued
+      backend_.abort_capture();
+      p.capture_failed = true;
+      run_steps(p, ro, checking);
+    }
+    if (p.captured) backend_.replay(p.captured);
+  }
+  issue_outputs(p, checking);
+  ++p.runs;
 }
 
 // Whether this run may be captured (Backend::begin_capture) or replay a capture, and the
@@ -613,7 +679,8 @@ bool Executor::capturable(const Prepared& p, const RunOptions& ro, std::string& 
   return true;
 }
 
-const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
+// The phases before a run is issued: its plan (bound), its checks, its slot's batch and seed.
+Executor::Prepared& Executor::start(const TensorMap& feeds, const RunOptions& ro, size_t slot, bool& checking) {
   Prepared& p = prepare(feeds, ro);
   last_ = &p;
   if (!p.arena) {  // (re)bind buffers after a build or after another signature released them
@@ -621,51 +688,120 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
     bind_slots(p);
     build_contexts(p);
   }
-  const bool async = backend_.asynchronous();
-  stage_feeds(p, feeds);
-  if (p.seed_pinned) std::memcpy(p.seed_pinned.get(), &ro.seed, sizeof(uint64_t));  // the last run synchronised
-  const bool checking = ro.detect_anomaly || !ro.check_finite.empty();
+  checking = ro.detect_anomaly || !ro.check_finite.empty();
   if (checking && choose_checks(p, ro)) p.captured.reset();
-  std::string key;
-  if (!capturable(p, ro, key)) {
-    issue_run(p, ro, checking);
-  } else if (p.captured && p.capture_key == key) {
-    queued_ = true;
-    p.flags_read = 0;
-    backend_.replay(p.captured);
-  } else {
-    // Captured once, then replayed: this run and every later one with the same options.
-    p.captured.reset();
-    backend_.begin_capture();
-    try {
-      issue_run(p, ro, checking);
-      p.captured = backend_.end_capture();
-      p.capture_key = key;
-    } catch (const std::exception&) {  // something in the step cannot be captured: run it as issued
-      backend_.abort_capture();
-      p.capture_failed = true;
-      issue_run(p, ro, checking);
+  p.current = slot;
+  stage_feeds(p, feeds);
+  if (backend_.asynchronous()) std::memcpy(run_slot(p).seed.get(), &ro.seed, sizeof(uint64_t));
+  return p;
+}
+
+// The results of the run in slot `p.current`, after it ended: host copies of its pinned
+// buffers where the host cannot see the backend's memory, else the slots themselves.
+void Executor::gather_results(Prepared& p) {
+  const Slot* slot = p.ring.size() > p.current ? &p.ring[p.current] : nullptr;
+  for (size_t i = 0; i < p.result_values.size(); ++i) {
+    const auto& [name, v] = p.result_values[i];
+    const Tensor& t = p.slots[static_cast<size_t>(v)];
+    if (slot && slot->results[i] && t.nbytes() && backend_.reaches(t.raw())) {
+      Tensor h(t.dtype(), t.dims());  // the caller's: a copy of the pinned buffer
+      h.set_layout(t.layout());
+      std::memcpy(h.raw(), slot->results[i].get(), t.nbytes());
+      p.results[name] = h;
+    } else {
+      p.results[name] = t;
     }
-    if (p.captured) backend_.replay(p.captured);
   }
-  ++p.runs;
-  if (async) {
+}
+
+const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
+  if (!in_flight_.empty()) throw_internal("Executor::run", "runs launched and not collected");
+  bool checking = false;
+  Prepared& p = start(feeds, ro, 0, checking);
+  issue(p, ro, checking, /*fresh=*/true);
+  if (backend_.asynchronous()) {
     sync();  // results (and, on a host-visible backend, state and staged feeds) are the host's again
     if (checking) read_flags(p, p.plan.steps.size());
   }
-  for (size_t i = 0; i < p.result_values.size(); ++i) {
-    const auto& [name, v] = p.result_values[i];
-    const Tensor& slot = p.slots[static_cast<size_t>(v)];
-    if (p.result_pinned[i] && slot.nbytes() && backend_.reaches(slot.raw())) {
-      Tensor h(slot.dtype(), slot.dims());  // the caller's: a copy of the pinned buffer
-      h.set_layout(slot.layout());
-      std::memcpy(h.raw(), p.result_pinned[i].get(), slot.nbytes());
-      p.results[name] = h;
-    } else {
-      p.results[name] = slot;
-    }
-  }
+  gather_results(p);
   return p.results;
+}
+
+bool Executor::deferrable(const Prepared& p, const RunOptions& ro, bool checking) const {
+  return backend_.asynchronous() && !backend_.host_visible() && !p.host_steps && !ro.profile && !ro.after_step &&
+         !ro.before_step && !ro.skip_state_writes && !ro.skip_flag &&
+         (!checking || p.any_flag >= 0 || p.plan.first_state_write < 0);
+}
+
+void Executor::launch(const TensorMap& feeds, const RunOptions& ro) {
+  const size_t depth = std::max<size_t>(opts_.max_in_flight, 1);
+  // One plan in flight at a time: a run of another plan waits for the runs before it
+  // (its arena may take theirs).
+  if (!in_flight_.empty() && &prepare(feeds, ro) != in_flight_.front().p) retire(in_flight_.size());
+  if (in_flight_.size() >= depth) retire(in_flight_.size() - depth + 1);
+  const size_t slot = in_flight_.empty() ? 0 : (in_flight_.back().slot + 1) % depth;
+  bool checking = false;
+  Prepared& p = start(feeds, ro, slot, checking);
+  if (!deferrable(p, ro, checking)) {  // run now, as run() does
+    retire(in_flight_.size());
+    if (error_) return;  // a failed run before it: nothing after it runs
+    p.current = slot;
+    try {
+      issue(p, ro, checking, /*fresh=*/true);
+      if (backend_.asynchronous()) {
+        sync();
+        if (checking) read_flags(p, p.plan.steps.size());
+      }
+    } catch (const NumericalError& e) {
+      error_ = e;
+      return;
+    }
+    gather_results(p);
+    TensorMap own;  // the next run overwrites the slots
+    for (const auto& [name, t] : p.results) own[name] = t.clone();
+    done_.push_back(std::move(own));
+    return;
+  }
+  // No run in flight and no failure: a fresh window, whose "any check failed" flag is reset.
+  issue(p, ro, checking, /*fresh=*/in_flight_.empty() && !error_);
+  in_flight_.push_back({&p, slot, checking});
+}
+
+// Waits for the oldest `count` runs in flight (all of them: one synchronisation; fewer:
+// the host waits for the last one's end event only) and takes their results and checks.
+void Executor::retire(size_t count) {
+  if (count == 0) return;
+  if (count >= in_flight_.size()) {
+    sync();
+  } else {
+    backend_.wait_host(in_flight_[count - 1].p->ring[in_flight_[count - 1].slot].done);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const InFlight f = in_flight_.front();
+    in_flight_.pop_front();
+    if (error_) continue;  // runs after a failed one wrote no state; their results are dropped
+    Prepared& p = *f.p;
+    p.current = f.slot;
+    if (f.checking) try {
+        p.flags_read = 0;
+        read_flags(p, p.plan.steps.size());
+      } catch (const NumericalError& e) {
+        error_ = e;
+        continue;
+      }
+    gather_results(p);
+    done_.push_back(p.results);  // host copies (deferrable() holds only where the host cannot see the memory)
+  }
+}
+
+Executor::Collected Executor::collect() {
+  retire(in_flight_.size());
+  Collected c;
+  c.results.assign(std::make_move_iterator(done_.begin()), std::make_move_iterator(done_.end()));
+  done_.clear();
+  c.error = std::move(error_);
+  error_.reset();
+  return c;
 }
 
 TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts) {

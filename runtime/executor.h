@@ -43,9 +43,11 @@
 // hook that reads, not once per node) and after each kernel when profiling.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -141,6 +143,9 @@ struct ExecutorOptions {
   // before and replay it while the feed shapes and run options stay the same: one launch
   // per step instead of one per kernel (Executor::run says when a run is not captured).
   bool capture = true;
+  // Runs launch() may have in flight at once (the host buffers of each are kept: pinned
+  // batch copies, results, flags); a launch beyond it waits for the oldest.
+  size_t max_in_flight = 4;
 };
 
 class Executor {
@@ -158,6 +163,27 @@ class Executor {
   // once per run at its end: the one place a run reads device memory besides the
   // NaN/Inf flags; updates written in place are not copied (their state's buffer).
   const TensorMap& run(const TensorMap& feeds, const RunOptions& ro = {});
+
+  // Runs without waiting for them. launch() issues a run and returns while the backend
+  // still runs it (an asynchronous backend the host cannot see: cuda), up to
+  // ExecutorOptions::max_in_flight runs ahead (then it waits for the oldest one's end
+  // event, not for the device); collect() waits for the runs launched since the last
+  // collect() (one synchronisation) and returns their results in launch order, as host
+  // copies. The checks of a run are read when it is collected: a run whose checks failed
+  // ends the list, `error` names its first bad value as run() would have thrown it, and
+  // the runs launched after it wrote no state (the "any check failed" flag stays lowered
+  // until a collect()), so the state is the state before the failed run.
+  // A run that cannot go ahead of the host (a host backend, an op on the host, step hooks,
+  // profiling, skip_state_writes or skip_flag, or checks where a state writer cannot skip
+  // on the device) runs at its launch, after the runs before it; its results are kept in
+  // the same list. run() while runs are in flight is an InternalError.
+  void launch(const TensorMap& feeds, const RunOptions& ro = {});
+  struct Collected {
+    std::vector<TensorMap> results;       // one per run, up to the failed one
+    std::optional<NumericalError> error;  // the run at results.size() failed its checks
+  };
+  Collected collect();
+  size_t in_flight() const { return in_flight_.size(); }
   // The plan of the last run (BadInput before the first run).
   const Plan& plan() const;
   // A value's buffer in the current (or last) run; its bytes are only meaningful while
@@ -182,13 +208,21 @@ class Executor {
   void build_contexts(Prepared& p) const;
   void stage_feeds(Prepared& p, const TensorMap& feeds) const;
   bool choose_checks(Prepared& p, const RunOptions& ro) const;  // true: the check set changed
-  void issue_run(Prepared& p, const RunOptions& ro, bool checking);
+  Prepared& start(const TensorMap& feeds, const RunOptions& ro, size_t slot, bool& checking);
+  void issue_inputs(Prepared& p, bool checking, bool fresh);
+  void issue(Prepared& p, const RunOptions& ro, bool checking, bool fresh);
+  void issue_outputs(Prepared& p, bool checking);
+  void gather_results(Prepared& p);
+  bool deferrable(const Prepared& p, const RunOptions& ro, bool checking) const;
+  void retire(size_t count);
   bool capturable(const Prepared& p, const RunOptions& ro, std::string& key) const;
   void run_steps(Prepared& p, const RunOptions& ro, bool checking);
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);
   void flag_outputs(Prepared& p, size_t s) const;
   void fetch_flags(Prepared& p) const;
+  struct Slot;
+  Slot& run_slot(Prepared& p) const;
   static void read_flags(Prepared& p, size_t upto);
   // backend_.synchronize(), and nothing of this executor is queued any more.
   void sync() const;
@@ -201,6 +235,14 @@ class Executor {
   std::vector<std::unique_ptr<Prepared>> prepared_;
   Prepared* last_ = nullptr;
   mutable bool queued_ = false;  // kernels or copies issued since the last sync() (asynchronous backends)
+  struct InFlight {
+    Prepared* p;
+    size_t slot;  // Prepared::ring index
+    bool checking;
+  };
+  std::deque<InFlight> in_flight_;  // launched, not yet retired (oldest first)
+  std::deque<TensorMap> done_;      // results of retired runs, not yet collected
+  std::optional<NumericalError> error_;
 };
 
 }  // namespace trainrt

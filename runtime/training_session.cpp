@@ -100,7 +100,7 @@ const TensorMap& TrainingSession::last_outputs() const {
 RunOptions TrainingSession::run_options() const {
   RunOptions ro;
   ro.training = true;
-  ro.seed = seed_ * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(steps_);
+  ro.seed = seed_ * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(steps_ + launched_);
   if (check_) ro.check_finite = check_names_;
   ro.profile = profile_;
   ro.memory_limit_bytes = memory_limit_;
@@ -131,6 +131,12 @@ const TensorMap& TrainingSession::feeds_for(const TensorMap& batch, float lr) {
 }
 
 double TrainingSession::step(const TensorMap& batch, float lr) {
+  if (queued_steps() > 0 || finished_.error)
+    throw_internal("TrainingSession::step", "steps queued: finish_steps() first");
+  return run_step(batch, lr);
+}
+
+double TrainingSession::run_step(const TensorMap& batch, float lr) {
   RunOptions ro = run_options();
   last_skipped_ = false;
   const TensorMap* ran = nullptr;
@@ -161,6 +167,51 @@ double TrainingSession::step(const TensorMap& batch, float lr) {
   }
   ++steps_;
   return out.at(t_.loss).get_as_double(0);
+}
+
+void TrainingSession::queue_step(const TensorMap& batch, float lr) {
+  if (finished_.error) return;  // a failed step: nothing after it runs until finish_steps()
+  const bool now = exec_->plans_built() == 0 || !t_.loss_scale.empty() || after_step_ || before_step_ || skip_flag_ ||
+                   after_run_ || profile_;
+  if (now) {
+    take_launched();
+    if (finished_.error) return;
+    try {
+      finished_.losses.push_back(run_step(batch, lr));
+      finished_last_ = last_outputs();
+      last_ = &finished_last_;
+    } catch (const NumericalError& e) {
+      finished_.error = e;
+    }
+    return;
+  }
+  exec_->launch(feeds_for(batch, lr), run_options());
+  ++launched_;
+}
+
+void TrainingSession::take_launched() {
+  if (launched_ == 0) return;
+  Executor::Collected c = exec_->collect();
+  launched_ = 0;
+  // Every update is written in place by the plan (Assign): nothing to copy back after a step.
+  const Plan& plan = exec_->plan();
+  for (const auto& [produced, state] : t_.updates)
+    if (plan.value(produced).storage != Storage::State)
+      throw_internal("TrainingSession::queue_step", "update '" + produced + "' is not written in place");
+  for (const TensorMap& out : c.results) finished_.losses.push_back(out.at(t_.loss).get_as_double(0));
+  steps_ += static_cast<int64_t>(c.results.size());
+  if (!c.results.empty()) {
+    finished_last_ = c.results.back();
+    last_ = &finished_last_;
+  }
+  if (c.error) finished_.error = std::move(c.error);
+}
+
+TrainingSession::Finished TrainingSession::finish_steps() {
+  take_launched();
+  Finished f = std::move(finished_);
+  finished_ = {};
+  return f;
 }
 
 std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& batch, float lr) {

@@ -58,6 +58,24 @@ class TrainingSession {
   // Graph outputs (logits, loss, updates) of the last step: views that the next step overwrites.
   const TensorMap& last_outputs() const;
 
+  // Steps that do not wait for each other (Executor::launch): queue_step() issues a step
+  // and returns while the device still runs it; finish_steps() waits for the queued steps
+  // (one synchronisation) and returns their losses in order. A step whose checks failed
+  // ends the list, `error` as step() would have thrown it; the steps queued after it wrote
+  // no state, so state and steps_done() are those before it, and queue_step() does
+  // nothing until finish_steps(). A step that cannot go ahead of the host (a host backend,
+  // loss scaling, step hooks or after_run, profiling, the session's first step) runs at
+  // queue_step() as step() does, its loss kept in the same list. Dropout's seed follows
+  // the step's number either way, so queued steps equal step()'s bit for bit.
+  void queue_step(const TensorMap& batch, float lr);
+  struct Finished {
+    std::vector<double> losses;
+    std::optional<NumericalError> error;  // of the step after the last loss
+  };
+  Finished finish_steps();
+  int64_t queued_steps() const { return static_cast<int64_t>(finished_.losses.size()) + launched_; }
+  bool queue_failed() const { return finished_.error.has_value(); }  // finish_steps() now
+
   // The training graph this session runs (fused unless `fuse` was off).
   const TrainingGraph& training() const { return t_; }
   // Where the steps run; its allocate() gives memory its kernels (and communicators) reach.
@@ -124,6 +142,8 @@ class TrainingSession {
 
  private:
   RunOptions run_options() const;
+  void take_launched();                               // the launched steps' results into finished_
+  double run_step(const TensorMap& batch, float lr);  // step(), without the check for queued steps
   const TensorMap& feeds_for(const TensorMap& batch, float lr);
 
   TrainingGraph t_;
@@ -146,6 +166,9 @@ class TrainingSession {
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()
   mutable TensorMap host_state_;               // state() copies where the host cannot see the backend's memory
+  int64_t launched_ = 0;                       // steps launched on the executor and not yet collected
+  Finished finished_;                          // steps queued and done, not yet handed out by finish_steps()
+  TensorMap finished_last_;
   bool last_skipped_ = false;
   int64_t skipped_ = 0;
 };

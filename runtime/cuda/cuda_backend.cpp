@@ -84,6 +84,10 @@ class CudaBackend : public Backend {
     auto* ev = static_cast<cudaEvent_t>(const_cast<void*>(e.get()));
     cuda::check(cudaStreamWaitEvent(stream(s), ev, 0), "cudaStreamWaitEvent");
   }
+  void wait_host(const Event& e) const override {
+    if (!e) return;
+    cuda::check(cudaEventSynchronize(static_cast<cudaEvent_t>(const_cast<void*>(e.get()))), "waiting for a GPU event");
+  }
 
   // CUDA graphs: the compute stream captures; the copy and collectives streams join the
   // capture by waiting for an event of it, and rejoin it before it ends, as CUDA requires

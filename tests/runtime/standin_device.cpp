@@ -371,15 +371,23 @@ class QueueRun {
 
 }  // namespace
 
-void StandinDevice::synchronize() const {
+void StandinDevice::synchronize() const { drain(false); }
+
+// An event's point is reached once everything queued before it ran: the stand-in runs all
+// that is queued (work after the event may run too, as it may on a GPU).
+void StandinDevice::wait_host(const Event& e) const {
+  if (e) drain(true);
+}
+
+void StandinDevice::drain(bool event_wait) const {
   std::array<std::vector<Work>, kStreams> work;
   const bool hidden = device_memory && protect_memory;
   bool any = false;
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
-    pool_->refuse_in_capture("synchronize()");
+    pool_->refuse_in_capture(event_wait ? "wait_host()" : "synchronize()");
     work.swap(pool_->pending);
-    ++(in_host_kernel ? pool_->counts.host_syncs : pool_->counts.syncs);
+    ++(event_wait ? pool_->counts.host_waits : in_host_kernel ? pool_->counts.host_syncs : pool_->counts.syncs);
     for (const auto& q : work) any = any || !q.empty();
     if (!hidden || any)
       for (auto& [start, r] : pool_->regions) pool_->set(start, r, false);

@@ -68,6 +68,7 @@ class StandinDevice : public Backend {
   Event record(Stream s) const override;
   void wait(Stream s, const Event& e) const override;
   void synchronize() const override;
+  void wait_host(const Event& e) const override;  // counted apart: Counts::host_waits
   // Capture as CUDA graphs do: between begin_capture() and end_capture() the queues'
   // work is recorded instead of queued; replay() queues it again (events renewed), so
   // kernels read their memory when the replay runs. synchronize(), allocate(),
@@ -100,6 +101,7 @@ class StandinDevice : public Backend {
     size_t skipped = 0;                        // of those, skipped on a lowered skip flag
     size_t to_host_bytes = 0;                  // bytes copied from device memory into host memory
     size_t records = 0, waits = 0;             // record() and wait() calls
+    size_t host_waits = 0;                     // wait_host() calls
     size_t captures = 0, replays = 0;          // end_capture() and replay() calls
     std::map<std::string, size_t> host_calls;  // host kernel calls per op
     size_t host_total() const;
@@ -138,6 +140,7 @@ class StandinDevice : public Backend {
  private:
   static constexpr size_t kStreams = 3;
   void enqueue(std::function<void()> f, const std::vector<const void*>& touched, Stream s) const;
+  void drain(bool event_wait) const;  // synchronize() and wait_host()
   std::set<std::string> host_ops_;
   std::shared_ptr<Pool> pool_;
   mutable std::mutex kernels_mu_;

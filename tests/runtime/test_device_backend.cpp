@@ -506,6 +506,95 @@ TEST_CASE("device backend: a training step is captured once and replayed; dropou
   CHECK(dev.counts().replays == 2);
 }
 
+TEST_CASE("device backend: queued steps run ahead of the host; one synchronisation per window, bit for bit") {
+  // TrainingSession::queue_step launches a step without waiting (Executor::launch); the
+  // host waits for the oldest step's end event only when max_in_flight (4) are ahead, and
+  // once for all at finish_steps(). The batches go through one staged device buffer, so a
+  // batch's copy must wait for the step before it: the compute stream runs as late as its
+  // events allow, which without that wait would let the next batch overwrite this step's.
+  // The control ignores every event wait, and the steps must then differ.
+  Graph g = small_wrn();
+  for (const bool ordered : {true, false}) {
+    CAPTURE(ordered);
+    auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});
+    StandinDevice& dev = *owned;
+    dev.late_stream = Backend::Stream::compute;
+    dev.ignore_waits = !ordered;
+    TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3});
+    TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3});
+    std::vector<double> want;
+    for (int step = 0; step < 10; ++step) {
+      const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 60));
+      want.push_back(ref.step(b, 0.05f));
+      device.queue_step(b, 0.05f);
+      if (step == 0) dev.reset_counts();  // the session's first step runs at once (it builds the plan)
+    }
+    CHECK(device.queued_steps() == 10);
+    const StandinDevice::Counts queued = dev.counts();
+    const TrainingSession::Finished f = device.finish_steps();
+    CHECK(!f.error);
+    if (!ordered) {
+      CHECK(f.losses != want);
+      continue;
+    }
+    CHECK(f.losses == want);
+    CHECK(device.steps_done() == 10);
+    CHECK(device.queued_steps() == 0);
+    // Steps 2..10 launched: no synchronisation while queueing, the host waiting for an
+    // event once per launch beyond the 4 in flight, and one synchronisation at the end.
+    CHECK(queued.syncs == 0);
+    CHECK(queued.host_waits == 9 - 4);
+    CHECK(dev.counts().syncs == 1);
+    CHECK(dev.counts().captures == 1);  // run 2 of the plan is captured, then it and every later run replayed
+    CHECK(dev.counts().replays == 9);
+    for (const std::string& name : ref.state_names()) {
+      CAPTURE(name);
+      CHECK(bitwise_equal(device.state(name), ref.state(name)));
+    }
+    CHECK(bitwise_equal(device.last_outputs().at(device.training().loss), ref.last_outputs().at(ref.training().loss)));
+  }
+}
+
+TEST_CASE("device backend: a NaN in a queued step ends the list there; no later queued step writes state") {
+  Graph g = small_wrn();
+  auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});
+  StandinDevice& dev = *owned;
+  TrainingSession device(wrn_training(g), std::move(owned), {.seed = 5});
+  TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 5});
+  std::vector<double> want;
+  std::string ref_error;
+  for (int step = 0; step < 7; ++step) {
+    TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 80));
+    if (step == 4) b.at("input").data<float>()[17] = std::nanf("");
+    if (step < 4) want.push_back(ref.step(b, 0.05f));
+    if (step == 4) ref_error = error_of([&] { ref.step(b, 0.05f); });
+    device.queue_step(b, 0.05f);
+  }
+  const TrainingSession::Finished f = device.finish_steps();
+  CHECK(f.losses == want);
+  REQUIRE(f.error);
+  CHECK(std::string(f.error->what()) == ref_error);  // the same node, value and element
+  CHECK(device.steps_done() == 4);
+  CHECK(dev.counts().skipped > 0);  // steps 5 to 7 skipped their state writes on the device
+  for (const std::string& name : ref.state_names()) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(device.state(name), ref.state(name)));
+  }
+  // The next window starts clean: its steps update the state again, as the reference's.
+  for (int step = 0; step < 3; ++step) {
+    const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 90));
+    want.push_back(ref.step(b, 0.05f));
+    device.queue_step(b, 0.05f);
+  }
+  const TrainingSession::Finished again = device.finish_steps();
+  CHECK(!again.error);
+  CHECK(again.losses == std::vector<double>(want.end() - 3, want.end()));
+  for (const std::string& name : ref.state_names()) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(device.state(name), ref.state(name)));
+  }
+}
+
 TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit (buckets in backend memory)") {
   // Variants: 0 the stand-in with a host communicator (the MPI path: a synchronisation per
   // bucket), 1 the reference backend, 2 the stand-in with stand-in collectives ordered by
