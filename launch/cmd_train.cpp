@@ -164,8 +164,17 @@ class TrainRun {
   void load_model_and_data();
   void print_start() const;
   bool train_epoch();
+  // A step queued on the session and not yet accounted for (1-based numbers, as printed).
+  struct Pending {
+    int64_t epoch, step, global_step;
+    double lr;
+  };
+  bool queue_step(const Batch& b, double lr);
   double train_step(const Batch& b, double lr);
+  void finish_queued();
+  void account(double loss, const Pending& at);
   [[noreturn]] void step_failed(const std::string& what, ErrorKind kind) const;
+  [[noreturn]] void step_failed(const Pending& at, const std::string& what, ErrorKind kind) const;
   void log_progress(double loss, int64_t steps, int64_t first_step, std::chrono::steady_clock::time_point t0) const;
   bool end_epoch(double epoch_time, int64_t first_step);
   std::string save(const std::string& dir);
@@ -188,6 +197,8 @@ class TrainRun {
   TrainerState st_;
   std::string last_checkpoint_;
   int64_t steps_this_run_ = 0;
+  std::vector<Pending> queued_;           // steps queued on the session (TrainingSession::queue_step)
+  double last_loss_ = 0;                  // the loss of the last step accounted for
   std::FILE* iteration_times_ = nullptr;  // --iteration-times, rank 0
   bool max_steps_reached() const { return c_.max_steps > 0 && st_.global_step >= c_.max_steps; }
   double reduce_ms_ = 0, exposed_ms_ = 0;  // this epoch's all-reduce time, and the part the optimizer waited for
@@ -341,21 +352,27 @@ bool TrainRun::train_epoch() {
   auto step_start = t0;
   while (auto batch = stream.next()) {
     const double lr = c_.schedule.at(st_.epoch, st_.step_in_epoch, stream.size());
-    const double loss = train_step(*batch, lr);
+    // A queued step runs ahead of the host; its loss is read when one is needed below.
+    if (!queue_step(*batch, lr))
+      account(train_step(*batch, lr), {st_.epoch + 1, st_.step_in_epoch + 1, st_.global_step + 1, lr});
     if (iteration_times_) {
       const auto now = std::chrono::steady_clock::now();
       std::fprintf(iteration_times_, "%.6f\n", std::chrono::duration<double>(now - step_start).count());
       std::fflush(iteration_times_);
       step_start = now;
     }
-    st_.epoch_loss_sum += loss;
     st_.lr = lr;
     ++st_.step_in_epoch;
     ++st_.global_step;
+    const bool log_now =
+        c_.log_every > 0 && (st_.step_in_epoch % c_.log_every == 0 || st_.step_in_epoch == stream.size());
+    const bool checkpoint_now =
+        !c_.checkpoint_dir.empty() && c_.checkpoint_every_steps > 0 && st_.global_step % c_.checkpoint_every_steps == 0;
+    if (log_now || checkpoint_now || stop_signal() != 0 || max_steps_reached() || session_->queue_failed() ||
+        (c_.metrics_every > 0 && st_.global_step % c_.metrics_every == 0))
+      finish_queued();
     st_.epoch_seconds = seconds_before + seconds_since(t0);
-    log_progress(loss, stream.size(), first_step, t0);
-    if (c_.metrics_every > 0 && st_.global_step % c_.metrics_every == 0)
-      metrics_->step(st_.global_step, st_.epoch + 1, loss, lr);
+    if (log_now) log_progress(last_loss_, stream.size(), first_step, t0);
     if (!c_.checkpoint_dir.empty() && c_.checkpoint_every_steps > 0 && st_.global_step % c_.checkpoint_every_steps == 0)
       save(c_.checkpoint_dir);
     if (stop_requested(/*after_step=*/true)) return false;
@@ -370,8 +387,56 @@ bool TrainRun::train_epoch() {
       return true;
     }
   }
+  finish_queued();
   if (tty_ && c_.log_every > 0) std::printf("\n");
   return end_epoch(seconds_before + seconds_since(t0), first_step);
+}
+
+// Queues a step on the session where it may run ahead of the host: one rank, no
+// --detect-anomaly (it reruns the failed step's batch), no trace of this step. False: the
+// caller runs it with train_step().
+bool TrainRun::queue_step(const Batch& b, double lr) {
+  if (stepper_->data_parallel() || c_.detect_anomaly || tracer_->profile_for(steps_this_run_)) {
+    finish_queued();
+    return false;
+  }
+  queued_.push_back({st_.epoch + 1, st_.step_in_epoch + 1, st_.global_step + 1, lr});
+  try {
+    session_->queue_step({{io_.input, b.images}, {session_->training().labels, b.labels}}, static_cast<float>(lr));
+  } catch (const Error& e) {
+    step_failed(queued_.back(), e.what(), e.kind());
+  }
+  ++steps_this_run_;
+  return true;
+}
+
+// Waits for the queued steps and accounts for their losses in order; a failed one ends
+// the run naming its step.
+void TrainRun::finish_queued() {
+  if (queued_.empty()) return;
+  TrainingSession::Finished f;
+  try {
+    f = session_->finish_steps();
+  } catch (const Error& e) {
+    step_failed(queued_.front(), e.what(), e.kind());
+  }
+  for (size_t i = 0; i < f.losses.size(); ++i) account(f.losses[i], queued_[i]);
+  if (f.error) step_failed(queued_[f.losses.size()], f.error->what(), f.error->kind());
+  queued_.clear();
+}
+
+// A step's loss: checked, summed into the epoch's, written to --metrics at its interval.
+void TrainRun::account(double loss, const Pending& at) {
+  if (!std::isfinite(loss))
+    step_failed(at,
+                std::string("loss is ") + (std::isnan(loss) ? "NaN"
+                                           : loss > 0       ? "Inf"
+                                                            : "-Inf"),
+                ErrorKind::BadInput);
+  st_.epoch_loss_sum += loss;
+  last_loss_ = loss;
+  if (c_.metrics_every > 0 && at.global_step % c_.metrics_every == 0)
+    metrics_->step(at.global_step, at.epoch, loss, at.lr);
 }
 
 // One step on this rank's batch; returns the loss the session computed.
@@ -399,19 +464,21 @@ double TrainRun::train_step(const Batch& b, double lr) {
     reduce_ms_ += static_cast<double>(t.end_ns - t.start_ns) / 1e6;
     exposed_ms_ += static_cast<double>(t.wait_ns) / 1e6;
   }
-  if (!std::isfinite(loss))
-    step_failed(std::string("loss is ") + (std::isnan(loss) ? "NaN" : loss > 0 ? "Inf" : "-Inf"), ErrorKind::BadInput);
   return loss;
 }
 
 // A failed step (the runtime's NaN/Inf checks, or a non-finite loss) ends the run
 // naming the step and the newest checkpoint, which holds the state before it.
 void TrainRun::step_failed(const std::string& what, ErrorKind kind) const {
+  step_failed({st_.epoch + 1, st_.step_in_epoch + 1, st_.global_step + 1, st_.lr}, what, kind);
+}
+
+void TrainRun::step_failed(const Pending& at, const std::string& what, ErrorKind kind) const {
   const bool numeric = what.find("NaN") != std::string::npos || what.find("Inf") != std::string::npos;
-  throw Error(
-      kind, "training: at epoch " + std::to_string(st_.epoch + 1) + " step " + std::to_string(st_.step_in_epoch + 1) +
-                " (global step " + std::to_string(st_.global_step + 1) + "): " + what + "; last good checkpoint: " +
-                (last_checkpoint_.empty() ? "none written" : last_checkpoint_) + (numeric ? "; lower --base-lr" : ""));
+  throw Error(kind, "training: at epoch " + std::to_string(at.epoch) + " step " + std::to_string(at.step) +
+                        " (global step " + std::to_string(at.global_step) + "): " + what +
+                        "; last good checkpoint: " + (last_checkpoint_.empty() ? "none written" : last_checkpoint_) +
+                        (numeric ? "; lower --base-lr" : ""));
 }
 
 void TrainRun::log_progress(double loss, int64_t steps, int64_t first_step,
@@ -478,6 +545,7 @@ bool TrainRun::end_epoch(double epoch_time, int64_t first_step) {
 
 // Every rank holds the same state; rank 0 writes it. Returns the checkpoint's path.
 std::string TrainRun::save(const std::string& dir) {
+  finish_queued();  // the checkpoint holds the queued steps' state and losses
   const std::string path = checkpoint_path(dir, st_.global_step);
   last_checkpoint_ = path;
   if (!lead_) return path;

@@ -757,8 +757,11 @@ void Executor::launch(const TensorMap& feeds, const RunOptions& ro) {
       return;
     }
     gather_results(p);
-    TensorMap own;  // the next run overwrites the slots
-    for (const auto& [name, t] : p.results) own[name] = t.clone();
+    TensorMap own;  // the next run overwrites the arena (an update in place is its state: not copied)
+    for (const auto& [name, v] : p.result_values) {
+      const Tensor& t = p.results.at(name);
+      own[name] = p.plan.values[static_cast<size_t>(v)].storage == Storage::State ? t : t.clone();
+    }
     done_.push_back(std::move(own));
     return;
   }

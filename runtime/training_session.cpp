@@ -171,8 +171,8 @@ double TrainingSession::run_step(const TensorMap& batch, float lr) {
 
 void TrainingSession::queue_step(const TensorMap& batch, float lr) {
   if (finished_.error) return;  // a failed step: nothing after it runs until finish_steps()
-  const bool now = exec_->plans_built() == 0 || !t_.loss_scale.empty() || after_step_ || before_step_ || skip_flag_ ||
-                   after_run_ || profile_;
+  const bool now = !backend_->asynchronous() || backend_->host_visible() || exec_->plans_built() == 0 ||
+                   !t_.loss_scale.empty() || after_step_ || before_step_ || skip_flag_ || after_run_ || profile_;
   if (now) {
     take_launched();
     if (finished_.error) return;
