@@ -1,9 +1,11 @@
-// The cuda backend's elementwise kernels: Relu, Add, Mul, Sum, ReluGrad, SumToShape, the
-// activations Sigmoid, Clip, HardSigmoid, HardSwish and their gradients: float32, and
-// float64 for Relu, Add, Sum, ReluGrad, SumToShape (Dropout's: ops/misc_cuda.cu).
+// The cuda backend's elementwise kernels: Relu, Add, Sub, Mul, Div, Sum, ReluGrad,
+// SumToShape, the activations Sigmoid, Tanh, LeakyRelu, Gelu, Clip, HardSigmoid,
+// HardSwish and their gradients, Neg, Sqrt, Exp, Log, Reciprocal, Erf (with SqrtGrad,
+// ErfGrad): float32, and float64 for Relu, Add, Sum, ReluGrad, SumToShape (Dropout's:
+// ops/misc_cuda.cu).
 //
 //   Relu        y = x < 0 ? 0 : x (NaN stays NaN)        ReluGrad   dX = Y > 0 ? dY : 0
-//   Add, Mul    y = a op b, numpy broadcasting up to rank 8 (Sub, Div: on the host)
+//   Add, Sub, Mul, Div   y = a op b, numpy broadcasting up to rank 8
 //   activations and their *Grad: the formulas of ops/elementwise.cpp and
 //               ops/elementwise_loops.h, one functor each (map_kernel, grad_map_kernel);
 //               Clip's min/max inputs are read on the device
@@ -22,7 +24,7 @@
 // the reference's sequential T sums by rounding only.
 //
 // Host fallbacks (reference kernel after a stream synchronisation): Add and Mul of
-// integer dtypes (shape arithmetic) or with an output rank above 8, Mul and the
+// integer dtypes (shape arithmetic) or with an output rank above 8, Sub, Mul, Div and the
 // activations of float64, Clip of integers, Sum with a broadcast input,
 // SumToShape above rank 8, any dtype other than float32/float64.
 //
@@ -108,6 +110,18 @@ struct MulOp {
     return a * b;
   }
 };
+struct SubOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct DivOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a / b;
+  }
+};
 
 template <typename T, typename Op>
 __global__ void binary_kernel(const T* a, DeviceIndex ia, const T* b, DeviceIndex ib, T* y, int64_t n, Op op) {
@@ -169,6 +183,111 @@ struct HardSwishGradOp {  // (dY, X)
   template <typename T>
   __device__ T operator()(T dy, T x) const {
     return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
+  }
+};
+
+// The other activations and unary ops, with the reference's formulas
+// (ops/elementwise.cpp, ops/elementwise_loops.h); CUDA's tanh, erf, exp, log and sqrt
+// round differently from the host's libm by an ulp or so.
+constexpr double kPi = 3.14159265358979323846;
+struct NegOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return -x;
+  }
+};
+struct TanhOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return tanh(x);
+  }
+};
+struct TanhGradOp {  // (dY, Y)
+  template <typename T>
+  __device__ T operator()(T dy, T y) const {
+    return dy * (T(1) - y * y);
+  }
+};
+struct LeakyReluOp {
+  double alpha;
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return x < T(0) ? static_cast<T>(alpha) * x : x;
+  }
+};
+struct LeakyReluGradOp {  // (dY, X): the forward's branch, x < 0
+  double alpha;
+  template <typename T>
+  __device__ T operator()(T dy, T x) const {
+    return x < T(0) ? static_cast<T>(alpha) * dy : dy;
+  }
+};
+struct SqrtOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return sqrt(x);
+  }
+};
+struct SqrtGradOp {  // (dY, Y)
+  template <typename T>
+  __device__ T operator()(T dy, T y) const {
+    return dy / (T(2) * y);
+  }
+};
+struct ExpOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return exp(x);
+  }
+};
+struct LogOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return log(x);
+  }
+};
+struct ReciprocalOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return T(1) / x;
+  }
+};
+struct ErfOp {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return erf(x);
+  }
+};
+struct ErfGradOp {  // (dY, X)
+  template <typename T>
+  __device__ T operator()(T dy, T x) const {
+    return dy * (T(2) / sqrt(T(kPi))) * exp(-x * x);
+  }
+};
+// Gelu, "none" (erf) or "tanh" (approximate): PyTorch's forms, as the reference.
+struct GeluOp {
+  bool tanh_form;
+  template <typename T>
+  __device__ T operator()(T x) const {
+    if (tanh_form) {
+      const T k = sqrt(T(2) / T(kPi));
+      return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
+    }
+    return T(0.5) * x * (T(1) + erf(x / sqrt(T(2))));
+  }
+};
+struct GeluGradOp {  // (dY, X)
+  bool tanh_form;
+  template <typename T>
+  __device__ T operator()(T dy, T x) const {
+    if (tanh_form) {
+      const T k = sqrt(T(2) / T(kPi)), c = T(0.044715);
+      const T t = tanh(k * (x + c * x * x * x));
+      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+    }
+    const T cdf = T(0.5) * (T(1) + erf(x / sqrt(T(2))));
+    const T pdf = exp(T(-0.5) * x * x) / sqrt(T(2) * T(kPi));
+    return dy * (cdf + x * pdf);
   }
 };
 
@@ -318,6 +437,23 @@ void hard_sigmoid_grad(KernelContext& ctx) {
   const double alpha = ctx.node.attr_float("alpha", 0.2f), beta = ctx.node.attr_float("beta", 0.5f);
   unary_grad(ctx, [alpha, beta](auto) { return HardSigmoidGradOp{alpha, beta}; });
 }
+void leaky_relu(KernelContext& ctx) {
+  const double alpha = ctx.node.attr_float("alpha", 0.01f);
+  unary(ctx, [alpha](auto) { return LeakyReluOp{alpha}; });
+}
+void leaky_relu_grad(KernelContext& ctx) {
+  const double alpha = ctx.node.attr_float("alpha", 0.01f);
+  unary_grad(ctx, [alpha](auto) { return LeakyReluGradOp{alpha}; });
+}
+bool gelu_tanh(const Node& n) { return n.attr_string("approximate", "none") == "tanh"; }
+void gelu(KernelContext& ctx) {
+  const bool t = gelu_tanh(ctx.node);
+  unary(ctx, [t](auto) { return GeluOp{t}; });
+}
+void gelu_grad(KernelContext& ctx) {
+  const bool t = gelu_tanh(ctx.node);
+  unary_grad(ctx, [t](auto) { return GeluGradOp{t}; });
+}
 void clip(KernelContext& ctx) {
   unary(ctx, [&](auto tag) { return ClipOp<decltype(tag)>{clip_bounds<decltype(tag)>(ctx)}; });
 }
@@ -458,6 +594,22 @@ void register_elementwise_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Relu", relu);
   add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>);
   add_if_schema(r, "cuda", "", "Mul", binary<MulOp>);
+  add_if_schema(r, "cuda", "", "Sub", binary<SubOp>);
+  add_if_schema(r, "cuda", "", "Div", binary<DivOp>);
+  add_if_schema(r, "cuda", "", "Neg", plain_unary<NegOp>);
+  add_if_schema(r, "cuda", "", "Tanh", plain_unary<TanhOp>);
+  add_if_schema(r, "cuda", "", "LeakyRelu", leaky_relu);
+  add_if_schema(r, "cuda", "", "Sqrt", plain_unary<SqrtOp>);
+  add_if_schema(r, "cuda", "", "Exp", plain_unary<ExpOp>);
+  add_if_schema(r, "cuda", "", "Log", plain_unary<LogOp>);
+  add_if_schema(r, "cuda", "", "Reciprocal", plain_unary<ReciprocalOp>);
+  add_if_schema(r, "cuda", "", "Erf", plain_unary<ErfOp>);
+  add_if_schema(r, "cuda", "", "Gelu", gelu);
+  add_if_schema(r, "cuda", kTrainrtDomain, "TanhGrad", plain_unary_grad<TanhGradOp>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "LeakyReluGrad", leaky_relu_grad);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SqrtGrad", plain_unary_grad<SqrtGradOp>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ErfGrad", plain_unary_grad<ErfGradOp>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "GeluGrad", gelu_grad);
   add_if_schema(r, "cuda", "", "Sigmoid", plain_unary<SigmoidOp>);
   add_if_schema(r, "cuda", "", "HardSigmoid", hard_sigmoid);
   add_if_schema(r, "cuda", "", "HardSwish", plain_unary<HardSwishOp>);
