@@ -170,7 +170,11 @@ std::vector<std::string> prepare_forward(TrainingGraph& t, const Graph& forward,
   for (const auto& [name, value] : g.initializers)
     if (dtype_is_float(value.dtype())) fold.variable.insert(name);
   fold.keep = g.outputs;
-  if (has_shape_computation(g)) fold_shapes(g, schemas, fold);
+  // Constant nodes fold too (a fixed-batch export's Clip bounds): they would run each step.
+  const bool constants = std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+    return n.op_type == "Constant" && (n.domain.empty() || n.domain == "ai.onnx");
+  });
+  if (constants || has_shape_computation(g)) fold_shapes(g, schemas, fold);
   for (Node& n : g.nodes)
     if (const GradEntry* e = gr.find(n.domain, n.op_type); e && e->prepare) e->prepare(n, g);
   infer_shapes(g, schemas, "training graph");

@@ -245,3 +245,34 @@ TEST_CASE("training: a float Constant node folded with the shapes is no paramete
   CHECK(count(t.graph, "Expand") == 1);
   CHECK(count(t.graph, "Where") == 0);
 }
+
+TEST_CASE("training: Constant nodes fold into initializers when every shape is known (ReLU6's bounds)") {
+  // A model exported with a fixed batch computes no shape, but its Clip bounds are
+  // Constant nodes (torchvision's MobileNetV2): they must not stay nodes that run every
+  // step (on cuda, on the host), nor become parameters.
+  Graph g;
+  g.inputs = {"x"};
+  g.values["x"] = ValueInfo{DataType::Float32, shape_of({2, 3})};
+  Tensor w(DataType::Float32, {3, 3});
+  add_init(g, "w", w);
+  auto scalar = [](float v) {
+    Tensor t(DataType::Float32, {});
+    t.data<float>()[0] = v;
+    return t;
+  };
+  g.nodes.push_back(make_node("Constant", {}, {"lo"}, {{"value", Attribute::of_tensor(scalar(0.f))}}));
+  g.nodes.push_back(make_node("Constant", {}, {"hi"}, {{"value", Attribute::of_tensor(scalar(6.f))}}));
+  g.nodes.push_back(make_node("MatMul", {"x", "w"}, {"h"}));
+  g.nodes.push_back(make_node("Clip", {"h", "lo", "hi"}, {"y"}));
+  g.outputs = {"y"};
+  g.opsets[""] = 13;
+  infer_shapes(g, registry().schemas, "test");
+  REQUIRE(!has_shape_computation(g));
+  TrainingOptions o;
+  o.optimizer = "none";
+  const TrainingGraph t = build_training_graph(g, o);
+  CHECK(count(t.graph, "Constant") == 0);
+  CHECK(t.graph.is_initializer("lo"));
+  CHECK(t.graph.is_initializer("hi"));
+  CHECK(t.params == std::vector<std::string>{"w"});
+}
