@@ -1,12 +1,16 @@
 // The cuda backend's shape ops: Flatten, Reshape, Squeeze, Unsqueeze, ReshapeLike,
-// Concat, ConcatGrad and Pad, every dtype (they move bytes, as the reference kernels of
-// ops/shape_ops.cpp).
+// Concat, ConcatGrad, Pad, Transpose, Slice and SliceGrad, every dtype (they move bytes,
+// as the reference kernels of ops/shape_ops.cpp).
 //
 //   Flatten, Reshape, Squeeze, Unsqueeze, ReshapeLike   y = x's bytes: one cudaMemcpyAsync
 //   Concat       each input's rows (the dims from axis on) into y: one cudaMemcpy2DAsync per input
 //   ConcatGrad   the inverse: each requested dX_i's rows out of dY
 //   Pad          one thread per output element: its source element (constant, edge,
 //                reflect, wrap as the reference) or the constant value
+//   Transpose    one thread per output element, reading x at its permuted offset
+//   Slice        one thread per output element, reading x at start + index * step per axis
+//   SliceGrad    dX zeroed, then one thread per dY element writing where Slice read
+//                (a slice reads each element at most once)
 //
 // Why copies: the planner gives these ops no in-place pair (ops/shape_ops.cpp declares
 // none, runtime/plan.cpp aliases only declared pairs), so output and input are separate
@@ -16,12 +20,15 @@
 //
 // Pad reads its pads, axes and constant value on the device (each block's thread 0 builds
 // the full begin pads in shared memory), since they are tensors a kernel may have
-// written; the output's dims are the host's. Pad splits each output index over
+// written; the output's dims are the host's. Slice and SliceGrad read their starts,
+// axes and steps so too (ONNX's clamping of ops/shape_ops.cpp's slice_axis; the ends
+// only fix the output's dims, which the host knows). Pad splits each output index over
 // the dims (one division per dim: the general-rank index).
 //
 // Host fallbacks (reference kernel after a stream synchronisation): Concat/ConcatGrad
 // rows wider than cudaMemcpy2DAsync's pitch limit (2^31 bytes); Pad above
-// rank 8 or of elements not 4 or 8 bytes wide.
+// rank 8 or of elements not 4 or 8 bytes wide; Transpose, Slice and SliceGrad above rank
+// 8, of elements wider than 8 bytes, or with int32 bounds.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -207,9 +214,166 @@ void pad(KernelContext& ctx) {
     run_reference(ctx);
 }
 
+// ---- Transpose, Slice, SliceGrad: one thread per element of the dense side --------
+
+// Element o of a dense tensor of dims `dense` sits at base + sum(i_d * strides[d]) of the
+// strided side (i_d: o's index over the dims).
+struct StridedView {
+  int rank = 0;
+  int64_t dense[kMaxRank] = {}, strides[kMaxRank] = {};
+  int64_t base = 0;
+  __device__ int64_t offset(int64_t o) const {
+    int64_t off = base;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t q = o / dense[d];
+      off += (o - q * dense[d]) * strides[d];
+      o = q;
+    }
+    return off;
+  }
+};
+
+// scatter = false: dst[o] = src[view(o)]; true: dst[view(o)] = src[o].
+template <typename E>
+__global__ void strided_copy_kernel(const E* src, E* dst, int64_t n, StridedView v, bool scatter) {
+  TRAINRT_GRID_STRIDE(o, n) {
+    if (scatter)
+      dst[v.offset(o)] = src[o];
+    else
+      dst[o] = src[v.offset(o)];
+  }
+}
+
+// Slice's bounds as a StridedView over x: computed on the device (thread 0 of each block)
+// from the starts/ends/axes/steps tensors, with ONNX's clamping (ops/shape_ops.cpp
+// slice_axis); the view's dims are the dense side's, known on the host.
+struct SliceArgs {
+  StridedView v;             // dense dims set on the host; strides and base by the kernel
+  int64_t x[kMaxRank] = {};  // x's dims (dX's for SliceGrad)
+  const int64_t *starts = nullptr, *ends = nullptr, *axes = nullptr, *steps = nullptr;
+  int count = 0;
+};
+
+__device__ void slice_view(const SliceArgs& a, StridedView& v) {
+  int64_t start[kMaxRank], step[kMaxRank];
+  for (int d = 0; d < v.rank; ++d) start[d] = 0, step[d] = 1;
+  for (int k = 0; k < a.count; ++k) {
+    int64_t d = a.axes ? a.axes[k] : k;
+    if (d < 0) d += v.rank;
+    if (d < 0 || d >= v.rank) continue;
+    const int64_t dim = a.x[d], st = a.steps ? a.steps[k] : 1;
+    int64_t b = a.starts[k];
+    if (b < 0) b += dim;
+    b = st > 0 ? (b < 0 ? 0 : b > dim ? dim : b) : (b < 0 ? 0 : b > dim - 1 ? dim - 1 : b);
+    start[d] = dim == 0 ? 0 : b;
+    step[d] = st;
+  }
+  int64_t stride = 1;
+  v.base = 0;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.strides[d] = stride * step[d];
+    v.base += stride * start[d];
+    stride *= a.x[d];
+  }
+}
+
+template <typename E>
+__global__ void slice_kernel(const E* src, E* dst, int64_t n, SliceArgs a, bool scatter) {
+  __shared__ StridedView v;
+  if (threadIdx.x == 0) {
+    v = a.v;
+    slice_view(a, v);
+  }
+  __syncthreads();
+  TRAINRT_GRID_STRIDE(o, n) {
+    if (scatter)
+      dst[v.offset(o)] = src[o];
+    else
+      dst[o] = src[v.offset(o)];
+  }
+}
+
+// E: an unsigned integer of the element's width, 1 to 8 bytes.
+template <typename F>
+bool with_any_width(DataType t, F&& f) {
+  switch (dtype_size(t)) {
+    case 1:
+      return f(uint8_t{}), true;
+    case 2:
+      return f(uint16_t{}), true;
+    default:
+      return with_width(t, f);
+  }
+}
+
+void transpose(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const std::vector<int64_t> perm = transpose_perm(ctx.node, x.rank());
+  if (perm.size() > static_cast<size_t>(kMaxRank)) return run_reference(ctx);
+  StridedView v;
+  v.rank = static_cast<int>(perm.size());
+  std::vector<int64_t> xs(perm.size(), 1);
+  for (size_t d = perm.size(); d-- > 1;) xs[d - 1] = xs[d] * x.dims()[d];
+  for (size_t d = 0; d < perm.size(); ++d) {
+    v.dense[d] = y.dims()[d];
+    v.strides[d] = xs[static_cast<size_t>(perm[d])];
+  }
+  if (!with_any_width(x.dtype(), [&](auto tag) {
+        using E = decltype(tag);
+        strided_copy_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(
+            reinterpret_cast<const E*>(x.raw()), reinterpret_cast<E*>(y.raw()), n, v, false);
+        check_launch(ctx.node, "strided_copy_kernel");
+      }))
+    run_reference(ctx);
+}
+
+// Slice (first = 1: x, starts, ends...) or SliceGrad (first = 2: dY, X, starts, ends...).
+void slice_common(KernelContext& ctx, size_t first, bool grad) {
+  const Tensor& src = ctx.in(0);
+  Tensor& dst = ctx.out(0);
+  const Tensor& full = grad ? dst : src;   // the tensor the bounds index
+  const Tensor& dense = grad ? src : dst;  // the slice itself
+  if (grad && dst.nbytes())
+    check(cudaMemsetAsync(dst.raw(), 0, dst.nbytes(), context().stream), what(ctx.node, "cudaMemsetAsync"));
+  const int64_t n = dense.numel();
+  if (n == 0) return;
+  const size_t rank = full.dims().size();
+  const Tensor &starts = ctx.in(first), &ends = ctx.in(first + 1);
+  bool ok = rank <= static_cast<size_t>(kMaxRank) && starts.dtype() == DataType::Int64 &&
+            ends.dtype() == DataType::Int64 && starts.numel() <= static_cast<int64_t>(kMaxRank);
+  for (size_t k = first + 2; k < first + 4; ++k) ok = ok && (!ctx.has_input(k) || ctx.in(k).dtype() == DataType::Int64);
+  if (!ok) return run_reference(ctx);
+  SliceArgs a;
+  a.v.rank = static_cast<int>(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    a.x[d] = full.dims()[d];
+    a.v.dense[d] = dense.dims()[d];
+  }
+  a.starts = starts.data<int64_t>();
+  a.ends = ends.data<int64_t>();
+  a.axes = ctx.has_input(first + 2) ? ctx.in(first + 2).data<int64_t>() : nullptr;
+  a.steps = ctx.has_input(first + 3) ? ctx.in(first + 3).data<int64_t>() : nullptr;
+  a.count = static_cast<int>(starts.numel());
+  if (!with_any_width(src.dtype(), [&](auto tag) {
+        using E = decltype(tag);
+        slice_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(reinterpret_cast<const E*>(src.raw()),
+                                                                       reinterpret_cast<E*>(dst.raw()), n, a, grad);
+        check_launch(ctx.node, "slice_kernel");
+      }))
+    run_reference(ctx);
+}
+void slice(KernelContext& ctx) { slice_common(ctx, 1, false); }
+void slice_grad(KernelContext& ctx) { slice_common(ctx, 2, true); }
+
 }  // namespace
 
 void register_shape_ops_cuda(Registry& r) {
+  add_if_schema(r, "cuda", "", "Transpose", transpose);
+  add_if_schema(r, "cuda", "", "Slice", slice);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SliceGrad", slice_grad);
   add_if_schema(r, "cuda", "", "Pad", pad);
   for (const char* op : {"Flatten", "Reshape", "Squeeze", "Unsqueeze"}) add_if_schema(r, "cuda", "", op, copy_bytes);
   add_if_schema(r, "cuda", kTrainrtDomain, "ReshapeLike", copy_bytes);

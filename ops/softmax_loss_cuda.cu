@@ -1,8 +1,9 @@
 // The cuda backend's loss kernels, float32: SoftmaxCrossEntropyLoss and its gradient
 // SoftmaxCrossEntropyLossGrad, with int64 or int32 labels, optional class weights,
 // reduction mean/sum/none, ignore_index (ops/softmax_loss.cpp's header gives the maths;
-// the reference's loops are ops/softmax_loss_loops.h). Softmax, LogSoftmax and the
-// reductions run on the host.
+// the reference's loops are ops/softmax_loss_loops.h); ReduceMean and ReduceSum over
+// attribute axes (the global pool of exported CNNs) and their gradients ReduceMeanGrad
+// and ReduceSumGrad. Softmax, LogSoftmax and ReduceMax run on the host.
 //
 //   SoftmaxCrossEntropyLoss      one thread per sample (n, d1..): its row's log_softmax
 //                                in double (max subtracted), the log_prob output, its loss
@@ -10,6 +11,9 @@
 //                                one block adds those, in a fixed order
 //   SoftmaxCrossEntropyLossGrad  the mean's denominator as partial sums too, then one
 //                                thread per sample writes its C gradients
+//   ReduceMean, ReduceSum        one thread per output element, summing its reduced
+//                                elements in double in the reference's order, / count
+//   ReduceMeanGrad, ReduceSumGrad  one thread per dX element: dY at its reduced index (/ count)
 //
 // Why own kernels: the loss closes every training step, so a host fallback here would
 // cost a synchronisation and the migration of the logits' pages each step. The
@@ -22,7 +26,9 @@
 //
 // Host fallbacks (reference kernel after a stream synchronisation): dtypes other than
 // float32 (training on the cuda backend is fp32, and each dtype is another kernel for
-// every GPU architecture in the binary), labels other than int64/int32.
+// every GPU architecture in the binary), labels other than int64/int32; reductions whose
+// axes are an input (opset 18 ReduceMean, ReduceSum from opset 13: the plan knows them,
+// the kernel would have to read device memory) or above rank 8.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -238,11 +244,143 @@ void sce_grad(KernelContext& ctx) {
     run_reference(ctx);
 }
 
+// ---- ReduceMean, ReduceSum and their gradients ----------------------------------
+
+constexpr int kMaxReduceRank = 8;
+
+// x's axes split into kept (y's, in order) and reduced ones, each with x's stride.
+struct ReduceGeometry {
+  int kept = 0, reduced = 0;
+  int64_t kept_dims[kMaxReduceRank] = {}, kept_strides[kMaxReduceRank] = {};
+  int64_t red_dims[kMaxReduceRank] = {}, red_strides[kMaxReduceRank] = {};
+  int64_t count = 1;  // x elements per y element
+
+  // x's offset of the first element of y element o, and of reduced element j.
+  __device__ int64_t kept_offset(int64_t o) const {
+    int64_t off = 0;
+    for (int d = kept - 1; d >= 0; --d) {
+      const int64_t q = o / kept_dims[d];
+      off += (o - q * kept_dims[d]) * kept_strides[d];
+      o = q;
+    }
+    return off;
+  }
+  __device__ int64_t reduced_offset(int64_t j) const {
+    int64_t off = 0;
+    for (int d = reduced - 1; d >= 0; --d) {
+      const int64_t q = j / red_dims[d];
+      off += (j - q * red_dims[d]) * red_strides[d];
+      j = q;
+    }
+    return off;
+  }
+};
+
+// Which of x's axes the node reduces; false where the kernel does not take the node
+// (axes as an input, rank above 8, an axis out of range).
+bool reduced_axes(const Node& n, const std::vector<int64_t>& xd, std::vector<bool>& reduced) {
+  if (!n.has_attr("axes") && n.input_count() > 1) return false;
+  if (xd.size() > static_cast<size_t>(kMaxReduceRank)) return false;
+  const std::vector<int64_t> axes = n.attr_ints("axes");
+  const bool noop = axes.empty() && n.attr_int("noop_with_empty_axes", 0) != 0;
+  const auto r = static_cast<int64_t>(xd.size());
+  reduced.assign(xd.size(), axes.empty() && !noop);
+  for (int64_t a : axes) {
+    const int64_t d = a < 0 ? a + r : a;
+    if (d < 0 || d >= r) return false;
+    reduced[static_cast<size_t>(d)] = true;
+  }
+  return true;
+}
+
+// The forward's geometry: kept and reduced axes with x's strides.
+ReduceGeometry forward_geometry(const std::vector<int64_t>& xd, const std::vector<bool>& reduced) {
+  ReduceGeometry g;
+  int64_t stride = 1;
+  std::vector<int64_t> strides(xd.size());
+  for (size_t d = xd.size(); d-- > 0;) strides[d] = stride, stride *= xd[d];
+  for (size_t d = 0; d < xd.size(); ++d) {
+    if (reduced[d]) {
+      g.red_dims[g.reduced] = xd[d];
+      g.red_strides[g.reduced++] = strides[d];
+      g.count *= xd[d];
+    } else {
+      g.kept_dims[g.kept] = xd[d];
+      g.kept_strides[g.kept++] = strides[d];
+    }
+  }
+  return g;
+}
+
+// The gradient's geometry: every x axis "kept", with y's stride (0 on reduced axes), so
+// kept_offset(k) is the y element x element k was summed into.
+ReduceGeometry backward_geometry(const std::vector<int64_t>& xd, const std::vector<bool>& reduced) {
+  ReduceGeometry g;
+  g.kept = static_cast<int>(xd.size());
+  int64_t ystride = 1;
+  for (size_t d = xd.size(); d-- > 0;) {
+    g.kept_dims[d] = xd[d];
+    g.kept_strides[d] = reduced[d] ? 0 : ystride;
+    if (!reduced[d])
+      ystride *= xd[d];
+    else
+      g.count *= xd[d];
+  }
+  return g;
+}
+
+template <typename T>
+__global__ void reduce_kernel(const T* x, T* y, int64_t n, ReduceGeometry g, double div) {
+  TRAINRT_GRID_STRIDE(o, n) {
+    const int64_t base = g.kept_offset(o);
+    double acc = 0;
+    for (int64_t j = 0; j < g.count; ++j) acc += static_cast<double>(x[base + g.reduced_offset(j)]);
+    y[o] = static_cast<T>(acc / div);
+  }
+}
+
+template <typename T>
+__global__ void reduce_grad_kernel(const T* dy, T* dx, int64_t n, ReduceGeometry g, double div) {
+  TRAINRT_GRID_STRIDE(k, n) { dx[k] = static_cast<T>(static_cast<double>(dy[g.kept_offset(k)]) / div); }
+}
+
+template <bool kMean>
+void reduce(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  std::vector<bool> reduced;
+  if (x.dtype() != DataType::Float32 || !reduced_axes(ctx.node, x.dims(), reduced)) return run_reference(ctx);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const ReduceGeometry g = forward_geometry(x.dims(), reduced);
+  reduce_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(x.data<float>(), y.data<float>(), n, g,
+                                                                  kMean ? static_cast<double>(g.count) : 1.0);
+  check_launch(ctx.node, "reduce_kernel");
+}
+
+template <bool kMean>
+void reduce_grad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  Tensor& dx = ctx.out(0);
+  std::vector<bool> reduced;
+  if (dy.dtype() != DataType::Float32 || !reduced_axes(ctx.node, ctx.in(1).dims(), reduced)) return run_reference(ctx);
+  const int64_t n = dx.numel();
+  if (n == 0) return;
+  const ReduceGeometry g = backward_geometry(ctx.in(1).dims(), reduced);
+  reduce_grad_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(dy.data<float>(), dx.data<float>(), n, g,
+                                                                       kMean ? static_cast<double>(g.count) : 1.0);
+  check_launch(ctx.node, "reduce_grad_kernel");
+}
+
 }  // namespace
 
 void register_softmax_loss_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "SoftmaxCrossEntropyLoss", sce);
   add_if_schema(r, "cuda", kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", sce_grad);
+  add_if_schema(r, "cuda", "", "ReduceMean", reduce<true>);
+  add_if_schema(r, "cuda", "", "ReduceSum", reduce<false>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ReduceMeanGrad", reduce_grad<true>);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ReduceSumGrad", reduce_grad<false>);
 }
 
 }  // namespace trainrt::cuda

@@ -6,6 +6,9 @@ no stochastic depth, num_classes=10, 32x32 inputs, batch 8) the model is exporte
 training mode (TrainingMode.TRAINING, no constant folding) and trainrt must:
   - import it, and count its trainable parameters as PyTorch does
     (`trainrt inspect --json` "trainable_parameters" == sum(p.numel() for p in model.parameters()));
+  - in a CUDA build, for the CNNs: run every op of the training and evaluation graphs on
+    the GPU by the kernel registry (`trainrt inspect --training --device cuda` lists no
+    host fallback);
   - build its training graph and compute the loss (mean cross entropy on the logits)
     and every parameter's gradient of one batch (`trainrt grad`), which is what one
     plain SGD step (lr 1, no momentum, no weight decay) subtracts from the weights;
@@ -204,6 +207,13 @@ def check_model(trainrt, name, tmp):
     want_count = sum(p.numel() for p in model.parameters())
     assert info["trainable_parameters"] == want_count, \
         "trainable parameters %d, PyTorch counts %d" % (info["trainable_parameters"], want_count)
+
+    # A CUDA build: the CNNs' training and evaluation graphs need no op on the host.
+    r = subprocess.run([trainrt, "inspect", path32, "--training", "--device", "cuda"], capture_output=True, text=True)
+    if r.returncode == 0 and not name.startswith("vit"):
+        for graph in ("evaluation graph", "fused training graph"):
+            line = [l for l in r.stdout.splitlines() if l.startswith("cuda host fallbacks of the %s:" % graph)]
+            assert line == ["cuda host fallbacks of the %s: none" % graph], "cuda: %s" % line
 
     loss32, g32 = torch_gradients(model, x, y)
     model64 = model.double()
