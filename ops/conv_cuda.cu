@@ -296,6 +296,49 @@ void conv_forward(KernelContext& ctx, bool fused) {
   });
 }
 
+// The workspace of a Conv / FusedConv call (KernelRegistry::set_workspace), asked at plan
+// time: the larger of the graph's (FusedConv) and the legacy path's carve.
+size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
+  const Node& n = ctx.node;
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
+  size_t bytes = 0;
+  if (fused) {
+    const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
+    const Tensor* z = ctx.has_input(3) ? &ctx.in(3) : nullptr;
+    const Window win = conv_window(n, x, w, y.dims());
+    const int64_t g = conv_graph_workspace(
+        ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), n.attr_string("activation", "") == "Relu"});
+    if (g > 0) bytes = static_cast<size_t>(g);
+  }
+  const auto plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
+  if (plan->use_reference) return bytes;
+  Carve carve;
+  carve.take(plan->padded ? static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype())
+                          : 0);
+  carve.take(plan->cudnn_bytes);
+  return std::max(bytes, carve.size);
+}
+
+// The workspace of a ConvGrad call, as conv_grad carves it.
+size_t conv_grad_workspace(const KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const Tensor& w = ctx.in(2);
+  const bool dx = ctx.has_output(0), dw = ctx.has_output(1);
+  if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
+  const auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx, .filter = dw});
+  if (plan->use_reference) return 0;
+  const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
+  Carve carve;
+  carve.take(plan->padded && dw ? padded : 0);
+  carve.take(plan->padded && dx ? padded : 0);
+  carve.take(plan->cudnn_bytes);
+  return carve.size;
+}
+
 // ConvGrad(dy, x, w) -> (dx, dw, db), each optional.
 void conv_grad(KernelContext& ctx) {
   require_fp32_math(ctx);
@@ -365,6 +408,14 @@ void register_conv_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
   add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", conv_grad);
+  if (r.kernels.find("cuda", "", "Conv"))
+    r.kernels.set_workspace("cuda", "", "Conv",
+                            [](const KernelContext& c) { return conv_forward_workspace(c, false); });
+  if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv",
+                            [](const KernelContext& c) { return conv_forward_workspace(c, true); });
+  if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", conv_grad_workspace);
 }
 
 }  // namespace trainrt::cuda

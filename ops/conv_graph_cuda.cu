@@ -327,40 +327,67 @@ std::string dims_text(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
+namespace {
+
+// A FusedConv call as the graph sees it, with its cache key and the notice's words;
+// false outside the graph's scope.
+struct GraphCall {
+  Problem p;
+  std::string key, problem;
+};
+bool graph_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t align[5], GraphCall& c) {
   const Window& win = a.win;
   if (a.x.dtype() != DataType::Float32 || a.x.rank() != 4 || a.group != 1 || win.dilations[0] != 1 ||
       win.dilations[1] != 1 || a.x.numel() == 0 || a.w.numel() == 0 || a.y.numel() == 0)
     return false;
-  Problem p;
+  Problem& p = c.p;
   p.x = a.x.dims(), p.w = a.w.dims(), p.y = a.y.dims();
   p.strides = win.strides, p.dilations = win.dilations;
   p.pre = {win.pads[0], win.pads[1]}, p.post = {win.pads[2], win.pads[3]};
   p.bias = a.b != nullptr, p.relu = a.relu, p.residual = a.z != nullptr;
   p.tf32 = ctx.fp32 == Fp32Math::tf32;
-  const void* ptrs[5] = {a.x.raw(), a.w.raw(), a.b ? a.b->raw() : nullptr, a.z ? a.z->raw() : nullptr, a.y.raw()};
-  for (int i = 0; i < 5; ++i) p.align[i] = ptrs[i] ? alignment(ptrs[i]) : 16;
-
-  std::string key = "x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" + dims_text(p.strides) +
-                    "|p" + dims_text(p.pre) + "," + dims_text(p.post) + "|" + (p.bias ? "b" : "") +
-                    (p.relu ? "r" : "") + (p.residual ? "z" : "") + "|" + fp32_math_name(ctx.fp32) + "|a";
-  for (int64_t v : p.align) key += std::to_string(v);
+  for (int i = 0; i < 5; ++i) p.align[i] = align[i];
+  c.key = "x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" + dims_text(p.strides) + "|p" +
+          dims_text(p.pre) + "," + dims_text(p.post) + "|" + (p.bias ? "b" : "") + (p.relu ? "r" : "") +
+          (p.residual ? "z" : "") + "|" + fp32_math_name(ctx.fp32) + "|a";
+  for (int64_t v : p.align) c.key += std::to_string(v);
   std::string epilogue = "conv";
   if (p.bias) epilogue += "+bias";
   if (p.relu) epilogue += "+relu";
   if (p.residual) epilogue += "+add";
-  const std::string problem =
-      "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + fp32_math_name(ctx.fp32);
+  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + fp32_math_name(ctx.fp32);
+  return true;
+}
 
-  static auto* graphs = new GraphFallback<GraphPlan>();  // like the plan cache: lives as long as the process
-  return graphs->try_run(
-      key, [&](std::string* why) { return build_plan(p, why); },
+GraphFallback<GraphPlan>& graphs() {
+  static auto* g = new GraphFallback<GraphPlan>();  // like the plan cache: lives as long as the process
+  return *g;
+}
+
+}  // namespace
+
+bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
+  const void* ptrs[5] = {a.x.raw(), a.w.raw(), a.b ? a.b->raw() : nullptr, a.z ? a.z->raw() : nullptr, a.y.raw()};
+  int64_t align[5];
+  for (int i = 0; i < 5; ++i) align[i] = ptrs[i] ? alignment(ptrs[i]) : 16;
+  GraphCall c;
+  if (!graph_call(ctx, a, align, c)) return false;
+  return graphs().try_run(
+      c.key, [&](std::string* why) { return build_plan(c.p, why); },
       [&](const GraphPlan& g) { return execute(ctx.node, g, a); },
       [&](const std::string& why) {
-        const std::string line =
-            graph_fallback_notice(ctx.node.op_type, ctx.node.name, problem, why, "the unfused convolution + epilogue");
+        const std::string line = graph_fallback_notice(ctx.node.op_type, ctx.node.name, c.problem, why,
+                                                       "the unfused convolution + epilogue");
         std::fprintf(stderr, "%s\n", line.c_str());
       });
+}
+
+int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a) {
+  const int64_t align[5] = {16, 16, 16, 16, 16};
+  GraphCall c;
+  if (!graph_call(ctx, a, align, c)) return -1;
+  const auto plan = graphs().plan(c.key, [&](std::string* why) { return build_plan(c.p, why); });
+  return plan ? plan->workspace : -1;
 }
 
 }  // namespace trainrt::cuda

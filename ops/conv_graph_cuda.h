@@ -46,4 +46,10 @@ struct ConvGraphArgs {
 // the caller must run the legacy path.
 bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a);
 
+// The workspace bytes the graph of `a`'s problem needs, asked before the buffers exist
+// (planned for 16-byte-aligned buffers, the least the arena gives; a call whose buffers
+// are aligned wider may pick another engine); -1 outside the scope or when cuDNN does not
+// support the problem (its notice comes with the first call).
+int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a);
+
 }  // namespace trainrt::cuda

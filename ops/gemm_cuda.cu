@@ -107,6 +107,33 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
 }
 
 // A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
+// The cached plan of ctx's problem for operand alignments `align` (B, A, C, Y as
+// cuBLASLt sees them); null when K == 0 (no product).
+std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32_t align[4]) {
+  const Node& node = ctx.node;
+  const Tensor& a = ctx.in(0);
+  const Tensor& y = ctx.out(0);
+  const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
+  const int64_t m = y.dims()[0], n = y.dims()[1], k = ta ? a.dims()[0] : a.dims()[1];
+  if (k == 0) return nullptr;
+  std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
+                    std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
+  for (int i = 0; i < 4; ++i) key += ',' + std::to_string(align[i]);
+  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
+  if (tf32) key += "|tf32";
+  return cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32); });
+}
+
+// The workspace a call needs (KernelRegistry::set_workspace), asked before the buffers
+// exist: planned for 16-byte-aligned operands, the least the arena gives; an algorithm
+// chosen at run time for wider alignments may ask for more (the workspace then grows).
+size_t gemm_workspace(const KernelContext& ctx) {
+  if (ctx.out(0).numel() == 0) return 0;
+  const uint32_t align[4] = {16, 16, 16, 16};
+  const auto plan = gemm_plan(ctx, align);
+  return plan && !plan->use_reference ? plan->workspace : 0;
+}
+
 void gemm(KernelContext& ctx) {
   require_fp32_math(ctx);
   const Node& node = ctx.node;
@@ -128,12 +155,7 @@ void gemm(KernelContext& ctx) {
   std::shared_ptr<const GemmPlan> plan;
   if (k > 0) {
     const uint32_t align[4] = {alignment(b.raw()), alignment(a.raw()), alignment(c_ptr), alignment(y.raw())};
-    std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
-                      std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
-    for (uint32_t v : align) key += ',' + std::to_string(v);
-    const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
-    if (tf32) key += "|tf32";
-    plan = cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32); });
+    plan = gemm_plan(ctx, align);
     if (plan->use_reference) return run_reference(ctx);
   }
   Context& cx = context();
@@ -158,6 +180,9 @@ void gemm(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_cuda(Registry& r) { add_if_schema(r, "cuda", "", "Gemm", gemm); }
+void register_gemm_cuda(Registry& r) {
+  add_if_schema(r, "cuda", "", "Gemm", gemm);
+  if (r.kernels.find("cuda", "", "Gemm")) r.kernels.set_workspace("cuda", "", "Gemm", gemm_workspace);
+}
 
 }  // namespace trainrt::cuda

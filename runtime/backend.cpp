@@ -107,6 +107,10 @@ bool Backend::skips_when_flagged(const Node& n) const {
   return asynchronous();  // a fallback runs through on_host, which reads the flag
 }
 
+size_t Backend::workspace_bytes(const KernelContext& ctx) const {
+  return registry().kernels.workspace(kernel_set_, ctx);
+}
+
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
   if (!blocked_layouts) return {};
   return registry().kernels.layouts(kernel_set_, g, n);

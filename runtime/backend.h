@@ -143,6 +143,12 @@ class Backend {
   // Whether `n` runs on the host here (an asynchronous backend's fallback_ops): such a
   // step synchronises, so it cannot be captured.
   virtual bool runs_on_host(const Node& n) const;
+  // Scratch memory: the bytes a call of `ctx`'s kernel needs (its registered
+  // WorkspaceRule; 0 for kernels of a fallback set), and reserve_workspace(), which
+  // allocates that much before the plan's first run so that no step allocates (cuda:
+  // the workspace its kernels share). Default: none.
+  virtual size_t workspace_bytes(const KernelContext& ctx) const;
+  virtual void reserve_workspace(size_t bytes) const { (void)bytes; }
   // Whether this backend's kernel for `n` honours KernelContext::skip_if_flagged: its
   // own kernels where the registry says so, and every host fallback (Backend::on_host).
   virtual bool skips_when_flagged(const Node& n) const;

@@ -180,6 +180,7 @@ struct Executor::Prepared {
   std::string capture_key;
   bool capture_failed = false;
   bool host_steps = false;  // some step runs on the host (Backend::runs_on_host): never captured
+  size_t workspace = 0;     // the kernels' scratch memory (Executor::plan_workspace)
   size_t runs = 0;
 };
 
@@ -247,19 +248,21 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   p->extra = ro.extra_outputs;
 
   // Memory refusal before the arena exists: the arena, the outputs, the feeds staged in
-  // backend memory and what the caller reserves (state is allocated already).
+  // backend memory, the kernels' scratch memory and what the caller reserves (state is
+  // allocated already).
   size_t staged = 0;
   for (const std::string& in : graph_.inputs)
     if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw())) staged += f.nbytes();
-  const size_t need = plan.arena_bytes + plan.output_bytes + staged + ro.reserve_bytes;
+  p->workspace = plan_workspace(plan);
+  const size_t need = plan.arena_bytes + plan.output_bytes + staged + p->workspace + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
   if (limit && need > limit)
     throw_bad_input("memory plan",
                     "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
                         (ro.memory_limit_bytes ? " (the set limit)" : " (" + backend_.available_source() + ")") +
                         " (arena " + gib(plan.arena_bytes) + ", outputs " + gib(plan.output_bytes) +
-                        ", staged inputs " + gib(staged) + ", reserved " + gib(ro.reserve_bytes) +
-                        " GiB): use a smaller batch");
+                        ", staged inputs " + gib(staged) + ", workspace " + gib(p->workspace) + ", reserved " +
+                        gib(ro.reserve_bytes) + " GiB): use a smaller batch");
   prepared_.push_back(std::move(p));
   Prepared& r = *prepared_.back();
   r.slots.resize(plan.values.size());
@@ -272,6 +275,25 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
     r.flops.push_back(schema && schema->flops ? schema->flops(plan.graph, n) : 0.0);
   }
   return r;
+}
+
+// The scratch memory the plan's kernels need (Backend::workspace_bytes): the most one call
+// needs, since the calls take it in turn. Asked with each step's arguments typed and
+// shaped but without memory.
+size_t Executor::plan_workspace(const Plan& plan) const {
+  std::vector<Tensor> shaped(plan.values.size());
+  for (size_t v = 0; v < plan.values.size(); ++v)
+    shaped[v] = Tensor(plan.values[v].dtype, plan.values[v].dims, nullptr);
+  size_t most = 0;
+  for (const PlanStep& st : plan.steps) {
+    KernelContext c{plan.graph.nodes[st.node], {}, {}};
+    c.math = opts_.math;
+    c.conv = opts_.conv;
+    for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &shaped[static_cast<size_t>(v)]);
+    for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &shaped[static_cast<size_t>(v)]);
+    most = std::max(most, backend_.workspace_bytes(c));
+  }
+  return most;
 }
 
 // One arena at a time: other signatures' arenas are released and come back on their next use.
@@ -687,6 +709,7 @@ Executor::Prepared& Executor::start(const TensorMap& feeds, const RunOptions& ro
     release_other_arenas(p);
     bind_slots(p);
     build_contexts(p);
+    backend_.reserve_workspace(p.workspace);  // before the first run: no step allocates it
   }
   checking = ro.detect_anomaly || !ro.check_finite.empty();
   if (checking && choose_checks(p, ro)) p.captured.reset();

@@ -200,6 +200,7 @@ class Executor {
  private:
   struct Prepared;
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
+  size_t plan_workspace(const Plan& plan) const;
   // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
   Tensor in_backend_memory(const Tensor& t) const;
   // The phases of run(), in order.

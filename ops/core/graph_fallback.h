@@ -40,33 +40,34 @@ class GraphFallback {
   // (`notice` was called with the reason if this is the first time for `key`).
   bool try_run(const std::string& key, const Build& build, const Execute& execute, const Notice& notice) {
     std::shared_ptr<const Plan> plan;
-    std::string why;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = state_.find(key);
-      if (it == state_.end()) {
-        State s;
-        s.plan = build(&why);
-        if (!s.plan) s.unsupported = why.empty() ? "unsupported" : why;
-        it = state_.emplace(key, std::move(s)).first;
-        if (!it->second.plan) {
-          notice(it->second.unsupported);
-          return false;
-        }
+      State& s = state_for(key, build);
+      if (!s.plan) {
+        if (!s.told) s.told = true, notice(s.unsupported);
+        return false;
       }
-      if (!it->second.plan) return false;
-      plan = it->second.plan;
+      plan = s.plan;
     }
-    why = execute(*plan);
+    const std::string why = execute(*plan);
     if (why.empty()) return true;
     std::lock_guard<std::mutex> lock(mu_);
     State& s = state_[key];
     if (s.plan) {  // the first execute to fail for this key says so; others just fall back
       s.plan = nullptr;
       s.unsupported = why;
+      s.told = true;
       notice(why);
     }
     return false;
+  }
+
+  // The plan of `key` without running it (built once, as try_run builds it): what the
+  // planner asks for the workspace it will need. Null when the library does not support
+  // the problem; the notice is given by the first try_run of `key`, as if it had built it.
+  std::shared_ptr<const Plan> plan(const std::string& key, const Build& build) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_for(key, build).plan;
   }
 
   // The reason `key` runs the legacy path; "" when it runs the graph or was never tried.
@@ -80,7 +81,18 @@ class GraphFallback {
   struct State {
     std::shared_ptr<const Plan> plan;  // null: unsupported, the legacy path runs
     std::string unsupported;
+    bool told = false;  // the notice was given
   };
+  // The state of `key`, built on first use; mu_ held.
+  State& state_for(const std::string& key, const Build& build) {
+    auto it = state_.find(key);
+    if (it != state_.end()) return it->second;
+    State s;
+    std::string why;
+    s.plan = build(&why);
+    if (!s.plan) s.unsupported = why.empty() ? "unsupported" : why;
+    return state_.emplace(key, std::move(s)).first->second;
+  }
   mutable std::mutex mu_;
   std::map<std::string, State> state_;
 };

@@ -94,6 +94,18 @@ bool KernelRegistry::skips_when_flagged(const std::string& backend, const std::s
   return skips_.count(std::make_tuple(backend, canonical_domain(domain), op_type)) != 0;
 }
 
+void KernelRegistry::set_workspace(const std::string& backend, const std::string& domain, const std::string& op_type,
+                                   WorkspaceRule r) {
+  auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
+  if (!kernels_.count(key)) throw_internal("KernelRegistry", "workspace of '" + op_type + "' before its kernel");
+  workspace_[key] = std::move(r);
+}
+
+size_t KernelRegistry::workspace(const std::string& backend, const KernelContext& ctx) const {
+  auto it = workspace_.find(std::make_tuple(backend, canonical_domain(ctx.node.domain), ctx.node.op_type));
+  return it == workspace_.end() ? 0 : it->second(ctx);
+}
+
 void run_on_host_copies(const Kernel& k, KernelContext& ctx,
                         const std::function<void(void*, const void*, size_t)>& copy, const std::function<void()>& sync,
                         const std::function<bool(const void*)>& on_device) {

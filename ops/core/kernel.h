@@ -132,6 +132,10 @@ struct InPlacePair {
 // output 0 (nullptr: not known where the planner asks).
 using InPlaceDims = std::function<const std::vector<int64_t>*(size_t j)>;
 using InPlaceRule = std::function<std::vector<InPlacePair>(const InPlaceDims& in, const std::vector<int64_t>* out0)>;
+// Bytes of scratch memory a call needs (cuda: cuDNN's and cuBLASLt's workspace, padded
+// copies), decided from the node, its arguments' dtypes and dims and the context's
+// settings; the tensors' memory is not there yet (the planner asks before allocating).
+using WorkspaceRule = std::function<size_t(const KernelContext& ctx)>;
 
 class KernelRegistry {
  public:
@@ -150,12 +154,18 @@ class KernelRegistry {
   // Declares that the backend's kernel for the op honours KernelContext::skip_if_flagged.
   void set_skips_when_flagged(const std::string& backend, const std::string& domain, const std::string& op_type);
   bool skips_when_flagged(const std::string& backend, const std::string& domain, const std::string& op_type) const;
+  // Declares the scratch memory the backend's kernel for the op needs per call; 0 where
+  // none was declared.
+  void set_workspace(const std::string& backend, const std::string& domain, const std::string& op_type,
+                     WorkspaceRule r);
+  size_t workspace(const std::string& backend, const KernelContext& ctx) const;
 
  private:
   std::map<std::tuple<std::string, std::string, std::string>, Kernel> kernels_;
   std::map<std::tuple<std::string, std::string, std::string>, LayoutRule> layouts_;
   std::map<std::pair<std::string, std::string>, InPlaceRule> in_place_;
   std::set<std::tuple<std::string, std::string, std::string>> skips_;
+  std::map<std::tuple<std::string, std::string, std::string>, WorkspaceRule> workspace_;
 };
 
 }  // namespace trainrt

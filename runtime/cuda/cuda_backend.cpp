@@ -126,6 +126,11 @@ class CudaBackend : public Backend {
     cuda::check(cudaGraphLaunch(exec, cuda::context().stream), "cudaGraphLaunch");
   }
 
+  // The plan's kernels' scratch memory, allocated before its first run (cuda::workspace).
+  void reserve_workspace(size_t bytes) const override {
+    if (bytes) (void)cuda::workspace(bytes);
+  }
+
   void synchronize() const override {
     cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
     cuda::check(cudaStreamSynchronize(copy_stream_), "waiting for the GPU's copies");

@@ -23,15 +23,17 @@ struct FakeLibrary {
   std::vector<std::string> notices;
   GraphFallback<int> graphs;
 
+  GraphFallback<int>::Build build() {
+    return [this](std::string* why) -> std::shared_ptr<const int> {
+      ++builds;
+      if (!build_fails.empty()) return *why = build_fails, nullptr;
+      return std::make_shared<const int>(42);
+    };
+  }
   // One kernel call: the graph, or the legacy path when it does not run.
   void call(const std::string& key) {
     const bool ran = graphs.try_run(
-        key,
-        [&](std::string* why) -> std::shared_ptr<const int> {
-          ++builds;
-          if (!build_fails.empty()) return *why = build_fails, nullptr;
-          return std::make_shared<const int>(42);
-        },
+        key, build(),
         [&](const int& plan) {
           CHECK(plan == 42);
           ++executes;
@@ -150,4 +152,23 @@ TEST_CASE("graph fallback: the notice line names op, node, problem, reason and t
                               "the unfused convolution + epilogue") ==
         "trainrt: cuda: FusedConv 'conv3' (x 8,16,28,28 w 32,16,3,3): cuDNN graph unsupported (no engine), running "
         "the unfused convolution + epilogue");
+}
+
+TEST_CASE("graph fallback: plan() at plan time builds once; the first call then runs or says it falls back") {
+  FakeLibrary lib;
+  REQUIRE(lib.graphs.plan("a", lib.build()) != nullptr);
+  CHECK(*lib.graphs.plan("a", lib.build()) == 42);
+  CHECK(lib.builds == 1);
+  lib.call("a");
+  CHECK(lib.builds == 1);
+  CHECK(lib.executes == 1);
+  // Unsupported when asked at plan time: silent then, one notice at the first call.
+  lib.build_fails = "no engine from the heuristics";
+  CHECK(lib.graphs.plan("b", lib.build()) == nullptr);
+  CHECK(lib.notices.empty());
+  lib.call("b");
+  lib.call("b");
+  CHECK(lib.builds == 2);
+  CHECK(lib.legacy == 2);
+  CHECK(lib.notices == std::vector<std::string>{"b: no engine from the heuristics"});
 }

@@ -172,8 +172,13 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
       touched.push_back(ctx.skip_if_flagged);
     }
     if (ctx.node.op_type == fail_op) throw_internal("standin-device", "launch of " + fail_op + " failed");
+    const size_t scratch = workspace_bytes(ctx);
     {
       std::lock_guard<std::mutex> l(pool_->mu);
+      if (scratch > pool_->counts.workspace)
+        throw_internal("standin-device", "node '" + ctx.node.name + "' needs " + std::to_string(scratch) +
+                                             " bytes of workspace, " + std::to_string(pool_->counts.workspace) +
+                                             " reserved");
       ++pool_->counts.launched;
     }
     KernelContext launched = ctx;  // the arguments as they were at the launch
@@ -373,6 +378,14 @@ class QueueRun {
 
 void StandinDevice::synchronize() const { drain(false); }
 
+void StandinDevice::reserve_workspace(size_t bytes) const {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  pool_->refuse_in_capture("reserve_workspace()");
+  if (bytes <= pool_->counts.workspace) return;
+  pool_->counts.workspace = bytes;
+  ++pool_->counts.workspace_grown;
+}
+
 // An event's point is reached once everything queued before it ran: the stand-in runs all
 // that is queued (work after the event may run too, as it may on a GPU).
 void StandinDevice::wait_host(const Event& e) const {
@@ -470,7 +483,9 @@ StandinDevice::Counts StandinDevice::counts() const {
 
 void StandinDevice::reset_counts() {
   std::lock_guard<std::mutex> lock(pool_->mu);
+  const size_t reserved = pool_->counts.workspace;  // a state, not a count
   pool_->counts = {};
+  pool_->counts.workspace = reserved;
   pool_->skipped.store(0, std::memory_order_relaxed);
   pool_->to_host_bytes.store(0, std::memory_order_relaxed);
 }

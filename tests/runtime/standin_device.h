@@ -95,15 +95,16 @@ class StandinDevice : public Backend {
   static bool have_cuda_kernels();
 
   struct Counts {
-    size_t syncs = 0;                          // synchronize() calls other than a host kernel's own
-    size_t host_syncs = 0;                     // the host kernels' synchronize() calls
-    size_t launched = 0;                       // queued kernels
-    size_t skipped = 0;                        // of those, skipped on a lowered skip flag
-    size_t to_host_bytes = 0;                  // bytes copied from device memory into host memory
-    size_t records = 0, waits = 0;             // record() and wait() calls
-    size_t host_waits = 0;                     // wait_host() calls
-    size_t captures = 0, replays = 0;          // end_capture() and replay() calls
-    std::map<std::string, size_t> host_calls;  // host kernel calls per op
+    size_t syncs = 0;                           // synchronize() calls other than a host kernel's own
+    size_t host_syncs = 0;                      // the host kernels' synchronize() calls
+    size_t launched = 0;                        // queued kernels
+    size_t skipped = 0;                         // of those, skipped on a lowered skip flag
+    size_t to_host_bytes = 0;                   // bytes copied from device memory into host memory
+    size_t records = 0, waits = 0;              // record() and wait() calls
+    size_t host_waits = 0;                      // wait_host() calls
+    size_t workspace = 0, workspace_grown = 0;  // reserved workspace bytes, and reserves that grew it
+    size_t captures = 0, replays = 0;           // end_capture() and replay() calls
+    std::map<std::string, size_t> host_calls;   // host kernel calls per op
     size_t host_total() const;
   };
   Counts counts() const;
@@ -132,6 +133,12 @@ class StandinDevice : public Backend {
   std::optional<Stream> late_stream;
   bool ignore_waits = false;    // wait() orders nothing (a missing event, for a test's control)
   bool capture_enabled = true;  // false: can_capture() says no (the executor issues every run)
+  // Scratch memory its kernels need per call (as the cuda kernels' WorkspaceRule); none
+  // when unset. A queued kernel needing more than reserve_workspace() reserved fails at
+  // launch, as a cuda step would have to allocate there.
+  std::function<size_t(const KernelContext&)> workspace_of;
+  size_t workspace_bytes(const KernelContext& ctx) const override { return workspace_of ? workspace_of(ctx) : 0; }
+  void reserve_workspace(size_t bytes) const override;
 
   struct Pool;  // the regions, shared with the deleters of what allocate() handed out
   struct EventState;

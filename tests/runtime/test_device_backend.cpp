@@ -604,6 +604,62 @@ TEST_CASE("device backend: a NaN in a queued step ends the list there; no later 
   }
 }
 
+TEST_CASE("device backend: the kernels' workspace is reserved with the plan and counted in its memory check") {
+  // The stand-in's convolutions declare scratch memory as cuDNN's would (here: their
+  // output's bytes, the gradients' twice), and a kernel launched with less reserved fails.
+  // The executor asks every step at plan time, reserves the most one call needs before
+  // the first run, and counts it in the refusal: no step grows it.
+  const auto rule = [](const KernelContext& c) -> size_t {
+    if (c.node.op_type == "Conv" || c.node.op_type == "FusedConv") return c.out(0).nbytes();
+    if (c.node.op_type == "ConvGrad") return 2 * c.in(1).nbytes();
+    return 0;
+  };
+  Graph g = small_wrn();
+  auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});
+  StandinDevice& dev = *owned;
+  dev.workspace_of = rule;
+  TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3});
+  TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3});
+  for (int step = 0; step < 3; ++step) {
+    const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 30));
+    CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
+  }
+  // The most one call of the plan needs, worked out here from the plan itself.
+  size_t most = 0;
+  const Plan& plan = device.plan();
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    const auto bytes_of = [&](int v) { return plan.values[static_cast<size_t>(v)].bytes; };
+    if (n.op_type == "Conv" || n.op_type == "FusedConv") most = std::max(most, bytes_of(st.outputs[0]));
+    if (n.op_type == "ConvGrad") most = std::max(most, 2 * bytes_of(st.inputs[1]));
+  }
+  REQUIRE(most > 0);
+  CHECK(dev.counts().workspace == most);
+  CHECK(dev.counts().workspace_grown == 1);  // once, with the plan
+  // A batch of another size is another plan: reserved again before its first run.
+  dev.reset_counts();
+  const TensorMap big = wrn_batch(8, 99);
+  CHECK(device.step(big, 0.05f) == ref.step(big, 0.05f));
+  CHECK(dev.counts().workspace_grown == 1);
+  CHECK(dev.counts().workspace > most);
+  // The memory check counts it: a limit between the plan without and with its workspace refuses.
+  auto owned2 = std::make_unique<StandinDevice>(std::set<std::string>{});
+  owned2->workspace_of = rule;
+  TrainingSession tight(wrn_training(g), std::move(owned2), {.seed = 3});
+  const TensorMap b = wrn_batch(4, 30);
+  size_t need = 0;
+  {
+    auto probe = std::make_unique<StandinDevice>(std::set<std::string>{});
+    TrainingSession no_ws(wrn_training(g), std::move(probe), {.seed = 3});
+    no_ws.step(b, 0.05f);
+    need = no_ws.plan().arena_bytes + no_ws.plan().output_bytes;
+  }
+  tight.set_memory_limit(need + 2 * b.at("input").nbytes() + most / 2);
+  const std::string e = error_of([&] { tight.step(b, 0.05f); });
+  CHECK(e.find("memory plan") != std::string::npos);
+  CHECK(e.find("workspace") != std::string::npos);
+}
+
 TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit (buckets in backend memory)") {
   // Variants: 0 the stand-in with a host communicator (the MPI path: a synchronisation per
   // bucket), 1 the reference backend, 2 the stand-in with stand-in collectives ordered by
