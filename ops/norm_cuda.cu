@@ -212,13 +212,26 @@ struct Scratch {
   void* coefficients;
 };
 
+size_t scratch_bytes(const Channels& v, int K, int coefficients, size_t t_bytes) {
+  const size_t doubles = static_cast<size_t>(v.C) * static_cast<size_t>(v.slices) * static_cast<size_t>(1 + K);
+  return doubles * sizeof(double) + static_cast<size_t>(coefficients) * static_cast<size_t>(v.C) * t_bytes;
+}
+
 template <typename T>
 Scratch scratch(const Channels& v, int K, int coefficients) {
   const size_t parts = static_cast<size_t>(v.C) * static_cast<size_t>(v.slices);
   const size_t doubles = parts * static_cast<size_t>(1 + K);
-  auto* w =
-      static_cast<double*>(workspace(doubles * sizeof(double) + static_cast<size_t>(coefficients * v.C) * sizeof(T)));
+  auto* w = static_cast<double*>(workspace(scratch_bytes(v, K, coefficients, sizeof(T))));
   return {w, w + parts, w + doubles};
+}
+
+// The workspace a call needs (KernelRegistry::set_workspace): forward (K 1, 3 coefficient
+// arrays) or gradient (K 3, 4 arrays), as the kernels below carve it.
+size_t batchnorm_workspace(const KernelContext& ctx, bool grad) {
+  const Tensor& x = ctx.in(grad ? 1 : 0);
+  if (x.rank() < 2) return 0;
+  const Channels v = channels_of(x);
+  return v.C == 0 ? 0 : scratch_bytes(v, grad ? 3 : 1, grad ? 4 : 3, dtype_size(x.dtype()));
 }
 
 template <typename T, bool kRelu>
@@ -306,6 +319,13 @@ void register_norm_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "BatchNormalization", batchnorm_kernel<false>);
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>);
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel);
+  for (const char* op : {"BatchNormalization", "BatchNormalizationRelu", "BatchNormalizationGrad"}) {
+    const std::string domain = std::string(op) == "BatchNormalization" ? "" : kTrainrtDomain;
+    const bool grad = std::string(op) == "BatchNormalizationGrad";
+    if (r.kernels.find("cuda", domain, op))
+      r.kernels.set_workspace("cuda", domain, op,
+                              [grad](const KernelContext& c) { return batchnorm_workspace(c, grad); });
+  }
 }
 
 }  // namespace trainrt::cuda

@@ -289,6 +289,10 @@ void register_pool_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "MaxPool", maxpool);
   add_if_schema(r, "cuda", "", "AveragePool", averagepool);
   add_if_schema(r, "cuda", kTrainrtDomain, "MaxPoolGrad", maxpool_grad);
+  if (r.kernels.find("cuda", kTrainrtDomain, "MaxPoolGrad"))  // every window's argmax
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "MaxPoolGrad", [](const KernelContext& c) {
+      return static_cast<size_t>(c.in(0).numel()) * sizeof(int64_t);
+    });
   add_if_schema(r, "cuda", kTrainrtDomain, "AveragePoolGrad", averagepool_grad);
 }
 

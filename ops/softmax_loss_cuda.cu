@@ -377,6 +377,12 @@ void reduce_grad(KernelContext& ctx) {
 void register_softmax_loss_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "SoftmaxCrossEntropyLoss", sce);
   add_if_schema(r, "cuda", kTrainrtDomain, "SoftmaxCrossEntropyLossGrad", sce_grad);
+  for (const char* op : {"SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"}) {  // the partial sums, at most
+    const std::string domain = std::string(op) == "SoftmaxCrossEntropyLoss" ? "" : kTrainrtDomain;
+    if (r.kernels.find("cuda", domain, op))
+      r.kernels.set_workspace("cuda", domain, op,
+                              [](const KernelContext&) { return 2 * sizeof(double) * kMaxPartials; });
+  }
   add_if_schema(r, "cuda", "", "ReduceMean", reduce<true>);
   add_if_schema(r, "cuda", "", "ReduceSum", reduce<false>);
   add_if_schema(r, "cuda", kTrainrtDomain, "ReduceMeanGrad", reduce_grad<true>);
