@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "graph/error.h"
@@ -59,15 +60,36 @@ namespace {
 
 constexpr size_t kMaxCudnnWorkspace = size_t{256} << 20;
 
-// y[n,m,:] = act(y[n,m,:] + b[m]) + z[n,m,:]  (b, z may be null; plane = Ho*Wo)
+// y[n,m,:] = act(y[n,m,:] + b[m]) + z[n,m,:]  (b, z may be null; plane = Ho*Wo), per
+// plane (TRAINRT_PLANES); V: T, or float4 for fp32 planes of a multiple of 4 elements.
 template <typename T>
-__global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t plane, int64_t channels, int64_t count) {
-  TRAINRT_GRID_STRIDE(i, count) {
-    T v = y[i];
-    if (b) v += b[(i / plane) % channels];
-    if (relu && !(v > T(0))) v = T(0);  // as the reference: NaN becomes 0
-    if (z) v += z[i];
-    y[i] = v;
+__device__ T epilogue_one(T v, T bias, const T* z, int64_t i, bool relu) {
+  v += bias;
+  if (relu && !(v > T(0))) v = T(0);  // as the reference: NaN becomes 0
+  return z ? v + z[i] : v;
+}
+template <typename T, bool kVec4>
+__global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t plane, int64_t channels,
+                              int64_t planes) {
+  TRAINRT_PLANES(p, planes) {
+    const T bias = b ? b[p % channels] : T(0);
+    T* yp = y + p * plane;
+    const T* zp = z ? z + p * plane : nullptr;
+    if constexpr (kVec4) {
+      auto* y4 = reinterpret_cast<float4*>(yp);
+      const auto* z4 = reinterpret_cast<const float4*>(zp);
+      TRAINRT_GRID_STRIDE(i, plane / 4) {
+        float4 v = y4[i];
+        const float4 r = z4 ? z4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        v.x = epilogue_one<float>(v.x, bias, nullptr, 0, relu) + r.x;
+        v.y = epilogue_one<float>(v.y, bias, nullptr, 0, relu) + r.y;
+        v.z = epilogue_one<float>(v.z, bias, nullptr, 0, relu) + r.z;
+        v.w = epilogue_one<float>(v.w, bias, nullptr, 0, relu) + r.w;
+        y4[i] = v;
+      }
+    } else {
+      TRAINRT_GRID_STRIDE(i, plane) { yp[i] = epilogue_one<T>(yp[i], bias, zp, i, relu); }
+    }
   }
 }
 
@@ -288,9 +310,18 @@ void conv_forward(KernelContext& ctx, bool fused) {
             what(n, "cudnnConvolutionForward"));
     }
     if (b || z || relu) {
-      conv_epilogue<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, c.stream>>>(
-          y.data<T>(), b ? b->data<T>() : nullptr, z ? z->data<T>() : nullptr, relu, y.dims()[2] * y.dims()[3],
-          y.dims()[1], y.numel());
+      const int64_t plane = y.dims()[2] * y.dims()[3], planes = y.dims()[0] * y.dims()[1];
+      const T* zd = z ? z->data<T>() : nullptr;
+      const auto launch = [&](auto kernel, int64_t per_plane) {
+        kernel<<<planes_grid(planes, per_plane), kThreads, 0, c.stream>>>(y.data<T>(), b ? b->data<T>() : nullptr, zd,
+                                                                          relu, plane, y.dims()[1], planes);
+      };
+      bool vec4 = false;
+      if constexpr (std::is_same_v<T, float>) {
+        vec4 = plane % 4 == 0 && aligned16(y.raw()) && (!z || aligned16(z->raw()));
+        if (vec4) launch(conv_epilogue<T, true>, plane / 4);
+      }
+      if (!vec4) launch(conv_epilogue<T, false>, plane);
       check_launch(n, "conv_epilogue");
     }
   });

@@ -8,7 +8,8 @@
 //   pass 2   the same slices: sum (x - mean)^2 [, dy, dy * (x - mean)]       -> devs[C,G,K]
 //   finish   one thread per channel: mean, biased variance, the optional outputs,
 //            and the per-channel coefficients of
-//   apply    every element: Y = (x - mean) * scale / sqrt(var + eps) + B [then Relu],
+//   apply    per plane of S values (the channel looked up once a plane, four fp32 values
+//            per 16-byte access where S % 4 == 0): Y = (x - mean) * scale / sqrt(var + eps) + B [then Relu],
 //            or dX = scale * r * (dy - dBias/M - (x - mean) * r * dScale/M)
 // Inference runs finish (from input_mean/input_var) and apply only.
 //
@@ -32,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
@@ -158,15 +160,33 @@ __global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums,
   }
 }
 
-// Y = (x - shift[c]) * mul[c] + add[c], then max(., 0) with NaN to 0 as ops/fused.cpp does.
+// Y = (x - shift[c]) * mul[c] + add[c], then max(., 0) with NaN to 0 as ops/fused.cpp does;
+// per plane (TRAINRT_PLANES), four fp32 values per 16-byte access with kVec4.
 template <typename T, bool kRelu>
-__global__ void forward_apply(const T* x, T* y, int64_t n, int64_t C, int64_t S, const T* shift, const T* mul,
+__device__ T apply_one(T x, T shift, T mul, T add) {
+  T out = (x - shift) * mul + add;
+  if constexpr (kRelu) out = out > T(0) ? out : T(0);
+  return out;
+}
+template <typename T, bool kRelu, bool kVec4>
+__global__ void forward_apply(const T* x, T* y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
                               const T* add) {
-  TRAINRT_GRID_STRIDE(i, n) {
-    const int64_t c = i / S % C;
-    T out = (x[i] - shift[c]) * mul[c] + add[c];
-    if constexpr (kRelu) out = out > T(0) ? out : T(0);
-    y[i] = out;
+  TRAINRT_PLANES(p, planes) {
+    const int64_t c = p % C;
+    const T sh = shift[c], mu = mul[c], ad = add[c];
+    if constexpr (kVec4) {
+      const auto* x4 = reinterpret_cast<const float4*>(x + p * S);
+      auto* y4 = reinterpret_cast<float4*>(y + p * S);
+      TRAINRT_GRID_STRIDE(i, S / 4) {
+        const float4 v = x4[i];
+        y4[i] = make_float4(apply_one<float, kRelu>(v.x, sh, mu, ad), apply_one<float, kRelu>(v.y, sh, mu, ad),
+                            apply_one<float, kRelu>(v.z, sh, mu, ad), apply_one<float, kRelu>(v.w, sh, mu, ad));
+      }
+    } else {
+      const T* xp = x + p * S;
+      T* yp = y + p * S;
+      TRAINRT_GRID_STRIDE(i, S) { yp[i] = apply_one<T, kRelu>(xp[i], sh, mu, ad); }
+    }
   }
 }
 
@@ -197,11 +217,25 @@ __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const
   }
 }
 
-template <typename T>
-__global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t n, int64_t C, int64_t S, GradArgs<T> a) {
-  TRAINRT_GRID_STRIDE(i, n) {
-    const int64_t c = i / S % C;
-    dx[i] = a.k[c] * (dy[i] - a.bias_term[c] - (x[i] - a.mean[c]) * a.x_term[c]);
+// dX per plane (TRAINRT_PLANES), as forward_apply.
+template <typename T, bool kVec4>
+__global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
+  TRAINRT_PLANES(p, planes) {
+    const int64_t c = p % C;
+    const T k = a.k[c], bt = a.bias_term[c], m = a.mean[c], xt = a.x_term[c];
+    const int64_t at = p * S;
+    if constexpr (kVec4) {
+      const auto* dy4 = reinterpret_cast<const float4*>(dy + at);
+      const auto* x4 = reinterpret_cast<const float4*>(x + at);
+      auto* dx4 = reinterpret_cast<float4*>(dx + at);
+      TRAINRT_GRID_STRIDE(i, S / 4) {
+        const float4 g = dy4[i], v = x4[i];
+        dx4[i] = make_float4(k * (g.x - bt - (v.x - m) * xt), k * (g.y - bt - (v.y - m) * xt),
+                             k * (g.z - bt - (v.z - m) * xt), k * (g.w - bt - (v.w - m) * xt));
+      }
+    } else {
+      TRAINRT_GRID_STRIDE(i, S) { dx[at + i] = k * (dy[at + i] - bt - (x[at + i] - m) * xt); }
+    }
   }
 }
 
@@ -270,8 +304,17 @@ void batchnorm(KernelContext& ctx) {
   check_launch(ctx.node, "forward_finish");
   const int64_t n = x.numel();
   if (n == 0) return;
-  forward_apply<T, kRelu>
-      <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), ctx.out(0).data<T>(), n, v.C, v.S, a.shift, a.mul, a.add);
+  const int64_t planes = n / v.S;
+  T* y = ctx.out(0).data<T>();
+  bool vec4 = false;
+  if constexpr (std::is_same_v<T, float>) vec4 = v.S % 4 == 0 && aligned16(x.raw()) && aligned16(y);
+  if constexpr (std::is_same_v<T, float>)
+    if (vec4)
+      forward_apply<T, kRelu, true><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(x.data<T>(), y, planes, v.C,
+                                                                                           v.S, a.shift, a.mul, a.add);
+  if (!vec4)
+    forward_apply<T, kRelu, false>
+        <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(x.data<T>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);
   check_launch(ctx.node, "forward_apply");
 }
 
@@ -300,7 +343,18 @@ void batchnorm_grad(KernelContext& ctx) {
   check_launch(ctx.node, "grad_finish");
   const int64_t n = x.numel();
   if (!ctx.has_output(0) || n == 0) return;
-  grad_apply<<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), ctx.out(0).data<T>(), n, v.C, v.S, a);
+  const int64_t planes = n / v.S;
+  T* dx = ctx.out(0).data<T>();
+  bool vec4 = false;
+  if constexpr (std::is_same_v<T, float>)
+    vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx);
+  if constexpr (std::is_same_v<T, float>)
+    if (vec4)
+      grad_apply<T, true>
+          <<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, planes, v.C, v.S, a);
+  if (!vec4)
+    grad_apply<T, false>
+        <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, planes, v.C, v.S, a);
   check_launch(ctx.node, "grad_apply");
 }
 

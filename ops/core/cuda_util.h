@@ -111,6 +111,19 @@ std::shared_ptr<const Plan> cached(const std::string& key, Make&& make) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// Passes over N*C planes of S elements (per-channel work: BatchNormalization's apply, the
+// convolution epilogue) without a 64-bit division per element: blockIdx.y strides over
+// the planes (the channel is computed once per plane), x over the plane's elements,
+// and where S is a multiple of 4 and the buffers are 16-byte aligned, fp32 goes four
+// elements per 16-byte load and store (Vec4).
+#define TRAINRT_PLANES(p, planes) for (int64_t p = blockIdx.y; p < (planes); p += gridDim.y)
+inline dim3 planes_grid(int64_t planes, int64_t per_plane) {
+  const unsigned x = blocks_for(per_plane);
+  const long long y = planes < 1 ? 1 : (planes > 65535 ? 65535 : planes);
+  return dim3(x > 1024 ? 1024 : x, static_cast<unsigned>(y));
+}
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 // Sums of each v[k] over the block (1-D, kThreads threads, all of them calling); the
 // results are thread 0's, in a fixed order, so they repeat bit for bit. May be called
 // repeatedly in one kernel: it first waits for the previous call's readers.
