@@ -458,23 +458,31 @@ void Executor::fetch_flags(Prepared& p) const {
 
 // The host buffers of the run being issued (Prepared::current), allocated on its first use.
 Executor::Slot& Executor::run_slot(Prepared& p) const {
-  if (p.ring.size() <= p.current) p.ring.resize(p.current + 1);
-  Slot& slot = p.ring[p.current];
-  if (slot.feeds.empty()) {
-    slot.feeds.resize(p.feed_values.size());  // allocated by stage_feeds, which knows the bytes
-    slot.results.resize(p.result_values.size());
-    slot.seed = backend_.allocate_host(sizeof(uint64_t));
-    if (!backend_.host_visible())
-      for (size_t i = 0; i < p.result_values.size(); ++i) {
-        const PlannedValue& pv = p.plan.values[static_cast<size_t>(p.result_values[i].second)];
-        // An update written in place is returned as its state's buffer: the state is read
-        // through TrainingSession::state(), not copied out at every step.
-        if (pv.storage != Storage::State) slot.results[i] = backend_.allocate_host(pv.bytes);
+  // Every slot at once (ExecutorOptions::max_in_flight), with the staged feeds' copies:
+  // nothing is allocated once the plan has run.
+  const size_t depth = std::max<size_t>({opts_.max_in_flight, p.current + 1, 1});
+  if (p.ring.size() < depth) p.ring.resize(depth);
+  for (Slot& slot : p.ring) {
+    if (slot.feeds.empty()) {
+      slot.feeds.resize(p.feed_values.size());
+      for (size_t i = 0; i < p.feed_values.size(); ++i) {
+        const size_t bytes = static_cast<size_t>(element_count(p.feed_dims[i])) * dtype_size(p.feed_types[i]);
+        if (bytes) slot.feeds[i] = backend_.allocate_host(bytes);
       }
+      slot.results.resize(p.result_values.size());
+      slot.seed = backend_.allocate_host(sizeof(uint64_t));
+      if (!backend_.host_visible())
+        for (size_t i = 0; i < p.result_values.size(); ++i) {
+          const PlannedValue& pv = p.plan.values[static_cast<size_t>(p.result_values[i].second)];
+          // An update written in place is returned as its state's buffer: the state is read
+          // through TrainingSession::state(), not copied out at every step.
+          if (pv.storage != Storage::State) slot.results[i] = backend_.allocate_host(pv.bytes);
+        }
+    }
+    if (p.flags && !backend_.host_visible() && !slot.flags)
+      slot.flags = backend_.allocate_host(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
   }
-  if (p.flags && !backend_.host_visible() && !slot.flags)
-    slot.flags = backend_.allocate_host(std::max<size_t>(p.flags_init.size() * sizeof(uint64_t), kPlanAlignment));
-  return slot;
+  return p.ring[p.current];
 }
 
 // One kernel call; its profile event goes to `ev` (the caller appends events in plan

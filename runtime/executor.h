@@ -143,9 +143,10 @@ struct ExecutorOptions {
   // before and replay it while the feed shapes and run options stay the same: one launch
   // per step instead of one per kernel (Executor::run says when a run is not captured).
   bool capture = true;
-  // Runs launch() may have in flight at once (the host buffers of each are kept: pinned
-  // batch copies, results, flags); a launch beyond it waits for the oldest.
-  size_t max_in_flight = 4;
+  // Runs launch() may have in flight at once (the host buffers of each are allocated
+  // with the plan: pinned batch copies, results, flags); a launch beyond it waits for the
+  // oldest. TrainingSession sets 4.
+  size_t max_in_flight = 1;
 };
 
 class Executor {

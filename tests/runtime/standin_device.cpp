@@ -204,6 +204,7 @@ std::shared_ptr<std::byte[]> StandinDevice::allocate(size_t bytes) const {
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
     pool_->refuse_in_capture("allocate()");
+    ++pool_->counts.allocations;
   }
   const bool hidden = device_memory && protect_memory;  // the host never sees it, from the start
   void* p = mmap(nullptr, mapped, hidden ? PROT_NONE : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -226,6 +227,7 @@ std::shared_ptr<std::byte[]> StandinDevice::allocate_host(size_t bytes) const {
   {
     std::lock_guard<std::mutex> lock(pool_->mu);
     pool_->refuse_in_capture("allocate_host()");
+    ++pool_->counts.allocations;
   }
   std::shared_ptr<std::byte[]> b = Backend::allocate(bytes);
   std::lock_guard<std::mutex> lock(pool_->mu);

@@ -102,6 +102,7 @@ class StandinDevice : public Backend {
     size_t to_host_bytes = 0;                   // bytes copied from device memory into host memory
     size_t records = 0, waits = 0;              // record() and wait() calls
     size_t host_waits = 0;                      // wait_host() calls
+    size_t allocations = 0;                     // allocate() and allocate_host() calls
     size_t workspace = 0, workspace_grown = 0;  // reserved workspace bytes, and reserves that grew it
     size_t captures = 0, replays = 0;           // end_capture() and replay() calls
     std::map<std::string, size_t> host_calls;   // host kernel calls per op

@@ -547,6 +547,7 @@ TEST_CASE("device backend: queued steps run ahead of the host; one synchronisati
     // event once per launch beyond the 4 in flight, and one synchronisation at the end.
     CHECK(queued.syncs == 0);
     CHECK(queued.host_waits == 9 - 4);
+    CHECK(dev.counts().allocations == 0);  // device or pinned: everything came with the plan
     // Per step the host reads the loss, the logits and the check flags, never the state.
     const auto& out = device.last_outputs();
     const size_t results = out.at(device.training().loss).nbytes() + out.at(g.outputs[0]).nbytes();
