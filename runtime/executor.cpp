@@ -115,8 +115,8 @@ int64_t first_non_finite(const Tensor& t) {
 }
 
 // Asynchronous backends: the host memory of one run in flight (allocate_host: pinned for
-// cuda), one slot per run launch() may have in flight (run() uses slot 0), allocated
-// when first used: the batch's copy per staged feed, the seed, the results and the
+// cuda), one slot per run launch() may have in flight (run() uses slot 0), all allocated
+// by the plan's first run (Executor::run_slot): the batch's copy per staged feed, the seed, the results and the
 // check flags copied back where the host cannot see the backend's memory, and the
 // event on the compute stream after the run's last copy.
 struct Executor::Slot {
@@ -383,10 +383,9 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       Tensor& staged = p.staged[i];
       if (staged.empty()) staged = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
       if (async) {  // through host memory the copy reads when it runs (the slot's last run has ended)
-        std::shared_ptr<std::byte[]>& pinned = run->feeds[i];
-        if (!pinned) pinned = backend_.allocate_host(feed.nbytes());
-        std::memcpy(pinned.get(), feed.raw(), feed.nbytes());
-        p.feed_copies.push_back({staged.raw(), pinned.get(), feed.nbytes()});
+        std::byte* pinned = run->feeds[i].get();  // allocated with the slot (run_slot)
+        std::memcpy(pinned, feed.raw(), feed.nbytes());
+        p.feed_copies.push_back({staged.raw(), pinned, feed.nbytes()});
       } else {
         backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
       }
@@ -456,7 +455,7 @@ void Executor::fetch_flags(Prepared& p) const {
     backend_.copy(host.get(), p.flags.get(), p.flags_init.size() * sizeof(uint64_t));
 }
 
-// The host buffers of the run being issued (Prepared::current), allocated on its first use.
+// The host buffers of the run being issued (Prepared::current).
 Executor::Slot& Executor::run_slot(Prepared& p) const {
   // Every slot at once (ExecutorOptions::max_in_flight), with the staged feeds' copies:
   // nothing is allocated once the plan has run.
@@ -745,16 +744,22 @@ void Executor::gather_results(Prepared& p) {
   }
 }
 
-const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
-  if (!in_flight_.empty()) throw_internal("Executor::run", "runs launched and not collected");
-  bool checking = false;
-  Prepared& p = start(feeds, ro, 0, checking);
+// A run issued and waited for (run(), and a launch() that cannot go ahead): throws
+// NumericalError for a failed check; p.results holds its results.
+void Executor::run_now(Prepared& p, const RunOptions& ro, bool checking) {
   issue(p, ro, checking, /*fresh=*/true);
   if (backend_.asynchronous()) {
     sync();  // results (and, on a host-visible backend, state and staged feeds) are the host's again
     if (checking) read_flags(p, p.plan.steps.size());
   }
   gather_results(p);
+}
+
+const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
+  if (!in_flight_.empty()) throw_internal("Executor::run", "runs launched and not collected");
+  bool checking = false;
+  Prepared& p = start(feeds, ro, 0, checking);
+  run_now(p, ro, checking);
   return p.results;
 }
 
@@ -778,16 +783,11 @@ void Executor::launch(const TensorMap& feeds, const RunOptions& ro) {
     if (error_) return;  // a failed run before it: nothing after it runs
     p.current = slot;
     try {
-      issue(p, ro, checking, /*fresh=*/true);
-      if (backend_.asynchronous()) {
-        sync();
-        if (checking) read_flags(p, p.plan.steps.size());
-      }
+      run_now(p, ro, checking);
     } catch (const NumericalError& e) {
       error_ = e;
       return;
     }
-    gather_results(p);
     TensorMap own;  // the next run overwrites the arena (an update in place is its state: not copied)
     for (const auto& [name, v] : p.result_values) {
       const Tensor& t = p.results.at(name);

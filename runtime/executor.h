@@ -215,6 +215,7 @@ class Executor {
   void issue(Prepared& p, const RunOptions& ro, bool checking, bool fresh);
   void issue_outputs(Prepared& p, bool checking);
   void gather_results(Prepared& p);
+  void run_now(Prepared& p, const RunOptions& ro, bool checking);
   bool deferrable(const Prepared& p, const RunOptions& ro, bool checking) const;
   void retire(size_t count);
   bool capturable(const Prepared& p, const RunOptions& ro, std::string& key) const;
