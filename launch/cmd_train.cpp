@@ -373,8 +373,7 @@ bool TrainRun::train_epoch() {
       finish_queued();
     st_.epoch_seconds = seconds_before + seconds_since(t0);
     if (log_now) log_progress(last_loss_, stream.size(), first_step, t0);
-    if (!c_.checkpoint_dir.empty() && c_.checkpoint_every_steps > 0 && st_.global_step % c_.checkpoint_every_steps == 0)
-      save(c_.checkpoint_dir);
+    if (checkpoint_now) save(c_.checkpoint_dir);
     if (stop_requested(/*after_step=*/true)) return false;
     if (max_steps_reached() && st_.step_in_epoch < stream.size()) {
       // --max-steps mid-epoch: the partial epoch counts in the totals, without validation.
