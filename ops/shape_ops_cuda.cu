@@ -222,26 +222,23 @@ struct StridedView {
   int rank = 0;
   int64_t dense[kMaxRank] = {}, strides[kMaxRank] = {};
   int64_t base = 0;
-  __device__ int64_t offset(int64_t o) const {
-    int64_t off = base;
-    for (int d = rank - 1; d >= 0; --d) {
-      const int64_t q = o / dense[d];
-      off += (o - q * dense[d]) * strides[d];
-      o = q;
-    }
-    return off;
-  }
+  __device__ int64_t offset(int64_t o) const { return base + strided_offset(o, rank, dense, strides); }
 };
 
-// scatter = false: dst[o] = src[view(o)]; true: dst[view(o)] = src[o].
+// This thread's elements: scatter = false: dst[o] = src[view(o)]; true: dst[view(o)] = src[o].
 template <typename E>
-__global__ void strided_copy_kernel(const E* src, E* dst, int64_t n, StridedView v, bool scatter) {
+__device__ void copy_view(const E* src, E* dst, int64_t n, const StridedView& v, bool scatter) {
   TRAINRT_GRID_STRIDE(o, n) {
     if (scatter)
       dst[v.offset(o)] = src[o];
     else
       dst[o] = src[v.offset(o)];
   }
+}
+
+template <typename E>
+__global__ void strided_copy_kernel(const E* src, E* dst, int64_t n, StridedView v, bool scatter) {
+  copy_view(src, dst, n, v, scatter);
 }
 
 // Slice's bounds as a StridedView over x: computed on the device (thread 0 of each block)
@@ -285,12 +282,7 @@ __global__ void slice_kernel(const E* src, E* dst, int64_t n, SliceArgs a, bool 
     slice_view(a, v);
   }
   __syncthreads();
-  TRAINRT_GRID_STRIDE(o, n) {
-    if (scatter)
-      dst[v.offset(o)] = src[o];
-    else
-      dst[o] = src[v.offset(o)];
-  }
+  copy_view(src, dst, n, v, scatter);
 }
 
 // E: an unsigned integer of the element's width, 1 to 8 bytes.

@@ -256,24 +256,8 @@ struct ReduceGeometry {
   int64_t count = 1;  // x elements per y element
 
   // x's offset of the first element of y element o, and of reduced element j.
-  __device__ int64_t kept_offset(int64_t o) const {
-    int64_t off = 0;
-    for (int d = kept - 1; d >= 0; --d) {
-      const int64_t q = o / kept_dims[d];
-      off += (o - q * kept_dims[d]) * kept_strides[d];
-      o = q;
-    }
-    return off;
-  }
-  __device__ int64_t reduced_offset(int64_t j) const {
-    int64_t off = 0;
-    for (int d = reduced - 1; d >= 0; --d) {
-      const int64_t q = j / red_dims[d];
-      off += (j - q * red_dims[d]) * red_strides[d];
-      j = q;
-    }
-    return off;
-  }
+  __device__ int64_t kept_offset(int64_t o) const { return strided_offset(o, kept, kept_dims, kept_strides); }
+  __device__ int64_t reduced_offset(int64_t j) const { return strided_offset(j, reduced, red_dims, red_strides); }
 };
 
 // Which of x's axes the node reduces; false where the kernel does not take the node

@@ -124,6 +124,18 @@ inline dim3 planes_grid(int64_t planes, int64_t per_plane) {
 }
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
+// Where element o of a dense row-major tensor of `dims` sits in a view with `strides`
+// (elements, per dim): o split over the dims, innermost first, one division per dim.
+__device__ inline int64_t strided_offset(int64_t o, int rank, const int64_t* dims, const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t q = o / dims[d];
+    off += (o - q * dims[d]) * strides[d];
+    o = q;
+  }
+  return off;
+}
+
 // Sums of each v[k] over the block (1-D, kThreads threads, all of them calling); the
 // results are thread 0's, in a fixed order, so they repeat bit for bit. May be called
 // repeatedly in one kernel: it first waits for the previous call's readers.
