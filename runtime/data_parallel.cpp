@@ -36,16 +36,19 @@ bool same_on_all_ranks(Communicator& c, const std::vector<double>& mine, const s
 }  // namespace
 
 // A bucket's flat buffer: its gradients back to back, and in bucket 0 the loss and the
-// stop flag after them. On a backend whose memory the host cannot see (cuda) `flat` is
-// in the backend's memory and `host` mirrors it in host memory (Backend::allocate_host):
-// the gradients are packed there by device copies, and averaged, checked and unpacked
-// from the mirror (see start/finish). Elsewhere `host` is `flat`.
+// stop flag after them. In place (the plan's group for the bucket): a view of the arena
+// where the gradients are, gaps of the 64-byte alignment between them included; else a
+// buffer of its own they are packed into. On a backend whose memory the host cannot see
+// (cuda) `flat` is in the backend's memory and `host` mirrors it in host memory
+// (Backend::allocate_host): a host communicator reduces the mirror, and the averages are
+// checked there and copied back (see start/finish). Elsewhere `host` is `flat`.
 struct DataParallel::Bucket {
   Tensor flat;                           // dtype_ [elements (+2 in bucket 0)]
   Tensor host;                           // the same, where the host reads it
   std::vector<std::string> gradients;    // value names, in the bucket's order
   std::vector<size_t> offsets;           // element offset of each in `flat`
-  size_t elements = 0;                   // gradient elements (extras after them)
+  size_t elements = 0;                   // gradient elements and gaps (extras after them)
+  bool in_place = false;                 // `flat` is the plan's group in the arena
   std::shared_ptr<CommRequest> request;  // the running all-reduce, if started
   bool finished = true;
   // Ordered by events (events_): the all-reduce's end on the device, and its watch.
@@ -58,12 +61,26 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
   if (opts_.bucket_cap_bytes == 0 || opts_.first_bucket_cap_bytes == 0)
     throw_bad_input("--bucket-cap-mb", "a bucket cap must be > 0");
   s_.set_check_finite(false);
-  // The buckets (allocated at the first step, in the backend's memory) hold every
-  // parameter's gradient once, plus the loss and stop flag: counted before that step.
-  size_t bucket_bytes = 2 * sizeof(double);
-  for (const std::string& p : s_.training().params) bucket_bytes += s_.training().graph.initializers.at(p).nbytes();
-  s_.set_memory_reserve(bucket_bytes);
+  // The buckets are ranges of the arena, counted with it.
+  s_.set_contiguous([this](const Plan& p) { return bucket_groups(p); });
   set_hooks(true);
+}
+
+std::vector<ContiguousGroup> DataParallel::bucket_groups(const Plan& p) const {
+  std::vector<ContiguousGroup> out;
+  for (const GradientBucket& b : plan_buckets(s_.training(), p, opts_.bucket_cap_bytes, opts_.first_bucket_cap_bytes)) {
+    ContiguousGroup g;
+    for (const std::string& param : b.params) g.values.push_back(s_.training().gradients.at(param));
+    g.tail_bytes = out.empty() ? 2 * sizeof(double) : 0;  // bucket 0: the loss and the stop flag
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+size_t DataParallel::packed_buckets() const {
+  size_t n = 0;
+  for (const auto& st : state_) n += st->in_place ? 0 : 1;
+  return n;
 }
 
 void DataParallel::set_hooks(bool on) {
@@ -77,6 +94,7 @@ void DataParallel::set_hooks(bool on) {
 
 DataParallel::~DataParallel() {
   set_hooks(false);
+  s_.set_contiguous(nullptr);
   s_.set_check_finite(true);
   s_.set_skip_flag(nullptr);
   // A bucket still in flight writes into our buffers: wait for it (it completes unless a
@@ -100,19 +118,31 @@ void DataParallel::prepare() {
   Hash agree;
   agree.add(static_cast<int64_t>(buckets_.size()));
   std::set<DataType> types;
+  std::map<int, const PlannedGroup*> group_at;  // first member -> the plan's group
+  for (const PlannedGroup& pg : plan.groups) group_at[pg.values.front()] = &pg;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto st = std::make_unique<Bucket>();
+    std::vector<int> members;
     for (const std::string& p : buckets_[b].params) {
       const std::string& g = s_.training().gradients.at(p);
       const int v = plan.index.at(g);
       const PlannedValue& pv = plan.values[static_cast<size_t>(v)];
       types.insert(pv.dtype);
       bucket_of_value[v] = b;
+      members.push_back(v);
       st->gradients.push_back(g);
-      st->offsets.push_back(st->elements);
-      st->elements += pv.bytes / std::max<size_t>(1, dtype_size(pv.dtype));
-      agree.add(g);
+    }
+    auto group = members.empty() ? group_at.end() : group_at.find(members.front());
+    st->in_place = types.size() == 1 && group != group_at.end() && group->second->values == members;
+    const size_t esize = std::max<size_t>(1, dtype_size(*types.begin()));
+    for (int v : members) {
+      const PlannedValue& pv = plan.values[static_cast<size_t>(v)];
+      st->offsets.push_back(st->in_place ? (pv.offset - group->second->offset) / esize : st->elements);
+      st->elements =
+          st->in_place ? (group->second->tail_offset - group->second->offset) / esize : st->elements + pv.bytes / esize;
+      agree.add(pv.name);
       agree.add(static_cast<int64_t>(pv.bytes));
+      agree.add(static_cast<int64_t>(st->offsets.back()));
     }
     state_.push_back(std::move(st));
     // A gradient written before the run (none in practice) starts with step 0's.
@@ -126,10 +156,11 @@ void DataParallel::prepare() {
     throw_unsupported("data-parallel training", std::string("gradients of type ") + dtype_name(dtype_));
   // In the backend's memory: a GPU communicator (NCCL) reduces the buckets where they are.
   for (size_t b = 0; b < state_.size(); ++b) {
-    const int64_t n = static_cast<int64_t>(state_[b]->elements + (b == 0 ? 2 : 0));
+    Bucket& st = *state_[b];
+    const int64_t n = static_cast<int64_t>(st.elements + (b == 0 ? 2 : 0));
     const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype_);
-    state_[b]->flat = Tensor(dtype_, {n}, s_.backend().allocate(bytes));
-    state_[b]->host = staged() ? Tensor(dtype_, {n}, s_.backend().allocate_host(bytes)) : state_[b]->flat;
+    if (!st.in_place) st.flat = Tensor(dtype_, {n}, s_.backend().allocate(bytes));
+    if (staged()) st.host = Tensor(dtype_, {n}, s_.backend().allocate_host(bytes));
   }
   choose_events(plan);
   // Each step that reads a gradient waits for its bucket first (the optimizer nodes).
@@ -177,6 +208,22 @@ void DataParallel::choose_events(const Plan& plan) {
   flags_host_ = dev.allocate_host(n * sizeof(uint64_t));
   extras_host_ = Tensor(dtype_, {2}, dev.allocate_host(2 * dtype_size(dtype_)));
   s_.set_skip_flag(reinterpret_cast<const uint64_t*>(flags_.get()) + any_flag_);
+}
+
+// Points the in-place buckets at their range of the current arena (it may have moved
+// since the last step: the executor releases the arenas of other plans), and `host` at
+// `flat` where the host sees the backend's memory.
+void DataParallel::bind_in_place() {
+  for (size_t b = 0; b < state_.size(); ++b) {
+    Bucket& st = *state_[b];
+    if (st.in_place) {
+      const int64_t n = static_cast<int64_t>(st.elements + (b == 0 ? 2 : 0));
+      st.flat = Tensor(dtype_, {n},
+                       std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(),
+                                                    const_cast<std::byte*>(s_.value(st.gradients.front()).raw())));
+    }
+    if (!staged()) st.host = st.flat;
+  }
 }
 
 // A view, shaped `dims`, of a bucket buffer (`flat` or its host mirror) from element `at`.
@@ -229,7 +276,7 @@ void DataParallel::finish_on_device(size_t b, bool check) {
     Tensor g = s_.value(st.gradients[i]);  // a handle on the arena value
     const Tensor avg = bucket_view(st.flat, st.offsets[i], g.dims());
     if (check) flag(avg, st.flag0 + (b == 0 ? 1 : 0) + i);
-    dev.copy(g.raw(), avg.raw(), g.nbytes());
+    if (avg.raw() != g.raw()) dev.copy(g.raw(), avg.raw(), g.nbytes());
   }
 }
 
@@ -282,13 +329,8 @@ NumericalError DataParallel::numerical_fault(const Plan& plan, const std::string
                             " (averaged over the ranks; the step stopped before any state was written)");
 }
 
-// Packs bucket `b`'s gradients (and in bucket 0 the loss and stop flag) into its flat
-// buffer and starts its all-reduce. Staged (device memory the host cannot see): device
-// copies pack `flat` in stream order, then one synchronisation. A host communicator
-// reduces `host` (copied from `flat` before that synchronisation); NCCL reduces `flat`
-// (bucket 0: a second synchronisation lands the loss and stop flag in it first).
-// Copies bucket `st`'s gradients into its flat buffer: device copies in stream order
-// where the host cannot see the backend's memory.
+// Copies bucket `st`'s gradients into its flat buffer, those the plan did not put there:
+// device copies in stream order where the host cannot see the backend's memory.
 void DataParallel::pack(Bucket& st) {
   const size_t esize = dtype_size(dtype_);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
@@ -296,13 +338,20 @@ void DataParallel::pack(Bucket& st) {
     if (g.layout() != Layout::Plain || g.dtype() != dtype_)
       throw_internal("data-parallel training",
                      "gradient '" + st.gradients[i] + "' is not a plain " + dtype_name(dtype_) + " tensor");
+    std::byte* to = st.flat.raw() + st.offsets[i] * esize;
+    if (to == g.raw()) continue;  // in place: the plan put it there
     if (staged())
-      s_.backend().copy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
+      s_.backend().copy(to, g.raw(), g.nbytes());
     else
-      std::memcpy(st.flat.raw() + st.offsets[i] * esize, g.raw(), g.nbytes());
+      std::memcpy(to, g.raw(), g.nbytes());
   }
 }
 
+// Packs bucket `b`'s gradients (and in bucket 0 the loss and stop flag) into its flat
+// buffer and starts its all-reduce. Staged (device memory the host cannot see): `flat`
+// is complete in stream order, then one synchronisation. A host communicator reduces
+// `host` (copied from `flat` before that synchronisation); NCCL reduces `flat` (bucket
+// 0: a second synchronisation lands the loss and stop flag in it first).
 void DataParallel::start(size_t b) {
   if (events_) return start_on_device(b);
   Bucket& st = *state_[b];
@@ -389,6 +438,7 @@ void DataParallel::finish(size_t b, bool check) {
                                  std::to_string(bad));
     // Staged: read by the copy when it runs (allocate_host memory), before the next
     // step's start() writes the mirror again after a synchronisation.
+    if (avg.raw() == g.raw()) continue;  // averaged in place
     if (staged())
       s_.backend().copy(g.raw(), avg.raw(), g.nbytes());
     else
@@ -414,6 +464,7 @@ void DataParallel::on_before(int step) {
   if (step == 0 && plan_ != &s_.plan()) prepare();
   if (step == 0) {
     drain();  // nothing of an earlier (failed) step may still write into the buffers
+    bind_in_place();
     have_mean_loss_ = false;
     stop_agreed_ = false;
     if (events_) s_.backend().copy(flags_.get(), flags_init_.data(), flags_init_.size() * sizeof(uint64_t));

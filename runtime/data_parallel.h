@@ -11,19 +11,22 @@
 // How a step runs (PyTorch DDP's scheme, on the plan instead of autograd hooks):
 //   - the buckets (runtime/buckets.h) group the gradients in the order the plan writes
 //     them, about 25 MB each, the first one small so communication starts early;
-//   - after the plan step that writes a bucket's last gradient, the bucket's gradients are
-//     copied into one flat buffer and its sum all-reduce starts on the communicator's
-//     thread, while the executor goes on with the backward pass;
+//   - the planner lays each bucket's gradients out back to back in the arena
+//     (PlanOptions::contiguous; bucket 0 with room for the loss and stop flag after
+//     them), so a bucket is one flat range of memory with no packing copy;
+//   - after the plan step that writes a bucket's last gradient, its sum all-reduce starts
+//     on the communicator's thread, in place on that range, while the executor goes on
+//     with the backward pass;
 //   - before an optimizer node runs, it waits for the buckets holding the gradients it
-//     reads (only those), divides by the rank count and writes them back: every rank then
-//     applies the same update to the same parameters, so parameters stay bit-identical;
+//     reads (only those) and divides by the rank count: every rank then applies the same
+//     update to the same parameters, so parameters stay bit-identical;
 //   - the first bucket also carries the loss (the step's mean loss over the ranks) and a
 //     stop flag (a rank that got SIGTERM/SIGUSR1: every rank stops after the same step).
 // Ordered by events instead (a communicator that orders_by_events, NCCL, on a backend
-// whose memory the host cannot see, cuda): a bucket is packed by device copies, an event
-// of the compute stream starts its ncclAvg all-reduce on the communication stream, and
-// before the first state write the compute stream waits for every bucket's event, copies
-// the averages back and checks them on the device into flags; the optimizer kernels skip
+// whose memory the host cannot see, cuda): an event of the compute stream starts a
+// bucket's ncclAvg all-reduce on the communication stream, in place in the arena, and
+// before the first state write the compute stream waits for every bucket's event and
+// checks the averages on the device into flags; the optimizer kernels skip
 // on a lowered flag (RunOptions::skip_flag). The host reads the flags, the mean loss and
 // the stop flag once, after the step's one synchronisation (TrainingSession's after-run
 // hook), and reports the same NumericalError as below. The averages are waited for all at
@@ -36,6 +39,11 @@
 // BatchNormalization running statistics stay per rank, as in DDP; broadcast_buffers()
 // gives every rank rank 0's before validation and export (DDP broadcasts them with every
 // forward pass, which leaves the same values).
+//
+// A bucket the plan could not lay out in place (a gradient that is not an arena value of
+// its own, e.g. one kept as a separate output) gets a flat buffer of its own, allocated
+// when the plan first runs and not counted in the memory refusal, and its gradients are
+// packed into it and copied back (packed_buckets() counts them; none in a training graph).
 //
 // Backend-independent: it only moves tensors between the plan's gradient values and the
 // communicator, so the CPU tests (LocalGroup) exercise the logic a GPU run uses.
@@ -100,14 +108,18 @@ class DataParallel {
   bool state_identical();
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  // Buckets of the current plan that are not a range of the arena (see above).
+  size_t packed_buckets() const;
   const std::vector<BucketTiming>& last_timings() const { return timings_; }
 
  private:
   struct Bucket;
-  void prepare();                     // buckets and buffers for the session's current plan
-  void start(size_t b);               // pack and all-reduce
-  void finish(size_t b, bool check);  // wait, average, unpack, check
-  void drain();                       // wait for every started bucket, no checks
+  void prepare();  // buckets and buffers for the session's current plan
+  std::vector<ContiguousGroup> bucket_groups(const Plan& p) const;  // PlanOptions::contiguous
+  void bind_in_place();                                             // the in-place buckets' views on the current arena
+  void start(size_t b);                                             // pack and all-reduce
+  void finish(size_t b, bool check);                                // wait, average, unpack, check
+  void drain();                                                     // wait for every started bucket, no checks
   // The device path, ordered by events (Communicator::orders_by_events: NCCL on the cuda
   // backend): no synchronisation per bucket; checks on the device lower a flag the
   // session's state writers skip on, read once the step has ended.

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -138,6 +139,10 @@ struct Executor::Prepared {
   std::shared_ptr<std::byte[]> arena;
   std::vector<Tensor> slots;   // one per plan value; kernels get pointers to these
   std::vector<Tensor> staged;  // per feed: its copy in backend memory, when the backend cannot reach it
+  // Asynchronous backends: per feed, two landing buffers in backend memory taking turns
+  // (run k lands in landing[k % 2]): the copy stream writes the next batch there while
+  // the step before still runs, and the compute stream copies it into `staged`.
+  std::vector<std::array<Tensor, 2>> landing;
   std::vector<const Kernel*> kernels;
   std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
   std::vector<int> feed_values;                            // plan value of each graph input
@@ -162,18 +167,23 @@ struct Executor::Prepared {
   int any_flag = -1;
   size_t flags_read = 0;
   // Asynchronous backends: the run's seed in backend memory (KernelContext::run_seed),
-  // written from its slot's pinned copy; the batch copies to issue (staged <- pinned).
+  // written from its slot's pinned copy; the batch copies to issue (landing <- pinned on
+  // the copy stream, then staged <- landing on the compute stream).
   std::shared_ptr<std::byte[]> seed_device;
   struct FeedCopy {
     void* to;
     const void* from;
     size_t bytes;
+    void* landing = nullptr;  // asynchronous backends: the landing buffer in between
   };
   std::vector<FeedCopy> feed_copies;
   // Asynchronous backends: the host memory of each run in flight (Executor::Slot).
   std::vector<Slot> ring;
-  size_t current = 0;        // the slot of the run being issued
-  Backend::Event last_done;  // the end of the last run issued (its staged batch is read by then)
+  size_t current = 0;  // the slot of the run being issued
+  // The landing buffers' turn for the next run, and per turn the compute stream's event
+  // after it last copied out of them (the copy stream overwrites them after that only).
+  size_t landing_turn = 0;
+  std::array<Backend::Event, 2> landed;
   // The captured step (Backend::replay), the run options it was captured with, and
   // whether capturing failed (the backend refused something in it: never tried again).
   Backend::Captured captured;
@@ -203,6 +213,16 @@ const Tensor& Executor::value(const std::string& name) const {
   // through copies in stream order instead (Backend::copy, to_host).
   if (queued_ && backend_.host_visible()) sync();
   return last_->slots[static_cast<size_t>(it->second)];
+}
+
+void Executor::set_contiguous(std::function<std::vector<ContiguousGroup>(const Plan&)> f) {
+  if (!in_flight_.empty()) throw_internal("Executor::set_contiguous", "runs are in flight: collect() first");
+  if (f) {
+    sync();
+    last_ = nullptr;
+    prepared_.clear();
+  }
+  opts_.plan.contiguous = std::move(f);
 }
 
 void Executor::sync() const {
@@ -248,11 +268,13 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   p->extra = ro.extra_outputs;
 
   // Memory refusal before the arena exists: the arena, the outputs, the feeds staged in
-  // backend memory, the kernels' scratch memory and what the caller reserves (state is
+  // backend memory (three copies on an asynchronous backend: the staged buffer and two
+  // landing buffers), the kernels' scratch memory and what the caller reserves (state is
   // allocated already).
   size_t staged = 0;
   for (const std::string& in : graph_.inputs)
-    if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw())) staged += f.nbytes();
+    if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw()))
+      staged += f.nbytes() * (backend_.asynchronous() ? 3 : 1);
   p->workspace = plan_workspace(plan);
   const size_t need = plan.arena_bytes + plan.output_bytes + staged + p->workspace + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
@@ -304,8 +326,9 @@ void Executor::release_other_arenas(const Prepared& keep) {
     q->results.clear();
     for (Tensor& t : q->slots) t = Tensor();
     q->staged.clear();
+    q->landing.clear();
     q->ring.clear();
-    q->last_done.reset();
+    q->landed = {};
     q->captured.reset();
     q->seed_device.reset();
   }
@@ -347,6 +370,7 @@ void Executor::bind_slots(Prepared& p) {
     if (plan.values[v].storage == Storage::State && plan.values[v].alias >= 0)
       p.slots[v] = p.slots[static_cast<size_t>(plan.values[v].alias)];
   p.staged.assign(p.feed_values.size(), Tensor());
+  p.landing.assign(p.feed_values.size(), {});
   p.ring.clear();
   if (backend_.asynchronous()) p.seed_device = backend_.allocate(sizeof(uint64_t));
   p.host_steps = false;
@@ -385,7 +409,9 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       if (async) {  // through host memory the copy reads when it runs (the slot's last run has ended)
         std::byte* pinned = run->feeds[i].get();  // allocated with the slot (run_slot)
         std::memcpy(pinned, feed.raw(), feed.nbytes());
-        p.feed_copies.push_back({staged.raw(), pinned, feed.nbytes()});
+        for (Tensor& l : p.landing[i])  // both turns with the first run: none allocated later
+          if (l.empty()) l = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
+        p.feed_copies.push_back({staged.raw(), pinned, feed.nbytes(), p.landing[i][p.landing_turn].raw()});
       } else {
         backend_.copy(staged.raw(), feed.raw(), feed.nbytes());
       }
@@ -631,17 +657,27 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
   }
 }
 
-// Before a run's captured part: the batch's copies from the slot's pinned buffers on the
-// copy stream, after the last run has ended (it read the same staged buffers), the
-// compute stream waiting for them; the seed; and, where a window of runs starts
+// Before a run's captured part: the batch's copies from the slot's pinned buffers into
+// this run's landing buffers on the copy stream, once the run two before has copied out
+// of them (so they overlap the run before this one), then on the compute stream, after
+// the run before (which read the staged buffers), from there into the staged buffers
+// the plan reads; the seed; and, where a window of runs starts
 // (`fresh`: none in flight), the reset of the "any check failed" flag, which stays
 // lowered over the window's later runs so that after a failed run no state changes.
 void Executor::issue_inputs(Prepared& p, bool checking, bool fresh) {
   const bool async = backend_.asynchronous();
-  if (async && p.last_done && !p.feed_copies.empty()) backend_.wait(Backend::Stream::copy, p.last_done);
-  for (const Prepared::FeedCopy& c : p.feed_copies)
-    async ? backend_.copy_on(Backend::Stream::copy, c.to, c.from, c.bytes) : backend_.copy(c.to, c.from, c.bytes);
-  if (async && !p.feed_copies.empty()) backend_.wait(Backend::Stream::compute, backend_.record(Backend::Stream::copy));
+  if (async && !p.feed_copies.empty()) {
+    Backend::Event& landed = p.landed[p.landing_turn];
+    if (landed) backend_.wait(Backend::Stream::copy, landed);
+    for (const Prepared::FeedCopy& c : p.feed_copies)
+      backend_.copy_on(Backend::Stream::copy, c.landing, c.from, c.bytes);
+    backend_.wait(Backend::Stream::compute, backend_.record(Backend::Stream::copy));
+    for (const Prepared::FeedCopy& c : p.feed_copies) backend_.copy(c.to, c.landing, c.bytes);
+    landed = backend_.record(Backend::Stream::compute);
+    p.landing_turn ^= 1;
+  } else {
+    for (const Prepared::FeedCopy& c : p.feed_copies) backend_.copy(c.to, c.from, c.bytes);
+  }
   if (p.seed_device) backend_.copy(p.seed_device.get(), p.ring[p.current].seed.get(), sizeof(uint64_t));
   if (async && checking && fresh && p.any_flag >= 0) {
     const size_t at = static_cast<size_t>(p.any_flag) * sizeof(uint64_t);
@@ -661,7 +697,7 @@ void Executor::issue_outputs(Prepared& p, bool checking) {
       backend_.copy(slot.results[i].get(), t.raw(), t.nbytes());
   }
   if (checking) fetch_flags(p);
-  slot.done = p.last_done = backend_.record(Backend::Stream::compute);
+  slot.done = backend_.record(Backend::Stream::compute);
 }
 
 // A run: inputs, the steps (captured once and replayed where capturable()), outputs.

@@ -194,6 +194,10 @@ class Executor {
   // may read and write the bytes (a step hook); where the host cannot see the backend's
   // memory (Backend::host_visible) it does not: the caller copies in stream order.
   const Tensor& value(const std::string& name) const;
+  // PlanOptions::contiguous for the plans built from now on. Setting one drops the plans
+  // built so far (the next run builds its plan with the groups); clearing it keeps them.
+  // InternalError while runs are in flight.
+  void set_contiguous(std::function<std::vector<ContiguousGroup>(const Plan&)> f);
   // Plans built so far (one per feed-shape signature and option set; a feed read as a
   // shape input is part of the signature by value).
   size_t plans_built() const { return prepared_.size(); }

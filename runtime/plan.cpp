@@ -215,6 +215,32 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
   for (int s = 0; s < end; ++s)
     if (p.steps[static_cast<size_t>(s)].writes_state && p.first_state_write < 0) p.first_state_write = s;
 
+  // Contiguous groups: arena values of this plan, each in one group at most; they live
+  // to the end of the run.
+  std::vector<int> group_of(p.values.size(), -1);
+  if (o.contiguous)
+    for (const ContiguousGroup& cg : o.contiguous(p)) {
+      PlannedGroup pg;
+      bool ok = !cg.values.empty();
+      for (const std::string& name : cg.values) {
+        auto it = p.index.find(name);
+        ok = ok && it != p.index.end() && p.values[static_cast<size_t>(it->second)].storage == Storage::Arena &&
+             group_of[static_cast<size_t>(it->second)] < 0 &&
+             std::find(pg.values.begin(), pg.values.end(), it->second) == pg.values.end();
+        if (ok) pg.values.push_back(it->second);
+      }
+      if (!ok) continue;
+      pg.def = end;
+      for (int v : pg.values) {
+        group_of[static_cast<size_t>(v)] = static_cast<int>(p.groups.size());
+        pg.def = std::min(pg.def, p.values[static_cast<size_t>(v)].def);
+        pg.bytes += align_up(p.values[static_cast<size_t>(v)].bytes);
+        p.values[static_cast<size_t>(v)].last = end;
+      }
+      pg.bytes += cg.tail_bytes ? align_up(cg.tail_bytes) : 0;
+      p.groups.push_back(std::move(pg));
+    }
+
   // In place: an output over an input that dies at this step.
   if (o.in_place) {
     for (int s = 0; s < end; ++s) {
@@ -229,6 +255,7 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
         if (c.out >= st.outputs.size() || c.in >= st.inputs.size()) continue;
         int ov = st.outputs[c.out], iv = st.inputs[c.in];
         if (ov < 0 || iv < 0 || taken.count(iv)) continue;
+        if (group_of[static_cast<size_t>(ov)] >= 0 || group_of[static_cast<size_t>(iv)] >= 0) continue;
         PlannedValue &ov_ = p.values[static_cast<size_t>(ov)], &iv_ = p.values[static_cast<size_t>(iv)];
         if (ov_.storage != Storage::Arena || iv_.storage != Storage::Arena || ov_.alias >= 0) continue;
         if (iv_.last != s || occurrences(st, iv) != 1 || iv_.dtype != ov_.dtype || iv_.bytes != ov_.bytes) continue;
@@ -260,7 +287,10 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
   };
   std::vector<Buffer> bufs;
   for (const auto& [r, s] : span)
-    bufs.push_back({r, s.first, s.second, align_up(p.values[static_cast<size_t>(r)].bytes)});
+    if (group_of[static_cast<size_t>(r)] < 0)
+      bufs.push_back({r, s.first, s.second, align_up(p.values[static_cast<size_t>(r)].bytes)});
+  const size_t group_buf0 = bufs.size();  // bufs[group_buf0 + k] is group k's buffer
+  for (const PlannedGroup& pg : p.groups) bufs.push_back({-1, pg.def, end, pg.bytes});
   if (!o.reuse) {
     size_t at = 0;
     for (Buffer& b : bufs) b.offset = at, at += b.size;
@@ -290,7 +320,16 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
       placed.push_back(bi);
     }
   }
-  for (const Buffer& b : bufs) p.values[static_cast<size_t>(b.root)].offset = b.offset;
+  for (const Buffer& b : bufs)
+    if (b.root >= 0) p.values[static_cast<size_t>(b.root)].offset = b.offset;
+  for (size_t k = 0; k < p.groups.size(); ++k) {
+    PlannedGroup& pg = p.groups[k];
+    pg.offset = pg.tail_offset = bufs[group_buf0 + k].offset;
+    for (int v : pg.values) {
+      p.values[static_cast<size_t>(v)].offset = pg.tail_offset;
+      pg.tail_offset += align_up(p.values[static_cast<size_t>(v)].bytes);
+    }
+  }
   for (size_t v = 0; v < p.values.size(); ++v)
     if (p.values[v].storage == Storage::Arena)
       p.values[v].offset = p.values[static_cast<size_t>(root_of(p.values, static_cast<int>(v)))].offset;
@@ -450,6 +489,30 @@ void verify_plan(const Plan& p) {
       if (!handoff)
         throw_internal(where, "'" + va.name + "' and '" + vb.name + "' are live together and share arena bytes");
     }
+  // Groups: members back to back from the group's offset, living to the end; no other
+  // value inside the buffer while the group lives (its gaps and tail included).
+  std::vector<int> group_of(p.values.size(), -1);
+  for (size_t k = 0; k < p.groups.size(); ++k) {
+    const PlannedGroup& pg = p.groups[k];
+    const std::string name = "group " + std::to_string(k);
+    size_t at = pg.offset;
+    for (int v : pg.values) {
+      const PlannedValue& pv = p.values[static_cast<size_t>(v)];
+      if (pv.storage != Storage::Arena || pv.alias >= 0 || group_of[static_cast<size_t>(v)] >= 0)
+        throw_internal(where, name + ": '" + pv.name + "' is not an arena value of its own, or in two groups");
+      if (pv.offset != at || pv.last != end || pv.def < pg.def)
+        throw_internal(where, name + ": '" + pv.name + "' is not in its place or does not live to the end");
+      group_of[static_cast<size_t>(v)] = static_cast<int>(k);
+      at += align_up(pv.bytes);
+    }
+    if (at != pg.tail_offset || pg.tail_offset > pg.offset + pg.bytes || pg.offset + pg.bytes > p.arena_bytes)
+      throw_internal(where, name + ": its buffer does not fit its members and tail in the arena");
+    for (const Span& sp : spans)
+      if (group_of[static_cast<size_t>(sp.v)] != static_cast<int>(k) && sp.lo < pg.offset + pg.bytes &&
+          pg.offset < sp.hi && sp.last >= pg.def)
+        throw_internal(where,
+                       name + ": '" + p.values[static_cast<size_t>(sp.v)].name + "' uses its bytes while it lives");
+  }
   for (size_t s = 0; s < p.runs_with_next.size(); ++s) {
     if (!p.runs_with_next[s]) continue;
     if (s + 1 >= p.steps.size() || !steps_independent(p, static_cast<int>(s), static_cast<int>(s) + 1))

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -29,6 +30,16 @@
 #include "graph/ir.h"
 
 namespace trainrt {
+
+struct Plan;
+
+// Arena values laid out back to back in one buffer, in this order (each 64-byte
+// aligned), with `tail_bytes` more after the last: a gradient bucket that the
+// all-reduce reads and writes in place (runtime/data_parallel.h).
+struct ContiguousGroup {
+  std::vector<std::string> values;
+  size_t tail_bytes = 0;
+};
 
 struct PlanOptions {
   // Values kept alive to the end of the run (graph outputs, values asked for).
@@ -45,6 +56,9 @@ struct PlanOptions {
   bool state_writes_last = true;
   // Mark neighbouring steps that may run at the same time (Plan::runs_with_next).
   bool pair_branches = false;
+  // Called with each candidate order's steps and lifetimes (offsets not chosen yet):
+  // the groups to lay out contiguously (Plan::groups). Empty: none.
+  std::function<std::vector<ContiguousGroup>(const Plan&)> contiguous;
 };
 
 enum class Storage {
@@ -65,6 +79,18 @@ struct PlannedValue {
   int last = -1;      // last step that reads it; steps.size() when kept to the end
   int alias = -1;     // in place: the input value whose buffer this output reuses
   size_t offset = 0;  // Arena: byte offset in the arena
+};
+
+// A ContiguousGroup as placed: one buffer from the first member's definition to the
+// end of the run (an all-reduce may still write it after the last member's last
+// reader), whose bytes no other value uses meanwhile. Members are never written in
+// place over an input, nor is anything written in place over them.
+struct PlannedGroup {
+  std::vector<int> values;  // member value indices, in the group's order
+  size_t offset = 0;        // arena offset of the first member
+  size_t bytes = 0;         // the members' aligned bytes plus the tail
+  size_t tail_offset = 0;   // arena offset of the tail
+  int def = -1;             // the first step writing a member
 };
 
 struct PlanStep {
@@ -96,6 +122,9 @@ struct Plan {
   // paired). A step is in at most one pair. Empty without pair_branches.
   std::vector<char> runs_with_next;
   size_t pairs = 0;
+  // PlanOptions::contiguous: the groups laid out as asked (a group with a member that is
+  // not an arena value of this plan, or in an earlier group, is left out).
+  std::vector<PlannedGroup> groups;
 
   const PlannedValue& value(const std::string& name) const { return values.at(index.at(name)); }
   // Arena values live at step s (their buffers' bytes, largest first).
@@ -117,7 +146,8 @@ bool steps_independent(const Plan& p, int a, int b);
 // 64-byte aligned and inside the arena; no two values whose lifetimes overlap share
 // a byte unless one is the other's in-place output at the step the input dies;
 // an in-place state write is the last reader of that state; every pair of
-// runs_with_next is independent (steps_independent). Throws Internal.
+// runs_with_next is independent (steps_independent); every group's members back to back
+// inside its buffer and no other value in that buffer while the group lives. Throws Internal.
 void verify_plan(const Plan& p);
 
 }  // namespace trainrt

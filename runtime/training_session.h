@@ -135,6 +135,11 @@ class TrainingSession {
   // copied into the state: a NumericalError it throws ends the step as a failed check does
   // (the data-parallel checks read on the host after the step's synchronisation).
   void set_after_run(std::function<void()> f) { after_run_ = std::move(f); }
+  // Groups of values the plans lay out contiguously (Executor::set_contiguous): the
+  // data-parallel gradient buckets.
+  void set_contiguous(std::function<std::vector<ContiguousGroup>(const Plan&)> f) {
+    exec_->set_contiguous(std::move(f));
+  }
   // The plan of the last step (BadInput before the first).
   const Plan& plan() const { return exec_->plan(); }
   // Bytes of the persistent block (parameters, optimizer and BN state).

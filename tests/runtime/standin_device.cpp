@@ -67,6 +67,8 @@ struct StandinDevice::Pool {
   Counts counts;
   std::atomic<size_t> skipped{0};        // Counts::skipped, counted by the stream threads
   std::atomic<size_t> to_host_bytes{0};  // Counts::to_host_bytes, counted by the stream threads
+  std::atomic<size_t> device_bytes{0};   // Counts::device_copy_bytes, likewise
+  std::vector<size_t> copy_log;          // StandinDevice::copy_log(), written by one queue run at a time
 
   // The region holding `p`, or regions.end(); mu held.
   std::map<const std::byte*, Region>::iterator find(const void* p) {
@@ -247,12 +249,12 @@ void StandinDevice::copy_on(Stream s, void* to, const void* from, size_t bytes) 
     std::lock_guard<std::mutex> lock(pool_->mu);
     read_when_run = read_when_run || pool_->is_pinned(from);
   }
-  std::atomic<size_t>* to_host = owns(to) ? nullptr : &pool_->to_host_bytes;
+  std::atomic<size_t>* count = !owns(to) ? &pool_->to_host_bytes : owns(from) ? &pool_->device_bytes : nullptr;
   if (read_when_run) {  // from the device or pinned host memory: read in stream order
     enqueue(
-        [to, from, bytes, to_host] {
+        [to, from, bytes, count] {
           std::memcpy(to, from, bytes);
-          if (to_host) to_host->fetch_add(bytes, std::memory_order_relaxed);
+          if (count) count->fetch_add(bytes, std::memory_order_relaxed);
         },
         {to, from}, s);
     return;
@@ -314,14 +316,16 @@ namespace {
 // event can meet, for tests that need it deterministic).
 class QueueRun {
  public:
-  explicit QueueRun(int late) : late_(late) {}
+  // `copy_log`: for each work item the copy stream runs, how many compute-stream items had
+  // run by its start.
+  QueueRun(int late, std::vector<size_t>& copy_log) : late_(late), copy_log_(copy_log) {}
 
   template <class Queue>
   void run(std::array<Queue, 3>& queues) {
     size_t busy = 0;
     for (const auto& q : queues) busy += !q.empty();
     if (busy <= 1) {  // one stream: its events are reached in order, or were reached before
-      for (auto& q : queues) drain(q, false);
+      for (size_t i = 0; i < queues.size(); ++i) drain(queues[i], false, i);
       return;
     }
     for (size_t i = 0; i < queues.size(); ++i)
@@ -329,14 +333,14 @@ class QueueRun {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < queues.size(); ++i)
       if (!queues[i].empty())
-        threads.emplace_back([this, &q = queues[i], late = static_cast<int>(i) == late_] { drain(q, late); });
+        threads.emplace_back([this, &q = queues[i], i, late = static_cast<int>(i) == late_] { drain(q, late, i); });
     for (std::thread& t : threads) t.join();
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
   template <class Queue>
-  void drain(Queue& q, bool late) {
+  void drain(Queue& q, bool late, size_t stream) {
     if (late) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return active_ == 0; });
@@ -344,14 +348,23 @@ class QueueRun {
     bool failed = false;
     for (auto& w : q) {
       if (w.wait && !failed) {
-        if (!late) idle(+1);
         std::unique_lock<std::mutex> lock(w.wait->mu);
-        w.wait->cv.wait(lock, [&] { return w.wait->reached; });
-        lock.unlock();
-        if (!late) idle(-1);
+        if (!w.wait->reached) {  // an event reached already does not make this stream idle
+          lock.unlock();
+          if (!late) idle(+1);
+          lock.lock();
+          w.wait->cv.wait(lock, [&] { return w.wait->reached; });
+          lock.unlock();
+          if (!late) idle(-1);
+        }
+      }
+      if (w.run && !failed && stream == static_cast<size_t>(Backend::Stream::copy)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        copy_log_.push_back(compute_done_.load());
       }
       if (w.run && !failed) try {
           w.run();
+          if (stream == static_cast<size_t>(Backend::Stream::compute)) ++compute_done_;
         } catch (...) {  // like a failed CUDA stream: later work does not run, events are still reached
           failed = true;
           std::lock_guard<std::mutex> lock(mu_);
@@ -370,6 +383,8 @@ class QueueRun {
     cv_.notify_all();
   }
   int late_;
+  std::vector<size_t>& copy_log_;
+  std::atomic<size_t> compute_done_{0};
   int active_ = 0;  // threads of streams that are not late, running and not waiting for an event
   std::mutex mu_;
   std::condition_variable cv_;
@@ -407,7 +422,7 @@ void StandinDevice::drain(bool event_wait) const {
     if (!hidden || any)
       for (auto& [start, r] : pool_->regions) pool_->set(start, r, false);
   }
-  QueueRun run(late_stream ? static_cast<int>(*late_stream) : -1);
+  QueueRun run(late_stream ? static_cast<int>(*late_stream) : -1, pool_->copy_log);
   if (!hidden) {
     run.run(work);
     return;
@@ -480,6 +495,7 @@ StandinDevice::Counts StandinDevice::counts() const {
   Counts c = pool_->counts;
   c.skipped = pool_->skipped.load(std::memory_order_relaxed);
   c.to_host_bytes = pool_->to_host_bytes.load(std::memory_order_relaxed);
+  c.device_copy_bytes = pool_->device_bytes.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -490,6 +506,13 @@ void StandinDevice::reset_counts() {
   pool_->counts.workspace = reserved;
   pool_->skipped.store(0, std::memory_order_relaxed);
   pool_->to_host_bytes.store(0, std::memory_order_relaxed);
+  pool_->device_bytes.store(0, std::memory_order_relaxed);
+  pool_->copy_log.clear();
+}
+
+std::vector<size_t> StandinDevice::copy_log() const {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  return pool_->copy_log;
 }
 
 size_t StandinDevice::pending() const {

@@ -100,6 +100,7 @@ class StandinDevice : public Backend {
     size_t launched = 0;                        // queued kernels
     size_t skipped = 0;                         // of those, skipped on a lowered skip flag
     size_t to_host_bytes = 0;                   // bytes copied from device memory into host memory
+    size_t device_copy_bytes = 0;               // bytes copied from device memory to device memory
     size_t records = 0, waits = 0;              // record() and wait() calls
     size_t host_waits = 0;                      // wait_host() calls
     size_t allocations = 0;                     // allocate() and allocate_host() calls
@@ -117,6 +118,10 @@ class StandinDevice : public Backend {
     enqueue(std::move(f), touched, s);
   }
   size_t pending() const;
+  // For each work item the copy stream ran since reset_counts(), in order: how many
+  // compute-stream work items its synchronize() had run when it started (how far the
+  // copy stream was ahead of the compute stream).
+  std::vector<size_t> copy_log() const;
   bool owns(const void* p) const;
   // Whether the region holding `p` is protected now (what the stand-in believes; the
   // tests read /proc/self/maps too).

@@ -160,8 +160,12 @@ TEST_CASE("data parallel, fp64: 2 ranks on half batches each equal one process o
   std::vector<double> whole_loss;
   for (const TensorMap& b : batches) whole_loss.push_back(whole.step(b, 0.1f));
 
-  for (size_t cap : {size_t{64}, size_t{25} << 20}) {  // many buckets, then one
+  // Many buckets, then one; and many again packed into buffers of their own (the path of
+  // a plan that does not lay the buckets out in the arena) instead of reduced in place.
+  for (const auto& [cap, packed] :
+       {std::pair{size_t{64}, false}, std::pair{size_t{25} << 20, false}, std::pair{size_t{64}, true}}) {
     CAPTURE(cap);
+    CAPTURE(packed);
     LocalGroup g(2);
     std::vector<std::unique_ptr<TrainingSession>> sessions(2);
     std::vector<std::vector<double>> losses(2);
@@ -170,9 +174,11 @@ TEST_CASE("data parallel, fp64: 2 ranks on half batches each equal one process o
       auto c = g.communicator(r);
       auto s = std::make_unique<TrainingSession>(mlp_training(t), make_backend("reference"));
       DataParallel dp(*s, *c, {.bucket_cap_bytes = cap, .first_bucket_cap_bytes = cap});
+      if (packed) s->set_contiguous(nullptr);
       dp.broadcast_state();
       for (const TensorMap& b : batches) losses[static_cast<size_t>(r)].push_back(dp.step(rows(b, 4 * r, 4), 0.1f));
       CHECK(dp.state_identical());
+      CHECK(dp.packed_buckets() == (packed ? dp.buckets().size() : 0));
       bucket_count[static_cast<size_t>(r)] = dp.buckets().size();
       sessions[static_cast<size_t>(r)] = std::move(s);
     });
@@ -221,6 +227,7 @@ TEST_CASE("data parallel, Wide ResNet on the cpu backend: ranks stay bit-identic
     CHECK(std::isfinite(first));
     CHECK(std::isfinite(last));
     CHECK(dp.buckets().size() > 3);
+    CHECK(dp.packed_buckets() == 0);  // every bucket reduced in place in the arena
     CHECK(dp.state_identical());
     // Timings of the last step: every bucket was started after its gradients and finished.
     for (const BucketTiming& bt : dp.last_timings()) {

@@ -512,10 +512,12 @@ TEST_CASE("device backend: a training step is captured once and replayed; dropou
 TEST_CASE("device backend: queued steps run ahead of the host; one synchronisation per window, bit for bit") {
   // TrainingSession::queue_step launches a step without waiting (Executor::launch); the
   // host waits for the oldest step's end event only when max_in_flight (4) are ahead, and
-  // once for all at finish_steps(). The batches go through one staged device buffer, so a
-  // batch's copy must wait for the step before it: the compute stream runs as late as its
-  // events allow, which without that wait would let the next batch overwrite this step's.
-  // The control ignores every event wait, and the steps must then differ.
+  // once for all at finish_steps(). The batches land in two device buffers taking turns
+  // and are copied from there into the one staged buffer the step reads, so a batch's
+  // copy must wait for the step two before it to have copied its own batch out: the
+  // compute stream runs as late as its events allow, which without that wait would let a
+  // later batch overwrite this step's. The control ignores every event wait, and the
+  // steps must then differ.
   Graph g = small_wrn();
   for (const bool ordered : {true, false}) {
     CAPTURE(ordered);
@@ -557,6 +559,17 @@ TEST_CASE("device backend: queued steps run ahead of the host; one synchronisati
     CHECK(dev.counts().syncs == 1);
     CHECK(dev.counts().captures == 1);  // run 2 of the plan is captured, then it and every later run replayed
     CHECK(dev.counts().replays == 9);
+    // The next batch's copy overlaps the step before it: with the compute stream as late
+    // as possible, the copy stream landed the first two queued batches (3 feeds each: x,
+    // y and the learning rate) before any compute work ran; the next two waited for the
+    // copy out of their landing buffer, two steps back. One landing buffer would make the
+    // second batch wait for the whole first step.
+    const std::vector<size_t> log = dev.copy_log();
+    REQUIRE(log.size() == 9 * 3);
+    for (size_t k = 0; k < 6; ++k) CHECK(log[k] == 0);
+    // (The fifth launch waited on the host for the first, which ran everything queued; the
+    // log counts compute items per synchronisation, so only the first four batches tell.)
+    for (size_t k = 6; k < 12; ++k) CHECK(log[k] > 0);
     for (const std::string& name : ref.state_names()) {
       CAPTURE(name);
       CHECK(bitwise_equal(device.state(name), ref.state(name)));
@@ -685,7 +698,10 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
       dp.broadcast_state();
       for (int step = 0; step < 3; ++step) {
         if (dev) dev->reset_counts();
-        const double loss = dp.step(wrn_batch(4, static_cast<uint64_t>(10 * step + r)), 0.05f);
+        const TensorMap batch = wrn_batch(4, static_cast<uint64_t>(10 * step + r));
+        size_t batch_bytes = sizeof(float);  // the learning rate
+        for (const auto& [name, t] : batch) batch_bytes += t.nbytes();
+        const double loss = dp.step(batch, 0.05f);
         if (r == 0) losses[variant].push_back(loss);
         if (!dev) continue;
         // Host communicator: a bucket is packed by device copies and copied to its host
@@ -696,6 +712,13 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
         CHECK(n.syncs == (variant == 2 ? 1 : dp.buckets().size() + 1));
         CHECK(n.host_calls == host_steps(s.plan(), *dev));
         if (variant == 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, compute after comm
+        // Every bucket is a range of the arena (the plan laid its gradients out back to
+        // back): no packing copy, no copy back. The device-to-device copies are the
+        // batch's, from its landing buffer, and on the event path the loss into bucket 0's
+        // tail.
+        CHECK(dp.packed_buckets() == 0);
+        CHECK(s.plan().groups.size() == dp.buckets().size());
+        CHECK(n.device_copy_bytes == batch_bytes + (variant == 2 ? sizeof(float) : 0));
         if (r == 0 && step == 2) {
           std::lock_guard<std::mutex> lock(mu);
           MESSAGE("stand-in data-parallel step ("
@@ -828,13 +851,15 @@ TEST_CASE("device backend: a run stopped by an exception leaves no kernel queued
   CHECK(dev.pending() == 0);
 }
 
-TEST_CASE("device backend: the memory refusal counts the arena, outputs, staged inputs and data-parallel buckets") {
+TEST_CASE("device backend: the memory refusal counts the arena (data-parallel buckets in it), outputs, staged inputs") {
   // Before the first step, nothing allocated yet: a limit one byte short of everything the
-  // run will hold beside its state is refused; exactly enough runs.
+  // run will hold beside its state is refused; exactly enough runs. The buckets are
+  // ranges of the arena: nothing is reserved beside it for them.
   Graph g = small_wrn();
   const TensorMap batch = wrn_batch(4, 2);
   size_t staged = sizeof(float);  // the learning rate, a float32 scalar feed
   for (const auto& [name, t] : batch) staged += t.nbytes();
+  staged *= 3;  // the staged buffer and two landing buffers per feed (asynchronous backend)
   size_t plan_bytes = 0, reserve = 0;
   {
     LocalGroup group(1);
@@ -843,8 +868,12 @@ TEST_CASE("device backend: the memory refusal counts the arena, outputs, staged 
     DataParallel dp(s, *c);
     dp.step(batch, 0.05f);
     plan_bytes = s.plan().arena_bytes + s.plan().output_bytes;
-    reserve = 2 * sizeof(double);
-    for (const std::string& p : s.training().params) reserve += s.training().graph.initializers.at(p).nbytes();
+    REQUIRE(s.plan().groups.size() == dp.buckets().size());
+    size_t grads = 0, grouped = 0;
+    for (const std::string& p : s.training().params) grads += s.training().graph.initializers.at(p).nbytes();
+    for (const PlannedGroup& pg : s.plan().groups) grouped += pg.bytes;
+    CHECK(grouped >= grads + 2 * sizeof(float));
+    CHECK(plan_bytes >= grouped);
   }
   for (const size_t limit : {plan_bytes + staged + reserve - 1, plan_bytes + staged + reserve}) {
     CAPTURE(limit);
