@@ -6,13 +6,18 @@
 //   dScale / dB summed to Scale's / B's shape by SumToShape when those broadcast to the
 //   normalized dims. Mean and InvStdDev carry no gradient (Unsupported if they reach the loss).
 //
-//   BatchNormalization(X, scale, B, mean, var) -> Y, [running_mean, running_var, ...]
-//   (dX, dScale, dB) = BatchNormalizationGrad(dY, X, scale; epsilon)
+//   BatchNormalization(X, scale, B, mean, var) -> Y, [running_mean, running_var, ...,
+//                                                    saved_mean, saved_var]
+//   (dX, dScale, dB) = BatchNormalizationGrad(dY, X, scale, saved_mean, saved_var; epsilon)
 //
 // Training uses the batch statistics (mean and biased variance of X over N and the
-// spatial dims); the grad op recomputes them from X, so nothing else is saved.
+// spatial dims); the forward writes them as its outputs 5 and 6 (trainrt's own, C values
+// each, ops/norm.cpp) and the grad op reads them, so the backward does not read X once
+// more to recompute them. They live from the forward to the backward like any saved
+// activation (the planner's liveness). BatchNormalizationGrad without them still
+// recomputes (ops/norm.cpp).
 // Inputs 3 and 4 (running statistics) never get a gradient (the driver excludes
-// them), and neither do outputs 1..4: running statistics are state, as PyTorch's
+// them), and neither do outputs 1..6: running statistics are state, as PyTorch's
 // buffers are. A model that feeds one of them into the loss is Unsupported.
 //
 // prepare() switches the node to training semantics before differentiation:
@@ -22,6 +27,9 @@
 //     "<var initializer>.updated", so the driver writes the new running statistics
 //     back after every step. An existing output of another name is renamed, and the
 //     nodes that read it are rewired to the new name.
+//   - outputs 5 and 6 (saved_mean, saved_var) exist, named "<node>/saved_mean" and
+//     "<node>/saved_var". Only the training graph has them: the forward graph that is
+//     exported and the eval graph keep ONNX's outputs.
 //
 // Momentum: ONNX updates running = running * momentum + batch * (1 - momentum), while
 // PyTorch's BatchNorm2d updates running = (1 - m) * running + m * batch; so ONNX
@@ -40,6 +48,9 @@
 namespace trainrt {
 
 namespace {
+
+// BatchNormalization's outputs that hold the batch statistics for the backward (ops/norm.cpp).
+constexpr size_t kSavedMean = 5, kSavedVar = 6;
 
 // Names output i of BatchNormalization `n` "<stat>.updated", rewiring readers of its old name.
 void rename_output(Node& n, size_t i, const std::string& stat, Graph& g) {
@@ -64,18 +75,31 @@ void rename_output(Node& n, size_t i, const std::string& stat, Graph& g) {
   n.outputs[i] = want;
 }
 
+// A value name "<node><suffix>" that nothing in g uses yet (outputs added by earlier
+// prepare calls have no type yet, so node outputs are searched too).
+std::string fresh_name(const Node& n, const std::string& suffix, const Graph& g) {
+  auto used = [&](const std::string& name) {
+    if (g.find_info(name) || g.is_initializer(name)) return true;
+    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
+      return std::find(m.outputs.begin(), m.outputs.end(), name) != m.outputs.end();
+    });
+  };
+  std::string name = n.name + suffix;
+  for (int k = 1; used(name); ++k) name = n.name + suffix + "_" + std::to_string(k);
+  return name;
+}
+
 void batchnorm_prepare(Node& n, Graph& g) {
   if (g.opset("") >= 14) n.attrs["training_mode"] = Attribute::of_int(1);
-  if (n.outputs.size() < 3) n.outputs.resize(3);
+  if (n.outputs.size() < kSavedVar + 1) n.outputs.resize(kSavedVar + 1);
+  if (!n.has_output(kSavedMean)) n.outputs[kSavedMean] = fresh_name(n, "/saved_mean", g);
+  if (!n.has_output(kSavedVar)) n.outputs[kSavedVar] = fresh_name(n, "/saved_var", g);
   for (size_t i : {size_t{1}, size_t{2}}) {
     const std::string& stat = n.inputs[i + 2];
     if (g.is_initializer(stat)) {
       rename_output(n, i, stat, g);
     } else if (!n.has_output(i)) {  // fed statistics: computed, nothing to write back
-      std::string name = n.name + (i == 1 ? "/running_mean" : "/running_var");
-      for (int k = 1; g.find_info(name) || g.is_initializer(name); ++k)
-        name = n.name + (i == 1 ? "/running_mean_" : "/running_var_") + std::to_string(k);
-      n.outputs[i] = name;
+      n.outputs[i] = fresh_name(n, i == 1 ? "/running_mean" : "/running_var", g);
     }
   }
 }
@@ -89,8 +113,12 @@ void batchnorm_grad(GradBuilder& g) {
   std::vector<std::string> outs{g.dx(0), g.dx(1), g.dx(2)};
   while (outs.size() > 1 && outs.back().empty()) outs.pop_back();
   const float eps = g.node().attr_float("epsilon", 1e-5f);
-  g.add("BatchNormalizationGrad", {g.dy(0), g.input(0), g.input(1)}, std::move(outs),
-        {{"epsilon", Attribute::of_float(eps)}});
+  std::vector<std::string> ins{g.dy(0), g.input(0), g.input(1)};
+  if (g.node().has_output(kSavedMean) && g.node().has_output(kSavedVar)) {
+    ins.push_back(g.output(kSavedMean));
+    ins.push_back(g.output(kSavedVar));
+  }
+  g.add("BatchNormalizationGrad", std::move(ins), std::move(outs), {{"epsilon", Attribute::of_float(eps)}});
 }
 
 // Equal at run time for sure: same dims, where unknown the same named symbol.

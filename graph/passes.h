@@ -21,7 +21,8 @@
 //   BatchNormalizationRelu(X, scale, B, mean, var; BatchNormalization's attributes)
 //       -> (Y, [running_mean, running_var, ...])   Y = Relu(BatchNormalization(...))
 // Relu's backward (ReluGrad(dY, Y)) reads Relu's output, which the fused op still
-// writes under the same name; BatchNormalizationGrad reads X, not BN's output. So
+// writes under the same name; BatchNormalizationGrad reads X and BN's saved statistics
+// (outputs 5/6, which the fused node writes too), not BN's Y. So
 // fusing after autodiff leaves every backward node valid.
 #pragma once
 

@@ -18,13 +18,22 @@
 //     when no other output is requested).
 // At opset >= 14 extra outputs need training_mode = 1 (as ONNX says), and the
 // 4th/5th outputs do not exist. The opset 7/8 attribute spatial is accepted only as 1.
+// Outputs 5 and 6 (saved_mean, saved_var) are trainrt's own, written in the training
+// graph only (autodiff/rules_norm.cpp's prepare adds them; ONNX has no such outputs, an
+// exported model never carries them): the batch mean and biased batch variance, in X's
+// dtype (fp32 in every fp32/bf16/fp16 graph: stored values stay fp32), which the
+// BatchNormalizationGrad reads instead of recomputing them. Variance, not its inverse
+// square root: oneDNN's backward takes the variance, and it equals ONNX's saved_var.
 // FLOPs: 2 per element for inference (a folded multiply-add), 6 per element when
 // training (adds 1 for the mean and 3 for the variance).
 //
 // BatchNormalizationGrad (ai.trainrt), the backward of the training form:
-//   (dY: like X, X: N,C,spatial..., scale: C; epsilon) -> (dX: like X, dScale: C, dBias: C)
-// It recomputes the batch mean and biased variance from X (what the training forward
-// normalised with), so it needs no saved statistics; every output is optional.
+//   (dY: like X, X: N,C,spatial..., scale: C, [saved_mean: C, saved_var: C]; epsilon)
+//     -> (dX: like X, dScale: C, dBias: C)
+// saved_mean/saved_var are the forward's outputs 5/6 (the batch mean and biased variance
+// the training forward normalised with); given both, the backward reads them and makes
+// one pass over X and dY for the sums and one for dX. Without them (the older form) it
+// recomputes them from X. Every output is optional.
 //
 // LayerNormalization (opset 17):
 //   X: d0..d(r-1), Scale, B (optional): broadcast to the normalized shape d(axis)..d(r-1)
@@ -50,6 +59,7 @@ namespace trainrt {
 namespace {
 
 constexpr const char* kParamNames[] = {"X", "scale", "B", "input_mean", "input_var"};
+constexpr size_t kBatchNormOutputs = 7;  // Y, running mean/var, ONNX's saved mean/var, trainrt's saved mean/var
 
 bool node_trains(const Node& n, bool executor_training) {
   if (executor_training || n.attr_int("training_mode", 0) == 1) return true;
@@ -78,7 +88,7 @@ void batchnorm_infer(InferContext& ctx) {
   const float momentum = n.attr_float("momentum", 0.9f);
   if (!std::isfinite(momentum)) ctx.fail("attribute 'momentum' must be finite, got " + std::to_string(momentum));
   if (opset >= 14) {
-    if (n.output_count() > 3)
+    if (n.has_output(3) || n.has_output(4))
       ctx.fail("has " + std::to_string(n.output_count()) + " outputs; at opset " + std::to_string(opset) +
                " BatchNormalization has at most 3 (Y, running_mean, running_var)");
     if (n.output_count() > 1 && training_mode != 1)
@@ -96,7 +106,7 @@ void batchnorm_infer(InferContext& ctx) {
                std::to_string(c.value) + " values, expected " + std::to_string(x[1].value) + " (channels of X)");
   }
   ctx.set_output(0, t, x);
-  for (size_t i = 1; i < 5; ++i) ctx.set_output(i, t, Shape{x[1]});
+  for (size_t i = 1; i < kBatchNormOutputs; ++i) ctx.set_output(i, t, Shape{x[1]});
 }
 
 double batchnorm_flops(const Graph& g, const Node& n) {
@@ -107,10 +117,11 @@ double batchnorm_flops(const Graph& g, const Node& n) {
 }
 
 // x: N,C,S (S = product of spatial dims); scale, bias, mean, var: C.
-// out[1..4] (any may be null): running mean, running var, batch mean, batch var.
+// out[1..6] (any may be null): running mean, running var, batch mean, batch var, and
+// again batch mean, batch var (the saved statistics).
 template <typename T>
 void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean,
-                         const Tensor& var, Tensor& y, Tensor* const out[5], bool training, double eps,
+                         const Tensor& var, Tensor& y, Tensor* const out[kBatchNormOutputs], bool training, double eps,
                          double momentum) {
   const int64_t N = x.dims()[0], C = x.dims()[1];
   const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
@@ -135,8 +146,10 @@ void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bia
       const double batch_var = sq / count;
       if (out[1]) out[1]->data<T>()[c] = static_cast<T>(m * momentum + batch_mean * (1 - momentum));
       if (out[2]) out[2]->data<T>()[c] = static_cast<T>(v * momentum + batch_var * (1 - momentum));
-      if (out[3]) out[3]->data<T>()[c] = static_cast<T>(batch_mean);
-      if (out[4]) out[4]->data<T>()[c] = static_cast<T>(batch_var);
+      for (size_t i : {size_t{3}, size_t{5}})
+        if (out[i]) out[i]->data<T>()[c] = static_cast<T>(batch_mean);
+      for (size_t i : {size_t{4}, size_t{6}})
+        if (out[i]) out[i]->data<T>()[c] = static_cast<T>(batch_var);
       m = batch_mean;
       v = batch_var;
     }
@@ -150,8 +163,8 @@ void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bia
 void batchnorm_kernel(KernelContext& ctx) {
   const Node& n = ctx.node;
   const bool training = node_trains(n, ctx.training);
-  Tensor* out[5] = {};
-  for (size_t i = 1; i < 5; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
+  Tensor* out[kBatchNormOutputs] = {};
+  for (size_t i = 1; i < kBatchNormOutputs; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
   const double eps = n.attr_float("epsilon", 1e-5f);
   const double momentum = n.attr_float("momentum", 0.9f);
   dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
@@ -173,7 +186,8 @@ void require_dy_shape_of_x(const InferContext& ctx, const Shape& x) {
              " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
 }
 
-// BatchNormalizationGrad(dY, X, scale) -> (dX, dScale, dBias); each output optional.
+// BatchNormalizationGrad(dY, X, scale, [saved_mean, saved_var]) -> (dX, dScale, dBias);
+// each output optional, the saved statistics both or neither.
 void batchnorm_grad_infer(InferContext& ctx) {
   const Node& n = ctx.node();
   const DataType t = require_float(ctx, 1);
@@ -192,6 +206,20 @@ void batchnorm_grad_infer(InferContext& ctx) {
   if (c.known() && x[1].known() && c.value != x[1].value)
     ctx.fail("input 2 '" + n.inputs[2] + "' (scale) has " + std::to_string(c.value) + " values, expected " +
              std::to_string(x[1].value) + " (channels of X)");
+  if (ctx.has_input(3) != ctx.has_input(4))
+    ctx.fail("has only one of inputs 3 (saved_mean) and 4 (saved_var); give both or neither");
+  for (size_t i : {size_t{3}, size_t{4}}) {
+    if (!ctx.has_input(i)) continue;
+    const char* what = i == 3 ? "saved_mean" : "saved_var";
+    require_same_dtype(ctx, i, 1);
+    if (ctx.input_rank(i) != 1)
+      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + what + ") must have rank 1, got rank " +
+               std::to_string(ctx.input_rank(i)));
+    const Dim& ci = (*ctx.input(i).shape)[0];
+    if (ci.known() && x[1].known() && ci.value != x[1].value)
+      ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + what + ") has " + std::to_string(ci.value) +
+               " values, expected " + std::to_string(x[1].value) + " (channels of X)");
+  }
   ctx.set_output(0, ctx.input(1));
   ctx.set_output(1, t, Shape{x[1]});
   ctx.set_output(2, t, Shape{x[1]});
@@ -203,9 +231,10 @@ void batchnorm_grad_infer(InferContext& ctx) {
 //   dbias = sum(dy), dscale = sum(dy*xh)
 //   dx = scale*r * (dy - dbias/M - xh*dscale/M)
 // (the last two terms are the gradient through mean and var).
+// saved_mean/saved_var (both or neither null): the forward's statistics, used as given.
 template <typename T>
-void batchnorm_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& scale, Tensor* dx, Tensor* dscale,
-                              Tensor* dbias, double eps) {
+void batchnorm_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& scale, const Tensor* saved_mean,
+                              const Tensor* saved_var, Tensor* dx, Tensor* dscale, Tensor* dbias, double eps) {
   const int64_t N = x.dims()[0], C = x.dims()[1];
   const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
   const double M = static_cast<double>(N * S);
@@ -213,17 +242,24 @@ void batchnorm_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& s
   const T* dyp = dy.data<T>();
   for (int64_t c = 0; c < C; ++c) {
     auto at = [&](int64_t n, int64_t s) { return (n * C + c) * S + s; };
-    double sum = 0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(xp[at(n, s)]);
-    const double mean = sum / M;
-    double sq = 0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t s = 0; s < S; ++s) {
-        const double d = static_cast<double>(xp[at(n, s)]) - mean;
-        sq += d * d;
-      }
-    const double r = 1.0 / std::sqrt(sq / M + eps);
+    double mean = 0, var = 0;
+    if (saved_mean) {
+      mean = static_cast<double>(saved_mean->data<T>()[c]);
+      var = static_cast<double>(saved_var->data<T>()[c]);
+    } else {
+      double sum = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(xp[at(n, s)]);
+      mean = sum / M;
+      double sq = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t s = 0; s < S; ++s) {
+          const double d = static_cast<double>(xp[at(n, s)]) - mean;
+          sq += d * d;
+        }
+      var = sq / M;
+    }
+    const double r = 1.0 / std::sqrt(var + eps);
     double g_bias = 0, g_scale = 0;
     for (int64_t n = 0; n < N; ++n)
       for (int64_t s = 0; s < S; ++s) {
@@ -248,17 +284,20 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
   Tensor* out[3] = {};
   for (size_t i = 0; i < 3; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const bool saved = ctx.has_input(3) && ctx.has_input(4);
   dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
     using T = decltype(tag);
-    batchnorm_grad_reference<T>(ctx.in(0), ctx.in(1), ctx.in(2), out[0], out[1], out[2], eps);
+    batchnorm_grad_reference<T>(ctx.in(0), ctx.in(1), ctx.in(2), saved ? &ctx.in(3) : nullptr,
+                                saved ? &ctx.in(4) : nullptr, out[0], out[1], out[2], eps);
   });
 }
 
 double batchnorm_grad_flops(const Graph& g, const Node& n) {
   const ValueInfo* x = g.find_info(n.inputs[1]);
   if (!x || !x->shape || !shape_is_known(*x->shape)) return 0;
-  // per element: statistics 4 (recomputed), dScale/dBias sums 3, dX 5
-  return 12 * static_cast<double>(element_count(shape_dims(*x->shape)));
+  // per element: statistics 4 (unless saved), dScale/dBias sums 3, dX 5
+  const bool saved = n.has_input(3) && n.has_input(4);
+  return (saved ? 8 : 12) * static_cast<double>(element_count(shape_dims(*x->shape)));
 }
 
 // ---- LayerNormalization -------------------------------------------------------------
@@ -464,7 +503,7 @@ void register_norm(Registry& r) {
   s.op_type = "BatchNormalization";
   s.min_inputs = s.max_inputs = 5;
   s.min_outputs = 1;
-  s.max_outputs = 5;
+  s.max_outputs = kBatchNormOutputs;
   s.since_version = 9;
   s.infer = batchnorm_infer;
   s.flops = batchnorm_flops;
@@ -475,7 +514,8 @@ void register_norm(Registry& r) {
   OpSchema grad;
   grad.domain = kTrainrtDomain;
   grad.op_type = "BatchNormalizationGrad";
-  grad.min_inputs = grad.max_inputs = 3;
+  grad.min_inputs = 3;
+  grad.max_inputs = 5;
   grad.min_outputs = 1;
   grad.max_outputs = 3;
   grad.infer = batchnorm_grad_infer;

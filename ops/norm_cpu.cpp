@@ -12,7 +12,12 @@
 // by 1/sqrt(v + eps) and can flip a following Relu), and the running statistics are
 // updated here, as oneDNN does not:
 //   running = input * momentum + current * (1 - momentum)
-// outputs 1/2 are the running mean/var, 3/4 (opset <= 13 form) the batch mean/var.
+// outputs 1/2 are the running mean/var, 3/4 (opset <= 13 form) and 5/6 (trainrt's
+// saved statistics, read by BatchNormalizationGrad) the batch mean/var, all of one
+// batch_stats call, so the backward sees the very bits the forward normalised with.
+// Every precision runs this fp32 kernel: under --precision bf16/fp16 only the
+// convolutions and matrix products round their inputs (KernelContext::math), BN's
+// stored values and arithmetic stay fp32.
 // The primitive itself always normalises with given statistics (use_global_stats):
 // the batch's when training, input_mean/input_var in inference. With fuse_relu (the fused
 // BatchNormalizationRelu) oneDNN applies Relu to Y (a workspace, if the primitive asks
@@ -20,6 +25,7 @@
 // X and Y share one layout, row-major or Blocked16c (runtime/layout.h).
 #include "ops/norm_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -142,10 +148,20 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
     du::execute(plan->prim, std::move(args));
     return;
   }
-  // Batch statistics go straight into outputs 3/4 when requested, else temporaries.
-  dnnl::memory mean = ctx.has_output(3) ? du::memory_of(ctx.out(3), plan->channel) : du::temp_memory(plan->channel, 0);
-  dnnl::memory var = ctx.has_output(4) ? du::memory_of(ctx.out(4), plan->channel) : du::temp_memory(plan->channel, 1);
+  // Batch statistics go straight into output 5/6 or 3/4 when requested (copied to the
+  // other pair when both are), else into temporaries.
+  auto stat = [&](size_t saved, size_t onnx, int slot) {
+    if (ctx.has_output(saved)) return du::memory_of(ctx.out(saved), plan->channel);
+    return ctx.has_output(onnx) ? du::memory_of(ctx.out(onnx), plan->channel) : du::temp_memory(plan->channel, slot);
+  };
+  dnnl::memory mean = stat(5, 3, 0), var = stat(6, 4, 1);
   batch_stats(x, static_cast<float*>(mean.get_data_handle()), static_cast<float*>(var.get_data_handle()));
+  auto copy_to = [&](const dnnl::memory& from, size_t saved, size_t onnx) {
+    if (ctx.has_output(saved) && ctx.has_output(onnx))
+      std::copy_n(static_cast<const float*>(from.get_data_handle()), channels, ctx.out(onnx).data<float>());
+  };
+  copy_to(mean, 5, 3);
+  copy_to(var, 6, 4);
   args[DNNL_ARG_MEAN] = mean;
   args[DNNL_ARG_VARIANCE] = var;
   du::execute(plan->prim, std::move(args));
@@ -161,14 +177,16 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
 
 // BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
 //
-//   dY, X: N,C,spatial...   scale: C   ->   dX: like X, dScale: C, dBias: C
+//   dY, X: N,C,spatial...   scale: C   [saved_mean, saved_var: C]
+//     ->   dX: like X, dScale: C, dBias: C
 //   per channel over M = N*S: mean, biased var of X, r = 1/sqrt(var+eps), xh = (x-mean)*r
 //   dBias = sum dY, dScale = sum dY*xh, dX = scale*r*(dY - dBias/M - xh*dScale/M)
 //
-// The batch statistics the training forward normalised with are recomputed here
-// from X (two passes, channels in parallel with oneTBB, each channel summed in
-// double so the statistics are as exact as the reference's), then the backward
-// primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
+// The batch statistics the training forward normalised with are its outputs 5/6 when
+// given (inputs 3/4, handed to the primitive as they are), else recomputed here from X
+// by the forward's batch_stats (two passes, channels in parallel with oneTBB, each
+// channel summed in double), which gives the same bits as the saved ones. Then the
+// backward primitive (prop_kind::backward, use_scale|use_shift) computes all three outputs.
 // Outputs that were not requested go to per-thread temporaries. Tensors are seen as
 // N,C,S like the forward kernel (above) sees them; dY, X and dX share one
 // layout, row-major or Blocked16c (runtime/layout.h), and the primitive works in it.
@@ -231,6 +249,9 @@ void batchnorm_grad_cpu(KernelContext& ctx) {
   });
   if (plan->use_reference) return du::run_reference(ctx);
 
+  if (ctx.has_input(3) && ctx.has_input(4))
+    return run_norm_backward(ctx, plan->prim, plan->data, plan->channel, du::memory_of(ctx.in(3), plan->channel),
+                             du::memory_of(ctx.in(4), plan->channel));
   dnnl::memory mean = du::temp_memory(plan->channel, 0), var = du::temp_memory(plan->channel, 1);
   batch_stats(x, static_cast<float*>(mean.get_data_handle()), static_cast<float*>(var.get_data_handle()));
   run_norm_backward(ctx, plan->prim, plan->data, plan->channel, mean, var);

@@ -11,7 +11,9 @@
 //   apply    per plane of S values (the channel looked up once a plane, four fp32 values
 //            per 16-byte access where S % 4 == 0): Y = (x - mean) * scale / sqrt(var + eps) + B [then Relu],
 //            or dX = scale * r * (dy - dBias/M - (x - mean) * r * dScale/M)
-// Inference runs finish (from input_mean/input_var) and apply only.
+// Inference runs finish (from input_mean/input_var) and apply only. The gradient with
+// the forward's saved statistics (inputs 3/4) skips pass 1 and sums only dy and
+// dy * (x - mean) in pass 2 (slice_grad_sums), one read of x and dy fewer.
 //
 // Why this shape: the statistics are two passes like the reference (mean first, then
 // squared deviations: no cancellation), accumulated in double and combined in a fixed
@@ -22,12 +24,14 @@
 //
 // Training follows the reference's rule: ctx.training, training_mode = 1, or any output
 // besides Y requested; running = input * momentum + batch * (1 - momentum); the 4th and
-// 5th outputs are the batch mean and the biased batch variance.
+// 5th outputs, and trainrt's 6th and 7th (saved_mean, saved_var), are the batch mean and
+// the biased batch variance.
 //
 // Host fallbacks (reference kernel after a stream synchronisation): dtypes other than
 // float32/float64, which the shape rules reject anyway.
 //
-// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
+// Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda); the
+// saved-statistics path has been compiled, not run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,12 +132,28 @@ __global__ void slice_deviations(const T* x, const T* dy, Channels v, const doub
     for (int k = 0; k < K; ++k) devs[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * K + k] = acc[k];
 }
 
+// The gradient's one pass with saved statistics: grads[c, g, :] = sums over the slice of
+// dy and dy * (x - mean[c]).
+template <typename T>
+__global__ void slice_grad_sums(const T* x, const T* dy, Channels v, const T* mean, double* grads) {
+  const double m = static_cast<double>(mean[blockIdx.x]);
+  double acc[2] = {};
+  for_slice(v, [&](int64_t i) {
+    const double g = static_cast<double>(dy[i]);
+    acc[0] += g;
+    acc[1] += g * (static_cast<double>(x[i]) - m);
+  });
+  block_sum(acc);
+  if (threadIdx.x == 0)
+    for (int k = 0; k < 2; ++k) grads[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * 2 + k] = acc[k];
+}
+
 // The forward's per-channel inputs, optional outputs (nullptr when not requested) and
 // apply coefficients: Y = (x - shift) * mul + add.
 template <typename T>
 struct ForwardArgs {
   const T *scale, *bias, *mean, *var;
-  T *running_mean, *running_var, *batch_mean, *batch_var;
+  T *running_mean, *running_var, *batch_mean, *batch_var, *saved_mean, *saved_var;
   T *shift, *mul, *add;
   double eps, momentum;
   bool training;
@@ -151,6 +171,8 @@ __global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums,
       if (a.running_var) a.running_var[c] = static_cast<T>(var * a.momentum + batch_var * (1 - a.momentum));
       if (a.batch_mean) a.batch_mean[c] = static_cast<T>(batch_mean);
       if (a.batch_var) a.batch_var[c] = static_cast<T>(batch_var);
+      if (a.saved_mean) a.saved_mean[c] = static_cast<T>(batch_mean);
+      if (a.saved_var) a.saved_var[c] = static_cast<T>(batch_var);
       m = batch_mean;
       var = batch_var;
     }
@@ -192,9 +214,11 @@ __global__ void forward_apply(const T* x, T* y, int64_t planes, int64_t C, int64
 
 // Per channel, with r = 1/sqrt(var + eps): dBias = sum dy, dScale = r * sum dy * (x - mean),
 // and dX's coefficients: dX = k * (dy - bias_term - (x - mean) * x_term).
+// saved_mean/saved_var: the forward's statistics (grads holds K = 2 sums: dy, dy * (x - mean)),
+// or nullptr (recomputed from sums and devs, K = 3).
 template <typename T>
 struct GradArgs {
-  const T* scale;
+  const T *scale, *saved_mean, *saved_var;
   T *dscale, *dbias;  // nullptr when not requested
   T *mean, *k, *bias_term, *x_term;
   double eps;
@@ -204,10 +228,13 @@ template <typename T>
 __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const double* devs) {
   TRAINRT_GRID_STRIDE(c, v.C) {
     const double count = static_cast<double>(v.M);
-    const double mean = channel_total(sums, v, c, 1, 0) / count;
-    const double r = 1.0 / sqrt(channel_total(devs, v, c, 3, 0) / count + a.eps);
-    const double g_bias = channel_total(devs, v, c, 3, 1);
-    const double g_scale = channel_total(devs, v, c, 3, 2) * r;
+    const bool saved = a.saved_mean != nullptr;
+    const double mean = saved ? static_cast<double>(a.saved_mean[c]) : channel_total(sums, v, c, 1, 0) / count;
+    const double var = saved ? static_cast<double>(a.saved_var[c]) : channel_total(devs, v, c, 3, 0) / count;
+    const double r = 1.0 / sqrt(var + a.eps);
+    const int K = saved ? 2 : 3;
+    const double g_bias = channel_total(devs, v, c, K, K - 2);
+    const double g_scale = channel_total(devs, v, c, K, K - 1) * r;
     if (a.dbias) a.dbias[c] = static_cast<T>(g_bias);
     if (a.dscale) a.dscale[c] = static_cast<T>(g_scale);
     a.mean[c] = static_cast<T>(mean);
@@ -294,6 +321,8 @@ void batchnorm(KernelContext& ctx) {
                          .running_var = out(2),
                          .batch_mean = out(3),
                          .batch_var = out(4),
+                         .saved_mean = out(5),
+                         .saved_var = out(6),
                          .shift = coef,
                          .mul = coef + v.C,
                          .add = coef + 2 * v.C,
@@ -326,12 +355,20 @@ void batchnorm_grad(KernelContext& ctx) {
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
-  slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
-  check_launch(ctx.node, "slice_sums");
-  slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, s.sums, s.devs);
-  check_launch(ctx.node, "slice_deviations");
+  const bool saved = ctx.has_input(3) && ctx.has_input(4);
+  if (saved) {
+    slice_grad_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, ctx.in(3).data<T>(), s.devs);
+    check_launch(ctx.node, "slice_grad_sums");
+  } else {
+    slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
+    check_launch(ctx.node, "slice_sums");
+    slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, s.sums, s.devs);
+    check_launch(ctx.node, "slice_deviations");
+  }
   T* coef = static_cast<T*>(s.coefficients);
   const GradArgs<T> a{.scale = ctx.in(2).data<T>(),
+                      .saved_mean = saved ? ctx.in(3).data<T>() : nullptr,
+                      .saved_var = saved ? ctx.in(4).data<T>() : nullptr,
                       .dscale = ctx.has_output(1) ? ctx.out(1).data<T>() : nullptr,
                       .dbias = ctx.has_output(2) ? ctx.out(2).data<T>() : nullptr,
                       .mean = coef,

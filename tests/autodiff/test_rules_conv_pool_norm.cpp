@@ -331,7 +331,53 @@ TEST_CASE("gradcheck: BatchNormalization training, gradients of X, scale and B")
                                    {net.param("x", c.x, -2, 2), net.param("scale", {C}, 0.5, 1.5),
                                     net.param("bias", {C}), net.param("mean", {C}), net.param("var", {C}, 0.5, 1.5)},
                                    {{"epsilon", Attribute::of_float(c.eps)}});
-    check(net, y, 24);
+    // Finite differences of the training graph, whose BatchNormalizationGrad reads the
+    // forward's saved statistics (checked below).
+    GradCheck r = check_gradients(net.finish(y), net.feeds, 24);
+    CAPTURE(r.worst);
+    CHECK(r.max_error < kTol);
+    const Node* bn = find_node(r.training.graph, "BatchNormalization");
+    const Node* grad = find_node(r.training.graph, "BatchNormalizationGrad");
+    REQUIRE(bn);
+    REQUIRE(grad);
+    REQUIRE(grad->inputs.size() == 5);
+    CHECK(grad->inputs[3] == bn->outputs.at(5));
+    CHECK(grad->inputs[4] == bn->outputs.at(6));
+  }
+}
+
+TEST_CASE("BatchNormalizationGrad with the forward's saved statistics equals the recompute form (reference)") {
+  // The reference kernels (ops/norm.cpp); the saved statistics are the training
+  // forward's outputs 5/6. float64: equal to double rounding; float32: the saved mean
+  // and variance are rounded to float once, which moves dX by a few float ulps.
+  for (DataType t : {DataType::Float64, DataType::Float32}) {
+    CAPTURE(dtype_name(t));
+    const std::vector<int64_t> dims{3, 4, 3, 5};
+    const TensorMap in{{"x", random_tensor(t, dims, 31, -1.5, 2.5)},
+                       {"s", random_tensor(t, {4}, 32, 0.5, 1.5)},
+                       {"b", random_tensor(t, {4}, 33)},
+                       {"rm", random_tensor(t, {4}, 34)},
+                       {"rv", random_tensor(t, {4}, 35, 0.5, 1.5)}};
+    const TensorMap fwd =
+        run_node(make_node("BatchNormalization", {"x", "s", "b", "rm", "rv"}, {"y", "", "", "", "", "sm", "sv"},
+                           {{"training_mode", Attribute::of_int(1)}}),
+                 in, "reference");
+    TensorMap feeds{{"dy", random_tensor(t, dims, 36)}, {"x", in.at("x")}, {"s", in.at("s")}};
+    const TensorMap plain = feeds;  // a graph takes no unused feeds
+    feeds["sm"] = fwd.at("sm");
+    feeds["sv"] = fwd.at("sv");
+    const TensorMap saved = run_node(
+        make_node("BatchNormalizationGrad", {"dy", "x", "s", "sm", "sv"}, {"dx", "ds", "db"}, {}, kTrainrtDomain),
+        feeds, "reference");
+    const TensorMap recomputed =
+        run_node(make_node("BatchNormalizationGrad", {"dy", "x", "s"}, {"dx", "ds", "db"}, {}, kTrainrtDomain), plain,
+                 "reference");
+    const double tol = t == DataType::Float64 ? 1e-12 : 1e-5;
+    for (const char* o : {"dx", "ds", "db"}) {
+      CAPTURE(o);
+      CHECK(max_abs_diff(saved.at(o), recomputed.at(o)) < tol);
+    }
+    CHECK(max_abs_diff(saved.at("db"), recomputed.at("db")) == 0);  // dBias does not use the statistics
   }
 }
 
@@ -350,6 +396,12 @@ TEST_CASE("gradcheck: BatchNormalization's opset-13 five-output form as PyTorch 
   CHECK(bn->outputs[1] == "mean.updated");
   CHECK(bn->outputs[2] == "var.updated");
   CHECK(!bn->has_attr("training_mode"));  // opset 13: the extra outputs make it train
+  // The gradient reads trainrt's saved statistics (outputs 5/6), not ONNX's saved_mean/saved_var.
+  const Node* grad = find_node(r.training.graph, "BatchNormalizationGrad");
+  REQUIRE(grad);
+  REQUIRE(grad->inputs.size() == 5);
+  CHECK(grad->inputs[3] == bn->outputs.at(5));
+  CHECK(grad->inputs[4] == bn->outputs.at(6));
 }
 
 TEST_CASE("gradcheck: LayerNormalization over the last dims, a non-last axis, broadcast Scale/B, no B") {
@@ -411,7 +463,12 @@ TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated ou
     Graph g = net.g;
     prepare(g.nodes[0], g);
     CHECK(g.nodes[0].attr_int("training_mode", 0) == 1);
-    CHECK(g.nodes[0].outputs == std::vector<std::string>{"y", "rm.updated", "rv.updated"});
+    const std::string& bn = g.nodes[0].name;
+    // Outputs 3/4 do not exist at opset 17; 5/6 are trainrt's saved statistics.
+    CHECK(g.nodes[0].outputs ==
+          std::vector<std::string>{"y", "rm.updated", "rv.updated", "", "", bn + "/saved_mean", bn + "/saved_var"});
+    infer_shapes(g, registry().schemas, "test");
+    CHECK(g.info(bn + "/saved_var").shape == Shape{Dim::of(3)});
   }
   {
     Net net(13);  // running statistics fed, not initializers: outputs get fresh names
@@ -423,7 +480,7 @@ TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated ou
     Graph g = net.g;
     prepare(g.nodes[0], g);
     CHECK(!g.nodes[0].has_attr("training_mode"));
-    CHECK(g.nodes[0].outputs.size() == 3);
+    CHECK(g.nodes[0].outputs.size() == 7);
     CHECK(g.nodes[0].has_output(1));
     CHECK(g.nodes[0].has_output(2));
     CHECK(g.nodes[0].outputs[1] != "rm.updated");
@@ -439,7 +496,9 @@ TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated ou
     net.infer();
     Graph g = net.g;
     prepare(g.nodes[0], g);
-    CHECK(g.nodes[0].outputs == std::vector<std::string>{"y", "rm.updated", "rv.updated", "sm", "sv"});
+    const std::string& bn = g.nodes[0].name;
+    CHECK(g.nodes[0].outputs ==
+          std::vector<std::string>{"y", "rm.updated", "rv.updated", "sm", "sv", bn + "/saved_mean", bn + "/saved_var"});
     CHECK(g.nodes[1].inputs == std::vector<std::string>{"rm.updated", "rv.updated"});
     CHECK(g.nodes[2].inputs == std::vector<std::string>{"sm"});
     CHECK(g.find_info("m_out") == nullptr);
@@ -627,6 +686,18 @@ TEST_CASE("backward ops' shape rules reject mismatched shapes and dtypes, naming
        {"a"},
        {},
        "dtype"},
+      {"BatchNormalizationGrad saved_mean without saved_var",
+       "BatchNormalizationGrad",
+       {{{2, 3, 4, 4}, f}, {{2, 3, 4, 4}, f}, {{3}, f}, {{3}, f}},
+       {"a"},
+       {},
+       "saved_var"},
+      {"BatchNormalizationGrad saved_var length",
+       "BatchNormalizationGrad",
+       {{{2, 3, 4, 4}, f}, {{2, 3, 4, 4}, f}, {{3}, f}, {{3}, f}, {{4}, f}},
+       {"a"},
+       {},
+       "saved_var"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);

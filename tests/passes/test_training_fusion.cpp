@@ -5,6 +5,8 @@
 // Dropout ratio 0: the executor seeds each node's mask by its index, which fusion changes.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include "autodiff/training_graph.h"
 #include "graph/fuse_util.h"
 #include "graph/passes.h"
@@ -35,6 +37,21 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   CHECK(after.count("ai.trainrt::DropoutGrad") == 0);
   CHECK(after.at("ai.trainrt::ReluGrad") == 7);
   CHECK(f.graph.nodes.size() == t.graph.nodes.size() - 22);
+  // Every BatchNormalizationGrad reads the batch statistics its (fused) forward saved
+  // (outputs 5/6, ops/norm.cpp) instead of recomputing them from X.
+  std::map<std::string, std::string> saved_by;  // saved statistic -> the forward writing it
+  for (const Node& n : f.graph.nodes)
+    if (n.op_type == "BatchNormalizationRelu" && n.has_output(5) && n.has_output(6)) {
+      saved_by[n.outputs[5]] = n.inputs[0];
+      saved_by[n.outputs[6]] = n.inputs[0];
+    }
+  CHECK(saved_by.size() == 26);
+  size_t reading_saved = 0;
+  for (const Node& n : f.graph.nodes)
+    if (n.op_type == "BatchNormalizationGrad" && n.inputs.size() == 5 && saved_by.count(n.inputs[3]) &&
+        saved_by.count(n.inputs[4]))
+      reading_saved += saved_by.at(n.inputs[3]) == n.inputs[1] && saved_by.at(n.inputs[4]) == n.inputs[1];
+  CHECK(reading_saved == 13);
   CHECK(f.graph.outputs == t.graph.outputs);
   CHECK(f.graph.inputs == t.graph.inputs);
   validate_graph(f.graph, registry().schemas, "fused");
