@@ -28,6 +28,7 @@
 #include "launch/commands.h"
 #include "launch/train_util.h"
 #include "ops/core/dnnl_util.h"
+#include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 
@@ -285,17 +286,24 @@ int cmd_bench(const Argv& argv) {
   std::unique_ptr<Backend> backend = make_backend(c.backend, static_cast<int>(c.threads));
   backend->check_math(c.math);
   const GraphSize size = graph_size(t);
+  std::unique_ptr<TimingCacheChooser> chooser;  // --device cuda: engine choices timed once, kept in the file
+  if (!c.timing_cache.empty())
+    chooser = std::make_unique<TimingCacheChooser>(TimingCache::load(c.timing_cache, "", ""));
   TrainingSession session(std::move(t), std::move(backend),
                           {.seed = c.seed,
                            .fuse = c.fuse,
                            .blocked_layouts = c.blocked,
                            .math = c.math,
                            .conv = c.conv,
-                           .concurrent_branches = c.concurrent});
+                           .concurrent_branches = c.concurrent,
+                           .chooser = chooser.get()});
   print_setup(c, io, size, session);
   ProfileCollector prof;
   const StepTimes times = time_steps(session, feeds, c, c.profile || !c.trace.empty() ? &prof : nullptr);
   print_times(times, session, c, flops);
+  if (chooser)
+    if (const size_t n = chooser->save_if_new())
+      std::fprintf(stderr, "%s\n", timing_cache_saved_line(n, c.timing_cache).c_str());
   if (c.profile)
     std::printf("\nprofile over %lld timed steps (kernel time per op type, all steps):\n%s",
                 static_cast<long long>(c.steps), profile_table(prof.events).c_str());

@@ -37,6 +37,7 @@
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/nccl_communicator.h"
 #endif
+#include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 
@@ -181,6 +182,7 @@ class TrainRun {
   bool stop_requested(bool after_step);
   void print_summary();
   void export_models() const;
+  void save_timing_cache();
 
   const TrainConfig& c_;
   std::unique_ptr<Communicator> comm_, gpu_comm_;
@@ -190,6 +192,7 @@ class TrainRun {
   Dataset train_, test_;
   Graph forward_;
   ModelIo io_;
+  std::unique_ptr<TimingCacheChooser> chooser_;  // --device cuda: the timing cache (before the session: outlives it)
   std::unique_ptr<TrainingSession> session_;
   std::unique_ptr<Stepper> stepper_;
   std::unique_ptr<Tracer> tracer_;
@@ -208,10 +211,15 @@ class TrainRun {
 TrainRun::TrainRun(const TrainConfig& c) : c_(c) {
   start_ranks();
   load_model_and_data();
-  session_ = std::make_unique<TrainingSession>(
-      build_training_graph(forward_, c.optimizer), std::move(backend_),
-      SessionOptions{
-          .seed = c.seed, .fuse = c.fuse, .math = c.math, .conv = c.conv, .concurrent_branches = c.concurrent});
+  if (!c.timing_cache.empty())
+    chooser_ = std::make_unique<TimingCacheChooser>(TimingCache::load(c.timing_cache, "", ""));
+  session_ = std::make_unique<TrainingSession>(build_training_graph(forward_, c.optimizer), std::move(backend_),
+                                               SessionOptions{.seed = c.seed,
+                                                              .fuse = c.fuse,
+                                                              .math = c.math,
+                                                              .conv = c.conv,
+                                                              .concurrent_branches = c.concurrent,
+                                                              .chooser = chooser_.get()});
   eval_backend_ = make_backend(c.backend, rank_threads_);
   // GPU ranks sum their buckets with NCCL; MPI stays for NCCL's id and the host-side sums.
 #ifdef TRAINRT_HAVE_CUDA
@@ -322,8 +330,9 @@ int TrainRun::run() {
       std::printf("Early stopping after epoch %lld\n", static_cast<long long>(st_.epoch));
       break;
     }
-    if (!train_epoch()) return tracer_->write(*session_), 0;  // a stop signal: checkpoint written
+    if (!train_epoch()) return tracer_->write(*session_), save_timing_cache(), 0;  // a stop signal: checkpoint written
   }
+  save_timing_cache();
   print_summary();
   tracer_->write(*session_);
   export_models();
@@ -557,7 +566,16 @@ std::string TrainRun::save(const std::string& dir) {
   for (const std::string& n : session_->state_names()) ck.state[n] = session_->state(n);
   write_checkpoint(ck, path);
   prune_checkpoints(dir, c_.keep_checkpoints);
+  save_timing_cache();
   return path;
+}
+
+// The engine choices timed since the last save, kept for the next run (rank 0 writes them;
+// the other ranks timed the same problems).
+void TrainRun::save_timing_cache() {
+  if (!chooser_ || !lead_) return;
+  if (const size_t n = chooser_->save_if_new())
+    std::fprintf(stderr, "%s\n", timing_cache_saved_line(n, c_.timing_cache).c_str());
 }
 
 // At a step boundary: a pending SIGTERM/SIGUSR1 on any rank ends the run with a checkpoint.

@@ -2,10 +2,13 @@
 // Host code only (no kernels of its own). Compiled in CI, never run on a GPU.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,10 +117,21 @@ struct Problem {
   int64_t align[5] = {};  // of x, w, b, z, y (bytes, at most 16)
 };
 
-struct GraphPlan {
-  std::vector<DescPtr> keep;  // the operation graph, engine config and what they refer to
+// One engine config that finalized into an execution plan within the workspace cap.
+struct Candidate {
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
+  std::string tag;  // "eng<global index>_k<knob>=<value>...": the timing cache's name of it
+};
+
+struct GraphPlan {
+  std::vector<DescPtr> keep;          // the operation graph, engine configs and what they refer to
+  std::vector<Candidate> candidates;  // one without a chooser: the first acceptable
+  int64_t workspace = 0;              // the most any candidate needs (the planner reserves it)
+  // The candidate this problem runs with, once chosen (timed or found in the timing cache);
+  // -1 until then (only while there are several).
+  mutable std::mutex mu;
+  mutable int chosen = -1;
 };
 
 bool has_note(const std::vector<cudnnBackendNumericalNote_t>& notes, cudnnBackendNumericalNote_t n) {
@@ -126,18 +140,55 @@ bool has_note(const std::vector<cudnnBackendNumericalNote_t>& notes, cudnnBacken
   return false;
 }
 
-// The first engine config of the heuristics (mode A, then the fallback list) that the
-// precision allows and that finalizes into an execution plan within the workspace cap.
-// Null and `why` when none does.
+// "eng<global index>_k<knob type>=<value>..." for engine config `cfg` (the knobs in
+// cuDNN's order), as cudnn-frontend names its configs; "" and `why` set in `b` on failure.
+std::string engine_tag(Builder& b, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t engine) {
+  int64_t index = 0, n = 0;
+  if (b.ok())
+    b.note(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index),
+           "engine global index");
+  std::vector<cudnnBackendDescriptor_t> knobs;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS && b.ok(); ++i)
+    knobs.push_back(b.make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice"));
+  int64_t count = 0;
+  if (b.ok())
+    b.note(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                    static_cast<int64_t>(knobs.size()), &count, knobs.data()),
+           "engine config knob choices");
+  std::string tag = "eng" + std::to_string(index);
+  for (int64_t i = 0; i < count && b.ok(); ++i) {
+    cudnnBackendKnobType_t type{};
+    int64_t value = 0;
+    b.note(cudnnBackendGetAttribute(knobs[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                    CUDNN_TYPE_KNOB_TYPE, 1, &n, &type),
+           "knob choice type");
+    if (b.ok())
+      b.note(cudnnBackendGetAttribute(knobs[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                      CUDNN_TYPE_INT64, 1, &n, &value),
+             "knob choice value");
+    tag += "_k" + std::to_string(static_cast<int>(type)) + "=" + std::to_string(value);
+  }
+  return b.ok() ? tag : "";
+}
+
+// The engine configs of the heuristics (mode A, then the fallback list) that the
+// precision allows and that finalize into an execution plan within the workspace cap:
+// without `all`, the first one (no timing: the heuristics' own choice); with it, every
+// deterministic one, or every one when none is deterministic (the candidates the timing
+// cache chooses among; repeats of a config across the two lists are left out). Null and
+// `why` when none does.
 std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::vector<DescPtr> keep, bool tf32,
-                                           std::string* why) {
+                                           bool all, std::string* why) {
   cudnnHandle_t handle = context().cudnn;
+  auto found = std::make_shared<GraphPlan>();
+  found->keep = std::move(keep);
   std::string first;  // the first reason a heuristics mode or engine config was turned down
   auto reason = [&](const std::string& r) {
     if (first.empty()) first = r;
   };
   int64_t candidates = 0;
-  for (bool need_deterministic : {true, false})
+  for (bool need_deterministic : {true, false}) {
+    if (!found->candidates.empty()) break;  // non-deterministic engines only when no deterministic one finalizes
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       Builder b;
       cudnnBackendDescriptor_t heur = b.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
@@ -204,22 +255,36 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
           reason("engines left out: more than 256 MiB of workspace");
           continue;
         }
-        auto p = std::make_shared<GraphPlan>();
-        p->keep = keep;
-        p->keep.insert(p->keep.end(), b.keep.begin(), b.keep.end());
-        p->keep.insert(p->keep.end(), e.keep.begin(), e.keep.end());
-        p->plan = plan;
-        p->workspace = ws;
-        return p;
+        const std::string tag = all ? engine_tag(e, cfgs[static_cast<size_t>(i)], engine) : "first";
+        if (!e.ok()) {
+          reason(e.why);
+          continue;
+        }
+        bool seen = false;
+        for (const Candidate& c : found->candidates) seen = seen || c.tag == tag;
+        if (seen) continue;
+        found->keep.insert(found->keep.end(), b.keep.begin(), b.keep.end());
+        found->keep.insert(found->keep.end(), e.keep.begin(), e.keep.end());
+        found->candidates.push_back(Candidate{plan, ws, tag});
+        found->workspace = std::max(found->workspace, ws);
+        if (!all) {
+          found->chosen = 0;
+          return found;
+        }
       }
     }
+  }
+  if (!found->candidates.empty()) {
+    if (found->candidates.size() == 1) found->chosen = 0;
+    return found;
+  }
   if (first.empty()) first = "no engine from the heuristics";
   *why = candidates == 0 ? first : first + "; " + std::to_string(candidates) + " engine configs tried";
   return nullptr;
 }
 
 // The operation graph of `p` and its execution plan; null and `why` when cuDNN does not support it.
-std::shared_ptr<const GraphPlan> build_plan(const Problem& p, std::string* why) {
+std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
   Builder b;
   cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false);
   cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false);
@@ -285,17 +350,17 @@ std::shared_ptr<const GraphPlan> build_plan(const Problem& p, std::string* why) 
     *why = b.why;
     return nullptr;
   }
-  return pick_plan(graph, b.keep, p.tf32, why);
+  return pick_plan(graph, b.keep, p.tf32, all, why);
 }
 
-// Runs the plan on this call's buffers; "" when it ran, cuDNN's reason when it does not
-// support it (nothing was written). Other errors throw.
-std::string execute(const Node& node, const GraphPlan& g, const ConvGraphArgs& a) {
+// Queues candidate `c` on this call's buffers; cuDNN's status. A variant pack that cannot
+// be built throws.
+cudnnStatus_t launch(const Node& node, const Candidate& c, const ConvGraphArgs& a) {
   std::vector<int64_t> uids{kX, kW, kY};
   std::vector<void*> ptrs{const_cast<std::byte*>(a.x.raw()), const_cast<std::byte*>(a.w.raw()), a.y.raw()};
   if (a.b) uids.push_back(kB), ptrs.push_back(const_cast<std::byte*>(a.b->raw()));
   if (a.z) uids.push_back(kZ), ptrs.push_back(const_cast<std::byte*>(a.z->raw()));
-  void* ws = g.workspace > 0 ? workspace(static_cast<size_t>(g.workspace)) : nullptr;
+  void* ws = c.workspace > 0 ? workspace(static_cast<size_t>(c.workspace)) : nullptr;
   Builder b;
   cudnnBackendDescriptor_t pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
   b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data(),
@@ -305,10 +370,57 @@ std::string execute(const Node& node, const GraphPlan& g, const ConvGraphArgs& a
   b.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "variant pack workspace");
   b.finalize(pack, "variant pack finalize");
   if (!b.ok()) throw_internal(what(node, "cuDNN graph variant pack"), b.why);
-  const cudnnStatus_t s = cudnnBackendExecute(context().cudnn, g.plan, pack);
+  return cudnnBackendExecute(context().cudnn, c.plan, pack);
+}
+
+// Runs candidate `c` on this call's buffers; "" when it ran, cuDNN's reason when it does
+// not support it (nothing was written). Other errors throw.
+std::string execute(const Node& node, const Candidate& c, const ConvGraphArgs& a) {
+  const cudnnStatus_t s = launch(node, c, a);
   if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED) return "execute: " + status_text(s);
   check(s, what(node, "cudnnBackendExecute"));
   return "";
+}
+
+// The GPU's name and cuDNN's version ("9.19.0"): what a timing belongs to.
+const std::string& gpu_name() {
+  static const std::string name = [] {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, context().device), "cudaGetDeviceProperties");
+    return std::string(prop.name);
+  }();
+  return name;
+}
+std::string cudnn_version() {
+  const size_t v = cudnnGetVersion();
+  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
+}
+
+// Mean ms per call of candidate `c` on this call's buffers, `p.warmup` untimed calls then
+// `p.repeats` calls between two events on the context's stream; nullopt when cuDNN turns
+// a call down. Writes y each call (the caller's real call writes it last).
+std::optional<double> time_candidate(const Node& node, const Candidate& c, const ConvGraphArgs& a,
+                                     const TimingPolicy& p) {
+  for (int i = 0; i < p.warmup; ++i)
+    if (launch(node, c, a) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  cudaStream_t stream = context().stream;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), what(node, "cudaEventCreate"));
+  std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> own_start(start, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  check(cudaEventCreate(&stop), what(node, "cudaEventCreate"));
+  std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> own_stop(stop, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  check(cudaEventRecord(start, stream), what(node, "cudaEventRecord"));
+  const int repeats = std::max(p.repeats, 1);
+  for (int i = 0; i < repeats; ++i)
+    if (launch(node, c, a) != CUDNN_STATUS_SUCCESS) {
+      check(cudaStreamSynchronize(stream), what(node, "cudaStreamSynchronize"));  // the queued calls end first
+      return std::nullopt;
+    }
+  check(cudaEventRecord(stop, stream), what(node, "cudaEventRecord"));
+  check(cudaEventSynchronize(stop), what(node, "cudaEventSynchronize"));
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), what(node, "cudaEventElapsedTime"));
+  return static_cast<double>(ms) / repeats;
 }
 
 // Largest power of two up to 16 dividing the address: the alignment the graph may assume.
@@ -333,7 +445,8 @@ namespace {
 // false outside the graph's scope.
 struct GraphCall {
   Problem p;
-  std::string key, problem;
+  std::string key, problem, pattern;
+  bool all = false;  // every acceptable engine config is a candidate (a chooser times them)
 };
 bool graph_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t align[5], GraphCall& c) {
   const Window& win = a.win;
@@ -351,12 +464,46 @@ bool graph_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t 
           dims_text(p.pre) + "," + dims_text(p.post) + "|" + (p.bias ? "b" : "") + (p.relu ? "r" : "") +
           (p.residual ? "z" : "") + "|" + fp32_math_name(ctx.fp32) + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
+  c.all = ctx.chooser != nullptr;
+  if (c.all) c.key += "|timed";
   std::string epilogue = "conv";
   if (p.bias) epilogue += "+bias";
   if (p.relu) epilogue += "+relu";
   if (p.residual) epilogue += "+add";
+  c.pattern = "FusedConv." + epilogue;
   c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + fp32_math_name(ctx.fp32);
   return true;
+}
+
+// The candidate of `g` this call runs: the only one, the one chosen before, else the
+// context's chooser's (ops/core/engine_choice.h: the timing cache's entry, or each
+// candidate timed on this call's buffers). No timing while the stream is being captured
+// into a CUDA graph or when y shares an input's memory (repeated calls would read their
+// own output): the cached or the first candidate then, chosen for this call only. Null
+// when every candidate failed.
+const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const GraphCall& c, const ConvGraphArgs& a) {
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    if (g.chosen >= 0) return &g.candidates[static_cast<size_t>(g.chosen)];
+  }
+  if (!ctx.chooser) return &g.candidates.front();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
+  const std::byte* y = a.y.raw();
+  const bool aliased = y == a.x.raw() || y == a.w.raw() || (a.b && y == a.b->raw()) || (a.z && y == a.z->raw());
+  const bool can_time = capture == cudaStreamCaptureStatusNone && !aliased;
+  std::vector<std::string> tags;
+  for (const Candidate& k : g.candidates) tags.push_back(k.tag);
+  const EngineKey key{c.pattern, c.key, c.p.tf32 ? "tf32" : "fp32", gpu_name(), cudnn_version()};
+  EngineChooser::Time time;
+  if (can_time) time = [&](size_t i, const TimingPolicy& p) { return time_candidate(ctx.node, g.candidates[i], a, p); };
+  const EngineChoice choice = ctx.chooser->choose(key, tags, time);
+  if (!choice.index) return nullptr;
+  if (choice.cached || choice.timed) {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.chosen = static_cast<int>(*choice.index);
+  }
+  return &g.candidates[*choice.index];
 }
 
 GraphFallback<GraphPlan>& graphs() {
@@ -373,8 +520,12 @@ bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
   GraphCall c;
   if (!graph_call(ctx, a, align, c)) return false;
   return graphs().try_run(
-      c.key, [&](std::string* why) { return build_plan(c.p, why); },
-      [&](const GraphPlan& g) { return execute(ctx.node, g, a); },
+      c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); },
+      [&](const GraphPlan& g) {
+        const Candidate* chosen = choose(ctx, g, c, a);
+        if (!chosen) return std::string("every candidate engine failed when timed");
+        return execute(ctx.node, *chosen, a);
+      },
       [&](const std::string& why) {
         const std::string line = graph_fallback_notice(ctx.node.op_type, ctx.node.name, c.problem, why,
                                                        "the unfused convolution + epilogue");
@@ -386,7 +537,7 @@ int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a) {
   const int64_t align[5] = {16, 16, 16, 16, 16};
   GraphCall c;
   if (!graph_call(ctx, a, align, c)) return -1;
-  const auto plan = graphs().plan(c.key, [&](std::string* why) { return build_plan(c.p, why); });
+  const auto plan = graphs().plan(c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); });
   return plan ? plan->workspace : -1;
 }
 

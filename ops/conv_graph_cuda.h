@@ -14,6 +14,11 @@
 // KernelContext::fp32 strict, engines that carry the TENSOR_CORE numerical note (TF32
 // for fp32 data) are left out. The execution plan is cached per problem (dtype, shapes,
 // resolved window, which of b / Relu / z, fp32 math, the pointers' alignments).
+// With KernelContext::chooser set (a run with a timing cache), every engine config that
+// passes those filters is a candidate: the problem's first call takes the cached choice
+// or times each candidate with cudaEvents on its own buffers (not while the stream is
+// captured) and runs the fastest from then on; the workspace rule then reserves the
+// most any candidate needs (ops/core/engine_choice.h, docs/cuda.md "Engine timing").
 //
 // Scope: fp32, 4-D, ungrouped, undilated (runtime/cudnn_fusion.h's rule for a fusable
 // FusedConv site; keep the two alike). Outside it this returns false at once and says

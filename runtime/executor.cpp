@@ -311,6 +311,7 @@ size_t Executor::plan_workspace(const Plan& plan) const {
     KernelContext c{plan.graph.nodes[st.node], {}, {}};
     c.math = opts_.math;
     c.conv = opts_.conv;
+    c.chooser = opts_.chooser;
     for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &shaped[static_cast<size_t>(v)]);
     for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &shaped[static_cast<size_t>(v)]);
     most = std::max(most, backend_.workspace_bytes(c));
@@ -386,6 +387,7 @@ void Executor::build_contexts(Prepared& p) const {
     KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
     c.math = opts_.math;
     c.conv = opts_.conv;
+    c.chooser = opts_.chooser;
     c.run_seed = p.seed_device ? reinterpret_cast<const uint64_t*>(p.seed_device.get()) : nullptr;
     c.node_index = st.node;
     for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);

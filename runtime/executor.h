@@ -147,6 +147,9 @@ struct ExecutorOptions {
   // with the plan: pinned batch copies, results, flags); a launch beyond it waits for the
   // oldest. TrainingSession sets 4.
   size_t max_in_flight = 1;
+  // Given to every kernel as KernelContext::chooser (null: kernels time nothing). The
+  // caller keeps it alive as long as the executor.
+  EngineChooser* chooser = nullptr;
 };
 
 class Executor {

@@ -124,15 +124,19 @@ TimingCache TimingCache::load(const std::string& path, const std::string& gpu, c
   return c;
 }
 
-const TimingEntry* TimingCache::find(const TimingKey& k) const {
-  auto it = entries_.find({k.pattern, k.problem, k.precision, gpu_, cudnn_});
+const TimingEntry* TimingCache::find(const TimingKey& k) const { return find(k, gpu_, cudnn_); }
+
+void TimingCache::record(const TimingKey& k, const TimingEntry& e) { record(k, gpu_, cudnn_, e); }
+
+const TimingEntry* TimingCache::find(const TimingKey& k, const std::string& gpu, const std::string& cudnn) const {
+  auto it = entries_.find({k.pattern, k.problem, k.precision, gpu, cudnn});
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-void TimingCache::record(const TimingKey& k, const TimingEntry& e) {
+void TimingCache::record(const TimingKey& k, const std::string& gpu, const std::string& cudnn, const TimingEntry& e) {
   if (k.pattern.empty() || e.engine.empty() || !(e.time_ms >= 0))
     throw_internal("timing cache " + path_, "record needs a pattern, an engine and a time >= 0");
-  entries_[{k.pattern, k.problem, k.precision, gpu_, cudnn_}] = e;
+  entries_[{k.pattern, k.problem, k.precision, gpu, cudnn}] = e;
 }
 
 std::vector<TimingRecord> TimingCache::records() const {
@@ -155,6 +159,41 @@ void TimingCache::save() const {
   TimingCache merged = load(path_, gpu_, cudnn_);
   for (const auto& [id, e] : entries_) merged.entries_[id] = e;
   write_file_atomic(path_, timing_cache_json(merged.records()));
+}
+
+TimingCacheChooser::TimingCacheChooser(TimingCache cache, TimingPolicy p)
+    : EngineChooser(p), cache_(std::move(cache)) {}
+
+std::optional<std::string> TimingCacheChooser::find(const EngineKey& k) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const TimingEntry* e = cache_.find({k.pattern, k.problem, k.precision}, k.gpu, k.library);
+  if (!e) return std::nullopt;
+  return e->engine;
+}
+
+void TimingCacheChooser::record(const EngineKey& k, const std::string& engine, double time_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.record({k.pattern, k.problem, k.precision}, k.gpu, k.library, {engine, time_ms});
+  ++unsaved_;
+}
+
+size_t TimingCacheChooser::save_if_new() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unsaved_ == 0) return 0;
+  cache_.save();
+  const size_t n = unsaved_;
+  unsaved_ = 0;
+  return n;
+}
+
+TimingCache TimingCacheChooser::cache() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_;
+}
+
+std::string timing_cache_saved_line(size_t timed, const std::string& path) {
+  return "trainrt: timing cache: " + std::to_string(timed) + (timed == 1 ? " problem" : " problems") +
+         " timed, saved to " + path;
 }
 
 }  // namespace trainrt

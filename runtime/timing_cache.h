@@ -22,9 +22,12 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "ops/core/engine_choice.h"
 
 namespace trainrt {
 
@@ -66,6 +69,9 @@ class TimingCache {
   // The entry for `k` on this cache's GPU and cuDNN version, or null.
   const TimingEntry* find(const TimingKey& k) const;
   void record(const TimingKey& k, const TimingEntry& e);
+  // The same for the given GPU and cuDNN version (what a kernel reports for its device).
+  const TimingEntry* find(const TimingKey& k, const std::string& gpu, const std::string& cudnn) const;
+  void record(const TimingKey& k, const std::string& gpu, const std::string& cudnn, const TimingEntry& e);
 
   // Merges with the file as it is now and replaces it atomically; throws BadInput when
   // the file has become corrupt (it is left as it is) or cannot be written.
@@ -82,6 +88,36 @@ class TimingCache {
   std::string path_, gpu_, cudnn_;
   std::map<Id, TimingEntry> entries_;
 };
+
+// The engine chooser of a run (ops/core/engine_choice.h, KernelContext::chooser) over a
+// timing cache: the kernels' choices are looked up in and recorded into it, each under
+// the GPU and cuDNN version its kernel reports (EngineKey::gpu, EngineKey::library), so
+// one file serves every device it has met. The CLI (launch/) makes one per --device
+// cuda run from the loaded file and saves it when choices were added.
+//
+//   TimingCacheChooser chooser(TimingCache::load(path, "", ""));
+//   ExecutorOptions eo; eo.chooser = &chooser;  ... run ...
+//   if (size_t n = chooser.save_if_new()) std::cerr << timing_cache_saved_line(n, path) << '\n';
+class TimingCacheChooser : public EngineChooser {
+ public:
+  explicit TimingCacheChooser(TimingCache cache, TimingPolicy p = {});
+  // Saves the cache (TimingCache::save: merged, atomic) when choices were recorded since
+  // the last save; returns how many were (0: nothing written). Safe beside running kernels.
+  size_t save_if_new();
+  TimingCache cache() const;  // a copy, as it is now
+
+ protected:
+  std::optional<std::string> find(const EngineKey& k) const override;
+  void record(const EngineKey& k, const std::string& engine, double time_ms) override;
+
+ private:
+  mutable std::mutex mu_;  // against save_if_new() and cache() beside choose()
+  TimingCache cache_;
+  size_t unsaved_ = 0;
+};
+
+// "trainrt: timing cache: 3 problems timed, saved to X" (one problem: "1 problem").
+std::string timing_cache_saved_line(size_t timed, const std::string& path);
 
 // The file's text for `records` (what save writes) and its parse (what load reads;
 // `path` names the file in errors).

@@ -86,6 +86,7 @@ TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backe
   eo.math = o.math;
   eo.conv = o.conv;
   eo.concurrent_branches = o.concurrent_branches;
+  eo.chooser = o.chooser;
   eo.max_in_flight = 4;  // queue_step(): up to 4 steps ahead of the host
   exec_ = std::make_unique<Executor>(t_.graph, *backend_, eo);
 }

@@ -43,6 +43,7 @@ struct SessionOptions {
   bool concurrent_branches = false;            // ExecutorOptions::concurrent_branches
   // Used when the training graph has a loss-scale input (TrainingOptions::loss_scale_name).
   LossScalerOptions loss_scaling = {};
+  EngineChooser* chooser = nullptr;  // ExecutorOptions::chooser (the caller keeps it alive)
 };
 
 class TrainingSession {

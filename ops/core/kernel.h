@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "ops/core/engine_choice.h"
 
 namespace trainrt {
 
@@ -94,6 +95,10 @@ struct KernelContext {
   // run's masks (Backend::replay).
   const uint64_t* run_seed = nullptr;
   uint64_t node_index = 0;
+  // Times a library's candidate engines once per problem and device and remembers the
+  // fastest (ops/core/engine_choice.h; the runtime keeps it in its timing cache). Null: no
+  // timing, a kernel runs the first engine it accepts.
+  EngineChooser* chooser = nullptr;
 
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i]; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i]; }

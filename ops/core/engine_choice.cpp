@@ -1,0 +1,77 @@
+// The engine choice's decision: ops/core/engine_choice.h says what and why.
+#include "ops/core/engine_choice.h"
+
+#include <algorithm>
+
+namespace trainrt {
+
+namespace {
+
+auto id_of(const EngineKey& k) { return std::make_tuple(k.pattern, k.problem, k.precision, k.gpu, k.library); }
+
+std::optional<size_t> index_of(const std::vector<std::string>& candidates, const std::string& engine) {
+  const auto it = std::find(candidates.begin(), candidates.end(), engine);
+  if (it == candidates.end()) return std::nullopt;
+  return static_cast<size_t>(it - candidates.begin());
+}
+
+}  // namespace
+
+EngineChoice EngineChooser::choose(const EngineKey& k, const std::vector<std::string>& candidates, const Time& time) {
+  EngineChoice c;
+  if (candidates.empty()) {
+    c.why = "no candidate engine";
+    return c;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const std::optional<std::string> stored = find(k))
+    if (const std::optional<size_t> i = index_of(candidates, *stored)) {
+      c.index = i;
+      c.cached = true;
+      return c;
+    }
+  if (const auto f = failed_.find(id_of(k)); f != failed_.end()) {
+    c.why = f->second;
+    return c;
+  }
+  if (!time) {  // cannot time now: the first candidate, nothing recorded
+    c.index = 0;
+    return c;
+  }
+  c.timed = true;
+  std::optional<double> best;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::optional<double> ms = time(i, policy_);
+    if (!ms) continue;
+    if (!best || *ms < *best) best = ms, c.index = i;
+  }
+  if (!c.index) {
+    c.why = "every one of " + std::to_string(candidates.size()) + " candidate engines failed when timed";
+    failed_.emplace(id_of(k), c.why);
+    return c;
+  }
+  c.time_ms = *best;
+  record(k, candidates[*c.index], *best);
+  ++timed_;
+  return c;
+}
+
+size_t EngineChooser::timed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timed_;
+}
+
+size_t EngineChooser::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_.size();
+}
+
+std::optional<std::string> MemoryEngineChooser::find(const EngineKey& k) const {
+  const auto it = entries.find(id_of(k));
+  if (it == entries.end()) return std::nullopt;
+  return it->second;
+}
+
+void MemoryEngineChooser::record(const EngineKey& k, const std::string& engine, double) { entries[id_of(k)] = engine; }
+
+}  // namespace trainrt
