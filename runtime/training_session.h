@@ -137,9 +137,12 @@ class TrainingSession {
   // (the data-parallel checks read on the host after the step's synchronisation).
   void set_after_run(std::function<void()> f) { after_run_ = std::move(f); }
   // Groups of values the plans lay out contiguously (Executor::set_contiguous): the
-  // data-parallel gradient buckets.
+  // data-parallel gradient buckets. Setting one drops the plans built so far, and with
+  // them last_outputs().
   void set_contiguous(std::function<std::vector<ContiguousGroup>(const Plan&)> f) {
+    const bool drops = static_cast<bool>(f);
     exec_->set_contiguous(std::move(f));
+    if (drops) last_ = nullptr;
   }
   // The plan of the last step (BadInput before the first).
   const Plan& plan() const { return exec_->plan(); }
