@@ -216,12 +216,8 @@ void DataParallel::choose_events(const Plan& plan) {
 void DataParallel::bind_in_place() {
   for (size_t b = 0; b < state_.size(); ++b) {
     Bucket& st = *state_[b];
-    if (st.in_place) {
-      const int64_t n = static_cast<int64_t>(st.elements + (b == 0 ? 2 : 0));
-      st.flat = Tensor(dtype_, {n},
-                       std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(),
-                                                    const_cast<std::byte*>(s_.value(st.gradients.front()).raw())));
-    }
+    if (st.in_place)  // the first gradient starts the group
+      st.flat = bucket_view(s_.value(st.gradients.front()), 0, {static_cast<int64_t>(st.elements + (b == 0 ? 2 : 0))});
     if (!staged()) st.host = st.flat;
   }
 }
