@@ -233,9 +233,8 @@ TrainRun::TrainRun(const TrainConfig& c) : c_(c) {
                             .first_bucket_cap_bytes = static_cast<size_t>(c.first_bucket_mb * (1 << 20))});
   stepper_ = std::make_unique<Stepper>(*session_, comm_.get(), std::move(dp));
   // Validation's plan and weights live beside the training step's: counted before it.
-  session_->set_memory_reserve(
-      session_->memory_reserve() +
-      evaluation_bytes(forward_, io_, test_, c.batch_size, session_->backend().asynchronous() ? 3 : 1));
+  session_->set_memory_reserve(session_->memory_reserve() + evaluation_bytes(forward_, io_, test_, c.batch_size,
+                                                                             staged_copies(session_->backend())));
   tracer_ = std::make_unique<Tracer>(c, stepper_->data_parallel());
   st_.seed = c.seed;
   if (lead_ && !c.iteration_times_path.empty() && !(iteration_times_ = std::fopen(c.iteration_times_path.c_str(), "w")))

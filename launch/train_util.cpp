@@ -170,7 +170,7 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
   return e;
 }
 
-size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, int staged_copies) {
+size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, size_t staged_copies) {
   std::vector<int64_t> dims = d.sample_dims();
   dims.insert(dims.begin(), std::min(batch_size, std::max<int64_t>(d.size(), 1)));
   const Tensor batch(DataType::Float32, dims);
@@ -183,7 +183,7 @@ size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int
   } catch (const Error&) {  // a model validation cannot run at this batch: evaluate() will say why
     return 0;
   }
-  size_t bytes = p.arena_bytes + p.output_bytes + batch.nbytes() * static_cast<size_t>(std::max(1, staged_copies));
+  size_t bytes = p.arena_bytes + p.output_bytes + batch.nbytes() * std::max<size_t>(1, staged_copies);
   for (const auto& [name, t] : g.initializers) bytes += t.nbytes();
   return bytes;
 }

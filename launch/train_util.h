@@ -72,11 +72,12 @@ Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t
 // must not leave a validation at different batches.
 // Bytes of the backend's memory that evaluate() of `g` (the unfused forward graph: an
 // upper bound for its fused inference form) takes beside training: its plan's arena and
-// outputs at `batch_size` images of `d`, the staged batch (`staged_copies` of it: 3 on
-// an asynchronous backend, which lands batches in two buffers taking turns), and the
+// outputs at `batch_size` images of `d`, the staged batch (`staged_copies` of it: the
+// backend's, runtime/executor.h), and the
 // model's initializers (validation runs on a copy of the trained weights). Counted in the
 // memory check before the first training step (TrainingSession::set_memory_reserve).
-size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, int staged_copies = 1);
+size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size,
+                        size_t staged_copies = 1);
 
 Evaluation evaluate_share(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
                           int rank, int world, Communicator* comm, const std::function<bool()>& stop = {});

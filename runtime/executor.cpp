@@ -268,13 +268,12 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   p->extra = ro.extra_outputs;
 
   // Memory refusal before the arena exists: the arena, the outputs, the feeds staged in
-  // backend memory (three copies on an asynchronous backend: the staged buffer and two
-  // landing buffers), the kernels' scratch memory and what the caller reserves (state is
+  // backend memory (staged_copies of each), the kernels' scratch memory and what the caller reserves (state is
   // allocated already).
   size_t staged = 0;
   for (const std::string& in : graph_.inputs)
     if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw()))
-      staged += f.nbytes() * (backend_.asynchronous() ? 3 : 1);
+      staged += f.nbytes() * staged_copies(backend_);
   p->workspace = plan_workspace(plan);
   const size_t need = plan.arena_bytes + plan.output_bytes + staged + p->workspace + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
@@ -307,16 +306,20 @@ size_t Executor::plan_workspace(const Plan& plan) const {
   for (size_t v = 0; v < plan.values.size(); ++v)
     shaped[v] = Tensor(plan.values[v].dtype, plan.values[v].dims, nullptr);
   size_t most = 0;
-  for (const PlanStep& st : plan.steps) {
-    KernelContext c{plan.graph.nodes[st.node], {}, {}};
-    c.math = opts_.math;
-    c.conv = opts_.conv;
-    c.chooser = opts_.chooser;
-    for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &shaped[static_cast<size_t>(v)]);
-    for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &shaped[static_cast<size_t>(v)]);
-    most = std::max(most, backend_.workspace_bytes(c));
-  }
+  for (const PlanStep& st : plan.steps) most = std::max(most, backend_.workspace_bytes(context_of(plan, st, shaped)));
   return most;
+}
+
+// Step `st`'s kernel context on `values` (one tensor per plan value), with the executor's
+// kernel options.
+KernelContext Executor::context_of(const Plan& plan, const PlanStep& st, std::vector<Tensor>& values) const {
+  KernelContext c{plan.graph.nodes[st.node], {}, {}};
+  c.math = opts_.math;
+  c.conv = opts_.conv;
+  c.chooser = opts_.chooser;
+  for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &values[static_cast<size_t>(v)]);
+  for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &values[static_cast<size_t>(v)]);
+  return c;
 }
 
 // One arena at a time: other signatures' arenas are released and come back on their next use.
@@ -384,14 +387,9 @@ void Executor::build_contexts(Prepared& p) const {
   p.contexts.clear();
   p.contexts.reserve(plan.steps.size());
   for (const PlanStep& st : plan.steps) {
-    KernelContext& c = p.contexts.emplace_back(KernelContext{plan.graph.nodes[st.node], {}, {}});
-    c.math = opts_.math;
-    c.conv = opts_.conv;
-    c.chooser = opts_.chooser;
+    KernelContext& c = p.contexts.emplace_back(context_of(plan, st, p.slots));
     c.run_seed = p.seed_device ? reinterpret_cast<const uint64_t*>(p.seed_device.get()) : nullptr;
     c.node_index = st.node;
-    for (int v : st.inputs) c.inputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
-    for (int v : st.outputs) c.outputs.push_back(v < 0 ? nullptr : &p.slots[static_cast<size_t>(v)]);
   }
 }
 

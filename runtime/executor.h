@@ -125,6 +125,11 @@ std::vector<std::string> shape_feeds(const Graph& g);
 
 TensorMap run_graph(const Graph& g, const TensorMap& feeds, const Backend& backend, const RunOptions& opts = {});
 
+// How many copies of a host batch a plan holds in `b`'s memory: the staged buffer the
+// step reads, and on an asynchronous backend two landing buffers taking turns (the next
+// batch's copy overlaps the step before it).
+inline size_t staged_copies(const Backend& b) { return b.asynchronous() ? 3 : 1; }
+
 struct ExecutorOptions {
   PlanOptions plan;           // keep is extended by the graph outputs and RunOptions::extra_outputs
   bool poison_arena = false;  // tests: fill a new arena with 0xff (NaN) so reads of unwritten bytes show
@@ -209,6 +214,7 @@ class Executor {
   struct Prepared;
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
   size_t plan_workspace(const Plan& plan) const;
+  KernelContext context_of(const Plan& plan, const PlanStep& st, std::vector<Tensor>& values) const;
   // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
   Tensor in_backend_memory(const Tensor& t) const;
   // The phases of run(), in order.
