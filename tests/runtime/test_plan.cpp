@@ -4,6 +4,7 @@
 // with the arena poisoned (NaN bytes) so a kernel reading unwritten memory shows.
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <random>
 
 #include "runtime_util.h"
@@ -74,6 +75,29 @@ Graph random_dag(uint64_t seed, TensorMap& feeds) {
   validate_graph(g, registry().schemas, "dag");
   infer_shapes(g, registry().schemas, "dag");
   return g;
+}
+
+// Runs `g` on `feeds` with the Executor (arena poisoned, so a read of unwritten bytes
+// shows), set up by `configure`, on the reference and cpu backends, and checks every result
+// bit for bit against the naive executor's (`want`, which `after` may check more against).
+void expect_naive_results(const Graph& g, const TensorMap& feeds, const RunOptions& ro,
+                          const std::function<void(Executor&)>& configure,
+                          const std::function<void(const Executor&, const Backend&, const TensorMap&)>& after) {
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    auto b = make_backend(backend);
+    TensorMap want = naive_run(g, feeds, *b, false, 0);
+    ExecutorOptions eo;
+    eo.poison_arena = true;
+    Executor ex(g, *b, eo);
+    configure(ex);
+    const TensorMap& got = ex.run(feeds, ro);
+    for (const auto& [name, t] : got) {
+      CAPTURE(name);
+      CHECK(bitwise_equal(t, want.at(name)));
+    }
+    after(ex, *b, want);
+  }
 }
 
 }  // namespace
@@ -172,22 +196,14 @@ TEST_CASE("random DAGs: plans verify and runs equal the naive executor bit for b
     Plan p = build_plan(s, o);
     verify_plan(p);
     CHECK(p.arena_bytes <= p.naive_bytes);
-    for (const char* backend : {"reference", "cpu"}) {
-      auto b = make_backend(backend);
-      TensorMap want = naive_run(g, feeds, *b, false, 0);
-      ExecutorOptions eo;
-      eo.poison_arena = true;
-      Executor ex(g, *b, eo);
-      RunOptions ro;
-      ro.extra_outputs = {g.nodes[g.nodes.size() / 3].outputs[0]};
-      const TensorMap& got = ex.run(feeds, ro);
-      for (const auto& [name, t] : got) {
-        CAPTURE(name);
-        CHECK(bitwise_equal(t, want.at(name)));
-      }
-      TensorMap once = run_graph(g, feeds, *b);
-      for (const std::string& out : g.outputs) CHECK(bitwise_equal(once.at(out), want.at(out)));
-    }
+    RunOptions ro;
+    ro.extra_outputs = {g.nodes[g.nodes.size() / 3].outputs[0]};
+    expect_naive_results(
+        g, feeds, ro, [](Executor&) {},
+        [&](const Executor&, const Backend& b, const TensorMap& want) {
+          TensorMap once = run_graph(g, feeds, b);
+          for (const std::string& out : g.outputs) CHECK(bitwise_equal(once.at(out), want.at(out)));
+        });
   }
 }
 
@@ -285,20 +301,9 @@ TEST_CASE("contiguous groups: members back to back, never in place, verified; ru
     bad.groups[0].offset += kPlanAlignment;
     CHECK(error_of([&] { verify_plan(bad); }).find("not in its place") != std::string::npos);
     // Runs: bit for bit the naive executor's results, with the groups set on the executor.
-    for (const char* backend : {"reference", "cpu"}) {
-      auto b = make_backend(backend);
-      TensorMap want = naive_run(g, feeds, *b, false, 0);
-      ExecutorOptions eo;
-      eo.poison_arena = true;
-      Executor ex(g, *b, eo);
-      ex.set_contiguous(groups);
-      const TensorMap& got = ex.run(feeds);
-      CHECK(ex.plan().groups.size() == asked.size());
-      for (const auto& [name, t] : got) {
-        CAPTURE(name);
-        CHECK(bitwise_equal(t, want.at(name)));
-      }
-    }
+    expect_naive_results(
+        g, feeds, {}, [&](Executor& ex) { ex.set_contiguous(groups); },
+        [&](const Executor& ex, const Backend&, const TensorMap&) { CHECK(ex.plan().groups.size() == asked.size()); });
   }
 }
 
