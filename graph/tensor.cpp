@@ -1,6 +1,5 @@
 #include "graph/tensor.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -247,51 +246,6 @@ Tensor Tensor::cast(DataType to) const {
   for (int64_t i = 0; i < n; ++i) t.set_from_double(i, get_as_double(i));
   t.layout_ = layout_;  // element by element: storage order unchanged
   return t;
-}
-
-float half_to_float(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      int e = -1;
-      do {
-        ++e;
-        man <<= 1;
-      } while ((man & 0x400u) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | man << 13;
-  } else {
-    bits = sign | (exp + 112) << 23 | man << 13;
-  }
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t float_to_half(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;        // overflow to inf after rounding
-  if (abs < 0x38800000u) {                              // subnormal or zero in half
-    float v = std::bit_cast<float>(abs) * 16777216.0f;  // * 2^24
-    return sign | static_cast<uint16_t>(std::nearbyint(v));
-  }
-  uint32_t mant = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even
-  return sign | static_cast<uint16_t>((mant - 0x38000000u) >> 13);
-}
-
-float bfloat16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-uint16_t float_to_bfloat16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
 }
 
 }  // namespace trainrt

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "graph/float16.h"
+
 namespace trainrt {
 
 // Values match onnx::TensorProto::DataType so conversion is a cast.
@@ -130,11 +132,5 @@ struct BlockedWalk {
 // A Plain deep copy of `t` in any layout, and the reverse (into `to`'s layout).
 Tensor to_plain(const Tensor& t);
 void copy_from_plain(const Tensor& plain, Tensor& to);
-
-// IEEE half and bfloat16 conversions used by Cast and the importer.
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-float bfloat16_to_float(uint16_t b);
-uint16_t float_to_bfloat16(float f);  // round to nearest even
 
 }  // namespace trainrt

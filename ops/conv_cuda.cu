@@ -33,6 +33,14 @@
 // dtype, shapes, resolved window, group, requested outputs and fp32 math; like the context, they
 // live as long as the process.
 //
+// --precision bf16/fp16 (KernelContext::math): as the reference (ops/conv.cpp), the
+// convolution reads copies of x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half
+// and stored as fp32, in the workspace ahead of the call's other scratch; bias, residual
+// and outputs stay fp32. Those copies' products are exact in TF32, so the tensor cores run
+// them whatever --fp32-math says (tf32_allowed), accumulating in fp32 as the reference does.
+// Activations stay fp32 in memory, so this has the reference's numerics at TF32 speed, not
+// bf16's.
+//
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
@@ -242,7 +250,7 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
   const Node& n = ctx.node;
   const Window win = conv_window(n, x, w, yd);
   const int64_t group = n.attr_int("group", 1);
-  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && x.dtype() == DataType::Float32;
+  const bool tf32 = tf32_allowed(ctx) && x.dtype() == DataType::Float32;
   std::string key = dtype_name(x.dtype());
   auto append = [&](const std::vector<int64_t>& v) {
     key += '|';
@@ -265,14 +273,53 @@ struct Carve {
   }
 };
 
+// The inputs a call reads in KernelContext::math, one per input of the node: under
+// bf16/fp16 the fp32 ones of math_rounded_inputs (ops/core/kernel.h) are rounded into
+// copies at the front of the call's workspace (`bytes` of it), the others are the inputs
+// themselves (an empty Tensor where an optional input is omitted).
+struct MathInputs {
+  std::vector<Tensor> t;
+  size_t bytes = 0;
+};
+std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
+  if (ctx.math == MathPrecision::fp32) return {};
+  std::vector<bool> wanted(ctx.outputs.size());
+  for (size_t i = 0; i < wanted.size(); ++i) wanted[i] = ctx.has_output(i);
+  std::vector<size_t> in;
+  for (size_t i : math_rounded_inputs(ctx.node, wanted))
+    if (ctx.has_input(i) && ctx.in(i).dtype() == DataType::Float32) in.push_back(i);
+  return in;
+}
+size_t math_bytes(const KernelContext& ctx) {
+  Carve carve;
+  for (size_t i : rounded_inputs(ctx)) carve.take(ctx.in(i).nbytes());
+  return carve.size;
+}
+MathInputs math_inputs(const KernelContext& ctx) {
+  MathInputs r;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) r.t.push_back(ctx.has_input(i) ? ctx.in(i) : Tensor());
+  const std::vector<size_t> rounded = rounded_inputs(ctx);
+  if (rounded.empty()) return r;
+  r.bytes = math_bytes(ctx);
+  auto* base = static_cast<std::byte*>(workspace(r.bytes));
+  Carve carve;
+  for (size_t i : rounded) {
+    const Tensor& t = ctx.in(i);
+    std::byte* at = base + carve.take(t.nbytes());
+    round_to_math(t.data<float>(), reinterpret_cast<float*>(at), t.numel(), ctx.math, ctx.node);
+    r.t[i] = Tensor(t.dtype(), t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
+  }
+  return r;
+}
+
 // Conv and FusedConv: y = act(conv(x, w) + b) + z.
 void conv_forward(KernelContext& ctx, bool fused) {
-  require_fp32_math(ctx);
   const Node& n = ctx.node;
-  const Tensor& x = ctx.in(0);
-  const Tensor& w = ctx.in(1);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
+  const MathInputs in = math_inputs(ctx);
+  const Tensor& x = in.t[0];
+  const Tensor& w = in.t[1];
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
   const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
   const bool relu = fused && n.attr_string("activation", "") == "Relu";
@@ -280,7 +327,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
   if (x.numel() > 0 && w.numel() > 0) {
     if (fused) {
       const Window win = conv_window(n, x, w, y.dims());
-      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), relu})) return;
+      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), relu, in.bytes})) return;
     }
     plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
     if (plan->use_reference) return run_reference(ctx);
@@ -292,7 +339,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
     if (!plan) {  // no input channels: y is the bias alone
       check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), c.stream), what(n, "cudaMemsetAsync"));
     } else {
-      Carve carve;
+      Carve carve{in.bytes};
       const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
       const size_t xp_at = carve.take(plan->padded ? static_cast<size_t>(padded_count) * sizeof(T) : 0);
       const size_t ws_at = carve.take(plan->cudnn_bytes);
@@ -335,6 +382,7 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   const Tensor& w = ctx.in(1);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
+  const size_t rounded = math_bytes(ctx);
   size_t bytes = 0;
   if (fused) {
     const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
@@ -342,11 +390,11 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
     const Window win = conv_window(n, x, w, y.dims());
     const int64_t g = conv_graph_workspace(
         ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), n.attr_string("activation", "") == "Relu"});
-    if (g > 0) bytes = static_cast<size_t>(g);
+    if (g > 0) bytes = rounded + static_cast<size_t>(g);
   }
   const auto plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
   if (plan->use_reference) return bytes;
-  Carve carve;
+  Carve carve{rounded};
   carve.take(plan->padded ? static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype())
                           : 0);
   carve.take(plan->cudnn_bytes);
@@ -363,7 +411,7 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   const auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx, .filter = dw});
   if (plan->use_reference) return 0;
   const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
-  Carve carve;
+  Carve carve{math_bytes(ctx)};
   carve.take(plan->padded && dw ? padded : 0);
   carve.take(plan->padded && dx ? padded : 0);
   carve.take(plan->cudnn_bytes);
@@ -372,11 +420,9 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
 
 // ConvGrad(dy, x, w) -> (dx, dw, db), each optional.
 void conv_grad(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Node& n = ctx.node;
-  const Tensor& dy = ctx.in(0);
-  const Tensor& x = ctx.in(1);
-  const Tensor& w = ctx.in(2);
+  const Tensor& x0 = ctx.in(1);
+  const Tensor& w0 = ctx.in(2);
   Tensor* dx = ctx.has_output(0) ? &ctx.out(0) : nullptr;
   Tensor* dw = ctx.has_output(1) ? &ctx.out(1) : nullptr;
   Tensor* db = ctx.has_output(2) ? &ctx.out(2) : nullptr;
@@ -384,12 +430,16 @@ void conv_grad(KernelContext& ctx) {
   // x or w empty (C == 0, or H/W == 0 with pads) while dy is not: dx and dw are sums over
   // nothing, but db = sum of dy is not, so zeroing it would differ from the reference.
   // Degenerate, so the host computes it.
-  if (db && dy.numel() > 0 && (x.numel() == 0 || w.numel() == 0)) return run_reference(ctx);
-  if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) {  // sums over nothing: zeros, as the reference
+  if (db && ctx.in(0).numel() > 0 && (x0.numel() == 0 || w0.numel() == 0)) return run_reference(ctx);
+  if (ctx.in(0).numel() == 0 || x0.numel() == 0 || w0.numel() == 0) {  // sums over nothing: zeros, as the reference
     for (Tensor* t : {dx, dw, db})
       if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
     return;
   }
+  const MathInputs in = math_inputs(ctx);
+  const Tensor& dy = in.t[0];
+  const Tensor& x = in.t[1];
+  const Tensor& w = in.t[2];
   auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx != nullptr, .filter = dw != nullptr});
   if (plan->use_reference) return run_reference(ctx);
   dispatch_float(x.dtype(), [&](auto tag) {
@@ -397,7 +447,7 @@ void conv_grad(KernelContext& ctx) {
     const T one = 1, zero = 0;
     const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
     const size_t padded_bytes = static_cast<size_t>(padded_count) * sizeof(T);
-    Carve carve;
+    Carve carve{in.bytes};
     const size_t xp_at = carve.take(plan->padded && dw ? padded_bytes : 0);
     const size_t dxp_at = carve.take(plan->padded && dx ? padded_bytes : 0);
     const size_t ws_at = carve.take(plan->cudnn_bytes);

@@ -360,7 +360,9 @@ cudnnStatus_t launch(const Node& node, const Candidate& c, const ConvGraphArgs& 
   std::vector<void*> ptrs{const_cast<std::byte*>(a.x.raw()), const_cast<std::byte*>(a.w.raw()), a.y.raw()};
   if (a.b) uids.push_back(kB), ptrs.push_back(const_cast<std::byte*>(a.b->raw()));
   if (a.z) uids.push_back(kZ), ptrs.push_back(const_cast<std::byte*>(a.z->raw()));
-  void* ws = c.workspace > 0 ? workspace(static_cast<size_t>(c.workspace)) : nullptr;
+  void* ws = c.workspace > 0 ? static_cast<char*>(workspace(a.workspace_offset + static_cast<size_t>(c.workspace))) +
+                                   a.workspace_offset
+                             : nullptr;
   Builder b;
   cudnnBackendDescriptor_t pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
   b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data(),
@@ -458,11 +460,12 @@ bool graph_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t 
   p.strides = win.strides, p.dilations = win.dilations;
   p.pre = {win.pads[0], win.pads[1]}, p.post = {win.pads[2], win.pads[3]};
   p.bias = a.b != nullptr, p.relu = a.relu, p.residual = a.z != nullptr;
-  p.tf32 = ctx.fp32 == Fp32Math::tf32;
+  p.tf32 = tf32_allowed(ctx);
+  const char* math = p.tf32 ? "tf32" : "strict";
   for (int i = 0; i < 5; ++i) p.align[i] = align[i];
   c.key = "x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" + dims_text(p.strides) + "|p" +
           dims_text(p.pre) + "," + dims_text(p.post) + "|" + (p.bias ? "b" : "") + (p.relu ? "r" : "") +
-          (p.residual ? "z" : "") + "|" + fp32_math_name(ctx.fp32) + "|a";
+          (p.residual ? "z" : "") + "|" + math + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
   c.all = ctx.chooser != nullptr;
   if (c.all) c.key += "|timed";
@@ -471,7 +474,7 @@ bool graph_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t 
   if (p.relu) epilogue += "+relu";
   if (p.residual) epilogue += "+add";
   c.pattern = "FusedConv." + epilogue;
-  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + fp32_math_name(ctx.fp32);
+  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + math;
   return true;
 }
 

@@ -10,8 +10,9 @@
 // chain (ADD b broadcast over N,H,W; RELU_FWD; ADD z), each intermediate virtual, the
 // last writing y. Engines come from the heuristics (mode A, then the fallback list),
 // the first that finalizes within 256 MiB of workspace; non-deterministic engines only
-// when no deterministic one does; never one that down-converts its inputs. With
-// KernelContext::fp32 strict, engines that carry the TENSOR_CORE numerical note (TF32
+// when no deterministic one does; never one that down-converts its inputs. Where TF32
+// is not allowed (cuda_util.h's tf32_allowed: --fp32-math strict on inputs not rounded
+// by --precision bf16/fp16), engines that carry the TENSOR_CORE numerical note (TF32
 // for fp32 data) are left out. The execution plan is cached per problem (dtype, shapes,
 // resolved window, which of b / Relu / z, fp32 math, the pointers' alignments).
 // With KernelContext::chooser set (a run with a timing cache), every engine config that
@@ -45,6 +46,9 @@ struct ConvGraphArgs {
   const Window& win;  // resolved for x (explicit pads)
   int64_t group = 1;
   bool relu = false;
+  // Bytes at the front of the shared workspace the caller uses (x and w rounded under
+  // --precision bf16/fp16); the graph's own workspace follows them.
+  size_t workspace_offset = 0;
 };
 
 // True when y was computed by the graph (queued on the context's stream); false when

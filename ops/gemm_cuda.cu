@@ -135,7 +135,6 @@ size_t gemm_workspace(const KernelContext& ctx) {
 }
 
 void gemm(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Node& node = ctx.node;
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);

@@ -161,7 +161,6 @@ void dispatch_maxpool(DataType t, F&& f) {
 }
 
 void maxpool(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
@@ -177,7 +176,6 @@ void maxpool(KernelContext& ctx) {
 }
 
 void averagepool(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
@@ -193,7 +191,6 @@ void averagepool(KernelContext& ctx) {
 
 // MaxPoolGrad(dY, X) -> dX: argmax of every window into the workspace, then a gather per dX element.
 void maxpool_grad(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
   Tensor& dx = ctx.out(0);
@@ -212,7 +209,6 @@ void maxpool_grad(KernelContext& ctx) {
 }
 
 void averagepool_grad(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
   Tensor& dx = ctx.out(0);
@@ -252,7 +248,6 @@ __global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t plan
 unsigned plane_blocks(int64_t planes) { return static_cast<unsigned>(std::min<int64_t>(planes, 65535)); }
 
 void global_averagepool(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   const int64_t planes = x.dims()[0] * x.dims()[1];
@@ -267,7 +262,6 @@ void global_averagepool(KernelContext& ctx) {
 }
 
 void global_averagepool_grad(KernelContext& ctx) {
-  require_fp32_math(ctx);
   const Tensor& dy = ctx.in(0);
   Tensor& dx = ctx.out(0);
   const int64_t planes = dx.dims()[0] * dx.dims()[1];

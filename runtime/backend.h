@@ -43,7 +43,8 @@ class Backend {
   NodeLayouts layouts(const Graph& g, const Node& n) const;
   // Throws Unsupported (naming why) when this backend cannot run the convolutions in
   // `m` arithmetic at a useful speed: the cpu backend needs AVX-512 BF16 for bf16 (fp16
-  // it emulates: rounded copies, no speed-up); the reference backend takes everything.
+  // it emulates: rounded copies, no speed-up); the reference and cuda backends take
+  // everything (cuda: rounded copies on TF32 tensor cores, ops/conv_cuda.cu).
   virtual void check_math(MathPrecision m) const { (void)m; }
   // Runs two independent kernel calls (a pair of the plan, Plan::runs_with_next) at the
   // same time where this backend can: the cpu backend runs them on two oneTBB threads

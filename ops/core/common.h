@@ -16,9 +16,6 @@
 
 namespace trainrt {
 
-// `v` rounded to the nearest bfloat16 or IEEE half (ties to even; half overflows to
-// Inf), as a kernel in MathPrecision `m` reads it; fp32 returns `v`.
-float round_to_math(float v, MathPrecision m);
 // `t` (fp32, row-major) with every element rounded by round_to_math, still stored as
 // fp32. Other dtypes, or MathPrecision::fp32, return `t` itself (shared, no copy).
 Tensor math_input(const Tensor& t, MathPrecision m);

@@ -120,10 +120,16 @@ bool is_device_memory(const void* p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
-void require_fp32_math(const KernelContext& ctx) {
-  if (ctx.math != MathPrecision::fp32)
-    throw_unsupported(ctx.node.op_type + " '" + ctx.node.name + "'",
-                      std::string("the cuda kernel runs fp32 arithmetic only, not ") + math_precision_name(ctx.math));
+namespace {
+__global__ void round_kernel(const float* from, float* to, int64_t n, MathPrecision m) {
+  TRAINRT_GRID_STRIDE(i, n) { to[i] = round_to_math(from[i], m); }
+}
+}  // namespace
+
+void round_to_math(const float* from, float* to, int64_t n, MathPrecision m, const Node& node) {
+  if (n == 0) return;
+  round_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(from, to, n, m);
+  check_launch(node, "round_kernel");
 }
 
 }  // namespace trainrt::cuda

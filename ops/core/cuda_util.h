@@ -78,9 +78,17 @@ void run_reference(KernelContext& ctx);
 // Whether `p` points into device memory (cudaMalloc); false for host memory and for a
 // pointer CUDA does not know (the error is cleared).
 bool is_device_memory(const void* p);
-// Kernels that honour KernelContext::math call this first: cuda runs fp32 arithmetic
-// only, so a bf16/fp16 request is Unsupported rather than silently computed in fp32.
-void require_fp32_math(const KernelContext& ctx);
+// Under --precision bf16/fp16 (KernelContext::math) the convolution kernels read copies of
+// their fp32 inputs rounded by round_to_math (ops/core/kernel.h: the reference's own
+// rounding, compiled for the device), still stored as fp32. to[i] = round_to_math(from[i])
+// for n floats, queued on the context's stream.
+void round_to_math(const float* from, float* to, int64_t n, MathPrecision m, const Node& node);
+// Whether a convolution of this call may run TF32 tensor-core math: with --fp32-math tf32,
+// and always on rounded bf16/fp16 inputs, whose 8- or 11-bit significands TF32 holds
+// exactly (the products are then the reference's, accumulated in fp32 either way).
+inline bool tf32_allowed(const KernelContext& ctx) {
+  return ctx.fp32 == Fp32Math::tf32 || ctx.math != MathPrecision::fp32;
+}
 
 // f(float{}) or f(double{}) and true; false (nothing called) for other dtypes, which the
 // caller sends to run_reference. (ops/core/common.h's dispatch_float throws instead.)

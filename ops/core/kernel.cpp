@@ -19,16 +19,6 @@ const char* math_precision_name(MathPrecision m) {
   }
 }
 
-float round_to_math(float v, MathPrecision m) {
-  switch (m) {
-    case MathPrecision::bf16:
-      return bfloat16_to_float(float_to_bfloat16(v));
-    case MathPrecision::fp16:
-      return half_to_float(float_to_half(v));
-    default:
-      return v;
-  }
-}
 const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::winograd ? "winograd" : "direct"; }
 
 const char* fp32_math_name(Fp32Math m) { return m == Fp32Math::tf32 ? "tf32" : "strict"; }

@@ -40,6 +40,22 @@ namespace trainrt {
 enum class MathPrecision : uint8_t { fp32, bf16, fp16 };
 const char* math_precision_name(MathPrecision m);
 
+// `v` as a kernel in MathPrecision `m` reads it: rounded to the nearest bfloat16 or IEEE
+// half (ties to even; half overflows to Inf), still a float; fp32 returns `v`. The one
+// rounding of the reference, cpu and cuda kernels (graph/float16.h, host and device).
+TRAINRT_HOST_DEVICE inline float round_to_math(float v, MathPrecision m) {
+  if (m == MathPrecision::bf16) return bfloat16_to_float(float_to_bfloat16(v));
+  if (m == MathPrecision::fp16) return half_to_float(float_to_half(v));
+  return v;
+}
+// The inputs of node `n` its kernels read rounded by round_to_math under bf16/fp16, when
+// `wanted[i]` says whether output i is computed: Conv and FusedConv x and w (never the
+// bias or the residual); ConvGrad dY, X when dW is wanted and W when dX is (X and W are
+// read for nothing else); no input of any other op. Defined with the convolutions
+// (ops/conv.cpp); the cuda kernels round exactly these (ops/conv_cuda.cu), and
+// tests/ops/test_math_precision.cpp checks it against the reference's results.
+std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted);
+
 // The algorithm of fp32 3x3 stride-1 convolutions on the cpu backend. winograd:
 // oneDNN's Winograd F(4x4, 3x3) (forward, backward data and weights) where it has an
 // implementation for the shape, direct elsewhere; it does ~4x fewer multiplications
@@ -47,12 +63,6 @@ const char* math_precision_name(MathPrecision m);
 // reference backend always runs the direct sum; bf16 arithmetic is always direct.
 enum class ConvAlgorithm : uint8_t { direct, winograd };
 const char* conv_algorithm_name(ConvAlgorithm a);
-
-#ifdef __CUDACC__
-#define TRAINRT_HOST_DEVICE __host__ __device__
-#else
-#define TRAINRT_HOST_DEVICE
-#endif
 
 // KernelContext::seed of the node at graph index `node` in a run with seed `run_seed`:
 // any order of the nodes gives the same masks. Device kernels derive it from the run's

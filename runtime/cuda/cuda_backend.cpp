@@ -140,12 +140,6 @@ class CudaBackend : public Backend {
   // On the stream, into device memory the executor copies out before the step's synchronisation.
   void flag_non_finite(const Tensor& t, uint64_t* flag) const override { cuda::flag_non_finite(t, flag); }
 
-  void check_math(MathPrecision m) const override {
-    if (m != MathPrecision::fp32)
-      throw_unsupported(std::string("--precision ") + math_precision_name(m),
-                        "the cuda backend runs fp32 arithmetic only in this version");
-  }
-
  private:
   cudaStream_t stream(Stream s) const {
     return s == Stream::copy ? copy_stream_ : s == Stream::comm ? comm_stream_ : cuda::context().stream;

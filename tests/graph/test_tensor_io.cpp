@@ -444,3 +444,47 @@ TEST_CASE("16-bit floats in tensors: set_from_double / get_as_double / cast use 
   CHECK(bf.data<uint16_t>()[0] == 0x3f80);
   CHECK(bf.data<uint16_t>()[1] == 0x7f80);
 }
+
+// Every finite half and bfloat16 against values computed from their fields, and the
+// rounding of every midpoint between neighbours (ties to even) and of the floats just
+// beside it. These conversions (graph/float16.h) are compiled for the device too: the
+// cuda kernels round --precision bf16/fp16 inputs with the same code.
+TEST_CASE("half and bfloat16: every value, every midpoint between neighbours") {
+  auto half_value = [](uint32_t h) {  // from the fields, not from the bit layout of float
+    const int e = static_cast<int>(h >> 10), m = static_cast<int>(h & 0x3ff);
+    return e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(static_cast<float>(1024 + m), e - 25);
+  };
+  auto bf16_value = [](uint32_t b) {
+    const int e = static_cast<int>(b >> 7), m = static_cast<int>(b & 0x7f);
+    return e == 0 ? std::ldexp(static_cast<float>(m), -133) : std::ldexp(static_cast<float>(128 + m), e - 134);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  size_t wrong = 0;
+  for (uint32_t h = 0; h <= 0x7bff; ++h) {
+    const float v = half_value(h);
+    const auto hb = static_cast<uint16_t>(h);
+    wrong += half_to_float(hb) != v || float_to_half(v) != hb || float_to_half(-v) != (hb | 0x8000);
+    const float next = h < 0x7bff ? half_value(h + 1) : 65536.f;  // past the largest half: Inf
+    const uint16_t up = h < 0x7bff ? static_cast<uint16_t>(h + 1) : 0x7c00;
+    const float mid = v + (next - v) / 2;  // exact: 12 significant bits
+    wrong += float_to_half(mid) != ((h & 1) ? up : hb);
+    wrong += float_to_half(std::nextafter(mid, 0.f)) != hb || float_to_half(std::nextafter(mid, inf)) != up;
+  }
+  CHECK(wrong == 0);
+  wrong = 0;
+  for (uint32_t b = 0; b <= 0x7f7f; ++b) {
+    const float v = bf16_value(b);
+    const auto bb = static_cast<uint16_t>(b);
+    wrong += bfloat16_to_float(bb) != v || float_to_bfloat16(v) != bb || float_to_bfloat16(-v) != (bb | 0x8000);
+    const float next = b < 0x7f7f ? bf16_value(b + 1) : 0.f;
+    if (b == 0x7f7f) continue;             // the midpoint above the largest bf16 is 2^128: not a float
+    const float mid = v + (next - v) / 2;  // exact, and no overflow at the top
+    const auto up = static_cast<uint16_t>(b + 1);
+    wrong += float_to_bfloat16(mid) != ((b & 1) ? up : bb);
+    wrong += float_to_bfloat16(std::nextafter(mid, 0.f)) != bb || float_to_bfloat16(std::nextafter(mid, inf)) != up;
+  }
+  CHECK(wrong == 0);
+  CHECK(float_to_bfloat16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds past the largest: Inf
+  CHECK(std::isnan(bfloat16_to_float(float_to_bfloat16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(half_to_float(float_to_half(std::numeric_limits<float>::quiet_NaN()))));
+}

@@ -18,6 +18,7 @@
 //   so its difference from fp32 must exceed only 2x the fp32 bound.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/core/dnnl_util.h"
@@ -193,4 +194,79 @@ TEST_CASE("fp16 math: both backends round the inputs to half precision: ties to 
     CHECK(y.at("Y").data<float>()[0] == 1.0f);
     CHECK(std::isinf(y.at("Y").data<float>()[1]));
   }
+}
+
+// math_rounded_inputs (ops/core/kernel.h) is the contract the cuda kernels round by
+// (ops/conv_cuda.cu, not run here). The reference is its oracle: in bf16/fp16 it must
+// equal, bit for bit, its fp32 run on inputs pre-rounded at exactly the listed
+// positions; leaving out any listed input, or also rounding an unlisted input that the
+// kernel reads (bias, residual), must change the result.
+TEST_CASE("bf16/fp16 math: math_rounded_inputs names exactly the inputs the reference rounds") {
+  auto rounded = [](const Tensor& t, MathPrecision m) {
+    Tensor r = t.clone();
+    for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = round_to_math(r.data<float>()[i], m);
+    return r;
+  };
+  auto check = [&](const Node& n, const TensorMap& feeds, const std::vector<size_t>& read, MathPrecision m) {
+    CAPTURE(n.op_type);
+    CAPTURE(math_precision_name(m));
+    std::vector<bool> wanted;
+    for (const std::string& o : n.outputs) wanted.push_back(!o.empty());
+    const std::vector<size_t> listed = math_rounded_inputs(n, wanted);
+    auto with_rounded = [&](const std::vector<size_t>& which) {
+      TensorMap f = feeds;
+      for (size_t i : which) f[n.inputs[i]] = rounded(feeds.at(n.inputs[i]), m);
+      return run(n, f, "reference", MathPrecision::fp32);
+    };
+    auto same = [](const TensorMap& a, const TensorMap& b) {
+      for (const auto& [name, t] : a)
+        if (max_abs_diff(t, b.at(name)) != 0) return false;
+      return true;
+    };
+    const TensorMap want = run(n, feeds, "reference", m);
+    CHECK(same(with_rounded(listed), want));
+    for (size_t i = 0; i < listed.size(); ++i) {
+      std::vector<size_t> fewer = listed;
+      fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(i));
+      CAPTURE(listed[i]);
+      CHECK_FALSE(same(with_rounded(fewer), want));
+    }
+    for (size_t j : read)
+      if (std::find(listed.begin(), listed.end(), j) == listed.end()) {
+        std::vector<size_t> more = listed;
+        more.push_back(j);
+        CAPTURE(j);
+        CHECK_FALSE(same(with_rounded(more), want));
+      }
+  };
+  Node conv = conv_node(3, 1, 1, true);
+  Node fused = conv_node(3, 1, 1, true, kTrainrtDomain, "FusedConv");
+  fused.inputs.push_back("Z");
+  fused.attrs["activation"] = Attribute::of_string("Relu");
+  Node grad = conv_node(3, 1, 1, false, kTrainrtDomain, "ConvGrad");
+  grad.inputs = {"dY", "X", "W"};
+  const TensorMap feeds{{"X", random_tensor(DataType::Float32, {2, 4, 6, 6}, 31, -1, 1)},
+                        {"W", weights({5, 4, 3, 3}, 32)},
+                        {"B", random_tensor(DataType::Float32, {5}, 33, -0.5, 0.5)},
+                        {"Z", random_tensor(DataType::Float32, {2, 5, 6, 6}, 34, -1, 1)},
+                        {"dY", random_tensor(DataType::Float32, {2, 5, 6, 6}, 35, -1, 1)}};
+  auto only = [](const TensorMap& f, std::vector<std::string> names) {
+    TensorMap r;
+    for (const std::string& s : names) r[s] = f.at(s);
+    return r;
+  };
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    check(conv, only(feeds, {"X", "W", "B"}), {0, 1, 2}, m);
+    check(fused, only(feeds, {"X", "W", "B", "Z"}), {0, 1, 2, 3}, m);
+    // Each set of requested gradients: the inputs read for them.
+    for (const auto& [outs, read] :
+         std::vector<std::pair<std::vector<std::string>, std::vector<size_t>>>{{{"dX", "dW", "dB"}, {0, 1, 2}},
+                                                                               {{"dX", "", ""}, {0, 2}},
+                                                                               {{"", "dW", ""}, {0, 1}},
+                                                                               {{"", "", "dB"}, {0}}}) {
+      grad.outputs = outs;
+      check(grad, only(feeds, {"dY", "X", "W"}), read, m);
+    }
+  }
+  CHECK(math_rounded_inputs(make_node("Gemm", {"A", "B"}, {"Y"}), {true}).empty());
 }
