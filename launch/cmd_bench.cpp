@@ -50,7 +50,9 @@ const CommandSpec kSpec{
      {"timing-cache", "", "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
      {"fp32-math", "tf32",
       "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
-     {"precision", "fp32", "fp32, or bf16: convolutions read bf16 copies, accumulate in fp32 (needs AVX-512 BF16)"},
+     {"precision", "fp32",
+      "fp32, bf16 or fp16: convolutions read bf16 / half copies, accumulate in fp32 (bf16 on --device cpu needs "
+      "AVX-512 BF16; fp16 adds dynamic loss scaling, emulated on cpu)"},
      {"conv-algorithm", "winograd",
       "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
      {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
@@ -89,8 +91,10 @@ BenchConfig bench_config(const Args& a) {
   c.backend = backend_for_device(a);
   c.timing_cache = timing_cache_for_device(a, c.path);
   c.fp32_math = fp32_math_for_device(a, Fp32Math::tf32);
-  c.precision = a.one_of("precision", {"fp32", "bf16"});
-  c.math = c.precision == "bf16" ? MathPrecision::bf16 : MathPrecision::fp32;
+  c.precision = a.one_of("precision", {"fp32", "bf16", "fp16"});
+  c.math = c.precision == "bf16"   ? MathPrecision::bf16
+           : c.precision == "fp16" ? MathPrecision::fp16
+                                   : MathPrecision::fp32;
   c.conv = a.one_of("conv-algorithm", {"direct", "winograd"}) == "winograd" ? ConvAlgorithm::winograd
                                                                             : ConvAlgorithm::direct;
   c.optimizer = a.one_of("optimizer", {"sgd"});
@@ -276,10 +280,12 @@ int cmd_bench(const Argv& argv) {
   TrainingOptions topts;
   topts.optimizer = c.optimizer;
   topts.momentum = 0.9f;
+  if (c.math == MathPrecision::fp16) topts.loss_scale_name = "loss_scale";  // as train: fp16 steps are loss-scaled
   TrainingGraph t = build_training_graph(forward, topts);
   const TensorMap feeds = random_batch(io, t.labels, c.seed);
   TensorMap typed = feeds;
   typed[t.lr] = Tensor(DataType::Float32, {});
+  if (!t.loss_scale.empty()) typed[t.loss_scale] = Tensor(DataType::Float32, {});
   const double flops = step_flops(specialize(t.graph, typed));
 
   set_default_fp32_math(c.fp32_math);

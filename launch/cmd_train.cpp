@@ -308,9 +308,9 @@ void TrainRun::print_start() const {
       c_.precision.c_str());
   if (c_.math == MathPrecision::fp16)
     std::printf(
-        "fp16: convolution inputs rounded to half precision (emulated on the %s backend, no speed-up), "
-        "dynamic loss scaling from %g\n",
-        c_.backend.c_str(), static_cast<double>(session_->loss_scale()));
+        "fp16: convolution inputs rounded to half precision (%s), dynamic loss scaling from %g\n",
+        c_.backend == "cuda" ? "rounded copies on TF32 tensor cores" : "emulated on the cpu backend, no speed-up",
+        static_cast<double>(session_->loss_scale()));
   if (!c_.resume.empty())
     std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", c_.resume.c_str(),
                 static_cast<long long>(st_.epoch + 1), static_cast<long long>(st_.step_in_epoch),

@@ -35,7 +35,9 @@ constexpr const char* kManual =
     "--precision fp16 rounds the convolutions' inputs to IEEE half instead, with dynamic loss\n"
     "scaling (steps whose gradients overflow are skipped); the cpu backend emulates it (no\n"
     "speed-up), to check a GPU run's numerics on a CPU. The loss scaler's state is in the\n"
-    "checkpoint, so an fp16 run resumes only as fp16.\n\n"
+    "checkpoint, so an fp16 run resumes only as fp16. With --device cuda both round the\n"
+    "convolutions' inputs into fp32 copies (the same rounding) and run them on TF32 tensor\n"
+    "cores, which hold those values exactly: the cpu's numerics, at TF32 speed.\n\n"
     "Several ranks (srun, mpirun, or RANK/WORLD_SIZE) train data-parallel: --batch-size is the\n"
     "global batch, each rank takes batch-size/ranks images of its own shard of every epoch\n"
     "(DistributedSampler), the gradients are averaged in buckets while the backward pass runs,\n"
@@ -88,8 +90,8 @@ const CommandSpec kSpec{
          {"patience", "2", "early stopping: number of epochs at or above the target"},
          {"freeze", "", "comma-separated initializers that stay fixed (not trained)"},
          {"precision", "fp32",
-          "fp32; bf16: mixed precision, convolutions in bf16 (AVX-512 BF16); fp16: with loss scaling (emulated on "
-          "cpu)"},
+          "fp32; bf16: mixed precision, convolutions in bf16 (cpu: AVX-512 BF16); fp16: with loss scaling "
+          "(emulated on cpu)"},
          {"conv-algorithm", "winograd",
           "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
          {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU bundle's entry point (packed as run.sh by tools/gpu_bundle.sh).
 #
-#   ./run.sh                     selftest --device cuda, then the seed's Wide ResNet
+#   ./run.sh                     selftest --device cuda (fp32, bf16, fp16), then the seed's Wide ResNet
 #                                (CIFAR-100 shape) benchmarked at batch 32, 128, 1024
 #   ./run.sh trainrt ARGS...     any trainrt command through the bundle's loader
 #   ./run.sh libs                where each CUDA library was found
@@ -89,13 +89,20 @@ if grep -q "no usable GPU" "$results/selftest.log"; then
   echo "run.sh: no usable GPU on this node: nothing to benchmark" >&2
   exit 2
 fi
+for prec in bf16 fp16; do  # node by node against the reference's rounding
+  echo "== selftest --device cuda --precision $prec"
+  run_trainrt selftest --device cuda --precision "$prec" 2>&1 | tee "$results/selftest_$prec.log"
+  rc=${PIPESTATUS[0]}
+  echo "selftest --precision $prec exit $rc"
+  [ "$rc" -eq 0 ] || selftest=$rc
+done
 
 model="$results/wrn_cifar100.onnx"
 [ -f "$model" ] || run_trainrt model wrn --dataset cifar100 -o "$model" >/dev/null || exit 1
 echo "== bench --device cuda"
 printf '%-6s %-5s %10s %10s %s\n' batch prec images/s ms/step "GPU memory used (nvidia-smi, peak)" | tee "$results/summary.txt"
 for batch in ${BENCH_BATCHES:-32 128 1024}; do
-  for prec in fp32 bf16; do  # the precisions `trainrt bench --precision` takes
+  for prec in fp32 bf16 fp16; do  # the precisions `trainrt bench --precision` takes
     log="$results/bench_b${batch}_${prec}.log"
     run_trainrt bench "$model" --device cuda --batch "$batch" --precision "$prec" --steps "${BENCH_STEPS:-20}" \
       >"$log" 2>&1 &

@@ -143,6 +143,14 @@ else
   expect_error 2 "--precision bf16: this CPU has no AVX-512 BF16" -- "$trainrt" bench "$model" --batch 2 --precision bf16
 fi
 
+# --precision fp16 (emulated on every CPU) runs loss-scaled steps, as train does.
+"$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --precision fp16 >"$tmp/fp16" 2>&1 ||
+  fail "bench --precision fp16: $(tail -3 "$tmp/fp16")"
+grep -q "^setup: backend cpu, threads [0-9]*, precision fp16," "$tmp/fp16" || fail "bench fp16 setup line: $(cat "$tmp/fp16")"
+$py -c 'import math, re, sys
+first, last = map(float, re.search(r"^loss: ([0-9.]+) \(first step\) -> ([0-9.]+)", open(sys.argv[1]).read(), re.M).groups())
+sys.exit(0 if abs(first - math.log(10)) < 1.5 and math.isfinite(last) else 1)' "$tmp/fp16" || fail "bench fp16 loss: $(cat "$tmp/fp16")"
+
 # Winograd is the default; --conv-algorithm direct runs the direct convolutions and says so.
 "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --conv-algorithm direct >"$tmp/direct" 2>&1 ||
   fail "bench --conv-algorithm direct: $(tail -3 "$tmp/direct")"
@@ -155,7 +163,7 @@ expect_error 2 "batch" -- "$trainrt" bench "$model" --batch many
 expect_error 2 "--steps: must be >= 1" -- "$trainrt" bench "$model" --batch 2 --steps 0
 expect_error 2 "--warmup: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --warmup -1
 expect_error 2 "--threads: must be >= 0" -- "$trainrt" bench "$model" --batch 2 --threads -3
-expect_error 2 "--precision: expected one of fp32, bf16, got 'fp16'" -- "$trainrt" bench "$model" --batch 2 --precision fp16
+expect_error 2 "--precision: expected one of fp32, bf16, fp16, got 'fp8'" -- "$trainrt" bench "$model" --batch 2 --precision fp8
 expect_error 2 "--conv-algorithm: expected one of direct, winograd, got 'fft'" -- "$trainrt" bench "$model" --batch 2 --conv-algorithm fft
 expect_error 2 "--backend gpu: expected cpu or reference" -- "$trainrt" bench "$model" --batch 2 --backend gpu
 expect_error 2 "--optimizer: expected one of sgd" -- "$trainrt" bench "$model" --batch 2 --optimizer adam

@@ -18,6 +18,22 @@ done
 n=$(grep -F "training step 1 (every node)" "$tmp/out" | awk '{print $6}')
 [ "${n:-0}" -gt 200 ] || fail "selftest compared only ${n:-0} values of the training step"
 
+# bf16/fp16: every node of the forward pass and of the training step rerun alone on the
+# reference on the device's own inputs (whole runs drift apart by rounding-boundary flips).
+# fp16 is emulated on every CPU; bf16 runs where the CPU has AVX-512 BF16, else refused.
+precisions=fp16
+if grep -q avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then precisions="fp16 bf16"; else
+  expect_error 2 "AVX-512 BF16" -- "$trainrt" selftest --device cpu --precision bf16
+fi
+for p in $precisions; do
+  "$trainrt" selftest --device cpu --precision "$p" >"$tmp/out" 2>"$tmp/err" || fail "selftest --precision $p exited $?: $(cat "$tmp/err")"
+  grep -q "^selftest passed" "$tmp/out" || fail "selftest --precision $p: no 'selftest passed': $(cat "$tmp/out")"
+  n=$(grep -F "training step 1 (node by node)" "$tmp/out" | grep " ok$" | awk '{print $7}')
+  [ "${n:-0}" -gt 200 ] || fail "selftest --precision $p compared ${n:-0} values of the training step: $(cat "$tmp/out")"
+  grep -q "^  precision $p " "$tmp/out" || fail "selftest --precision $p does not say its precision: $(cat "$tmp/out")"
+done
+expect_error 2 "--precision" -- "$trainrt" selftest --precision fp8
+
 expect_error 1 "selftest --device cpu: node '.*' (Conv) output .*relative error .*(tolerance 1e-12)" -- \
   "$trainrt" selftest --device cpu --tolerance 1e-12
 grep -q "^selftest FAILED: node " "$tmp/out" || fail "a failing selftest does not say FAILED on stdout: $(cat "$tmp/out")"
