@@ -7,8 +7,12 @@
 //
 // cuDNN calls: cudnnConvolutionForward, cudnnConvolutionBackwardData and
 // cudnnConvolutionBackwardFilter with algorithms from the cudnnGet*Algorithm_v7
-// heuristics (nothing is timed: no allocation, no synchronisation), and
-// cudnnConvolutionBackwardBias for db. Math type by KernelContext::fp32: tf32 (the
+// heuristics, and cudnnConvolutionBackwardBias for db. Without a chooser each pass runs
+// the heuristics' first acceptable algorithm (nothing timed, no synchronisation). With
+// one (KernelContext::chooser: a run with a timing cache) every acceptable algorithm is
+// a candidate: the first call outside a CUDA graph capture takes the cache's choice or
+// times each on its own buffers with cudaEvents, and every later call runs the fastest;
+// the workspace rule then reserves the most any candidate needs. Math type by KernelContext::fp32: tf32 (the
 // CLI's default on --device cuda, as PyTorch's for cuDNN) sets CUDNN_DEFAULT_MATH, which
 // lets Ampere and later GPUs use TF32 tensor cores (fp32 inputs rounded to 10-bit
 // mantissas, fp32 accumulation); strict sets CUDNN_FMA_MATH, the reference's
@@ -45,9 +49,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -126,6 +132,20 @@ struct Want {
   bool forward = false, data = false, filter = false;
 };
 
+// The algorithms a pass may run, best first by the heuristics; [0] is the one run
+// unless a timing chose another (Choice).
+template <typename Algo>
+struct Algos {
+  std::vector<Algo> algo;
+  std::vector<std::string> tags;  // "algo 1", ...: the timing cache's engine names
+};
+
+// The algorithm a chooser picked for each pass (-1: none yet), set on the plan's first
+// timed call and read by every later call.
+struct Choice {
+  std::atomic<int> pass[3] = {-1, -1, -1};  // forward, data, filter
+};
+
 struct ConvPlan {
   bool use_reference = false;
   bool padded = false;  // x goes through a zero-padded hp x wp copy, convolved unpadded
@@ -133,29 +153,50 @@ struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;  // x: also dx (padded dims if padded)
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnConvolutionFwdAlgo_t forward{};
-  cudnnConvolutionBwdDataAlgo_t data{};
-  cudnnConvolutionBwdFilterAlgo_t filter{};
-  size_t cudnn_bytes = 0;  // workspace of the largest chosen algorithm
+  Algos<cudnnConvolutionFwdAlgo_t> forward;
+  Algos<cudnnConvolutionBwdDataAlgo_t> data;
+  Algos<cudnnConvolutionBwdFilterAlgo_t> filter;
+  size_t cudnn_bytes = 0;  // the most any algorithm the plan may run needs
+  std::string key;         // the problem: the plan cache's and the timing cache's key
+  std::string precision;   // of the timing cache's key: "tf32", "fp32" or "fp64"
+  std::shared_ptr<Choice> choice = std::make_shared<Choice>();
 };
+
+// A plan that sends its calls to the host reference kernel.
+ConvPlan reference_plan() {
+  ConvPlan p;
+  p.use_reference = true;
+  return p;
+}
 
 bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
 
-// The first heuristic result within the workspace cap whose math the plan allows (FMA;
-// with TF32 also the default math, never a down-conversion to fp16), preferring
-// deterministic ones: a resumed run repeats the straight one bit for bit only if every
-// kernel does (cuDNN's atomics-based backward algorithms do not). A non-deterministic
-// one is taken only when nothing else qualifies.
-template <typename Perf, typename Algo>
-bool pick(const std::vector<Perf>& perf, int returned, bool tf32, Algo* algo) {
+// The heuristic results within the workspace cap whose math the plan allows (FMA; with
+// TF32 also the default math, never a down-conversion to fp16), the deterministic ones
+// only where there are any: a resumed run repeats the straight one bit for bit only if
+// every kernel does (cuDNN's atomics-based backward algorithms do not). All of them with
+// `timed` (a chooser times them on the first call), else the first. `bytes(algo)` is its
+// workspace, or nullopt when cuDNN will not say (left out).
+template <typename Perf, typename Algo, typename Bytes>
+bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool timed, Bytes&& bytes, Algos<Algo>& out,
+                size_t* most) {
   auto allowed = [&](cudnnMathType_t m) { return m == CUDNN_FMA_MATH || (tf32 && m == CUDNN_DEFAULT_MATH); };
-  for (bool need_deterministic : {true, false})
-    for (int i = 0; i < returned; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && allowed(perf[i].mathType) && perf[i].memory <= kMaxCudnnWorkspace &&
-          (!need_deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
-        *algo = perf[i].algo;
-        return true;
-      }
+  for (bool need_deterministic : {true, false}) {
+    for (int i = 0; i < returned; ++i) {
+      const Perf& r = perf[static_cast<size_t>(i)];
+      if (r.status != CUDNN_STATUS_SUCCESS || !allowed(r.mathType) || r.memory > kMaxCudnnWorkspace ||
+          (need_deterministic && r.determinism != CUDNN_DETERMINISTIC))
+        continue;
+      if (std::find(out.algo.begin(), out.algo.end(), r.algo) != out.algo.end()) continue;  // listed per math type
+      const std::optional<size_t> b = bytes(r.algo);
+      if (!b) continue;
+      out.algo.push_back(r.algo);
+      out.tags.push_back("algo " + std::to_string(static_cast<int>(r.algo)));
+      *most = std::max(*most, *b);
+      if (!timed) return true;
+    }
+    if (!out.algo.empty()) return true;
+  }
   return false;
 }
 
@@ -163,14 +204,16 @@ bool pick(const std::vector<Perf>& perf, int returned, bool tf32, Algo* algo) {
 // cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
 ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
                         const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, DataType t, Want want,
-                        bool tf32) {
+                        bool tf32, bool timed, const std::string& key) {
   ConvPlan p;
+  p.key = key;
+  p.precision = t == DataType::Float64 ? "fp64" : tf32 ? "tf32" : "fp32";
   const int64_t pb = win.pads[2], pr = win.pads[3];  // end pads (bottom, right)
   p.top = win.pads[0], p.left = win.pads[1];
   p.hp = xd[2] + p.top + pb, p.wp = xd[3] + p.left + pr;
   for (int64_t v : {element_count(xd), element_count(wd), element_count(yd), xd[0] * xd[1] * p.hp * p.wp,
                     win.strides[0], win.strides[1], win.dilations[0], win.dilations[1], group})
-    if (v > INT_MAX) return ConvPlan{.use_reference = true};
+    if (v > INT_MAX) return reference_plan();
   auto i = [](int64_t v) { return static_cast<int>(v); };
 
   Context& c = context();
@@ -184,7 +227,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   if (!ok(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(wd[0]), i(wd[1]), i(wd[2]), i(wd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, i(yd[1]), 1, 1)))
-    return ConvPlan{.use_reference = true};
+    return reference_plan();
   // x (h x w planes) convolved with pads (ph, pw) on both sides: does cuDNN give y's size?
   auto geometry_fits = [&](int64_t ph, int64_t pw, int64_t h, int64_t w) {
     int n = 0, m = 0, ho = 0, wo = 0;
@@ -199,40 +242,49 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   };
   if (!geometry_fits(p.top, p.left, xd[2], xd[3])) {
     p.padded = true;
-    if (!geometry_fits(0, 0, p.hp, p.wp)) return ConvPlan{.use_reference = true};
+    if (!geometry_fits(0, 0, p.hp, p.wp)) return reference_plan();
   }
 
   const std::string heuristics = what(n, "cuDNN convolution heuristics");
-  size_t bytes = 0;
   int count = 0, returned = 0;
   if (want.forward) {
     check(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &count), heuristics);
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(count));
+    auto bytes = [&](cudnnConvolutionFwdAlgo_t a) -> std::optional<size_t> {
+      size_t b = 0;
+      if (!ok(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x, p.w, p.conv, p.y, a, &b))) return std::nullopt;
+      return b;
+    };
     if (!ok(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x, p.w, p.conv, p.y, count, &returned, perf.data())) ||
-        !pick(perf, returned, tf32, &p.forward) ||
-        !ok(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x, p.w, p.conv, p.y, p.forward, &bytes)))
-      return ConvPlan{.use_reference = true};
-    p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
+        !candidates(perf, returned, tf32, timed, bytes, p.forward, &p.cudnn_bytes))
+      return reference_plan();
   }
   if (want.data) {
     check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.cudnn, &count), heuristics);
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(count));
+    auto bytes = [&](cudnnConvolutionBwdDataAlgo_t a) -> std::optional<size_t> {
+      size_t b = 0;
+      if (!ok(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, p.w, p.y, p.conv, p.x, a, &b))) return std::nullopt;
+      return b;
+    };
     if (!ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w, p.y, p.conv, p.x, count, &returned,
                                                         perf.data())) ||
-        !pick(perf, returned, tf32, &p.data) ||
-        !ok(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, p.w, p.y, p.conv, p.x, p.data, &bytes)))
-      return ConvPlan{.use_reference = true};
-    p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
+        !candidates(perf, returned, tf32, timed, bytes, p.data, &p.cudnn_bytes))
+      return reference_plan();
   }
   if (want.filter) {
     check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.cudnn, &count), heuristics);
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(count));
+    auto bytes = [&](cudnnConvolutionBwdFilterAlgo_t a) -> std::optional<size_t> {
+      size_t b = 0;
+      if (!ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, p.x, p.y, p.conv, p.w, a, &b)))
+        return std::nullopt;
+      return b;
+    };
     if (!ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x, p.y, p.conv, p.w, count, &returned,
                                                           perf.data())) ||
-        !pick(perf, returned, tf32, &p.filter) ||
-        !ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, p.x, p.y, p.conv, p.w, p.filter, &bytes)))
-      return ConvPlan{.use_reference = true};
-    p.cudnn_bytes = std::max(p.cudnn_bytes, bytes);
+        !candidates(perf, returned, tf32, timed, bytes, p.filter, &p.cudnn_bytes))
+      return reference_plan();
   }
   return p;
 }
@@ -257,10 +309,13 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
     for (int64_t d : v) key += std::to_string(d) + ',';
   };
   append(x.dims()), append(w.dims()), append(yd), append(win.strides), append(win.dilations), append(win.pads);
+  // With a chooser every acceptable algorithm is a candidate, and the workspace is the
+  // most any of them needs: another plan than without one.
+  const bool timed = ctx.chooser != nullptr;
   key += "|g" + std::to_string(group) + (want.forward ? "F" : "") + (want.data ? "D" : "") + (want.filter ? "W" : "") +
-         (tf32 ? "|tf32" : "");
-  return cached<ConvPlan>(key,
-                          [&] { return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.dtype(), want, tf32); });
+         (tf32 ? "|tf32" : "") + (timed ? "|timed" : "");
+  return cached<ConvPlan>(
+      key, [&] { return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.dtype(), want, tf32, timed, key); });
 }
 
 // Byte offsets of the buffers one call carves out of the shared workspace.
@@ -272,6 +327,31 @@ struct Carve {
     return at;
   }
 };
+
+// The index into a pass's algorithms this call runs: 0 (the heuristics' first) without a
+// chooser or with one candidate; else the choice made before, or the chooser's (ops/core/
+// engine_choice.h: the timing cache's entry, or every candidate timed on this call's
+// buffers by `call(i)`, which runs algorithm i and returns cuDNN's status). Nothing is
+// timed while the stream is being captured into a CUDA graph: the cached choice or 0
+// then, for this call only.
+template <typename Algo, typename Call>
+size_t choose_algo(const KernelContext& ctx, const ConvPlan& p, int pass, const char* pattern, const Algos<Algo>& a,
+                   Call&& call) {
+  if (!ctx.chooser || a.algo.size() <= 1) return 0;
+  if (const int c = p.choice->pass[pass].load(); c >= 0) return static_cast<size_t>(c);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
+  EngineChooser::Time time;
+  if (capture == cudaStreamCaptureStatusNone)
+    time = [&](size_t i, const TimingPolicy& policy) {
+      return time_calls(ctx.node, policy, [&] { return ok(call(i)); });
+    };
+  const EngineChoice c =
+      ctx.chooser->choose(EngineKey{pattern, p.key, p.precision, gpu_name(), cudnn_version()}, a.tags, time);
+  if (!c.index) return 0;  // every candidate failed when timed: the first, whose error then names the call
+  if (c.cached || c.timed) p.choice->pass[pass].store(static_cast<int>(*c.index));
+  return *c.index;
+}
 
 // The inputs a call reads in KernelContext::math, one per input of the node: under
 // bf16/fp16 the fp32 ones of math_rounded_inputs (ops/core/kernel.h) are rounded into
@@ -352,8 +432,12 @@ void conv_forward(KernelContext& ctx, bool fused) {
         check_launch(n, "pad_planes");
         src = xp;
       }
-      check(cudnnConvolutionForward(c.cudnn, &one, plan->x, src, plan->w, w.data<T>(), plan->conv, plan->forward,
-                                    base + ws_at, plan->cudnn_bytes, &zero, plan->y, y.data<T>()),
+      auto forward = [&](size_t i) {
+        return cudnnConvolutionForward(c.cudnn, &one, plan->x, src, plan->w, w.data<T>(), plan->conv,
+                                       plan->forward.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->y,
+                                       y.data<T>());
+      };
+      check(forward(choose_algo(ctx, *plan, 0, "Conv.forward", plan->forward, forward)),
             what(n, "cudnnConvolutionForward"));
     }
     if (b || z || relu) {
@@ -462,14 +546,21 @@ void conv_grad(KernelContext& ctx) {
         check_launch(n, "pad_planes");
         src = xp;
       }
-      check(cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv, plan->filter,
-                                           base + ws_at, plan->cudnn_bytes, &zero, plan->w, dw->data<T>()),
+      auto filter = [&](size_t i) {
+        return cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv,
+                                              plan->filter.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->w,
+                                              dw->data<T>());
+      };
+      check(filter(choose_algo(ctx, *plan, 2, "ConvGrad.filter", plan->filter, filter)),
             what(n, "cudnnConvolutionBackwardFilter"));
     }
     if (dx) {
       T* dst = plan->padded ? reinterpret_cast<T*>(base + dxp_at) : dx->data<T>();
-      check(cudnnConvolutionBackwardData(c.cudnn, &one, plan->w, w.data<T>(), plan->y, dy.data<T>(), plan->conv,
-                                         plan->data, base + ws_at, plan->cudnn_bytes, &zero, plan->x, dst),
+      auto data = [&](size_t i) {
+        return cudnnConvolutionBackwardData(c.cudnn, &one, plan->w, w.data<T>(), plan->y, dy.data<T>(), plan->conv,
+                                            plan->data.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->x, dst);
+      };
+      check(data(choose_algo(ctx, *plan, 1, "ConvGrad.data", plan->data, data)),
             what(n, "cudnnConvolutionBackwardData"));
       if (plan->padded) {
         crop_planes<T><<<blocks_for(dx->numel(), kThreads), kThreads, 0, c.stream>>>(

@@ -384,45 +384,11 @@ std::string execute(const Node& node, const Candidate& c, const ConvGraphArgs& a
   return "";
 }
 
-// The GPU's name and cuDNN's version ("9.19.0"): what a timing belongs to.
-const std::string& gpu_name() {
-  static const std::string name = [] {
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, context().device), "cudaGetDeviceProperties");
-    return std::string(prop.name);
-  }();
-  return name;
-}
-std::string cudnn_version() {
-  const size_t v = cudnnGetVersion();
-  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
-}
-
-// Mean ms per call of candidate `c` on this call's buffers, `p.warmup` untimed calls then
-// `p.repeats` calls between two events on the context's stream; nullopt when cuDNN turns
-// a call down. Writes y each call (the caller's real call writes it last).
+// Mean ms per call of candidate `c` on this call's buffers (time_calls); nullopt when
+// cuDNN turns a call down. Writes y each call (the caller's real call writes it last).
 std::optional<double> time_candidate(const Node& node, const Candidate& c, const ConvGraphArgs& a,
                                      const TimingPolicy& p) {
-  for (int i = 0; i < p.warmup; ++i)
-    if (launch(node, c, a) != CUDNN_STATUS_SUCCESS) return std::nullopt;
-  cudaStream_t stream = context().stream;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), what(node, "cudaEventCreate"));
-  std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> own_start(start, [](cudaEvent_t e) { cudaEventDestroy(e); });
-  check(cudaEventCreate(&stop), what(node, "cudaEventCreate"));
-  std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> own_stop(stop, [](cudaEvent_t e) { cudaEventDestroy(e); });
-  check(cudaEventRecord(start, stream), what(node, "cudaEventRecord"));
-  const int repeats = std::max(p.repeats, 1);
-  for (int i = 0; i < repeats; ++i)
-    if (launch(node, c, a) != CUDNN_STATUS_SUCCESS) {
-      check(cudaStreamSynchronize(stream), what(node, "cudaStreamSynchronize"));  // the queued calls end first
-      return std::nullopt;
-    }
-  check(cudaEventRecord(stop, stream), what(node, "cudaEventRecord"));
-  check(cudaEventSynchronize(stop), what(node, "cudaEventSynchronize"));
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, start, stop), what(node, "cudaEventElapsedTime"));
-  return static_cast<double>(ms) / repeats;
+  return time_calls(node, p, [&] { return launch(node, c, a) == CUDNN_STATUS_SUCCESS; });
 }
 
 // Largest power of two up to 16 dividing the address: the alignment the graph may assume.

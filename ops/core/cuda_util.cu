@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -118,6 +120,46 @@ bool is_device_memory(const void* p) {
     return false;
   }
   return a.type == cudaMemoryTypeDevice;
+}
+
+const std::string& gpu_name() {
+  static const std::string name = [] {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, context().device), "cudaGetDeviceProperties");
+    return std::string(prop.name);
+  }();
+  return name;
+}
+
+std::string cudnn_version() {
+  const size_t v = cudnnGetVersion();
+  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
+}
+
+std::optional<double> time_calls(const Node& node, const TimingPolicy& p, const std::function<bool()>& call) {
+  cudaStream_t stream = context().stream;
+  for (int i = 0; i < p.warmup; ++i)
+    if (!call()) {
+      check(cudaStreamSynchronize(stream), what(node, "cudaStreamSynchronize"));
+      return std::nullopt;
+    }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), what(node, "cudaEventCreate"));
+  std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> own_start(start, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  check(cudaEventCreate(&stop), what(node, "cudaEventCreate"));
+  std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> own_stop(stop, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  check(cudaEventRecord(start, stream), what(node, "cudaEventRecord"));
+  const int repeats = std::max(p.repeats, 1);
+  for (int i = 0; i < repeats; ++i)
+    if (!call()) {
+      check(cudaStreamSynchronize(stream), what(node, "cudaStreamSynchronize"));  // the queued calls end first
+      return std::nullopt;
+    }
+  check(cudaEventRecord(stop, stream), what(node, "cudaEventRecord"));
+  check(cudaEventSynchronize(stop), what(node, "cudaEventSynchronize"));
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), what(node, "cudaEventElapsedTime"));
+  return static_cast<double>(ms) / repeats;
 }
 
 namespace {

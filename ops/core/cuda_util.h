@@ -28,9 +28,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "ops/core/register_all.h"
@@ -53,6 +55,16 @@ Context& context();
 // A buffer outgrown by a later call stays allocated until the process ends, since queued
 // kernels and captured CUDA graphs may still use it.
 void* workspace(size_t bytes);
+
+// The GPU's name and cuDNN's version ("9.19.0"): what an engine timing belongs to
+// (ops/core/engine_choice.h's EngineKey).
+const std::string& gpu_name();
+std::string cudnn_version();
+// Mean ms per call of `call` on the context's stream: `p.warmup` untimed calls, then
+// `p.repeats` calls between two events (waits for the second one: never while the
+// stream is being captured). nullopt as soon as a call returns false (the library
+// turned it down); the calls already queued end first.
+std::optional<double> time_calls(const Node& node, const TimingPolicy& p, const std::function<bool()>& call);
 
 // Internal errors naming `what` and the library's own message.
 void check(cudaError_t e, const std::string& what);
