@@ -12,8 +12,9 @@
 // one (KernelContext::chooser: a run with a timing cache) every acceptable algorithm is
 // a candidate: the first call outside a CUDA graph capture takes the cache's choice or
 // times each on its own buffers with cudaEvents, and every later call runs the fastest;
-// the workspace rule then reserves the most any candidate needs. Math type by KernelContext::fp32: tf32 (the
-// CLI's default on --device cuda, as PyTorch's for cuDNN) sets CUDNN_DEFAULT_MATH, which
+// the workspace rule then reserves the most any candidate needs. Math type by
+// KernelContext::fp32: tf32 (the CLI's default on --device cuda, as PyTorch's for
+// cuDNN) sets CUDNN_DEFAULT_MATH, which
 // lets Ampere and later GPUs use TF32 tensor cores (fp32 inputs rounded to 10-bit
 // mantissas, fp32 accumulation); strict sets CUDNN_FMA_MATH, the reference's
 // arithmetic. fp64 is always FMA. Bias, Relu and the residual are one epilogue kernel
