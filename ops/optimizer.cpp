@@ -16,12 +16,12 @@
 // float32 scalar input so schedules change it without rebuilding the graph.
 // The multi ops are what graph/fuse_optimizer.cpp makes of the per-parameter nodes that
 // share lr, step, attributes and dtype: one kernel for all parameters (one launch on a
-// GPU), each parameter's elements updated exactly as its own SGD/Adam node would.
-// Every parameter of a multi node has one dtype (float32 or float64); each parameter's
-// tensors share its shape. The update loops are in ops/optimizer_loops.h; the cpu kernels (ops/optimizer_cpu.cpp)
-// run them over parallel chunks (ops/core/parallel.h). Updates are in place (the pairs
-// registered below), and each element is read before it is written, so chunks never see
-// each other's writes. Assign is how a state update whose producer cannot write it in
+// GPU), each parameter's elements updated exactly as its own SGD/Adam node would. Every
+// parameter of a multi node has one dtype (float32 or float64); each parameter's tensors
+// share its shape. The update loops are in ops/optimizer_loops.h; the cpu kernels
+// (ops/optimizer_cpu.cpp) run them over parallel chunks (ops/core/parallel.h). Updates
+// are in place (the pairs registered below), and each element is read before it is
+// written, so chunks never see each other's writes. Assign is how a state update whose producer cannot write it in
 // place (BatchNormalization's running statistics) is written by the plan itself, after
 // the step's checks, like the optimizer's updates (runtime/training_session.cpp).
 #include <cmath>
@@ -52,9 +52,8 @@ void require_scalar(const InferContext& c, size_t i, DataType t) {
     c.fail("input " + std::to_string(i) + " '" + c.node().inputs[i] + "' must be a " + dtype_name(t) + " scalar");
 }
 
-// The inputs of one parameter of a multi node, from input `first` on, `count` of them:
-// the same dtype and shape as the first parameter's first input's dtype, their own
-// parameter's shape.
+// The `count` inputs of one parameter of a multi node, from input `first` on: float, of
+// the node's first parameter's dtype (input 2), of their own parameter's shape.
 void require_group(const InferContext& c, size_t first, size_t count) {
   require_float(c, first);
   if (c.input(first).dtype != c.input(2).dtype)
@@ -146,15 +145,15 @@ void register_optimizer(Registry& r) {
   ms.infer = [](InferContext& c) {
     const size_t ins = c.node().inputs.size(), outs = c.output_count();
     const bool buffers = optimizer_loops::multi_sgd_has_buffers(ins, outs);
-    if (ins - 2 != (buffers ? 3 : 2) * (buffers ? outs / 2 : outs) || (buffers && outs % 2 != 0))
+    const size_t per_in = buffers ? 3 : 2, per_out = buffers ? 2 : 1;
+    if (outs % per_out != 0 || ins - 2 != outs / per_out * per_in)
       c.fail(
-          "takes lr, step and per parameter (param, grad) with one output or (param, grad, momentum_buf) with two; "
-          "got " +
-          std::to_string(ins) + " inputs and " + std::to_string(outs) + " outputs");
+          "takes lr, step and per parameter (param, grad) -> param' or (param, grad, momentum_buf) -> (param', "
+          "momentum_buf'); got " +
+          std::to_string(ins) + " inputs, " + std::to_string(outs) + " outputs");
     require_all_named(c);
     require_scalar(c, 0, DataType::Float32);
     require_scalar(c, 1, DataType::Int64);
-    const size_t per_in = buffers ? 3 : 2, per_out = buffers ? 2 : 1;
     for (size_t i = 2, o = 0; i < ins; i += per_in, o += per_out) {
       require_group(c, i, per_in);
       for (size_t j = 0; j < per_out; ++j) c.set_output(o + j, c.input(j == 0 ? i : i + 2));
