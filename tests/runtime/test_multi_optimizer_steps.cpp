@@ -3,9 +3,12 @@
 // reference and cpu backends and on the strict stand-in device (standin_device.h: queued
 // kernels, device memory, the skip flag the state writers read): losses and every state
 // tensor (parameters, optimizer state, running statistics) after each step. Only the
-// optimizer is fused, so every Dropout keeps its index and its mask.
+// optimizer is fused, so every Dropout keeps its index and its mask. On the stand-in, a
+// step whose NaN checks fail skips the multi node on the device flag and changes no state.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,5 +57,27 @@ TEST_CASE(
         }
       }
     }
+  }
+}
+
+TEST_CASE("stand-in device: a step whose checks fail skips the one MultiSGD node; the state stays as it was") {
+  const Graph g = small_wrn();
+  auto owned = std::make_unique<StandinDevice>();
+  StandinDevice& dev = *owned;
+  TrainingSession s(wrn_training(g), std::move(owned), {.seed = 6});  // fused: one MultiSGD
+  size_t multi = 0;
+  for (const Node& n : s.training().graph.nodes) multi += n.op_type == "MultiSGD";
+  REQUIRE(multi == 1);
+  s.step(wrn_batch(2, 1), 0.05f);
+  std::map<std::string, Tensor> before;
+  for (const std::string& name : s.state_names()) before[name] = s.state(name).clone();
+  TensorMap bad = wrn_batch(2, 2);
+  bad.at("input").data<float>()[5] = std::nanf("");
+  dev.reset_counts();
+  CHECK(error_of([&] { s.step(bad, 0.05f); }).find("has NaN") != std::string::npos);
+  CHECK(dev.counts().skipped > 0);  // the state writers, on the device's flag
+  for (const std::string& name : s.state_names()) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(s.state(name), before.at(name)));
   }
 }
