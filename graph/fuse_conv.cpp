@@ -145,6 +145,7 @@ size_t fuse_training_graph(Graph& g) {
   size_t fused = passes::fuse_batchnorm_relu(g);
   fused += passes::fuse_conv_add(g);
   fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
+  fused += fuse_optimizer(g);                  // graph/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
   return fused;
 }

@@ -5,8 +5,8 @@
 //   Graph infer = optimize_for_inference(forward);     // BN folded, Dropout gone, fused ops
 //   Graph onnx = optimize_for_inference(forward, {.standard_onnx_only = true});  // for export
 //   TrainingGraph t = build_training_graph(forward, opts);
-//   fuse_training_graph(t.graph);                      // BN+Relu, Conv+residual Add
-//                                                      // (TrainingSession does this)
+//   fuse_training_graph(t.graph);                      // BN+Relu, Conv+residual Add, one
+//                                                      // optimizer node (TrainingSession does this)
 //   std::cout << describe_passes(before, after);       // node counts per op type
 //
 // Why: the graph is optimised once, before planning, as TensorRT does. Every pass
@@ -101,12 +101,20 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 //   Relu + Dropout's backward: ReluGrad(DropoutGrad(dZ, mask), Y) -> DropoutReluGrad(dZ, Z)
 //     for Z = Dropout(Y), which reads the Dropout's output instead of the Relu's, so
 //     Y dies after the Dropout and the mask is no longer written (graph/fuse_dropout.cpp).
+//   the per-parameter SGD/Adam nodes -> one MultiSGD/MultiAdam node (fuse_optimizer, below).
 // A fused node is named "<first>+<last>" after the nodes it replaced. The Relu's
 // forward is not fused into the Dropout: in the Wide ResNet (models/wrn.h) every Relu
 // that feeds a Dropout follows a BatchNormalization and goes into the
 // BatchNormalizationRelu, where it costs no pass of its own. Returns the number of
-// fusions made.
+// fusions made (fuse_optimizer's: the nodes it removed).
 size_t fuse_training_graph(Graph& g);
+
+// The per-parameter optimizer nodes (ai.trainrt SGD, Adam) that share lr, step,
+// attributes and parameter dtype -> one MultiSGD / MultiAdam node each (ops/optimizer.cpp;
+// graph/fuse_optimizer.cpp), every value name kept, so the optimizer state, checkpoints
+// and exports do not change and each parameter's update is the same bit for bit. Part of
+// fuse_training_graph. Returns the number of nodes removed (a group of k nodes: k - 1).
+size_t fuse_optimizer(Graph& g);
 
 // Node counts per op type ("Conv", "ai.trainrt::FusedConv") before and after passes.
 struct PassReport {

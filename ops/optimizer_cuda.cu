@@ -1,5 +1,5 @@
-// The cuda backend's optimizer updates (domain ai.trainrt): SGD, Adam, Increment, Assign, with
-// ops/optimizer.cpp's rules:
+// The cuda backend's optimizer updates (domain ai.trainrt): SGD, Adam, MultiSGD, MultiAdam,
+// Increment, Assign, with ops/optimizer.cpp's rules:
 //
 //   SGD   d = g + wd*p;  with a buffer: b = step == 0 ? d : momentum*b + (1 - dampening)*d,
 //         d = nesterov ? d + momentum*b : b;  p' = p - lr*d
@@ -15,6 +15,10 @@
 // double as the reference does; the per-element update runs in T, so results differ from
 // the reference's all-double arithmetic by rounding only. Updates are written in place
 // (runtime/plan.cpp): each thread reads its element of every input before writing.
+// MultiSGD and MultiAdam update all their parameters in one launch (one per kMaxTensors
+// parameters), over a table of (pointers, count) in the kernel parameters, one block per
+// chunk of one tensor, each element with the single kernels' own device function (sgd_at,
+// adam_at), so a multi node writes what its per-parameter nodes would.
 // Each kernel first reads KernelContext::skip_if_flagged when set: a step whose checks
 // found a NaN/Inf leaves the state unchanged without the host waiting before the update.
 //
@@ -27,6 +31,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
@@ -43,16 +48,42 @@ unsigned grid_for(int64_t n) { return std::min(blocks_for(n, kThreads), kMaxBloc
 // Whether the step's NaN/Inf checks lowered the skip flag: the update then writes nothing.
 __device__ bool flagged(const uint64_t* skip) { return skip != nullptr && *skip != ~uint64_t{0}; }
 
+// One parameter's tensors (SGD): buf, buf_out nullptr without a momentum buffer (or its output).
 template <typename T>
-struct SgdArgs {
-  const T *p, *g, *buf;  // buf, buf_out: nullptr without a momentum buffer (or its output)
-  const float* lr;
-  const int64_t* step;
+struct SgdTensor {
+  const T *p, *g, *buf;
   T *out, *buf_out;
-  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
   int64_t n;
+};
+
+// The node's attributes (SGD, MultiSGD).
+template <typename T>
+struct SgdSettings {
   T momentum, one_minus_dampening, wd;
   bool nesterov;
+};
+
+// Element i of one parameter; lr and first from the device scalars lr and step.
+template <typename T>
+__device__ void sgd_at(const SgdTensor<T>& t, const SgdSettings<T>& s, T lr, bool first, int64_t i) {
+  const T p = t.p[i];
+  T d = t.g[i] + s.wd * p;
+  if (t.buf) {
+    // torch.optim.SGD: the buffer starts as the first step's d (no dampening).
+    const T b = first ? d : s.momentum * t.buf[i] + s.one_minus_dampening * d;
+    if (t.buf_out) t.buf_out[i] = b;
+    d = s.nesterov ? d + s.momentum * b : b;
+  }
+  t.out[i] = p - lr * d;
+}
+
+template <typename T>
+struct SgdArgs {
+  SgdTensor<T> t;
+  SgdSettings<T> s;
+  const float* lr;
+  const int64_t* step;
+  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
 };
 
 template <typename T>
@@ -60,27 +91,18 @@ __global__ void sgd_kernel(SgdArgs<T> a) {
   if (flagged(a.skip)) return;
   const T lr = static_cast<T>(*a.lr);
   const bool first = *a.step == 0;
-  TRAINRT_GRID_STRIDE(i, a.n) {
-    const T p = a.p[i];
-    T d = a.g[i] + a.wd * p;
-    if (a.buf) {
-      // torch.optim.SGD: the buffer starts as the first step's d (no dampening).
-      const T b = first ? d : a.momentum * a.buf[i] + a.one_minus_dampening * d;
-      if (a.buf_out) a.buf_out[i] = b;
-      d = a.nesterov ? d + a.momentum * b : b;
-    }
-    a.out[i] = p - lr * d;
-  }
+  TRAINRT_GRID_STRIDE(i, a.t.n) { sgd_at(a.t, a.s, lr, first, i); }
 }
 
 template <typename T>
-struct AdamArgs {
+struct AdamTensor {
   const T *p, *g, *m, *v;
-  const float* lr;
-  const int64_t* step;
   T *out, *m_out, *v_out;
-  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
   int64_t n;
+};
+
+// The node's attributes (Adam, MultiAdam).
+struct AdamSettings {
   double beta1, beta2, eps, wd;
   bool decoupled;
 };
@@ -96,33 +118,142 @@ struct AdamStep {
   T lr_wd;
 };
 
+// Thread 0 of the block derives the step's constants into `c`, in double as the reference
+// does; every thread of the block must call this (it waits at a barrier).
+template <typename T>
+__device__ void adam_step(AdamStep<T>& c, const AdamSettings& s, const float* lr_in, const int64_t* step) {
+  if (threadIdx.x == 0) {
+    const double lr = static_cast<double>(*lr_in), t = static_cast<double>(*step + 1);
+    c.step_size = static_cast<T>(lr / (1.0 - pow(s.beta1, t)));
+    c.sqrt_bc2 = static_cast<T>(sqrt(1.0 - pow(s.beta2, t)));
+    c.lr_wd = static_cast<T>(lr * s.wd);
+  }
+  __syncthreads();
+}
+
+// Element i of one parameter.
+template <typename T>
+__device__ void adam_at(const AdamTensor<T>& a, const AdamSettings& s, const AdamStep<T>& c, int64_t i) {
+  const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
+  const T one_minus_b1 = static_cast<T>(1.0 - s.beta1), one_minus_b2 = static_cast<T>(1.0 - s.beta2);
+  const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.wd);
+  const T w = a.p[i];
+  T g = a.g[i], decay = T(0);
+  if (s.decoupled)
+    decay = c.lr_wd * w;  // AdamW: w * (1 - lr*wd) = w - lr*wd*w, subtracted with the step
+  else
+    g += wd * w;  // Adam: L2 penalty folded into the gradient
+  const T m = b1 * a.m[i] + one_minus_b1 * g;
+  const T v = b2 * a.v[i] + one_minus_b2 * g * g;
+  a.m_out[i] = m;
+  a.v_out[i] = v;
+  a.out[i] = w - (decay + c.step_size * m / (sqrt(v) / c.sqrt_bc2 + eps));
+}
+
+template <typename T>
+struct AdamArgs {
+  AdamTensor<T> t;
+  AdamSettings s;
+  const float* lr;
+  const int64_t* step;
+  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
+};
+
 template <typename T>
 __global__ void adam_kernel(AdamArgs<T> a) {
   if (flagged(a.skip)) return;  // every thread returns: no one waits at the barrier below
   __shared__ AdamStep<T> c;
-  if (threadIdx.x == 0) {
-    const double lr = static_cast<double>(*a.lr), t = static_cast<double>(*a.step + 1);
-    c.step_size = static_cast<T>(lr / (1.0 - pow(a.beta1, t)));
-    c.sqrt_bc2 = static_cast<T>(sqrt(1.0 - pow(a.beta2, t)));
-    c.lr_wd = static_cast<T>(lr * a.wd);
-  }
-  __syncthreads();
-  const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
-  const T one_minus_b1 = static_cast<T>(1.0 - a.beta1), one_minus_b2 = static_cast<T>(1.0 - a.beta2);
-  const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.wd);
-  TRAINRT_GRID_STRIDE(i, a.n) {
-    const T w = a.p[i];
-    T g = a.g[i], decay = T(0);
-    if (a.decoupled)
-      decay = c.lr_wd * w;  // AdamW: w * (1 - lr*wd) = w - lr*wd*w, subtracted with the step
+  adam_step(c, a.s, a.lr, a.step);
+  TRAINRT_GRID_STRIDE(i, a.t.n) { adam_at(a.t, a.s, c, i); }
+}
+
+// ---- Multi-tensor launches (MultiSGD, MultiAdam) ----------------------------------------
+// One launch updates up to kMaxTensors parameters, whose (pointers, count) table travels
+// by value in the kernel's parameters (at most 4 KB): nothing is allocated or copied, so
+// the launch is captured in a CUDA graph like any other. Each block updates one chunk of
+// kChunk elements of one tensor: block b belongs to the tensor j with
+// first_block[j] <= b < first_block[j + 1]. A node with more parameters than one table
+// holds launches once per kMaxTensors parameters, on the same stream.
+constexpr int64_t kChunk = 65536;
+
+template <typename Tensor, typename Settings, int kMaxTensors>
+struct MultiArgs {
+  Settings s;
+  const float* lr;
+  const int64_t* step;
+  const uint64_t* skip;  // KernelContext::skip_if_flagged (nullptr: always run)
+  int count;             // tensors in t
+  int first_block[kMaxTensors + 1];
+  Tensor t[kMaxTensors];
+};
+
+constexpr int kMaxSgdTensors = 64, kMaxAdamTensors = 48;
+template <typename T>
+using MultiSgdArgs = MultiArgs<SgdTensor<T>, SgdSettings<T>, kMaxSgdTensors>;
+template <typename T>
+using MultiAdamArgs = MultiArgs<AdamTensor<T>, AdamSettings, kMaxAdamTensors>;
+static_assert(sizeof(MultiSgdArgs<double>) <= 4096 && sizeof(MultiAdamArgs<double>) <= 4096,
+              "kernel parameters are limited to 4 KB");
+
+// This block's tensor and its chunk's [begin, end).
+template <typename Args>
+__device__ int block_tensor(const Args& a, int64_t& begin, int64_t& end) {
+  const int b = static_cast<int>(blockIdx.x);
+  int lo = 0, hi = a.count - 1;  // the last j with first_block[j] <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.first_block[mid] <= b)
+      lo = mid;
     else
-      g += wd * w;  // Adam: L2 penalty folded into the gradient
-    const T m = b1 * a.m[i] + one_minus_b1 * g;
-    const T v = b2 * a.v[i] + one_minus_b2 * g * g;
-    a.m_out[i] = m;
-    a.v_out[i] = v;
-    a.out[i] = w - (decay + c.step_size * m / (sqrt(v) / c.sqrt_bc2 + eps));
+      hi = mid - 1;
   }
+  begin = static_cast<int64_t>(b - a.first_block[lo]) * kChunk;
+  end = a.t[lo].n < begin + kChunk ? a.t[lo].n : begin + kChunk;
+  return lo;
+}
+
+template <typename T>
+__global__ void multi_sgd_kernel(MultiSgdArgs<T> a) {
+  if (flagged(a.skip)) return;
+  const T lr = static_cast<T>(*a.lr);
+  const bool first = *a.step == 0;
+  int64_t begin = 0, end = 0;
+  const SgdTensor<T>& t = a.t[block_tensor(a, begin, end)];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sgd_at(t, a.s, lr, first, i);
+}
+
+template <typename T>
+__global__ void multi_adam_kernel(MultiAdamArgs<T> a) {
+  if (flagged(a.skip)) return;  // every thread returns: no one waits at the barrier
+  __shared__ AdamStep<T> c;
+  adam_step(c, a.s, a.lr, a.step);
+  int64_t begin = 0, end = 0;
+  const AdamTensor<T>& t = a.t[block_tensor(a, begin, end)];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) adam_at(t, a.s, c, i);
+}
+
+// Fills the tables from `tensors` and launches `kernel` once per full table (and once for
+// the rest); tensors without elements take no block.
+template <typename Args, typename Tensor, typename Kernel>
+void launch_multi(KernelContext& k, Args a, const std::vector<Tensor>& tensors, Kernel kernel, const char* name) {
+  constexpr int kMax = static_cast<int>(sizeof(a.t) / sizeof(a.t[0]));
+  a.count = 0;
+  a.first_block[0] = 0;
+  auto flush = [&] {
+    if (a.count == 0) return;
+    kernel<<<static_cast<unsigned>(a.first_block[a.count]), kThreads, 0, context().stream>>>(a);
+    check_launch(k.node, name);
+    a.count = 0;
+  };
+  for (const Tensor& t : tensors) {
+    if (t.n == 0) continue;
+    const int64_t blocks = (t.n + kChunk - 1) / kChunk;
+    if (a.count == kMax || a.first_block[a.count] + blocks > int64_t{1} << 30) flush();
+    a.t[a.count] = t;
+    a.first_block[a.count + 1] = a.first_block[a.count] + static_cast<int>(blocks);
+    ++a.count;
+  }
+  flush();
 }
 
 __global__ void increment_kernel(const int64_t* step, int64_t* out, const uint64_t* skip) {
@@ -139,52 +270,111 @@ __global__ void assign_kernel(const W* from, W* to, int64_t n, const uint64_t* s
     to[i] = from[i];
 }
 
+template <typename T>
+SgdSettings<T> sgd_settings(const Node& node) {
+  return {.momentum = static_cast<T>(node.attr_float("momentum", 0.f)),
+          .one_minus_dampening = static_cast<T>(1.0 - node.attr_float("dampening", 0.f)),
+          .wd = static_cast<T>(node.attr_float("weight_decay", 0.f)),
+          .nesterov = node.attr_int("nesterov", 0) != 0};
+}
+
+AdamSettings adam_settings(const Node& node) {
+  return {.beta1 = node.attr_float("beta1", 0.9f),
+          .beta2 = node.attr_float("beta2", 0.999f),
+          .eps = node.attr_float("epsilon", 1e-8f),
+          .wd = node.attr_float("weight_decay", 0.f),
+          .decoupled = node.attr_int("decoupled_weight_decay", 0) != 0};
+}
+
+//   SGD(param, grad, lr, step [, momentum_buf]) -> param' [, momentum_buf']
 void sgd(KernelContext& k) {
-  const Node& node = k.node;
   if (!with_float(k.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
         const bool has_buf = k.has_input(4);
-        const SgdArgs<T> a{.p = k.in(0).data<T>(),
-                           .g = k.in(1).data<T>(),
-                           .buf = has_buf ? k.in(4).data<T>() : nullptr,
+        const SgdArgs<T> a{.t = {.p = k.in(0).data<T>(),
+                                 .g = k.in(1).data<T>(),
+                                 .buf = has_buf ? k.in(4).data<T>() : nullptr,
+                                 .out = k.out(0).data<T>(),
+                                 .buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr,
+                                 .n = k.in(0).numel()},
+                           .s = sgd_settings<T>(k.node),
                            .lr = k.in(2).data<float>(),
                            .step = k.in(3).data<int64_t>(),
-                           .out = k.out(0).data<T>(),
-                           .buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr,
-                           .skip = k.skip_if_flagged,
-                           .n = k.in(0).numel(),
-                           .momentum = static_cast<T>(node.attr_float("momentum", 0.f)),
-                           .one_minus_dampening = static_cast<T>(1.0 - node.attr_float("dampening", 0.f)),
-                           .wd = static_cast<T>(node.attr_float("weight_decay", 0.f)),
-                           .nesterov = node.attr_int("nesterov", 0) != 0};
-        sgd_kernel<<<grid_for(a.n), kThreads, 0, context().stream>>>(a);
+                           .skip = k.skip_if_flagged};
+        sgd_kernel<<<grid_for(a.t.n), kThreads, 0, context().stream>>>(a);
         check_launch(k.node, "sgd_kernel");
       }))
     run_reference(k);
 }
 
+//   Adam(param, grad, lr, step, exp_avg, exp_avg_sq) -> param', exp_avg', exp_avg_sq'
 void adam(KernelContext& k) {
-  const Node& node = k.node;
   if (!with_float(k.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
-        const AdamArgs<T> a{.p = k.in(0).data<T>(),
-                            .g = k.in(1).data<T>(),
-                            .m = k.in(4).data<T>(),
-                            .v = k.in(5).data<T>(),
+        const AdamArgs<T> a{.t = {.p = k.in(0).data<T>(),
+                                  .g = k.in(1).data<T>(),
+                                  .m = k.in(4).data<T>(),
+                                  .v = k.in(5).data<T>(),
+                                  .out = k.out(0).data<T>(),
+                                  .m_out = k.out(1).data<T>(),
+                                  .v_out = k.out(2).data<T>(),
+                                  .n = k.in(0).numel()},
+                            .s = adam_settings(k.node),
                             .lr = k.in(2).data<float>(),
                             .step = k.in(3).data<int64_t>(),
-                            .out = k.out(0).data<T>(),
-                            .m_out = k.out(1).data<T>(),
-                            .v_out = k.out(2).data<T>(),
-                            .skip = k.skip_if_flagged,
-                            .n = k.in(0).numel(),
-                            .beta1 = node.attr_float("beta1", 0.9f),
-                            .beta2 = node.attr_float("beta2", 0.999f),
-                            .eps = node.attr_float("epsilon", 1e-8f),
-                            .wd = node.attr_float("weight_decay", 0.f),
-                            .decoupled = node.attr_int("decoupled_weight_decay", 0) != 0};
-        adam_kernel<<<grid_for(a.n), kThreads, 0, context().stream>>>(a);
+                            .skip = k.skip_if_flagged};
+        adam_kernel<<<grid_for(a.t.n), kThreads, 0, context().stream>>>(a);
         check_launch(k.node, "adam_kernel");
+      }))
+    run_reference(k);
+}
+
+//   MultiSGD(lr, step, p_1, g_1, [m_1], ...) -> p_1', [m_1'], ...: 2 + 3n inputs and 2n
+//   outputs with momentum buffers, 2 + 2n and n without (ops/optimizer.cpp).
+void multi_sgd(KernelContext& k) {
+  if (!with_float(k.in(2).dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const size_t outs = k.outputs.size();
+        const bool buffers = k.inputs.size() - 2 != 2 * outs;
+        const size_t per_in = buffers ? 3 : 2, per_out = buffers ? 2 : 1;
+        std::vector<SgdTensor<T>> tensors;
+        for (size_t i = 2, o = 0; o < outs; i += per_in, o += per_out)
+          tensors.push_back({.p = k.in(i).data<T>(),
+                             .g = k.in(i + 1).data<T>(),
+                             .buf = buffers ? k.in(i + 2).data<T>() : nullptr,
+                             .out = k.out(o).data<T>(),
+                             .buf_out = buffers ? k.out(o + 1).data<T>() : nullptr,
+                             .n = k.in(i).numel()});
+        MultiSgdArgs<T> a{};
+        a.s = sgd_settings<T>(k.node);
+        a.lr = k.in(0).data<float>();
+        a.step = k.in(1).data<int64_t>();
+        a.skip = k.skip_if_flagged;
+        launch_multi(k, a, tensors, multi_sgd_kernel<T>, "multi_sgd_kernel");
+      }))
+    run_reference(k);
+}
+
+//   MultiAdam(lr, step, p_1, g_1, exp_avg_1, exp_avg_sq_1, ...) -> p_1', exp_avg_1', exp_avg_sq_1', ...
+void multi_adam(KernelContext& k) {
+  if (!with_float(k.in(2).dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        std::vector<AdamTensor<T>> tensors;
+        for (size_t i = 2, o = 0; o < k.outputs.size(); i += 4, o += 3)
+          tensors.push_back({.p = k.in(i).data<T>(),
+                             .g = k.in(i + 1).data<T>(),
+                             .m = k.in(i + 2).data<T>(),
+                             .v = k.in(i + 3).data<T>(),
+                             .out = k.out(o).data<T>(),
+                             .m_out = k.out(o + 1).data<T>(),
+                             .v_out = k.out(o + 2).data<T>(),
+                             .n = k.in(i).numel()});
+        MultiAdamArgs<T> a{};
+        a.s = adam_settings(k.node);
+        a.lr = k.in(0).data<float>();
+        a.step = k.in(1).data<int64_t>();
+        a.skip = k.skip_if_flagged;
+        launch_multi(k, a, tensors, multi_adam_kernel<T>, "multi_adam_kernel");
       }))
     run_reference(k);
 }
@@ -217,9 +407,11 @@ void assign(KernelContext& k) {
 void register_optimizer_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "SGD", sgd);
   add_if_schema(r, "cuda", kTrainrtDomain, "Adam", adam);
+  add_if_schema(r, "cuda", kTrainrtDomain, "MultiSGD", multi_sgd);
+  add_if_schema(r, "cuda", kTrainrtDomain, "MultiAdam", multi_adam);
   add_if_schema(r, "cuda", kTrainrtDomain, "Increment", increment);
   add_if_schema(r, "cuda", kTrainrtDomain, "Assign", assign);
-  for (const char* op : {"SGD", "Adam", "Increment", "Assign"})
+  for (const char* op : {"SGD", "Adam", "MultiSGD", "MultiAdam", "Increment", "Assign"})
     if (r.kernels.find("cuda", kTrainrtDomain, op)) r.kernels.set_skips_when_flagged("cuda", kTrainrtDomain, op);
 }
 

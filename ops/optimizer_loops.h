@@ -1,72 +1,204 @@
 // The update loops of SGD and Adam (ops/optimizer.cpp's header comment gives the rules),
-// one template each for both backends: the reference kernels (ops/optimizer.cpp)
-// instantiate kParallel=false, the cpu kernels (ops/optimizer_cpu.cpp) kParallel=true,
-// the same per-element update over parallel chunks (ops/core/parallel.h).
+// one template each for both backends and for the single and multi-tensor ops: the
+// reference kernels (ops/optimizer.cpp) instantiate kParallel=false, the cpu kernels
+// (ops/optimizer_cpu.cpp) kParallel=true, the same per-element update over parallel
+// chunks (ops/core/parallel.h). MultiSGD and MultiAdam run the same per-tensor update
+// (sgd_update, adam_update) as SGD and Adam, so a multi node equals its single nodes
+// bit for bit.
 //
 //   dispatch_float(t, [&](auto tag) { optimizer_loops::sgd<decltype(tag), true>(k); });
+//   dispatch_float(t, [&](auto tag) { optimizer_loops::multi_sgd<decltype(tag), true>(k); });
 #pragma once
 
 #include <cmath>
+#include <vector>
 
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
 
 namespace trainrt::optimizer_loops {
 
-// kParallel: the cpu kernel, the same per-element update over parallel chunks, so it
-// equals the reference bit for bit.
-template <typename T, bool kParallel>
-void sgd(KernelContext& k) {
-  const Tensor &p = k.in(0), &g = k.in(1);
-  const double lr = k.in(2).data<float>()[0];
-  const bool first = k.in(3).data<int64_t>()[0] == 0;
-  const double momentum = k.node.attr_float("momentum", 0.f), dampening = k.node.attr_float("dampening", 0.f);
-  const double wd = k.node.attr_float("weight_decay", 0.f);
-  const bool nesterov = k.node.attr_int("nesterov", 0) != 0;
-  const bool has_buf = k.has_input(4);
-  const T *pp = p.data<T>(), *gp = g.data<T>();
-  T* out = k.out(0).data<T>();
-  const T* buf = has_buf ? k.in(4).data<T>() : nullptr;
-  T* buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr;
-  for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      double d = gp[i] + wd * pp[i];
-      if (has_buf) {
-        // torch.optim.SGD: the buffer starts as the first step's d_p (no dampening).
-        double b = first ? d : momentum * buf[i] + (1.0 - dampening) * d;
-        if (buf_out) buf_out[i] = static_cast<T>(b);
-        d = nesterov ? d + momentum * b : b;
-      }
-      out[i] = static_cast<T>(pp[i] - lr * d);
-    }
-  });
+// The settings of one SGD or MultiSGD node: its attributes, lr and step (input slots
+// lr_slot and lr_slot + 1).
+struct SgdRule {
+  double lr, momentum, dampening, wd;
+  bool nesterov, first;
+};
+
+inline SgdRule sgd_rule(const KernelContext& k, size_t lr_slot) {
+  return {.lr = k.in(lr_slot).data<float>()[0],
+          .momentum = k.node.attr_float("momentum", 0.f),
+          .dampening = k.node.attr_float("dampening", 0.f),
+          .wd = k.node.attr_float("weight_decay", 0.f),
+          .nesterov = k.node.attr_int("nesterov", 0) != 0,
+          .first = k.in(lr_slot + 1).data<int64_t>()[0] == 0};
 }
 
+// One parameter's tensors: buf, buf_out nullptr without a momentum buffer (or its output).
+template <typename T>
+struct SgdTensors {
+  const T *p, *g, *buf;
+  T *out, *buf_out;
+  int64_t n;
+};
+
+// Elements [begin, end) of one parameter.
+template <typename T>
+void sgd_update(const SgdRule& r, const SgdTensors<T>& t, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    double d = t.g[i] + r.wd * t.p[i];
+    if (t.buf) {
+      // torch.optim.SGD: the buffer starts as the first step's d_p (no dampening).
+      double b = r.first ? d : r.momentum * t.buf[i] + (1.0 - r.dampening) * d;
+      if (t.buf_out) t.buf_out[i] = static_cast<T>(b);
+      d = r.nesterov ? d + r.momentum * b : b;
+    }
+    t.out[i] = static_cast<T>(t.p[i] - r.lr * d);
+  }
+}
+
+// The settings of one Adam or MultiAdam node, with the step's bias corrections.
+struct AdamRule {
+  double lr, b1, b2, eps, wd, bc1, bc2;
+  bool decoupled;
+};
+
+inline AdamRule adam_rule(const KernelContext& k, size_t lr_slot) {
+  AdamRule r{.lr = k.in(lr_slot).data<float>()[0],
+             .b1 = k.node.attr_float("beta1", 0.9f),
+             .b2 = k.node.attr_float("beta2", 0.999f),
+             .eps = k.node.attr_float("epsilon", 1e-8f),
+             .wd = k.node.attr_float("weight_decay", 0.f),
+             .bc1 = 0,
+             .bc2 = 0,
+             .decoupled = k.node.attr_int("decoupled_weight_decay", 0) != 0};
+  const double t = static_cast<double>(k.in(lr_slot + 1).data<int64_t>()[0] + 1);
+  r.bc1 = 1.0 - std::pow(r.b1, t);
+  r.bc2 = 1.0 - std::pow(r.b2, t);
+  return r;
+}
+
+template <typename T>
+struct AdamTensors {
+  const T *p, *g, *m, *v;
+  T *out, *m_out, *v_out;
+  int64_t n;
+};
+
+template <typename T>
+void adam_update(const AdamRule& r, const AdamTensors<T>& t, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    double w = t.p[i], g = t.g[i];
+    if (r.decoupled)
+      w *= 1.0 - r.lr * r.wd;  // AdamW
+    else
+      g += r.wd * w;  // Adam: L2 penalty folded into the gradient
+    double mi = r.b1 * t.m[i] + (1.0 - r.b1) * g;
+    double vi = r.b2 * t.v[i] + (1.0 - r.b2) * g * g;
+    t.m_out[i] = static_cast<T>(mi);
+    t.v_out[i] = static_cast<T>(vi);
+    t.out[i] = static_cast<T>(w - (r.lr / r.bc1) * mi / (std::sqrt(vi) / std::sqrt(r.bc2) + r.eps));
+  }
+}
+
+// f(tensor, begin, end) over every element of every tensor (counts[i] elements each):
+// the reference one tensor after the other, the cpu kernel over chunks of at most kGrain
+// elements of all tensors together, in parallel.
+template <bool kParallel, typename F>
+void for_tensor_chunks(const std::vector<int64_t>& counts, F&& f) {
+  if constexpr (!kParallel) {
+    for (size_t t = 0; t < counts.size(); ++t)
+      if (counts[t] > 0) f(t, int64_t{0}, counts[t]);
+  } else {
+    struct Chunk {
+      size_t tensor;
+      int64_t begin, end;
+    };
+    std::vector<Chunk> chunks;
+    for (size_t t = 0; t < counts.size(); ++t)
+      for (int64_t b = 0; b < counts[t]; b += kGrain) chunks.push_back({t, b, std::min(counts[t], b + kGrain)});
+    parallel_ranges(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const Chunk& x = chunks[static_cast<size_t>(c)];
+        f(x.tensor, x.begin, x.end);
+      }
+    });
+  }
+}
+
+//   SGD(param, grad, lr, step [, momentum_buf]) -> param' [, momentum_buf']
+template <typename T, bool kParallel>
+void sgd(KernelContext& k) {
+  const SgdRule r = sgd_rule(k, 2);
+  const bool has_buf = k.has_input(4);
+  const SgdTensors<T> t{.p = k.in(0).data<T>(),
+                        .g = k.in(1).data<T>(),
+                        .buf = has_buf ? k.in(4).data<T>() : nullptr,
+                        .out = k.out(0).data<T>(),
+                        .buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr,
+                        .n = k.in(0).numel()};
+  for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { sgd_update(r, t, begin, end); });
+}
+
+//   Adam(param, grad, lr, step, exp_avg, exp_avg_sq) -> param', exp_avg', exp_avg_sq'
 template <typename T, bool kParallel>
 void adam(KernelContext& k) {
-  const Tensor& p = k.in(0);
-  const double lr = k.in(2).data<float>()[0];
-  const double t = static_cast<double>(k.in(3).data<int64_t>()[0] + 1);
-  const double b1 = k.node.attr_float("beta1", 0.9f), b2 = k.node.attr_float("beta2", 0.999f);
-  const double eps = k.node.attr_float("epsilon", 1e-8f), wd = k.node.attr_float("weight_decay", 0.f);
-  const bool decoupled = k.node.attr_int("decoupled_weight_decay", 0) != 0;
-  const T *pp = p.data<T>(), *gp = k.in(1).data<T>(), *m = k.in(4).data<T>(), *v = k.in(5).data<T>();
-  T *out = k.out(0).data<T>(), *m_out = k.out(1).data<T>(), *v_out = k.out(2).data<T>();
-  const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
-  for_range<kParallel>(p.numel(), [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      double w = pp[i], g = gp[i];
-      if (decoupled)
-        w *= 1.0 - lr * wd;  // AdamW
-      else
-        g += wd * w;  // Adam: L2 penalty folded into the gradient
-      double mi = b1 * m[i] + (1.0 - b1) * g;
-      double vi = b2 * v[i] + (1.0 - b2) * g * g;
-      m_out[i] = static_cast<T>(mi);
-      v_out[i] = static_cast<T>(vi);
-      out[i] = static_cast<T>(w - (lr / bc1) * mi / (std::sqrt(vi) / std::sqrt(bc2) + eps));
-    }
-  });
+  const AdamRule r = adam_rule(k, 2);
+  const AdamTensors<T> t{.p = k.in(0).data<T>(),
+                         .g = k.in(1).data<T>(),
+                         .m = k.in(4).data<T>(),
+                         .v = k.in(5).data<T>(),
+                         .out = k.out(0).data<T>(),
+                         .m_out = k.out(1).data<T>(),
+                         .v_out = k.out(2).data<T>(),
+                         .n = k.in(0).numel()};
+  for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { adam_update(r, t, begin, end); });
+}
+
+// Whether a MultiSGD node with these argument counts carries momentum buffers: 2 + 2n
+// inputs and n outputs without, 2 + 3n inputs and 2n outputs with.
+inline bool multi_sgd_has_buffers(size_t inputs, size_t outputs) { return inputs - 2 != 2 * outputs; }
+
+//   MultiSGD(lr, step, p_1, g_1, [m_1], p_2, g_2, [m_2], ...) -> p_1', [m_1'], p_2', [m_2'], ...
+// With momentum buffers: 3 inputs and 2 outputs per parameter, else 2 and 1.
+template <typename T, bool kParallel>
+void multi_sgd(KernelContext& k) {
+  const SgdRule r = sgd_rule(k, 0);
+  const size_t outs = k.outputs.size(), per_in = multi_sgd_has_buffers(k.inputs.size(), outs) ? 3 : 2;
+  const size_t per_out = per_in - 1;
+  std::vector<SgdTensors<T>> ts;
+  std::vector<int64_t> counts;
+  for (size_t i = 2, o = 0; o < outs; i += per_in, o += per_out) {
+    ts.push_back({.p = k.in(i).data<T>(),
+                  .g = k.in(i + 1).data<T>(),
+                  .buf = per_in == 3 ? k.in(i + 2).data<T>() : nullptr,
+                  .out = k.out(o).data<T>(),
+                  .buf_out = per_in == 3 ? k.out(o + 1).data<T>() : nullptr,
+                  .n = k.in(i).numel()});
+    counts.push_back(ts.back().n);
+  }
+  for_tensor_chunks<kParallel>(counts, [&](size_t t, int64_t begin, int64_t end) { sgd_update(r, ts[t], begin, end); });
+}
+
+//   MultiAdam(lr, step, p_1, g_1, exp_avg_1, exp_avg_sq_1, ...) -> p_1', exp_avg_1', exp_avg_sq_1', ...
+template <typename T, bool kParallel>
+void multi_adam(KernelContext& k) {
+  const AdamRule r = adam_rule(k, 0);
+  std::vector<AdamTensors<T>> ts;
+  std::vector<int64_t> counts;
+  for (size_t i = 2, o = 0; o < k.outputs.size(); i += 4, o += 3) {
+    ts.push_back({.p = k.in(i).data<T>(),
+                  .g = k.in(i + 1).data<T>(),
+                  .m = k.in(i + 2).data<T>(),
+                  .v = k.in(i + 3).data<T>(),
+                  .out = k.out(o).data<T>(),
+                  .m_out = k.out(o + 1).data<T>(),
+                  .v_out = k.out(o + 2).data<T>(),
+                  .n = k.in(i).numel()});
+    counts.push_back(ts.back().n);
+  }
+  for_tensor_chunks<kParallel>(counts,
+                               [&](size_t t, int64_t begin, int64_t end) { adam_update(r, ts[t], begin, end); });
 }
 
 }  // namespace trainrt::optimizer_loops

@@ -130,7 +130,7 @@ void KernelRegistry::set_in_place(const std::string& domain, const std::string& 
 std::vector<InPlacePair> KernelRegistry::in_place(const Node& n, const InPlaceDims& in,
                                                   const std::vector<int64_t>* out0) const {
   auto it = in_place_.find(std::make_pair(canonical_domain(n.domain), n.op_type));
-  return it == in_place_.end() ? std::vector<InPlacePair>{} : it->second(in, out0);
+  return it == in_place_.end() ? std::vector<InPlacePair>{} : it->second(n, in, out0);
 }
 
 }  // namespace trainrt

@@ -143,10 +143,12 @@ using LayoutRule = std::function<NodeLayouts(const Graph& g, const Node& n)>;
 struct InPlacePair {
   size_t out, in;
 };
-// Decides per node from the dims of input j (nullptr: omitted or not planned) and of
-// output 0 (nullptr: not known where the planner asks).
+// Decides per node from the node (its argument counts, for variadic ops), the dims of
+// input j (nullptr: omitted or not planned) and of output 0 (nullptr: not known where
+// the planner asks).
 using InPlaceDims = std::function<const std::vector<int64_t>*(size_t j)>;
-using InPlaceRule = std::function<std::vector<InPlacePair>(const InPlaceDims& in, const std::vector<int64_t>* out0)>;
+using InPlaceRule =
+    std::function<std::vector<InPlacePair>(const Node& n, const InPlaceDims& in, const std::vector<int64_t>* out0)>;
 // Bytes of scratch memory a call needs (cuda: cuDNN's and cuBLASLt's workspace, padded
 // copies), decided from the node, its arguments' dtypes and dims and the context's
 // settings; the tensors' memory is not there yet (the planner asks before allocating).

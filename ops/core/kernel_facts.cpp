@@ -32,11 +32,12 @@ LayoutRule fixed(NodeLayouts l) {
 }
 
 InPlaceRule in_place(std::vector<InPlacePair> pairs) {
-  return [pairs](const InPlaceDims&, const std::vector<int64_t>*) { return pairs; };
+  return [pairs](const Node&, const InPlaceDims&, const std::vector<int64_t>*) { return pairs; };
 }
 
 InPlaceRule in_place_binary(bool commutative) {
-  return [commutative](const InPlaceDims& in, const std::vector<int64_t>* out0) -> std::vector<InPlacePair> {
+  using Pairs = std::vector<InPlacePair>;
+  return [commutative](const Node&, const InPlaceDims& in, const std::vector<int64_t>* out0) -> Pairs {
     const std::vector<int64_t>* a = in(0);
     const std::vector<int64_t>* b = in(1);
     if (!out0 || !a || !b) return {};

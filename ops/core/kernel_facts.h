@@ -20,6 +20,8 @@
 // In place: an op declares the pairs once for every backend (the plan does not depend
 // on the backend), so each backend's kernel for the op must be alias-safe for them:
 // every element of the input is read before the same element of the output is written.
+// A rule sees the node, so a variadic op pairs every output with its input by the
+// argument counts (MultiSGD, MultiAdam: ops/optimizer.cpp multi_in_place).
 #pragma once
 
 #include <string>

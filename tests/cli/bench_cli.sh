@@ -84,8 +84,9 @@ PY
   "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --threads 1 --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>"$tmp/err" || fail "bench --profile exited $?: $(cat "$tmp/err")"
   check_report "$tmp/prof" 4 1 || fail "--profile report (above)"
   grep -q "^profile over 1 timed steps" "$tmp/prof" || fail "--profile has no table header: $(cat "$tmp/prof")"
-  # The session runs the fused training graph: every BN+Relu and the skip Conv+Add fused.
-  for op in Conv FusedConv BatchNormalizationRelu ConvGrad SGD; do
+  # The session runs the fused training graph: every BN+Relu and the skip Conv+Add fused,
+  # every parameter updated by one MultiSGD node.
+  for op in Conv FusedConv BatchNormalizationRelu ConvGrad MultiSGD; do
     grep -Eq "^$op +[0-9]+ " "$tmp/prof" || fail "--profile table lacks $op"
   done
   grep -Eq "^BatchNormalization " "$tmp/prof" && fail "--profile: an unfused BatchNormalization ran"

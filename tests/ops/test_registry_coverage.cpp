@@ -70,6 +70,8 @@ const std::map<std::string, std::string> kNoGradientRule{
     {"ScatterND", "builds masks from constants in exported graphs; registered non-differentiable"},
     {"ai.trainrt::SGD", "optimizer update, appended after differentiation"},
     {"ai.trainrt::Adam", "optimizer update, appended after differentiation"},
+    {"ai.trainrt::MultiSGD", "optimizer update of many parameters (graph/fuse_optimizer.cpp), after differentiation"},
+    {"ai.trainrt::MultiAdam", "optimizer update of many parameters (graph/fuse_optimizer.cpp), after differentiation"},
     {"ai.trainrt::Increment", "the optimizer's step counter, appended after differentiation"},
     {"ai.trainrt::Assign", "writes a state update in place, appended by the training session"},
     {"ai.onnx.preview.training::Momentum", "optimizer update (ONNX training preview), never differentiated"},

@@ -24,7 +24,9 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   o.weight_decay = 5e-4f;
   const TrainingGraph t = build_training_graph(g, o);
   TrainingGraph f = t;
-  CHECK(fuse_training_graph(f.graph) == 22);
+  // 22 patterns, and the parameters' SGD nodes into one MultiSGD (graph/fuse_optimizer.cpp).
+  const size_t removed = 22 + t.params.size() - 1;
+  CHECK(fuse_training_graph(f.graph) == removed);
   const auto before = op_counts(t.graph), after = op_counts(f.graph);
   CHECK(after.count("BatchNormalization") == 0);
   CHECK(after.count("Relu") == 0);
@@ -36,7 +38,9 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   CHECK(after.at("ai.trainrt::DropoutReluGrad") == 6);
   CHECK(after.count("ai.trainrt::DropoutGrad") == 0);
   CHECK(after.at("ai.trainrt::ReluGrad") == 7);
-  CHECK(f.graph.nodes.size() == t.graph.nodes.size() - 22);
+  CHECK(after.at("ai.trainrt::MultiSGD") == 1);
+  CHECK(after.count("ai.trainrt::SGD") == 0);
+  CHECK(f.graph.nodes.size() == t.graph.nodes.size() - removed);
   // Every BatchNormalizationGrad reads the batch statistics its (fused) forward saved
   // (outputs 5/6, ops/norm.cpp) instead of recomputing them from X.
   std::map<std::string, std::string> saved_by;  // saved statistic -> the forward writing it
@@ -108,7 +112,8 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     CHECK(counts.at("ai.trainrt::DropoutReluGrad") == 6);
     // Both write each BatchNormalization's two running statistics with an Assign node.
     CHECK(counts.at("ai.trainrt::Assign") == 26);
-    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - 22 + 26);
+    CHECK(counts.at("ai.trainrt::MultiSGD") == 1);
+    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - (22 + t.params.size() - 1) + 26);
     auto plain_counts = op_counts(plain.training().graph);
     CHECK(plain_counts["ai.trainrt::Assign"] == 26);
     plain_counts.erase("ai.trainrt::Assign");

@@ -126,7 +126,8 @@ bool StandinDevice::runs_on_host(const std::string& domain, const std::string& o
 bool StandinDevice::skips_when_flagged(const Node& n) const {
   if (runs_on_host(n.domain, n.op_type)) return true;  // Backend::on_host reads the flag
   if (have_cuda_kernels()) return registry().kernels.skips_when_flagged("cuda", n.domain, n.op_type);
-  return n.op_type == "SGD" || n.op_type == "Adam" || n.op_type == "Increment" || n.op_type == "Assign";
+  return n.op_type == "SGD" || n.op_type == "Adam" || n.op_type == "MultiSGD" || n.op_type == "MultiAdam" ||
+         n.op_type == "Increment" || n.op_type == "Assign";
 }
 
 const Kernel& StandinDevice::kernel(const Node& n) const {
