@@ -53,8 +53,8 @@ TRAINRT_HOST_DEVICE inline uint16_t float_to_half(float f) {
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow to inf after rounding
-  if (abs < 0x38800000u) {                        // subnormal or zero in half
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;    // overflow to inf after rounding
+  if (abs < 0x38800000u) {                          // subnormal or zero in half
     const float v = bits_float(abs) * 16777216.0f;  // * 2^24, exact
     return sign | static_cast<uint16_t>(rintf(v));  // ties to even (the default rounding mode)
   }

@@ -144,7 +144,7 @@ void register_optimizer(Registry& r) {
   ms.attributes = s.attributes;
   ms.infer = [](InferContext& c) {
     const size_t ins = c.node().inputs.size(), outs = c.output_count();
-    const bool buffers = optimizer_loops::multi_sgd_has_buffers(ins, outs);
+    const bool buffers = multi_sgd_has_buffers(ins, outs);
     const size_t per_in = buffers ? 3 : 2, per_out = buffers ? 2 : 1;
     if (outs % per_out != 0 || ins - 2 != outs / per_out * per_in)
       c.fail(

@@ -35,6 +35,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/optimizer_args.h"
 
 namespace trainrt::cuda {
 
@@ -48,14 +49,6 @@ unsigned grid_for(int64_t n) { return std::min(blocks_for(n, kThreads), kMaxBloc
 // Whether the step's NaN/Inf checks lowered the skip flag: the update then writes nothing.
 __device__ bool flagged(const uint64_t* skip) { return skip != nullptr && *skip != ~uint64_t{0}; }
 
-// One parameter's tensors (SGD): buf, buf_out nullptr without a momentum buffer (or its output).
-template <typename T>
-struct SgdTensor {
-  const T *p, *g, *buf;
-  T *out, *buf_out;
-  int64_t n;
-};
-
 // The node's attributes (SGD, MultiSGD).
 template <typename T>
 struct SgdSettings {
@@ -65,7 +58,7 @@ struct SgdSettings {
 
 // Element i of one parameter; lr and first from the device scalars lr and step.
 template <typename T>
-__device__ void sgd_at(const SgdTensor<T>& t, const SgdSettings<T>& s, T lr, bool first, int64_t i) {
+__device__ void sgd_at(const SgdTensors<T>& t, const SgdSettings<T>& s, T lr, bool first, int64_t i) {
   const T p = t.p[i];
   T d = t.g[i] + s.wd * p;
   if (t.buf) {
@@ -79,7 +72,7 @@ __device__ void sgd_at(const SgdTensor<T>& t, const SgdSettings<T>& s, T lr, boo
 
 template <typename T>
 struct SgdArgs {
-  SgdTensor<T> t;
+  SgdTensors<T> t;
   SgdSettings<T> s;
   const float* lr;
   const int64_t* step;
@@ -93,13 +86,6 @@ __global__ void sgd_kernel(SgdArgs<T> a) {
   const bool first = *a.step == 0;
   TRAINRT_GRID_STRIDE(i, a.t.n) { sgd_at(a.t, a.s, lr, first, i); }
 }
-
-template <typename T>
-struct AdamTensor {
-  const T *p, *g, *m, *v;
-  T *out, *m_out, *v_out;
-  int64_t n;
-};
 
 // The node's attributes (Adam, MultiAdam).
 struct AdamSettings {
@@ -133,7 +119,7 @@ __device__ void adam_step(AdamStep<T>& c, const AdamSettings& s, const float* lr
 
 // Element i of one parameter.
 template <typename T>
-__device__ void adam_at(const AdamTensor<T>& a, const AdamSettings& s, const AdamStep<T>& c, int64_t i) {
+__device__ void adam_at(const AdamTensors<T>& a, const AdamSettings& s, const AdamStep<T>& c, int64_t i) {
   const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
   const T one_minus_b1 = static_cast<T>(1.0 - s.beta1), one_minus_b2 = static_cast<T>(1.0 - s.beta2);
   const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.wd);
@@ -152,7 +138,7 @@ __device__ void adam_at(const AdamTensor<T>& a, const AdamSettings& s, const Ada
 
 template <typename T>
 struct AdamArgs {
-  AdamTensor<T> t;
+  AdamTensors<T> t;
   AdamSettings s;
   const float* lr;
   const int64_t* step;
@@ -189,9 +175,9 @@ struct MultiArgs {
 
 constexpr int kMaxSgdTensors = 64, kMaxAdamTensors = 48;
 template <typename T>
-using MultiSgdArgs = MultiArgs<SgdTensor<T>, SgdSettings<T>, kMaxSgdTensors>;
+using MultiSgdArgs = MultiArgs<SgdTensors<T>, SgdSettings<T>, kMaxSgdTensors>;
 template <typename T>
-using MultiAdamArgs = MultiArgs<AdamTensor<T>, AdamSettings, kMaxAdamTensors>;
+using MultiAdamArgs = MultiArgs<AdamTensors<T>, AdamSettings, kMaxAdamTensors>;
 static_assert(sizeof(MultiSgdArgs<double>) <= 4096 && sizeof(MultiAdamArgs<double>) <= 4096,
               "kernel parameters are limited to 4 KB");
 
@@ -218,7 +204,7 @@ __global__ void multi_sgd_kernel(MultiSgdArgs<T> a) {
   const T lr = static_cast<T>(*a.lr);
   const bool first = *a.step == 0;
   int64_t begin = 0, end = 0;
-  const SgdTensor<T>& t = a.t[block_tensor(a, begin, end)];
+  const SgdTensors<T>& t = a.t[block_tensor(a, begin, end)];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sgd_at(t, a.s, lr, first, i);
 }
 
@@ -228,7 +214,7 @@ __global__ void multi_adam_kernel(MultiAdamArgs<T> a) {
   __shared__ AdamStep<T> c;
   adam_step(c, a.s, a.lr, a.step);
   int64_t begin = 0, end = 0;
-  const AdamTensor<T>& t = a.t[block_tensor(a, begin, end)];
+  const AdamTensors<T>& t = a.t[block_tensor(a, begin, end)];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) adam_at(t, a.s, c, i);
 }
 
@@ -290,13 +276,7 @@ AdamSettings adam_settings(const Node& node) {
 void sgd(KernelContext& k) {
   if (!with_float(k.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
-        const bool has_buf = k.has_input(4);
-        const SgdArgs<T> a{.t = {.p = k.in(0).data<T>(),
-                                 .g = k.in(1).data<T>(),
-                                 .buf = has_buf ? k.in(4).data<T>() : nullptr,
-                                 .out = k.out(0).data<T>(),
-                                 .buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr,
-                                 .n = k.in(0).numel()},
+        const SgdArgs<T> a{.t = sgd_tensors<T>(k),
                            .s = sgd_settings<T>(k.node),
                            .lr = k.in(2).data<float>(),
                            .step = k.in(3).data<int64_t>(),
@@ -311,14 +291,7 @@ void sgd(KernelContext& k) {
 void adam(KernelContext& k) {
   if (!with_float(k.in(0).dtype(), [&](auto tag) {
         using T = decltype(tag);
-        const AdamArgs<T> a{.t = {.p = k.in(0).data<T>(),
-                                  .g = k.in(1).data<T>(),
-                                  .m = k.in(4).data<T>(),
-                                  .v = k.in(5).data<T>(),
-                                  .out = k.out(0).data<T>(),
-                                  .m_out = k.out(1).data<T>(),
-                                  .v_out = k.out(2).data<T>(),
-                                  .n = k.in(0).numel()},
+        const AdamArgs<T> a{.t = adam_tensors<T>(k),
                             .s = adam_settings(k.node),
                             .lr = k.in(2).data<float>(),
                             .step = k.in(3).data<int64_t>(),
@@ -334,17 +307,7 @@ void adam(KernelContext& k) {
 void multi_sgd(KernelContext& k) {
   if (!with_float(k.in(2).dtype(), [&](auto tag) {
         using T = decltype(tag);
-        const size_t outs = k.outputs.size();
-        const bool buffers = k.inputs.size() - 2 != 2 * outs;
-        const size_t per_in = buffers ? 3 : 2, per_out = buffers ? 2 : 1;
-        std::vector<SgdTensor<T>> tensors;
-        for (size_t i = 2, o = 0; o < outs; i += per_in, o += per_out)
-          tensors.push_back({.p = k.in(i).data<T>(),
-                             .g = k.in(i + 1).data<T>(),
-                             .buf = buffers ? k.in(i + 2).data<T>() : nullptr,
-                             .out = k.out(o).data<T>(),
-                             .buf_out = buffers ? k.out(o + 1).data<T>() : nullptr,
-                             .n = k.in(i).numel()});
+        const std::vector<SgdTensors<T>> tensors = multi_sgd_tensors<T>(k);
         MultiSgdArgs<T> a{};
         a.s = sgd_settings<T>(k.node);
         a.lr = k.in(0).data<float>();
@@ -359,16 +322,7 @@ void multi_sgd(KernelContext& k) {
 void multi_adam(KernelContext& k) {
   if (!with_float(k.in(2).dtype(), [&](auto tag) {
         using T = decltype(tag);
-        std::vector<AdamTensor<T>> tensors;
-        for (size_t i = 2, o = 0; o < k.outputs.size(); i += 4, o += 3)
-          tensors.push_back({.p = k.in(i).data<T>(),
-                             .g = k.in(i + 1).data<T>(),
-                             .m = k.in(i + 2).data<T>(),
-                             .v = k.in(i + 3).data<T>(),
-                             .out = k.out(o).data<T>(),
-                             .m_out = k.out(o + 1).data<T>(),
-                             .v_out = k.out(o + 2).data<T>(),
-                             .n = k.in(i).numel()});
+        const std::vector<AdamTensors<T>> tensors = multi_adam_tensors<T>(k);
         MultiAdamArgs<T> a{};
         a.s = adam_settings(k.node);
         a.lr = k.in(0).data<float>();

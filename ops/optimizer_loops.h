@@ -15,6 +15,7 @@
 
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
+#include "ops/optimizer_args.h"
 
 namespace trainrt::optimizer_loops {
 
@@ -33,14 +34,6 @@ inline SgdRule sgd_rule(const KernelContext& k, size_t lr_slot) {
           .nesterov = k.node.attr_int("nesterov", 0) != 0,
           .first = k.in(lr_slot + 1).data<int64_t>()[0] == 0};
 }
-
-// One parameter's tensors: buf, buf_out nullptr without a momentum buffer (or its output).
-template <typename T>
-struct SgdTensors {
-  const T *p, *g, *buf;
-  T *out, *buf_out;
-  int64_t n;
-};
 
 // Elements [begin, end) of one parameter.
 template <typename T>
@@ -77,13 +70,6 @@ inline AdamRule adam_rule(const KernelContext& k, size_t lr_slot) {
   r.bc2 = 1.0 - std::pow(r.b2, t);
   return r;
 }
-
-template <typename T>
-struct AdamTensors {
-  const T *p, *g, *m, *v;
-  T *out, *m_out, *v_out;
-  int64_t n;
-};
 
 template <typename T>
 void adam_update(const AdamRule& r, const AdamTensors<T>& t, int64_t begin, int64_t end) {
@@ -130,13 +116,7 @@ void for_tensor_chunks(const std::vector<int64_t>& counts, F&& f) {
 template <typename T, bool kParallel>
 void sgd(KernelContext& k) {
   const SgdRule r = sgd_rule(k, 2);
-  const bool has_buf = k.has_input(4);
-  const SgdTensors<T> t{.p = k.in(0).data<T>(),
-                        .g = k.in(1).data<T>(),
-                        .buf = has_buf ? k.in(4).data<T>() : nullptr,
-                        .out = k.out(0).data<T>(),
-                        .buf_out = has_buf && k.has_output(1) ? k.out(1).data<T>() : nullptr,
-                        .n = k.in(0).numel()};
+  const SgdTensors<T> t = sgd_tensors<T>(k);
   for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { sgd_update(r, t, begin, end); });
 }
 
@@ -144,60 +124,33 @@ void sgd(KernelContext& k) {
 template <typename T, bool kParallel>
 void adam(KernelContext& k) {
   const AdamRule r = adam_rule(k, 2);
-  const AdamTensors<T> t{.p = k.in(0).data<T>(),
-                         .g = k.in(1).data<T>(),
-                         .m = k.in(4).data<T>(),
-                         .v = k.in(5).data<T>(),
-                         .out = k.out(0).data<T>(),
-                         .m_out = k.out(1).data<T>(),
-                         .v_out = k.out(2).data<T>(),
-                         .n = k.in(0).numel()};
+  const AdamTensors<T> t = adam_tensors<T>(k);
   for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { adam_update(r, t, begin, end); });
 }
 
-// Whether a MultiSGD node with these argument counts carries momentum buffers: 2 + 2n
-// inputs and n outputs without, 2 + 3n inputs and 2n outputs with.
-inline bool multi_sgd_has_buffers(size_t inputs, size_t outputs) { return inputs - 2 != 2 * outputs; }
+// The element counts of a multi node's tensors (for_tensor_chunks).
+template <typename Tensors>
+std::vector<int64_t> counts_of(const std::vector<Tensors>& ts) {
+  std::vector<int64_t> counts;
+  for (const Tensors& t : ts) counts.push_back(t.n);
+  return counts;
+}
 
 //   MultiSGD(lr, step, p_1, g_1, [m_1], p_2, g_2, [m_2], ...) -> p_1', [m_1'], p_2', [m_2'], ...
-// With momentum buffers: 3 inputs and 2 outputs per parameter, else 2 and 1.
 template <typename T, bool kParallel>
 void multi_sgd(KernelContext& k) {
   const SgdRule r = sgd_rule(k, 0);
-  const size_t outs = k.outputs.size(), per_in = multi_sgd_has_buffers(k.inputs.size(), outs) ? 3 : 2;
-  const size_t per_out = per_in - 1;
-  std::vector<SgdTensors<T>> ts;
-  std::vector<int64_t> counts;
-  for (size_t i = 2, o = 0; o < outs; i += per_in, o += per_out) {
-    ts.push_back({.p = k.in(i).data<T>(),
-                  .g = k.in(i + 1).data<T>(),
-                  .buf = per_in == 3 ? k.in(i + 2).data<T>() : nullptr,
-                  .out = k.out(o).data<T>(),
-                  .buf_out = per_in == 3 ? k.out(o + 1).data<T>() : nullptr,
-                  .n = k.in(i).numel()});
-    counts.push_back(ts.back().n);
-  }
-  for_tensor_chunks<kParallel>(counts, [&](size_t t, int64_t begin, int64_t end) { sgd_update(r, ts[t], begin, end); });
+  const std::vector<SgdTensors<T>> ts = multi_sgd_tensors<T>(k);
+  for_tensor_chunks<kParallel>(counts_of(ts),
+                               [&](size_t t, int64_t begin, int64_t end) { sgd_update(r, ts[t], begin, end); });
 }
 
 //   MultiAdam(lr, step, p_1, g_1, exp_avg_1, exp_avg_sq_1, ...) -> p_1', exp_avg_1', exp_avg_sq_1', ...
 template <typename T, bool kParallel>
 void multi_adam(KernelContext& k) {
   const AdamRule r = adam_rule(k, 0);
-  std::vector<AdamTensors<T>> ts;
-  std::vector<int64_t> counts;
-  for (size_t i = 2, o = 0; o < k.outputs.size(); i += 4, o += 3) {
-    ts.push_back({.p = k.in(i).data<T>(),
-                  .g = k.in(i + 1).data<T>(),
-                  .m = k.in(i + 2).data<T>(),
-                  .v = k.in(i + 3).data<T>(),
-                  .out = k.out(o).data<T>(),
-                  .m_out = k.out(o + 1).data<T>(),
-                  .v_out = k.out(o + 2).data<T>(),
-                  .n = k.in(i).numel()});
-    counts.push_back(ts.back().n);
-  }
-  for_tensor_chunks<kParallel>(counts,
+  const std::vector<AdamTensors<T>> ts = multi_adam_tensors<T>(k);
+  for_tensor_chunks<kParallel>(counts_of(ts),
                                [&](size_t t, int64_t begin, int64_t end) { adam_update(r, ts[t], begin, end); });
 }
 

@@ -12,13 +12,7 @@
 
 #include <cstdint>
 
-#include "graph/tensor.h"
-
-#ifdef __CUDACC__
-#define TRAINRT_HOST_DEVICE __host__ __device__
-#else
-#define TRAINRT_HOST_DEVICE
-#endif
+#include "graph/tensor.h"  // TRAINRT_HOST_DEVICE (graph/float16.h)
 
 namespace trainrt {
 
