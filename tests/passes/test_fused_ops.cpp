@@ -1,5 +1,6 @@
 // The fused ops (ops/fused.cpp, ops/fused_cpu.cpp) against the unfused graph they
-// replace, run on the reference backend; the cpu kernels must take the oneDNN path.
+// replace, run on the reference backend (FusedConv in every precision: fp32, bf16, fp16);
+// the cpu kernels must take the oneDNN path.
 #include <doctest/doctest.h>
 
 #include "graph/fuse_util.h"
@@ -39,6 +40,15 @@ std::map<std::string, Attribute> conv_attrs(int64_t stride, int64_t group) {
           {"group", Attribute::of_int(group)}};
 }
 
+// g run once on `backend` with the convolutions in `math` (ops/core/kernel.h).
+TensorMap run_in(const Graph& g, const TensorMap& feeds, const std::string& backend, MathPrecision math) {
+  const std::unique_ptr<Backend> b = make_backend(backend);  // the executor keeps a reference
+  ExecutorOptions o;
+  o.plan.kept_outside = true;
+  o.math = math;
+  return Executor(g, *b, o).run(feeds);
+}
+
 }  // namespace
 
 TEST_CASE("FusedConv = act(Conv + B) + Z on reference and cpu, for every combination of bias, Relu and Z") {
@@ -74,11 +84,19 @@ TEST_CASE("FusedConv = act(Conv + B) + Z on reference and cpu, for every combina
         while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
         const Graph unfused = graph_of(plain, feeds, inits, {"y"});
         const Graph fused = graph_of({f}, feeds, inits, {"y"});
-        const Tensor want = run_graph(unfused, feeds, *make_backend("reference")).at("y");
-        CHECK(max_abs_diff(run_graph(fused, feeds, *make_backend("reference")).at("y"), want) < 1e-6);
-        const uint64_t fallbacks = dnnl_util::reference_fallbacks();
-        CHECK(max_abs_diff(run_graph(fused, feeds, *make_backend("cpu")).at("y"), want) < 1e-4);
-        CHECK(dnnl_util::reference_fallbacks() == fallbacks);
+        // In every precision: bf16/fp16 round the convolution's inputs alike in both graphs
+        // (the fused node's bias and residual are not rounded, as the unfused Add's are not).
+        const Tensor fp32 = run_in(unfused, feeds, "reference", MathPrecision::fp32).at("y");
+        for (MathPrecision math : {MathPrecision::fp32, MathPrecision::bf16, MathPrecision::fp16}) {
+          CAPTURE(math_precision_name(math));
+          const Tensor want = run_in(unfused, feeds, "reference", math).at("y");
+          if (math != MathPrecision::fp32) CHECK(max_abs_diff(want, fp32) > 1e-5);  // it did round
+          CHECK(max_abs_diff(run_in(fused, feeds, "reference", math).at("y"), want) < 1e-6);
+          if (math == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16()) continue;  // cpu refuses bf16 there
+          const uint64_t fallbacks = dnnl_util::reference_fallbacks();
+          CHECK(max_abs_diff(run_in(fused, feeds, "cpu", math).at("y"), want) < 1e-4);
+          CHECK(dnnl_util::reference_fallbacks() == fallbacks);
+        }
       }
 }
 
