@@ -514,9 +514,9 @@ bool TrainRun::end_epoch(double epoch_time, int64_t first_step) {
   const double images_per_sec = static_cast<double>(epoch_images) / epoch_time;
   stepper_->broadcast_buffers();
   const Graph trained = session_->trained_forward(forward_);
-  const Evaluation ev =
-      evaluate_share(c_.fuse ? optimize_for_inference(trained) : trained, io_, test_, c_.batch_size, *eval_backend_,
-                     c_.env.rank, c_.env.world, comm_.get(), [] { return stop_signal() != 0; });
+  const Evaluation ev = evaluate_share(
+      c_.fuse ? optimize_for_inference(trained) : trained, io_, test_, c_.batch_size, *eval_backend_, c_.env.rank,
+      c_.env.world, comm_.get(), [] { return stop_signal() != 0; }, chooser_.get());
   if (ev.interrupted && stop_requested(/*after_step=*/false)) return false;
   st_.total_seconds += epoch_time;
   st_.total_images += epoch_images;

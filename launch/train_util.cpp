@@ -132,11 +132,13 @@ std::vector<float> number_list(const Args& a, const std::string& flag, bool posi
 }
 
 Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
-                    const std::function<bool()>& stop) {
+                    const std::function<bool()>& stop, EngineChooser* chooser) {
   BatchStream stream(d, eval_options(batch_size));
   Evaluation e;
   int64_t correct = 0, batches = 0;
-  Executor ex(g, b);  // planned once per batch shape, not per batch
+  ExecutorOptions eo;
+  eo.chooser = chooser;
+  Executor ex(g, b, eo);  // planned once per batch shape, not per batch
   while (auto batch = stream.next()) {
     if (stop && stop()) {
       e.interrupted = true;
@@ -189,13 +191,14 @@ size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int
 }
 
 Evaluation evaluate_share(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
-                          int rank, int world, Communicator* comm, const std::function<bool()>& stop) {
-  if (!comm || world <= 1) return evaluate(g, io, d, batch_size, b, stop);
+                          int rank, int world, Communicator* comm, const std::function<bool()>& stop,
+                          EngineChooser* chooser) {
+  if (!comm || world <= 1) return evaluate(g, io, d, batch_size, b, stop, chooser);
   const int64_t batches = (d.size() + batch_size - 1) / batch_size;
   const int64_t first = rank * batches / world, last = (rank + 1) * batches / world;
   const int64_t begin = std::min(d.size(), first * batch_size), end = std::min(d.size(), last * batch_size);
   Evaluation mine;
-  if (end > begin) mine = evaluate(g, io, take_range(d, begin, end - begin), batch_size, b);
+  if (end > begin) mine = evaluate(g, io, take_range(d, begin, end - begin), batch_size, b, {}, chooser);
   std::vector<double> sums{mine.loss * static_cast<double>(mine.batches), static_cast<double>(mine.batches),
                            static_cast<double>(mine.correct), static_cast<double>(mine.images)};
   comm->sum(sums, "validation sums");

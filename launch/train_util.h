@@ -61,9 +61,11 @@ struct Evaluation {
   bool interrupted = false;          // `stop` returned true before the last batch
 };
 // `stop` (optional) is asked before each batch; when it returns true the evaluation
-// ends early with interrupted set (a stop signal during a long validation).
+// ends early with interrupted set (a stop signal during a long validation). `chooser`
+// (optional, ExecutorOptions::chooser): the kernels' engine timings, e.g. the training
+// run's timing cache, so validation's convolutions run the engines timed for them.
 Evaluation evaluate(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
-                    const std::function<bool()>& stop = {});
+                    const std::function<bool()>& stop = {}, EngineChooser* chooser = nullptr);
 
 // Data-parallel validation: rank `rank` of `world` evaluates its contiguous share of the
 // test batches (the batches one process would make, split into `world` runs), and the
@@ -80,7 +82,8 @@ size_t evaluation_bytes(const Graph& g, const ModelIo& io, const Dataset& d, int
                         size_t staged_copies = 1);
 
 Evaluation evaluate_share(const Graph& g, const ModelIo& io, const Dataset& d, int64_t batch_size, const Backend& b,
-                          int rank, int world, Communicator* comm, const std::function<bool()>& stop = {});
+                          int rank, int world, Communicator* comm, const std::function<bool()>& stop = {},
+                          EngineChooser* chooser = nullptr);
 
 // Threads for one rank when --threads is 0: Slurm's --cpus-per-task when set, else the
 // CPUs this process may run on, shared out among the `local_ranks` ranks of the node
