@@ -2,6 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
 #include "runtime/communicator.h"
@@ -70,12 +74,21 @@ class CudaBackend : public Backend {
     cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream(s)), "copy to the GPU");
   }
 
-  // An event per record(), without timing; destroyed with the last handle (CUDA frees it
-  // once it completes).
+  // An event without timing from the backend's free list (created only while the list is
+  // empty), given back when its last handle goes: no cudaEventCreate per step. Recording
+  // it again then is safe, since a cudaStreamWaitEvent already issued waits for the record
+  // it saw, not a later one.
   Event record(Stream s) const override {
     cudaEvent_t e = nullptr;
-    cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    std::shared_ptr<CUevent_st> owned(e, [](CUevent_st* x) { (void)cudaEventDestroy(x); });
+    {
+      std::lock_guard<std::mutex> lock(events_->mu);
+      if (!events_->free.empty()) {
+        e = events_->free.back();
+        events_->free.pop_back();
+      }
+    }
+    if (!e) cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    std::shared_ptr<CUevent_st> owned(e, [pool = events_](CUevent_st* x) { pool->give_back(x); });
     cuda::check(cudaEventRecord(e, stream(s)), "cudaEventRecord");
     return owned;
   }
@@ -145,6 +158,23 @@ class CudaBackend : public Backend {
     return s == Stream::copy ? copy_stream_ : s == Stream::comm ? comm_stream_ : cuda::context().stream;
   }
   cudaStream_t copy_stream_ = nullptr, comm_stream_ = nullptr;
+  // record()'s events not in use; shared with every handle, which may outlive the backend.
+  struct EventPool {
+    std::mutex mu;
+    std::vector<cudaEvent_t> free;
+    void give_back(cudaEvent_t e) noexcept {
+      try {
+        std::lock_guard<std::mutex> lock(mu);
+        free.push_back(e);
+      } catch (...) {
+        (void)cudaEventDestroy(e);  // no room in the list: CUDA frees it once it completes
+      }
+    }
+    ~EventPool() {
+      for (cudaEvent_t e : free) (void)cudaEventDestroy(e);
+    }
+  };
+  std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
 
   // `bytes` bytes from `alloc` (cudaMalloc, cudaMallocHost), freed by `release`; a
   // failure is one line naming `what`, its size and CUDA's reason, then `advice`.
