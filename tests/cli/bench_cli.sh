@@ -132,25 +132,25 @@ print("layout reorders MiB/step: blocked %.2f, plain %.2f" % tuple(mib))
 sys.exit(0 if (mib[0] * 5 < mib[1] if sys.argv[3] == "1" else mib[0] == mib[1]) else 1)
 PY
 
-# --precision bf16 runs on CPUs with AVX-512 BF16 and is refused elsewhere, naming why.
-if cpu_path bf16; then
-  "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --precision bf16 >"$tmp/bf16" 2>&1 ||
-    fail "bench --precision bf16: $(tail -3 "$tmp/bf16")"
-  grep -q "^setup: backend cpu, threads [0-9]*, precision bf16," "$tmp/bf16" || fail "bench bf16 setup line: $(cat "$tmp/bf16")"
+# A short bench in precision $1 runs, says so in its setup line, and starts near ln(10)
+# with a finite loss at the end.
+bench_precision() {
+  local p=$1
+  "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --precision "$p" >"$tmp/$p" 2>&1 ||
+    fail "bench --precision $p: $(tail -3 "$tmp/$p")"
+  grep -q "^setup: backend cpu, threads [0-9]*, precision $p," "$tmp/$p" || fail "bench $p setup line: $(cat "$tmp/$p")"
   $py -c 'import math, re, sys
 first, last = map(float, re.search(r"^loss: ([0-9.]+) \(first step\) -> ([0-9.]+)", open(sys.argv[1]).read(), re.M).groups())
-sys.exit(0 if abs(first - math.log(10)) < 1.5 and math.isfinite(last) else 1)' "$tmp/bf16" || fail "bench bf16 loss: $(cat "$tmp/bf16")"
+sys.exit(0 if abs(first - math.log(10)) < 1.5 and math.isfinite(last) else 1)' "$tmp/$p" || fail "bench $p loss: $(cat "$tmp/$p")"
+}
+# --precision bf16 runs on CPUs with AVX-512 BF16 and is refused elsewhere, naming why.
+if cpu_path bf16; then
+  bench_precision bf16
 else
   expect_error 2 "--precision bf16: this CPU has no AVX-512 BF16" -- "$trainrt" bench "$model" --batch 2 --precision bf16
 fi
-
 # --precision fp16 (emulated on every CPU) runs loss-scaled steps, as train does.
-"$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --precision fp16 >"$tmp/fp16" 2>&1 ||
-  fail "bench --precision fp16: $(tail -3 "$tmp/fp16")"
-grep -q "^setup: backend cpu, threads [0-9]*, precision fp16," "$tmp/fp16" || fail "bench fp16 setup line: $(cat "$tmp/fp16")"
-$py -c 'import math, re, sys
-first, last = map(float, re.search(r"^loss: ([0-9.]+) \(first step\) -> ([0-9.]+)", open(sys.argv[1]).read(), re.M).groups())
-sys.exit(0 if abs(first - math.log(10)) < 1.5 and math.isfinite(last) else 1)' "$tmp/fp16" || fail "bench fp16 loss: $(cat "$tmp/fp16")"
+bench_precision fp16
 
 # Winograd is the default; --conv-algorithm direct runs the direct convolutions and says so.
 "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --conv-algorithm direct >"$tmp/direct" 2>&1 ||
