@@ -45,6 +45,10 @@ namespace trainrt {
 
 namespace {
 
+// With ranks, queued steps are collected at least every this many steps (global step
+// numbers, the same on every rank): a stop signal on one rank takes effect within it.
+constexpr int64_t kRankWindow = 16;
+
 bool early_stop(const std::vector<double>& acc, int64_t patience, double target) {
   return static_cast<int64_t>(acc.size()) >= patience &&
          std::all_of(acc.end() - patience, acc.end(), [&](double a) { return a >= target; });
@@ -70,6 +74,19 @@ class Stepper {
   bool data_parallel() const { return dp_ != nullptr; }
   double step(const TensorMap& feeds, float lr) {
     return dp_ ? dp_->step(feeds, lr, stop_signal() != 0) : session_.step(feeds, lr);
+  }
+  // Steps queued ahead of the host (TrainingSession::queue_step; with ranks
+  // DataParallel::queue_step, this rank's stop flag travelling with the step).
+  void queue(const TensorMap& feeds, float lr) {
+    if (dp_)
+      dp_->queue_step(feeds, lr, stop_signal() != 0);
+    else
+      session_.queue_step(feeds, lr);
+  }
+  TrainingSession::Finished finish() { return dp_ ? dp_->finish_steps() : session_.finish_steps(); }
+  bool queue_failed() const { return dp_ ? dp_->queue_failed() : session_.queue_failed(); }
+  DataParallel::ReduceTotals take_reduce_totals() {
+    return dp_ ? dp_->take_reduce_totals() : DataParallel::ReduceTotals{};
   }
   std::optional<NumericalError> find_anomaly(const TensorMap& feeds, float lr) {
     return dp_ ? dp_->find_anomaly(feeds, lr) : session_.find_anomaly(feeds, lr);
@@ -177,7 +194,7 @@ class TrainRun {
   [[noreturn]] void step_failed(const std::string& what, ErrorKind kind) const;
   [[noreturn]] void step_failed(const Pending& at, const std::string& what, ErrorKind kind) const;
   void log_progress(double loss, int64_t steps, int64_t first_step, std::chrono::steady_clock::time_point t0) const;
-  bool end_epoch(double epoch_time, int64_t first_step);
+  bool end_epoch(double epoch_time);
   std::string save(const std::string& dir);
   bool stop_requested(bool after_step);
   void print_summary();
@@ -204,7 +221,6 @@ class TrainRun {
   double last_loss_ = 0;                  // the loss of the last step accounted for
   std::FILE* iteration_times_ = nullptr;  // --iteration-times, rank 0
   bool max_steps_reached() const { return c_.max_steps > 0 && st_.global_step >= c_.max_steps; }
-  double reduce_ms_ = 0, exposed_ms_ = 0;  // this epoch's all-reduce time, and the part the optimizer waited for
   const bool tty_ = ::isatty(STDOUT_FILENO);
 };
 
@@ -378,7 +394,12 @@ bool TrainRun::train_epoch() {
         c_.log_every > 0 && (st_.step_in_epoch % c_.log_every == 0 || st_.step_in_epoch == stream.size());
     const bool checkpoint_now =
         !c_.checkpoint_dir.empty() && c_.checkpoint_every_steps > 0 && st_.global_step % c_.checkpoint_every_steps == 0;
-    if (log_now || checkpoint_now || stop_signal() != 0 || max_steps_reached() || session_->queue_failed() ||
+    // With ranks a window of queued steps ends at step numbers every rank shares: a rank
+    // that collected early on its own signal and stopped would leave its peers' queued
+    // collectives waiting. Its stop flag travels with its next step instead.
+    const bool own_stop = stop_signal() != 0 && !stepper_->data_parallel();
+    const bool window_full = stepper_->data_parallel() && st_.global_step % kRankWindow == 0;
+    if (log_now || checkpoint_now || own_stop || window_full || max_steps_reached() || stepper_->queue_failed() ||
         (c_.metrics_every > 0 && st_.global_step % c_.metrics_every == 0))
       finish_queued();
     st_.epoch_seconds = seconds_before + seconds_since(t0);
@@ -398,20 +419,21 @@ bool TrainRun::train_epoch() {
   }
   finish_queued();
   if (tty_ && c_.log_every > 0) std::printf("\n");
-  return end_epoch(seconds_before + seconds_since(t0), first_step);
+  return end_epoch(seconds_before + seconds_since(t0));
 }
 
-// Queues a step on the session where it may run ahead of the host: one rank, no
-// --detect-anomaly (it reruns the failed step's batch), no trace of this step. False: the
-// caller runs it with train_step().
+// Queues a step where it may run ahead of the host (the session's queue, or with ranks
+// DataParallel's, where a step runs at once unless its all-reduces are ordered by events
+// on the device): no --detect-anomaly (it reruns the failed step's batch), no trace of
+// this step. False: the caller runs it with train_step().
 bool TrainRun::queue_step(const Batch& b, double lr) {
-  if (stepper_->data_parallel() || c_.detect_anomaly || tracer_->profile_for(steps_this_run_)) {
+  if (c_.detect_anomaly || tracer_->profile_for(steps_this_run_)) {
     finish_queued();
     return false;
   }
   queued_.push_back({st_.epoch + 1, st_.step_in_epoch + 1, st_.global_step + 1, lr});
   try {
-    session_->queue_step({{io_.input, b.images}, {session_->training().labels, b.labels}}, static_cast<float>(lr));
+    stepper_->queue({{io_.input, b.images}, {session_->training().labels, b.labels}}, static_cast<float>(lr));
   } catch (const Error& e) {
     step_failed(queued_.back(), e.what(), e.kind());
   }
@@ -425,7 +447,7 @@ void TrainRun::finish_queued() {
   if (queued_.empty()) return;
   TrainingSession::Finished f;
   try {
-    f = session_->finish_steps();
+    f = stepper_->finish();
   } catch (const Error& e) {
     step_failed(queued_.front(), e.what(), e.kind());
   }
@@ -469,10 +491,6 @@ double TrainRun::train_step(const Batch& b, double lr) {
   if (profile && tracer_->record(b, start, now_ns(), st_.global_step + 1, stepper_->timings()))
     tracer_->write(*session_);
   ++steps_this_run_;
-  for (const BucketTiming& t : stepper_->timings()) {
-    reduce_ms_ += static_cast<double>(t.end_ns - t.start_ns) / 1e6;
-    exposed_ms_ += static_cast<double>(t.wait_ns) / 1e6;
-  }
   return loss;
 }
 
@@ -508,7 +526,7 @@ void TrainRun::log_progress(double loss, int64_t steps, int64_t first_step,
 // form (BN folded into the Conv, Conv+Relu and Conv+residual Add fused). With several
 // ranks each validates its share of the test batches with rank 0's running
 // statistics, and the sums make the whole test set's figures.
-bool TrainRun::end_epoch(double epoch_time, int64_t first_step) {
+bool TrainRun::end_epoch(double epoch_time) {
   const int64_t steps = st_.step_in_epoch;
   const int64_t epoch_images = steps * c_.global_batch;
   const double images_per_sec = static_cast<double>(epoch_images) / epoch_time;
@@ -526,10 +544,10 @@ bool TrainRun::end_epoch(double epoch_time, int64_t first_step) {
       "Cumulative Time = %5.3f\n",
       static_cast<long long>(st_.epoch + 1), epoch_time, ev.loss, ev.accuracy, images_per_sec, st_.total_seconds);
   if (stepper_->data_parallel()) {
-    const double timed = static_cast<double>(std::max<int64_t>(1, steps - first_step));
-    std::printf("All-reduce: %.1f ms per step, %.1f ms of it not hidden by the backward pass\n", reduce_ms_ / timed,
-                exposed_ms_ / timed);
-    reduce_ms_ = exposed_ms_ = 0;
+    const DataParallel::ReduceTotals t = stepper_->take_reduce_totals();
+    const double timed = static_cast<double>(std::max<int64_t>(1, t.steps));
+    std::printf("All-reduce: %.1f ms per step, %.1f ms of it not hidden by the backward pass\n", t.reduce_ms / timed,
+                t.exposed_ms / timed);
   }
   if (session_->loss_scaling())
     std::printf("Loss scale = %g (%lld steps skipped for non-finite gradients in this process)\n",

@@ -51,9 +51,8 @@ struct DataParallel::Bucket {
   bool in_place = false;                 // `flat` is the plan's group in the arena
   std::shared_ptr<CommRequest> request;  // the running all-reduce, if started
   bool finished = true;
-  // Ordered by events (events_): the all-reduce's end on the device, and its watch.
+  // Ordered by events (events_): the all-reduce's end on the device (its watch: watches_).
   Backend::Event done;
-  std::shared_ptr<CommRequest> watch;
   size_t flag0 = 0;  // its first check flag (bucket 0: the loss's, then one per gradient)
 };
 
@@ -61,6 +60,9 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
   if (opts_.bucket_cap_bytes == 0 || opts_.first_bucket_cap_bytes == 0)
     throw_bad_input("--bucket-cap-mb", "a bucket cap must be > 0");
   s_.set_check_finite(false);
+  // Filled by choose_events(); read by the executor when a run's last step is issued, so
+  // the first run (which makes the buckets in its first hook) returns it too.
+  s_.set_copy_out(&checks_);
   // The buckets are ranges of the arena, counted with it.
   s_.set_contiguous([this](const Plan& p) { return bucket_groups(p); });
   set_hooks(true);
@@ -86,10 +88,14 @@ size_t DataParallel::packed_buckets() const {
 void DataParallel::set_hooks(bool on) {
   s_.set_before_step(on ? std::function<void(int)>([this](int step) { on_before(step); }) : nullptr);
   s_.set_after_step(on ? std::function<void(int)>([this](int step) { on_after(step); }) : nullptr);
-  s_.set_after_run(on ? std::function<void()>([this] {
-    if (events_) conclude_on_device();
-  })
+  s_.set_after_run(on ? std::function<double(const TensorMap&)>([this](const TensorMap& r) { return after_run(r); })
                       : nullptr);
+}
+
+// The session's after-run hook: a step's loss (the mean over the ranks on the device path).
+double DataParallel::after_run(const TensorMap& results) {
+  if (events_) return conclude_on_device(results);
+  return results.at(s_.training().loss).get_as_double(0);
 }
 
 DataParallel::~DataParallel() {
@@ -97,14 +103,19 @@ DataParallel::~DataParallel() {
   s_.set_contiguous(nullptr);
   s_.set_check_finite(true);
   s_.set_skip_flag(nullptr);
+  s_.set_copy_out(nullptr);
+  s_.set_hooks_queue_only(false);
   // A bucket still in flight writes into our buffers: wait for it (it completes unless a
   // peer died, in which case the communicator is broken and returns at once).
+  std::vector<std::shared_ptr<CommRequest>> pending;
   for (auto& b : state_)
-    for (auto* r : {&b->request, &b->watch})
-      if (*r) try {
-          (*r)->wait();
-        } catch (const Error&) {
-        }
+    if (b->request) pending.push_back(b->request);
+  for (auto& run : watches_)
+    for (auto& [b, w] : run) pending.push_back(w);
+  for (auto& r : pending) try {
+      r->wait();
+    } catch (const Error&) {
+    }
 }
 
 void DataParallel::prepare() {
@@ -196,6 +207,8 @@ void DataParallel::choose_events(const Plan& plan) {
   for (const PlanStep& st : plan.steps)
     events_ = events_ && (!st.writes_state || dev.skips_when_flagged(plan.graph.nodes[st.node]));
   s_.set_skip_flag(nullptr);
+  s_.set_hooks_queue_only(false);
+  checks_.clear();
   if (!events_) return;
   size_t n = 0;
   for (size_t b = 0; b < state_.size(); ++b) {
@@ -204,10 +217,11 @@ void DataParallel::choose_events(const Plan& plan) {
   }
   any_flag_ = n++;
   flags_init_.assign(n, Backend::kAllFinite);
-  flags_ = dev.allocate(n * sizeof(uint64_t));
-  flags_host_ = dev.allocate_host(n * sizeof(uint64_t));
-  extras_host_ = Tensor(dtype_, {2}, dev.allocate_host(2 * dtype_size(dtype_)));
+  // The flags, then the mean loss and the stop flag (8 bytes each, of the gradients' type).
+  flags_ = dev.allocate((n + 2) * sizeof(uint64_t));
+  checks_ = {{"data_parallel.checks", Tensor(DataType::UInt64, {static_cast<int64_t>(n + 2)}, flags_)}};
   s_.set_skip_flag(reinterpret_cast<const uint64_t*>(flags_.get()) + any_flag_);
+  s_.set_hooks_queue_only(true);
 }
 
 // Points the in-place buckets at their range of the current arena (it may have moved
@@ -252,7 +266,7 @@ void DataParallel::start_on_device(size_t b) {
       "all-reduce of gradient bucket " + std::to_string(b) + " (" + std::to_string(st.gradients.size()) +
           " gradients)");
   st.done = std::move(r.done);
-  st.watch = std::move(r.watch);
+  if (r.watch) watches_.back().emplace_back(b, std::move(r.watch));
 }
 
 // finish() on the device path: the compute stream waits for the average, copies it back
@@ -276,26 +290,35 @@ void DataParallel::finish_on_device(size_t b, bool check) {
   }
 }
 
-// After a step's run on the device path (synchronised; TrainingSession's after-run hook,
-// before it copies the running statistics): the watches' verdicts, the mean loss and
-// stop flag, and the first failed check in bucket order (the loss first), as the host
-// path reports it; the state writers skipped on the device.
-void DataParallel::conclude_on_device() {
-  for (size_t b = 0; b < state_.size(); ++b) {
-    Bucket& st = *state_[b];
-    if (st.watch) {
-      std::shared_ptr<CommRequest> w = std::move(st.watch);
+// After a step's run on the device path (TrainingSession's after-run hook, with the run's
+// results: `checks_` among them, copied out at its end): the watches' verdicts, the mean
+// loss and stop flag, and the first failed check in bucket order (the loss first), as
+// the host path reports it; the state writers skipped on the device. Queued runs are
+// concluded in order, each with the oldest group of watches.
+double DataParallel::conclude_on_device(const TensorMap& results) {
+  if (!watches_.empty()) {
+    std::vector<std::pair<size_t, std::shared_ptr<CommRequest>>> run = std::move(watches_.front());
+    watches_.pop_front();
+    for (auto& [b, w] : run) {
       w->wait();
       timings_[b].start_ns = w->start_ns;
       timings_[b].end_ns = w->end_ns;
     }
-    st.done.reset();
   }
-  mean_loss_ = extras_host_.get_as_double(0);
-  stop_agreed_ = extras_host_.get_as_double(1) > 0;
+  add_totals();
+  const Tensor& checks = results.at(checks_.front().first);
+  const auto* flags = checks.data<uint64_t>();
+  const size_t esize = dtype_size(dtype_);
+  auto extra = [&](size_t k) {  // the mean loss (0) and stop flag (1), of the gradients' type
+    Tensor x(dtype_, {});
+    std::memcpy(x.raw(), reinterpret_cast<const std::byte*>(flags + flags_init_.size() + k), esize);
+    return x.get_as_double(0);
+  };
+  mean_loss_ = extra(0);
+  stop_agreed_ = extra(1) > 0;
+  window_stop_ = window_stop_ || stop_agreed_;
   have_mean_loss_ = true;
-  const auto* flags = reinterpret_cast<const uint64_t*>(flags_host_.get());
-  if (flags[any_flag_] == Backend::kAllFinite) return;
+  if (flags[any_flag_] == Backend::kAllFinite) return mean_loss_;
   const Plan& plan = s_.plan();
   for (size_t b = 0; b < state_.size(); ++b) {
     const Bucket& st = *state_[b];
@@ -313,6 +336,7 @@ void DataParallel::conclude_on_device() {
                                 : "gradient '" + values[k] + "' has " + kind + " at element " + std::to_string(f >> 1));
     }
   }
+  return mean_loss_;
 }
 
 NumericalError DataParallel::numerical_fault(const Plan& plan, const std::string& value,
@@ -443,12 +467,14 @@ void DataParallel::finish(size_t b, bool check) {
 }
 
 void DataParallel::drain() {
+  // The device path: collectives issued and not concluded (a failed step's, or those of
+  // the queued steps after it); wait for their end.
+  while (!watches_.empty()) {
+    std::vector<std::pair<size_t, std::shared_ptr<CommRequest>>> run = std::move(watches_.front());
+    watches_.pop_front();
+    for (auto& [b, w] : run) w->wait();
+  }
   for (auto& st : state_) {
-    if (st->watch) {  // the device path: its collective has been issued; wait for its end
-      std::shared_ptr<CommRequest> w = std::move(st->watch);
-      st->finished = true;
-      w->wait();
-    }
     if (!st->request) continue;
     std::shared_ptr<CommRequest> r = std::move(st->request);
     st->finished = true;
@@ -459,20 +485,30 @@ void DataParallel::drain() {
 void DataParallel::on_before(int step) {
   if (step == 0 && plan_ != &s_.plan()) prepare();
   if (step == 0) {
-    drain();  // nothing of an earlier (failed) step may still write into the buffers
+    // Nothing of an earlier (failed) step may still write into the buffers. On the device
+    // path stream order sees to that: the step before waited for every average before
+    // its optimizer, and the watches are read when its run is concluded.
+    if (!events_) drain();
     bind_in_place();
     have_mean_loss_ = false;
-    stop_agreed_ = false;
-    if (events_) s_.backend().copy(flags_.get(), flags_init_.data(), flags_init_.size() * sizeof(uint64_t));
+    if (!window_open_) stop_agreed_ = false;
+    if (events_) {
+      // The flags from host memory read at the call; the "any" flag (last) only where a
+      // window of queued steps starts: it stays lowered after a failed step of the window.
+      const size_t reset = flags_init_.size() - (window_open_ ? 1 : 0);
+      s_.backend().copy(flags_.get(), flags_init_.data(), reset * sizeof(uint64_t));
+      watches_.emplace_back();
+    }
   }
   if (events_ && step == s_.plan().first_state_write) {
     // Every bucket's average and checks before the first state write, so the skip flag
-    // the writers read is complete; then their results' copies to the host.
+    // the writers read is complete; then the mean loss and stop flag beside the flags,
+    // which the run copies out at its end (checks_).
     for (size_t b = 0; b < state_.size(); ++b) finish(b, true);
-    const Backend& dev = s_.backend();
-    dev.copy(flags_host_.get(), flags_.get(), flags_init_.size() * sizeof(uint64_t));
-    dev.copy(extras_host_.raw(), state_[0]->flat.raw() + state_[0]->elements * dtype_size(dtype_),
-             2 * dtype_size(dtype_));
+    const size_t esize = dtype_size(dtype_);
+    for (size_t k = 0; k < 2; ++k)
+      s_.backend().copy(flags_.get() + (flags_init_.size() + k) * sizeof(uint64_t),
+                        state_[0]->flat.raw() + (state_[0]->elements + k) * esize, esize);
   }
   if (static_cast<size_t>(step) < need_at_.size())
     for (size_t b : need_at_[static_cast<size_t>(step)]) finish(b, true);
@@ -484,13 +520,64 @@ void DataParallel::on_after(int step) {
 }
 
 double DataParallel::step(const TensorMap& batch, float lr, bool stop) {
+  if (window_open_) throw_internal("DataParallel::step", "steps queued: finish_steps() first");
   stop_ = stop;
   double loss = s_.step(batch, lr);
-  if (events_) return mean_loss_;  // concluded in the session's after-run hook
+  if (events_) return loss;  // the mean, concluded in the session's after-run hook
   // Buckets no optimizer node read (none in a training graph) and a skipped step's
   // (fp16 loss scaling) still complete, so every rank has issued the same collectives.
   for (size_t b = 0; b < state_.size(); ++b) finish(b, false);
+  add_totals();
   return have_mean_loss_ ? mean_loss_ : loss;
+}
+
+void DataParallel::add_totals() {
+  for (const BucketTiming& t : timings_) {
+    totals_.reduce_ms += static_cast<double>(t.end_ns - t.start_ns) / 1e6;
+    totals_.exposed_ms += static_cast<double>(t.wait_ns) / 1e6;
+  }
+  ++totals_.steps;
+}
+
+void DataParallel::queue_step(const TensorMap& batch, float lr, bool stop) {
+  if (queue_failed()) return;  // a failed step: nothing after it runs until finish_steps()
+  if (!window_open_) window_stop_ = false;
+  if (!events_) {  // off the device path, or no plan yet: the step runs now
+    absorb();
+    if (finished_.error) return;
+    const bool open = window_open_;
+    window_open_ = false;  // step() refuses an open window
+    try {
+      finished_.losses.push_back(step(batch, lr, stop));
+      window_stop_ = window_stop_ || stop_agreed_;
+    } catch (const NumericalError& e) {
+      finished_.error = e;
+    }
+    window_open_ = open;  // stop_agreed() stays this step's: every rank ran it at once
+    return;
+  }
+  stop_ = stop;
+  s_.queue_step(batch, lr);
+  window_open_ = true;
+  stop_agreed_ = false;
+}
+
+void DataParallel::absorb() {
+  if (s_.queued_steps() == 0 && !s_.queue_failed()) return;
+  TrainingSession::Finished f = s_.finish_steps();
+  finished_.losses.insert(finished_.losses.end(), f.losses.begin(), f.losses.end());
+  if (f.error && !finished_.error) finished_.error = std::move(f.error);
+}
+
+TrainingSession::Finished DataParallel::finish_steps() {
+  absorb();
+  window_open_ = false;
+  if (events_) drain();  // the runs after a failed one: issued, never concluded
+  stop_agreed_ = window_stop_;
+  window_stop_ = false;
+  TrainingSession::Finished f = std::move(finished_);
+  finished_ = {};
+  return f;
 }
 
 std::optional<NumericalError> DataParallel::find_anomaly(const TensorMap& batch, float lr) {

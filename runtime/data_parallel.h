@@ -27,11 +27,22 @@
 // bucket's ncclAvg all-reduce on the communication stream, in place in the arena, and
 // before the first state write the compute stream waits for every bucket's event and
 // checks the averages on the device into flags; the optimizer kernels skip
-// on a lowered flag (RunOptions::skip_flag). The host reads the flags, the mean loss and
-// the stop flag once, after the step's one synchronisation (TrainingSession's after-run
-// hook), and reports the same NumericalError as below. The averages are waited for all at
+// on a lowered flag (RunOptions::skip_flag). The run copies the flags, the mean loss and
+// the stop flag out at its end (RunOptions::copy_out); the host reads them once the run
+// has ended (TrainingSession's after-run hook), and reports the same NumericalError as
+// below. The averages are waited for all at
 // once before the optimizer, not per bucket: the optimizer of an early bucket does not
-// overlap a late bucket's all-reduce.
+// overlap a late bucket's all-reduce (one bad average anywhere must stop every update,
+// as DDP's optimizer step waits for every bucket).
+// On that path steps can also be queued ahead of the host (queue_step, finish_steps), as
+// TrainingSession::queue_step queues them on one rank: the hooks only issue work in
+// stream order, each run copies its flags, mean loss and stop flag out at its end
+// (RunOptions::copy_out), and they are read when the window of queued steps is
+// collected. The "any check failed" flag is reset where a window starts, so after a
+// failed step the later steps of the window write no state, on every rank alike. Every
+// rank must queue and collect the same steps (the trainer ends its windows at step
+// numbers all ranks share): a collective issued by one rank only would wait for its
+// peers until --comm-timeout.
 // NaN/Inf checks run on the averaged gradients and loss, which every rank holds alike, so
 // every rank stops (or, with fp16 loss scaling, skips the step) together; a check of a
 // rank's own gradients would stop that rank alone and leave the others waiting.
@@ -49,9 +60,11 @@
 // communicator, so the CPU tests (LocalGroup) exercise the logic a GPU run uses.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/buckets.h"
@@ -99,7 +112,16 @@ class DataParallel {
   // `stop`: this rank wants to stop after this step (stop_agreed() tells whether any did).
   // Throws NumericalError like TrainingSession::step, on every rank alike.
   double step(const TensorMap& batch, float lr, bool stop = false);
+  // stop_agreed(): after step() (and a queued step that ran at once), whether a rank asked
+  // to stop with it; after finish_steps(), with any step of the window; false while
+  // queued steps are unread.
   bool stop_agreed() const { return stop_agreed_; }
+  // Steps queued ahead of the host, as TrainingSession::queue_step and finish_steps (the
+  // losses are the means over the ranks). Off the device path (a host communicator, a
+  // host backend, the first step) a queued step runs at once, its loss kept in the list.
+  void queue_step(const TensorMap& batch, float lr, bool stop = false);
+  TrainingSession::Finished finish_steps();
+  bool queue_failed() const { return finished_.error.has_value() || s_.queue_failed(); }
   // A diagnostic rerun on this rank alone (no communication): TrainingSession::find_anomaly.
   std::optional<NumericalError> find_anomaly(const TensorMap& batch, float lr);
 
@@ -111,6 +133,14 @@ class DataParallel {
   // Buckets of the current plan that are not a range of the arena (see above).
   size_t packed_buckets() const;
   const std::vector<BucketTiming>& last_timings() const { return timings_; }
+  // All-reduce time summed over the steps since the last call (host path: the
+  // communicator's thread, and how long the optimizer waited; device path: from the
+  // watches, waited 0), and the steps counted.
+  struct ReduceTotals {
+    double reduce_ms = 0, exposed_ms = 0;
+    int64_t steps = 0;
+  };
+  ReduceTotals take_reduce_totals() { return std::exchange(totals_, {}); }
 
  private:
   struct Bucket;
@@ -126,12 +156,14 @@ class DataParallel {
   void choose_events(const Plan& plan);
   void start_on_device(size_t b);
   void finish_on_device(size_t b, bool check);
-  void conclude_on_device();
+  double conclude_on_device(const TensorMap& results);
+  void absorb();  // the session's queued steps into finished_
   Tensor bucket_view(const Tensor& buffer, size_t at, const std::vector<int64_t>& dims) const;
   void pack(Bucket& st);
   NumericalError numerical_fault(const Plan& plan, const std::string& value, const std::string& what) const;
   bool staged() const;  // the backend's memory is not the host's (Bucket)
   void on_after(int step);
+  double after_run(const TensorMap& results);
   void set_hooks(bool on);  // install (or remove) the session's before/after-step hooks
   void on_before(int step);
   std::vector<std::string> buffer_names() const;
@@ -150,13 +182,22 @@ class DataParallel {
   double mean_loss_ = 0;
   bool have_mean_loss_ = false;
   Tensor loss_host_;  // staged: the loss, copied out with bucket 0
-  // The device path (choose_events): check flags per bucket value and "any", in the
-  // backend's memory, their host mirror, and the mean loss and stop flag copied out.
+  // The device path (choose_events): check flags per bucket value and "any", then the
+  // mean loss and stop flag (8 bytes each), in the backend's memory, copied out at each
+  // run's end as `checks_` (RunOptions::copy_out).
   bool events_ = false;
   std::vector<uint64_t> flags_init_;
-  std::shared_ptr<std::byte[]> flags_, flags_host_;
+  std::shared_ptr<std::byte[]> flags_;
   size_t any_flag_ = 0;
-  Tensor extras_host_;
+  std::vector<std::pair<std::string, Tensor>> checks_;
+  // The watches of each run issued and not yet concluded (oldest first), with their bucket.
+  std::deque<std::vector<std::pair<size_t, std::shared_ptr<CommRequest>>>> watches_;
+  // Queued steps (queue_step): a window is open from the first queued step to
+  // finish_steps(); `finished_` holds the steps that ran at once, and the window's stop.
+  bool window_open_ = false, window_stop_ = false;
+  ReduceTotals totals_;
+  void add_totals();  // the last step's timings_ into totals_
+  TrainingSession::Finished finished_;
 };
 
 }  // namespace trainrt

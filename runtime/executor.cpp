@@ -124,6 +124,10 @@ struct Executor::Slot {
   std::vector<std::shared_ptr<std::byte[]>> feeds;    // per feed (null: not staged)
   std::vector<std::shared_ptr<std::byte[]>> results;  // per result_values entry (null: not copied)
   std::shared_ptr<std::byte[]> seed, flags;
+  // RunOptions::copy_out of the run in this slot: each tensor and its host copy (pinned,
+  // allocated for every slot at once when a run first asks for them).
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::vector<std::shared_ptr<std::byte[]>> out_host;
   Backend::Event done;
 };
 
@@ -686,16 +690,31 @@ void Executor::issue_inputs(Prepared& p, bool checking, bool fresh) {
   if (async) queued_ = true;
 }
 
-// After a run's captured part: its results and check flags into the slot's host memory,
-// and the event that marks its end.
-void Executor::issue_outputs(Prepared& p, bool checking) {
-  if (!backend_.asynchronous()) return;
+// After a run's captured part: its results, the caller's RunOptions::copy_out and the
+// check flags into the slot's host memory, and the event that marks its end.
+void Executor::issue_outputs(Prepared& p, const RunOptions& ro, bool checking) {
+  if (!backend_.asynchronous()) {  // memory the host reads once the run has ended
+    if (ro.copy_out)
+      for (const auto& [name, t] : *ro.copy_out) p.results[name] = t;
+    return;
+  }
   Slot& slot = p.ring[p.current];
   for (size_t i = 0; i < p.result_values.size(); ++i) {
     const Tensor& t = p.slots[static_cast<size_t>(p.result_values[i].second)];
     if (slot.results[i] && t.nbytes() && backend_.reaches(t.raw()))
       backend_.copy(slot.results[i].get(), t.raw(), t.nbytes());
   }
+  slot.out = ro.copy_out ? *ro.copy_out : decltype(Slot::out){};
+  bool sized = slot.out_host.size() == slot.out.size();
+  for (size_t i = 0; sized && i < slot.out.size(); ++i) sized = slot.out_host[i] != nullptr;
+  if (!sized)  // every slot at once: runs after this one allocate nothing
+    for (Slot& s : p.ring) {
+      s.out_host.resize(slot.out.size());
+      for (size_t i = 0; i < slot.out.size(); ++i)
+        if (!s.out_host[i]) s.out_host[i] = backend_.allocate_host(std::max<size_t>(slot.out[i].second.nbytes(), 1));
+    }
+  for (size_t i = 0; i < slot.out.size(); ++i)
+    if (const Tensor& t = slot.out[i].second; t.nbytes()) backend_.copy(slot.out_host[i].get(), t.raw(), t.nbytes());
   if (checking) fetch_flags(p);
   slot.done = backend_.record(Backend::Stream::compute);
 }
@@ -724,7 +743,7 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
     }
     if (p.captured) backend_.replay(p.captured);
   }
-  issue_outputs(p, checking);
+  issue_outputs(p, ro, checking);
   ++p.runs;
 }
 
@@ -778,6 +797,13 @@ void Executor::gather_results(Prepared& p) {
       p.results[name] = t;
     }
   }
+  if (!slot) return;
+  for (size_t i = 0; i < slot->out.size(); ++i) {
+    const auto& [name, t] = slot->out[i];
+    Tensor h(t.dtype(), t.dims());  // the caller's: a copy of the pinned buffer
+    if (t.nbytes()) std::memcpy(h.raw(), slot->out_host[i].get(), t.nbytes());
+    p.results[name] = h;
+  }
 }
 
 // A run issued and waited for (run(), and a launch() that cannot go ahead): throws
@@ -800,8 +826,8 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
 }
 
 bool Executor::deferrable(const Prepared& p, const RunOptions& ro, bool checking) const {
-  return backend_.asynchronous() && !backend_.host_visible() && !p.host_steps && !ro.profile && !ro.after_step &&
-         !ro.before_step && !ro.skip_state_writes && !ro.skip_flag &&
+  return backend_.asynchronous() && !backend_.host_visible() && !p.host_steps && !ro.profile &&
+         (ro.hooks_queue_only || (!ro.after_step && !ro.before_step && !ro.skip_flag)) && !ro.skip_state_writes &&
          (!checking || p.any_flag >= 0 || p.plan.first_state_write < 0);
 }
 

@@ -92,6 +92,17 @@ struct RunOptions {
   // KernelContext::skip_if_flagged (the data-parallel checks of averaged gradients), unless
   // this run's own checks give them theirs. The caller checks Backend::skips_when_flagged.
   const uint64_t* skip_flag = nullptr;
+  // The hooks above (and skip_flag) only issue work in stream order (kernels, copies,
+  // events, collectives on the backend's streams) and never wait for the device or read
+  // its memory on the host: the run may then go ahead of the host (Executor::launch), as
+  // the data-parallel steps ordered by events do. It is still not captured.
+  bool hooks_queue_only = false;
+  // Tensors in the backend's memory besides the plan's values (the data-parallel check
+  // flags, mean loss and stop flag) that the run copies into host memory at its end and
+  // returns with its results under their names, as it returns the loss. Read when the
+  // run's last step has been issued, so the hooks may fill it during the run; the
+  // caller keeps it alive while the run is in flight.
+  const std::vector<std::pair<std::string, Tensor>>* copy_out = nullptr;
 };
 
 // A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.
@@ -182,9 +193,9 @@ class Executor {
   // ends the list, `error` names its first bad value as run() would have thrown it, and
   // the runs launched after it wrote no state (the "any check failed" flag stays lowered
   // until a collect()), so the state is the state before the failed run.
-  // A run that cannot go ahead of the host (a host backend, an op on the host, step hooks,
-  // profiling, skip_state_writes or skip_flag, or checks where a state writer cannot skip
-  // on the device) runs at its launch, after the runs before it; its results are kept in
+  // A run that cannot go ahead of the host (a host backend, an op on the host, step hooks
+  // or skip_flag unless hooks_queue_only, profiling, skip_state_writes, or checks where a
+  // state writer cannot skip on the device) runs at its launch, after the runs before it; its results are kept in
   // the same list. run() while runs are in flight is an InternalError.
   void launch(const TensorMap& feeds, const RunOptions& ro = {});
   struct Collected {
@@ -226,7 +237,7 @@ class Executor {
   Prepared& start(const TensorMap& feeds, const RunOptions& ro, size_t slot, bool& checking);
   void issue_inputs(Prepared& p, bool checking, bool fresh);
   void issue(Prepared& p, const RunOptions& ro, bool checking, bool fresh);
-  void issue_outputs(Prepared& p, bool checking);
+  void issue_outputs(Prepared& p, const RunOptions& ro, bool checking);
   void gather_results(Prepared& p);
   void run_now(Prepared& p, const RunOptions& ro, bool checking);
   bool deferrable(const Prepared& p, const RunOptions& ro, bool checking) const;

@@ -110,6 +110,8 @@ RunOptions TrainingSession::run_options() const {
   ro.after_step = after_step_;
   ro.before_step = before_step_;
   ro.skip_flag = skip_flag_;
+  ro.hooks_queue_only = hooks_queue_only_;
+  ro.copy_out = copy_out_;
   return ro;
 }
 
@@ -142,9 +144,11 @@ double TrainingSession::run_step(const TensorMap& batch, float lr) {
   RunOptions ro = run_options();
   last_skipped_ = false;
   const TensorMap* ran = nullptr;
+  double loss = 0;
   try {
     ran = &exec_->run(feeds_for(batch, lr), ro);
-    if (after_run_) after_run_();  // may throw NumericalError: nothing below runs then
+    // May throw NumericalError: nothing below runs then.
+    loss = after_run_ ? after_run_(*ran) : ran->at(t_.loss).get_as_double(0);
   } catch (const NumericalError& e) {
     // An overflow of the scaled backward pass: the check stopped the step before any
     // state was written; skip it and shrink the scale. A non-finite loss is a real fault.
@@ -168,13 +172,14 @@ double TrainingSession::run_step(const TensorMap& batch, float lr) {
     backend_->copy(to.raw(), from.raw(), to.nbytes());  // results are host memory: read at the call
   }
   ++steps_;
-  return out.at(t_.loss).get_as_double(0);
+  return loss;
 }
 
 void TrainingSession::queue_step(const TensorMap& batch, float lr) {
   if (finished_.error) return;  // a failed step: nothing after it runs until finish_steps()
   const bool now = !backend_->asynchronous() || backend_->host_visible() || exec_->plans_built() == 0 ||
-                   !t_.loss_scale.empty() || after_step_ || before_step_ || skip_flag_ || after_run_ || profile_;
+                   !t_.loss_scale.empty() || ((after_step_ || before_step_ || skip_flag_) && !hooks_queue_only_) ||
+                   profile_;
   if (now) {
     take_launched();
     if (finished_.error) return;
@@ -200,13 +205,22 @@ void TrainingSession::take_launched() {
   for (const auto& [produced, state] : t_.updates)
     if (plan.value(produced).storage != Storage::State)
       throw_internal("TrainingSession::queue_step", "update '" + produced + "' is not written in place");
-  for (const TensorMap& out : c.results) finished_.losses.push_back(out.at(t_.loss).get_as_double(0));
-  steps_ += static_cast<int64_t>(c.results.size());
-  if (!c.results.empty()) {
-    finished_last_ = c.results.back();
+  size_t good = 0;
+  for (const TensorMap& out : c.results) {
+    try {
+      finished_.losses.push_back(after_run_ ? after_run_(out) : out.at(t_.loss).get_as_double(0));
+    } catch (const NumericalError& e) {  // the runs after it wrote no state (the caller's skip flag)
+      finished_.error = e;
+      break;
+    }
+    ++good;
+  }
+  steps_ += static_cast<int64_t>(good);
+  if (good) {
+    finished_last_ = c.results[good - 1];
     last_ = &finished_last_;
   }
-  if (c.error) finished_.error = std::move(c.error);
+  if (c.error && !finished_.error) finished_.error = std::move(c.error);
 }
 
 TrainingSession::Finished TrainingSession::finish_steps() {

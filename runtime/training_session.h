@@ -65,7 +65,7 @@ class TrainingSession {
   // ends the list, `error` as step() would have thrown it; the steps queued after it wrote
   // no state, so state and steps_done() are those before it, and queue_step() does
   // nothing until finish_steps(). A step that cannot go ahead of the host (a host backend,
-  // loss scaling, step hooks or after_run, profiling, the session's first step) runs at
+  // loss scaling, step hooks that are not queue-only, profiling, the session's first step) runs at
   // queue_step() as step() does, its loss kept in the same list. Dropout's seed follows
   // the step's number either way, so queued steps equal step()'s bit for bit.
   void queue_step(const TensorMap& batch, float lr);
@@ -132,10 +132,18 @@ class TrainingSession {
   size_t memory_reserve() const { return memory_reserve_; }
   // RunOptions::skip_flag for the steps (the data-parallel checks on the device); null: none.
   void set_skip_flag(const uint64_t* flag) { skip_flag_ = flag; }
-  // Called by step() once the run has ended, before the updates not written in place are
-  // copied into the state: a NumericalError it throws ends the step as a failed check does
-  // (the data-parallel checks read on the host after the step's synchronisation).
-  void set_after_run(std::function<void()> f) { after_run_ = std::move(f); }
+  // Called once per step after its run has ended, with the run's results (host copies
+  // where the host cannot see the backend's memory; RunOptions::copy_out among them),
+  // before the updates not written in place are copied into the state; it returns the
+  // step's loss (the data-parallel mean over the ranks). A NumericalError it throws ends
+  // the step as a failed check does. For queued steps it is called by finish_steps(), in
+  // order, up to the first that throws.
+  void set_after_run(std::function<double(const TensorMap& results)> f) { after_run_ = std::move(f); }
+  // The step hooks and skip flag only issue work in stream order and never wait on the
+  // host (RunOptions::hooks_queue_only): queue_step() may then launch steps with them.
+  void set_hooks_queue_only(bool on) { hooks_queue_only_ = on; }
+  // RunOptions::copy_out of the following steps (the caller keeps the vector alive).
+  void set_copy_out(const std::vector<std::pair<std::string, Tensor>>* v) { copy_out_ = v; }
   // Groups of values the plans lay out contiguously (Executor::set_contiguous): the
   // data-parallel gradient buckets. Setting one drops the plans built so far, and with
   // them last_outputs().
@@ -171,7 +179,9 @@ class TrainingSession {
   size_t memory_reserve_ = 0;
   std::function<void(int)> after_step_, before_step_;
   const uint64_t* skip_flag_ = nullptr;
-  std::function<void()> after_run_;
+  std::function<double(const TensorMap&)> after_run_;
+  bool hooks_queue_only_ = false;
+  const std::vector<std::pair<std::string, Tensor>>* copy_out_ = nullptr;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()
   mutable TensorMap host_state_;               // state() copies where the host cannot see the backend's memory

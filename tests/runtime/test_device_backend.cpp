@@ -715,10 +715,10 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
         // Every bucket is a range of the arena (the plan laid its gradients out back to
         // back): no packing copy, no copy back. The device-to-device copies are the
         // batch's, from its landing buffer, and on the event path the loss into bucket 0's
-        // tail.
+        // tail and the averaged loss and stop flag beside the check flags.
         CHECK(dp.packed_buckets() == 0);
         CHECK(s.plan().groups.size() == dp.buckets().size());
-        CHECK(n.device_copy_bytes == batch_bytes + (variant == 2 ? sizeof(float) : 0));
+        CHECK(n.device_copy_bytes == batch_bytes + (variant == 2 ? 3 * sizeof(float) : 0));
         if (r == 0 && step == 2) {
           std::lock_guard<std::mutex> lock(mu);
           MESSAGE("stand-in data-parallel step ("
@@ -801,6 +801,112 @@ TEST_CASE("device backend: data-parallel steps ordered by events: a NaN on one r
     CHECK(kind == ErrorKind::Peer);
     CHECK(msg.find("no answer from the other ranks") != std::string::npos);
   });
+}
+
+TEST_CASE("device backend: data-parallel steps queued ahead of the host: one synchronisation per window") {
+  // DataParallel::queue_step on the path ordered by events (the NCCL path): the step
+  // hooks only issue work in stream order, each run copies its check flags, mean loss
+  // and stop flag out at its end, and finish_steps() reads them after one
+  // synchronisation. The communication stream runs as late as its events allow. Two
+  // ranks on the stand-in must equal two reference ranks stepping one at a time, bit for
+  // bit; a NaN on one rank ends both ranks' lists at the same step with the state of the
+  // step before it (the later steps of the window skip their state writes on the
+  // device), and the next window trains on as the reference does.
+  Graph g = small_wrn();
+  constexpr int kSteps = 8, kBad = 5;
+  auto batch = [](int step, int r, bool poisoned) {
+    TensorMap b = wrn_batch(4, static_cast<uint64_t>(10 * step + r + 3));
+    if (poisoned && step == kBad && r == 1) b.at("input").data<float>()[9] = std::nanf("");
+    return b;
+  };
+  const DataParallelOptions buckets{.bucket_cap_bytes = 8 << 10, .first_bucket_cap_bytes = 1 << 10};
+  // The reference ranks: kSteps clean steps (variant 0), or kBad steps, the failing one, and two more (1).
+  std::vector<double> want[2];
+  std::map<std::string, Tensor> want_state[2];
+  std::string want_error[2];  // per rank
+  for (int variant = 0; variant < 2; ++variant) {
+    LocalGroup group(2);
+    std::mutex mu;
+    on_ranks(2, [&](int r) {
+      auto c = group.communicator(r);
+      TrainingSession s(wrn_training(g), make_backend("reference"), {.seed = static_cast<uint64_t>(7 + r)});
+      DataParallel dp(s, *c, buckets);
+      dp.broadcast_state();
+      std::vector<double> losses;
+      std::string err;
+      for (int step = 0; step < kSteps; ++step) {
+        if (variant == 1 && step == kBad) {
+          err = error_of([&] { dp.step(batch(step, r, true), 0.05f); });
+          continue;
+        }
+        if (variant == 1 && step > kBad + 2) break;
+        losses.push_back(dp.step(batch(step, r, false), 0.05f));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (variant == 1) want_error[r] = err;
+      if (r != 0) return;
+      want[variant] = losses;
+      for (const std::string& n : s.state_names()) want_state[variant][n] = s.state(n).clone();
+    });
+  }
+  REQUIRE(!want_error[0].empty());
+  for (int variant = 0; variant < 2; ++variant) {
+    CAPTURE(variant);
+    StandinCollectives collectives(2);
+    std::mutex mu;
+    on_ranks(2, [&](int r) {
+      auto standin = std::make_unique<StandinDevice>();
+      StandinDevice& dev = *standin;
+      dev.late_stream = Backend::Stream::comm;
+      auto c = collectives.communicator(r, dev, {.timeout_seconds = 60});
+      TrainingSession s(wrn_training(g), std::move(standin), {.seed = static_cast<uint64_t>(7 + r)});
+      DataParallel dp(s, *c, buckets);
+      dp.broadcast_state();
+      std::vector<double> losses;
+      if (variant == 0) {
+        for (int step = 0; step < kSteps; ++step) {
+          // Rank 1 asks to stop with step 3: every rank learns it when the window is read.
+          dp.queue_step(batch(step, r, false), 0.05f, /*stop=*/r == 1 && step == 3);
+          CHECK(!dp.stop_agreed());           // nothing is read while the window is open
+          if (step == 0) dev.reset_counts();  // the first step runs at once (it builds the plan)
+        }
+        const StandinDevice::Counts queued = dev.counts();
+        CHECK(queued.syncs == 0);
+        CHECK(queued.host_waits == kSteps - 1 - 4);  // launches beyond 4 in flight wait for the oldest's end event
+        const TrainingSession::Finished f = dp.finish_steps();
+        CHECK(!f.error);
+        losses = f.losses;
+        CHECK(dev.counts().syncs == 1);
+        CHECK(dev.counts().allocations == 0);  // the copy-out buffers came with the first run
+        CHECK(dp.stop_agreed());
+        CHECK(s.steps_done() == kSteps);
+      } else {
+        // The failure is found when the window is read: every step was issued.
+        for (int step = 0; step < kSteps; ++step) dp.queue_step(batch(step, r, true), 0.05f);
+        const TrainingSession::Finished f = dp.finish_steps();
+        REQUIRE(f.error);
+        CHECK(std::string(f.error->what()) == want_error[r]);  // on both ranks: the averaged gradient's fault
+        CHECK(f.losses.size() == static_cast<size_t>(kBad));
+        CHECK(s.steps_done() == kBad);
+        CHECK(dev.counts().skipped > 0);
+        losses = f.losses;
+        // The next window starts clean.
+        for (int step = kBad + 1; step < kBad + 3; ++step) dp.queue_step(batch(step, r, false), 0.05f);
+        const TrainingSession::Finished again = dp.finish_steps();
+        CHECK(!again.error);
+        losses.insert(losses.end(), again.losses.begin(), again.losses.end());
+        CHECK(!dp.stop_agreed());
+      }
+      CHECK(dp.state_identical());
+      if (r != 0) return;
+      std::lock_guard<std::mutex> lock(mu);
+      CHECK(losses == want[variant]);
+      for (const std::string& n : s.state_names()) {
+        CAPTURE(n);
+        CHECK(bitwise_equal(s.state(n), want_state[variant].at(n)));
+      }
+    });
+  }
 }
 
 TEST_CASE("an asynchronous backend runs the kernels it lacks on the host, after synchronize()") {
