@@ -545,9 +545,12 @@ bool TrainRun::end_epoch(double epoch_time) {
       static_cast<long long>(st_.epoch + 1), epoch_time, ev.loss, ev.accuracy, images_per_sec, st_.total_seconds);
   if (stepper_->data_parallel()) {
     const DataParallel::ReduceTotals t = stepper_->take_reduce_totals();
-    const double timed = static_cast<double>(std::max<int64_t>(1, t.steps));
-    std::printf("All-reduce: %.1f ms per step, %.1f ms of it not hidden by the backward pass\n", t.reduce_ms / timed,
-                t.exposed_ms / timed);
+    const double timed = static_cast<double>(std::max<int64_t>(1, t.timed));
+    if (t.timed > 0)
+      std::printf("All-reduce: %.1f ms per step, %.1f ms of it not hidden by the backward pass\n", t.reduce_ms / timed,
+                  t.exposed_ms / timed);
+    else if (t.steps > 0)
+      std::printf("All-reduce: on the communication stream, ordered by events (not timed per bucket)\n");
   }
   if (session_->loss_scaling())
     std::printf("Loss scale = %g (%lld steps skipped for non-finite gradients in this process)\n",

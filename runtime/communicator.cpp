@@ -190,11 +190,16 @@ void Communicator::wait(CommRequest& r) {
   if (!r.error_.empty()) throw_peer(r.error_);
 }
 
-Communicator::DeviceReduce Communicator::all_reduce_average_after(const Backend& b, const Backend::Event& ready,
-                                                                  void* data, size_t count, DataType t,
-                                                                  const std::string& what) {
+Backend::Event Communicator::all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data,
+                                                      size_t count, DataType t, const std::string& what) {
   (void)b, (void)ready, (void)data, (void)count, (void)t;
   throw_internal(what, "communicator " + name() + " does not order collectives by events");
+}
+
+std::shared_ptr<CommRequest> Communicator::watch_device(const Backend& b, const Backend::Event& done,
+                                                        const std::string& what) {
+  (void)b, (void)done, (void)what;
+  return nullptr;
 }
 
 std::shared_ptr<CommRequest> Communicator::all_reduce_sum_async(void* data, size_t count, DataType t,

@@ -84,16 +84,21 @@ class Communicator {
   // order (NCCL on its stream, after an event of the compute stream) and the caller orders
   // its own work after it by an event, so the host waits for neither.
   virtual bool orders_by_events() const { return false; }
-  struct DeviceReduce {
-    Backend::Event done;                 // reached once every rank's average is in `data`
-    std::shared_ptr<CommRequest> watch;  // may be null; its wait() reports a peer that died (Peer)
-  };
   // The average over the ranks, in place, of `count` float32/float64 elements of `b`'s
   // memory at `data`, which the collective reads once `ready` (an event of `b`) is
-  // reached. The caller waits for `done` on its stream before reading `data` again.
+  // reached. Returns the event reached once every rank's average is in `data`: the
+  // caller waits for it on its stream before reading `data` again. Only stream work: it
+  // may be captured into a CUDA graph (Backend::begin_capture) with the caller's.
   // Internal error unless orders_by_events().
-  virtual DeviceReduce all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data, size_t count,
-                                                DataType t, const std::string& what);
+  virtual Backend::Event all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data,
+                                                  size_t count, DataType t, const std::string& what);
+  // A request whose wait() returns once `done` (an event of `b` after collectives issued
+  // with all_reduce_average_after, outside a capture) is reached, and reports a peer that
+  // never joined them (Peer) after timeout_seconds(), having aborted the collectives so
+  // that the caller's synchronisation returns. Null where no watch is needed (the
+  // backend's own synchronisation reports a dead peer).
+  virtual std::shared_ptr<CommRequest> watch_device(const Backend& b, const Backend::Event& done,
+                                                    const std::string& what);
   double timeout_seconds() const { return opts_.timeout_seconds; }
 
   // Sum over ranks, in place, of `count` float32 or float64 elements at `data`, which

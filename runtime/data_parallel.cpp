@@ -86,6 +86,10 @@ size_t DataParallel::packed_buckets() const {
 }
 
 void DataParallel::set_hooks(bool on) {
+  if (on)
+    s_.set_run_hooks([this] { before_run(); }, [this] { after_steps(); });
+  else
+    s_.set_run_hooks(nullptr, nullptr);
   s_.set_before_step(on ? std::function<void(int)>([this](int step) { on_before(step); }) : nullptr);
   s_.set_after_step(on ? std::function<void(int)>([this](int step) { on_after(step); }) : nullptr);
   s_.set_after_run(on ? std::function<double(const TensorMap&)>([this](const TensorMap& r) { return after_run(r); })
@@ -110,8 +114,8 @@ DataParallel::~DataParallel() {
   std::vector<std::shared_ptr<CommRequest>> pending;
   for (auto& b : state_)
     if (b->request) pending.push_back(b->request);
-  for (auto& run : watches_)
-    for (auto& [b, w] : run) pending.push_back(w);
+  for (auto& w : watches_)
+    if (w) pending.push_back(w);
   for (auto& r : pending) try {
       r->wait();
     } catch (const Error&) {
@@ -217,8 +221,9 @@ void DataParallel::choose_events(const Plan& plan) {
   }
   any_flag_ = n++;
   flags_init_.assign(n, Backend::kAllFinite);
-  // The flags, then the mean loss and the stop flag (8 bytes each, of the gradients' type).
-  flags_ = dev.allocate((n + 2) * sizeof(uint64_t));
+  // The flags, then the mean loss and the stop flag (8 bytes each, of the gradients' type),
+  // which the run copies out, then this rank's stop flag, written before each run.
+  flags_ = dev.allocate((n + 3) * sizeof(uint64_t));
   checks_ = {{"data_parallel.checks", Tensor(DataType::UInt64, {static_cast<int64_t>(n + 2)}, flags_)}};
   s_.set_skip_flag(reinterpret_cast<const uint64_t*>(flags_.get()) + any_flag_);
   s_.set_hooks_queue_only(true);
@@ -250,23 +255,16 @@ void DataParallel::start_on_device(size_t b) {
   const Backend& dev = s_.backend();
   const size_t esize = dtype_size(dtype_);
   pack(st);
-  if (b == 0) {
+  if (b == 0) {  // device to device: a captured step copies what each run holds
     dev.copy(st.flat.raw() + st.elements * esize, s_.value(s_.training().loss).raw(), esize);
-    Tensor stop(dtype_, {});
-    stop.set_from_double(0, stop_ ? 1.0 : 0.0);
-    dev.copy(st.flat.raw() + (st.elements + 1) * esize, stop.raw(), esize);  // host memory: read now
+    dev.copy(st.flat.raw() + (st.elements + 1) * esize, flags_.get() + (flags_init_.size() + 2) * sizeof(uint64_t),
+             esize);
   }
   st.finished = false;
-  timings_[b] = {};
-  timings_[b].bucket = static_cast<int>(b);
-  timings_[b].bytes = st.elements * esize;
-  timings_[b].ready_ns = now_ns();
-  Communicator::DeviceReduce r = comm_.all_reduce_average_after(
-      dev, dev.record(Backend::Stream::compute), st.flat.raw(), static_cast<size_t>(st.flat.numel()), dtype_,
-      "all-reduce of gradient bucket " + std::to_string(b) + " (" + std::to_string(st.gradients.size()) +
-          " gradients)");
-  st.done = std::move(r.done);
-  if (r.watch) watches_.back().emplace_back(b, std::move(r.watch));
+  st.done = comm_.all_reduce_average_after(dev, dev.record(Backend::Stream::compute), st.flat.raw(),
+                                           static_cast<size_t>(st.flat.numel()), dtype_,
+                                           "all-reduce of gradient bucket " + std::to_string(b) + " (" +
+                                               std::to_string(st.gradients.size()) + " gradients)");
 }
 
 // finish() on the device path: the compute stream waits for the average, copies it back
@@ -297,15 +295,11 @@ void DataParallel::finish_on_device(size_t b, bool check) {
 // concluded in order, each with the oldest group of watches.
 double DataParallel::conclude_on_device(const TensorMap& results) {
   if (!watches_.empty()) {
-    std::vector<std::pair<size_t, std::shared_ptr<CommRequest>>> run = std::move(watches_.front());
+    std::shared_ptr<CommRequest> w = std::move(watches_.front());
     watches_.pop_front();
-    for (auto& [b, w] : run) {
-      w->wait();
-      timings_[b].start_ns = w->start_ns;
-      timings_[b].end_ns = w->end_ns;
-    }
+    if (w) w->wait();
   }
-  add_totals();
+  ++totals_.steps;  // its all-reduces are not timed one by one (nor replays' at all)
   const Tensor& checks = results.at(checks_.front().first);
   const auto* flags = checks.data<uint64_t>();
   const size_t esize = dtype_size(dtype_);
@@ -470,9 +464,9 @@ void DataParallel::drain() {
   // The device path: collectives issued and not concluded (a failed step's, or those of
   // the queued steps after it); wait for their end.
   while (!watches_.empty()) {
-    std::vector<std::pair<size_t, std::shared_ptr<CommRequest>>> run = std::move(watches_.front());
+    std::shared_ptr<CommRequest> w = std::move(watches_.front());
     watches_.pop_front();
-    for (auto& [b, w] : run) w->wait();
+    if (w) w->wait();
   }
   for (auto& st : state_) {
     if (!st->request) continue;
@@ -482,24 +476,38 @@ void DataParallel::drain() {
   }
 }
 
+// Before each run's steps, outside a capture (RunOptions::before_steps): the buckets of a
+// new plan, and on the device path the flags' reset and this rank's stop flag, from host
+// memory read at the call (a captured step reads them from device memory).
+void DataParallel::before_run() {
+  if (plan_ != &s_.plan()) prepare();
+  // Nothing of an earlier (failed) step may still write into the buffers. On the device
+  // path stream order sees to that: the step before waited for every average before
+  // its optimizer, and the watches are read when its run is concluded.
+  if (!events_) drain();
+  bind_in_place();
+  have_mean_loss_ = false;
+  if (!window_open_) stop_agreed_ = false;
+  if (!events_) return;
+  // The "any" flag (last) only where a window of queued steps starts: it stays lowered
+  // after a failed step of the window.
+  const Backend& dev = s_.backend();
+  const size_t reset = flags_init_.size() - (window_open_ ? 1 : 0);
+  dev.copy(flags_.get(), flags_init_.data(), reset * sizeof(uint64_t));
+  Tensor stop(dtype_, {});
+  stop.set_from_double(0, stop_ ? 1.0 : 0.0);
+  dev.copy(flags_.get() + (flags_init_.size() + 2) * sizeof(uint64_t), stop.raw(), stop.nbytes());
+}
+
+// After each run's steps (issued or replayed), outside a capture: on the device path a
+// watch of the run's collectives (a dead peer ends the run after --comm-timeout).
+void DataParallel::after_steps() {
+  if (!events_) return;
+  const Backend& dev = s_.backend();
+  watches_.push_back(comm_.watch_device(dev, dev.record(Backend::Stream::compute), "the step's gradient all-reduces"));
+}
+
 void DataParallel::on_before(int step) {
-  if (step == 0 && plan_ != &s_.plan()) prepare();
-  if (step == 0) {
-    // Nothing of an earlier (failed) step may still write into the buffers. On the device
-    // path stream order sees to that: the step before waited for every average before
-    // its optimizer, and the watches are read when its run is concluded.
-    if (!events_) drain();
-    bind_in_place();
-    have_mean_loss_ = false;
-    if (!window_open_) stop_agreed_ = false;
-    if (events_) {
-      // The flags from host memory read at the call; the "any" flag (last) only where a
-      // window of queued steps starts: it stays lowered after a failed step of the window.
-      const size_t reset = flags_init_.size() - (window_open_ ? 1 : 0);
-      s_.backend().copy(flags_.get(), flags_init_.data(), reset * sizeof(uint64_t));
-      watches_.emplace_back();
-    }
-  }
   if (events_ && step == s_.plan().first_state_write) {
     // Every bucket's average and checks before the first state write, so the skip flag
     // the writers read is complete; then the mean loss and stop flag beside the flags,
@@ -537,6 +545,7 @@ void DataParallel::add_totals() {
     totals_.exposed_ms += static_cast<double>(t.wait_ns) / 1e6;
   }
   ++totals_.steps;
+  ++totals_.timed;
 }
 
 void DataParallel::queue_step(const TensorMap& batch, float lr, bool stop) {

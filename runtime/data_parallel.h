@@ -34,6 +34,10 @@
 // once before the optimizer, not per bucket: the optimizer of an early bucket does not
 // overlap a late bucket's all-reduce (one bad average anywhere must stop every update,
 // as DDP's optimizer step waits for every bucket).
+// The hooks issue the same stream work every step, so the executor captures the step with
+// its collectives as a CUDA graph and replays it; what a replay cannot do runs around
+// it (before_run: the flags' reset and this rank's stop flag into device memory;
+// after_steps: one watch of the step's collectives, Communicator::watch_device).
 // On that path steps can also be queued ahead of the host (queue_step, finish_steps), as
 // TrainingSession::queue_step queues them on one rank: the hooks only issue work in
 // stream order, each run copies its flags, mean loss and stop flag out at its end
@@ -132,13 +136,18 @@ class DataParallel {
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   // Buckets of the current plan that are not a range of the arena (see above).
   size_t packed_buckets() const;
-  const std::vector<BucketTiming>& last_timings() const { return timings_; }
-  // All-reduce time summed over the steps since the last call (host path: the
-  // communicator's thread, and how long the optimizer waited; device path: from the
-  // watches, waited 0), and the steps counted.
+  // The host path's bucket timings of the last step (none on the device path, where the
+  // all-reduces run on the communication stream, captured with the step).
+  const std::vector<BucketTiming>& last_timings() const {
+    static const std::vector<BucketTiming> none;
+    return events_ ? none : timings_;
+  }
+  // All-reduce time summed over the steps since the last call (the host path's: on the
+  // communicator's thread, and how long the optimizer waited), the steps timed so and
+  // all steps.
   struct ReduceTotals {
     double reduce_ms = 0, exposed_ms = 0;
-    int64_t steps = 0;
+    int64_t timed = 0, steps = 0;
   };
   ReduceTotals take_reduce_totals() { return std::exchange(totals_, {}); }
 
@@ -163,6 +172,8 @@ class DataParallel {
   NumericalError numerical_fault(const Plan& plan, const std::string& value, const std::string& what) const;
   bool staged() const;  // the backend's memory is not the host's (Bucket)
   void on_after(int step);
+  void before_run();
+  void after_steps();
   double after_run(const TensorMap& results);
   void set_hooks(bool on);  // install (or remove) the session's before/after-step hooks
   void on_before(int step);
@@ -190,8 +201,8 @@ class DataParallel {
   std::shared_ptr<std::byte[]> flags_;
   size_t any_flag_ = 0;
   std::vector<std::pair<std::string, Tensor>> checks_;
-  // The watches of each run issued and not yet concluded (oldest first), with their bucket.
-  std::deque<std::vector<std::pair<size_t, std::shared_ptr<CommRequest>>>> watches_;
+  // The watch of each run issued and not yet concluded (oldest first; null: none needed).
+  std::deque<std::shared_ptr<CommRequest>> watches_;
   // Queued steps (queue_step): a window is open from the first queued step to
   // finish_steps(); `finished_` holds the steps that ran at once, and the window's stop.
   bool window_open_ = false, window_stop_ = false;

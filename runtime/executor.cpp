@@ -722,6 +722,7 @@ void Executor::issue_outputs(Prepared& p, const RunOptions& ro, bool checking) {
 // A run: inputs, the steps (captured once and replayed where capturable()), outputs.
 void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fresh) {
   issue_inputs(p, checking, fresh);
+  if (ro.before_steps) ro.before_steps();
   std::string key;
   if (!capturable(p, ro, key)) {
     run_steps(p, ro, checking);
@@ -743,23 +744,27 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
     }
     if (p.captured) backend_.replay(p.captured);
   }
+  if (ro.after_steps) ro.after_steps();
   issue_outputs(p, ro, checking);
   ++p.runs;
 }
 
 // Whether this run may be captured (Backend::begin_capture) or replay a capture, and the
 // options a capture depends on (`key`): device memory the host never sees, no step on
-// the host, every feed staged through pinned memory, no hook, profile or early stop, and
-// a run of this plan before (the kernels' own one-time set-up is not captured).
+// the host, every feed staged through pinned memory, no step hook unless it only queues
+// work (RunOptions::hooks_queue_only), no profile or early stop, and a run of this plan
+// before (the kernels' own one-time set-up, and the hooks' for the plan, not captured).
 bool Executor::capturable(const Prepared& p, const RunOptions& ro, std::string& key) const {
+  const bool hooks = ro.after_step || ro.before_step || ro.skip_flag;
   if (!opts_.capture || !backend_.can_capture() || backend_.host_visible() || p.capture_failed || p.host_steps ||
-      p.runs == 0 || ro.profile || ro.after_step || ro.before_step || ro.skip_state_writes || ro.skip_flag)
+      p.runs == 0 || ro.profile || (hooks && !ro.hooks_queue_only) || ro.skip_state_writes)
     return false;
   size_t staged = 0;
   for (const Tensor& t : p.staged) staged += !t.empty();
   if (p.feed_copies.size() != staged || staged != p.feed_values.size()) return false;
   key = std::string(ro.training ? "training" : "inference") + (ro.detect_anomaly ? " anomaly" : "");
   for (const std::string& c : ro.check_finite) key += " " + c;
+  if (hooks) key += " hooks " + std::to_string(reinterpret_cast<uintptr_t>(ro.skip_flag));
   return true;
 }
 

@@ -33,8 +33,9 @@
 // kernels through memory they read when they run: the batch through its pinned staging
 // buffer, the learning rate as a feed, Dropout's seed from device memory
 // (KernelContext::run_seed). Not captured: a plan with a step on the host, feeds the
-// backend reaches directly (their addresses change), runs with step hooks (data-parallel
-// training), profiling or skip_state_writes, and a plan whose capture the backend
+// backend reaches directly (their addresses change), runs with step hooks that do more
+// than queue work (RunOptions::hooks_queue_only: the data-parallel steps on a host
+// communicator), profiling or skip_state_writes, and a plan whose capture the backend
 // refused once (it then runs as issued).
 //
 // Synchronisation on an asynchronous backend: at the end of run(), before the first
@@ -92,10 +93,16 @@ struct RunOptions {
   // KernelContext::skip_if_flagged (the data-parallel checks of averaged gradients), unless
   // this run's own checks give them theirs. The caller checks Backend::skips_when_flagged.
   const uint64_t* skip_flag = nullptr;
-  // The hooks above (and skip_flag) only issue work in stream order (kernels, copies,
-  // events, collectives on the backend's streams) and never wait for the device or read
-  // its memory on the host: the run may then go ahead of the host (Executor::launch), as
-  // the data-parallel steps ordered by events do. It is still not captured.
+  // Called once per run around its steps: before the first is issued and after the last
+  // (or around the replay of a captured run, which calls no step hook), outside any
+  // capture: where a caller does per-run work a captured step cannot (a copy from
+  // pageable memory, a watch of the run's events).
+  std::function<void()> before_steps, after_steps;
+  // The step hooks above (and skip_flag) only issue work in stream order (kernels,
+  // copies, events, collectives on the backend's streams), never wait for the device or
+  // read its memory on the host, and issue the same work every run of a plan: the run
+  // may then go ahead of the host (Executor::launch) and be captured and replayed, the
+  // hooks called only while it is captured, as the data-parallel steps ordered by events.
   bool hooks_queue_only = false;
   // Tensors in the backend's memory besides the plan's values (the data-parallel check
   // flags, mean loss and stop flag) that the run copies into host memory at its end and

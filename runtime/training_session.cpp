@@ -111,6 +111,8 @@ RunOptions TrainingSession::run_options() const {
   ro.before_step = before_step_;
   ro.skip_flag = skip_flag_;
   ro.hooks_queue_only = hooks_queue_only_;
+  ro.before_steps = before_steps_;
+  ro.after_steps = after_steps_;
   ro.copy_out = copy_out_;
   return ro;
 }
@@ -235,6 +237,9 @@ std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& bat
   ro.check_finite.clear();
   ro.after_step = nullptr;  // a diagnostic rerun on this process alone: no step hooks
   ro.before_step = nullptr;
+  ro.before_steps = nullptr;
+  ro.after_steps = nullptr;
+  ro.copy_out = nullptr;
   ro.skip_flag = nullptr;
   ro.detect_anomaly = true;
   ro.skip_state_writes = true;

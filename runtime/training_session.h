@@ -142,6 +142,11 @@ class TrainingSession {
   // The step hooks and skip flag only issue work in stream order and never wait on the
   // host (RunOptions::hooks_queue_only): queue_step() may then launch steps with them.
   void set_hooks_queue_only(bool on) { hooks_queue_only_ = on; }
+  // RunOptions::before_steps and after_steps of the following steps.
+  void set_run_hooks(std::function<void()> before, std::function<void()> after) {
+    before_steps_ = std::move(before);
+    after_steps_ = std::move(after);
+  }
   // RunOptions::copy_out of the following steps (the caller keeps the vector alive).
   void set_copy_out(const std::vector<std::pair<std::string, Tensor>>* v) { copy_out_ = v; }
   // Groups of values the plans lay out contiguously (Executor::set_contiguous): the
@@ -181,6 +186,7 @@ class TrainingSession {
   const uint64_t* skip_flag_ = nullptr;
   std::function<double(const TensorMap&)> after_run_;
   bool hooks_queue_only_ = false;
+  std::function<void()> before_steps_, after_steps_;
   const std::vector<std::pair<std::string, Tensor>>* copy_out_ = nullptr;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()

@@ -98,14 +98,13 @@ void NcclCommunicator::do_all_reduce_sum(void* data, size_t count, DataType t) {
 
 // Issued by the caller's thread (the trainer's, between kernel launches), so the event
 // `done` is recorded behind the collective before the caller's stream waits for it; the
-// host waits only for NCCL's enqueue. The communicator's thread then watches the event
-// with the deadline: a peer that never joins aborts the NCCL communicator, whose kernels
-// then end, so the caller's synchronisation returns and the watch reports Peer. NCCL
-// calls stay sequential: during a step nothing else is asked of this communicator (the
-// host sums go to the bootstrap communicator).
-Communicator::DeviceReduce NcclCommunicator::all_reduce_average_after(const Backend& b, const Backend::Event& ready,
-                                                                      void* data, size_t count, DataType t,
-                                                                      const std::string& what) {
+// host waits only for NCCL's enqueue. Nothing here queries an event or synchronises: a
+// step's collectives can be captured into a CUDA graph with its kernels (the
+// communication stream joins the capture by waiting for `ready`, an event of the
+// capturing stream). NCCL calls stay sequential: during a step nothing else is asked of
+// this communicator (the host sums go to the bootstrap communicator).
+Backend::Event NcclCommunicator::all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data,
+                                                          size_t count, DataType t, const std::string& what) {
   (void)b;  // the cuda backend: its events are cudaEvent_t
   if (broken()) throw Error(ErrorKind::Peer, what + ": the communicator is broken by an earlier failure");
   if (t != DataType::Float32 && t != DataType::Float64)
@@ -122,13 +121,26 @@ Communicator::DeviceReduce NcclCommunicator::all_reduce_average_after(const Back
   cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what + ": cudaEventCreate");
   std::shared_ptr<CUevent_st> done(e, [](CUevent_st* x) { (void)cudaEventDestroy(x); });
   cuda::check(cudaEventRecord(e, stream_), what + ": cudaEventRecord");
-  std::shared_ptr<CommRequest> watch = submit(what, [this, done, what] {
+  return done;
+}
+
+// `done` is an event of the caller's stream recorded after a step's collectives (after a
+// replay of its CUDA graph, or after the step issued kernel by kernel). The
+// communicator's thread watches it with the deadline: a peer that never joins aborts the
+// NCCL communicator, whose kernels then end, so the caller's synchronisation returns
+// and the watch reports Peer.
+std::shared_ptr<CommRequest> NcclCommunicator::watch_device(const Backend& b, const Backend::Event& done,
+                                                            const std::string& what) {
+  (void)b;
+  if (!done) return nullptr;
+  return submit(what, [this, done, what] {
     const Clock::time_point deadline = deadline_after(timeout_seconds());
+    auto* event = static_cast<cudaEvent_t>(const_cast<void*>(done.get()));
     for (;;) {
       ncclResult_t state = ncclSuccess;
       nccl_check(ncclCommGetAsyncError(comm_, &state), what + ": ncclCommGetAsyncError", comm_);
       if (state != ncclSuccess && state != ncclInProgress) fail(what + " failed: " + nccl_message(state, comm_));
-      const cudaError_t q = cudaEventQuery(done.get());
+      const cudaError_t q = cudaEventQuery(event);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) {
         abort_comm();
@@ -139,7 +151,6 @@ Communicator::DeviceReduce NcclCommunicator::all_reduce_average_after(const Back
       std::this_thread::sleep_for(kPoll);
     }
   });
-  return {done, watch};
 }
 
 void NcclCommunicator::do_broadcast(void* data, size_t bytes, int root) {

@@ -52,10 +52,13 @@ class NcclCommunicator : public Communicator {
   bool reduces_device_memory() const override { return true; }
   bool orders_by_events() const override { return true; }
   // ncclAllReduce with ncclAvg on the communication stream after `ready` (a cuda backend
-  // event); `done` is recorded behind it, and the communicator's thread watches it with
-  // the deadline (see the .cpp).
-  DeviceReduce all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data, size_t count,
-                                        DataType t, const std::string& what) override;
+  // event), and an event recorded behind it; capturable into a CUDA graph.
+  Backend::Event all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data, size_t count,
+                                          DataType t, const std::string& what) override;
+  // The communicator's thread polls `done` and NCCL's asynchronous error with the
+  // deadline (see the .cpp).
+  std::shared_ptr<CommRequest> watch_device(const Backend& b, const Backend::Event& done,
+                                            const std::string& what) override;
 
  protected:
   void do_all_reduce_sum(void* data, size_t count, DataType t) override;

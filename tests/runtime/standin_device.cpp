@@ -546,16 +546,18 @@ class StandinComm : public Communicator {
   bool reduces_device_memory() const override { return true; }
   bool orders_by_events() const override { return true; }
 
-  DeviceReduce all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data, size_t count,
-                                        DataType t, const std::string& what) override {
+  Backend::Event all_reduce_average_after(const Backend& b, const Backend::Event& ready, void* data, size_t count,
+                                          DataType t, const std::string& what) override {
     if (&b != &dev_) throw_internal(what, "a stand-in collective on another device");
     if (!dev_.owns(data)) throw_internal(what, "a stand-in collective on host memory");
     dev_.wait(Backend::Stream::comm, ready);
-    const int64_t k = calls_++;
     const int world = this->world(), me = rank();
     const double timeout = timeout_seconds();
+    // The call's number is taken when it runs, not when it is issued: a captured step
+    // replays the same work, and each rank's communication stream runs its calls in order.
     dev_.run_on(Backend::Stream::comm,
-                [m = meeting_, k, world, me, data, count, t, timeout, what] {
+                [m = meeting_, calls = calls_, world, me, data, count, t, timeout, what] {
+                  const int64_t k = (*calls)++;  // only this rank's comm stream thread touches it
                   std::unique_lock<std::mutex> lock(m->mu);
                   StandinCollectives::Meeting::Call& c = m->calls[k];
                   if (c.data.empty()) c.data.assign(static_cast<size_t>(world), nullptr);
@@ -584,7 +586,7 @@ class StandinComm : public Communicator {
                   if (++c.left == world) m->calls.erase(k);
                 },
                 {data});
-    return {dev_.record(Backend::Stream::comm), nullptr};
+    return dev_.record(Backend::Stream::comm);
   }
 
  protected:
@@ -597,7 +599,7 @@ class StandinComm : public Communicator {
   std::unique_ptr<Communicator> host_;
   const StandinDevice& dev_;
   std::shared_ptr<StandinCollectives::Meeting> meeting_;
-  int64_t calls_ = 0;
+  std::shared_ptr<int64_t> calls_ = std::make_shared<int64_t>(0);
 };
 
 }  // namespace

@@ -711,14 +711,19 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
         const StandinDevice::Counts n = dev->counts();
         CHECK(n.syncs == (variant == 2 ? 1 : dp.buckets().size() + 1));
         CHECK(n.host_calls == host_steps(s.plan(), *dev));
-        if (variant == 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, compute after comm
+        // Ordered by events, the step is captured at its second run with its collectives
+        // and replayed from then on (a replay issues no wait of its own).
+        if (variant == 2 && step < 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, and back
+        if (variant == 2) CHECK(n.captures == (step == 1 ? 1 : 0));
+        if (variant == 2) CHECK(n.replays == (step >= 1 ? 1 : 0));
         // Every bucket is a range of the arena (the plan laid its gradients out back to
         // back): no packing copy, no copy back. The device-to-device copies are the
         // batch's, from its landing buffer, and on the event path the loss into bucket 0's
-        // tail and the averaged loss and stop flag beside the check flags.
+        // tail, the rank's stop flag from device memory (written before the run) into it
+        // too, and the averaged loss and stop flag beside the check flags.
         CHECK(dp.packed_buckets() == 0);
         CHECK(s.plan().groups.size() == dp.buckets().size());
-        CHECK(n.device_copy_bytes == batch_bytes + (variant == 2 ? 3 * sizeof(float) : 0));
+        CHECK(n.device_copy_bytes == batch_bytes + (variant == 2 ? 4 * sizeof(float) : 0));
         if (r == 0 && step == 2) {
           std::lock_guard<std::mutex> lock(mu);
           MESSAGE("stand-in data-parallel step ("
@@ -878,6 +883,9 @@ TEST_CASE("device backend: data-parallel steps queued ahead of the host: one syn
         losses = f.losses;
         CHECK(dev.counts().syncs == 1);
         CHECK(dev.counts().allocations == 0);  // the copy-out buffers came with the first run
+        // The second run was captured with its hooks' collectives; every later one replayed.
+        CHECK(dev.counts().captures == 1);
+        CHECK(dev.counts().replays == kSteps - 1);
         CHECK(dp.stop_agreed());
         CHECK(s.steps_done() == kSteps);
       } else {
