@@ -62,7 +62,8 @@ const CommandSpec kSpec{
      {"layouts", "blocked",
       "activations between oneDNN kernels: blocked (nChw16c kept), or plain (reorder at every kernel) to compare"},
      {"branches", "serial",
-      "serial, or concurrent: independent neighbouring nodes two at a time, each with half the threads"},
+      "serial, or concurrent: independent neighbouring nodes two at a time (cpu: each with half the threads; cuda: "
+      "the second on a second compute stream)"},
      {"profile", "", "print time per op type over the timed steps", Flag::Switch},
      {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
     1,

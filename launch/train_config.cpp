@@ -125,7 +125,8 @@ const CommandSpec kSpec{
          {"fuse", "on",
           "fused training graph (BN+Relu, Conv+residual Add) and optimised validation graph; off to debug"},
          {"branches", "serial",
-          "serial, or concurrent: independent neighbouring nodes two at a time, each with half the threads"},
+          "serial, or concurrent: independent neighbouring nodes two at a time (cpu: each with half the threads; cuda: "
+          "the second on a second compute stream)"},
          {"bucket-cap-mb", "25", "several ranks: gradients are averaged in buckets of about this many MB"},
          {"first-bucket-cap-mb", "1", "several ranks: cap of the first bucket (small, so averaging starts early)"},
          {"comm-timeout", "300", "several ranks: seconds to wait for the other ranks before declaring one dead"}}),

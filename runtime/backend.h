@@ -48,7 +48,10 @@ class Backend {
   virtual void check_math(MathPrecision m) const { (void)m; }
   // Runs two independent kernel calls (a pair of the plan, Plan::runs_with_next) at the
   // same time where this backend can: the cpu backend runs them on two oneTBB threads
-  // and gives each half of its OpenMP threads. By default one after the other.
+  // and gives each half of its OpenMP threads; an asynchronous backend issues the second
+  // on its side stream (Stream::side: cuda's second compute stream), forked from the
+  // compute stream by an event before the pair and joined back by one after it, with a
+  // workspace of its own. By default one after the other.
   virtual void run_pair(const std::function<void()>& first, const std::function<void()>& second) const {
     first();
     second();
@@ -108,7 +111,8 @@ class Backend {
   // host waiting. synchronize() waits for every stream. A synchronous backend has
   // nothing to order: record() gives a null event, wait() and copy_on() fall back to
   // the plain calls.
-  enum class Stream : uint8_t { compute, copy, comm };
+  // `side`: the second compute stream, where run_pair() issues the second of a pair.
+  enum class Stream : uint8_t { compute, copy, comm, side };
   using Event = std::shared_ptr<const void>;
   virtual Event record(Stream s) const {
     (void)s;
@@ -147,9 +151,13 @@ class Backend {
   // Scratch memory: the bytes a call of `ctx`'s kernel needs (its registered
   // WorkspaceRule; 0 for kernels of a fallback set), and reserve_workspace(), which
   // allocates that much before the plan's first run so that no step allocates (cuda:
-  // the workspace its kernels share). Default: none.
+  // the workspace its kernels share), and `side_bytes` for the side stream's kernels
+  // (the second steps of pairs, run_pair). Default: none.
   virtual size_t workspace_bytes(const KernelContext& ctx) const;
-  virtual void reserve_workspace(size_t bytes) const { (void)bytes; }
+  virtual void reserve_workspace(size_t bytes, size_t side_bytes) const {
+    (void)bytes;
+    (void)side_bytes;
+  }
   // Whether this backend's kernel for `n` honours KernelContext::skip_if_flagged: its
   // own kernels where the registry says so, and every host fallback (Backend::on_host).
   virtual bool skips_when_flagged(const Node& n) const;

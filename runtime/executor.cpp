@@ -9,6 +9,7 @@
 #include <new>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "graph/error.h"
@@ -193,8 +194,9 @@ struct Executor::Prepared {
   Backend::Captured captured;
   std::string capture_key;
   bool capture_failed = false;
-  bool host_steps = false;  // some step runs on the host (Backend::runs_on_host): never captured
-  size_t workspace = 0;     // the kernels' scratch memory (Executor::plan_workspace)
+  bool host_steps = false;    // some step runs on the host (Backend::runs_on_host): never captured
+  size_t workspace = 0;       // the kernels' scratch memory (Executor::plan_workspace)
+  size_t side_workspace = 0;  // the side stream's, for the second steps of pairs
   size_t runs = 0;
 };
 
@@ -278,16 +280,17 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   for (const std::string& in : graph_.inputs)
     if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw()))
       staged += f.nbytes() * staged_copies(backend_);
-  p->workspace = plan_workspace(plan);
-  const size_t need = plan.arena_bytes + plan.output_bytes + staged + p->workspace + ro.reserve_bytes;
+  std::tie(p->workspace, p->side_workspace) = plan_workspace(plan);
+  const size_t need =
+      plan.arena_bytes + plan.output_bytes + staged + p->workspace + p->side_workspace + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
   if (limit && need > limit)
     throw_bad_input("memory plan",
                     "needs " + gib(need) + " GiB, " + gib(limit) + " GiB available" +
                         (ro.memory_limit_bytes ? " (the set limit)" : " (" + backend_.available_source() + ")") +
                         " (arena " + gib(plan.arena_bytes) + ", outputs " + gib(plan.output_bytes) +
-                        ", staged inputs " + gib(staged) + ", workspace " + gib(p->workspace) + ", reserved " +
-                        gib(ro.reserve_bytes) + " GiB): use a smaller batch");
+                        ", staged inputs " + gib(staged) + ", workspace " + gib(p->workspace + p->side_workspace) +
+                        ", reserved " + gib(ro.reserve_bytes) + " GiB): use a smaller batch");
   prepared_.push_back(std::move(p));
   Prepared& r = *prepared_.back();
   r.slots.resize(plan.values.size());
@@ -303,15 +306,23 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
 }
 
 // The scratch memory the plan's kernels need (Backend::workspace_bytes): the most one call
-// needs, since the calls take it in turn. Asked with each step's arguments typed and
-// shaped but without memory.
-size_t Executor::plan_workspace(const Plan& plan) const {
+// needs, since the calls take it in turn; and, where pairs run at once
+// (concurrent_branches), the most the second step of a pair needs, in a workspace of its
+// own (Backend::run_pair). Asked with each step's arguments typed and shaped but without
+// memory.
+std::pair<size_t, size_t> Executor::plan_workspace(const Plan& plan) const {
   std::vector<Tensor> shaped(plan.values.size());
   for (size_t v = 0; v < plan.values.size(); ++v)
     shaped[v] = Tensor(plan.values[v].dtype, plan.values[v].dims, nullptr);
-  size_t most = 0;
-  for (const PlanStep& st : plan.steps) most = std::max(most, backend_.workspace_bytes(context_of(plan, st, shaped)));
-  return most;
+  auto need = [&](size_t s) { return backend_.workspace_bytes(context_of(plan, plan.steps[s], shaped)); };
+  size_t most = 0, side = 0;
+  for (size_t s = 0; s < plan.steps.size();) {
+    const bool pair = opts_.concurrent_branches && s < plan.runs_with_next.size() && plan.runs_with_next[s];
+    most = std::max(most, need(s));
+    if (pair) side = std::max(side, need(s + 1));
+    s += pair ? 2 : 1;
+  }
+  return {most, side};
 }
 
 // Step `st`'s kernel context on `values` (one tensor per plan value), with the executor's
@@ -776,7 +787,7 @@ Executor::Prepared& Executor::start(const TensorMap& feeds, const RunOptions& ro
     release_other_arenas(p);
     bind_slots(p);
     build_contexts(p);
-    backend_.reserve_workspace(p.workspace);  // before the first run: no step allocates it
+    backend_.reserve_workspace(p.workspace, p.side_workspace);  // before the first run: no step allocates it
   }
   checking = ro.detect_anomaly || !ro.check_finite.empty();
   if (checking && choose_checks(p, ro)) p.captured.reset();

@@ -231,7 +231,7 @@ class Executor {
  private:
   struct Prepared;
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
-  size_t plan_workspace(const Plan& plan) const;
+  std::pair<size_t, size_t> plan_workspace(const Plan& plan) const;  // compute and side streams'
   KernelContext context_of(const Plan& plan, const PlanStep& st, std::vector<Tensor>& values) const;
   // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
   Tensor in_backend_memory(const Tensor& t) const;

@@ -17,8 +17,8 @@ namespace {
 int chosen_device = 0;
 std::mutex context_mu;
 Context* the_context = nullptr;
-void* work = nullptr;
-size_t work_bytes = 0;
+void* work[2] = {nullptr, nullptr};  // per lane
+size_t work_bytes[2] = {0, 0};
 std::vector<void*> outgrown;  // earlier workspaces, kept for what still names them
 }  // namespace
 
@@ -68,6 +68,7 @@ Context& context() {
   c->device = chosen_device;
   check(cudaSetDevice(c->device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  c->compute = c->stream;
   check(cudnnCreate(&c->cudnn), "cudnnCreate");
   check(cudnnSetStream(c->cudnn, c->stream), "cudnnSetStream");
   check(cublasLtCreate(&c->lt), "cublasLtCreate");
@@ -76,21 +77,50 @@ Context& context() {
   return *the_context;
 }
 
-void* workspace(size_t bytes) {
-  Context& c = context();
+namespace {
+void* lane_workspace(int lane, size_t bytes) {
   std::lock_guard<std::mutex> lock(context_mu);
-  if (bytes <= work_bytes) return work;
+  if (bytes <= work_bytes[lane]) return work[lane];
   // An outgrown buffer is kept, not freed: queued kernels and CUDA graphs captured
   // earlier (Backend::replay) name it. Growing at least twofold keeps all of them
   // together below the final size.
-  (void)c;
-  const size_t grown = std::max(bytes, 2 * work_bytes);
+  const size_t grown = std::max(bytes, 2 * work_bytes[lane]);
   void* p = nullptr;
   check(cudaMalloc(&p, grown), "cudaMalloc workspace of " + std::to_string(grown) + " bytes");
-  if (work) outgrown.push_back(work);
-  work = p;
-  work_bytes = grown;
-  return work;
+  if (work[lane]) outgrown.push_back(work[lane]);
+  work[lane] = p;
+  work_bytes[lane] = grown;
+  return p;
+}
+}  // namespace
+
+void* workspace(size_t bytes) { return lane_workspace(context().lane, bytes); }
+
+void reserve_side_workspace(size_t bytes) {
+  context();
+  if (bytes) (void)lane_workspace(1, bytes);
+}
+
+cudaStream_t side_stream() {
+  Context& c = context();
+  std::lock_guard<std::mutex> lock(context_mu);
+  if (!c.side) check(cudaStreamCreateWithFlags(&c.side, cudaStreamNonBlocking), "cudaStreamCreate (second compute)");
+  return c.side;
+}
+
+SideLane::SideLane() {
+  Context& c = context();
+  const cudaStream_t side = side_stream();
+  check(cudnnSetStream(c.cudnn, side), "cudnnSetStream (second compute stream)");
+  c.stream = side;
+  c.lane = 1;
+}
+
+SideLane::~SideLane() {
+  Context& c = context();
+  (void)cudnnSetStream(c.cudnn, c.compute);  // cannot fail for a valid handle and stream
+  c.stream = c.compute;
+  c.lane = 0;
 }
 
 std::string what(const Node& n, const char* call) {

@@ -1,5 +1,6 @@
-// What every CUDA kernel of the cuda backend shares: the process's CUDA context (one
-// stream, cuDNN and cuBLASLt handles bound to it, a growing workspace), error checks,
+// What every CUDA kernel of the cuda backend shares: the process's CUDA context (the
+// compute stream, or the second one inside a SideLane, cuDNN and cuBLASLt handles, a
+// growing workspace per stream), error checks,
 // and the small helpers of ops/*_cuda.cu (host fallback, dtype dispatch, plan cache,
 // grid-stride loop, block sum).
 //
@@ -11,8 +12,9 @@
 //     cuda::run_reference(ctx);                         // other dtypes: the host kernel
 //   cuda::check(cudnnConvolutionForward(c.cudnn, ...), cuda::what(ctx.node, "cudnnConvolutionForward"));
 //
-// Why: the cuda backend (runtime/cuda/cuda_backend.h) queues every kernel on one stream
-// in plan order, so a kernel never waits for another itself; the executor synchronises
+// Why: the cuda backend (runtime/cuda/cuda_backend.h) queues every kernel on the compute
+// stream in plan order (the second of a pair of independent steps on the second compute
+// stream, ordered by events), so a kernel never waits for another itself; the executor synchronises
 // only where the host reads values (checks, hooks, host-run fallback kernels, results).
 // Values live in device memory (cudaMalloc): a tensor's data() pointer is for kernels
 // and copies only, never for the host. Kernels read and write fp32 (and fp64
@@ -41,9 +43,29 @@ namespace trainrt::cuda {
 
 struct Context {
   int device = 0;
+  // Where kernels are queued now: the compute stream, or the second compute stream while
+  // a SideLane lives. The cuDNN handle is bound to it.
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasLtHandle_t lt = nullptr;
+  cudaStream_t compute = nullptr;  // the compute stream
+  cudaStream_t side = nullptr;     // the second compute stream (side_stream(): created on first use)
+  int lane = 0;                    // 0: compute, 1: side
+};
+
+// The second compute stream, created on first use (outside a capture: the first run of a
+// plan, which is never captured, creates it).
+cudaStream_t side_stream();
+// While one lives, the context's kernels (and cuDNN's) are queued on the second compute
+// stream and take the side lane's workspace: the second of a pair of independent plan
+// steps (Backend::run_pair), which the cuda backend orders by events. The process issues
+// its kernels from one thread, so the lane is the context's, not a thread's.
+class SideLane {
+ public:
+  SideLane();
+  ~SideLane();
+  SideLane(const SideLane&) = delete;
+  SideLane& operator=(const SideLane&) = delete;
 };
 
 // Selects the device this process uses (before the first context()); default 0.
@@ -51,10 +73,13 @@ void set_device(int device);
 // The process's context on its device, created on first use (thread-safe).
 // Throws Unsupported when no GPU is usable.
 Context& context();
-// Scratch device memory of at least `bytes` for a kernel call on the context's stream.
-// A buffer outgrown by a later call stays allocated until the process ends, since queued
-// kernels and captured CUDA graphs may still use it.
+// Scratch device memory of at least `bytes` for a kernel call on the context's stream,
+// one buffer per lane (the two streams' kernels may run at once). A buffer outgrown by a
+// later call stays allocated until the process ends, since queued kernels and captured
+// CUDA graphs may still use it.
 void* workspace(size_t bytes);
+// The side lane's buffer of at least `bytes`, from outside a SideLane (the plan's reserve).
+void reserve_side_workspace(size_t bytes);
 
 // The GPU's name and cuDNN's version ("9.19.0"): what an engine timing belongs to
 // (ops/core/engine_choice.h's EngineKey).

@@ -107,7 +107,7 @@ class CudaBackend : public Backend {
   // of every stream a captured graph forks.
   bool can_capture() const override { return true; }
   void begin_capture() const override {
-    cuda::check(cudaStreamBeginCapture(cuda::context().stream, cudaStreamCaptureModeThreadLocal),
+    cuda::check(cudaStreamBeginCapture(cuda::context().compute, cudaStreamCaptureModeThreadLocal),
                 "cudaStreamBeginCapture");
     const Event fork = record(Stream::compute);
     wait(Stream::copy, fork);
@@ -117,7 +117,7 @@ class CudaBackend : public Backend {
     wait(Stream::compute, record(Stream::copy));
     wait(Stream::compute, record(Stream::comm));
     cudaGraph_t graph = nullptr;
-    cuda::check(cudaStreamEndCapture(cuda::context().stream, &graph), "cudaStreamEndCapture");
+    cuda::check(cudaStreamEndCapture(cuda::context().compute, &graph), "cudaStreamEndCapture");
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     (void)cudaGraphDestroy(graph);
@@ -126,28 +126,48 @@ class CudaBackend : public Backend {
   }
   void abort_capture() const noexcept override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(cuda::context().stream, &status) == cudaSuccess &&
+    if (cudaStreamIsCapturing(cuda::context().compute, &status) == cudaSuccess &&
         status != cudaStreamCaptureStatusNone) {
       cudaGraph_t graph = nullptr;
-      (void)cudaStreamEndCapture(cuda::context().stream, &graph);
+      (void)cudaStreamEndCapture(cuda::context().compute, &graph);
       if (graph) (void)cudaGraphDestroy(graph);
     }
     (void)cudaGetLastError();  // the refused call's error is not the next call's
   }
   void replay(const Captured& c) const override {
     auto* exec = static_cast<cudaGraphExec_t>(const_cast<void*>(c.get()));
-    cuda::check(cudaGraphLaunch(exec, cuda::context().stream), "cudaGraphLaunch");
+    cuda::check(cudaGraphLaunch(exec, cuda::context().compute), "cudaGraphLaunch");
   }
 
-  // The plan's kernels' scratch memory, allocated before its first run (cuda::workspace).
-  void reserve_workspace(size_t bytes) const override {
+  // The plan's kernels' scratch memory, allocated before its first run (cuda::workspace),
+  // and the second compute stream's for the second steps of pairs.
+  void reserve_workspace(size_t bytes, size_t side_bytes) const override {
     if (bytes) (void)cuda::workspace(bytes);
+    if (side_bytes) cuda::reserve_side_workspace(side_bytes);
+  }
+
+  // Two independent plan steps at once: the second on the second compute stream, after
+  // an event of the compute stream marking what the first may not overlap (everything
+  // before the pair), and the compute stream waits for the second's end before the
+  // step after the pair. Captured like the rest: the side stream joins the capture by
+  // the fork event and is joined back by the join event.
+  void run_pair(const std::function<void()>& first, const std::function<void()>& second) const override {
+    const Event fork = record(Stream::compute);
+    first();
+    wait(Stream::side, fork);
+    {
+      cuda::SideLane lane;
+      second();
+    }
+    wait(Stream::compute, record(Stream::side));
   }
 
   void synchronize() const override {
-    cuda::check(cudaStreamSynchronize(cuda::context().stream), "waiting for the GPU");
+    cuda::check(cudaStreamSynchronize(cuda::context().compute), "waiting for the GPU");
     cuda::check(cudaStreamSynchronize(copy_stream_), "waiting for the GPU's copies");
     cuda::check(cudaStreamSynchronize(comm_stream_), "waiting for the GPU's collectives");
+    if (const cudaStream_t side = cuda::context().side)
+      cuda::check(cudaStreamSynchronize(side), "waiting for the GPU's second compute stream");
   }
 
   // On the stream, into device memory the executor copies out before the step's synchronisation.
@@ -155,7 +175,17 @@ class CudaBackend : public Backend {
 
  private:
   cudaStream_t stream(Stream s) const {
-    return s == Stream::copy ? copy_stream_ : s == Stream::comm ? comm_stream_ : cuda::context().stream;
+    switch (s) {
+      case Stream::copy:
+        return copy_stream_;
+      case Stream::comm:
+        return comm_stream_;
+      case Stream::side:
+        return cuda::side_stream();
+      case Stream::compute:
+        break;
+    }
+    return cuda::context().compute;
   }
   cudaStream_t copy_stream_ = nullptr, comm_stream_ = nullptr;
   // record()'s events not in use; shared with every handle, which may outlive the backend.

@@ -178,10 +178,12 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
     const size_t scratch = workspace_bytes(ctx);
     {
       std::lock_guard<std::mutex> l(pool_->mu);
-      if (scratch > pool_->counts.workspace)
+      const bool side = issue_ == Stream::side;
+      const size_t reserved = side ? pool_->counts.side_workspace : pool_->counts.workspace;
+      if (scratch > reserved)
         throw_internal("standin-device", "node '" + ctx.node.name + "' needs " + std::to_string(scratch) +
-                                             " bytes of workspace, " + std::to_string(pool_->counts.workspace) +
-                                             " reserved");
+                                             " bytes of workspace, " + std::to_string(reserved) + " reserved" +
+                                             (side ? " for the side stream" : ""));
       ++pool_->counts.launched;
     }
     KernelContext launched = ctx;  // the arguments as they were at the launch
@@ -196,7 +198,7 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
           }
           (*ref)(launched);
         },
-        touched, Stream::compute);
+        touched, issue_);
   });
   return *k;
 }
@@ -241,7 +243,25 @@ std::shared_ptr<std::byte[]> StandinDevice::allocate_host(size_t bytes) const {
   });
 }
 
-void StandinDevice::copy(void* to, const void* from, size_t bytes) const { copy_on(Stream::compute, to, from, bytes); }
+void StandinDevice::copy(void* to, const void* from, size_t bytes) const { copy_on(issue_, to, from, bytes); }
+
+void StandinDevice::run_pair(const std::function<void()>& first, const std::function<void()>& second) const {
+  if (!side_stream) return Backend::run_pair(first, second);
+  const Event fork = record(Stream::compute);
+  first();
+  wait(Stream::side, fork);
+  issue_ = Stream::side;
+  try {
+    second();
+  } catch (...) {
+    issue_ = Stream::compute;
+    throw;
+  }
+  issue_ = Stream::compute;
+  wait(Stream::compute, record(Stream::side));
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  ++pool_->counts.pairs;
+}
 
 void StandinDevice::copy_on(Stream s, void* to, const void* from, size_t bytes) const {
   if (!bytes) return;
@@ -296,7 +316,7 @@ void StandinDevice::flag_non_finite(const Tensor& t, uint64_t* flag) const {
         if (bad >= 0)
           *flag = std::min(*flag, non_finite_key(static_cast<uint64_t>(bad), !std::isnan(t.get_as_double(bad))));
       },
-      {t.raw(), flag}, Stream::compute);
+      {t.raw(), flag}, issue_);
 }
 
 void StandinDevice::enqueue(std::function<void()> f, const std::vector<const void*>& touched, Stream s) const {
@@ -321,8 +341,8 @@ class QueueRun {
   // run by its start.
   QueueRun(int late, std::vector<size_t>& copy_log) : late_(late), copy_log_(copy_log) {}
 
-  template <class Queue>
-  void run(std::array<Queue, 3>& queues) {
+  template <class Queue, size_t N>
+  void run(std::array<Queue, N>& queues) {
     size_t busy = 0;
     for (const auto& q : queues) busy += !q.empty();
     if (busy <= 1) {  // one stream: its events are reached in order, or were reached before
@@ -396,9 +416,10 @@ class QueueRun {
 
 void StandinDevice::synchronize() const { drain(false); }
 
-void StandinDevice::reserve_workspace(size_t bytes) const {
+void StandinDevice::reserve_workspace(size_t bytes, size_t side_bytes) const {
   std::lock_guard<std::mutex> lock(pool_->mu);
   pool_->refuse_in_capture("reserve_workspace()");
+  pool_->counts.side_workspace = std::max(pool_->counts.side_workspace, side_bytes);
   if (bytes <= pool_->counts.workspace) return;
   pool_->counts.workspace = bytes;
   ++pool_->counts.workspace_grown;
@@ -502,9 +523,10 @@ StandinDevice::Counts StandinDevice::counts() const {
 
 void StandinDevice::reset_counts() {
   std::lock_guard<std::mutex> lock(pool_->mu);
-  const size_t reserved = pool_->counts.workspace;  // a state, not a count
+  const size_t reserved = pool_->counts.workspace, side = pool_->counts.side_workspace;  // states, not counts
   pool_->counts = {};
   pool_->counts.workspace = reserved;
+  pool_->counts.side_workspace = side;
   pool_->skipped.store(0, std::memory_order_relaxed);
   pool_->to_host_bytes.store(0, std::memory_order_relaxed);
   pool_->device_bytes.store(0, std::memory_order_relaxed);

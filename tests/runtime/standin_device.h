@@ -8,7 +8,8 @@
 // - Kernels of ops that have a "cuda" kernel in the registry are queued (as their
 //   reference kernels) on the compute stream and run only at synchronize(), in issue
 //   order; so are copies and NaN/Inf checks (flag_non_finite).
-// - Streams as CUDA's: compute, copy and comm each have a queue, and synchronize() runs
+// - Streams as CUDA's: compute, copy, comm and side (the second compute stream, where
+//   run_pair() issues a pair's second step) each have a queue, and synchronize() runs
 //   each non-empty queue on a thread of its own. Only events (record/wait) order work of
 //   two streams; without one, two streams touching the same bytes race (ThreadSanitizer
 //   reports it) and results may differ. late_stream makes one stream run as late as its
@@ -106,6 +107,8 @@ class StandinDevice : public Backend {
     size_t allocations = 0;                     // allocate() and allocate_host() calls
     size_t workspace = 0, workspace_grown = 0;  // reserved workspace bytes, and reserves that grew it
     size_t captures = 0, replays = 0;           // end_capture() and replay() calls
+    size_t side_workspace = 0;                  // reserved for the side stream
+    size_t pairs = 0;                           // run_pair() calls that used the side stream
     std::map<std::string, size_t> host_calls;   // host kernel calls per op
     size_t host_total() const;
   };
@@ -144,14 +147,21 @@ class StandinDevice : public Backend {
   // launch, as a cuda step would have to allocate there.
   std::function<size_t(const KernelContext&)> workspace_of;
   size_t workspace_bytes(const KernelContext& ctx) const override { return workspace_of ? workspace_of(ctx) : 0; }
-  void reserve_workspace(size_t bytes) const override;
+  void reserve_workspace(size_t bytes, size_t side_bytes) const override;
+  // A pair as the cuda backend runs it: the first on the compute stream, the second on the
+  // side stream after an event of the compute stream, the compute stream waiting for the
+  // side stream's end; the second's kernels and copies check the side workspace. Off
+  // (side_stream false): one after the other on the compute stream.
+  void run_pair(const std::function<void()>& first, const std::function<void()>& second) const override;
+  bool side_stream = true;
 
   struct Pool;  // the regions, shared with the deleters of what allocate() handed out
   struct EventState;
   struct Work;
 
  private:
-  static constexpr size_t kStreams = 3;
+  static constexpr size_t kStreams = 4;     // compute, copy, comm, side
+  mutable Stream issue_ = Stream::compute;  // where kernels and copy() go now (side: in a pair's second)
   void enqueue(std::function<void()> f, const std::vector<const void*>& touched, Stream s) const;
   void drain(bool event_wait) const;  // synchronize() and wait_host()
   std::set<std::string> host_ops_;

@@ -917,6 +917,79 @@ TEST_CASE("device backend: data-parallel steps queued ahead of the host: one syn
   }
 }
 
+TEST_CASE("device backend: paired branches run on the side stream, ordered by events, bit for bit") {
+  // With concurrent branches the plan pairs independent neighbouring steps (a residual
+  // block's 1x1 skip convolution beside its main branch); run_pair() issues the second
+  // on the side stream after an event of the compute stream, and the compute stream
+  // waits for the side stream before the step after the pair, as the cuda backend does
+  // with its second compute stream. Either stream as late as its events allow must give
+  // the reference's steps bit for bit, also once the step is captured and replayed; the
+  // control ignores every wait, with the side stream late, and must not.
+  Graph g = small_wrn();
+  for (const Backend::Stream late : {Backend::Stream::side, Backend::Stream::compute}) {
+    for (const bool ordered : {true, false}) {
+      if (!ordered && late != Backend::Stream::side) continue;
+      CAPTURE(static_cast<int>(late));
+      CAPTURE(ordered);
+      auto owned = std::make_unique<StandinDevice>();
+      StandinDevice& dev = *owned;
+      dev.late_stream = late;
+      dev.ignore_waits = !ordered;
+      // Convolutions declare scratch memory (their output's bytes, the gradients' twice),
+      // and a kernel launched with less reserved on its stream fails: the second steps
+      // of pairs take the side stream's workspace, reserved apart with the plan.
+      dev.workspace_of = [](const KernelContext& c) -> size_t {
+        if (c.node.op_type == "Conv" || c.node.op_type == "FusedConv") return c.out(0).nbytes();
+        if (c.node.op_type == "ConvGrad") return 2 * c.in(1).nbytes();
+        return 0;
+      };
+      TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3, .concurrent_branches = true});
+      TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3});
+      bool same = true;
+      for (int step = 0; step < 4; ++step) {
+        const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 21));
+        const double want = ref.step(b, 0.05f);
+        double got = 0;
+        try {
+          got = device.step(b, 0.05f);
+        } catch (const NumericalError&) {  // the control may read garbage
+          same = false;
+          break;
+        }
+        same = same && got == want;
+        if (step == 0) {
+          CHECK(device.plan().pairs > 0);
+          CHECK(dev.counts().pairs == device.plan().pairs);  // every pair forked to the side stream
+          dev.reset_counts();
+        }
+      }
+      for (const std::string& name : ref.state_names())
+        if (same) same = bitwise_equal(device.state(name), ref.state(name));
+      if (!ordered) {
+        CHECK(!same);
+        continue;
+      }
+      CHECK(same);
+      CHECK(dev.counts().captures == 1);  // the pairs' events are captured with the step
+      CHECK(dev.counts().replays == 3);
+      // The side workspace is the most a pair's second step needs, worked out from the plan.
+      const Plan& plan = device.plan();
+      size_t side = 0;
+      for (size_t s = 0; s + 1 < plan.steps.size(); ++s) {
+        if (s >= plan.runs_with_next.size() || !plan.runs_with_next[s]) continue;
+        const PlanStep& st = plan.steps[s + 1];
+        const std::string& op = plan.graph.nodes[st.node].op_type;
+        const auto bytes_of = [&](int v) { return plan.values[static_cast<size_t>(v)].bytes; };
+        if (op == "Conv" || op == "FusedConv") side = std::max(side, bytes_of(st.outputs[0]));
+        if (op == "ConvGrad") side = std::max(side, 2 * bytes_of(st.inputs[1]));
+        ++s;
+      }
+      CHECK(side > 0);
+      CHECK(dev.counts().side_workspace == side);
+    }
+  }
+}
+
 TEST_CASE("an asynchronous backend runs the kernels it lacks on the host, after synchronize()") {
   // The cuda backend's fallback path: a kernel set without Relu, falling back to the
   // reference set, must hand out a wrapper that waits for the queued work first.
