@@ -9,12 +9,16 @@
 // default on --device cuda: TF32 tensor cores, fp32 accumulation, as PyTorch allows for
 // convolutions) and CUBLAS_COMPUTE_32F with strict (the reference's arithmetic); fp64 in
 // CUBLAS_COMPUTE_64F. A C of Y's full size is passed to cuBLASLt as its C (out of
-// place); a broadcast C is first expanded into Y by a kernel and the product added in
-// place (C == D); beta == 0 ignores C, as BLAS and the cpu kernel do. K == 0 is no
-// product: Y = beta * C (or 0) by the same kernel.
+// place). A bias (fp32 C of shape [N] or [1,N], beta 1: a Linear layer's) is added by
+// cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS: one vector per row of cuBLASLt's
+// column-major D, which are Y's columns), so the product is one kernel; where the
+// heuristic has no algorithm with that epilogue, and for other broadcast C, C is first
+// expanded into Y by a kernel and the product added in place (C == D). beta == 0
+// ignores C, as BLAS and the cpu kernel do. K == 0 is no product: Y = beta * C (or 0)
+// by the same kernel.
 //
 // The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
-// M, N, K, transA/transB, fp32 math and the pointers' alignments (the heuristic assumes 256-byte
+// M, N, K, transA/transB, fp32 math, the bias epilogue and the pointers' alignments (the heuristic assumes 256-byte
 // aligned buffers unless told otherwise); like the context, they live as long as the
 // process. Falls back to the host reference kernel (after synchronising the stream)
 // when the heuristic offers no algorithm within 32 MiB of workspace.
@@ -63,7 +67,7 @@ struct GemmPlan {
 
 // align: of our B, our A, C and Y (cuBLASLt's A, B, C, D).
 GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                        const uint32_t align[4], bool tf32) {
+                        const uint32_t align[4], bool tf32, bool bias) {
   GemmPlan p;
   const bool f64 = t == DataType::Float64;
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
@@ -75,6 +79,10 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), where);
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), where);
+  if (bias) {  // the bias pointer is set per call (gemm)
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), where);
+  }
   // Column-major views of the row-major buffers: B is N,K (or K,N stored when transB),
   // A is K,M (or M,K stored when transA), Y is N,M.
   const int64_t a_rows = tb ? k : n, b_rows = ta ? m : k;
@@ -106,10 +114,22 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   return p;
 }
 
+// Whether ctx's C is a bias cuBLASLt's epilogue adds: fp32, [N] or [1,N], beta 1, K > 0.
+bool bias_c(const KernelContext& ctx) {
+  if (!ctx.has_input(2) || ctx.out(0).dtype() != DataType::Float32 || ctx.node.attr_float("beta", 1.f) != 1.f)
+    return false;
+  const Tensor& c = ctx.in(2);
+  const Tensor& a = ctx.in(0);
+  const int64_t n = ctx.out(0).dims()[1];
+  const int64_t k = ctx.node.attr_int("transA", 0) != 0 ? a.dims()[0] : a.dims()[1];
+  const bool row = (c.rank() == 1 && c.dims()[0] == n) || (c.rank() == 2 && c.dims()[0] == 1 && c.dims()[1] == n);
+  return k > 0 && row && ctx.out(0).dims()[0] > 1;  // M == 1: C is Y's full size, read directly
+}
+
 // A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
 // The cached plan of ctx's problem for operand alignments `align` (B, A, C, Y as
-// cuBLASLt sees them); null when K == 0 (no product).
-std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32_t align[4]) {
+// cuBLASLt sees them), with the bias epilogue or without; null when K == 0 (no product).
+std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32_t align[4], bool bias) {
   const Node& node = ctx.node;
   const Tensor& a = ctx.in(0);
   const Tensor& y = ctx.out(0);
@@ -121,7 +141,20 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
   for (int i = 0; i < 4; ++i) key += ',' + std::to_string(align[i]);
   const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
   if (tf32) key += "|tf32";
-  return cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32); });
+  if (bias) key += "|bias";
+  return cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, bias); });
+}
+
+// The plan a call takes: with the bias epilogue where C is a bias and the heuristic has
+// an algorithm for it, else the plain one (`bias` says which).
+std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32_t align[4], bool& bias) {
+  bias = bias_c(ctx);
+  if (bias) {
+    auto p = gemm_plan(ctx, align, true);
+    if (p && !p->use_reference) return p;
+    bias = false;
+  }
+  return gemm_plan(ctx, align, false);
 }
 
 // The workspace a call needs (KernelRegistry::set_workspace), asked before the buffers
@@ -130,7 +163,8 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
 size_t gemm_workspace(const KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return 0;
   const uint32_t align[4] = {16, 16, 16, 16};
-  const auto plan = gemm_plan(ctx, align);
+  bool bias = false;
+  const auto plan = call_plan(ctx, align, bias);
   return plan && !plan->use_reference ? plan->workspace : 0;
 }
 
@@ -152,16 +186,22 @@ void gemm(KernelContext& ctx) {
   const void* c_ptr = full_c ? c->raw() : y.raw();
 
   std::shared_ptr<const GemmPlan> plan;
+  bool bias = false;  // C added by the epilogue: no broadcast kernel, beta 0 for cuBLASLt's C
   if (k > 0) {
     const uint32_t align[4] = {alignment(b.raw()), alignment(a.raw()), alignment(c_ptr), alignment(y.raw())};
-    plan = gemm_plan(ctx, align);
+    plan = call_plan(ctx, align, bias);
     if (plan->use_reference) return run_reference(ctx);
+    if (bias) {  // read when cublasLtMatmul is called (or captured): set for this call's C
+      const void* bias_ptr = c->raw();
+      check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)),
+            what(node, "cuBLASLt bias pointer"));
+    }
   }
   Context& cx = context();
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     // K == 0: no products, Y = beta * C; else a broadcast C is expanded into Y first.
-    if ((k == 0 && c) || (use_c && !full_c)) {
+    if ((k == 0 && c) || (use_c && !full_c && !bias)) {
       broadcast_c<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(
           c->data<T>(), y.data<T>(), cm, cn, n, k == 0 ? static_cast<T>(beta) : T(1), y.numel());
       check_launch(node, "broadcast_c");
@@ -169,7 +209,7 @@ void gemm(KernelContext& ctx) {
       check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), cx.stream), what(node, "cudaMemsetAsync"));
     }
     if (k == 0) return;
-    const T alpha_t = static_cast<T>(alpha), beta_t = use_c ? static_cast<T>(beta) : T(0);
+    const T alpha_t = static_cast<T>(alpha), beta_t = use_c && !bias ? static_cast<T>(beta) : T(0);
     void* ws = workspace(plan->workspace);
     check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b.raw(), plan->a, a.raw(), plan->b, &beta_t, c_ptr, plan->d,
                          y.raw(), plan->d, &plan->algo, ws, plan->workspace, cx.stream),
