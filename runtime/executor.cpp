@@ -871,6 +871,8 @@ void Executor::launch(const TensorMap& feeds, const RunOptions& ro) {
       const Tensor& t = p.results.at(name);
       own[name] = p.plan.values[static_cast<size_t>(v)].storage == Storage::State ? t : t.clone();
     }
+    if (ro.copy_out)  // RunOptions::copy_out, returned with the results
+      for (const auto& [name, t] : *ro.copy_out) own[name] = p.results.at(name).clone();
     done_.push_back(std::move(own));
     return;
   }

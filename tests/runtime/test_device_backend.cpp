@@ -714,8 +714,10 @@ TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit
         // Ordered by events, the step is captured at its second run with its collectives
         // and replayed from then on (a replay issues no wait of its own).
         if (variant == 2 && step < 2) CHECK(n.waits >= 2 * dp.buckets().size());  // comm after compute, and back
-        if (variant == 2) CHECK(n.captures == (step == 1 ? 1 : 0));
-        if (variant == 2) CHECK(n.replays == (step >= 1 ? 1 : 0));
+        if (variant == 2 && host_steps(s.plan(), *dev).empty()) {  // a build with CUDA kernels: nothing on the host
+          CHECK(n.captures == (step == 1 ? 1 : 0));
+          CHECK(n.replays == (step >= 1 ? 1 : 0));
+        }
         // Every bucket is a range of the arena (the plan laid its gradients out back to
         // back): no packing copy, no copy back. The device-to-device copies are the
         // batch's, from its landing buffer, and on the event path the loss into bucket 0's
@@ -860,7 +862,7 @@ TEST_CASE("device backend: data-parallel steps queued ahead of the host: one syn
     StandinCollectives collectives(2);
     std::mutex mu;
     on_ranks(2, [&](int r) {
-      auto standin = std::make_unique<StandinDevice>();
+      auto standin = std::make_unique<StandinDevice>(std::set<std::string>{});  // every op a device kernel
       StandinDevice& dev = *standin;
       dev.late_stream = Backend::Stream::comm;
       auto c = collectives.communicator(r, dev, {.timeout_seconds = 60});
@@ -931,7 +933,7 @@ TEST_CASE("device backend: paired branches run on the side stream, ordered by ev
       if (!ordered && late != Backend::Stream::side) continue;
       CAPTURE(static_cast<int>(late));
       CAPTURE(ordered);
-      auto owned = std::make_unique<StandinDevice>();
+      auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});  // every op a device kernel
       StandinDevice& dev = *owned;
       dev.late_stream = late;
       dev.ignore_waits = !ordered;
