@@ -119,6 +119,7 @@ bool StandinDevice::have_cuda_kernels() {
 }
 
 bool StandinDevice::runs_on_host(const std::string& domain, const std::string& op) const {
+  if (also_on_host.count(op)) return true;
   if (have_cuda_kernels()) return registry().kernels.find("cuda", domain, op) == nullptr;
   return host_ops_.count(op) != 0;
 }

@@ -154,6 +154,10 @@ class StandinDevice : public Backend {
   // (side_stream false): one after the other on the compute stream.
   void run_pair(const std::function<void()>& first, const std::function<void()>& second) const override;
   bool side_stream = true;
+  // Ops run on the host besides those without a cuda kernel (as a cuda kernel's own
+  // fallback for a dtype or shape it lacks): a plan holding one is neither queued ahead
+  // of the host nor captured.
+  std::set<std::string> also_on_host;
 
   struct Pool;  // the regions, shared with the deleters of what allocate() handed out
   struct EventState;
