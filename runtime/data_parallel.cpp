@@ -1,5 +1,6 @@
 #include "runtime/data_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -63,6 +64,14 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
   // Filled by choose_events(); read by the executor when a run's last step is issued, so
   // the first run (which makes the buckets in its first hook) returns it too.
   s_.set_copy_out(&checks_);
+  // The device path's "any check failed" flag, which the state writers read: allocated
+  // before the first run, whose options the session makes before the hooks make the
+  // buckets, so that the first step's writers skip on it too.
+  if (staged() && comm_.orders_by_events()) {
+    any_ = s_.backend().allocate(sizeof(uint64_t));
+    s_.backend().copy(any_.get(), &Backend::kAllFinite, sizeof(uint64_t));  // host memory read at the call
+    s_.set_skip_flag(reinterpret_cast<const uint64_t*>(any_.get()));
+  }
   // The buckets are ranges of the arena, counted with it.
   s_.set_contiguous([this](const Plan& p) { return bucket_groups(p); });
   set_hooks(true);
@@ -210,7 +219,7 @@ void DataParallel::choose_events(const Plan& plan) {
             loss.dtype == dtype_ && loss.bytes == dtype_size(dtype_);
   for (const PlanStep& st : plan.steps)
     events_ = events_ && (!st.writes_state || dev.skips_when_flagged(plan.graph.nodes[st.node]));
-  s_.set_skip_flag(nullptr);
+  events_ = events_ && any_;
   s_.set_hooks_queue_only(false);
   checks_.clear();
   if (!events_) return;
@@ -219,13 +228,11 @@ void DataParallel::choose_events(const Plan& plan) {
     state_[b]->flag0 = n;
     n += state_[b]->gradients.size() + (b == 0 ? 1 : 0);
   }
-  any_flag_ = n++;
   flags_init_.assign(n, Backend::kAllFinite);
   // The flags, then the mean loss and the stop flag (8 bytes each, of the gradients' type),
   // which the run copies out, then this rank's stop flag, written before each run.
   flags_ = dev.allocate((n + 3) * sizeof(uint64_t));
   checks_ = {{"data_parallel.checks", Tensor(DataType::UInt64, {static_cast<int64_t>(n + 2)}, flags_)}};
-  s_.set_skip_flag(reinterpret_cast<const uint64_t*>(flags_.get()) + any_flag_);
   s_.set_hooks_queue_only(true);
 }
 
@@ -277,7 +284,7 @@ void DataParallel::finish_on_device(size_t b, bool check) {
   auto* flags = reinterpret_cast<uint64_t*>(flags_.get());
   auto flag = [&](const Tensor& t, size_t f) {
     dev.flag_non_finite(t, flags + f);
-    dev.flag_non_finite(t, flags + any_flag_);
+    dev.flag_non_finite(t, reinterpret_cast<uint64_t*>(any_.get()));
   };
   if (check && b == 0) flag(bucket_view(st.flat, st.elements, {}), st.flag0);
   for (size_t i = 0; i < st.gradients.size(); ++i) {
@@ -312,7 +319,8 @@ double DataParallel::conclude_on_device(const TensorMap& results) {
   stop_agreed_ = extra(1) > 0;
   window_stop_ = window_stop_ || stop_agreed_;
   have_mean_loss_ = true;
-  if (flags[any_flag_] == Backend::kAllFinite) return mean_loss_;
+  if (std::all_of(flags, flags + flags_init_.size(), [](uint64_t f) { return f == Backend::kAllFinite; }))
+    return mean_loss_;
   const Plan& plan = s_.plan();
   for (size_t b = 0; b < state_.size(); ++b) {
     const Bucket& st = *state_[b];
@@ -489,11 +497,11 @@ void DataParallel::before_run() {
   have_mean_loss_ = false;
   if (!window_open_) stop_agreed_ = false;
   if (!events_) return;
-  // The "any" flag (last) only where a window of queued steps starts: it stays lowered
-  // after a failed step of the window.
+  // The "any" flag only where a window of queued steps starts: it stays lowered after a
+  // failed step of the window.
   const Backend& dev = s_.backend();
-  const size_t reset = flags_init_.size() - (window_open_ ? 1 : 0);
-  dev.copy(flags_.get(), flags_init_.data(), reset * sizeof(uint64_t));
+  dev.copy(flags_.get(), flags_init_.data(), flags_init_.size() * sizeof(uint64_t));
+  if (!window_open_) dev.copy(any_.get(), &Backend::kAllFinite, sizeof(uint64_t));
   Tensor stop(dtype_, {});
   stop.set_from_double(0, stop_ ? 1.0 : 0.0);
   dev.copy(flags_.get() + (flags_init_.size() + 2) * sizeof(uint64_t), stop.raw(), stop.nbytes());

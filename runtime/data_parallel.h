@@ -193,13 +193,13 @@ class DataParallel {
   double mean_loss_ = 0;
   bool have_mean_loss_ = false;
   Tensor loss_host_;  // staged: the loss, copied out with bucket 0
-  // The device path (choose_events): check flags per bucket value and "any", then the
-  // mean loss and stop flag (8 bytes each), in the backend's memory, copied out at each
-  // run's end as `checks_` (RunOptions::copy_out).
+  // The device path (choose_events): check flags per bucket value, then the mean loss and
+  // stop flag (8 bytes each), in the backend's memory, copied out at each run's end as
+  // `checks_` (RunOptions::copy_out); "any" apart, allocated with this object.
   bool events_ = false;
   std::vector<uint64_t> flags_init_;
   std::shared_ptr<std::byte[]> flags_;
-  size_t any_flag_ = 0;
+  std::shared_ptr<std::byte[]> any_;  // "some check failed": the state writers' skip flag
   std::vector<std::pair<std::string, Tensor>> checks_;
   // The watch of each run issued and not yet concluded (oldest first; null: none needed).
   std::deque<std::shared_ptr<CommRequest>> watches_;
