@@ -18,10 +18,10 @@
 // by the same kernel.
 //
 // The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
-// M, N, K, transA/transB, fp32 math, the bias epilogue and the pointers' alignments (the heuristic assumes 256-byte
-// aligned buffers unless told otherwise); like the context, they live as long as the
-// process. Falls back to the host reference kernel (after synchronising the stream)
-// when the heuristic offers no algorithm within 32 MiB of workspace.
+// M, N, K, transA/transB, fp32 math, the bias epilogue and the pointers' alignments, up
+// to 16 bytes (the heuristic assumes 256-byte aligned buffers unless told otherwise); like the context, they live as
+// long as the process. Falls back to the host reference kernel (after synchronising the stream) when the heuristic
+// offers no algorithm within 32 MiB of workspace.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -49,11 +49,14 @@ __global__ void broadcast_c(const T* c, T* y, int64_t cm, int64_t cn, int64_t n,
   }
 }
 
-// Largest power of two (up to 256) dividing the address: what the heuristic may assume.
+// Largest power of two up to 16 dividing the address: what the heuristic may assume. At
+// most the 16 bytes the plan-time workspace rule assumes (gemm_workspace), so a call
+// never takes an algorithm that needs more workspace than the plan reserved (arena
+// values are 64-byte aligned: every call of a plan then has the rule's plan).
 uint32_t alignment(const void* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   uint32_t bytes = 1;
-  while (bytes < 256 && a % (2 * bytes) == 0) bytes *= 2;
+  while (bytes < 16 && a % (2 * bytes) == 0) bytes *= 2;
   return bytes;
 }
 
@@ -158,8 +161,8 @@ std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32
 }
 
 // The workspace a call needs (KernelRegistry::set_workspace), asked before the buffers
-// exist: planned for 16-byte-aligned operands, the least the arena gives; an algorithm
-// chosen at run time for wider alignments may ask for more (the workspace then grows).
+// exist: planned for 16-byte-aligned operands, the least the arena gives and the most a
+// call assumes (alignment()), so the call's plan is this one.
 size_t gemm_workspace(const KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return 0;
   const uint32_t align[4] = {16, 16, 16, 16};
