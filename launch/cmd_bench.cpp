@@ -28,6 +28,7 @@
 #include "launch/commands.h"
 #include "launch/train_util.h"
 #include "ops/core/dnnl_util.h"
+#include "ops/core/graph_fallback.h"
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
@@ -227,6 +228,10 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
   std::printf("layout reorders: %.1f MiB per step (oneDNN reorders between row-major and blocked layouts)\n",
               static_cast<double>(t.reorder_bytes) * mib / static_cast<double>(c.steps));
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", t.first_loss, t.last_loss);
+  // The cuda kernels that run a library graph say how their nodes ran (none elsewhere).
+  for (const auto& [op, n] : fusion_tally().counts())
+    std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
+                n.unfused ? " (the others: unfused convolution + epilogue, notices above)" : "");
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the

@@ -487,8 +487,11 @@ bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
   int64_t align[5];
   for (int i = 0; i < 5; ++i) align[i] = ptrs[i] ? alignment(ptrs[i]) : 16;
   GraphCall c;
-  if (!graph_call(ctx, a, align, c)) return false;
-  return graphs().try_run(
+  if (!graph_call(ctx, a, align, c)) {  // outside the graph's scope: the legacy path
+    fusion_tally().record(ctx.node.op_type, ctx.node.name, false);
+    return false;
+  }
+  const bool ran = graphs().try_run(
       c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); },
       [&](const GraphPlan& g) {
         const Candidate* chosen = choose(ctx, g, c, a);
@@ -500,6 +503,8 @@ bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
                                                        "the unfused convolution + epilogue");
         std::fprintf(stderr, "%s\n", line.c_str());
       });
+  fusion_tally().record(ctx.node.op_type, ctx.node.name, ran);
+  return ran;
 }
 
 int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a) {

@@ -172,3 +172,25 @@ TEST_CASE("graph fallback: plan() at plan time builds once; the first call then 
   CHECK(lib.legacy == 2);
   CHECK(lib.notices == std::vector<std::string>{"b: no engine from the heuristics"});
 }
+
+TEST_CASE("fusion tally: per op, how many nodes last ran the graph and how many the legacy path") {
+  FusionTally t;
+  CHECK(t.counts().empty());
+  t.record("FusedConv", "a", true);
+  t.record("FusedConv", "b", true);
+  t.record("FusedConv", "c", false);
+  t.record("FusedConv", "a", true);  // a node counts once, however often it ran
+  t.record("BatchNormalizationRelu", "bn", false);
+  auto n = t.counts();
+  REQUIRE(n.size() == 2);
+  CHECK(n["FusedConv"].fused == 2);
+  CHECK(n["FusedConv"].unfused == 1);
+  CHECK(n["BatchNormalizationRelu"].fused == 0);
+  CHECK(n["BatchNormalizationRelu"].unfused == 1);
+  t.record("FusedConv", "b", false);  // a problem that fell back after running: its last call counts
+  n = t.counts();
+  CHECK(n["FusedConv"].fused == 1);
+  CHECK(n["FusedConv"].unfused == 2);
+  t.clear();
+  CHECK(t.counts().empty());
+}
