@@ -1,6 +1,7 @@
 // `trainrt evaluate MODEL.onnx --dataset ...`: test loss and accuracy of any model
 // whose one input takes the dataset's images and whose output is [N,classes] logits.
 #include <cstdio>
+#include <memory>
 
 #include "graph/error.h"
 #include "graph/onnx_io.h"
@@ -8,6 +9,7 @@
 #include "launch/commands.h"
 #include "launch/train_util.h"
 #include "ops/core/register_all.h"
+#include "runtime/timing_cache.h"
 
 namespace trainrt {
 
@@ -25,6 +27,9 @@ const CommandSpec kSpec{"evaluate",
                                                 {"fp32-math", "tf32",
                                                  "with --device cuda: tf32 (TF32 tensor cores, as PyTorch) or "
                                                  "strict (full fp32)"},
+                                                {"timing-cache", "",
+                                                 "with --device cuda: engine timings per shape and GPU (default: "
+                                                 "MODEL.timing-cache.json)"},
                                                 {"threads", "0", "CPU threads (0 = all cores)"}}),
                         1,
                         1};
@@ -37,11 +42,19 @@ int cmd_evaluate(const Argv& argv) {
   configure_threads(static_cast<int>(threads));
   const std::string backend_name = backend_for_device(a);
   set_default_fp32_math(fp32_math_for_device(a, Fp32Math::tf32));
+  // --device cuda: the convolutions run the engines timed for them (by train, bench or an
+  // earlier evaluate), and time the problems the file lacks once, saving them.
+  const std::string cache_path = timing_cache_for_device(a, a.positional[0]);
+  std::unique_ptr<TimingCacheChooser> chooser;
+  if (!cache_path.empty()) chooser = std::make_unique<TimingCacheChooser>(TimingCache::load(cache_path, "", ""));
   auto backend = make_backend(backend_name, static_cast<int>(threads));
   const DataFlags data = data_flags(a);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
   const Dataset test = load_split(data, g, /*train=*/false, limit);
-  Evaluation e = evaluate(g, model_io(g, test, a.positional[0]), test, batch, *backend);
+  Evaluation e = evaluate(g, model_io(g, test, a.positional[0]), test, batch, *backend, {}, chooser.get());
+  if (chooser)
+    if (const size_t n = chooser->save_if_new())
+      std::fprintf(stderr, "%s\n", timing_cache_saved_line(n, cache_path).c_str());
   std::printf("Test Loss = %5.3f, Test Accuracy = %5.3f (%lld images)\n", e.loss, e.accuracy,
               static_cast<long long>(e.images));
   return 0;

@@ -69,6 +69,10 @@ expect_error 2 "$tmp/tc.json: timing cache version 7 is not supported" -- \
   "$trainrt" bench "$model" --batch 2 --device cuda --timing-cache "$tmp/tc.json"
 expect_error 2 "$tmp/tc.json: timing cache version 7 is not supported" -- \
   "$trainrt" train "$model" --device cuda --timing-cache "$tmp/tc.json" --max-steps 1
+expect_error 2 "--timing-cache: applies to --device cuda" -- \
+  "$trainrt" evaluate "$model" --dataset fashion-mnist --timing-cache "$tmp/tc.json"
+expect_error 2 "$tmp/tc.json: timing cache version 7 is not supported" -- \
+  "$trainrt" evaluate "$model" --dataset fashion-mnist --device cuda --timing-cache "$tmp/tc.json"
 # The default cache file sits next to the model.
 cp "$tmp/tc.json" "$tmp/wrn.timing-cache.json"
 expect_error 2 "$tmp/wrn.timing-cache.json: timing cache version 7" -- "$trainrt" bench "$model" --batch 2 --device cuda
