@@ -299,7 +299,7 @@ void DataParallel::finish_on_device(size_t b, bool check) {
 // results: `checks_` among them, copied out at its end): the watches' verdicts, the mean
 // loss and stop flag, and the first failed check in bucket order (the loss first), as
 // the host path reports it; the state writers skipped on the device. Queued runs are
-// concluded in order, each with the oldest group of watches.
+// concluded in order, each with the oldest watch (its own).
 double DataParallel::conclude_on_device(const TensorMap& results) {
   if (!watches_.empty()) {
     std::shared_ptr<CommRequest> w = std::move(watches_.front());
