@@ -149,8 +149,7 @@ double TrainingSession::run_step(const TensorMap& batch, float lr) {
   double loss = 0;
   try {
     ran = &exec_->run(feeds_for(batch, lr), ro);
-    // May throw NumericalError: nothing below runs then.
-    loss = after_run_ ? after_run_(*ran) : ran->at(t_.loss).get_as_double(0);
+    loss = loss_of(*ran);  // may throw NumericalError: nothing below runs then
   } catch (const NumericalError& e) {
     // An overflow of the scaled backward pass: the check stopped the step before any
     // state was written; skip it and shrink the scale. A non-finite loss is a real fault.
@@ -175,6 +174,11 @@ double TrainingSession::run_step(const TensorMap& batch, float lr) {
   }
   ++steps_;
   return loss;
+}
+
+// A run's loss: the after-run hook's (which may throw NumericalError), else the result's.
+double TrainingSession::loss_of(const TensorMap& results) const {
+  return after_run_ ? after_run_(results) : results.at(t_.loss).get_as_double(0);
 }
 
 void TrainingSession::queue_step(const TensorMap& batch, float lr) {
@@ -210,7 +214,7 @@ void TrainingSession::take_launched() {
   size_t good = 0;
   for (const TensorMap& out : c.results) {
     try {
-      finished_.losses.push_back(after_run_ ? after_run_(out) : out.at(t_.loss).get_as_double(0));
+      finished_.losses.push_back(loss_of(out));
     } catch (const NumericalError& e) {  // the runs after it wrote no state (the caller's skip flag)
       finished_.error = e;
       break;

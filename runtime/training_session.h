@@ -165,6 +165,7 @@ class TrainingSession {
  private:
   RunOptions run_options() const;
   void take_launched();                               // the launched steps' results into finished_
+  double loss_of(const TensorMap& results) const;     // after_run_'s loss, or the result's
   double run_step(const TensorMap& batch, float lr);  // step(), without the check for queued steps
   const TensorMap& feeds_for(const TensorMap& batch, float lr);
 
