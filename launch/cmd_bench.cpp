@@ -231,7 +231,7 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
   // The cuda kernels that run a library graph say how their nodes ran (none elsewhere).
   for (const auto& [op, n] : fusion_tally().counts())
     std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
-                n.unfused ? " (the others: unfused convolution + epilogue, notices above)" : "");
+                n.unfused ? " (the others: cuDNN's legacy convolution API, notices above)" : "");
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the

@@ -203,10 +203,9 @@ void print_host_ops(const char* graph, const Graph& g) {
 // --device cuda: the cuDNN-graph pattern of each fused step (runtime/cudnn_fusion.h),
 // one line per pattern and reason it would run unfused for. A plan: no fused cuDNN
 // graph runs yet.
-void print_cudnn_fusions(const Graph& fused) {
-  std::printf("cuDNN fusion patterns of the fused training graph (planned):\n");
-  std::printf("  %-22s %6s %8s  %s\n", "pattern", "fused", "unfused", "reason");
-  for (const FusionRow& r : cudnn_fusion_table(cudnn_fusion_sites(fused))) {
+void print_fusion_rows(const std::vector<FusionSite>& sites, const char* fused_word, const char* unfused_word) {
+  std::printf("  %-22s %6s %8s  %s\n", "pattern", fused_word, unfused_word, "reason");
+  for (const FusionRow& r : cudnn_fusion_table(sites)) {
     if (r.unfused.empty()) std::printf("  %-22s %6zu %8d  -\n", r.pattern.c_str(), r.fused, 0);
     bool first = true;
     for (const auto& [reason, n] : r.unfused) {
@@ -214,6 +213,12 @@ void print_cudnn_fusions(const Graph& fused) {
       first = false;
     }
   }
+}
+void print_cudnn_fusions(const Graph& fused) {
+  std::printf("cuDNN fusion patterns of the fused training graph (planned):\n");
+  print_fusion_rows(cudnn_fusion_sites(fused), "fused", "unfused");
+  std::printf("convolution passes on 16-bit tensor-core graphs under --precision bf16/fp16 (planned):\n");
+  print_fusion_rows(cudnn_conv16_sites(fused), "graph", "legacy");
 }
 
 // Backward/optimizer nodes, saved-activation memory per sample, state bytes.

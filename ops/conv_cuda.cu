@@ -39,12 +39,15 @@
 // live as long as the process.
 //
 // --precision bf16/fp16 (KernelContext::math): as the reference (ops/conv.cpp), the
-// convolution reads copies of x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half
-// and stored as fp32, in the workspace ahead of the call's other scratch; bias, residual
-// and outputs stay fp32. Those copies' products are exact in TF32, so the tensor cores run
-// them whatever --fp32-math says (tf32_allowed), accumulating in fp32 as the reference does.
-// Activations stay fp32 in memory, so this has the reference's numerics at TF32 speed, not
-// bf16's.
+// convolution reads x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half; bias,
+// residual and outputs stay fp32. Each pass first tries a cuDNN graph on 16-bit copies of
+// those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's
+// other scratch): tensor-core math at the 16-bit rate, products exact, fp32 accumulation
+// into fp32 outputs, the reference's numerics. ConvGrad's db is then a sum per channel of
+// the 16-bit dy (channel_sums16). A pass cuDNN turns down runs here on fp32 copies of the
+// rounded values instead (same place in the workspace); their products are exact in TF32,
+// so the tensor cores run them whatever --fp32-math says (tf32_allowed): the reference's
+// numerics at TF32 speed. Activations stay fp32 in memory either way.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -53,6 +56,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +109,23 @@ __global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t p
     } else {
       TRAINRT_GRID_STRIDE(i, plane) { yp[i] = epilogue_one<T>(yp[i], bias, zp, i, relu); }
     }
+  }
+}
+
+// db[m] = the sum over n and the plane of dy[n,m,:], dy holding bfloat16 (bf16) or IEEE
+// half bits: ConvGrad's bias gradient from the 16-bit copy of dy, which holds the
+// reference's rounded values. One block per channel, fp64 partial sums.
+__global__ void channel_sums16(const uint16_t* dy, float* db, int64_t batch, int64_t channels, int64_t plane,
+                               bool bf16) {
+  for (int64_t m = blockIdx.x; m < channels; m += gridDim.x) {
+    double acc = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const uint16_t* p = dy + (n * channels + m) * plane;
+      for (int64_t i = threadIdx.x; i < plane; i += blockDim.x)
+        acc += bf16 ? bfloat16_to_float(p[i]) : half_to_float(p[i]);
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) db[m] = static_cast<float>(acc);
   }
 }
 
@@ -393,22 +414,70 @@ MathInputs math_inputs(const KernelContext& ctx) {
   return r;
 }
 
+// Under bf16/fp16, the inputs math_inputs rounds as 16-bit copies (bfloat16 / IEEE half
+// bits) for the cuDNN graphs, each at the offset its fp32 copy takes there (so
+// math_bytes covers both); the other inputs are themselves. `prepare` writes the copies
+// once, when the first graph of the call runs. Asked at plan time (`base` null) the
+// copies have shapes and dtypes but no memory. `ok` is false under fp32 or when no
+// input is rounded.
+struct NarrowInputs {
+  std::vector<Tensor> t;
+  std::function<void()> prepare;
+  bool ok = false;
+};
+NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base) {
+  NarrowInputs r;
+  const std::vector<size_t> rounded = rounded_inputs(ctx);
+  if (rounded.empty()) return r;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) r.t.push_back(ctx.has_input(i) ? ctx.in(i) : Tensor());
+  const DataType type = ctx.math == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+  struct Job {
+    const float* from;
+    uint16_t* to;
+    int64_t n;
+  };
+  std::vector<Job> jobs;
+  Carve carve;
+  for (size_t i : rounded) {
+    const Tensor& t = ctx.in(i);
+    std::byte* at = base ? base + carve.take(t.nbytes()) : nullptr;
+    r.t[i] = Tensor(type, t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
+    jobs.push_back(Job{t.data<float>(), reinterpret_cast<uint16_t*>(at), t.numel()});
+  }
+  r.prepare = [jobs, node = &ctx.node, m = ctx.math, done = std::make_shared<bool>(false)] {
+    if (*done) return;
+    *done = true;
+    for (const Job& j : jobs) narrow_to_math(j.from, j.to, j.n, m, *node);
+  };
+  r.ok = true;
+  return r;
+}
+
 // Conv and FusedConv: y = act(conv(x, w) + b) + z.
 void conv_forward(KernelContext& ctx, bool fused) {
   const Node& n = ctx.node;
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
-  const MathInputs in = math_inputs(ctx);
-  const Tensor& x = in.t[0];
-  const Tensor& w = in.t[1];
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
   const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
   const bool relu = fused && n.attr_string("activation", "") == "Relu";
+  const int64_t group = n.attr_int("group", 1);
+  if (ctx.in(0).numel() > 0 && ctx.in(1).numel() > 0 && !rounded_inputs(ctx).empty()) {
+    // bf16/fp16: the graph on 16-bit copies first.
+    const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(math_bytes(ctx))));
+    const Window win = conv_window(n, narrow.t[0], narrow.t[1], y.dims());
+    if (conv_graph_forward(
+            ctx, ConvGraphArgs{narrow.t[0], narrow.t[1], b, z, y, win, group, relu, math_bytes(ctx), &narrow.prepare}))
+      return;
+  }
+  const MathInputs in = math_inputs(ctx);
+  const Tensor& x = in.t[0];
+  const Tensor& w = in.t[1];
   std::shared_ptr<const ConvPlan> plan;
   if (x.numel() > 0 && w.numel() > 0) {
     if (fused) {
       const Window win = conv_window(n, x, w, y.dims());
-      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), relu, in.bytes})) return;
+      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu, in.bytes})) return;
     }
     plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
     if (plan->use_reference) return run_reference(ctx);
@@ -469,13 +538,19 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   if (y.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
   const size_t rounded = math_bytes(ctx);
   size_t bytes = 0;
-  if (fused) {
-    const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
-    const Tensor* z = ctx.has_input(3) ? &ctx.in(3) : nullptr;
-    const Window win = conv_window(n, x, w, y.dims());
-    const int64_t g = conv_graph_workspace(
-        ctx, ConvGraphArgs{x, w, b, z, y, win, n.attr_int("group", 1), n.attr_string("activation", "") == "Relu"});
-    if (g > 0) bytes = rounded + static_cast<size_t>(g);
+  const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
+  const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
+  const bool relu = fused && n.attr_string("activation", "") == "Relu";
+  const int64_t group = n.attr_int("group", 1);
+  const Window win = conv_window(n, x, w, y.dims());
+  if (!rounded_inputs(ctx).empty()) {  // the graph on 16-bit copies
+    const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
+    const int64_t g = conv_graph_workspace(ctx, ConvGraphArgs{narrow.t[0], narrow.t[1], b, z, y, win, group, relu});
+    if (g >= 0) bytes = rounded + static_cast<size_t>(g);
+  }
+  if (fused) {  // the graph on fp32 inputs (or fp32 copies of the rounded ones)
+    const int64_t g = conv_graph_workspace(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu});
+    if (g >= 0) bytes = std::max(bytes, rounded + static_cast<size_t>(g));
   }
   const auto plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
   if (plan->use_reference) return bytes;
@@ -493,14 +568,32 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   const Tensor& w = ctx.in(2);
   const bool dx = ctx.has_output(0), dw = ctx.has_output(1);
   if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
+  size_t graph = 0;  // the graphs on 16-bit copies: the copies, then either pass's workspace
+  if (!rounded_inputs(ctx).empty()) {
+    const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
+    const Window win = conv_window(ctx.node, x, w, dy.dims());
+    const int64_t group = ctx.node.attr_int("group", 1);
+    int64_t most = -1;
+    if (dx) {
+      Tensor out(x.dtype(), x.dims(), nullptr);
+      most = std::max(most, conv_graph_backward_workspace(
+                                ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], out, win, group}));
+    }
+    if (dw) {
+      Tensor out(w.dtype(), w.dims(), nullptr);
+      most = std::max(most, conv_graph_backward_workspace(
+                                ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group}));
+    }
+    if (most >= 0) graph = math_bytes(ctx) + static_cast<size_t>(most);
+  }
   const auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx, .filter = dw});
-  if (plan->use_reference) return 0;
+  if (plan->use_reference) return graph;
   const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
   Carve carve{math_bytes(ctx)};
   carve.take(plan->padded && dw ? padded : 0);
   carve.take(plan->padded && dx ? padded : 0);
   carve.take(plan->cudnn_bytes);
-  return carve.size;
+  return std::max(graph, carve.size);
 }
 
 // ConvGrad(dy, x, w) -> (dx, dw, db), each optional.
@@ -521,6 +614,33 @@ void conv_grad(KernelContext& ctx) {
       if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
     return;
   }
+  if (!rounded_inputs(ctx).empty()) {
+    // bf16/fp16: each pass's graph on 16-bit copies first; the passes it ran are done.
+    const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(math_bytes(ctx))));
+    const Tensor& dy16 = narrow.t[0];
+    const Window win = conv_window(n, x0, w0, dy16.dims());
+    const int64_t group = n.attr_int("group", 1);
+    const size_t off = math_bytes(ctx);
+    if (dx && conv_graph_backward(
+                  ctx, ConvGradGraphArgs{ConvPass::data, dy16, narrow.t[2], *dx, win, group, off, &narrow.prepare}))
+      dx = nullptr;
+    if (dw && conv_graph_backward(
+                  ctx, ConvGradGraphArgs{ConvPass::filter, dy16, narrow.t[1], *dw, win, group, off, &narrow.prepare}))
+      dw = nullptr;
+    if (db && !dx && !dw) {  // both graphs ran (or none was wanted): db from the 16-bit dy too
+      narrow.prepare();
+      const int64_t channels = dy16.dims()[1];
+      int64_t plane = 1;  // the spatial dims, whatever their count
+      for (size_t d = 2; d < dy16.dims().size(); ++d) plane *= dy16.dims()[d];
+      channel_sums16<<<static_cast<unsigned>(std::min<int64_t>(channels, 65535)), kThreads, 0, c.stream>>>(
+          dy16.data<uint16_t>(), db->data<float>(), dy16.dims()[0], channels, plane, ctx.math == MathPrecision::bf16);
+      check_launch(n, "channel_sums16");
+      db = nullptr;
+    }
+    if (!dx && !dw && !db) return;
+  }
+  // What is left runs on cuDNN's legacy API (under bf16/fp16 on fp32 copies of the rounded
+  // inputs, written over the 16-bit ones after the graphs that read them).
   const MathInputs in = math_inputs(ctx);
   const Tensor& dy = in.t[0];
   const Tensor& x = in.t[1];

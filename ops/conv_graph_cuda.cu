@@ -1,6 +1,7 @@
-// FusedConv forward as one cuDNN graph: ops/conv_graph_cuda.h says what and why.
+// Convolutions as cuDNN graphs: ops/conv_graph_cuda.h says what and why.
 // Host code only (no kernels of its own). Compiled in CI, never run on a GPU.
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -74,12 +75,11 @@ struct Builder {
   }
 };
 
-// An fp32 tensor of `dims`, dense row-major.
+// A tensor of `type` (fp32 unless said) and `dims`, dense row-major.
 cudnnBackendDescriptor_t tensor(Builder& b, int64_t uid, const std::vector<int64_t>& dims, int64_t align,
-                                bool is_virtual) {
+                                bool is_virtual, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
   std::vector<int64_t> strides(dims.size(), 1);
   for (size_t i = dims.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
-  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
   cudnnBackendDescriptor_t d = b.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor descriptor");
   b.set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor data type");
   b.set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()), dims.data(),
@@ -110,8 +110,11 @@ cudnnBackendDescriptor_t pointwise(Builder& b, cudnnPointwiseMode_t mode, cudnnB
   return op;
 }
 
-// What the cache key and the graph depend on.
+// What the cache key and the graph depend on. x, w, y are the forward's shapes whatever
+// the pass (data writes x's shape from y and w; filter writes w's from x and y).
 struct Problem {
+  ConvPass pass = ConvPass::forward;
+  cudnnDataType_t in = CUDNN_DATA_FLOAT;  // the dtype of the pass's inputs (outputs are fp32)
   std::vector<int64_t> x, w, y, strides, dilations, pre, post;
   bool bias = false, relu = false, residual = false, tf32 = false;
   int64_t align[5] = {};  // of x, w, b, z, y (bytes, at most 16)
@@ -283,22 +286,8 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
   return nullptr;
 }
 
-// The operation graph of `p` and its execution plan; null and `why` when cuDNN does not support it.
-std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
-  Builder b;
-  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false);
-  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false);
-  const std::vector<int64_t> channel{1, p.y[1], 1, 1};
-  cudnnBackendDescriptor_t bias = p.bias ? tensor(b, kB, channel, p.align[2], false) : nullptr;
-  cudnnBackendDescriptor_t z = p.residual ? tensor(b, kZ, p.y, p.align[3], false) : nullptr;
-  // Each stage writes a virtual tensor except the last, which writes y.
-  const int stages = 1 + (p.bias ? 1 : 0) + (p.relu ? 1 : 0) + (p.residual ? 1 : 0);
-  int stage = 0;
-  auto out = [&](int64_t uid) {
-    ++stage;
-    return stage == stages ? tensor(b, kY, p.y, p.align[4], false) : tensor(b, uid, p.y, 16, true);
-  };
-
+// The convolution descriptor of `p` (fp32 accumulation).
+cudnnBackendDescriptor_t conv_descriptor(Builder& b, const Problem& p) {
   const int64_t spatial = 2;
   const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
@@ -313,7 +302,24 @@ std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::str
   b.set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, spatial, p.post.data(),
         "convolution post-paddings");
   b.finalize(conv, "convolution finalize");
+  return conv;
+}
 
+// The forward's operations: the convolution, then the epilogue in FusedConv's order
+// (bias, activation, then the residual), each writing a virtual tensor but the last.
+std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) {
+  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false, p.in);
+  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, p.in);
+  const std::vector<int64_t> channel{1, p.y[1], 1, 1};
+  cudnnBackendDescriptor_t bias = p.bias ? tensor(b, kB, channel, p.align[2], false) : nullptr;
+  cudnnBackendDescriptor_t z = p.residual ? tensor(b, kZ, p.y, p.align[3], false) : nullptr;
+  const int stages = 1 + (p.bias ? 1 : 0) + (p.relu ? 1 : 0) + (p.residual ? 1 : 0);
+  int stage = 0;
+  auto out = [&](int64_t uid) {
+    ++stage;
+    return stage == stages ? tensor(b, kY, p.y, p.align[4], false) : tensor(b, uid, p.y, 16, true);
+  };
+  cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
   std::vector<cudnnBackendDescriptor_t> ops;
   cudnnBackendDescriptor_t cur = out(kConvOut);
   const float alpha = 1.f, beta = 0.f;
@@ -327,7 +333,6 @@ std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::str
   b.set(fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "convolution beta");
   b.finalize(fwd, "convolution forward finalize");
   ops.push_back(fwd);
-  // The epilogue in FusedConv's order: bias, activation, then the residual.
   if (p.bias) {
     cudnnBackendDescriptor_t next = out(kBiasOut);
     ops.push_back(pointwise(b, CUDNN_POINTWISE_ADD, cur, bias, next));
@@ -339,7 +344,47 @@ std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::str
     cur = next;
   }
   if (p.residual) ops.push_back(pointwise(b, CUDNN_POINTWISE_ADD, cur, z, out(kY)));
+  return ops;
+}
 
+// A backward pass's one operation. The uids keep the forward's names: data reads kY (dy)
+// and kW and writes kX (dx); filter reads kX and kY (dy) and writes kW (dw).
+cudnnBackendDescriptor_t backward_op(Builder& b, const Problem& p) {
+  const bool data = p.pass == ConvPass::data;
+  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in);
+  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT);
+  cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in);
+  cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
+  const float alpha = 1.f, beta = 0.f;
+  if (data) {
+    cudnnBackendDescriptor_t op =
+        b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, "convolution data gradient operation");
+    b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w, "data gradient w");
+    b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, dy, "data gradient dy");
+    b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x, "data gradient dx");
+    b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv, "data gradient descriptor");
+    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "data gradient alpha");
+    b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "data gradient beta");
+    b.finalize(op, "convolution data gradient finalize");
+    return op;
+  }
+  cudnnBackendDescriptor_t op =
+      b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, "convolution filter gradient operation");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x, "filter gradient x");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, dy, "filter gradient dy");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w, "filter gradient dw");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv, "filter gradient descriptor");
+  b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "filter gradient alpha");
+  b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "filter gradient beta");
+  b.finalize(op, "convolution filter gradient finalize");
+  return op;
+}
+
+// The operation graph of `p` and its execution plan; null and `why` when cuDNN does not support it.
+std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
+  Builder b;
+  const std::vector<cudnnBackendDescriptor_t> ops =
+      p.pass == ConvPass::forward ? forward_ops(b, p) : std::vector<cudnnBackendDescriptor_t>{backward_op(b, p)};
   cudnnHandle_t handle = context().cudnn;
   cudnnBackendDescriptor_t graph = b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
@@ -353,22 +398,34 @@ std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::str
   return pick_plan(graph, b.keep, p.tf32, all, why);
 }
 
+// One call's buffers: the variant pack's uids and pointers, the output among them, and
+// where the graph's workspace starts.
+struct Buffers {
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  const void* out = nullptr;
+  size_t workspace_offset = 0;
+  void add(int64_t uid, const void* p) {
+    uids.push_back(uid);
+    ptrs.push_back(const_cast<void*>(p));
+  }
+  bool aliased() const {  // the output shares an input's memory (it is in ptrs once itself)
+    return std::count(ptrs.begin(), ptrs.end(), out) > 1;
+  }
+};
+
 // Queues candidate `c` on this call's buffers; cuDNN's status. A variant pack that cannot
 // be built throws.
-cudnnStatus_t launch(const Node& node, const Candidate& c, const ConvGraphArgs& a) {
-  std::vector<int64_t> uids{kX, kW, kY};
-  std::vector<void*> ptrs{const_cast<std::byte*>(a.x.raw()), const_cast<std::byte*>(a.w.raw()), a.y.raw()};
-  if (a.b) uids.push_back(kB), ptrs.push_back(const_cast<std::byte*>(a.b->raw()));
-  if (a.z) uids.push_back(kZ), ptrs.push_back(const_cast<std::byte*>(a.z->raw()));
-  void* ws = c.workspace > 0 ? static_cast<char*>(workspace(a.workspace_offset + static_cast<size_t>(c.workspace))) +
-                                   a.workspace_offset
+cudnnStatus_t launch(const Node& node, const Candidate& c, const Buffers& bufs) {
+  void* ws = c.workspace > 0 ? static_cast<char*>(workspace(bufs.workspace_offset + static_cast<size_t>(c.workspace))) +
+                                   bufs.workspace_offset
                              : nullptr;
   Builder b;
   cudnnBackendDescriptor_t pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
-  b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data(),
-        "variant pack ids");
-  b.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()),
-        ptrs.data(), "variant pack pointers");
+  b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(bufs.uids.size()),
+        bufs.uids.data(), "variant pack ids");
+  b.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(bufs.ptrs.size()),
+        bufs.ptrs.data(), "variant pack pointers");
   b.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "variant pack workspace");
   b.finalize(pack, "variant pack finalize");
   if (!b.ok()) throw_internal(what(node, "cuDNN graph variant pack"), b.why);
@@ -377,18 +434,17 @@ cudnnStatus_t launch(const Node& node, const Candidate& c, const ConvGraphArgs& 
 
 // Runs candidate `c` on this call's buffers; "" when it ran, cuDNN's reason when it does
 // not support it (nothing was written). Other errors throw.
-std::string execute(const Node& node, const Candidate& c, const ConvGraphArgs& a) {
-  const cudnnStatus_t s = launch(node, c, a);
+std::string execute(const Node& node, const Candidate& c, const Buffers& bufs) {
+  const cudnnStatus_t s = launch(node, c, bufs);
   if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED) return "execute: " + status_text(s);
   check(s, what(node, "cudnnBackendExecute"));
   return "";
 }
 
 // Mean ms per call of candidate `c` on this call's buffers (time_calls); nullopt when
-// cuDNN turns a call down. Writes y each call (the caller's real call writes it last).
-std::optional<double> time_candidate(const Node& node, const Candidate& c, const ConvGraphArgs& a,
-                                     const TimingPolicy& p) {
-  return time_calls(node, p, [&] { return launch(node, c, a) == CUDNN_STATUS_SUCCESS; });
+// cuDNN turns a call down. Writes the output each call (the caller's real call writes it last).
+std::optional<double> time_candidate(const Node& node, const Candidate& c, const Buffers& bufs, const TimingPolicy& p) {
+  return time_calls(node, p, [&] { return launch(node, c, bufs) == CUDNN_STATUS_SUCCESS; });
 }
 
 // Largest power of two up to 16 dividing the address: the alignment the graph may assume.
@@ -405,52 +461,80 @@ std::string dims_text(const std::vector<int64_t>& v) {
   return s;
 }
 
-}  // namespace
+// cuDNN's name of an input dtype the graphs take; false for others (outside the scope).
+bool graph_dtype(DataType t, cudnnDataType_t* out) {
+  if (t == DataType::Float32)
+    *out = CUDNN_DATA_FLOAT;
+  else if (t == DataType::BFloat16)
+    *out = CUDNN_DATA_BFLOAT16;
+  else if (t == DataType::Float16)
+    *out = CUDNN_DATA_HALF;
+  else
+    return false;
+  return true;
+}
 
-namespace {
+const char* dtype_word(DataType t) {
+  return t == DataType::BFloat16 ? "bf16" : t == DataType::Float16 ? "fp16" : "fp32";
+}
 
-// A FusedConv call as the graph sees it, with its cache key and the notice's words;
-// false outside the graph's scope.
+// A call as the graph sees it, with its cache key, its buffers and the notice's words;
+// false outside the graph's scope. `x`, `w`, `y` have the forward's shapes whatever the
+// pass; `inputs` is the dtype of the pass's inputs.
 struct GraphCall {
   Problem p;
-  std::string key, problem, pattern;
+  Buffers bufs;
+  std::string key, problem, pattern, label;
   bool all = false;  // every acceptable engine config is a candidate (a chooser times them)
 };
-bool graph_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t align[5], GraphCall& c) {
-  const Window& win = a.win;
-  if (a.x.dtype() != DataType::Float32 || a.x.rank() != 4 || a.group != 1 || win.dilations[0] != 1 ||
-      win.dilations[1] != 1 || a.x.numel() == 0 || a.w.numel() == 0 || a.y.numel() == 0)
-    return false;
+bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const Tensor& x, const Tensor& w,
+                const Tensor& y, const Window& win, int64_t group, const int64_t align[5], GraphCall& c) {
   Problem& p = c.p;
-  p.x = a.x.dims(), p.w = a.w.dims(), p.y = a.y.dims();
+  p.pass = pass;
+  // fp32 inputs: FusedConv's forward only (its fused epilogue is what the graph adds);
+  // 16-bit inputs: any pass (the tensor cores' 16-bit rate is).
+  const bool fused_forward = ctx.node.op_type == "FusedConv" && pass == ConvPass::forward;
+  if (!graph_dtype(inputs, &p.in) || (inputs == DataType::Float32 && !fused_forward)) return false;
+  if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || group != 1 || win.dilations[0] != 1 || win.dilations[1] != 1 ||
+      x.numel() == 0 || w.numel() == 0 || y.numel() == 0)
+    return false;
+  p.x = x.dims(), p.w = w.dims(), p.y = y.dims();
   p.strides = win.strides, p.dilations = win.dilations;
   p.pre = {win.pads[0], win.pads[1]}, p.post = {win.pads[2], win.pads[3]};
-  p.bias = a.b != nullptr, p.relu = a.relu, p.residual = a.z != nullptr;
   p.tf32 = tf32_allowed(ctx);
-  const char* math = p.tf32 ? "tf32" : "strict";
+  const char* math = inputs != DataType::Float32 ? dtype_word(inputs) : p.tf32 ? "tf32" : "strict";
   for (int i = 0; i < 5; ++i) p.align[i] = align[i];
-  c.key = "x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" + dims_text(p.strides) + "|p" +
-          dims_text(p.pre) + "," + dims_text(p.post) + "|" + (p.bias ? "b" : "") + (p.relu ? "r" : "") +
-          (p.residual ? "z" : "") + "|" + math + "|a";
+  const char* pass_word = pass == ConvPass::forward ? "forward" : pass == ConvPass::data ? "data" : "filter";
+  c.key = std::string(pass_word) + "|x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" +
+          dims_text(p.strides) + "|p" + dims_text(p.pre) + "," + dims_text(p.post) + "|" + math + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
   c.all = ctx.chooser != nullptr;
   if (c.all) c.key += "|timed";
-  std::string epilogue = "conv";
-  if (p.bias) epilogue += "+bias";
-  if (p.relu) epilogue += "+relu";
-  if (p.residual) epilogue += "+add";
-  c.pattern = "FusedConv." + epilogue;
-  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + epilogue + ", " + math;
+  c.label = graph_label(ctx.node.op_type, pass, inputs);
+  c.pattern = ctx.node.op_type + "." + pass_word;
+  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + pass_word + ", " + math;
   return true;
+}
+
+// Adds the forward's epilogue to `c` (its key, pattern and words).
+void forward_epilogue(GraphCall& c, bool bias, bool relu, bool residual) {
+  c.p.bias = bias, c.p.relu = relu, c.p.residual = residual;
+  std::string epilogue = "conv";
+  if (bias) epilogue += "+bias";
+  if (relu) epilogue += "+relu";
+  if (residual) epilogue += "+add";
+  c.key += std::string("|") + (bias ? "b" : "") + (relu ? "r" : "") + (residual ? "z" : "");
+  c.pattern = c.p.in == CUDNN_DATA_FLOAT ? "FusedConv." + epilogue : c.pattern + "." + epilogue;
+  c.problem += ", " + epilogue;
 }
 
 // The candidate of `g` this call runs: the only one, the one chosen before, else the
 // context's chooser's (ops/core/engine_choice.h: the timing cache's entry, or each
 // candidate timed on this call's buffers). No timing while the stream is being captured
-// into a CUDA graph or when y shares an input's memory (repeated calls would read their
-// own output): the cached or the first candidate then, chosen for this call only. Null
-// when every candidate failed.
-const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const GraphCall& c, const ConvGraphArgs& a) {
+// into a CUDA graph or when the output shares an input's memory (repeated calls would
+// read their own output): the cached or the first candidate then, chosen for this call
+// only. Null when every candidate failed.
+const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const GraphCall& c) {
   {
     std::lock_guard<std::mutex> lock(g.mu);
     if (g.chosen >= 0) return &g.candidates[static_cast<size_t>(g.chosen)];
@@ -458,14 +542,17 @@ const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const Grap
   if (!ctx.chooser) return &g.candidates.front();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
-  const std::byte* y = a.y.raw();
-  const bool aliased = y == a.x.raw() || y == a.w.raw() || (a.b && y == a.b->raw()) || (a.z && y == a.z->raw());
-  const bool can_time = capture == cudaStreamCaptureStatusNone && !aliased;
+  const bool can_time = capture == cudaStreamCaptureStatusNone && !c.bufs.aliased();
   std::vector<std::string> tags;
   for (const Candidate& k : g.candidates) tags.push_back(k.tag);
-  const EngineKey key{c.pattern, c.key, c.p.tf32 ? "tf32" : "fp32", gpu_name(), cudnn_version()};
+  const char* precision = c.p.in == CUDNN_DATA_BFLOAT16 ? "bf16"
+                          : c.p.in == CUDNN_DATA_HALF   ? "fp16"
+                          : c.p.tf32                    ? "tf32"
+                                                        : "fp32";
+  const EngineKey key{c.pattern, c.key, precision, gpu_name(), cudnn_version()};
   EngineChooser::Time time;
-  if (can_time) time = [&](size_t i, const TimingPolicy& p) { return time_candidate(ctx.node, g.candidates[i], a, p); };
+  if (can_time)
+    time = [&](size_t i, const TimingPolicy& p) { return time_candidate(ctx.node, g.candidates[i], c.bufs, p); };
   const EngineChoice choice = ctx.chooser->choose(key, tags, time);
   if (!choice.index) return nullptr;
   if (choice.cached || choice.timed) {
@@ -480,39 +567,107 @@ GraphFallback<GraphPlan>& graphs() {
   return *g;
 }
 
+// Runs `c`'s graph (after `prepare`, when given) or says why not, once per problem; records
+// the node's outcome in the fusion tally.
+bool run_graph(const KernelContext& ctx, const GraphCall& c, const std::function<void()>* prepare,
+               const char* instead) {
+  const bool ran = graphs().try_run(
+      c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); },
+      [&](const GraphPlan& g) {
+        if (prepare && *prepare) (*prepare)();
+        const Candidate* chosen = choose(ctx, g, c);
+        if (!chosen) return std::string("every candidate engine failed when timed");
+        return execute(ctx.node, *chosen, c.bufs);
+      },
+      [&](const std::string& why) {
+        const std::string line = graph_fallback_notice(ctx.node.op_type, ctx.node.name, c.problem, why, instead);
+        std::fprintf(stderr, "%s\n", line.c_str());
+      });
+  fusion_tally().record(c.label, ctx.node.name, ran);
+  return ran;
+}
+
+int64_t plan_workspace(const GraphCall& c) {
+  const auto plan = graphs().plan(c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); });
+  return plan ? plan->workspace : -1;
+}
+
+// The forward's call for `a` with pointer alignments `align` (x, w, b, z, y).
+bool forward_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t align[5], GraphCall& c) {
+  if (a.x.dtype() != a.w.dtype() || a.y.dtype() != DataType::Float32 || (a.b && a.b->dtype() != DataType::Float32) ||
+      (a.z && a.z->dtype() != DataType::Float32))
+    return false;
+  if (!graph_call(ctx, ConvPass::forward, a.x.dtype(), a.x, a.w, a.y, a.win, a.group, align, c)) return false;
+  forward_epilogue(c, a.b != nullptr, a.relu, a.z != nullptr);
+  c.bufs.add(kX, a.x.raw());
+  c.bufs.add(kW, a.w.raw());
+  c.bufs.add(kY, a.y.raw());
+  if (a.b) c.bufs.add(kB, a.b->raw());
+  if (a.z) c.bufs.add(kZ, a.z->raw());
+  c.bufs.out = a.y.raw();
+  c.bufs.workspace_offset = a.workspace_offset;
+  return true;
+}
+
+// A backward pass's call: x, w, y of the forward's shapes from the pass's tensors.
+bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const int64_t align[5], GraphCall& c) {
+  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() || a.out.dtype() != DataType::Float32)
+    return false;
+  const bool data = a.pass == ConvPass::data;
+  const Tensor& x = data ? a.out : a.other;
+  const Tensor& w = data ? a.other : a.out;
+  if (!graph_call(ctx, a.pass, a.dy.dtype(), x, w, a.dy, a.win, a.group, align, c)) return false;
+  c.bufs.add(kX, x.raw());
+  c.bufs.add(kW, w.raw());
+  c.bufs.add(kY, a.dy.raw());
+  c.bufs.out = a.out.raw();
+  c.bufs.workspace_offset = a.workspace_offset;
+  return true;
+}
+
 }  // namespace
+
+std::string graph_label(const std::string& op_type, ConvPass pass, DataType inputs) {
+  if (inputs == DataType::Float32) return op_type;
+  const char* pass_word = pass == ConvPass::forward ? "" : pass == ConvPass::data ? ".data" : ".filter";
+  return op_type + pass_word + " (" + dtype_word(inputs) + " inputs)";
+}
 
 bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
   const void* ptrs[5] = {a.x.raw(), a.w.raw(), a.b ? a.b->raw() : nullptr, a.z ? a.z->raw() : nullptr, a.y.raw()};
   int64_t align[5];
   for (int i = 0; i < 5; ++i) align[i] = ptrs[i] ? alignment(ptrs[i]) : 16;
   GraphCall c;
-  if (!graph_call(ctx, a, align, c)) {  // outside the graph's scope: the legacy path
-    fusion_tally().record(ctx.node.op_type, ctx.node.name, false);
+  if (!forward_call(ctx, a, align, c)) {  // outside the graph's scope: the legacy path
+    fusion_tally().record(graph_label(ctx.node.op_type, ConvPass::forward, a.x.dtype()), ctx.node.name, false);
     return false;
   }
-  const bool ran = graphs().try_run(
-      c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); },
-      [&](const GraphPlan& g) {
-        const Candidate* chosen = choose(ctx, g, c, a);
-        if (!chosen) return std::string("every candidate engine failed when timed");
-        return execute(ctx.node, *chosen, a);
-      },
-      [&](const std::string& why) {
-        const std::string line = graph_fallback_notice(ctx.node.op_type, ctx.node.name, c.problem, why,
-                                                       "the unfused convolution + epilogue");
-        std::fprintf(stderr, "%s\n", line.c_str());
-      });
-  fusion_tally().record(ctx.node.op_type, ctx.node.name, ran);
-  return ran;
+  return run_graph(ctx, c, a.prepare, "the unfused convolution + epilogue");
+}
+
+bool conv_graph_backward(const KernelContext& ctx, const ConvGradGraphArgs& a) {
+  const bool data = a.pass == ConvPass::data;
+  const void* x = data ? a.out.raw() : a.other.raw();
+  const void* w = data ? a.other.raw() : a.out.raw();
+  const int64_t align[5] = {alignment(x), alignment(w), 16, 16, alignment(a.dy.raw())};
+  GraphCall c;
+  if (!backward_call(ctx, a, align, c)) {
+    fusion_tally().record(graph_label(ctx.node.op_type, a.pass, a.dy.dtype()), ctx.node.name, false);
+    return false;
+  }
+  return run_graph(ctx, c, a.prepare, "cuDNN's legacy convolution API on fp32 copies");
 }
 
 int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a) {
   const int64_t align[5] = {16, 16, 16, 16, 16};
   GraphCall c;
-  if (!graph_call(ctx, a, align, c)) return -1;
-  const auto plan = graphs().plan(c.key, [&](std::string* why) { return build_plan(c.p, c.all, why); });
-  return plan ? plan->workspace : -1;
+  return forward_call(ctx, a, align, c) ? plan_workspace(c) : -1;
+}
+
+int64_t conv_graph_backward_workspace(const KernelContext& ctx, const ConvGradGraphArgs& a) {
+  const int64_t align[5] = {16, 16, 16, 16, 16};
+  GraphCall c;
+  return backward_call(ctx, a, align, c) ? plan_workspace(c) : -1;
 }
 
 }  // namespace trainrt::cuda

@@ -120,6 +120,41 @@ std::vector<FusionSite> cudnn_fusion_sites(const Graph& g) {
   return out;
 }
 
+std::vector<FusionSite> cudnn_conv16_sites(const Graph& g) {
+  // Why values `names` cannot be read as 16-bit copies by the graph ("" when they can).
+  auto fp32_reason = [&](const std::vector<std::string>& names) -> std::string {
+    for (const std::string& v : names) {
+      const ValueInfo* info = g.find_info(v);
+      if (!info || !info->shape) return "shape of '" + v + "' unknown";
+      if (info->dtype != DataType::Float32)
+        return std::string("dtype ") + dtype_name(info->dtype) + " (16-bit copies are made of float32 values)";
+      if (info->shape->size() != 4)
+        return "rank " + std::to_string(info->shape->size()) + " (the graphs take 4-D N,C,H,W)";
+    }
+    return "";
+  };
+  auto conv_geometry = [](const Node& n) {
+    std::string r = conv_reason(n);
+    return r.rfind("activation", 0) == 0 ? "" : r;  // FusedConv's activation is the epilogue's business
+  };
+  std::vector<FusionSite> out;
+  for (const Node& n : g.nodes) {
+    const bool conv = n.domain.empty() && n.op_type == "Conv";
+    if ((conv || is_trainrt(n, "FusedConv")) && n.inputs.size() >= 2 && n.has_output(0)) {
+      out.push_back({n.name, n.op_type, "conv_fwd",
+                     first_of({conv_geometry(n), fp32_reason({n.inputs[0], n.inputs[1], n.outputs[0]})})});
+    } else if (is_trainrt(n, "ConvGrad") && n.inputs.size() == 3) {
+      if (n.has_output(0))
+        out.push_back({n.name, n.op_type, "conv_dgrad",
+                       first_of({conv_geometry(n), fp32_reason({n.inputs[0], n.inputs[2], n.outputs[0]})})});
+      if (n.has_output(1))
+        out.push_back({n.name, n.op_type, "conv_wgrad",
+                       first_of({conv_geometry(n), fp32_reason({n.inputs[0], n.inputs[1], n.outputs[1]})})});
+    }
+  }
+  return out;
+}
+
 std::vector<FusionRow> cudnn_fusion_table(const std::vector<FusionSite>& sites) {
   std::vector<FusionRow> rows;
   for (const FusionSite& s : sites) {

@@ -25,8 +25,8 @@
 // (the first fused kernels' scope), or when a batch-norm's channel count is not a
 // multiple of 4 (fp32) or 8 (fp16, bf16), which BnAddRelu and DReluForkDBn require.
 // The cuda FusedConv forward (ops/conv_graph_cuda.h) tries its cuDNN graph exactly on
-// the conv sites this counts as fused (fp32 there: the cuda backend has no fp16/bf16
-// kernels); keep the two rules alike. Whether cuDNN then takes a site is known only at
+// the conv sites this counts as fused (on fp32 values: activations are fp32 in memory
+// in every precision); keep the two rules alike. Whether cuDNN then takes a site is known only at
 // run time: one it turns down falls back and says so once.
 #pragma once
 
@@ -55,5 +55,15 @@ struct FusionRow {
 
 // One row per pattern, in the order of first appearance in the graph.
 std::vector<FusionRow> cudnn_fusion_table(const std::vector<FusionSite>& sites);
+
+// Under --precision bf16/fp16 every convolution pass first tries a cuDNN graph on 16-bit
+// copies of its rounded inputs (ops/conv_graph_cuda.h): one site per pass, pattern
+// "conv_fwd" (Conv, FusedConv), "conv_dgrad" (ConvGrad computing dX) or "conv_wgrad"
+// (ConvGrad computing dW). A site is out of that graph's scope, with the reason, when the
+// convolution is grouped or dilated, or a value it reads or writes is not a 4-D float32
+// tensor (the copies are made of float32 values: the reference rounds no other dtype).
+// The cuda kernels decide by the same rule (keep the two alike); whether cuDNN then
+// takes a problem is known only at run time.
+std::vector<FusionSite> cudnn_conv16_sites(const Graph& g);
 
 }  // namespace trainrt

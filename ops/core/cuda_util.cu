@@ -204,4 +204,17 @@ void round_to_math(const float* from, float* to, int64_t n, MathPrecision m, con
   check_launch(node, "round_kernel");
 }
 
+namespace {
+__global__ void narrow_kernel(const float* from, uint16_t* to, int64_t n, bool bf16) {
+  TRAINRT_GRID_STRIDE(i, n) { to[i] = bf16 ? float_to_bfloat16(from[i]) : float_to_half(from[i]); }
+}
+}  // namespace
+
+void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m, const Node& node) {
+  if (n == 0) return;
+  if (m == MathPrecision::fp32) throw_internal(what(node, "narrow_to_math"), "fp32 has no 16-bit copy");
+  narrow_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(from, to, n, m == MathPrecision::bf16);
+  check_launch(node, "narrow_kernel");
+}
+
 }  // namespace trainrt::cuda

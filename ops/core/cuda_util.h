@@ -120,6 +120,10 @@ bool is_device_memory(const void* p);
 // rounding, compiled for the device), still stored as fp32. to[i] = round_to_math(from[i])
 // for n floats, queued on the context's stream.
 void round_to_math(const float* from, float* to, int64_t n, MathPrecision m, const Node& node);
+// The same values as 16-bit numbers (bfloat16 or IEEE half bits) for the cuDNN graphs
+// that read them at the tensor cores' 16-bit rate: to[i] = float_to_bfloat16(from[i]) or
+// float_to_half(from[i]), whose widening is round_to_math(from[i]); m is bf16 or fp16.
+void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m, const Node& node);
 // Whether a convolution of this call may run TF32 tensor-core math: with --fp32-math tf32,
 // and always on rounded bf16/fp16 inputs, whose 8- or 11-bit significands TF32 holds
 // exactly (the products are then the reference's, accumulated in fp32 either way).

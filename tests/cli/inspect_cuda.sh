@@ -3,7 +3,8 @@
 # cuda kernel registered), listed from the registry, so this runs without a GPU. The
 # Wide ResNet's training and evaluation graphs run entirely on the device; a model with
 # an op lacking a cuda kernel lists it. With --training it also prints the cuDNN fusion
-# plan (pattern, fused, unfused with the reason); --timing-cache is checked here too, as
+# plan (pattern, fused, unfused with the reason) and which convolution passes run on
+# 16-bit graphs under --precision bf16/fp16; --timing-cache is checked here too, as
 # far as a machine without a GPU gets. A build without CUDA says so in one line.
 set -uo pipefail
 trainrt=$1
@@ -37,6 +38,12 @@ row conv_bias_add 3 0 - "$tmp/wrn"
 row bn_relu_bwd 7 0 - "$tmp/wrn"
 row dgrad_drelu 0 6 "dropout between the convolution and ReLU gradients" "$tmp/wrn"
 grep -q "cuDNN fusion" "$tmp/wrn_unfused" && fail "--fuse off prints a cuDNN fusion table"
+# Under --precision bf16/fp16 every convolution pass tries a graph on 16-bit copies.
+grep -q "^convolution passes on 16-bit tensor-core graphs under --precision bf16/fp16 (planned):$" "$tmp/wrn" ||
+  fail "no 16-bit graph table"
+row conv_fwd 16 0 - "$tmp/wrn"
+row conv_dgrad 15 0 - "$tmp/wrn"
+row conv_wgrad 16 0 - "$tmp/wrn"
 
 # A grouped convolution with a residual Add: fused by trainrt (FusedConv), not by cuDNN.
 /usr/bin/python3 - "$tmp/grouped.onnx" <<'PY'
@@ -61,6 +68,8 @@ PY
 "$trainrt" inspect "$tmp/grouped.onnx" --training --device cuda >"$tmp/grouped" 2>&1 ||
   fail "inspect --training --device cuda of the grouped model exited $?: $(tail -3 "$tmp/grouped")"
 row conv_bias_add 0 1 "grouped convolution \(group=2\)" "$tmp/grouped"
+row conv_fwd 0 1 "grouped convolution \(group=2\)" "$tmp/grouped"
+row conv_wgrad 0 1 "grouped convolution \(group=2\)" "$tmp/grouped"
 
 # --timing-cache: only with --device cuda; a corrupt file is refused before anything runs.
 expect_error 2 "--timing-cache: applies to --device cuda" -- "$trainrt" bench "$model" --batch 2 --timing-cache "$tmp/tc.json"

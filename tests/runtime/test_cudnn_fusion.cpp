@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "graph/passes.h"
 #include "runtime/cudnn_fusion.h"
@@ -93,4 +94,65 @@ TEST_CASE("cudnn fusion plan: the reasons a site runs unfused") {
           s.push_back(Dim::of(1));
         }) == "rank 5 (fused kernels take 4-D N,C,H,W)");
   CHECK(first_conv_reason([](Graph&, Node&) {}) == "");
+}
+
+// The 16-bit tensor-core graphs under --precision bf16/fp16 (cudnn_conv16_sites): every
+// convolution pass of the Wide ResNet is in their scope; a grouped or dilated convolution,
+// or a value that is not float32, is not, with its reason, pass by pass.
+TEST_CASE("cudnn fusion plan: convolution passes on 16-bit graphs") {
+  const Graph g = fused_wrn({4, 8, 12, 16});
+  size_t convs = 0, grads = 0, dx = 0;
+  for (const Node& n : g.nodes) {
+    convs += n.op_type == "Conv" || n.op_type == "FusedConv";
+    if (n.op_type == "ConvGrad") ++grads, dx += n.has_output(0);
+  }
+  // The input convolution, two per block of 6, three 1x1 skips; each has a gradient, all
+  // but the input convolution's (its input is the image) with dX.
+  REQUIRE(convs == 16);
+  REQUIRE(grads == 16);
+  REQUIRE(dx == 15);
+  const std::vector<FusionSite> sites = cudnn_conv16_sites(g);
+  const std::vector<FusionRow> rows = cudnn_fusion_table(sites);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].pattern == "conv_fwd");
+  CHECK(row(rows, "conv_fwd").fused == 16);
+  CHECK(row(rows, "conv_dgrad").fused == 15);
+  CHECK(row(rows, "conv_wgrad").fused == 16);
+  for (const FusionRow& r : rows) CHECK(r.unfused.empty());
+  for (const FusionSite& s : sites) {
+    auto it = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.name == s.node; });
+    REQUIRE(it != g.nodes.end());
+    CHECK(it->op_type == s.op);
+  }
+
+  // One convolution changed (the first ConvGrad and the Conv it differentiates keep the
+  // same attributes): the reasons of its passes.
+  auto reasons = [](const std::function<void(Graph&, Node&)>& change) {
+    Graph h = fused_wrn({4, 8, 12, 16});
+    for (Node& n : h.nodes)
+      if (n.op_type == "ConvGrad" && n.has_output(0)) {
+        change(h, n);
+        break;
+      }
+    std::map<std::string, std::string> out;  // pattern -> the reason of the changed node's site
+    for (const FusionSite& s : cudnn_conv16_sites(h))
+      if (!s.reason.empty()) out[s.pattern] = s.reason;
+    return out;
+  };
+  auto grouped = reasons([](Graph&, Node& n) { n.attrs["group"] = Attribute::of_int(2); });
+  CHECK(grouped.size() == 2);
+  CHECK(grouped["conv_dgrad"] == "grouped convolution (group=2)");
+  CHECK(grouped["conv_wgrad"] == "grouped convolution (group=2)");
+  CHECK(reasons([](Graph&, Node& n) {
+          n.attrs["dilations"] = Attribute::of_ints({2, 2});
+        })["conv_wgrad"] == "dilated convolution");
+  // dX in float64: only the data pass writes it.
+  auto f64 = reasons([](Graph& h, Node& n) { h.values[n.outputs[0]].dtype = DataType::Float64; });
+  CHECK(f64.size() == 1);
+  CHECK(f64["conv_dgrad"] == "dtype float64 (16-bit copies are made of float32 values)");
+  // A 5-D dY: both passes read it.
+  auto rank5 = reasons([](Graph& h, Node& n) { h.values[n.inputs[0]].shape->push_back(Dim::of(1)); });
+  CHECK(rank5.size() == 2);
+  CHECK(rank5["conv_wgrad"] == "rank 5 (the graphs take 4-D N,C,H,W)");
+  CHECK(reasons([](Graph&, Node&) {}).empty());
 }
