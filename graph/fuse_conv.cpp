@@ -2,6 +2,7 @@
 //   Conv (+B) + Relu              -> FusedConv(X, W, B; activation=Relu)
 //   Conv (+B) [+Relu] + Add(Z)    -> FusedConv(X, W, B, Z)      Y = act(conv) + Z
 //   BatchNormalization + Relu     -> BatchNormalizationRelu (all BN outputs kept)
+//   Gemm + Relu                   -> FusedGemm(A, B, C; activation=Relu)
 // The fused node is named "<first>+<last>" after the nodes it replaces (so an error
 // or a profile names nodes the user knows), takes the position of the last, and
 // writes the last node's output name, so readers and graph outputs are unchanged.
@@ -109,6 +110,31 @@ size_t fuse_conv_add(Graph& g) {
   return fused;
 }
 
+size_t fuse_gemm_relu(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& relu = g.nodes[j];
+    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
+    const size_t i = u.producer_of(relu.inputs[0]);
+    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
+    const Node& gemm = g.nodes[i];
+    if (!is_onnx(gemm, "Gemm") || gemm.outputs.size() != 1) continue;
+    Node f = gemm;
+    f.op_type = "FusedGemm";
+    f.domain = kTrainrtDomain;
+    f.name = fused_name(gemm, relu);
+    f.attrs["activation"] = Attribute::of_string("Relu");
+    f.outputs = {relu.outputs[0]};
+    g.nodes[j] = std::move(f);
+    dead[i] = true;
+    ++fused;
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
 size_t fuse_batchnorm_relu(Graph& g) {
   const Uses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
@@ -144,6 +170,7 @@ size_t fuse_batchnorm_relu(Graph& g) {
 size_t fuse_training_graph(Graph& g) {
   size_t fused = passes::fuse_batchnorm_relu(g);
   fused += passes::fuse_conv_add(g);
+  fused += passes::fuse_gemm_relu(g);
   fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
   fused += fuse_optimizer(g);                  // graph/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;

@@ -161,6 +161,7 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o) {
   passes::fuse_matmul_add(g);
   if (!o.standard_onnx_only) {
     passes::fuse_conv_relu(g);
+    passes::fuse_gemm_relu(g);
     passes::fuse_conv_add(g);
     passes::fuse_batchnorm_relu(g);
     const bool custom =

@@ -89,7 +89,7 @@ struct InferenceOptions {
 //   - MatMul(A[M,K], B[K,N]) + Add(bias [N] or [1,N]) -> Gemm; Gemm without C + Add -> Gemm;
 //   - unless standard_onnx_only: Conv (+bias) + Relu -> FusedConv(activation=Relu),
 //     Conv + Add of a same-shape value -> FusedConv(Z), BatchNormalization + Relu ->
-//     BatchNormalizationRelu.
+//     BatchNormalizationRelu, Gemm + Relu -> FusedGemm(activation=Relu).
 // The forward graph must be typed (infer_shapes). Folded weights get new initializer
 // names ("<W>.bn_folded"); the old ones disappear when nothing else reads them.
 Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {});
@@ -98,6 +98,8 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 // applies them before planning (runtime/training_session.h):
 //   BatchNormalization + Relu -> BatchNormalizationRelu (running-stat outputs kept),
 //   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z),
+//   Gemm + Relu -> FusedGemm(A, B, C; activation=Relu) (a Linear layer and its ReLU: one
+//     cuBLASLt call with its epilogue on cuda, one oneDNN matmul with a post-op on cpu),
 //   Relu + Dropout's backward: ReluGrad(DropoutGrad(dZ, mask), Y) -> DropoutReluGrad(dZ, Z)
 //     for Z = Dropout(Y), which reads the Dropout's output instead of the Relu's, so
 //     Y dies after the Dropout and the mask is no longer written (graph/fuse_dropout.cpp).

@@ -3,13 +3,16 @@
 //   FusedConv(X: N,C,H,W, W: M,C/group,kH,kW, [B: M], [Z: N,M,Ho,Wo]) -> Y: N,M,Ho,Wo
 //     attributes: Conv's, plus activation = "" (none) | "Relu"
 //     Y = act(Conv(X, W, B)) + Z                       (Z, a residual, is optional)
+//   FusedGemm(A, B, [C]) -> Y: M,N
+//     attributes: Gemm's, plus activation = "" (none) | "Relu"
+//     Y = act(Gemm(A, B, C))                           (a Linear layer and its ReLU)
 //   BatchNormalizationRelu(X, scale, B, input_mean, input_var) -> (Y, [running_mean, running_var, ...])
 //     attributes: BatchNormalization's;  Y = Relu(BatchNormalization(...)), the other
 //     outputs and the training rule exactly BatchNormalization's (ops/norm.cpp).
 //
 // Why no gradient rules: fusion runs after autodiff (graph/passes.h), and every
 // backward node reads values the fused node still writes under the same names.
-// The shape rules and reference kernels are Conv's and BatchNormalization's, taken
+// The shape rules and reference kernels are Conv's, Gemm's and BatchNormalization's, taken
 // from the registry when these ops register (so they must register after them),
 // followed by the activation and the residual add. cpu kernels: ops/fused_cpu.cpp.
 #include <string>
@@ -78,6 +81,20 @@ void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
   dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), z, relu); });
 }
 
+void fused_gemm_infer(InferContext& ctx, const ShapeRule& gemm_rule) {
+  check_activation(ctx);
+  std::vector<ValueInfo> out(1);
+  InferContext gemm_ctx(ctx.graph(), ctx.node(), node_index(ctx), out);
+  gemm_rule(gemm_ctx);
+  ctx.set_output(0, out[0]);
+}
+
+void fused_gemm_reference(KernelContext& ctx, const Kernel& gemm) {
+  gemm(ctx);
+  const bool relu = ctx.node.attr_string("activation", "") == "Relu";
+  dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), nullptr, relu); });
+}
+
 void bn_relu_reference(KernelContext& ctx, const Kernel& bn) {
   bn(ctx);
   dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), nullptr, true); });
@@ -90,8 +107,10 @@ void register_fused(Registry& r) {
   const OpSchema* bn = r.schemas.find("", "BatchNormalization");
   const Kernel* conv_ref = r.kernels.find("reference", "", "Conv");
   const Kernel* bn_ref = r.kernels.find("reference", "", "BatchNormalization");
-  if (!conv || !bn || !conv_ref || !bn_ref)
-    throw_internal("register_fused", "Conv and BatchNormalization must be registered first");
+  const OpSchema* gemm = r.schemas.find("", "Gemm");
+  const Kernel* gemm_ref = r.kernels.find("reference", "", "Gemm");
+  if (!conv || !bn || !conv_ref || !bn_ref || !gemm || !gemm_ref)
+    throw_internal("register_fused", "Conv, Gemm and BatchNormalization must be registered first");
 
   OpSchema fc;
   fc.domain = kTrainrtDomain;
@@ -105,6 +124,19 @@ void register_fused(Registry& r) {
   r.schemas.add(std::move(fc));
   r.kernels.add("reference", kTrainrtDomain, "FusedConv",
                 [k = *conv_ref](KernelContext& ctx) { fused_conv_reference(ctx, k); });
+
+  OpSchema fg;
+  fg.domain = kTrainrtDomain;
+  fg.op_type = "FusedGemm";
+  fg.min_inputs = 2;
+  fg.max_inputs = 3;
+  fg.infer = [rule = gemm->infer](InferContext& ctx) { fused_gemm_infer(ctx, rule); };
+  fg.flops = gemm->flops;
+  fg.attributes = gemm->attributes;
+  fg.attributes.push_back("activation");
+  r.schemas.add(std::move(fg));
+  r.kernels.add("reference", kTrainrtDomain, "FusedGemm",
+                [k = *gemm_ref](KernelContext& ctx) { fused_gemm_reference(ctx, k); });
 
   OpSchema br = *bn;
   br.domain = kTrainrtDomain;

@@ -2,12 +2,14 @@
 // op's oneDNN kernel with post-ops or a flag.
 //
 //   FusedConv: ops/conv_cpu.cpp's convolution forward with eltwise_relu and sum post-ops.
+//   FusedGemm: ops/gemm_cpu.cpp's matmul with an eltwise_relu post-op.
 //   BatchNormalizationRelu: ops/norm_cpu.cpp's batch-normalization forward with
 //     oneDNN's fuse_norm_relu flag.
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include "ops/conv_cpu.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/register_all.h"
+#include "ops/gemm_cpu.h"
 #include "ops/norm_cpu.h"
 
 namespace trainrt {
@@ -18,6 +20,9 @@ void register_fused_cpu(Registry& r) {
       r, "cpu", kTrainrtDomain, "FusedConv",
       [](KernelContext& ctx) { conv_forward_dnnl(ctx, /*relu=*/ctx.node.attr_string("activation", "") == "Relu"); },
       facts::fixed({{A, P, P, A}, {A}}));
+  add_if_schema(r, "cpu", kTrainrtDomain, "FusedGemm", [](KernelContext& ctx) {
+    gemm_forward_dnnl(ctx, /*relu=*/ctx.node.attr_string("activation", "") == "Relu");
+  });
   add_if_schema(
       r, "cpu", kTrainrtDomain, "BatchNormalizationRelu",
       [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true); }, facts::fixed({{S}, {S}}));

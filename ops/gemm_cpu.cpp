@@ -8,12 +8,14 @@
 // Transposes are expressed as strides of the plain descriptors, so A and B are
 // read in place. For Gemm, Y is first filled with the broadcast C and the matmul
 // adds into it through a sum post-op scaled by beta; alpha is the output scale.
+// FusedGemm's ReLU is an eltwise post-op after the sum (ops/gemm_cpu.h).
 #include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
 #include "ops/core/dnnl_util.h"
 #include "ops/core/register_all.h"
+#include "ops/gemm_cpu.h"
 
 namespace trainrt {
 namespace {
@@ -55,7 +57,9 @@ void fill_broadcast(const Tensor& c, Tensor& y, int64_t m, int64_t n) {
     for (int64_t j = 0; j < n; ++j) yp[i * n + j] = cp[(cd[0] == 1 ? 0 : i) * cd[1] + (cd[1] == 1 ? 0 : j)];
 }
 
-void gemm_cpu(KernelContext& ctx) {
+}  // namespace
+
+void gemm_forward_dnnl(KernelContext& ctx, bool relu) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Node& n = ctx.node;
   const Tensor& a = ctx.in(0);
@@ -67,21 +71,22 @@ void gemm_cpu(KernelContext& ctx) {
   int64_t m = y.dims()[0], nn = y.dims()[1], k = ta ? a.dims()[0] : a.dims()[1];
   if (y.numel() == 0) return;
   if (k == 0) return du::run_reference(ctx);
-  std::string key = du::key("Gemm", m, nn, k, ta, tb, alpha, use_c ? beta : 0.f);
+  std::string key = du::key("Gemm", m, nn, k, ta, tb, alpha, use_c ? beta : 0.f, relu);
   auto plan = du::cached<MatmulPlan>(key, [&] {
     dnnl::primitive_attr attr = du::attr();
     if (alpha != 1.f) attr.set_output_scales(0, {alpha});
-    if (use_c) {
-      dnnl::post_ops ops;
-      ops.append_sum(beta);
-      attr.set_post_ops(ops);
-    }
+    dnnl::post_ops ops;
+    if (use_c) ops.append_sum(beta);
+    if (relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    if (use_c || relu) attr.set_post_ops(ops);
     return make_plan(matrix_desc(m, k, ta), matrix_desc(k, nn, tb), du::plain_desc({m, nn}), attr);
   });
   if (plan->use_reference) return du::run_reference(ctx);
   if (use_c) fill_broadcast(ctx.in(2), y, m, nn);
   run_plan(*plan, a, b, y);
 }
+
+namespace {
 
 void matmul_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
@@ -113,7 +118,7 @@ void matmul_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_gemm_cpu(Registry& r) {
-  add_if_schema(r, "cpu", "", "Gemm", gemm_cpu);
+  add_if_schema(r, "cpu", "", "Gemm", [](KernelContext& ctx) { gemm_forward_dnnl(ctx, /*relu=*/false); });
   add_if_schema(r, "cpu", "", "MatMul", matmul_cpu);
 }
 

@@ -1,7 +1,8 @@
-// Gemm of the cuda backend on cuBLASLt (cublasLtMatmul).
+// Gemm and FusedGemm of the cuda backend on cuBLASLt (cublasLtMatmul).
 //
-//   Y[M,N] = alpha * A'[M,K] B'[K,N] + beta * C   (A' = A or A^T by transA, B' likewise;
-//            C optional, broadcast from [], [1], [N], [1,N], [M,1], [M,N] ... as ONNX)
+//   Y[M,N] = act(alpha * A'[M,K] B'[K,N] + beta * C)   (A' = A or A^T by transA, B' likewise;
+//            C optional, broadcast from [], [1], [N], [1,N], [M,1], [M,N] ... as ONNX;
+//            act: none for Gemm, FusedGemm's activation: none | Relu)
 //
 // cuBLASLt is column-major and Y is row-major, so it computes Y^T = B'^T A'^T: its "A"
 // is our B and its "B" our A, each read in place with the transpose as the operation.
@@ -15,10 +16,12 @@
 // heuristic has no algorithm with that epilogue, and for other broadcast C, C is first
 // expanded into Y by a kernel and the product added in place (C == D). beta == 0
 // ignores C, as BLAS and the cpu kernel do. K == 0 is no product: Y = beta * C (or 0)
-// by the same kernel.
+// by the same kernel. FusedGemm's ReLU is cuBLASLt's epilogue too (CUBLASLT_EPILOGUE_RELU,
+// or RELU_BIAS with a bias: the Linear layer and its activation in one kernel); where the
+// heuristic offers no algorithm with it, a ReLU kernel runs after the product.
 //
 // The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
-// M, N, K, transA/transB, fp32 math, the bias epilogue and the pointers' alignments, up
+// M, N, K, transA/transB, fp32 math, the epilogue and the pointers' alignments, up
 // to 16 bytes (the heuristic assumes 256-byte aligned buffers unless told otherwise); like the context, they live as
 // long as the process. Falls back to the host reference kernel (after synchronising the stream) when the heuristic
 // offers no algorithm within 32 MiB of workspace.
@@ -49,6 +52,15 @@ __global__ void broadcast_c(const T* c, T* y, int64_t cm, int64_t cn, int64_t n,
   }
 }
 
+// y = max(y, 0), NaN to 0 as the reference's Relu: FusedGemm's activation where cuBLASLt's
+// epilogue does not apply it.
+template <typename T>
+__global__ void relu_in_place(T* y, int64_t count) {
+  TRAINRT_GRID_STRIDE(i, count) {
+    if (!(y[i] > T(0))) y[i] = T(0);
+  }
+}
+
 // Largest power of two up to 16 dividing the address: what the heuristic may assume. At
 // most the 16 bytes the plan-time workspace rule assumes (gemm_workspace), so a call
 // never takes an algorithm that needs more workspace than the plan reserved (arena
@@ -70,7 +82,7 @@ struct GemmPlan {
 
 // align: of our B, our A, C and Y (cuBLASLt's A, B, C, D).
 GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                        const uint32_t align[4], bool tf32, bool bias) {
+                        const uint32_t align[4], bool tf32, cublasLtEpilogue_t epilogue) {
   GemmPlan p;
   const bool f64 = t == DataType::Float64;
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
@@ -82,10 +94,8 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), where);
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), where);
-  if (bias) {  // the bias pointer is set per call (gemm)
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)  // a bias pointer is set per call (gemm)
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), where);
-  }
   // Column-major views of the row-major buffers: B is N,K (or K,N stored when transB),
   // A is K,M (or M,K stored when transA), Y is N,M.
   const int64_t a_rows = tb ? k : n, b_rows = ta ? m : k;
@@ -131,8 +141,9 @@ bool bias_c(const KernelContext& ctx) {
 
 // A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
 // The cached plan of ctx's problem for operand alignments `align` (B, A, C, Y as
-// cuBLASLt sees them), with the bias epilogue or without; null when K == 0 (no product).
-std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32_t align[4], bool bias) {
+// cuBLASLt sees them), with `epilogue`; null when K == 0 (no product).
+std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32_t align[4],
+                                          cublasLtEpilogue_t epilogue) {
   const Node& node = ctx.node;
   const Tensor& a = ctx.in(0);
   const Tensor& y = ctx.out(0);
@@ -144,20 +155,40 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
   for (int i = 0; i < 4; ++i) key += ',' + std::to_string(align[i]);
   const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
   if (tf32) key += "|tf32";
-  if (bias) key += "|bias";
-  return cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, bias); });
+  key += "|e" + std::to_string(static_cast<int>(epilogue));
+  return cached<GemmPlan>(key,
+                          [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, epilogue); });
 }
 
-// The plan a call takes: with the bias epilogue where C is a bias and the heuristic has
-// an algorithm for it, else the plain one (`bias` says which).
-std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32_t align[4], bool& bias) {
-  bias = bias_c(ctx);
-  if (bias) {
-    auto p = gemm_plan(ctx, align, true);
-    if (p && !p->use_reference) return p;
-    bias = false;
+// Whether the node is a FusedGemm with a ReLU.
+bool wants_relu(const KernelContext& ctx) {
+  return ctx.node.op_type == "FusedGemm" && ctx.node.attr_string("activation", "") == "Relu";
+}
+
+// What a call's epilogue does.
+struct Epilogue {
+  bool bias = false;  // C added by it (no broadcast kernel, beta 0 for cuBLASLt's C)
+  bool relu = false;  // the activation applied by it (else by relu_in_place, when wanted)
+};
+
+// The plan a call takes: the richest epilogue the heuristic has an algorithm for, among
+// those that apply (ReLU with the bias, ReLU, the bias, none), said in `e`.
+std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32_t align[4], Epilogue& e) {
+  const bool bias = bias_c(ctx), relu = wants_relu(ctx);
+  for (const Epilogue c : {Epilogue{true, true}, Epilogue{false, true}, Epilogue{true, false}, Epilogue{}}) {
+    if ((c.bias && !bias) || (c.relu && !relu)) continue;
+    const cublasLtEpilogue_t epilogue = c.bias && c.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                        : c.bias         ? CUBLASLT_EPILOGUE_BIAS
+                                        : c.relu         ? CUBLASLT_EPILOGUE_RELU
+                                                         : CUBLASLT_EPILOGUE_DEFAULT;
+    auto p = gemm_plan(ctx, align, epilogue);
+    if (!p || !p->use_reference || epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+      e = p ? c : Epilogue{};
+      return p;
+    }
   }
-  return gemm_plan(ctx, align, false);
+  e = Epilogue{};
+  return gemm_plan(ctx, align, CUBLASLT_EPILOGUE_DEFAULT);
 }
 
 // The workspace a call needs (KernelRegistry::set_workspace), asked before the buffers
@@ -166,8 +197,8 @@ std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32
 size_t gemm_workspace(const KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return 0;
   const uint32_t align[4] = {16, 16, 16, 16};
-  bool bias = false;
-  const auto plan = call_plan(ctx, align, bias);
+  Epilogue e;
+  const auto plan = call_plan(ctx, align, e);
   return plan && !plan->use_reference ? plan->workspace : 0;
 }
 
@@ -189,12 +220,12 @@ void gemm(KernelContext& ctx) {
   const void* c_ptr = full_c ? c->raw() : y.raw();
 
   std::shared_ptr<const GemmPlan> plan;
-  bool bias = false;  // C added by the epilogue: no broadcast kernel, beta 0 for cuBLASLt's C
+  Epilogue e;
   if (k > 0) {
     const uint32_t align[4] = {alignment(b.raw()), alignment(a.raw()), alignment(c_ptr), alignment(y.raw())};
-    plan = call_plan(ctx, align, bias);
+    plan = call_plan(ctx, align, e);
     if (plan->use_reference) return run_reference(ctx);
-    if (bias) {  // read when cublasLtMatmul is called (or captured): set for this call's C
+    if (e.bias) {  // read when cublasLtMatmul is called (or captured): set for this call's C
       const void* bias_ptr = c->raw();
       check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)),
             what(node, "cuBLASLt bias pointer"));
@@ -204,19 +235,24 @@ void gemm(KernelContext& ctx) {
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     // K == 0: no products, Y = beta * C; else a broadcast C is expanded into Y first.
-    if ((k == 0 && c) || (use_c && !full_c && !bias)) {
+    if ((k == 0 && c) || (use_c && !full_c && !e.bias)) {
       broadcast_c<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(
           c->data<T>(), y.data<T>(), cm, cn, n, k == 0 ? static_cast<T>(beta) : T(1), y.numel());
       check_launch(node, "broadcast_c");
     } else if (k == 0) {
       check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), cx.stream), what(node, "cudaMemsetAsync"));
     }
-    if (k == 0) return;
-    const T alpha_t = static_cast<T>(alpha), beta_t = use_c && !bias ? static_cast<T>(beta) : T(0);
-    void* ws = workspace(plan->workspace);
-    check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b.raw(), plan->a, a.raw(), plan->b, &beta_t, c_ptr, plan->d,
-                         y.raw(), plan->d, &plan->algo, ws, plan->workspace, cx.stream),
-          what(node, "cublasLtMatmul"));
+    if (k > 0) {
+      const T alpha_t = static_cast<T>(alpha), beta_t = use_c && !e.bias ? static_cast<T>(beta) : T(0);
+      void* ws = workspace(plan->workspace);
+      check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b.raw(), plan->a, a.raw(), plan->b, &beta_t, c_ptr, plan->d,
+                           y.raw(), plan->d, &plan->algo, ws, plan->workspace, cx.stream),
+            what(node, "cublasLtMatmul"));
+    }
+    if (wants_relu(ctx) && !e.relu) {
+      relu_in_place<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(y.data<T>(), y.numel());
+      check_launch(node, "relu_in_place");
+    }
   });
 }
 
@@ -224,7 +260,10 @@ void gemm(KernelContext& ctx) {
 
 void register_gemm_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Gemm", gemm);
+  add_if_schema(r, "cuda", kTrainrtDomain, "FusedGemm", gemm);
   if (r.kernels.find("cuda", "", "Gemm")) r.kernels.set_workspace("cuda", "", "Gemm", gemm_workspace);
+  if (r.kernels.find("cuda", kTrainrtDomain, "FusedGemm"))
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedGemm", gemm_workspace);
 }
 
 }  // namespace trainrt::cuda

@@ -78,6 +78,7 @@ const std::map<std::string, std::string> kNoGradientRule{
     {"ai.onnx.preview.training::Adam", "optimizer update (ONNX training preview), never differentiated"},
     {"ai.onnx.preview.training::Adagrad", "optimizer update (ONNX training preview), never differentiated"},
     {"ai.trainrt::FusedConv", "made by the fusion passes, which run after differentiation"},
+    {"ai.trainrt::FusedGemm", "made by the fusion passes, which run after differentiation"},
     {"ai.trainrt::BatchNormalizationRelu", "made by the fusion passes, which run after differentiation"},
 };
 

@@ -100,6 +100,49 @@ TEST_CASE("FusedConv = act(Conv + B) + Z on reference and cpu, for every combina
       }
 }
 
+TEST_CASE("FusedGemm = Relu(Gemm) on reference and cpu: transposes, alpha/beta, C broadcast or none, fp32 and fp64") {
+  const std::vector<std::vector<int64_t>> cs{{}, {5}, {1, 5}, {3, 1}, {3, 5}, {1}};  // {} first: no C
+  for (DataType t : {DataType::Float32, DataType::Float64})
+    for (int trans = 0; trans < 4; ++trans)
+      for (size_t ci = 0; ci < cs.size(); ++ci) {
+        const bool ta = trans & 1, tb = trans & 2, has_c = ci > 0;
+        const float alpha = ci == 3 ? 0.5f : 1.f, beta = ci == 4 ? -2.f : 1.f;
+        CAPTURE(dtype_name(t));
+        CAPTURE(trans);
+        CAPTURE(ci);
+        const TensorMap feeds{{"a", random_tensor(t, ta ? std::vector<int64_t>{7, 3} : std::vector<int64_t>{3, 7}, 1)}};
+        TensorMap inits{{"b", random_tensor(t, tb ? std::vector<int64_t>{5, 7} : std::vector<int64_t>{7, 5}, 2)}};
+        if (has_c) inits["c"] = random_tensor(t, cs[ci], 3);
+        const std::map<std::string, Attribute> attrs{{"transA", Attribute::of_int(ta)},
+                                                     {"transB", Attribute::of_int(tb)},
+                                                     {"alpha", Attribute::of_float(alpha)},
+                                                     {"beta", Attribute::of_float(beta)}};
+        std::vector<std::string> ins{"a", "b"};
+        if (has_c) ins.push_back("c");
+        const Graph unfused = graph_of({make_node("Gemm", ins, {"g"}, attrs), make_node("Relu", {"g"}, {"y"})}, feeds,
+                                       inits, {"y"});
+        auto fattrs = attrs;
+        fattrs["activation"] = Attribute::of_string("Relu");
+        const Graph fused = graph_of({make_node("FusedGemm", ins, {"y"}, fattrs, kTrainrtDomain)}, feeds, inits, {"y"});
+        const Tensor want = run_in(unfused, feeds, "reference", MathPrecision::fp32).at("y");
+        size_t zeros = 0, positive = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) (want.get_as_double(i) == 0 ? zeros : positive) += 1;
+        CHECK(zeros > 0);  // the ReLU cut something, and left something
+        CHECK(positive > 0);
+        CHECK(max_abs_diff(run_in(fused, feeds, "reference", MathPrecision::fp32).at("y"), want) == 0.0);
+        const uint64_t fallbacks = dnnl_util::reference_fallbacks();
+        CHECK(max_abs_diff(run_in(fused, feeds, "cpu", MathPrecision::fp32).at("y"), want) < 1e-5);
+        if (t == DataType::Float32) CHECK(dnnl_util::reference_fallbacks() == fallbacks);  // oneDNN's matmul ran
+        // Without the activation it is Gemm.
+        fattrs.erase("activation");
+        const Graph plain =
+            graph_of({make_node("FusedGemm", ins, {"y"}, fattrs, kTrainrtDomain)}, feeds, inits, {"y"});
+        const Graph gemm = graph_of({make_node("Gemm", ins, {"y"}, attrs)}, feeds, inits, {"y"});
+        CHECK(max_abs_diff(run_in(plain, feeds, "cpu", MathPrecision::fp32).at("y"),
+                           run_in(gemm, feeds, "reference", MathPrecision::fp32).at("y")) < 1e-5);
+      }
+}
+
 TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inference, running stats included") {
   const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 6, 5, 5}, 1, -2, 2)}};
   TensorMap inits{{"scale", random_tensor(DataType::Float32, {6}, 2, 0.5, 1.5)},
@@ -238,4 +281,23 @@ TEST_CASE("fused ops' shape rules: Z of the wrong shape and an unknown activatio
       &kind);
   CHECK(kind == ErrorKind::Unsupported);
   CHECK(e.find("activation") != std::string::npos);
+  e = error_of(
+      [&] {
+        graph_of({make_node("FusedGemm", {"a", "b"}, {"y"}, {{"activation", Attribute::of_string("Sigmoid")}},
+                            kTrainrtDomain)},
+                 {{"a", Tensor(DataType::Float32, {2, 3})}}, {{"b", Tensor(DataType::Float32, {3, 4})}}, {"y"});
+      },
+      &kind);
+  CHECK(kind == ErrorKind::Unsupported);
+  CHECK(e.find("'n0' (FusedGemm)") != std::string::npos);
+  CHECK(e.find("activation") != std::string::npos);
+  // Gemm's own rules hold: K of A and B differ.
+  e = error_of(
+      [&] {
+        graph_of({make_node("FusedGemm", {"a", "b"}, {"y"}, {}, kTrainrtDomain)},
+                 {{"a", Tensor(DataType::Float32, {2, 3})}}, {{"b", Tensor(DataType::Float32, {4, 4})}}, {"y"});
+      },
+      &kind);
+  CHECK(kind == ErrorKind::BadInput);
+  CHECK(e.find("'n0' (FusedGemm)") != std::string::npos);
 }

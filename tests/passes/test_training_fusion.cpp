@@ -258,3 +258,102 @@ TEST_CASE("fusions leave a pattern alone when its intermediate value has another
     }
   }
 }
+
+namespace {
+
+// input [N,1,28,28] -> Flatten -> Linear(784, 16) + Relu -> Gemm(16, 12, no bias) + Relu
+// -> Linear(12, 10): two Gemm + Relu sites, one with a bias and one without. With
+// `shared`, the first Gemm's output is also a graph output: no longer fusable.
+Graph mlp(bool shared) {
+  Graph g;
+  g.name = "mlp";
+  g.opsets[""] = 17;
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(1), Dim::of(28), Dim::of(28)}};
+  auto init = [&](const std::string& name, std::vector<int64_t> dims, uint64_t seed, double scale) {
+    g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
+    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
+  };
+  init("w1", {16, 784}, 1, 0.05);
+  init("b1", {16}, 2, 0.1);
+  init("w2", {16, 12}, 3, 0.3);
+  init("w3", {10, 12}, 4, 0.3);
+  init("b3", {10}, 5, 0.1);
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
+                 std::map<std::string, Attribute> attrs = {}) {
+    Node n = make_node(op, std::move(in), {out}, std::move(attrs));
+    n.name = out;
+    g.nodes.push_back(n);
+  };
+  add("Flatten", {"input"}, "flat", {{"axis", Attribute::of_int(1)}});
+  add("Gemm", {"flat", "w1", "b1"}, "fc1", {{"transB", Attribute::of_int(1)}});
+  add("Relu", {"fc1"}, "relu1");
+  add("Gemm", {"relu1", "w2"}, "fc2");
+  add("Relu", {"fc2"}, "relu2");
+  add("Gemm", {"relu2", "w3", "b3"}, "logits", {{"transB", Attribute::of_int(1)}});
+  g.outputs = {"logits"};
+  if (shared) g.outputs.push_back("fc1");
+  validate_graph(g, registry().schemas, "mlp");
+  infer_shapes(g, registry().schemas, "mlp");
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("Gemm + Relu fused into FusedGemm on an MLP: 3 SGD steps equal the unfused graph's; a shared Gemm output "
+          "stays") {
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  const TrainingGraph t = build_training_graph(mlp(false), o);
+  TrainingGraph f = t;
+  CHECK(passes::fuse_gemm_relu(f.graph) == 2);
+  validate_graph(f.graph, registry().schemas, "fused");
+  const auto counts = op_counts(f.graph);
+  CHECK(counts.at("ai.trainrt::FusedGemm") == 2);
+  CHECK(counts.count("Relu") == 0);
+  CHECK(counts.at("Gemm") == op_counts(t.graph).at("Gemm") - 2);  // the last layer and the backward Gemms stay
+  size_t named = 0;
+  for (const Node& n : f.graph.nodes) named += n.name == "fc1+relu1" || n.name == "fc2+relu2";
+  CHECK(named == 2);
+  // fuse_training_graph makes the same two (and the optimizer's one MultiSGD).
+  TrainingGraph all = t;
+  CHECK(fuse_training_graph(all.graph) == 2 + t.params.size() - 1);
+  CHECK(op_counts(all.graph).at("ai.trainrt::FusedGemm") == 2);
+
+  Tensor labels(DataType::Int64, {6});
+  for (int i = 0; i < 6; ++i) labels.data<int64_t>()[i] = (3 * i + 1) % 10;
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    // The reference runs the fused node as its two ops: the same bits. oneDNN's ReLU
+    // post-op is exact too, but the matmul it rides on may be another kernel: 1e-5.
+    const bool exact = std::string(backend) == "reference";
+    TrainingSession a(t, make_backend(backend), {.fuse = false}), b(f, make_backend(backend), {.fuse = false});
+    for (uint64_t step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      const TensorMap batch{{"input", random_tensor(DataType::Float32, {6, 1, 28, 28}, 20 + step)},
+                            {t.labels, labels}};
+      const double la = a.step(batch, 0.1f), lb = b.step(batch, 0.1f);
+      if (exact)
+        CHECK(la == lb);
+      else
+        CHECK(std::fabs(la - lb) <= 1e-5 * std::fabs(la));
+    }
+    for (const std::string& s : a.state_names()) {
+      CAPTURE(s);
+      if (exact)
+        CHECK(max_abs_diff(b.state(s), a.state(s)) == 0.0);
+      else
+        CHECK(rel_diff(b.state(s), a.state(s)) < 1e-5);
+    }
+  }
+
+  // The first Gemm's output is a graph output too: that site stays unfused.
+  TrainingGraph shared = build_training_graph(mlp(true), o);
+  CHECK(passes::fuse_gemm_relu(shared.graph) == 1);
+  CHECK(op_counts(shared.graph).at("ai.trainrt::FusedGemm") == 1);
+  // optimize_for_inference fuses both sites of the forward graph; standard ONNX keeps them apart.
+  CHECK(op_counts(optimize_for_inference(mlp(false))).at("ai.trainrt::FusedGemm") == 2);
+  CHECK(op_counts(optimize_for_inference(mlp(false), {.standard_onnx_only = true})).count("ai.trainrt::FusedGemm") ==
+        0);
+}
