@@ -3,6 +3,9 @@
 //   Conv (+B) [+Relu] + Add(Z)    -> FusedConv(X, W, B, Z)      Y = act(conv) + Z
 //   BatchNormalization + Relu     -> BatchNormalizationRelu (all BN outputs kept)
 //   Gemm + Relu                   -> FusedGemm(A, B, C; activation=Relu)
+//   Gemm(dY^T X) + SumToShape(dY) -> FusedGemm(dY, X; sum_of=A) -> (dW, db)   (training:
+//                                    a Linear layer's weight and bias gradients; also
+//                                    Gemm(X^T dY) with sum_of=B)
 // The fused node is named "<first>+<last>" after the nodes it replaces (so an error
 // or a profile names nodes the user knows), takes the position of the last, and
 // writes the last node's output name, so readers and graph outputs are unchanged.
@@ -135,6 +138,52 @@ size_t fuse_gemm_relu(Graph& g) {
   return fused;
 }
 
+size_t fuse_gemm_bias_grad(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& sum = g.nodes[j];
+    if (dead[j] || sum.domain != kTrainrtDomain || sum.op_type != "SumToShape" || sum.inputs.size() != 2 ||
+        !sum.has_output(0))
+      continue;
+    const std::string dy = sum.inputs[0], db = sum.outputs[0];
+    const Shape* s = known_shape(g, db);
+    if (!s || s->size() != 1 || dy.empty()) continue;
+    auto readers = u.readers.find(dy);
+    if (readers == u.readers.end()) continue;
+    for (size_t i : readers->second) {
+      const Node& gemm = g.nodes[i];
+      if (i == j || dead[i] || !is_onnx(gemm, "Gemm") || gemm.input_count() != 2 || gemm.outputs.size() != 1 ||
+          !gemm.has_output(0) || gemm.attr_float("alpha", 1.f) != 1.f || gemm.inputs[0] == gemm.inputs[1])
+        continue;
+      // dY as op(A) = dY^T (the sums of op(A)'s rows: dY's columns) or as op(B) = dY.
+      const bool ta = gemm.attr_int("transA", 0) != 0, tb = gemm.attr_int("transB", 0) != 0;
+      const char* of = gemm.inputs[0] == dy && ta ? "A" : gemm.inputs[1] == dy && !tb ? "B" : nullptr;
+      const Shape* y = known_shape(g, gemm.outputs[0]);
+      if (!of || !y || y->size() != 2 || !((*y)[of[0] == 'A' ? 0 : 1] == (*s)[0])) continue;
+      // The fused node takes the later position: the earlier node's output must be read after it.
+      const size_t first = std::min(i, j), last = std::max(i, j);
+      bool later = true;
+      if (auto r = u.readers.find(g.nodes[first].outputs[0]); r != u.readers.end())
+        for (size_t reader : r->second) later = later && reader > last;
+      if (!later) continue;
+      Node f = gemm;
+      f.op_type = "FusedGemm";
+      f.domain = kTrainrtDomain;
+      f.name = fused_name(g.nodes[first], g.nodes[last]);
+      f.attrs["sum_of"] = Attribute::of_string(of);
+      f.outputs = {gemm.outputs[0], db};
+      g.nodes[last] = std::move(f);
+      dead[first] = true;
+      ++fused;
+      break;
+    }
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
 size_t fuse_batchnorm_relu(Graph& g) {
   const Uses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
@@ -171,6 +220,7 @@ size_t fuse_training_graph(Graph& g) {
   size_t fused = passes::fuse_batchnorm_relu(g);
   fused += passes::fuse_conv_add(g);
   fused += passes::fuse_gemm_relu(g);
+  fused += passes::fuse_gemm_bias_grad(g);
   fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
   fused += fuse_optimizer(g);                  // graph/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;

@@ -68,6 +68,7 @@ size_t fold_batchnorm_into_conv(Graph& g);  // inference BN after Conv
 size_t fuse_matmul_add(Graph& g);           // MatMul/Gemm + Add(bias) -> Gemm
 size_t fuse_conv_relu(Graph& g);            // Conv + Relu -> FusedConv(activation=Relu)
 size_t fuse_gemm_relu(Graph& g);            // Gemm + Relu -> FusedGemm(activation=Relu)
+size_t fuse_gemm_bias_grad(Graph& g);       // weight-gradient Gemm + SumToShape(dY) -> FusedGemm(sum_of) (training)
 size_t fuse_conv_add(Graph& g);             // Conv + Add(residual) -> FusedConv(Z)
 size_t fuse_batchnorm_relu(Graph& g);       // BatchNormalization + Relu -> BatchNormalizationRelu
 size_t fuse_dropout_relu_grad(Graph& g);    // DropoutGrad + ReluGrad -> DropoutReluGrad (training)

@@ -100,6 +100,9 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 //   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z),
 //   Gemm + Relu -> FusedGemm(A, B, C; activation=Relu) (a Linear layer and its ReLU: one
 //     cuBLASLt call with its epilogue on cuda, one oneDNN matmul with a post-op on cpu),
+//   a Linear layer's weight-gradient Gemm (dY^T X or X^T dY, alpha 1) + its bias gradient
+//     SumToShape(dY) to 1-D -> FusedGemm(...; sum_of=A|B) writing both (cuBLASLt's
+//     BGRADB/BGRADA epilogue on cuda),
 //   Relu + Dropout's backward: ReluGrad(DropoutGrad(dZ, mask), Y) -> DropoutReluGrad(dZ, Z)
 //     for Z = Dropout(Y), which reads the Dropout's output instead of the Relu's, so
 //     Y dies after the Dropout and the mask is no longer written (graph/fuse_dropout.cpp).

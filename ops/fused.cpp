@@ -3,9 +3,13 @@
 //   FusedConv(X: N,C,H,W, W: M,C/group,kH,kW, [B: M], [Z: N,M,Ho,Wo]) -> Y: N,M,Ho,Wo
 //     attributes: Conv's, plus activation = "" (none) | "Relu"
 //     Y = act(Conv(X, W, B)) + Z                       (Z, a residual, is optional)
-//   FusedGemm(A, B, [C]) -> Y: M,N
-//     attributes: Gemm's, plus activation = "" (none) | "Relu"
+//   FusedGemm(A, B, [C]) -> (Y: M,N, [S])
+//     attributes: Gemm's, plus activation = "" (none) | "Relu", sum_of = "" | "A" | "B"
 //     Y = act(Gemm(A, B, C))                           (a Linear layer and its ReLU)
+//     S = the sums of op(A) over K (sum_of A: S[m], M of them) or of op(B) over K
+//         (sum_of B: S[n], N of them), 1-D: a Linear layer's bias gradient computed with
+//         its weight gradient (dW = dY^T X, db = the column sums of dY), as cuBLASLt's
+//         BGRADA/BGRADB epilogues do. Only with sum_of set; not with an activation.
 //   BatchNormalizationRelu(X, scale, B, input_mean, input_var) -> (Y, [running_mean, running_var, ...])
 //     attributes: BatchNormalization's;  Y = Relu(BatchNormalization(...)), the other
 //     outputs and the training rule exactly BatchNormalization's (ops/norm.cpp).
@@ -15,6 +19,8 @@
 // The shape rules and reference kernels are Conv's, Gemm's and BatchNormalization's, taken
 // from the registry when these ops register (so they must register after them),
 // followed by the activation and the residual add. cpu kernels: ops/fused_cpu.cpp.
+#include "ops/fused.h"
+
 #include <string>
 
 #include "ops/core/common.h"
@@ -83,16 +89,40 @@ void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
 
 void fused_gemm_infer(InferContext& ctx, const ShapeRule& gemm_rule) {
   check_activation(ctx);
+  const std::string sum_of = ctx.node().attr_string("sum_of", "");
+  if (!sum_of.empty() && sum_of != "A" && sum_of != "B")
+    throw_unsupported(ctx.where(), "attribute 'sum_of' must be \"\", \"A\" or \"B\", got \"" + sum_of + "\"");
+  const bool wants_sums = ctx.node().has_output(1);
+  if (wants_sums != !sum_of.empty())
+    ctx.fail(wants_sums ? "output 1 (the sums) needs attribute 'sum_of'" : "attribute 'sum_of' needs output 1");
+  if (wants_sums && !ctx.node().attr_string("activation", "").empty())
+    ctx.fail("the sums (sum_of) and an activation cannot be combined");
   std::vector<ValueInfo> out(1);
   InferContext gemm_ctx(ctx.graph(), ctx.node(), node_index(ctx), out);
   gemm_rule(gemm_ctx);
   ctx.set_output(0, out[0]);
+  if (wants_sums) {
+    ValueInfo s{out[0].dtype, std::nullopt};
+    if (out[0].shape) s.shape = Shape{(*out[0].shape)[sum_of == "A" ? 0 : 1]};
+    ctx.set_output(1, s);
+  }
+}
+
+// s[r] = the sum over k of x[r * row + k * step], k ascending, in T.
+template <typename T>
+void sums(const T* x, T* s, int64_t rows, int64_t k, int64_t row, int64_t step) {
+  for (int64_t r = 0; r < rows; ++r) s[r] = T(0);
+  for (int64_t j = 0; j < k; ++j)  // the outer loop over k: SumToShape's order for a dY of [K, rows]
+    for (int64_t r = 0; r < rows; ++r) s[r] += x[r * row + j * step];
 }
 
 void fused_gemm_reference(KernelContext& ctx, const Kernel& gemm) {
-  gemm(ctx);
+  KernelContext g = ctx;
+  g.outputs.resize(1);
+  gemm(g);
   const bool relu = ctx.node.attr_string("activation", "") == "Relu";
   dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), nullptr, relu); });
+  if (ctx.has_output(1)) fused_gemm_sums(ctx);
 }
 
 void bn_relu_reference(KernelContext& ctx, const Kernel& bn) {
@@ -101,6 +131,26 @@ void bn_relu_reference(KernelContext& ctx, const Kernel& bn) {
 }
 
 }  // namespace
+
+void fused_gemm_sums(KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const bool of_a = n.attr_string("sum_of", "") == "A";
+  const Tensor& x = ctx.in(of_a ? 0 : 1);
+  Tensor& s = ctx.out(1);
+  // op(A) is M x K: A stored M,K (row K, step 1) or, with transA, K,M (row 1, step M).
+  // op(B) is K x N, summed per column n: B stored K,N (row 1, step N) or, with transB, N,K.
+  const bool trans = n.attr_int(of_a ? "transA" : "transB", 0) != 0;
+  const int64_t d0 = x.dims()[0], d1 = x.dims()[1];
+  const bool rows_first = of_a != trans;  // the summed rows are x's first dim
+  const int64_t rows = rows_first ? d0 : d1, k = rows_first ? d1 : d0;
+  if (s.numel() != rows)
+    throw_internal("FusedGemm '" + n.name + "'",
+                   "output 1 has " + std::to_string(s.numel()) + " values, not " + std::to_string(rows));
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    sums<T>(x.data<T>(), s.data<T>(), rows, k, rows_first ? d1 : 1, rows_first ? 1 : d1);
+  });
+}
 
 void register_fused(Registry& r) {
   const OpSchema* conv = r.schemas.find("", "Conv");
@@ -130,10 +180,13 @@ void register_fused(Registry& r) {
   fg.op_type = "FusedGemm";
   fg.min_inputs = 2;
   fg.max_inputs = 3;
+  fg.min_outputs = 1;
+  fg.max_outputs = 2;
   fg.infer = [rule = gemm->infer](InferContext& ctx) { fused_gemm_infer(ctx, rule); };
   fg.flops = gemm->flops;
   fg.attributes = gemm->attributes;
   fg.attributes.push_back("activation");
+  fg.attributes.push_back("sum_of");
   r.schemas.add(std::move(fg));
   r.kernels.add("reference", kTrainrtDomain, "FusedGemm",
                 [k = *gemm_ref](KernelContext& ctx) { fused_gemm_reference(ctx, k); });

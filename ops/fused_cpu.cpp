@@ -2,13 +2,15 @@
 // op's oneDNN kernel with post-ops or a flag.
 //
 //   FusedConv: ops/conv_cpu.cpp's convolution forward with eltwise_relu and sum post-ops.
-//   FusedGemm: ops/gemm_cpu.cpp's matmul with an eltwise_relu post-op.
+//   FusedGemm: ops/gemm_cpu.cpp's matmul with an eltwise_relu post-op; its sums
+//     (sum_of) by ops/fused.h's loop, the reference's.
 //   BatchNormalizationRelu: ops/norm_cpu.cpp's batch-normalization forward with
 //     oneDNN's fuse_norm_relu flag.
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include "ops/conv_cpu.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/register_all.h"
+#include "ops/fused.h"
 #include "ops/gemm_cpu.h"
 #include "ops/norm_cpu.h"
 
@@ -21,7 +23,10 @@ void register_fused_cpu(Registry& r) {
       [](KernelContext& ctx) { conv_forward_dnnl(ctx, /*relu=*/ctx.node.attr_string("activation", "") == "Relu"); },
       facts::fixed({{A, P, P, A}, {A}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "FusedGemm", [](KernelContext& ctx) {
-    gemm_forward_dnnl(ctx, /*relu=*/ctx.node.attr_string("activation", "") == "Relu");
+    KernelContext g = ctx;
+    g.outputs.resize(1);
+    gemm_forward_dnnl(g, /*relu=*/ctx.node.attr_string("activation", "") == "Relu");
+    if (ctx.has_output(1)) fused_gemm_sums(ctx);
   });
   add_if_schema(
       r, "cpu", kTrainrtDomain, "BatchNormalizationRelu",

@@ -18,7 +18,9 @@
 // ignores C, as BLAS and the cpu kernel do. K == 0 is no product: Y = beta * C (or 0)
 // by the same kernel. FusedGemm's ReLU is cuBLASLt's epilogue too (CUBLASLT_EPILOGUE_RELU,
 // or RELU_BIAS with a bias: the Linear layer and its activation in one kernel); where the
-// heuristic offers no algorithm with it, a ReLU kernel runs after the product.
+// heuristic offers no algorithm with it, a ReLU kernel runs after the product. FusedGemm's
+// sums (sum_of A or B: a Linear layer's bias gradient beside its weight gradient) are the
+// BGRADB or BGRADA epilogue (cuBLASLt's B is our A), or operand_sums after the product.
 //
 // The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
 // M, N, K, transA/transB, fp32 math, the epilogue and the pointers' alignments, up
@@ -58,6 +60,17 @@ template <typename T>
 __global__ void relu_in_place(T* y, int64_t count) {
   TRAINRT_GRID_STRIDE(i, count) {
     if (!(y[i] > T(0))) y[i] = T(0);
+  }
+}
+
+// s[r] = the sum over k of x[r * row + k * step] (fp64 partial sums): FusedGemm's sums
+// where cuBLASLt's BGRAD epilogue does not compute them. One thread per r.
+template <typename T>
+__global__ void operand_sums(const T* x, T* s, int64_t rows, int64_t k, int64_t row, int64_t step) {
+  TRAINRT_GRID_STRIDE(r, rows) {
+    double acc = 0;
+    for (int64_t j = 0; j < k; ++j) acc += static_cast<double>(x[r * row + j * step]);
+    s[r] = static_cast<T>(acc);
   }
 }
 
@@ -156,8 +169,7 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
   const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
   if (tf32) key += "|tf32";
   key += "|e" + std::to_string(static_cast<int>(epilogue));
-  return cached<GemmPlan>(key,
-                          [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, epilogue); });
+  return cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, epilogue); });
 }
 
 // Whether the node is a FusedGemm with a ReLU.
@@ -165,22 +177,36 @@ bool wants_relu(const KernelContext& ctx) {
   return ctx.node.op_type == "FusedGemm" && ctx.node.attr_string("activation", "") == "Relu";
 }
 
+// Whether the node is a FusedGemm writing the sums of op(A) ('A') or op(B) ('B'); 0 if not.
+char wants_sums(const KernelContext& ctx) {
+  if (ctx.node.op_type != "FusedGemm" || !ctx.has_output(1)) return 0;
+  return ctx.node.attr_string("sum_of", "") == "A" ? 'A' : 'B';
+}
+
 // What a call's epilogue does.
 struct Epilogue {
   bool bias = false;  // C added by it (no broadcast kernel, beta 0 for cuBLASLt's C)
   bool relu = false;  // the activation applied by it (else by relu_in_place, when wanted)
+  bool sums = false;  // FusedGemm's sums computed by it (else by operand_sums)
 };
 
 // The plan a call takes: the richest epilogue the heuristic has an algorithm for, among
-// those that apply (ReLU with the bias, ReLU, the bias, none), said in `e`.
+// those that apply (ReLU with the bias, ReLU, the bias; the sums; none), said in `e`.
 std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32_t align[4], Epilogue& e) {
+  // The sums by the epilogue only where nothing else could enter them: alpha 1, no C
+  // (whether cuBLASLt scales or adds to them is not what FusedGemm's sums mean).
+  const char sums =
+      wants_sums(ctx) && ctx.node.attr_float("alpha", 1.f) == 1.f && !ctx.has_input(2) ? wants_sums(ctx) : 0;
   const bool bias = bias_c(ctx), relu = wants_relu(ctx);
-  for (const Epilogue c : {Epilogue{true, true}, Epilogue{false, true}, Epilogue{true, false}, Epilogue{}}) {
-    if ((c.bias && !bias) || (c.relu && !relu)) continue;
+  for (const Epilogue c : {Epilogue{true, true, false}, Epilogue{false, true, false}, Epilogue{true, false, false},
+                           Epilogue{false, false, true}, Epilogue{}}) {
+    if ((c.bias && !bias) || (c.relu && !relu) || (c.sums && !sums)) continue;
     const cublasLtEpilogue_t epilogue = c.bias && c.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
                                         : c.bias         ? CUBLASLT_EPILOGUE_BIAS
                                         : c.relu         ? CUBLASLT_EPILOGUE_RELU
-                                                         : CUBLASLT_EPILOGUE_DEFAULT;
+                                        : c.sums ? (sums == 'A' ? CUBLASLT_EPILOGUE_BGRADB  // cuBLASLt's B: our A
+                                                                : CUBLASLT_EPILOGUE_BGRADA)
+                                                 : CUBLASLT_EPILOGUE_DEFAULT;
     auto p = gemm_plan(ctx, align, epilogue);
     if (!p || !p->use_reference || epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
       e = p ? c : Epilogue{};
@@ -207,7 +233,10 @@ void gemm(KernelContext& ctx) {
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
   Tensor& y = ctx.out(0);
-  if (y.numel() == 0) return;
+  if (y.numel() == 0) {  // FusedGemm's sums may still have values (K > 0): the host computes them
+    if (wants_sums(ctx) && ctx.out(1).numel() > 0) run_reference(ctx);
+    return;
+  }
   const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
   const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
   const int64_t m = y.dims()[0], n = y.dims()[1], k = ta ? a.dims()[0] : a.dims()[1];
@@ -225,8 +254,8 @@ void gemm(KernelContext& ctx) {
     const uint32_t align[4] = {alignment(b.raw()), alignment(a.raw()), alignment(c_ptr), alignment(y.raw())};
     plan = call_plan(ctx, align, e);
     if (plan->use_reference) return run_reference(ctx);
-    if (e.bias) {  // read when cublasLtMatmul is called (or captured): set for this call's C
-      const void* bias_ptr = c->raw();
+    if (e.bias || e.sums) {  // read when cublasLtMatmul is called (or captured): set for this call
+      const void* bias_ptr = e.bias ? c->raw() : ctx.out(1).raw();
       check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)),
             what(node, "cuBLASLt bias pointer"));
     }
@@ -252,6 +281,17 @@ void gemm(KernelContext& ctx) {
     if (wants_relu(ctx) && !e.relu) {
       relu_in_place<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(y.data<T>(), y.numel());
       check_launch(node, "relu_in_place");
+    }
+    if (const char of = wants_sums(ctx); of && !e.sums) {
+      // As ops/fused.cpp's fused_gemm_sums: rows of op(A) (M of them) or columns of op(B) (N).
+      const Tensor& x = of == 'A' ? a : b;
+      const bool trans = of == 'A' ? ta : tb;
+      const int64_t d0 = x.dims()[0], d1 = x.dims()[1];
+      const bool rows_first = (of == 'A') != trans;
+      const int64_t rows = rows_first ? d0 : d1, kk = rows_first ? d1 : d0;
+      operand_sums<T><<<blocks_for(rows, kThreads), kThreads, 0, cx.stream>>>(
+          x.data<T>(), ctx.out(1).data<T>(), rows, kk, rows_first ? d1 : 1, rows_first ? 1 : d1);
+      check_launch(node, "operand_sums");
     }
   });
 }

@@ -143,6 +143,59 @@ TEST_CASE("FusedGemm = Relu(Gemm) on reference and cpu: transposes, alpha/beta, 
       }
 }
 
+TEST_CASE("FusedGemm's sums (sum_of A / B): op(A)'s rows or op(B)'s columns summed over K, with the product") {
+  for (const char* of : {"A", "B"})
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      CAPTURE(of);
+      CAPTURE(trans);
+      const int64_t m = 3, k = 7, n = 5;
+      const Tensor a = random_tensor(DataType::Float32, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, 1);
+      const Tensor b = random_tensor(DataType::Float32, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, 2);
+      const std::map<std::string, Attribute> attrs{{"transA", Attribute::of_int(ta)},
+                                                   {"transB", Attribute::of_int(tb)},
+                                                   {"sum_of", Attribute::of_string(of)}};
+      const Graph fused = graph_of({make_node("FusedGemm", {"a", "b"}, {"y", "s"}, attrs, kTrainrtDomain)},
+                                   {{"a", a}}, {{"b", b}}, {"y", "s"});
+      const bool of_a = std::string(of) == "A";
+      REQUIRE(fused.find_info("s")->shape == Shape{Dim::of(of_a ? m : n)});
+      // By hand: op(A)[i][j] = A[i][j] or A[j][i]; op(B)[j][c] = B[j][c] or B[c][j].
+      auto op_a = [&](int64_t i, int64_t j) { return a.get_as_double(ta ? j * m + i : i * k + j); };
+      auto op_b = [&](int64_t j, int64_t c) { return b.get_as_double(tb ? c * k + j : j * n + c); };
+      const TensorMap ref = run_in(fused, {{"a", a}}, "reference", MathPrecision::fp32);
+      const Tensor& sums = ref.at("s");
+      for (int64_t r = 0; r < (of_a ? m : n); ++r) {
+        double want = 0;
+        for (int64_t j = 0; j < k; ++j) want += of_a ? op_a(r, j) : op_b(j, r);
+        CHECK(std::fabs(sums.get_as_double(r) - want) < 1e-5);
+      }
+      const Graph gemm = graph_of({make_node("Gemm", {"a", "b"}, {"y"},
+                                             {{"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)}})},
+                                  {{"a", a}}, {{"b", b}}, {"y"});
+      CHECK(max_abs_diff(ref.at("y"), run_in(gemm, {{"a", a}}, "reference", MathPrecision::fp32).at("y")) == 0.0);
+      // The cpu kernel: oneDNN's product, the reference's own sums.
+      const TensorMap cpu = run_in(fused, {{"a", a}}, "cpu", MathPrecision::fp32);
+      CHECK(max_abs_diff(cpu.at("s"), sums) == 0.0);
+      CHECK(max_abs_diff(cpu.at("y"), ref.at("y")) < 1e-5);
+    }
+  // One-line errors: sums without sum_of, sum_of without the output, with an activation.
+  const TensorMap feeds{{"a", Tensor(DataType::Float32, {2, 3})}};
+  const TensorMap inits{{"b", Tensor(DataType::Float32, {3, 4})}};
+  auto error = [&](std::vector<std::string> outs, std::map<std::string, Attribute> attrs) {
+    ErrorKind kind{};
+    const std::string e = error_of(
+        [&] { graph_of({make_node("FusedGemm", {"a", "b"}, outs, attrs, kTrainrtDomain)}, feeds, inits, outs); },
+        &kind);
+    CHECK(e.find("'n0' (FusedGemm)") != std::string::npos);
+    return e;
+  };
+  CHECK(error({"y", "s"}, {}).find("needs attribute 'sum_of'") != std::string::npos);
+  CHECK(error({"y"}, {{"sum_of", Attribute::of_string("A")}}).find("needs output 1") != std::string::npos);
+  CHECK(error({"y", "s"}, {{"sum_of", Attribute::of_string("A")}, {"activation", Attribute::of_string("Relu")}})
+            .find("cannot be combined") != std::string::npos);
+  CHECK(error({"y", "s"}, {{"sum_of", Attribute::of_string("C")}}).find("'sum_of' must be") != std::string::npos);
+}
+
 TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inference, running stats included") {
   const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 6, 5, 5}, 1, -2, 2)}};
   TensorMap inits{{"scale", random_tensor(DataType::Float32, {6}, 2, 0.5, 1.5)},

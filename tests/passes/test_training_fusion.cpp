@@ -24,8 +24,8 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   o.weight_decay = 5e-4f;
   const TrainingGraph t = build_training_graph(g, o);
   TrainingGraph f = t;
-  // 22 patterns, and the parameters' SGD nodes into one MultiSGD (graph/fuse_optimizer.cpp).
-  const size_t removed = 22 + t.params.size() - 1;
+  // 23 patterns, and the parameters' SGD nodes into one MultiSGD (graph/fuse_optimizer.cpp).
+  const size_t removed = 23 + t.params.size() - 1;
   CHECK(fuse_training_graph(f.graph) == removed);
   const auto before = op_counts(t.graph), after = op_counts(f.graph);
   CHECK(after.count("BatchNormalization") == 0);
@@ -40,6 +40,9 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   CHECK(after.at("ai.trainrt::ReluGrad") == 7);
   CHECK(after.at("ai.trainrt::MultiSGD") == 1);
   CHECK(after.count("ai.trainrt::SGD") == 0);
+  // The classifier's weight and bias gradients: one FusedGemm (sums of dY's columns).
+  CHECK(after.at("ai.trainrt::FusedGemm") == 1);
+  CHECK(after.at("ai.trainrt::SumToShape") == before.at("ai.trainrt::SumToShape") - 1);
   CHECK(f.graph.nodes.size() == t.graph.nodes.size() - removed);
   // Every BatchNormalizationGrad reads the batch statistics its (fused) forward saved
   // (outputs 5/6, ops/norm.cpp) instead of recomputing them from X.
@@ -113,7 +116,7 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     // Both write each BatchNormalization's two running statistics with an Assign node.
     CHECK(counts.at("ai.trainrt::Assign") == 26);
     CHECK(counts.at("ai.trainrt::MultiSGD") == 1);
-    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - (22 + t.params.size() - 1) + 26);
+    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - (23 + t.params.size() - 1) + 26);
     auto plain_counts = op_counts(plain.training().graph);
     CHECK(plain_counts["ai.trainrt::Assign"] == 26);
     plain_counts.erase("ai.trainrt::Assign");
@@ -261,9 +264,11 @@ TEST_CASE("fusions leave a pattern alone when its intermediate value has another
 
 namespace {
 
-// input [N,1,28,28] -> Flatten -> Linear(784, 16) + Relu -> Gemm(16, 12, no bias) + Relu
-// -> Linear(12, 10): two Gemm + Relu sites, one with a bias and one without. With
-// `shared`, the first Gemm's output is also a graph output: no longer fusable.
+// input [N,1,28,28] -> Flatten -> Linear(784, 16) + Relu -> Gemm(16, 12; W not transposed)
+// + bias + Relu -> Linear(12, 10): two Gemm + Relu sites, three weight-and-bias gradient
+// sites (dY as op(A) of dW = dY^T X for the Linear layers, as op(B) of dW = X^T dY for the
+// middle one). With `shared`, the first Gemm's output is also a graph output: no longer
+// fusable with its Relu.
 Graph mlp(bool shared) {
   Graph g;
   g.name = "mlp";
@@ -277,6 +282,7 @@ Graph mlp(bool shared) {
   init("w1", {16, 784}, 1, 0.05);
   init("b1", {16}, 2, 0.1);
   init("w2", {16, 12}, 3, 0.3);
+  init("b2", {12}, 6, 0.1);
   init("w3", {10, 12}, 4, 0.3);
   init("b3", {10}, 5, 0.1);
   auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
@@ -288,7 +294,7 @@ Graph mlp(bool shared) {
   add("Flatten", {"input"}, "flat", {{"axis", Attribute::of_int(1)}});
   add("Gemm", {"flat", "w1", "b1"}, "fc1", {{"transB", Attribute::of_int(1)}});
   add("Relu", {"fc1"}, "relu1");
-  add("Gemm", {"relu1", "w2"}, "fc2");
+  add("Gemm", {"relu1", "w2", "b2"}, "fc2");
   add("Relu", {"fc2"}, "relu2");
   add("Gemm", {"relu2", "w3", "b3"}, "logits", {{"transB", Attribute::of_int(1)}});
   g.outputs = {"logits"};
@@ -300,26 +306,35 @@ Graph mlp(bool shared) {
 
 }  // namespace
 
-TEST_CASE("Gemm + Relu fused into FusedGemm on an MLP: 3 SGD steps equal the unfused graph's; a shared Gemm output "
-          "stays") {
+TEST_CASE("Gemm + Relu and a Linear layer's weight and bias gradients fused into FusedGemm on an MLP: 3 SGD steps "
+          "equal the unfused graph's") {
   TrainingOptions o;
   o.optimizer = "sgd";
   o.momentum = 0.9f;
   const TrainingGraph t = build_training_graph(mlp(false), o);
   TrainingGraph f = t;
   CHECK(passes::fuse_gemm_relu(f.graph) == 2);
+  CHECK(passes::fuse_gemm_bias_grad(f.graph) == 3);
   validate_graph(f.graph, registry().schemas, "fused");
-  const auto counts = op_counts(f.graph);
-  CHECK(counts.at("ai.trainrt::FusedGemm") == 2);
+  infer_shapes(f.graph, registry().schemas, "fused");  // the fused nodes' rules agree with the values they write
+  const auto counts = op_counts(f.graph), unfused = op_counts(t.graph);
+  CHECK(counts.at("ai.trainrt::FusedGemm") == 5);
   CHECK(counts.count("Relu") == 0);
-  CHECK(counts.at("Gemm") == op_counts(t.graph).at("Gemm") - 2);  // the last layer and the backward Gemms stay
-  size_t named = 0;
-  for (const Node& n : f.graph.nodes) named += n.name == "fc1+relu1" || n.name == "fc2+relu2";
+  CHECK(counts.at("Gemm") == unfused.at("Gemm") - 5);  // the last layer and the data-gradient Gemms stay
+  CHECK(counts.count("ai.trainrt::SumToShape") == 0);
+  size_t named = 0, sum_of_a = 0, sum_of_b = 0;
+  for (const Node& n : f.graph.nodes) {
+    named += n.name == "fc1+relu1" || n.name == "fc2+relu2";
+    sum_of_a += n.attr_string("sum_of", "") == "A";
+    sum_of_b += n.attr_string("sum_of", "") == "B";
+  }
   CHECK(named == 2);
-  // fuse_training_graph makes the same two (and the optimizer's one MultiSGD).
+  CHECK(sum_of_a == 2);
+  CHECK(sum_of_b == 1);
+  // fuse_training_graph makes the same five (and the optimizer's one MultiSGD).
   TrainingGraph all = t;
-  CHECK(fuse_training_graph(all.graph) == 2 + t.params.size() - 1);
-  CHECK(op_counts(all.graph).at("ai.trainrt::FusedGemm") == 2);
+  CHECK(fuse_training_graph(all.graph) == 5 + t.params.size() - 1);
+  CHECK(op_counts(all.graph).at("ai.trainrt::FusedGemm") == 5);
 
   Tensor labels(DataType::Int64, {6});
   for (int i = 0; i < 6; ++i) labels.data<int64_t>()[i] = (3 * i + 1) % 10;
@@ -351,6 +366,24 @@ TEST_CASE("Gemm + Relu fused into FusedGemm on an MLP: 3 SGD steps equal the unf
   // The first Gemm's output is a graph output too: that site stays unfused.
   TrainingGraph shared = build_training_graph(mlp(true), o);
   CHECK(passes::fuse_gemm_relu(shared.graph) == 1);
+  // A bias gradient the fusion would have to move above a reader of the weight gradient stays.
+  TrainingGraph moved = t;
+  for (size_t i = 0; i < moved.graph.nodes.size(); ++i) {
+    const Node& n = moved.graph.nodes[i];
+    if (n.op_type != "SumToShape" || n.inputs[1] != "b3") continue;
+    for (size_t k = 0; k < i; ++k)
+      if (moved.graph.nodes[k].op_type == "Gemm" && moved.graph.nodes[k].inputs[0] == n.inputs[0] &&
+          moved.graph.nodes[k].attr_int("transA", 0) == 1) {
+        Node reader = make_node("Identity", {moved.graph.nodes[k].outputs[0]}, {"dw3_copy"});
+        reader.name = "dw3_reader";
+        moved.graph.nodes.insert(moved.graph.nodes.begin() + static_cast<std::ptrdiff_t>(k) + 1, reader);
+        moved.graph.outputs.push_back("dw3_copy");
+        break;
+      }
+    break;
+  }
+  infer_shapes(moved.graph, registry().schemas, "moved");
+  CHECK(passes::fuse_gemm_bias_grad(moved.graph) == 2);
   CHECK(op_counts(shared.graph).at("ai.trainrt::FusedGemm") == 1);
   // optimize_for_inference fuses both sites of the forward graph; standard ONNX keeps them apart.
   CHECK(op_counts(optimize_for_inference(mlp(false))).at("ai.trainrt::FusedGemm") == 2);
