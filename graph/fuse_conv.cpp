@@ -218,6 +218,7 @@ size_t fuse_batchnorm_relu(Graph& g) {
 
 size_t fuse_training_graph(Graph& g) {
   size_t fused = passes::fuse_batchnorm_relu(g);
+  fused += passes::fuse_conv_relu(g);  // before the residual: Conv + Relu + Add -> FusedConv(Relu, Z)
   fused += passes::fuse_conv_add(g);
   fused += passes::fuse_gemm_relu(g);
   fused += passes::fuse_gemm_bias_grad(g);

@@ -97,6 +97,8 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 // Fusions of a training graph (after build_training_graph), in place; TrainingSession
 // applies them before planning (runtime/training_session.h):
 //   BatchNormalization + Relu -> BatchNormalizationRelu (running-stat outputs kept),
+//   Conv (+bias) + Relu -> FusedConv(X, W, B; activation=Relu) (the Relu's gradient reads
+//     its output, so the convolution's own output has no other reader),
 //   Conv + Add of a same-shape residual -> FusedConv(X, W, B, Z),
 //   Gemm + Relu -> FusedGemm(A, B, C; activation=Relu) (a Linear layer and its ReLU: one
 //     cuBLASLt call with its epilogue on cuda, one oneDNN matmul with a post-op on cpu),

@@ -306,8 +306,9 @@ Graph mlp(bool shared) {
 
 }  // namespace
 
-TEST_CASE("Gemm + Relu and a Linear layer's weight and bias gradients fused into FusedGemm on an MLP: 3 SGD steps "
-          "equal the unfused graph's") {
+TEST_CASE(
+    "Gemm + Relu and a Linear layer's weight and bias gradients fused into FusedGemm on an MLP: 3 SGD steps "
+    "equal the unfused graph's") {
   TrainingOptions o;
   o.optimizer = "sgd";
   o.momentum = 0.9f;
@@ -346,8 +347,7 @@ TEST_CASE("Gemm + Relu and a Linear layer's weight and bias gradients fused into
     TrainingSession a(t, make_backend(backend), {.fuse = false}), b(f, make_backend(backend), {.fuse = false});
     for (uint64_t step = 0; step < 3; ++step) {
       CAPTURE(step);
-      const TensorMap batch{{"input", random_tensor(DataType::Float32, {6, 1, 28, 28}, 20 + step)},
-                            {t.labels, labels}};
+      const TensorMap batch{{"input", random_tensor(DataType::Float32, {6, 1, 28, 28}, 20 + step)}, {t.labels, labels}};
       const double la = a.step(batch, 0.1f), lb = b.step(batch, 0.1f);
       if (exact)
         CHECK(la == lb);
@@ -389,4 +389,85 @@ TEST_CASE("Gemm + Relu and a Linear layer's weight and bias gradients fused into
   CHECK(op_counts(optimize_for_inference(mlp(false))).at("ai.trainrt::FusedGemm") == 2);
   CHECK(op_counts(optimize_for_inference(mlp(false), {.standard_onnx_only = true})).count("ai.trainrt::FusedGemm") ==
         0);
+}
+
+// input [N,1,12,12] -> Conv(4, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool
+// -> GlobalAveragePool -> Flatten -> Linear(6, 10): a CNN without batch normalization, as
+// small exported models are. Both Conv + Relu pairs become FusedConv(activation=Relu).
+TEST_CASE("Conv + Relu fused in a training graph without batch normalization: 3 SGD steps equal the unfused graph's") {
+  Graph g;
+  g.name = "cnn";
+  g.opsets[""] = 17;
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(1), Dim::of(12), Dim::of(12)}};
+  auto init = [&](const std::string& name, std::vector<int64_t> dims, uint64_t seed, double scale) {
+    g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
+    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
+  };
+  init("w1", {4, 1, 3, 3}, 1, 0.5);
+  init("b1", {4}, 2, 0.1);
+  init("w2", {6, 4, 3, 3}, 3, 0.3);
+  init("b2", {6}, 4, 0.1);
+  init("fc", {10, 6}, 5, 0.5);
+  init("fcb", {10}, 6, 0.1);
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
+                 std::map<std::string, Attribute> attrs = {}) {
+    Node n = make_node(op, std::move(in), {out}, std::move(attrs));
+    n.name = out;
+    g.nodes.push_back(n);
+  };
+  const std::map<std::string, Attribute> conv{{"pads", Attribute::of_ints({1, 1, 1, 1})}};
+  add("Conv", {"input", "w1", "b1"}, "conv1", conv);
+  add("Relu", {"conv1"}, "relu1");
+  add("Conv", {"relu1", "w2", "b2"}, "conv2", conv);
+  add("Relu", {"conv2"}, "relu2");
+  add("MaxPool", {"relu2"}, "pool",
+      {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}});
+  add("GlobalAveragePool", {"pool"}, "gap");
+  add("Flatten", {"gap"}, "flat");
+  add("Gemm", {"flat", "fc", "fcb"}, "logits", {{"transB", Attribute::of_int(1)}});
+  g.outputs = {"logits"};
+  validate_graph(g, registry().schemas, "cnn");
+  infer_shapes(g, registry().schemas, "cnn");
+
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  const TrainingGraph t = build_training_graph(g, o);
+  TrainingGraph f = t;
+  fuse_training_graph(f.graph);
+  validate_graph(f.graph, registry().schemas, "fused");
+  const auto counts = op_counts(f.graph);
+  CHECK(counts.at("ai.trainrt::FusedConv") == 2);
+  CHECK(counts.count("Conv") == 0);
+  CHECK(counts.count("Relu") == 0);
+  size_t relu = 0;
+  for (const Node& n : f.graph.nodes) relu += n.op_type == "FusedConv" && n.attr_string("activation", "") == "Relu";
+  CHECK(relu == 2);
+
+  Tensor labels(DataType::Int64, {5});
+  for (int i = 0; i < 5; ++i) labels.data<int64_t>()[i] = (7 * i + 3) % 10;
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    // The reference runs FusedConv as Conv then its ReLU: the same bits. oneDNN's ReLU
+    // post-op rides on the convolution: 1e-5.
+    const bool exact = std::string(backend) == "reference";
+    TrainingSession a(t, make_backend(backend), {.fuse = false}), b(f, make_backend(backend), {.fuse = false});
+    for (uint64_t step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      const TensorMap batch{{"input", random_tensor(DataType::Float32, {5, 1, 12, 12}, 40 + step)}, {t.labels, labels}};
+      const double la = a.step(batch, 0.1f), lb = b.step(batch, 0.1f);
+      if (exact)
+        CHECK(la == lb);
+      else
+        CHECK(std::fabs(la - lb) <= 1e-5 * std::fabs(la));
+    }
+    for (const std::string& s : a.state_names()) {
+      CAPTURE(s);
+      if (exact)
+        CHECK(max_abs_diff(b.state(s), a.state(s)) == 0.0);
+      else
+        CHECK(rel_diff(b.state(s), a.state(s)) < 1e-5);
+    }
+  }
 }
