@@ -230,8 +230,12 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", t.first_loss, t.last_loss);
   // The cuda kernels that run a library graph say how their nodes ran (none elsewhere).
   for (const auto& [op, n] : fusion_tally().counts())
-    std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
-                n.unfused ? " (the others: cuDNN's legacy convolution API, notices above)" : "");
+    if (op.rfind("FusedGemm", 0) == 0)
+      std::printf("fused nodes: %s %zu of %zu in cuBLASLt's epilogue%s\n", op.c_str(), n.fused, n.fused + n.unfused,
+                  n.unfused ? " (the others: a kernel after the product)" : "");
+    else
+      std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
+                  n.unfused ? " (the others: cuDNN's legacy convolution API, notices above)" : "");
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the

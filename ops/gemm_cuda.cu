@@ -38,6 +38,7 @@
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/graph_fallback.h"
 
 namespace trainrt::cuda {
 
@@ -278,6 +279,10 @@ void gemm(KernelContext& ctx) {
                            y.raw(), plan->d, &plan->algo, ws, plan->workspace, cx.stream),
             what(node, "cublasLtMatmul"));
     }
+    // `trainrt bench` says how FusedGemm nodes ran: their ReLU or sums in cuBLASLt's epilogue or not.
+    if (node.op_type == "FusedGemm")
+      fusion_tally().record(wants_relu(ctx) ? "FusedGemm (ReLU epilogue)" : "FusedGemm (bias-gradient epilogue)",
+                            node.name, wants_relu(ctx) ? e.relu : e.sums);
     if (wants_relu(ctx) && !e.relu) {
       relu_in_place<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, cx.stream>>>(y.data<T>(), y.numel());
       check_launch(node, "relu_in_place");
