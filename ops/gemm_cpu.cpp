@@ -9,13 +9,14 @@
 // read in place. For Gemm, Y is first filled with the broadcast C and the matmul
 // adds into it through a sum post-op scaled by beta; alpha is the output scale.
 // FusedGemm's ReLU is an eltwise post-op after the sum (ops/gemm_cpu.h).
+#include "ops/gemm_cpu.h"
+
 #include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
 #include "ops/core/dnnl_util.h"
 #include "ops/core/register_all.h"
-#include "ops/gemm_cpu.h"
 
 namespace trainrt {
 namespace {

@@ -119,8 +119,8 @@ TEST_CASE("FusedGemm = Relu(Gemm) on reference and cpu: transposes, alpha/beta, 
                                                      {"beta", Attribute::of_float(beta)}};
         std::vector<std::string> ins{"a", "b"};
         if (has_c) ins.push_back("c");
-        const Graph unfused = graph_of({make_node("Gemm", ins, {"g"}, attrs), make_node("Relu", {"g"}, {"y"})}, feeds,
-                                       inits, {"y"});
+        const Graph unfused =
+            graph_of({make_node("Gemm", ins, {"g"}, attrs), make_node("Relu", {"g"}, {"y"})}, feeds, inits, {"y"});
         auto fattrs = attrs;
         fattrs["activation"] = Attribute::of_string("Relu");
         const Graph fused = graph_of({make_node("FusedGemm", ins, {"y"}, fattrs, kTrainrtDomain)}, feeds, inits, {"y"});
@@ -135,8 +135,7 @@ TEST_CASE("FusedGemm = Relu(Gemm) on reference and cpu: transposes, alpha/beta, 
         if (t == DataType::Float32) CHECK(dnnl_util::reference_fallbacks() == fallbacks);  // oneDNN's matmul ran
         // Without the activation it is Gemm.
         fattrs.erase("activation");
-        const Graph plain =
-            graph_of({make_node("FusedGemm", ins, {"y"}, fattrs, kTrainrtDomain)}, feeds, inits, {"y"});
+        const Graph plain = graph_of({make_node("FusedGemm", ins, {"y"}, fattrs, kTrainrtDomain)}, feeds, inits, {"y"});
         const Graph gemm = graph_of({make_node("Gemm", ins, {"y"}, attrs)}, feeds, inits, {"y"});
         CHECK(max_abs_diff(run_in(plain, feeds, "cpu", MathPrecision::fp32).at("y"),
                            run_in(gemm, feeds, "reference", MathPrecision::fp32).at("y")) < 1e-5);
@@ -150,13 +149,14 @@ TEST_CASE("FusedGemm's sums (sum_of A / B): op(A)'s rows or op(B)'s columns summ
       CAPTURE(of);
       CAPTURE(trans);
       const int64_t m = 3, k = 7, n = 5;
-      const Tensor a = random_tensor(DataType::Float32, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, 1);
-      const Tensor b = random_tensor(DataType::Float32, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, 2);
-      const std::map<std::string, Attribute> attrs{{"transA", Attribute::of_int(ta)},
-                                                   {"transB", Attribute::of_int(tb)},
-                                                   {"sum_of", Attribute::of_string(of)}};
-      const Graph fused = graph_of({make_node("FusedGemm", {"a", "b"}, {"y", "s"}, attrs, kTrainrtDomain)},
-                                   {{"a", a}}, {{"b", b}}, {"y", "s"});
+      const Tensor a =
+          random_tensor(DataType::Float32, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, 1);
+      const Tensor b =
+          random_tensor(DataType::Float32, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, 2);
+      const std::map<std::string, Attribute> attrs{
+          {"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)}, {"sum_of", Attribute::of_string(of)}};
+      const Graph fused = graph_of({make_node("FusedGemm", {"a", "b"}, {"y", "s"}, attrs, kTrainrtDomain)}, {{"a", a}},
+                                   {{"b", b}}, {"y", "s"});
       const bool of_a = std::string(of) == "A";
       REQUIRE(fused.find_info("s")->shape == Shape{Dim::of(of_a ? m : n)});
       // By hand: op(A)[i][j] = A[i][j] or A[j][i]; op(B)[j][c] = B[j][c] or B[c][j].
@@ -184,7 +184,9 @@ TEST_CASE("FusedGemm's sums (sum_of A / B): op(A)'s rows or op(B)'s columns summ
   auto error = [&](std::vector<std::string> outs, std::map<std::string, Attribute> attrs) {
     ErrorKind kind{};
     const std::string e = error_of(
-        [&] { graph_of({make_node("FusedGemm", {"a", "b"}, outs, attrs, kTrainrtDomain)}, feeds, inits, outs); },
+        [&] {
+          graph_of({make_node("FusedGemm", {"a", "b"}, outs, attrs, kTrainrtDomain)}, feeds, inits, outs);
+        },
         &kind);
     CHECK(e.find("'n0' (FusedGemm)") != std::string::npos);
     return e;
