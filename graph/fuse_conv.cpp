@@ -6,6 +6,8 @@
 //   Gemm(dY^T X) + SumToShape(dY) -> FusedGemm(dY, X; sum_of=A) -> (dW, db)   (training:
 //                                    a Linear layer's weight and bias gradients; also
 //                                    Gemm(X^T dY) with sum_of=B)
+//   ConvGrad -> dX, ReluGrad(dX, X) -> ConvGrad(...; dx_relu=1)   (training: the data
+//                                    gradient through the ReLU whose output X is)
 // The fused node is named "<first>+<last>" after the nodes it replaces (so an error
 // or a profile names nodes the user knows), takes the position of the last, and
 // writes the last node's output name, so readers and graph outputs are unchanged.
@@ -184,6 +186,38 @@ size_t fuse_gemm_bias_grad(Graph& g) {
   return fused;
 }
 
+size_t fuse_dgrad_relu_grad(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& rg = g.nodes[j];
+    if (rg.domain != kTrainrtDomain || rg.op_type != "ReluGrad" || rg.inputs.size() != 2 || !rg.has_output(0)) continue;
+    const size_t i = u.producer_of(rg.inputs[0]);
+    if (i == npos || dead[i] || u.sole_reader(rg.inputs[0]) != j) continue;
+    const Node& cg = g.nodes[i];
+    // The Relu's output must be the convolution's input X (ReluGrad(dY, Y) with Y == X).
+    if (cg.domain != kTrainrtDomain || cg.op_type != "ConvGrad" || cg.inputs.size() != 3 || cg.outputs.empty() ||
+        cg.outputs[0] != rg.inputs[0] || cg.inputs[1] != rg.inputs[1] || cg.attr_int("dx_relu", 0) != 0)
+      continue;
+    // The fused node takes the ReluGrad's place: dW and dB must be read after it.
+    bool later = true;
+    for (size_t k = 1; k < cg.outputs.size(); ++k)
+      if (auto r = u.readers.find(cg.outputs[k]); !cg.outputs[k].empty() && r != u.readers.end())
+        for (size_t reader : r->second) later = later && reader > j;
+    if (!later) continue;
+    Node f = cg;
+    f.name = fused_name(cg, rg);
+    f.attrs["dx_relu"] = Attribute::of_int(1);
+    f.outputs[0] = rg.outputs[0];
+    g.nodes[j] = std::move(f);
+    dead[i] = true;
+    ++fused;
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
 size_t fuse_batchnorm_relu(Graph& g) {
   const Uses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
@@ -223,7 +257,8 @@ size_t fuse_training_graph(Graph& g) {
   fused += passes::fuse_gemm_relu(g);
   fused += passes::fuse_gemm_bias_grad(g);
   fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
-  fused += fuse_optimizer(g);                  // graph/fuse_optimizer.cpp
+  fused += passes::fuse_dgrad_relu_grad(g);
+  fused += fuse_optimizer(g);  // graph/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
   return fused;
 }

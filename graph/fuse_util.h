@@ -72,5 +72,6 @@ size_t fuse_gemm_bias_grad(Graph& g);       // weight-gradient Gemm + SumToShape
 size_t fuse_conv_add(Graph& g);             // Conv + Add(residual) -> FusedConv(Z)
 size_t fuse_batchnorm_relu(Graph& g);       // BatchNormalization + Relu -> BatchNormalizationRelu
 size_t fuse_dropout_relu_grad(Graph& g);    // DropoutGrad + ReluGrad -> DropoutReluGrad (training)
+size_t fuse_dgrad_relu_grad(Graph& g);      // ConvGrad's dX + ReluGrad -> ConvGrad(dx_relu=1) (training)
 
 }  // namespace trainrt::passes

@@ -108,6 +108,9 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 //   Relu + Dropout's backward: ReluGrad(DropoutGrad(dZ, mask), Y) -> DropoutReluGrad(dZ, Z)
 //     for Z = Dropout(Y), which reads the Dropout's output instead of the Relu's, so
 //     Y dies after the Dropout and the mask is no longer written (graph/fuse_dropout.cpp).
+//   a convolution's data gradient and the ReLU gradient of its input: ReluGrad(dX, X) of
+//     ConvGrad(dY, X, W) -> dX -> ConvGrad(...; dx_relu=1) (one cuDNN graph with a
+//     RELU_BWD epilogue on cuda; the backend's ReluGrad kernel after it elsewhere),
 //   the per-parameter SGD/Adam nodes -> one MultiSGD/MultiAdam node (fuse_optimizer, below).
 // A fused node is named "<first>+<last>" after the nodes it replaced. The Relu's
 // forward is not fused into the Dropout: in the Wide ResNet (models/wrn.h) every Relu

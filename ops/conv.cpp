@@ -12,7 +12,10 @@
 //   ConvGrad(dY: N,M,Ho,Wo, X: N,C,H,W, W: M,C/group,kH,kW) -> (dX: like X, dW: like W, dB: M)
 //   dX = dY convolved back through W (transposed conv), dW = correlation of dY with X,
 //   dB = sum of dY over N,Ho,Wo. Every output is optional ("" = not needed).
+//   dx_relu = 1 (an attribute only the training fusions set): dX = X > 0 ? dX : 0, the
+//   gradient of a Relu whose output X is (with_dx_relu, ops/core/common.h).
 //   FLOPs: the forward's for each of dX and dW requested.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -259,6 +262,27 @@ void conv_grad_kernel_reference(KernelContext& ctx) {
 
 }  // namespace
 
+Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_grad) {
+  // The ReluGrad kernel sees a ReluGrad node (a fallback of it looks its op up), one for
+  // every call: kernels only read their node.
+  auto relu_node = std::make_shared<Node>();
+  relu_node->op_type = "ReluGrad";
+  relu_node->domain = kTrainrtDomain;
+  relu_node->name = "ConvGrad's ReLU gradient (dx_relu)";
+  relu_node->inputs = {"dX", "X"};
+  relu_node->outputs = {"dX"};
+  return [conv_grad = std::move(conv_grad), relu_grad = std::move(relu_grad), relu_node](KernelContext& ctx) {
+    const bool masked = conv_grad(ctx);
+    if (masked || !ctx.has_output(0) || ctx.node.attr_int("dx_relu", 0) == 0) return;
+    // ReluGrad(dY = dX, Y = X) -> dX, in place; X as it is (never rounded: the unfused
+    // ReluGrad reads it so).
+    KernelContext r{*relu_node, {&ctx.out(0), &ctx.in(1)}, {&ctx.out(0)}, ctx.training, ctx.seed};
+    r.conv = ctx.conv;
+    r.fp32 = ctx.fp32;
+    relu_grad(r);
+  };
+}
+
 std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted) {
   if (n.op_type == "Conv" || n.op_type == "FusedConv") return {0, 1};
   if (n.op_type != "ConvGrad") return {};
@@ -289,9 +313,17 @@ void register_conv(Registry& r) {
   grad.max_outputs = 3;
   grad.infer = conv_grad_infer;
   grad.flops = conv_grad_flops;
-  grad.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
+  grad.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "dx_relu"};
   r.schemas.add(std::move(grad));
-  r.kernels.add("reference", kTrainrtDomain, "ConvGrad", conv_grad_kernel_reference);
+  const Kernel* relu_grad = r.kernels.find("reference", kTrainrtDomain, "ReluGrad");
+  if (!relu_grad) throw_internal("register_conv", "ReluGrad must be registered first");
+  r.kernels.add("reference", kTrainrtDomain, "ConvGrad",
+                with_dx_relu(
+                    [](KernelContext& ctx) {
+                      conv_grad_kernel_reference(ctx);
+                      return false;
+                    },
+                    *relu_grad));
 }
 
 }  // namespace trainrt

@@ -364,11 +364,25 @@ void conv_grad_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_cpu(Registry& r) {
-  using facts::A, facts::P;
+  using facts::A, facts::P, facts::S;
   add_if_schema(
       r, "cpu", "", "Conv", [](KernelContext& ctx) { conv_forward_dnnl(ctx, /*relu=*/false); },
       facts::fixed({{A, P, P}, {A}}));
-  add_if_schema(r, "cpu", kTrainrtDomain, "ConvGrad", conv_grad_cpu, facts::fixed({{A, A, P}, {A, P, P}}));
+  // With dx_relu, X and dX share a layout: the ReluGrad kernel masking dX in place is
+  // elementwise over both (facts::elementwise's Shared).
+  const Kernel* relu_grad = r.kernels.find("cpu", kTrainrtDomain, "ReluGrad");
+  if (!relu_grad) throw_internal("register_conv_cpu", "the cpu ReluGrad must be registered first");
+  add_if_schema(
+      r, "cpu", kTrainrtDomain, "ConvGrad",
+      with_dx_relu(
+          [](KernelContext& ctx) {
+            conv_grad_cpu(ctx);
+            return false;
+          },
+          *relu_grad),
+      [](const Graph&, const Node& n) {
+        return n.attr_int("dx_relu", 0) != 0 ? NodeLayouts{{A, S, P}, {S, P, P}} : NodeLayouts{{A, A, P}, {A, P, P}};
+      });
 }
 
 }  // namespace trainrt

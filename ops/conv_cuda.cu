@@ -383,6 +383,11 @@ struct MathInputs {
   std::vector<Tensor> t;
   size_t bytes = 0;
 };
+// ConvGrad's dx_relu (ops/conv.cpp): dX also goes through the ReLU gradient of X.
+bool dx_relu(const KernelContext& ctx) {
+  return ctx.node.op_type == "ConvGrad" && ctx.has_output(0) && ctx.node.attr_int("dx_relu", 0) != 0;
+}
+
 std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
   if (ctx.math == MathPrecision::fp32) return {};
   std::vector<bool> wanted(ctx.outputs.size());
@@ -576,8 +581,9 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
     int64_t most = -1;
     if (dx) {
       Tensor out(x.dtype(), x.dims(), nullptr);
-      most = std::max(most, conv_graph_backward_workspace(
-                                ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], out, win, group}));
+      most = std::max(
+          most, conv_graph_backward_workspace(ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], out, win,
+                                                                     group, 0, nullptr, dx_relu(ctx) ? &x : nullptr}));
     }
     if (dw) {
       Tensor out(w.dtype(), w.dims(), nullptr);
@@ -585,6 +591,12 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
                                 ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group}));
     }
     if (most >= 0) graph = math_bytes(ctx) + static_cast<size_t>(most);
+  } else if (dx && dx_relu(ctx)) {  // fp32: the data pass with its ReLU gradient as one graph
+    Tensor out(x.dtype(), x.dims(), nullptr);
+    const int64_t g = conv_graph_backward_workspace(
+        ctx, ConvGradGraphArgs{ConvPass::data, dy, w, out, conv_window(ctx.node, x, w, dy.dims()),
+                               ctx.node.attr_int("group", 1), 0, nullptr, &x});
+    if (g >= 0) graph = static_cast<size_t>(g);
   }
   const auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx, .filter = dw});
   if (plan->use_reference) return graph;
@@ -596,8 +608,10 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   return std::max(graph, carve.size);
 }
 
-// ConvGrad(dy, x, w) -> (dx, dw, db), each optional.
-void conv_grad(KernelContext& ctx) {
+// ConvGrad(dy, x, w) -> (dx, dw, db), each optional; true when dx went through its ReLU
+// gradient too (dx_relu: the graph's RELU_BWD, or the reference on the host), else
+// with_dx_relu's ReluGrad kernel does it after.
+bool conv_grad(KernelContext& ctx) {
   const Node& n = ctx.node;
   const Tensor& x0 = ctx.in(1);
   const Tensor& w0 = ctx.in(2);
@@ -608,12 +622,14 @@ void conv_grad(KernelContext& ctx) {
   // x or w empty (C == 0, or H/W == 0 with pads) while dy is not: dx and dw are sums over
   // nothing, but db = sum of dy is not, so zeroing it would differ from the reference.
   // Degenerate, so the host computes it.
-  if (db && ctx.in(0).numel() > 0 && (x0.numel() == 0 || w0.numel() == 0)) return run_reference(ctx);
+  if (db && ctx.in(0).numel() > 0 && (x0.numel() == 0 || w0.numel() == 0)) return run_reference(ctx), true;
   if (ctx.in(0).numel() == 0 || x0.numel() == 0 || w0.numel() == 0) {  // sums over nothing: zeros, as the reference
     for (Tensor* t : {dx, dw, db})
       if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
-    return;
+    return true;  // a zero dx stays zero
   }
+  const Tensor* relu_x = dx && dx_relu(ctx) ? &x0 : nullptr;
+  bool masked = false;
   if (!rounded_inputs(ctx).empty()) {
     // bf16/fp16: each pass's graph on 16-bit copies first; the passes it ran are done.
     const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(math_bytes(ctx))));
@@ -621,9 +637,9 @@ void conv_grad(KernelContext& ctx) {
     const Window win = conv_window(n, x0, w0, dy16.dims());
     const int64_t group = n.attr_int("group", 1);
     const size_t off = math_bytes(ctx);
-    if (dx && conv_graph_backward(
-                  ctx, ConvGradGraphArgs{ConvPass::data, dy16, narrow.t[2], *dx, win, group, off, &narrow.prepare}))
-      dx = nullptr;
+    if (dx && conv_graph_backward(ctx, ConvGradGraphArgs{ConvPass::data, dy16, narrow.t[2], *dx, win, group, off,
+                                                         &narrow.prepare, relu_x}))
+      dx = nullptr, masked = relu_x != nullptr;
     if (dw && conv_graph_backward(
                   ctx, ConvGradGraphArgs{ConvPass::filter, dy16, narrow.t[1], *dw, win, group, off, &narrow.prepare}))
       dw = nullptr;
@@ -637,7 +653,13 @@ void conv_grad(KernelContext& ctx) {
       check_launch(n, "channel_sums16");
       db = nullptr;
     }
-    if (!dx && !dw && !db) return;
+    if (!dx && !dw && !db) return masked;
+  } else if (relu_x) {  // fp32: the data pass with its ReLU gradient as one graph first
+    const Window win = conv_window(n, x0, w0, ctx.in(0).dims());
+    if (conv_graph_backward(ctx, ConvGradGraphArgs{ConvPass::data, ctx.in(0), w0, *dx, win, n.attr_int("group", 1), 0,
+                                                   nullptr, relu_x}))
+      dx = nullptr, masked = true;
+    if (!dx && !dw && !db) return masked;
   }
   // What is left runs on cuDNN's legacy API (under bf16/fp16 on fp32 copies of the rounded
   // inputs, written over the 16-bit ones after the graphs that read them).
@@ -646,7 +668,7 @@ void conv_grad(KernelContext& ctx) {
   const Tensor& x = in.t[1];
   const Tensor& w = in.t[2];
   auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx != nullptr, .filter = dw != nullptr});
-  if (plan->use_reference) return run_reference(ctx);
+  if (plan->use_reference) return run_reference(ctx), true;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T one = 1, zero = 0;
@@ -693,6 +715,7 @@ void conv_grad(KernelContext& ctx) {
       check(cudnnConvolutionBackwardBias(c.cudnn, &one, plan->y, dy.data<T>(), &zero, plan->bias, db->data<T>()),
             what(n, "cudnnConvolutionBackwardBias"));
   });
+  return masked;
 }
 
 }  // namespace
@@ -700,7 +723,8 @@ void conv_grad(KernelContext& ctx) {
 void register_conv_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", conv_grad);
+  if (const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad"))
+    add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad));
   if (r.kernels.find("cuda", "", "Conv"))
     r.kernels.set_workspace("cuda", "", "Conv",
                             [](const KernelContext& c) { return conv_forward_workspace(c, false); });

@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t kMaxGraphWorkspace = int64_t{256} << 20;
 
 // Unique ids of the graph's tensors (the variant pack names buffers by them).
-enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kConvOut = 101, kBiasOut, kReluOut };
+enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kReluX, kConvOut = 101, kBiasOut, kReluOut };
 
 // One backend descriptor, destroyed with its last owner.
 struct Desc {
@@ -347,11 +347,32 @@ std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) 
   return ops;
 }
 
-// A backward pass's one operation. The uids keep the forward's names: data reads kY (dy)
-// and kW and writes kX (dx); filter reads kX and kY (dy) and writes kW (dw).
-cudnnBackendDescriptor_t backward_op(Builder& b, const Problem& p) {
+// dx = relu_x > 0 ? dy : 0: one pointwise RELU_BWD in fp32.
+cudnnBackendDescriptor_t relu_backward(Builder& b, cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t relu_x,
+                                       cudnnBackendDescriptor_t dx) {
+  const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t pw = b.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise descriptor");
+  b.set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+  b.set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise math precision");
+  b.finalize(pw, "pointwise finalize");
+  cudnnBackendDescriptor_t op = b.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise operation descriptor");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy, "relu backward dy");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, relu_x, "relu backward x");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx, "relu backward dx");
+  b.finalize(op, "pointwise operation finalize");
+  return op;
+}
+
+// A backward pass's operations. The uids keep the forward's names: data reads kY (dy)
+// and kW and writes kX (dx; with p.relu through RELU_BWD against kReluX); filter reads
+// kX and kY (dy) and writes kW (dw).
+std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p) {
   const bool data = p.pass == ConvPass::data;
-  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in);
+  const bool relu = data && p.relu;
+  cudnnBackendDescriptor_t x =
+      relu ? tensor(b, kConvOut, p.x, 16, true) : tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in);
   cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT);
   cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in);
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
@@ -366,7 +387,10 @@ cudnnBackendDescriptor_t backward_op(Builder& b, const Problem& p) {
     b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "data gradient alpha");
     b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "data gradient beta");
     b.finalize(op, "convolution data gradient finalize");
-    return op;
+    if (!relu) return {op};
+    cudnnBackendDescriptor_t relu_x = tensor(b, kReluX, p.x, p.align[3], false);
+    cudnnBackendDescriptor_t dx = tensor(b, kX, p.x, p.align[0], false);
+    return {op, relu_backward(b, x, relu_x, dx)};
   }
   cudnnBackendDescriptor_t op =
       b.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, "convolution filter gradient operation");
@@ -377,14 +401,14 @@ cudnnBackendDescriptor_t backward_op(Builder& b, const Problem& p) {
   b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "filter gradient alpha");
   b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "filter gradient beta");
   b.finalize(op, "convolution filter gradient finalize");
-  return op;
+  return {op};
 }
 
 // The operation graph of `p` and its execution plan; null and `why` when cuDNN does not support it.
 std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
   Builder b;
   const std::vector<cudnnBackendDescriptor_t> ops =
-      p.pass == ConvPass::forward ? forward_ops(b, p) : std::vector<cudnnBackendDescriptor_t>{backward_op(b, p)};
+      p.pass == ConvPass::forward ? forward_ops(b, p) : backward_ops(b, p);
   cudnnHandle_t handle = context().cudnn;
   cudnnBackendDescriptor_t graph = b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
@@ -491,10 +515,12 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
                 const Tensor& y, const Window& win, int64_t group, const int64_t align[5], GraphCall& c) {
   Problem& p = c.p;
   p.pass = pass;
-  // fp32 inputs: FusedConv's forward only (its fused epilogue is what the graph adds);
-  // 16-bit inputs: any pass (the tensor cores' 16-bit rate is).
-  const bool fused_forward = ctx.node.op_type == "FusedConv" && pass == ConvPass::forward;
-  if (!graph_dtype(inputs, &p.in) || (inputs == DataType::Float32 && !fused_forward)) return false;
+  // fp32 inputs: FusedConv's forward and the data pass with its ReLU gradient only (the
+  // fused epilogue is what the graph adds); 16-bit inputs: any pass (the tensor cores'
+  // 16-bit rate is). The caller sets p.relu of a data pass before.
+  const bool fused =
+      (ctx.node.op_type == "FusedConv" && pass == ConvPass::forward) || (pass == ConvPass::data && p.relu);
+  if (!graph_dtype(inputs, &p.in) || (inputs == DataType::Float32 && !fused)) return false;
   if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || group != 1 || win.dilations[0] != 1 || win.dilations[1] != 1 ||
       x.numel() == 0 || w.numel() == 0 || y.numel() == 0)
     return false;
@@ -504,13 +530,17 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
   p.tf32 = tf32_allowed(ctx);
   const char* math = inputs != DataType::Float32 ? dtype_word(inputs) : p.tf32 ? "tf32" : "strict";
   for (int i = 0; i < 5; ++i) p.align[i] = align[i];
-  const char* pass_word = pass == ConvPass::forward ? "forward" : pass == ConvPass::data ? "data" : "filter";
-  c.key = std::string(pass_word) + "|x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" +
+  const bool drelu = pass == ConvPass::data && p.relu;
+  const std::string pass_word = std::string(pass == ConvPass::forward ? "forward"
+                                            : pass == ConvPass::data  ? "data"
+                                                                      : "filter") +
+                                (drelu ? "+drelu" : "");
+  c.key = pass_word + "|x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" +
           dims_text(p.strides) + "|p" + dims_text(p.pre) + "," + dims_text(p.post) + "|" + math + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
   c.all = ctx.chooser != nullptr;
   if (c.all) c.key += "|timed";
-  c.label = graph_label(ctx.node.op_type, pass, inputs);
+  c.label = graph_label(ctx.node.op_type, pass, inputs) + (drelu ? " +drelu" : "");
   c.pattern = ctx.node.op_type + "." + pass_word;
   c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + pass_word + ", " + math;
   return true;
@@ -614,12 +644,15 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() || a.out.dtype() != DataType::Float32)
     return false;
   const bool data = a.pass == ConvPass::data;
+  if (a.relu_x && (!data || a.relu_x->dtype() != DataType::Float32 || a.relu_x->dims() != a.out.dims())) return false;
   const Tensor& x = data ? a.out : a.other;
   const Tensor& w = data ? a.other : a.out;
+  c.p.relu = a.relu_x != nullptr;
   if (!graph_call(ctx, a.pass, a.dy.dtype(), x, w, a.dy, a.win, a.group, align, c)) return false;
   c.bufs.add(kX, x.raw());
   c.bufs.add(kW, w.raw());
   c.bufs.add(kY, a.dy.raw());
+  if (a.relu_x) c.bufs.add(kReluX, a.relu_x->raw());
   c.bufs.out = a.out.raw();
   c.bufs.workspace_offset = a.workspace_offset;
   return true;
@@ -628,8 +661,8 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
 }  // namespace
 
 std::string graph_label(const std::string& op_type, ConvPass pass, DataType inputs) {
-  if (inputs == DataType::Float32) return op_type;
   const char* pass_word = pass == ConvPass::forward ? "" : pass == ConvPass::data ? ".data" : ".filter";
+  if (inputs == DataType::Float32) return op_type + pass_word;
   return op_type + pass_word + " (" + dtype_word(inputs) + " inputs)";
 }
 
@@ -649,10 +682,12 @@ bool conv_graph_backward(const KernelContext& ctx, const ConvGradGraphArgs& a) {
   const bool data = a.pass == ConvPass::data;
   const void* x = data ? a.out.raw() : a.other.raw();
   const void* w = data ? a.other.raw() : a.out.raw();
-  const int64_t align[5] = {alignment(x), alignment(w), 16, 16, alignment(a.dy.raw())};
+  const int64_t align[5] = {alignment(x), alignment(w), 16, a.relu_x ? alignment(a.relu_x->raw()) : 16,
+                            alignment(a.dy.raw())};
   GraphCall c;
   if (!backward_call(ctx, a, align, c)) {
-    fusion_tally().record(graph_label(ctx.node.op_type, a.pass, a.dy.dtype()), ctx.node.name, false);
+    fusion_tally().record(graph_label(ctx.node.op_type, a.pass, a.dy.dtype()) + (a.relu_x ? " +drelu" : ""),
+                          ctx.node.name, false);
     return false;
   }
   return run_graph(ctx, c, a.prepare, "cuDNN's legacy convolution API on fp32 copies");

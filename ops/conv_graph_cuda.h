@@ -7,12 +7,14 @@
 //   forward  y = act(conv(x, w) + b) + z  x: N,C,H,W  w: M,C,kH,kW  b: M (optional)
 //                                         z: N,M,Ho,Wo (optional)  act: none | Relu
 //   data     dx = conv's data gradient of dy through w     (ConvGrad's dX)
+//            [then dx = relu_x > 0 ? dx : 0: ConvGrad's dx_relu, RELU_BWD in the graph]
 //   filter   dw = conv's filter gradient of dy against x   (ConvGrad's dW)
 //
 // The forward is one operation graph: convolution forward into a virtual tensor, then a
 // pointwise chain (ADD b broadcast over N,H,W; RELU_FWD; ADD z), each intermediate
 // virtual, the last writing y; with no epilogue the convolution writes y itself. Each
-// backward pass is a graph of its one operation. Engines come from the heuristics (mode
+// backward pass is a graph of its one operation; the data pass with relu_x writes a
+// virtual dx that a pointwise RELU_BWD (against relu_x) turns into dx. Engines come from the heuristics (mode
 // A, then the fallback list), the first that finalizes within 256 MiB of workspace;
 // non-deterministic engines only when no deterministic one does; never one that
 // down-converts its inputs or reduces in reduced precision. Where TF32 is not allowed
@@ -26,7 +28,8 @@
 // captured) and runs the fastest from then on; the workspace rule then reserves the
 // most any candidate needs (ops/core/engine_choice.h, docs/cuda.md "Engine timing").
 //
-// Input dtypes: fp32 (FusedConv's forward only: the fused epilogue is the point), or,
+// Input dtypes: fp32 (FusedConv's forward and the data pass with relu_x only: the fused
+// epilogue is the point), or,
 // under --precision bf16/fp16, bfloat16 / IEEE half copies of the inputs the reference
 // rounds (math_rounded_inputs), for every pass of Conv, FusedConv and ConvGrad. Those
 // 16-bit copies hold exactly the reference's rounded values (round_to_math is
@@ -83,6 +86,9 @@ struct ConvGradGraphArgs {
   int64_t group = 1;
   size_t workspace_offset = 0;
   const std::function<void()>* prepare = nullptr;
+  // Data pass only: the fp32 tensor (like dx) whose ReLU gradient dx also goes through
+  // (ConvGrad's dx_relu: X itself); null: none.
+  const Tensor* relu_x = nullptr;
 };
 
 // True when the output was computed by the graph (queued on the context's stream);
@@ -97,8 +103,9 @@ bool conv_graph_backward(const KernelContext& ctx, const ConvGradGraphArgs& a);
 int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a);
 int64_t conv_graph_backward_workspace(const KernelContext& ctx, const ConvGradGraphArgs& a);
 
-// The fusion tally's label of a node's graph: "FusedConv" for the fp32 forward, else
-// the op, the pass and the inputs' dtype, e.g. "ConvGrad.data (bf16 inputs)".
+// The fusion tally's label of a node's graph: the op and the pass ("FusedConv" for the
+// forward, "ConvGrad.data"), then the inputs' dtype where 16-bit, e.g. "ConvGrad.data
+// (bf16 inputs)"; a data pass with its ReLU gradient adds " +drelu".
 std::string graph_label(const std::string& op_type, ConvPass pass, DataType inputs);
 
 }  // namespace trainrt::cuda

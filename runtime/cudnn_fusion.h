@@ -13,7 +13,8 @@
 //   BatchNormalizationRelu (training)      -> "bn_relu_fwd"
 //        batch-norm forward training with ReLU: cuDNN's specialized runtime fusion
 //        engine BnAddRelu (batch-norm training forward is served by that engine only).
-//   ReluGrad(dY, Y) whose dY is the sole use of a ConvGrad's dX  -> "dgrad_drelu"
+//   ConvGrad with dx_relu (trainrt fused the ReLU gradient of X into it), or a ReluGrad(dY,
+//        Y) whose dY is the sole use of a ConvGrad's dX  -> "dgrad_drelu"
 //        convolution dgrad followed by the ReLU gradient (generic runtime fusion).
 //   ReluGrad(dY, Y) read only by a BatchNormalizationGrad, Y from BatchNormalizationRelu
 //        -> "bn_relu_bwd": cuDNN's DReluForkDBn engine (batch-norm backward is served

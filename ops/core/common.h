@@ -8,6 +8,7 @@
 // message wording for every op.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "graph/error.h"
@@ -19,6 +20,14 @@ namespace trainrt {
 // `t` (fp32, row-major) with every element rounded by round_to_math, still stored as
 // fp32. Other dtypes, or MathPrecision::fp32, return `t` itself (shared, no copy).
 Tensor math_input(const Tensor& t, MathPrecision m);
+
+// ConvGrad with attribute dx_relu = 1 (graph/fuse_conv.cpp, fuse_dgrad_relu_grad): its
+// dX then also goes through the ReLU gradient of X (dX = X > 0 ? dX : 0; X, the
+// convolution's input, is the Relu's output). `conv_grad` computes the gradients,
+// `relu_grad` (the same backend's ReluGrad kernel, alias-safe) masks dX in place:
+// the unfused ReluGrad's own arithmetic, so the fused node has the unfused nodes' bits.
+// `conv_grad` returns true when it has applied the mask itself (a fused library call).
+Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_grad);
 
 // Calls f(float{}) or f(double{}); other dtypes are an internal error (the
 // shape rule should have rejected them).

@@ -198,6 +198,51 @@ TEST_CASE("FusedGemm's sums (sum_of A / B): op(A)'s rows or op(B)'s columns summ
   CHECK(error({"y", "s"}, {{"sum_of", Attribute::of_string("C")}}).find("'sum_of' must be") != std::string::npos);
 }
 
+TEST_CASE("ConvGrad(dx_relu) = ReluGrad(ConvGrad's dX, X) in every precision, X read unrounded") {
+  // X as a Relu's output: zeros, ordinary positives and positives too small for IEEE half
+  // (they round to 0 under fp16, so a mask on the rounded X would differ).
+  Tensor x = random_tensor(DataType::Float32, {2, 16, 6, 6}, 1, -1.0, 1.0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    float& v = x.data<float>()[i];
+    if (v < 0) v = 0;
+    if (i % 7 == 0) v = 1e-9f;
+  }
+  const TensorMap feeds{{"dy", random_tensor(DataType::Float32, {2, 8, 6, 6}, 2)}, {"x", x}};
+  const TensorMap inits{{"w", random_tensor(DataType::Float32, {8, 16, 3, 3}, 3)}};
+  const auto attrs = conv_attrs(1, 1);
+  for (bool dw : {false, true}) {
+    CAPTURE(dw);
+    const std::vector<std::string> outs = dw ? std::vector<std::string>{"dx", "dw"} : std::vector<std::string>{"dx"};
+    std::vector<std::string> plain_outs = outs;
+    plain_outs[0] = "g";
+    const Graph unfused = graph_of({make_node("ConvGrad", {"dy", "x", "w"}, plain_outs, attrs, kTrainrtDomain),
+                                    make_node("ReluGrad", {"g", "x"}, {"dx"}, {}, kTrainrtDomain)},
+                                   feeds, inits, outs);
+    auto fattrs = attrs;
+    fattrs["dx_relu"] = Attribute::of_int(1);
+    const Graph fused =
+        graph_of({make_node("ConvGrad", {"dy", "x", "w"}, outs, fattrs, kTrainrtDomain)}, feeds, inits, outs);
+    for (MathPrecision math : {MathPrecision::fp32, MathPrecision::bf16, MathPrecision::fp16}) {
+      CAPTURE(math_precision_name(math));
+      const TensorMap want = run_in(unfused, feeds, "reference", math);
+      const TensorMap got = run_in(fused, feeds, "reference", math);
+      size_t cut = 0, tiny_kept = 0;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        cut += x.data<float>()[i] == 0 && want.at("dx").data<float>()[i] == 0;
+        tiny_kept += x.data<float>()[i] == 1e-9f && want.at("dx").data<float>()[i] != 0;
+      }
+      CHECK(cut > 0);
+      CHECK(tiny_kept > 0);
+      for (const std::string& o : outs) CHECK(max_abs_diff(got.at(o), want.at(o)) == 0.0);
+      if (math == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16()) continue;  // cpu refuses bf16 there
+      const TensorMap cpu = run_in(fused, feeds, "cpu", math);
+      for (const std::string& o : outs) CHECK(rel_diff(cpu.at(o), want.at(o)) < 1e-4);
+      for (int64_t i = 0; i < x.numel(); ++i)  // the mask itself is exact
+        if (x.data<float>()[i] == 0) CHECK(cpu.at("dx").data<float>()[i] == 0);
+    }
+  }
+}
+
 TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inference, running stats included") {
   const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 6, 5, 5}, 1, -2, 2)}};
   TensorMap inits{{"scale", random_tensor(DataType::Float32, {6}, 2, 0.5, 1.5)},

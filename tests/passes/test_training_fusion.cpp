@@ -10,6 +10,7 @@
 #include "autodiff/training_graph.h"
 #include "graph/fuse_util.h"
 #include "graph/passes.h"
+#include "runtime/cudnn_fusion.h"
 #include "runtime/training_session.h"
 #include "wrn_util.h"
 
@@ -391,10 +392,14 @@ TEST_CASE(
         0);
 }
 
-// input [N,1,12,12] -> Conv(4, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool
+// input [N,1,12,12] -> Conv(16, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool
 // -> GlobalAveragePool -> Flatten -> Linear(6, 10): a CNN without batch normalization, as
-// small exported models are. Both Conv + Relu pairs become FusedConv(activation=Relu).
-TEST_CASE("Conv + Relu fused in a training graph without batch normalization: 3 SGD steps equal the unfused graph's") {
+// small exported models are. Both Conv + Relu pairs become FusedConv(activation=Relu), and
+// the second convolution's data gradient takes the first Relu's gradient
+// (ConvGrad(dx_relu=1)); 16 channels there, so on AVX-512 the cpu backend may block X and dX.
+TEST_CASE(
+    "Conv + Relu and dgrad + ReLU gradient fused in a CNN without batch normalization: 3 SGD steps equal the "
+    "unfused graph's") {
   Graph g;
   g.name = "cnn";
   g.opsets[""] = 17;
@@ -404,9 +409,9 @@ TEST_CASE("Conv + Relu fused in a training graph without batch normalization: 3 
     g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
     g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
   };
-  init("w1", {4, 1, 3, 3}, 1, 0.5);
-  init("b1", {4}, 2, 0.1);
-  init("w2", {6, 4, 3, 3}, 3, 0.3);
+  init("w1", {16, 1, 3, 3}, 1, 0.5);
+  init("b1", {16}, 2, 0.1);
+  init("w2", {6, 16, 3, 3}, 3, 0.2);
   init("b2", {6}, 4, 0.1);
   init("fc", {10, 6}, 5, 0.5);
   init("fcb", {10}, 6, 0.1);
@@ -441,9 +446,26 @@ TEST_CASE("Conv + Relu fused in a training graph without batch normalization: 3 
   CHECK(counts.at("ai.trainrt::FusedConv") == 2);
   CHECK(counts.count("Conv") == 0);
   CHECK(counts.count("Relu") == 0);
-  size_t relu = 0;
-  for (const Node& n : f.graph.nodes) relu += n.op_type == "FusedConv" && n.attr_string("activation", "") == "Relu";
+  size_t relu = 0, dx_relu = 0;
+  for (const Node& n : f.graph.nodes) {
+    relu += n.op_type == "FusedConv" && n.attr_string("activation", "") == "Relu";
+    dx_relu += n.op_type == "ConvGrad" && n.attr_int("dx_relu", 0) == 1;
+  }
   CHECK(relu == 2);
+  CHECK(dx_relu == 1);
+  // relu2's gradient follows the MaxPool's: it stays a ReluGrad.
+  CHECK(counts.at("ai.trainrt::ReluGrad") == op_counts(t.graph).at("ai.trainrt::ReluGrad") - 1);
+  TrainingGraph only = t;
+  CHECK(passes::fuse_dgrad_relu_grad(only.graph) == 1);
+  // The cuDNN plan: both convolutions' epilogues and the fused data gradient.
+  const std::vector<FusionRow> rows = cudnn_fusion_table(cudnn_fusion_sites(f.graph));
+  size_t bias_relu = 0, dgrad = 0;
+  for (const FusionRow& r : rows) {
+    if (r.pattern == "conv_bias_relu") bias_relu = r.fused;
+    if (r.pattern == "dgrad_drelu") dgrad = r.fused;
+  }
+  CHECK(bias_relu == 2);
+  CHECK(dgrad == 1);
 
   Tensor labels(DataType::Int64, {5});
   for (int i = 0; i < 5; ++i) labels.data<int64_t>()[i] = (7 * i + 3) % 10;
