@@ -723,8 +723,9 @@ bool conv_grad(KernelContext& ctx) {
 void register_conv_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
-  if (const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad"))
-    add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad));
+  const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
+  if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad));
   if (r.kernels.find("cuda", "", "Conv"))
     r.kernels.set_workspace("cuda", "", "Conv",
                             [](const KernelContext& c) { return conv_forward_workspace(c, false); });
