@@ -537,6 +537,10 @@ void DataParallel::on_after(int step) {
 
 double DataParallel::step(const TensorMap& batch, float lr, bool stop) {
   if (window_open_) throw_internal("DataParallel::step", "steps queued: finish_steps() first");
+  return run_step(batch, lr, stop);
+}
+
+double DataParallel::run_step(const TensorMap& batch, float lr, bool stop) {
   stop_ = stop;
   double loss = s_.step(batch, lr);
   if (events_) return loss;  // the mean, concluded in the session's after-run hook
@@ -562,15 +566,13 @@ void DataParallel::queue_step(const TensorMap& batch, float lr, bool stop) {
   if (!events_) {  // off the device path, or no plan yet: the step runs now
     absorb();
     if (finished_.error) return;
-    const bool open = window_open_;
-    window_open_ = false;  // step() refuses an open window
     try {
-      finished_.losses.push_back(step(batch, lr, stop));
+      // stop_agreed() stays this step's: every rank ran it at once.
+      finished_.losses.push_back(run_step(batch, lr, stop));
       window_stop_ = window_stop_ || stop_agreed_;
     } catch (const NumericalError& e) {
       finished_.error = e;
     }
-    window_open_ = open;  // stop_agreed() stays this step's: every rank ran it at once
     return;
   }
   stop_ = stop;

@@ -207,7 +207,8 @@ class DataParallel {
   // finish_steps(); `finished_` holds the steps that ran at once, and the window's stop.
   bool window_open_ = false, window_stop_ = false;
   ReduceTotals totals_;
-  void add_totals();  // the last step's timings_ into totals_
+  void add_totals();                                             // the last step's timings_ into totals_
+  double run_step(const TensorMap& batch, float lr, bool stop);  // step() without its window guard
   TrainingSession::Finished finished_;
 };
 

@@ -765,23 +765,16 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
 // the host, every feed staged through pinned memory, no step hook unless it only queues
 // work (RunOptions::hooks_queue_only), no profile or early stop, and a run of this plan
 // before (the kernels' own one-time set-up, and the hooks' for the plan, not captured).
-namespace {
-// Whether the run has step hooks or a skip flag (RunOptions), and whether they need the host
-// between the steps (they are not queue-only): such a run is neither launched ahead nor captured.
-bool has_hooks(const RunOptions& ro) { return ro.after_step || ro.before_step || ro.skip_flag; }
-bool hooks_need_host(const RunOptions& ro) { return has_hooks(ro) && !ro.hooks_queue_only; }
-}  // namespace
-
 bool Executor::capturable(const Prepared& p, const RunOptions& ro, std::string& key) const {
   if (!opts_.capture || !backend_.can_capture() || backend_.host_visible() || p.capture_failed || p.host_steps ||
-      p.runs == 0 || ro.profile || hooks_need_host(ro) || ro.skip_state_writes)
+      p.runs == 0 || ro.profile || ro.hooks_need_host() || ro.skip_state_writes)
     return false;
   size_t staged = 0;
   for (const Tensor& t : p.staged) staged += !t.empty();
   if (p.feed_copies.size() != staged || staged != p.feed_values.size()) return false;
   key = std::string(ro.training ? "training" : "inference") + (ro.detect_anomaly ? " anomaly" : "");
   for (const std::string& c : ro.check_finite) key += " " + c;
-  if (has_hooks(ro)) key += " hooks " + std::to_string(reinterpret_cast<uintptr_t>(ro.skip_flag));
+  if (ro.has_hooks()) key += " hooks " + std::to_string(reinterpret_cast<uintptr_t>(ro.skip_flag));
   return true;
 }
 
@@ -848,7 +841,7 @@ const TensorMap& Executor::run(const TensorMap& feeds, const RunOptions& ro) {
 }
 
 bool Executor::deferrable(const Prepared& p, const RunOptions& ro, bool checking) const {
-  return backend_.asynchronous() && !backend_.host_visible() && !p.host_steps && !ro.profile && !hooks_need_host(ro) &&
+  return backend_.asynchronous() && !backend_.host_visible() && !p.host_steps && !ro.profile && !ro.hooks_need_host() &&
          !ro.skip_state_writes && (!checking || p.any_flag >= 0 || p.plan.first_state_write < 0);
 }
 

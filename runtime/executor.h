@@ -110,6 +110,11 @@ struct RunOptions {
   // run's last step has been issued, so the hooks may fill it during the run; the
   // caller keeps it alive while the run is in flight.
   const std::vector<std::pair<std::string, Tensor>>* copy_out = nullptr;
+
+  // Whether the run has step hooks or a skip flag, and whether they need the host between
+  // the steps (not hooks_queue_only): such a run is neither launched ahead nor captured.
+  bool has_hooks() const { return after_step || before_step || skip_flag; }
+  bool hooks_need_host() const { return has_hooks() && !hooks_queue_only; }
 };
 
 // A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.

@@ -183,9 +183,9 @@ double TrainingSession::loss_of(const TensorMap& results) const {
 
 void TrainingSession::queue_step(const TensorMap& batch, float lr) {
   if (finished_.error) return;  // a failed step: nothing after it runs until finish_steps()
+  const RunOptions ro = run_options();
   const bool now = !backend_->asynchronous() || backend_->host_visible() || exec_->plans_built() == 0 ||
-                   !t_.loss_scale.empty() || ((after_step_ || before_step_ || skip_flag_) && !hooks_queue_only_) ||
-                   profile_;
+                   !t_.loss_scale.empty() || ro.hooks_need_host() || profile_;
   if (now) {
     take_launched();
     if (finished_.error) return;
@@ -198,7 +198,7 @@ void TrainingSession::queue_step(const TensorMap& batch, float lr) {
     }
     return;
   }
-  exec_->launch(feeds_for(batch, lr), run_options());
+  exec_->launch(feeds_for(batch, lr), ro);
   ++launched_;
 }
 
