@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 
+#include "graph/tsan.h"
 #include "runtime/data_parallel.h"
 #include "runtime_util.h"
 #include "standin_device.h"
@@ -958,6 +959,12 @@ TEST_CASE("device backend: paired branches run on the side stream, ordered by ev
   for (const Backend::Stream late : {Backend::Stream::side, Backend::Stream::compute}) {
     for (const bool ordered : {true, false}) {
       if (!ordered && late != Backend::Stream::side) continue;
+#ifdef TRAINRT_TSAN
+      // The control drops every wait, so its two compute streams do race; depending on the
+      // schedule ThreadSanitizer sees that race and ends the run. The ordered variants are
+      // the ones TSan checks; the control runs in the other builds.
+      if (!ordered) continue;
+#endif
       CAPTURE(static_cast<int>(late));
       CAPTURE(ordered);
       auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});  // every op a device kernel
