@@ -13,6 +13,8 @@
 // writes the last node's output name, so readers and graph outputs are unchanged.
 // The swallowed intermediate must have that one reader only.
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "graph/error.h"
@@ -44,9 +46,11 @@ Node to_fused_conv(const Node& conv, const Node& last) {
   return f;
 }
 
-}  // namespace
-
-size_t fuse_conv_relu(Graph& g) {
+// Producer + Relu -> one node with activation=Relu writing the Relu's output, where the
+// producer's output has the Relu as its sole reader: `make` builds the fused node from
+// the producer (nullopt: not this producer). Shared by the Conv and Gemm rewrites.
+size_t fuse_relu_into_producer(Graph& g,
+                               const std::function<std::optional<Node>(const Node& producer, const Node& relu)>& make) {
   const Uses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
   size_t fused = 0;
@@ -55,17 +59,25 @@ size_t fuse_conv_relu(Graph& g) {
     if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
     const size_t i = u.producer_of(relu.inputs[0]);
     if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
-    const Node& conv = g.nodes[i];
-    if (!conv_like(conv) || conv.has_input(3) || !conv.attr_string("activation", "").empty()) continue;
-    Node f = to_fused_conv(conv, relu);
-    f.attrs["activation"] = Attribute::of_string("Relu");
-    f.outputs = {relu.outputs[0]};
-    g.nodes[j] = std::move(f);
+    std::optional<Node> f = make(g.nodes[i], relu);
+    if (!f) continue;
+    f->attrs["activation"] = Attribute::of_string("Relu");
+    f->outputs = {relu.outputs[0]};
+    g.nodes[j] = std::move(*f);
     dead[i] = true;
     ++fused;
   }
   erase_marked(g, dead);
   return fused;
+}
+
+}  // namespace
+
+size_t fuse_conv_relu(Graph& g) {
+  return fuse_relu_into_producer(g, [](const Node& conv, const Node& relu) -> std::optional<Node> {
+    if (!conv_like(conv) || conv.has_input(3) || !conv.attr_string("activation", "").empty()) return std::nullopt;
+    return to_fused_conv(conv, relu);
+  });
 }
 
 size_t fuse_conv_add(Graph& g) {
@@ -116,28 +128,14 @@ size_t fuse_conv_add(Graph& g) {
 }
 
 size_t fuse_gemm_relu(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
-    const Node& relu = g.nodes[j];
-    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
-    const size_t i = u.producer_of(relu.inputs[0]);
-    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
-    const Node& gemm = g.nodes[i];
-    if (!is_onnx(gemm, "Gemm") || gemm.outputs.size() != 1) continue;
+  return fuse_relu_into_producer(g, [](const Node& gemm, const Node& relu) -> std::optional<Node> {
+    if (!is_onnx(gemm, "Gemm") || gemm.outputs.size() != 1) return std::nullopt;
     Node f = gemm;
     f.op_type = "FusedGemm";
     f.domain = kTrainrtDomain;
     f.name = fused_name(gemm, relu);
-    f.attrs["activation"] = Attribute::of_string("Relu");
-    f.outputs = {relu.outputs[0]};
-    g.nodes[j] = std::move(f);
-    dead[i] = true;
-    ++fused;
-  }
-  erase_marked(g, dead);
-  return fused;
+    return f;
+  });
 }
 
 size_t fuse_gemm_bias_grad(Graph& g) {
