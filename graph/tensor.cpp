@@ -117,15 +117,44 @@ int64_t blocked_to_plain_index(const std::vector<int64_t>& d, int64_t offset) {
   return (n * d[1] + c) * hw + s;
 }
 
+bool layout_fits(Layout l, const std::vector<int64_t>& d) {
+  switch (l) {
+    case Layout::Plain:
+      return true;
+    case Layout::Blocked16c:
+      return blockable(d);
+    case Layout::ChannelsLast:
+      return d.size() == 4 && d[0] > 0 && d[1] > 1 && d[2] * d[3] > 1;
+  }
+  return false;
+}
+
+int64_t storage_to_plain_index(Layout l, const std::vector<int64_t>& d, int64_t offset) {
+  switch (l) {
+    case Layout::Plain:
+      return offset;
+    case Layout::Blocked16c:
+      return blocked_to_plain_index(d, offset);
+    case Layout::ChannelsLast: {
+      const int64_t C = d[1], hw = d[2] * d[3];
+      const int64_t c = offset % C, s = (offset / C) % hw, n = offset / (C * hw);
+      return (n * C + c) * hw + s;
+    }
+  }
+  return offset;
+}
+
 namespace {
-// Copies between the Blocked16c storage `blocked` and the Plain storage `plain`.
+// Copies between the storage of `from` (from_blocked) or `to` in their non-Plain layout
+// and the other, Plain, tensor.
 void copy_blocked(const Tensor& from, Tensor& to, bool from_blocked) {
   const size_t es = dtype_size(from.dtype());
   const std::byte* src = from.raw();
   std::byte* dst = to.raw();
   const int64_t count = from.numel();
+  const Layout l = from_blocked ? from.layout() : to.layout();
   for (int64_t off = 0; off < count; ++off) {
-    const int64_t i = blocked_to_plain_index(from.dims(), off);
+    const int64_t i = storage_to_plain_index(l, from.dims(), off);
     if (from_blocked)
       std::memcpy(dst + static_cast<size_t>(i) * es, src + static_cast<size_t>(off) * es, es);
     else

@@ -48,8 +48,11 @@ bool dtype_is_supported(DataType t);  // every numeric type trainrt stores
 // element (n,c,h,w) sits at ((n*C/16 + c/16)*H*W + h*W + w)*16 + c%16, so it has the
 // same size as the plain form and elementwise ops on two tensors of one layout are
 // unaffected. Only runtime arena values between kernels that accept it are blocked
-// (runtime/layout.h); everything a user sees is Plain.
-enum class Layout : uint8_t { Plain, Blocked16c };
+// (runtime/layout.h); everything a user sees is Plain. ChannelsLast is NHWC for a
+// rank-4 [N,C,H,W] tensor: element (n,c,h,w) sits at ((n*H + h)*W + w)*C + c, the form
+// cuDNN's tensor-core convolutions read without transposing (the cuda backend's
+// layout; also the same size as the plain form).
+enum class Layout : uint8_t { Plain, Blocked16c, ChannelsLast };
 
 int64_t element_count(const std::vector<int64_t>& dims);       // 1 for a scalar
 std::string dims_to_string(const std::vector<int64_t>& dims);  // "[2,3]"
@@ -101,6 +104,12 @@ class Tensor {
 
 // Whether `dims` can be stored as Blocked16c (rank 4, C a positive multiple of 16).
 bool blockable(const std::vector<int64_t>& dims);
+// Whether storing `dims` in `l` is possible and differs from Plain: Blocked16c as
+// blockable(); ChannelsLast for rank 4 with C > 1 and H*W > 1 (with either of them 1
+// the two orders are the same bytes); Plain always.
+bool layout_fits(Layout l, const std::vector<int64_t>& dims);
+// Plain index of the element at storage offset `offset` of a tensor stored in `l`.
+int64_t storage_to_plain_index(Layout l, const std::vector<int64_t>& dims, int64_t offset);
 // Plain index of the element at storage offset `offset` of a Blocked16c tensor.
 int64_t blocked_to_plain_index(const std::vector<int64_t>& dims, int64_t offset);
 // Walks the storage offsets of a Blocked16c tensor from `offset` on, in order, giving

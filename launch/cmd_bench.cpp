@@ -61,7 +61,8 @@ const CommandSpec kSpec{
      {"seed", "0", "seed of the random batch and of Dropout"},
      {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
      {"layouts", "blocked",
-      "activations between oneDNN kernels: blocked (nChw16c kept), or plain (reorder at every kernel) to compare"},
+      "activations between kernels: blocked (the backend's layout kept: oneDNN's nChw16c on cpu, NHWC on cuda), or "
+      "plain (cpu: a reorder at every oneDNN kernel; cuda: NCHW) to compare"},
      {"branches", "serial",
       "serial, or concurrent: independent neighbouring nodes two at a time (cpu: each with half the threads; cuda: "
       "the second on a second compute stream)"},
@@ -261,7 +262,10 @@ void print_setup(const BenchConfig& c, const BenchIo& io, const GraphSize& size,
       c.backend.c_str(), static_cast<long long>(c.threads), c.precision.c_str(), c.optimizer.c_str(), c.lr,
       static_cast<long long>(c.batch), static_cast<long long>(c.warmup), static_cast<long long>(c.steps));
   const bool avx512 = c.backend != "cpu" || dnnl_util::cpu_has_avx512_core();
-  const std::string layouts = !c.blocked ? "plain" : avx512 ? "blocked" : "plain (blocked needs AVX-512)";
+  const std::string layouts = !c.blocked            ? "plain"
+                              : c.backend == "cuda" ? "blocked (NHWC)"
+                              : avx512              ? "blocked"
+                                                    : "plain (blocked needs AVX-512)";
   const std::string convs = c.conv != ConvAlgorithm::winograd ? "direct"
                             : avx512                          ? "winograd"
                                                               : "direct (winograd needs AVX-512)";

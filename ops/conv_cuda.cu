@@ -49,6 +49,12 @@
 // so the tensor cores run them whatever --fp32-math says (tf32_allowed): the reference's
 // numerics at TF32 speed. Activations stay fp32 in memory either way.
 //
+// Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
+// residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as
+// such (legacy descriptors' format, graph tensors' strides); weights and biases stay
+// Plain (KCRS filters). The own kernels (epilogue, padding, channel sums) follow the
+// layout; the plan and graph keys hold it.
+//
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
@@ -67,6 +73,7 @@
 #include "ops/conv_graph_cuda.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/kernel_facts.h"
 #include "ops/core/window.h"
 
 // cuDNN 9 marks this convolution API deprecated (when CUDNN_WARN_DEPRECATED is defined);
@@ -112,42 +119,74 @@ __global__ void conv_epilogue(T* y, const T* b, const T* z, bool relu, int64_t p
   }
 }
 
+// conv_epilogue for a ChannelsLast y (and z): n values (kVec4: groups of four channels,
+// `channels` counted in groups) with their channels.
+template <typename T, bool kVec4>
+__global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int64_t n, int64_t channels) {
+  if constexpr (kVec4) {
+    auto* y4 = reinterpret_cast<float4*>(y);
+    const auto* z4 = reinterpret_cast<const float4*>(z);
+    TRAINRT_CHANNELS_LAST(i, g, n / 4, channels / 4) {
+      const int64_t c = 4 * g;
+      float4 v = y4[i];
+      const float4 r = z4 ? z4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      v.x = epilogue_one<float>(v.x, b ? b[c] : 0.f, nullptr, 0, relu) + r.x;
+      v.y = epilogue_one<float>(v.y, b ? b[c + 1] : 0.f, nullptr, 0, relu) + r.y;
+      v.z = epilogue_one<float>(v.z, b ? b[c + 2] : 0.f, nullptr, 0, relu) + r.z;
+      v.w = epilogue_one<float>(v.w, b ? b[c + 3] : 0.f, nullptr, 0, relu) + r.w;
+      y4[i] = v;
+    }
+  } else {
+    TRAINRT_CHANNELS_LAST(i, c, n, channels) { y[i] = epilogue_one<T>(y[i], b ? b[c] : T(0), z, i, relu); }
+  }
+}
+
 // db[m] = the sum over n and the plane of dy[n,m,:], dy holding bfloat16 (bf16) or IEEE
 // half bits: ConvGrad's bias gradient from the 16-bit copy of dy, which holds the
 // reference's rounded values. One block per channel, fp64 partial sums.
-__global__ void channel_sums16(const uint16_t* dy, float* db, int64_t batch, int64_t channels, int64_t plane,
-                               bool bf16) {
+// With `last` dy is ChannelsLast: channel m's values are `channels` apart.
+__global__ void channel_sums16(const uint16_t* dy, float* db, int64_t batch, int64_t channels, int64_t plane, bool bf16,
+                               bool last) {
+  const int64_t step = last ? channels : 1;
   for (int64_t m = blockIdx.x; m < channels; m += gridDim.x) {
     double acc = 0;
     for (int64_t n = 0; n < batch; ++n) {
-      const uint16_t* p = dy + (n * channels + m) * plane;
+      const uint16_t* p = dy + (last ? n * channels * plane + m : (n * channels + m) * plane);
       for (int64_t i = threadIdx.x; i < plane; i += blockDim.x)
-        acc += bf16 ? bfloat16_to_float(p[i]) : half_to_float(p[i]);
+        acc += bf16 ? bfloat16_to_float(p[i * step]) : half_to_float(p[i * step]);
     }
     acc = block_sum(acc);
     if (threadIdx.x == 0) db[m] = static_cast<float>(acc);
   }
 }
 
-// xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around.
+// xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around. Each
+// position holds `inner` values: 1 for Plain (a plane per image and channel), C for
+// ChannelsLast (a plane per image, the channels innermost).
 template <typename T>
 __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
-                           int64_t count) {
+                           int64_t count, int64_t inner) {
   TRAINRT_GRID_STRIDE(i, count) {
-    const int64_t c = i % wp - left, r = (i / wp) % hp - top, p = i / (wp * hp);
-    xp[i] = r >= 0 && r < h && c >= 0 && c < w ? x[(p * h + r) * w + c] : T(0);
+    const int64_t k = i % inner, q = i / inner;
+    const int64_t c = q % wp - left, r = (q / wp) % hp - top, p = q / (wp * hp);
+    xp[i] = r >= 0 && r < h && c >= 0 && c < w ? x[((p * h + r) * w + c) * inner + k] : T(0);
   }
 }
 
 // x: the h x w planes at (top, left) of xp's hp x wp planes (undoes pad_planes).
 template <typename T>
 __global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
-                            int64_t count) {
+                            int64_t count, int64_t inner) {
   TRAINRT_GRID_STRIDE(i, count) {
-    const int64_t c = i % w, r = (i / w) % h, p = i / (w * h);
-    x[i] = xp[(p * hp + r + top) * wp + c + left];
+    const int64_t k = i % inner, q = i / inner;
+    const int64_t c = q % w, r = (q / w) % h, p = q / (w * h);
+    x[i] = xp[((p * hp + r + top) * wp + c + left) * inner + k];
   }
 }
+
+// pad_planes' and crop_planes' `inner` for x.
+int64_t plane_inner(const Tensor& x) { return x.layout() == Layout::ChannelsLast ? x.dims()[1] : 1; }
+cudnnTensorFormat_t format_of(Layout l) { return l == Layout::ChannelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
 
 // Which passes a plan picks algorithms for.
 struct Want {
@@ -225,8 +264,8 @@ bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool tim
 // x: N,C,H,W  w: M,C/G,kH,kW  y: N,M,Ho,Wo with `win` resolved for x.
 // cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
 ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
-                        const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, DataType t, Want want,
-                        bool tf32, bool timed, const std::string& key) {
+                        const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, Layout xl, Layout yl,
+                        DataType t, Want want, bool tf32, bool timed, const std::string& key) {
   ConvPlan p;
   p.key = key;
   p.precision = t == DataType::Float64 ? "fp64" : tf32 ? "tf32" : "fp32";
@@ -247,7 +286,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   check(cudnnCreateConvolutionDescriptor(&p.conv), where);
   const cudnnDataType_t type = t == DataType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   if (!ok(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(wd[0]), i(wd[1]), i(wd[2]), i(wd[3]))) ||
-      !ok(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
+      !ok(cudnnSetTensor4dDescriptor(p.y, format_of(yl), type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, i(yd[1]), 1, 1)))
     return reference_plan();
   // x (h x w planes) convolved with pads (ph, pw) on both sides: does cuDNN give y's size?
@@ -258,7 +297,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
                                               type)) &&
            ok(cudnnSetConvolutionGroupCount(p.conv, i(group))) &&
            ok(cudnnSetConvolutionMathType(p.conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)) &&
-           ok(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
+           ok(cudnnSetTensor4dDescriptor(p.x, format_of(xl), type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
            ok(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &m, &ho, &wo)) && n == yd[0] && m == yd[1] &&
            ho == yd[2] && wo == yd[3];
   };
@@ -318,9 +357,9 @@ Window conv_window(const Node& n, const Tensor& x, const Tensor& w, const std::v
   return win;
 }
 
-// The plan for node n's convolution of x with w into y (dims yd).
+// The plan for node n's convolution of x with w into y (dims yd, layout yl).
 std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor& x, const Tensor& w,
-                                          const std::vector<int64_t>& yd, Want want) {
+                                          const std::vector<int64_t>& yd, Layout yl, Want want) {
   const Node& n = ctx.node;
   const Window win = conv_window(n, x, w, yd);
   const int64_t group = n.attr_int("group", 1);
@@ -336,8 +375,12 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
   const bool timed = ctx.chooser != nullptr;
   key += "|g" + std::to_string(group) + (want.forward ? "F" : "") + (want.data ? "D" : "") + (want.filter ? "W" : "") +
          (tf32 ? "|tf32" : "") + (timed ? "|timed" : "");
-  return cached<ConvPlan>(
-      key, [&] { return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.dtype(), want, tf32, timed, key); });
+  if (x.layout() == Layout::ChannelsLast || yl == Layout::ChannelsLast)
+    key += std::string("|nhwc") + (x.layout() == Layout::ChannelsLast ? "x" : "") +
+           (yl == Layout::ChannelsLast ? "y" : "");
+  return cached<ConvPlan>(key, [&] {
+    return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.layout(), yl, x.dtype(), want, tf32, timed, key);
+  });
 }
 
 // Byte offsets of the buffers one call carves out of the shared workspace.
@@ -415,6 +458,7 @@ MathInputs math_inputs(const KernelContext& ctx) {
     std::byte* at = base + carve.take(t.nbytes());
     round_to_math(t.data<float>(), reinterpret_cast<float*>(at), t.numel(), ctx.math, ctx.node);
     r.t[i] = Tensor(t.dtype(), t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
+    r.t[i].set_layout(t.layout());  // an elementwise copy: the same order
   }
   return r;
 }
@@ -447,6 +491,7 @@ NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base) {
     const Tensor& t = ctx.in(i);
     std::byte* at = base ? base + carve.take(t.nbytes()) : nullptr;
     r.t[i] = Tensor(type, t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
+    r.t[i].set_layout(t.layout());
     jobs.push_back(Job{t.data<float>(), reinterpret_cast<uint16_t*>(at), t.numel()});
   }
   r.prepare = [jobs, node = &ctx.node, m = ctx.math, done = std::make_shared<bool>(false)] {
@@ -484,7 +529,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       const Window win = conv_window(n, x, w, y.dims());
       if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu, in.bytes})) return;
     }
-    plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
+    plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true});
     if (plan->use_reference) return run_reference(ctx);
   }
   Context& c = context();
@@ -503,7 +548,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
-            src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count);
+            src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count, plane_inner(x));
         check_launch(n, "pad_planes");
         src = xp;
       }
@@ -515,7 +560,22 @@ void conv_forward(KernelContext& ctx, bool fused) {
       check(forward(choose_algo(ctx, *plan, 0, "Conv.forward", plan->forward, forward)),
             what(n, "cudnnConvolutionForward"));
     }
-    if (b || z || relu) {
+    if ((b || z || relu) && y.layout() == Layout::ChannelsLast) {
+      const T* zd = z ? z->data<T>() : nullptr;
+      const T* bd = b ? b->data<T>() : nullptr;
+      const int64_t count = y.numel(), channels = y.dims()[1];
+      bool vec4 = false;
+      if constexpr (std::is_same_v<T, float>) {
+        vec4 = channels % 4 == 0 && aligned16(y.raw()) && (!z || aligned16(z->raw()));
+        if (vec4)
+          conv_epilogue_last<T, true>
+              <<<blocks_for(count / 4), kThreads, 0, c.stream>>>(y.data<T>(), bd, zd, relu, count, channels);
+      }
+      if (!vec4)
+        conv_epilogue_last<T, false>
+            <<<blocks_for(count), kThreads, 0, c.stream>>>(y.data<T>(), bd, zd, relu, count, channels);
+      check_launch(n, "conv_epilogue_last");
+    } else if (b || z || relu) {
       const int64_t plane = y.dims()[2] * y.dims()[3], planes = y.dims()[0] * y.dims()[1];
       const T* zd = z ? z->data<T>() : nullptr;
       const auto launch = [&](auto kernel, int64_t per_plane) {
@@ -557,7 +617,7 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
     const int64_t g = conv_graph_workspace(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu});
     if (g >= 0) bytes = std::max(bytes, rounded + static_cast<size_t>(g));
   }
-  const auto plan = conv_plan(ctx, x, w, y.dims(), Want{.forward = true});
+  const auto plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true});
   if (plan->use_reference) return bytes;
   Carve carve{rounded};
   carve.take(plan->padded ? static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype())
@@ -581,6 +641,7 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
     int64_t most = -1;
     if (dx) {
       Tensor out(x.dtype(), x.dims(), nullptr);
+      out.set_layout(x.layout());  // dX and X share a layout
       most = std::max(
           most, conv_graph_backward_workspace(ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], out, win,
                                                                      group, 0, nullptr, dx_relu(ctx) ? &x : nullptr}));
@@ -593,12 +654,13 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
     if (most >= 0) graph = math_bytes(ctx) + static_cast<size_t>(most);
   } else if (dx && dx_relu(ctx)) {  // fp32: the data pass with its ReLU gradient as one graph
     Tensor out(x.dtype(), x.dims(), nullptr);
+    out.set_layout(x.layout());
     const int64_t g = conv_graph_backward_workspace(
         ctx, ConvGradGraphArgs{ConvPass::data, dy, w, out, conv_window(ctx.node, x, w, dy.dims()),
                                ctx.node.attr_int("group", 1), 0, nullptr, &x});
     if (g >= 0) graph = static_cast<size_t>(g);
   }
-  const auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx, .filter = dw});
+  const auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx, .filter = dw});
   if (plan->use_reference) return graph;
   const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
   Carve carve{math_bytes(ctx)};
@@ -649,7 +711,8 @@ bool conv_grad(KernelContext& ctx) {
       int64_t plane = 1;  // the spatial dims, whatever their count
       for (size_t d = 2; d < dy16.dims().size(); ++d) plane *= dy16.dims()[d];
       channel_sums16<<<static_cast<unsigned>(std::min<int64_t>(channels, 65535)), kThreads, 0, c.stream>>>(
-          dy16.data<uint16_t>(), db->data<float>(), dy16.dims()[0], channels, plane, ctx.math == MathPrecision::bf16);
+          dy16.data<uint16_t>(), db->data<float>(), dy16.dims()[0], channels, plane, ctx.math == MathPrecision::bf16,
+          dy16.layout() == Layout::ChannelsLast);
       check_launch(n, "channel_sums16");
       db = nullptr;
     }
@@ -667,7 +730,7 @@ bool conv_grad(KernelContext& ctx) {
   const Tensor& dy = in.t[0];
   const Tensor& x = in.t[1];
   const Tensor& w = in.t[2];
-  auto plan = conv_plan(ctx, x, w, dy.dims(), Want{.data = dx != nullptr, .filter = dw != nullptr});
+  auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx != nullptr, .filter = dw != nullptr});
   if (plan->use_reference) return run_reference(ctx), true;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -685,7 +748,7 @@ bool conv_grad(KernelContext& ctx) {
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks, kThreads, 0, c.stream>>>(src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp,
-                                                         plan->top, plan->left, padded_count);
+                                                         plan->top, plan->left, padded_count, plane_inner(x));
         check_launch(n, "pad_planes");
         src = xp;
       }
@@ -707,7 +770,8 @@ bool conv_grad(KernelContext& ctx) {
             what(n, "cudnnConvolutionBackwardData"));
       if (plan->padded) {
         crop_planes<T><<<blocks_for(dx->numel(), kThreads), kThreads, 0, c.stream>>>(
-            dst, dx->data<T>(), x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, dx->numel());
+            dst, dx->data<T>(), x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, dx->numel(),
+            plane_inner(*dx));
         check_launch(n, "crop_planes");
       }
     }
@@ -721,11 +785,18 @@ bool conv_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
-  add_if_schema(r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); });
-  add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); });
+  // x (ConvGrad: dY) and y (with z; ConvGrad: x and dX) each Plain or ChannelsLast.
+  using facts::A, facts::P, facts::S;
+  add_if_schema(
+      r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); },
+      facts::fixed({{A, P, P}, {A}}));
+  add_if_schema(
+      r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); },
+      facts::fixed({{A, P, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad));
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad),
+                facts::fixed({{A, S, P}, {S, P, P}}));
   if (r.kernels.find("cuda", "", "Conv"))
     r.kernels.set_workspace("cuda", "", "Conv",
                             [](const KernelContext& c) { return conv_forward_workspace(c, false); });

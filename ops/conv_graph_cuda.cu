@@ -75,11 +75,13 @@ struct Builder {
   }
 };
 
-// A tensor of `type` (fp32 unless said) and `dims`, dense row-major.
+// A tensor of `type` (fp32 unless said) and `dims`, dense row-major, or with `last` a
+// rank-4 N,C,H,W tensor stored ChannelsLast (NHWC: C innermost).
 cudnnBackendDescriptor_t tensor(Builder& b, int64_t uid, const std::vector<int64_t>& dims, int64_t align,
-                                bool is_virtual, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+                                bool is_virtual, cudnnDataType_t type = CUDNN_DATA_FLOAT, bool last = false) {
   std::vector<int64_t> strides(dims.size(), 1);
   for (size_t i = dims.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
+  if (last && dims.size() == 4) strides = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]};
   cudnnBackendDescriptor_t d = b.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor descriptor");
   b.set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor data type");
   b.set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()), dims.data(),
@@ -117,6 +119,8 @@ struct Problem {
   cudnnDataType_t in = CUDNN_DATA_FLOAT;  // the dtype of the pass's inputs (outputs are fp32)
   std::vector<int64_t> x, w, y, strides, dilations, pre, post;
   bool bias = false, relu = false, residual = false, tf32 = false;
+  // x-shaped (x, dx, relu_x) and y-shaped (y, z, dy) tensors stored ChannelsLast
+  bool x_last = false, y_last = false;
   int64_t align[5] = {};  // of x, w, b, z, y (bytes, at most 16)
 };
 
@@ -308,16 +312,17 @@ cudnnBackendDescriptor_t conv_descriptor(Builder& b, const Problem& p) {
 // The forward's operations: the convolution, then the epilogue in FusedConv's order
 // (bias, activation, then the residual), each writing a virtual tensor but the last.
 std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) {
-  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false, p.in);
+  cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false, p.in, p.x_last);
   cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, p.in);
   const std::vector<int64_t> channel{1, p.y[1], 1, 1};
   cudnnBackendDescriptor_t bias = p.bias ? tensor(b, kB, channel, p.align[2], false) : nullptr;
-  cudnnBackendDescriptor_t z = p.residual ? tensor(b, kZ, p.y, p.align[3], false) : nullptr;
+  cudnnBackendDescriptor_t z = p.residual ? tensor(b, kZ, p.y, p.align[3], false, CUDNN_DATA_FLOAT, p.y_last) : nullptr;
   const int stages = 1 + (p.bias ? 1 : 0) + (p.relu ? 1 : 0) + (p.residual ? 1 : 0);
   int stage = 0;
   auto out = [&](int64_t uid) {
     ++stage;
-    return stage == stages ? tensor(b, kY, p.y, p.align[4], false) : tensor(b, uid, p.y, 16, true);
+    return stage == stages ? tensor(b, kY, p.y, p.align[4], false, CUDNN_DATA_FLOAT, p.y_last)
+                           : tensor(b, uid, p.y, 16, true, CUDNN_DATA_FLOAT, p.y_last);
   };
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
   std::vector<cudnnBackendDescriptor_t> ops;
@@ -371,10 +376,10 @@ cudnnBackendDescriptor_t relu_backward(Builder& b, cudnnBackendDescriptor_t dy, 
 std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p) {
   const bool data = p.pass == ConvPass::data;
   const bool relu = data && p.relu;
-  cudnnBackendDescriptor_t x =
-      relu ? tensor(b, kConvOut, p.x, 16, true) : tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in);
+  cudnnBackendDescriptor_t x = relu ? tensor(b, kConvOut, p.x, 16, true, CUDNN_DATA_FLOAT, p.x_last)
+                                    : tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in, p.x_last);
   cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT);
-  cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in);
+  cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in, p.y_last);
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
   const float alpha = 1.f, beta = 0.f;
   if (data) {
@@ -388,8 +393,8 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
     b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "data gradient beta");
     b.finalize(op, "convolution data gradient finalize");
     if (!relu) return {op};
-    cudnnBackendDescriptor_t relu_x = tensor(b, kReluX, p.x, p.align[3], false);
-    cudnnBackendDescriptor_t dx = tensor(b, kX, p.x, p.align[0], false);
+    cudnnBackendDescriptor_t relu_x = tensor(b, kReluX, p.x, p.align[3], false, CUDNN_DATA_FLOAT, p.x_last);
+    cudnnBackendDescriptor_t dx = tensor(b, kX, p.x, p.align[0], false, CUDNN_DATA_FLOAT, p.x_last);
     return {op, relu_backward(b, x, relu_x, dx)};
   }
   cudnnBackendDescriptor_t op =
@@ -525,6 +530,7 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
       x.numel() == 0 || w.numel() == 0 || y.numel() == 0)
     return false;
   p.x = x.dims(), p.w = w.dims(), p.y = y.dims();
+  p.x_last = x.layout() == Layout::ChannelsLast, p.y_last = y.layout() == Layout::ChannelsLast;
   p.strides = win.strides, p.dilations = win.dilations;
   p.pre = {win.pads[0], win.pads[1]}, p.post = {win.pads[2], win.pads[3]};
   p.tf32 = tf32_allowed(ctx);
@@ -538,11 +544,13 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
   c.key = pass_word + "|x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" +
           dims_text(p.strides) + "|p" + dims_text(p.pre) + "," + dims_text(p.post) + "|" + math + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
+  if (p.x_last || p.y_last) c.key += std::string("|nhwc") + (p.x_last ? "x" : "") + (p.y_last ? "y" : "");
   c.all = ctx.chooser != nullptr;
   if (c.all) c.key += "|timed";
   c.label = graph_label(ctx.node.op_type, pass, inputs) + (drelu ? " +drelu" : "");
   c.pattern = ctx.node.op_type + "." + pass_word;
-  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + pass_word + ", " + math;
+  c.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + pass_word + ", " + math +
+              (p.x_last || p.y_last ? ", NHWC" : "");
   return true;
 }
 
@@ -625,7 +633,7 @@ int64_t plan_workspace(const GraphCall& c) {
 // The forward's call for `a` with pointer alignments `align` (x, w, b, z, y).
 bool forward_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t align[5], GraphCall& c) {
   if (a.x.dtype() != a.w.dtype() || a.y.dtype() != DataType::Float32 || (a.b && a.b->dtype() != DataType::Float32) ||
-      (a.z && a.z->dtype() != DataType::Float32))
+      (a.z && (a.z->dtype() != DataType::Float32 || a.z->layout() != a.y.layout())))
     return false;
   if (!graph_call(ctx, ConvPass::forward, a.x.dtype(), a.x, a.w, a.y, a.win, a.group, align, c)) return false;
   forward_epilogue(c, a.b != nullptr, a.relu, a.z != nullptr);
@@ -644,7 +652,9 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() || a.out.dtype() != DataType::Float32)
     return false;
   const bool data = a.pass == ConvPass::data;
-  if (a.relu_x && (!data || a.relu_x->dtype() != DataType::Float32 || a.relu_x->dims() != a.out.dims())) return false;
+  if (a.relu_x && (!data || a.relu_x->dtype() != DataType::Float32 || a.relu_x->dims() != a.out.dims() ||
+                   a.relu_x->layout() != a.out.layout()))
+    return false;
   const Tensor& x = data ? a.out : a.other;
   const Tensor& w = data ? a.other : a.out;
   c.p.relu = a.relu_x != nullptr;

@@ -70,17 +70,6 @@ void gelu_cpu(KernelContext& ctx) {
   eltwise_cpu<dnnl::algorithm::eltwise_gelu_erf>(ctx);
 }
 
-// Clip and ClipGrad: the data arguments (X, Y; dY, X, dX) Shared when they have one
-// shape, the scalar bounds Plain.
-NodeLayouts clip_layouts(const Graph& g, const Node& n) {
-  const bool grad = !n.domain.empty();
-  std::vector<std::string> data{n.inputs[0], n.outputs[0]};
-  if (grad) data.push_back(n.inputs[1]);
-  if (!facts::same_shapes(g, data)) return NodeLayouts{};
-  using facts::P, facts::S;
-  return grad ? NodeLayouts{{S, S, P, P}, {S}} : NodeLayouts{{S, P, P}, {S}};
-}
-
 // ---- binary --------------------------------------------------------------
 std::vector<int64_t> left_pad(std::vector<int64_t> d, size_t rank) {
   d.insert(d.begin(), rank - d.size(), 1);
@@ -310,7 +299,6 @@ void sum_to_shape_cpu(KernelContext& ctx) {
 }  // namespace
 
 void register_elementwise_cpu(Registry& r) {
-  using facts::A, facts::S;
   add_if_schema(r, "cpu", "", "Relu", eltwise_cpu<dnnl::algorithm::eltwise_relu>, facts::elementwise);
   add_if_schema(r, "cpu", "", "LeakyRelu", eltwise_cpu<dnnl::algorithm::eltwise_relu>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Sigmoid", eltwise_cpu<dnnl::algorithm::eltwise_logistic>, facts::elementwise);
@@ -320,7 +308,7 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Mul", binary_cpu<dnnl::algorithm::binary_mul>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Div", binary_cpu<dnnl::algorithm::binary_div>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Sum", elementwise_loops::sum_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Clip", eltwise_cpu<dnnl::algorithm::eltwise_clip_v2>, clip_layouts);
+  add_if_schema(r, "cpu", "", "Clip", eltwise_cpu<dnnl::algorithm::eltwise_clip_v2>, facts::clip);
   add_if_schema(r, "cpu", "", "HardSwish", eltwise_cpu<dnnl::algorithm::eltwise_hardswish>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Sqrt", eltwise_cpu<dnnl::algorithm::eltwise_sqrt>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Gelu", gelu_cpu, facts::elementwise);
@@ -342,7 +330,7 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Exp", elementwise_loops::exp_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Log", elementwise_loops::log_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Reciprocal", elementwise_loops::reciprocal_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "ClipGrad", elementwise_loops::clip_grad_kernel<true>, clip_layouts);
+  add_if_schema(r, "cpu", kTrainrtDomain, "ClipGrad", elementwise_loops::clip_grad_kernel<true>, facts::clip);
   add_if_schema(r, "cpu", kTrainrtDomain, "HardSigmoidGrad", elementwise_loops::hard_sigmoid_grad_kernel<true>,
                 facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "HardSwishGrad", elementwise_loops::hard_swish_grad_kernel<true>,
@@ -352,11 +340,7 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", kTrainrtDomain, "GeluGrad", elementwise_loops::gelu_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "PowGrad", elementwise_loops::pow_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "ReluGrad", relu_grad_cpu, facts::elementwise);
-  // SumToShape(dY, like): a copy when the shapes agree; `like` only lends its dims.
-  add_if_schema(r, "cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu, [](const Graph& g, const Node& n) {
-    if (!facts::node_shapes_agree(g, n)) return NodeLayouts{};
-    return NodeLayouts{{S, A}, {S}};
-  });
+  add_if_schema(r, "cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu, facts::sum_to_shape);
 }
 
 }  // namespace trainrt

@@ -47,6 +47,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/kernel_facts.h"
 
 namespace trainrt::cuda {
 
@@ -644,36 +645,38 @@ void sum_to_shape(KernelContext& ctx) {
 }  // namespace
 
 void register_elementwise_cuda(Registry& r) {
-  add_if_schema(r, "cuda", "", "Relu", relu);
-  add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>);
-  add_if_schema(r, "cuda", "", "Mul", binary<MulOp>);
-  add_if_schema(r, "cuda", "", "Sub", binary<SubOp>);
-  add_if_schema(r, "cuda", "", "Div", binary<DivOp>);
-  add_if_schema(r, "cuda", "", "Neg", plain_unary<NegOp>);
-  add_if_schema(r, "cuda", "", "Tanh", plain_unary<TanhOp>);
-  add_if_schema(r, "cuda", "", "LeakyRelu", leaky_relu);
-  add_if_schema(r, "cuda", "", "Sqrt", plain_unary<SqrtOp>);
-  add_if_schema(r, "cuda", "", "Exp", plain_unary<ExpOp>);
-  add_if_schema(r, "cuda", "", "Log", plain_unary<LogOp>);
-  add_if_schema(r, "cuda", "", "Reciprocal", plain_unary<ReciprocalOp>);
-  add_if_schema(r, "cuda", "", "Erf", plain_unary<ErfOp>);
-  add_if_schema(r, "cuda", "", "Gelu", gelu);
-  add_if_schema(r, "cuda", kTrainrtDomain, "TanhGrad", plain_unary_grad<TanhGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "LeakyReluGrad", leaky_relu_grad);
-  add_if_schema(r, "cuda", kTrainrtDomain, "SqrtGrad", plain_unary_grad<SqrtGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "ErfGrad", plain_unary_grad<ErfGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "GeluGrad", gelu_grad);
-  add_if_schema(r, "cuda", "", "Sigmoid", plain_unary<SigmoidOp>);
-  add_if_schema(r, "cuda", "", "HardSigmoid", hard_sigmoid);
-  add_if_schema(r, "cuda", "", "HardSwish", plain_unary<HardSwishOp>);
-  add_if_schema(r, "cuda", "", "Clip", clip);
-  add_if_schema(r, "cuda", kTrainrtDomain, "SigmoidGrad", plain_unary_grad<SigmoidGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad);
-  add_if_schema(r, "cuda", kTrainrtDomain, "HardSwishGrad", plain_unary_grad<HardSwishGradOp>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "ClipGrad", clip_grad);
-  add_if_schema(r, "cuda", "", "Sum", sum);
-  add_if_schema(r, "cuda", kTrainrtDomain, "ReluGrad", relu_grad);
-  add_if_schema(r, "cuda", kTrainrtDomain, "SumToShape", sum_to_shape);
+  // Same-shape arguments in one layout (Plain or ChannelsLast): the kernels are
+  // position-independent loops; a broadcast takes Plain arguments.
+  add_if_schema(r, "cuda", "", "Relu", relu, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Mul", binary<MulOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Sub", binary<SubOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Div", binary<DivOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Neg", plain_unary<NegOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Tanh", plain_unary<TanhOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "LeakyRelu", leaky_relu, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Sqrt", plain_unary<SqrtOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Exp", plain_unary<ExpOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Log", plain_unary<LogOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Reciprocal", plain_unary<ReciprocalOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Erf", plain_unary<ErfOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Gelu", gelu, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "TanhGrad", plain_unary_grad<TanhGradOp>, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "LeakyReluGrad", leaky_relu_grad, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SqrtGrad", plain_unary_grad<SqrtGradOp>, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ErfGrad", plain_unary_grad<ErfGradOp>, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "GeluGrad", gelu_grad, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Sigmoid", plain_unary<SigmoidOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "HardSigmoid", hard_sigmoid, facts::elementwise);
+  add_if_schema(r, "cuda", "", "HardSwish", plain_unary<HardSwishOp>, facts::elementwise);
+  add_if_schema(r, "cuda", "", "Clip", clip, facts::clip);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SigmoidGrad", plain_unary_grad<SigmoidGradOp>, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "HardSwishGrad", plain_unary_grad<HardSwishGradOp>, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ClipGrad", clip_grad, facts::clip);
+  add_if_schema(r, "cuda", "", "Sum", sum, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "ReluGrad", relu_grad, facts::elementwise);
+  add_if_schema(r, "cuda", kTrainrtDomain, "SumToShape", sum_to_shape, facts::sum_to_shape);
 }
 
 }  // namespace trainrt::cuda

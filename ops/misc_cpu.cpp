@@ -115,23 +115,10 @@ void register_misc_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Identity", identity_cpu);
   add_if_schema(r, "cpu", "", "Constant", constant_cpu);
 
-  // Dropout draws its mask from each element's row-major index, so any shared layout
-  // draws the same mask.
-  add_if_schema(r, "cpu", "", "Dropout", misc_loops::dropout_kernel<true>, [](const Graph& g, const Node& n) {
-    if (!facts::same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""}))
-      return NodeLayouts{};
-    return NodeLayouts{{facts::S}, {facts::S, facts::S}};  // data; output, mask (ratio, training_mode: Plain scalars)
-  });
-  add_if_schema(r, "cpu", kTrainrtDomain, "DropoutGrad", misc_loops::dropout_grad_kernel<true>,
-                [](const Graph& g, const Node& n) {
-                  if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
-                  return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dY, mask; dX
-                });
+  add_if_schema(r, "cpu", "", "Dropout", misc_loops::dropout_kernel<true>, facts::dropout);
+  add_if_schema(r, "cpu", kTrainrtDomain, "DropoutGrad", misc_loops::dropout_grad_kernel<true>, facts::dropout_grad);
   add_if_schema(r, "cpu", kTrainrtDomain, "DropoutReluGrad", misc_loops::dropout_relu_grad_kernel<true>,
-                [](const Graph& g, const Node& n) {
-                  if (!facts::same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return NodeLayouts{};
-                  return NodeLayouts{{facts::S, facts::S}, {facts::S}};  // dZ, Z; dX
-                });
+                facts::dropout_grad);
 }
 
 }  // namespace trainrt

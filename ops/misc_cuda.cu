@@ -1,7 +1,8 @@
 // The cuda backend's misc kernels: Dropout and its two gradients (DropoutGrad,
 // DropoutReluGrad), float32 and float64; Identity, every dtype.
 //
-//   Dropout     the counter-based mask of ops/misc.cpp, bit for bit
+//   Dropout     the counter-based mask of ops/misc.cpp, bit for bit (in any layout: the
+//               mask follows each element's row-major index)
 //   Identity    y = x's bytes: one cudaMemcpyAsync on the stream (the planner declares no
 //               in-place pair for it, so y is a buffer of its own; a copy onto itself is skipped)
 //
@@ -27,6 +28,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/kernel_facts.h"
 
 namespace trainrt::cuda {
 
@@ -100,8 +102,10 @@ __device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) 
   return shared;
 }
 
+// C, hw: a ChannelsLast x (y, mask alike) draws element i's mask from its row-major
+// index; C = 0: Plain.
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, DropoutOptions o) {
+__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, int64_t C, int64_t hw, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
   const uint64_t key = c.key;
   TRAINRT_GRID_STRIDE(i, n) {
@@ -110,8 +114,9 @@ __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, Dropo
       if (mask) mask[i] = 1;
       continue;
     }
+    const int64_t at = C ? plain_of_channels_last(i, C, hw) : i;
     const bool keep =
-        c.valid && (splitmix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
+        c.valid && (splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
     y[i] = keep ? x[i] * c.scale : c.valid ? T(0) : c.scale;
     if (mask) mask[i] = keep ? 1 : 0;
   }
@@ -162,7 +167,9 @@ void dropout(KernelContext& ctx) {
         using T = decltype(tag);
         const int64_t n = x.numel();
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
-        dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, o);
+        const bool last = x.layout() == Layout::ChannelsLast;
+        const int64_t C = last ? x.dims()[1] : 0, hw = last ? x.dims()[2] * x.dims()[3] : 0;
+        dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, C, hw, o);
         check_launch(ctx.node, "dropout_kernel");
       }))
     run_reference(ctx);
@@ -197,9 +204,9 @@ void identity(KernelContext& ctx) {
 
 void register_misc_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Identity", identity);
-  add_if_schema(r, "cuda", "", "Dropout", dropout);
-  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>);
+  add_if_schema(r, "cuda", "", "Dropout", dropout, facts::dropout);
+  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>, facts::dropout_grad);
+  add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>, facts::dropout_grad);
 }
 
 }  // namespace trainrt::cuda

@@ -51,7 +51,7 @@ void dropout_kernel(KernelContext& ctx) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     // Element i (storage order) whose row-major index is `at`: the mask depends on `at`
-    // only, so a Blocked16c tensor (runtime/layout.h) draws the Plain tensor's mask.
+    // only, so a tensor in any layout (runtime/layout.h) draws the Plain tensor's mask.
     auto draw = [=](int64_t i, int64_t at) {
       const double u =
           static_cast<double>(splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
@@ -59,12 +59,14 @@ void dropout_kernel(KernelContext& ctx) {
       py[i] = keep ? px[i] * scale : T(0);
       if (mask) mask[i] = keep ? 1 : 0;
     };
-    const bool blocked = x.layout() == Layout::Blocked16c;
+    const Layout layout = x.layout();
     for_range<kParallel>(n, [=, &x](int64_t begin, int64_t end) {
-      if (!blocked)
+      if (layout == Layout::Plain)
         for (int64_t i = begin; i < end; ++i) draw(i, i);
-      else
+      else if (layout == Layout::Blocked16c)
         for (BlockedWalk w(x.dims(), begin); w.offset < end; w.next()) draw(w.offset, w.plain);
+      else
+        for (int64_t i = begin; i < end; ++i) draw(i, storage_to_plain_index(layout, x.dims(), i));
     });
   });
 }

@@ -11,6 +11,12 @@
 //   apply    per plane of S values (the channel looked up once a plane, four fp32 values
 //            per 16-byte access where S % 4 == 0): Y = (x - mean) * scale / sqrt(var + eps) + B [then Relu],
 //            or dX = scale * r * (dy - dBias/M - (x - mean) * r * dScale/M)
+// ChannelsLast (NHWC) x, y, dy, dx (runtime/layout.h; all of a node's in one layout): the
+// j-th value of channel c at j*C + c. The statistics passes then give each block 32
+// adjacent channels and 8 rows of threads striding the slice's positions, so a warp
+// reads 128 contiguous bytes (coalesced); the rows' sums are added in row order. apply
+// walks the values with their channel (TRAINRT_CHANNELS_LAST), fp32 four channels per
+// 16-byte access where C % 4 == 0.
 // Inference runs finish (from input_mean/input_var) and apply only. The gradient with
 // the forward's saved statistics (inputs 3/4) skips pass 1 and sums only dy and
 // dy * (x - mean) in pass 2 (slice_grad_sums), one read of x and dy fewer.
@@ -41,6 +47,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/kernel_facts.h"
 
 namespace trainrt::cuda {
 
@@ -57,11 +64,14 @@ bool node_trains(const Node& n, bool executor_training) {
   return false;
 }
 
-// A tensor N,C,S seen per channel, split into `slices` slices of `chunk` values.
+// A tensor N,C,S seen per channel, split into `slices` slices of `chunk` values; `last`:
+// stored ChannelsLast.
 struct Channels {
   int64_t C, S, M, chunk;
   int slices;
+  bool last;
 };
+constexpr int kLanes = 32, kRows = kThreads / kLanes;  // ChannelsLast statistics blocks
 
 Channels channels_of(const Tensor& x) {
   Channels v;
@@ -71,7 +81,41 @@ Channels channels_of(const Tensor& x) {
   v.M = N * v.S;
   v.slices = static_cast<int>(std::clamp<int64_t>((v.M + kValuesPerSlice - 1) / kValuesPerSlice, 1, kMaxSlices));
   v.chunk = (v.M + v.slices - 1) / v.slices;
+  v.last = x.layout() == Layout::ChannelsLast;
   return v;
+}
+
+// The statistics passes' grid: (channel, slice), or with ChannelsLast (group of 32
+// channels, slice).
+dim3 slice_grid(const Channels& v) {
+  const int64_t x = v.last ? (v.C + kLanes - 1) / kLanes : v.C;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(v.slices));
+}
+
+// ChannelsLast: this thread's channel, and f(offset) for its positions of slice
+// blockIdx.y (rows of threads stride them); nothing for a channel past C.
+__device__ int64_t last_channel() { return static_cast<int64_t>(blockIdx.x) * kLanes + threadIdx.x % kLanes; }
+template <typename F>
+__device__ void for_slice_last(const Channels& v, int64_t c, F&& f) {
+  if (c >= v.C) return;
+  const int64_t first = blockIdx.y * v.chunk + threadIdx.x / kLanes;
+  const int64_t end = (blockIdx.y + 1) * v.chunk, last = end < v.M ? end : v.M;
+  for (int64_t j = first; j < last; j += kRows) f(j * v.C + c);
+}
+// ChannelsLast: out[c, blockIdx.y, k] = the block's rows' acc[k] for this thread's
+// channel, added in row order (all threads call it).
+template <int K>
+__device__ void store_rows(const double (&acc)[K], const Channels& v, int64_t c, double* out) {
+  __shared__ double rows[K][kRows][kLanes];
+  const int lane = threadIdx.x % kLanes, row = threadIdx.x / kLanes;
+  for (int k = 0; k < K; ++k) rows[k][row][lane] = acc[k];
+  __syncthreads();
+  if (row != 0 || c >= v.C) return;
+  for (int k = 0; k < K; ++k) {
+    double total = 0;
+    for (int r = 0; r < kRows; ++r) total += rows[k][r][lane];
+    out[(c * v.slices + blockIdx.y) * K + k] = total;
+  }
 }
 
 // Calls f(offset) for this thread's share of slice blockIdx.y of channel blockIdx.x.
@@ -105,6 +149,12 @@ __device__ double channel_total(const double* parts, const Channels& v, int64_t 
 template <typename T>
 __global__ void slice_sums(const T* x, Channels v, double* sums) {
   double acc[1] = {0};
+  if (v.last) {
+    const int64_t c = last_channel();
+    for_slice_last(v, c, [&](int64_t i) { acc[0] += static_cast<double>(x[i]); });
+    store_rows(acc, v, c, sums);
+    return;
+  }
   for_slice(v, [&](int64_t i) { acc[0] += static_cast<double>(x[i]); });
   block_sum(acc);
   if (threadIdx.x == 0) sums[static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y] = acc[0];
@@ -114,11 +164,18 @@ __global__ void slice_sums(const T* x, Channels v, double* sums) {
 // (K = 3, dy given), dy and dy * (x - mean).
 template <typename T, int K>
 __global__ void slice_deviations(const T* x, const T* dy, Channels v, const double* sums, double* devs) {
-  __shared__ double mean;
-  if (threadIdx.x == 0) mean = channel_total(sums, v, blockIdx.x, 1, 0) / static_cast<double>(v.M);
-  __syncthreads();
+  __shared__ double block_mean;
+  const int64_t c = v.last ? last_channel() : blockIdx.x;
+  double mean = 0;
+  if (v.last) {
+    if (c < v.C) mean = channel_total(sums, v, c, 1, 0) / static_cast<double>(v.M);
+  } else {
+    if (threadIdx.x == 0) block_mean = channel_total(sums, v, c, 1, 0) / static_cast<double>(v.M);
+    __syncthreads();
+    mean = block_mean;
+  }
   double acc[K] = {};
-  for_slice(v, [&](int64_t i) {
+  auto visit = [&](int64_t i) {
     const double d = static_cast<double>(x[i]) - mean;
     acc[0] += d * d;
     if constexpr (K == 3) {
@@ -126,7 +183,13 @@ __global__ void slice_deviations(const T* x, const T* dy, Channels v, const doub
       acc[1] += g;
       acc[2] += g * d;
     }
-  });
+  };
+  if (v.last) {
+    for_slice_last(v, c, visit);
+    store_rows(acc, v, c, devs);
+    return;
+  }
+  for_slice(v, visit);
   block_sum(acc);
   if (threadIdx.x == 0)
     for (int k = 0; k < K; ++k) devs[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * K + k] = acc[k];
@@ -136,13 +199,20 @@ __global__ void slice_deviations(const T* x, const T* dy, Channels v, const doub
 // dy and dy * (x - mean[c]).
 template <typename T>
 __global__ void slice_grad_sums(const T* x, const T* dy, Channels v, const T* mean, double* grads) {
-  const double m = static_cast<double>(mean[blockIdx.x]);
+  const int64_t c = v.last ? last_channel() : blockIdx.x;
+  const double m = c < v.C ? static_cast<double>(mean[c]) : 0.0;
   double acc[2] = {};
-  for_slice(v, [&](int64_t i) {
+  auto visit = [&](int64_t i) {
     const double g = static_cast<double>(dy[i]);
     acc[0] += g;
     acc[1] += g * (static_cast<double>(x[i]) - m);
-  });
+  };
+  if (v.last) {
+    for_slice_last(v, c, visit);
+    store_rows(acc, v, c, grads);
+    return;
+  }
+  for_slice(v, visit);
   block_sum(acc);
   if (threadIdx.x == 0)
     for (int k = 0; k < 2; ++k) grads[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * 2 + k] = acc[k];
@@ -212,6 +282,26 @@ __global__ void forward_apply(const T* x, T* y, int64_t planes, int64_t C, int64
   }
 }
 
+// forward_apply for ChannelsLast: n values (kVec4: n/4 groups of four channels, C in
+// groups) with their channels.
+template <typename T, bool kRelu, bool kVec4>
+__global__ void forward_apply_last(const T* x, T* y, int64_t n, int64_t C, const T* shift, const T* mul, const T* add) {
+  if constexpr (kVec4) {
+    const auto* x4 = reinterpret_cast<const float4*>(x);
+    auto* y4 = reinterpret_cast<float4*>(y);
+    TRAINRT_CHANNELS_LAST(i, g, n / 4, C / 4) {
+      const int64_t c = 4 * g;
+      const float4 v = x4[i];
+      y4[i] = make_float4(apply_one<float, kRelu>(v.x, shift[c], mul[c], add[c]),
+                          apply_one<float, kRelu>(v.y, shift[c + 1], mul[c + 1], add[c + 1]),
+                          apply_one<float, kRelu>(v.z, shift[c + 2], mul[c + 2], add[c + 2]),
+                          apply_one<float, kRelu>(v.w, shift[c + 3], mul[c + 3], add[c + 3]));
+    }
+  } else {
+    TRAINRT_CHANNELS_LAST(i, c, n, C) { y[i] = apply_one<T, kRelu>(x[i], shift[c], mul[c], add[c]); }
+  }
+}
+
 // Per channel, with r = 1/sqrt(var + eps): dBias = sum dy, dScale = r * sum dy * (x - mean),
 // and dX's coefficients: dX = k * (dy - bias_term - (x - mean) * x_term).
 // saved_mean/saved_var: the forward's statistics (grads holds K = 2 sums: dy, dy * (x - mean)),
@@ -266,6 +356,28 @@ __global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t planes, int64
   }
 }
 
+// grad_apply for ChannelsLast, as forward_apply_last.
+template <typename T>
+__device__ T grad_one(T g, T v, const GradArgs<T>& a, int64_t c) {
+  return a.k[c] * (g - a.bias_term[c] - (v - a.mean[c]) * a.x_term[c]);
+}
+template <typename T, bool kVec4>
+__global__ void grad_apply_last(const T* dy, const T* x, T* dx, int64_t n, int64_t C, GradArgs<T> a) {
+  if constexpr (kVec4) {
+    const auto* dy4 = reinterpret_cast<const float4*>(dy);
+    const auto* x4 = reinterpret_cast<const float4*>(x);
+    auto* dx4 = reinterpret_cast<float4*>(dx);
+    TRAINRT_CHANNELS_LAST(i, g, n / 4, C / 4) {
+      const int64_t c = 4 * g;
+      const float4 d = dy4[i], v = x4[i];
+      dx4[i] = make_float4(grad_one(d.x, v.x, a, c), grad_one(d.y, v.y, a, c + 1), grad_one(d.z, v.z, a, c + 2),
+                           grad_one(d.w, v.w, a, c + 3));
+    }
+  } else {
+    TRAINRT_CHANNELS_LAST(i, c, n, C) { dx[i] = grad_one(dy[i], x[i], a, c); }
+  }
+}
+
 // Workspace: sums[C, slices], devs[C, slices, K] (doubles), then `coefficients` arrays
 // of C values of T for the apply kernel.
 struct Scratch {
@@ -305,7 +417,7 @@ void batchnorm(KernelContext& ctx) {
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
-    const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
+    const dim3 grid = slice_grid(v);
     slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
     check_launch(ctx.node, "slice_sums");
     slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, v, s.sums, s.devs);
@@ -335,6 +447,20 @@ void batchnorm(KernelContext& ctx) {
   if (n == 0) return;
   const int64_t planes = n / v.S;
   T* y = ctx.out(0).data<T>();
+  if (v.last) {
+    bool vec4 = false;
+    if constexpr (std::is_same_v<T, float>) {
+      vec4 = v.C % 4 == 0 && aligned16(x.raw()) && aligned16(y);
+      if (vec4)
+        forward_apply_last<T, kRelu, true>
+            <<<blocks_for(n / 4), kThreads, 0, stream>>>(x.data<T>(), y, n, v.C, a.shift, a.mul, a.add);
+    }
+    if (!vec4)
+      forward_apply_last<T, kRelu, false>
+          <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), y, n, v.C, a.shift, a.mul, a.add);
+    check_launch(ctx.node, "forward_apply_last");
+    return;
+  }
   bool vec4 = false;
   if constexpr (std::is_same_v<T, float>) vec4 = v.S % 4 == 0 && aligned16(x.raw()) && aligned16(y);
   if constexpr (std::is_same_v<T, float>)
@@ -354,7 +480,7 @@ void batchnorm_grad(KernelContext& ctx) {
   if (v.C == 0) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 3, 4);
-  const dim3 grid(static_cast<unsigned>(v.C), static_cast<unsigned>(v.slices));
+  const dim3 grid = slice_grid(v);
   const bool saved = ctx.has_input(3) && ctx.has_input(4);
   if (saved) {
     slice_grad_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, ctx.in(3).data<T>(), s.devs);
@@ -382,6 +508,18 @@ void batchnorm_grad(KernelContext& ctx) {
   if (!ctx.has_output(0) || n == 0) return;
   const int64_t planes = n / v.S;
   T* dx = ctx.out(0).data<T>();
+  if (v.last) {
+    bool vec4 = false;
+    if constexpr (std::is_same_v<T, float>) {
+      vec4 = v.C % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx);
+      if (vec4)
+        grad_apply_last<T, true><<<blocks_for(n / 4), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, n, v.C, a);
+    }
+    if (!vec4)
+      grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, n, v.C, a);
+    check_launch(ctx.node, "grad_apply_last");
+    return;
+  }
   bool vec4 = false;
   if constexpr (std::is_same_v<T, float>)
     vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx);
@@ -407,9 +545,11 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_norm_cuda(Registry& r) {
-  add_if_schema(r, "cuda", "", "BatchNormalization", batchnorm_kernel<false>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>);
-  add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel);
+  using facts::S;  // X and Y (dY, X, dX) in one layout: Plain or ChannelsLast
+  add_if_schema(r, "cuda", "", "BatchNormalization", batchnorm_kernel<false>, facts::fixed({{S}, {S}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>, facts::fixed({{S}, {S}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel,
+                facts::fixed({{S, S}, {S}}));
   for (const char* op : {"BatchNormalization", "BatchNormalizationRelu", "BatchNormalizationGrad"}) {
     const std::string domain = std::string(op) == "BatchNormalization" ? "" : kTrainrtDomain;
     const bool grad = std::string(op) == "BatchNormalizationGrad";

@@ -21,6 +21,12 @@
 // 1-3 spatial dims are seen as D,H,W planes with leading size-1 dims, as in the reference.
 // MaxPool also takes int8/uint8 (opset 12).
 //
+// ChannelsLast (NHWC, rank 4; runtime/layout.h): each of X, Y (dY, X, dX) Plain or
+// ChannelsLast on its own. A thread takes the element at storage offset o of the
+// tensor it writes, so with ChannelsLast neighbouring threads write neighbouring
+// channels (coalesced); a plane's elements are C apart (window_argmax's step). MaxPool's Indices stay Plain and hold
+// ONNX's NCHW indices; GlobalAveragePool's N,C,1,1 output is the same bytes in either layout.
+//
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
@@ -32,47 +38,76 @@
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/kernel_facts.h"
 #include "ops/core/pool_geometry.h"
 
 namespace trainrt::cuda {
 
 namespace {
 
-// Output element o as (plane, od, oh, ow).
-struct At {
-  int64_t p, a, b, c;
+// How a node's N,C,spatial tensors are stored: Plain, or ChannelsLast with C channels.
+struct Lay {
+  int64_t C = 1;
+  bool last = false;
 };
-__device__ At split(int64_t o, const int64_t dims[3]) {
+Lay lay_of(const Tensor& t) { return t.layout() == Layout::ChannelsLast ? Lay{t.dims()[1], true} : Lay{}; }
+
+// Storage offset of element pos of plane p (= n*C + c) in planes of `size` elements.
+__device__ int64_t offset_of(int64_t p, int64_t pos, int64_t size, Lay l) {
+  return l.last ? ((p / l.C) * size + pos) * l.C + p % l.C : p * size + pos;
+}
+// Where plane p's first element is stored, and how far apart its elements are.
+__device__ int64_t plane_base(int64_t p, int64_t size, Lay l) { return offset_of(p, 0, size, l); }
+__device__ int64_t plane_step(Lay l) { return l.last ? l.C : 1; }
+
+// The element at storage offset o of planes of `dims` as (plane, od, oh, ow), and its
+// position in the plane.
+struct At {
+  int64_t p, a, b, c, pos;
+};
+__device__ At split(int64_t o, const int64_t dims[3], Lay l) {
+  const int64_t size = dims[0] * dims[1] * dims[2];
   At r;
-  r.c = o % dims[2];
-  o /= dims[2];
-  r.b = o % dims[1];
-  o /= dims[1];
-  r.a = o % dims[0];
-  r.p = o / dims[0];
+  if (l.last) {
+    const int64_t q = o / l.C;
+    r.pos = q % size;
+    r.p = q / size * l.C + (o - q * l.C);
+  } else {
+    r.p = o / size;
+    r.pos = o - r.p * size;
+  }
+  int64_t t = r.pos;
+  r.c = t % dims[2];
+  t /= dims[2];
+  r.b = t % dims[1];
+  r.a = t / dims[1];
   return r;
 }
 
 // x: P,D,H,W -> y: P,Do,Ho,Wo; idx (optional): ONNX's flattened argmax indices.
 template <typename T>
-__global__ void maxpool_kernel(Pool3 g, const T* x, T* y, int64_t* idx, bool column_major, T lowest) {
+__global__ void maxpool_kernel(Pool3 g, Lay lx, Lay ly, const T* x, T* y, int64_t* idx, bool column_major, T lowest) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
+  const int64_t step = plane_step(lx);
   TRAINRT_GRID_STRIDE(o, count) {
-    const At t = split(o, g.out);
-    const T* plane = x + t.p * g.in_size();
-    const Argmax m = window_argmax(g, plane, t.a, t.b, t.c);
-    y[o] = m.d < 0 ? lowest : plane[(m.d * H + m.h) * W + m.w];
-    if (idx) idx[o] = t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
+    const At t = split(o, g.out, ly);
+    const T* plane = x + plane_base(t.p, g.in_size(), lx);
+    const Argmax m = window_argmax(g, plane, t.a, t.b, t.c, step);
+    y[o] = m.d < 0 ? lowest : plane[((m.d * H + m.h) * W + m.w) * step];
+    if (idx)  // Plain, ONNX's flattened NCHW index
+      idx[t.p * g.out_size() + t.pos] =
+          t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
   }
 }
 
 // x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each window (AveragePool has no dilations).
 template <typename T>
-__global__ void averagepool_kernel(Pool3 g, const T* x, T* y, bool include_pad) {
+__global__ void averagepool_kernel(Pool3 g, Lay lx, Lay ly, const T* x, T* y, bool include_pad) {
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
+  const int64_t step = plane_step(lx);
   TRAINRT_GRID_STRIDE(o, count) {
-    const At t = split(o, g.out);
-    const T* plane = x + t.p * g.in_size();
+    const At t = split(o, g.out, ly);
+    const T* plane = x + plane_base(t.p, g.in_size(), lx);
     T sum = 0;
     for (int64_t a = 0; a < g.k[0]; ++a) {
       const int64_t id = t.a * g.s[0] - g.pb[0] + a;
@@ -82,7 +117,7 @@ __global__ void averagepool_kernel(Pool3 g, const T* x, T* y, bool include_pad) 
         if (ih < 0 || ih >= H) continue;
         for (int64_t c = 0; c < g.k[2]; ++c) {
           const int64_t iw = t.c * g.s[2] - g.pb[2] + c;
-          if (iw >= 0 && iw < W) sum += plane[(id * H + ih) * W + iw];
+          if (iw >= 0 && iw < W) sum += plane[((id * H + ih) * W + iw) * step];
         }
       }
     }
@@ -90,13 +125,14 @@ __global__ void averagepool_kernel(Pool3 g, const T* x, T* y, bool include_pad) 
   }
 }
 
-// arg[o]: offset in its plane of window o's argmax (the forward's choice), -1 for none.
+// arg[o]: position in its plane of window o's argmax (the forward's choice), -1 for
+// none; o in dY's storage order.
 template <typename T>
-__global__ void window_argmax_kernel(Pool3 g, const T* x, int64_t* arg) {
+__global__ void window_argmax_kernel(Pool3 g, Lay lx, Lay ldy, const T* x, int64_t* arg) {
   const int64_t H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
   TRAINRT_GRID_STRIDE(o, count) {
-    const At t = split(o, g.out);
-    const Argmax m = window_argmax(g, x + t.p * g.in_size(), t.a, t.b, t.c);
+    const At t = split(o, g.out, ldy);
+    const Argmax m = window_argmax(g, x + plane_base(t.p, g.in_size(), lx), t.a, t.b, t.c, plane_step(lx));
     arg[o] = m.d < 0 ? -1 : (m.d * H + m.h) * W + m.w;
   }
 }
@@ -123,15 +159,14 @@ __device__ void for_windows_of(const Pool3& g, int64_t id, int64_t ih, int64_t i
 
 // dx[p, i] = sum of dy over the windows of plane p whose argmax (arg) is element i.
 template <typename T>
-__global__ void maxpool_grad_kernel(Pool3 g, const T* dy, const int64_t* arg, T* dx) {
+__global__ void maxpool_grad_kernel(Pool3 g, Lay ldy, Lay ldx, const T* dy, const int64_t* arg, T* dx) {
   const int64_t count = g.planes * g.in_size();
   TRAINRT_GRID_STRIDE(i, count) {
-    const At t = split(i, g.in);
-    const int64_t self = i - t.p * g.in_size();
+    const At t = split(i, g.in, ldx);
     T acc = 0;
     for_windows_of(g, t.a, t.b, t.c, /*dilated=*/true, [&](int64_t od, int64_t oh, int64_t ow) {
-      const int64_t o = ((t.p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow;
-      if (arg[o] == self) acc += dy[o];
+      const int64_t o = offset_of(t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size(), ldy);
+      if (arg[o] == t.pos) acc += dy[o];
     });
     dx[i] = acc;
   }
@@ -139,13 +174,13 @@ __global__ void maxpool_grad_kernel(Pool3 g, const T* dy, const int64_t* arg, T*
 
 // dx[p, i] = sum over the windows holding element i of dy / that window's divisor.
 template <typename T>
-__global__ void averagepool_grad_kernel(Pool3 g, const T* dy, T* dx, bool include_pad) {
+__global__ void averagepool_grad_kernel(Pool3 g, Lay ldy, Lay ldx, const T* dy, T* dx, bool include_pad) {
   const int64_t count = g.planes * g.in_size();
   TRAINRT_GRID_STRIDE(i, count) {
-    const At t = split(i, g.in);
+    const At t = split(i, g.in, ldx);
     T acc = 0;
     for_windows_of(g, t.a, t.b, t.c, /*dilated=*/false, [&](int64_t od, int64_t oh, int64_t ow) {
-      const int64_t o = ((t.p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow;
+      const int64_t o = offset_of(t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size(), ldy);
       acc += dy[o] / static_cast<T>(average_divisor(g, od, oh, ow, include_pad));
     });
     dx[i] = acc;
@@ -170,7 +205,7 @@ void maxpool(KernelContext& ctx) {
   dispatch_maxpool(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     maxpool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
-        g, x.data<T>(), y.data<T>(), idx, column_major, std::numeric_limits<T>::lowest());
+        g, lay_of(x), lay_of(y), x.data<T>(), y.data<T>(), idx, column_major, std::numeric_limits<T>::lowest());
   });
   check_launch(ctx.node, "maxpool_kernel");
 }
@@ -183,8 +218,8 @@ void averagepool(KernelContext& ctx) {
   const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    averagepool_kernel<T>
-        <<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(g, x.data<T>(), y.data<T>(), include_pad);
+    averagepool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
+        g, lay_of(x), lay_of(y), x.data<T>(), y.data<T>(), include_pad);
   });
   check_launch(ctx.node, "averagepool_kernel");
 }
@@ -201,9 +236,10 @@ void maxpool_grad(KernelContext& ctx) {
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (dy.numel() > 0)
-      window_argmax_kernel<T><<<blocks_for(dy.numel(), kThreads), kThreads, 0, stream>>>(g, x.data<T>(), arg);
-    maxpool_grad_kernel<T>
-        <<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, dy.data<T>(), arg, dx.data<T>());
+      window_argmax_kernel<T>
+          <<<blocks_for(dy.numel(), kThreads), kThreads, 0, stream>>>(g, lay_of(x), lay_of(dy), x.data<T>(), arg);
+    maxpool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, lay_of(dy), lay_of(dx),
+                                                                                      dy.data<T>(), arg, dx.data<T>());
   });
   check_launch(ctx.node, "maxpool_grad_kernel");
 }
@@ -218,18 +254,19 @@ void averagepool_grad(KernelContext& ctx) {
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     averagepool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, context().stream>>>(
-        g, dy.data<T>(), dx.data<T>(), include_pad);
+        g, lay_of(dy), lay_of(dx), dy.data<T>(), dx.data<T>(), include_pad);
   });
   check_launch(ctx.node, "averagepool_grad_kernel");
 }
 
 // One block per plane p (grid-stride over planes): y[p] = mean of x's plane p.
 template <typename T>
-__global__ void global_average_pool_kernel(const T* x, T* y, int64_t planes, int64_t size) {
+__global__ void global_average_pool_kernel(const T* x, T* y, int64_t planes, int64_t size, Lay l) {
+  const int64_t step = plane_step(l);
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
-    const T* plane = x + p * size;
+    const T* plane = x + plane_base(p, size, l);
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) sum += static_cast<double>(plane[i]);
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) sum += static_cast<double>(plane[i * step]);
     sum = block_sum(sum);
     if (threadIdx.x == 0) y[p] = static_cast<T>(sum / static_cast<double>(size));
   }
@@ -237,11 +274,12 @@ __global__ void global_average_pool_kernel(const T* x, T* y, int64_t planes, int
 
 // One block per plane p: dx's plane p = dy[p] / size (the reference's rounding).
 template <typename T>
-__global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t planes, int64_t size) {
+__global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t planes, int64_t size, Lay l) {
+  const int64_t step = plane_step(l);
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
     const T share = static_cast<T>(static_cast<double>(dy[p]) / static_cast<double>(size));
-    T* plane = dx + p * size;
-    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) plane[i] = share;
+    T* plane = dx + plane_base(p, size, l);
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) plane[i * step] = share;
   }
 }
 
@@ -256,7 +294,7 @@ void global_averagepool(KernelContext& ctx) {
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     global_average_pool_kernel<T>
-        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size);
+        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size, lay_of(x));
   });
   check_launch(ctx.node, "global_average_pool_kernel");
 }
@@ -270,7 +308,7 @@ void global_averagepool_grad(KernelContext& ctx) {
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     global_average_pool_grad_kernel<T>
-        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size);
+        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size, lay_of(dx));
   });
   check_launch(ctx.node, "global_average_pool_grad_kernel");
 }
@@ -278,16 +316,18 @@ void global_averagepool_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_pool_cuda(Registry& r) {
-  add_if_schema(r, "cuda", "", "GlobalAveragePool", global_averagepool);
-  add_if_schema(r, "cuda", kTrainrtDomain, "GlobalAveragePoolGrad", global_averagepool_grad);
-  add_if_schema(r, "cuda", "", "MaxPool", maxpool);
-  add_if_schema(r, "cuda", "", "AveragePool", averagepool);
-  add_if_schema(r, "cuda", kTrainrtDomain, "MaxPoolGrad", maxpool_grad);
+  using facts::A, facts::P;  // each data argument Plain or ChannelsLast on its own
+  add_if_schema(r, "cuda", "", "GlobalAveragePool", global_averagepool, facts::fixed({{A}, {A}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "GlobalAveragePoolGrad", global_averagepool_grad,
+                facts::fixed({{A, A}, {A}}));
+  add_if_schema(r, "cuda", "", "MaxPool", maxpool, facts::fixed({{A}, {A, P}}));
+  add_if_schema(r, "cuda", "", "AveragePool", averagepool, facts::fixed({{A}, {A}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "MaxPoolGrad", maxpool_grad, facts::fixed({{A, A}, {A}}));
   if (r.kernels.find("cuda", kTrainrtDomain, "MaxPoolGrad"))  // every window's argmax
     r.kernels.set_workspace("cuda", kTrainrtDomain, "MaxPoolGrad", [](const KernelContext& c) {
       return static_cast<size_t>(c.in(0).numel()) * sizeof(int64_t);
     });
-  add_if_schema(r, "cuda", kTrainrtDomain, "AveragePoolGrad", averagepool_grad);
+  add_if_schema(r, "cuda", kTrainrtDomain, "AveragePoolGrad", averagepool_grad, facts::fixed({{A, A}, {A}}));
 }
 
 }  // namespace trainrt::cuda

@@ -113,7 +113,7 @@ size_t Backend::workspace_bytes(const KernelContext& ctx) const {
 
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
   if (!blocked_layouts) return {};
-  return registry().kernels.layouts(kernel_set_, g, n);
+  return registry().kernels.layouts(layout_set_, g, n);
 }
 
 std::vector<std::string> Backend::fallback_ops() const {

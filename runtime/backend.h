@@ -38,7 +38,7 @@ class Backend {
   virtual std::string name() const = 0;
   // The kernel for `n` on this backend; throws Unsupported naming the op.
   virtual const Kernel& kernel(const Node& n) const;
-  // Which arguments `n`'s kernel takes in a blocked layout (ops/core/kernel.h); all Plain
+  // Which arguments `n`'s kernel takes in blocked_layout (ops/core/kernel.h); all Plain
   // for reference fallbacks, kernels that declared nothing and !blocked_layouts.
   NodeLayouts layouts(const Graph& g, const Node& n) const;
   // Throws Unsupported (naming why) when this backend cannot run the convolutions in
@@ -168,20 +168,27 @@ class Backend {
   // implementations, ops/core/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
   // the layout choice and the blocked kernels on any CPU.
   bool blocked_layouts = true;
+  // The layout the kernels' Any and Shared slots take besides Plain: Blocked16c (cpu,
+  // oneDNN's nChw16c) or ChannelsLast (cuda, NHWC for cuDNN's tensor cores).
+  Layout blocked_layout = Layout::Blocked16c;
 
  protected:
   // Kernels of `kernel_set`; ops without one take the first kernel set of `fallbacks`
   // that has it ("cpu" and then "reference" for the cuda backend).
   Backend(std::string kernel_set, std::vector<std::string> fallbacks)
-      : kernel_set_(std::move(kernel_set)), fallbacks_(std::move(fallbacks)) {}
+      : kernel_set_(std::move(kernel_set)), layout_set_(kernel_set_), fallbacks_(std::move(fallbacks)) {}
   // `k` made safe to call among asynchronous kernels: it calls synchronize() first
   // (a host kernel reads what queued kernels write) and, where the host cannot see this
   // backend's memory, runs `k` on host copies of its arguments and copies its outputs
   // back. One wrapper per kernel, kept.
   const Kernel& on_host(const Kernel& k) const;
+  // layouts() reports the layouts `set` declared instead of this backend's own (a
+  // stand-in device: the kernels it models).
+  void report_layouts_of(std::string set) { layout_set_ = std::move(set); }
 
  private:
   std::string kernel_set_;
+  std::string layout_set_;  // whose declared layouts layouts() reports
   std::vector<std::string> fallbacks_;
   mutable std::mutex host_mu_;
   mutable std::map<const Kernel*, std::unique_ptr<Kernel>> host_kernels_;

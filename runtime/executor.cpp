@@ -280,7 +280,7 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   for (const std::string& in : graph_.inputs)
     if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw()))
       staged += f.nbytes() * staged_copies(backend_);
-  std::tie(p->workspace, p->side_workspace) = plan_workspace(plan);
+  std::tie(p->workspace, p->side_workspace) = plan_workspace(plan, p->layouts);
   const size_t need =
       plan.arena_bytes + plan.output_bytes + staged + p->workspace + p->side_workspace + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
@@ -308,12 +308,14 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
 // The scratch memory the plan's kernels need (Backend::workspace_bytes): the most one call
 // needs, since the calls take it in turn; and, where pairs run at once
 // (concurrent_branches), the most the second step of a pair needs, in a workspace of its
-// own (Backend::run_pair). Asked with each step's arguments typed and shaped but without
-// memory.
-std::pair<size_t, size_t> Executor::plan_workspace(const Plan& plan) const {
+// own (Backend::run_pair). Asked with each step's arguments typed, shaped and laid out
+// but without memory.
+std::pair<size_t, size_t> Executor::plan_workspace(const Plan& plan, const std::vector<Layout>& layouts) const {
   std::vector<Tensor> shaped(plan.values.size());
-  for (size_t v = 0; v < plan.values.size(); ++v)
+  for (size_t v = 0; v < plan.values.size(); ++v) {
     shaped[v] = Tensor(plan.values[v].dtype, plan.values[v].dims, nullptr);
+    shaped[v].set_layout(layouts[v]);
+  }
   auto need = [&](size_t s) { return backend_.workspace_bytes(context_of(plan, plan.steps[s], shaped)); };
   size_t most = 0, side = 0;
   for (size_t s = 0; s < plan.steps.size();) {
@@ -562,9 +564,8 @@ NumericalError non_finite_output(const Plan& plan, const KernelContext& ctx, siz
   const PlanStep& st = plan.steps[s];
   const Node& n = plan.graph.nodes[st.node];
   const std::string& value = n.outputs[k];
-  const int64_t element = ctx.outputs[k]->layout() == Layout::Blocked16c
-                              ? blocked_to_plain_index(ctx.outputs[k]->dims(), bad)
-                              : bad;  // the row-major index a user can look up
+  // the row-major index a user can look up
+  const int64_t element = storage_to_plain_index(ctx.outputs[k]->layout(), ctx.outputs[k]->dims(), bad);
   return NumericalError(n.name, n.op_type, value, st.node,
                         describe_node(n, st.node) + ": output '" + value + "' has " + (nan ? "NaN" : "Inf") +
                             " at element " + std::to_string(element) +

@@ -236,7 +236,8 @@ class Executor {
  private:
   struct Prepared;
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
-  std::pair<size_t, size_t> plan_workspace(const Plan& plan) const;  // compute and side streams'
+  std::pair<size_t, size_t> plan_workspace(const Plan& plan,
+                                           const std::vector<Layout>& layouts) const;  // compute and side streams'
   KernelContext context_of(const Plan& plan, const PlanStep& st, std::vector<Tensor>& values) const;
   // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
   Tensor in_backend_memory(const Tensor& t) const;

@@ -5,11 +5,12 @@ namespace trainrt {
 std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
   const size_t count = plan.values.size();
   const int end = static_cast<int>(plan.steps.size());
+  const Layout layout = backend.blocked_layout;
   std::vector<char> blocked(count, 0);
   for (size_t v = 0; v < count; ++v) {
     const PlannedValue& pv = plan.values[v];
-    blocked[v] =
-        pv.storage == Storage::Arena && pv.def >= 0 && pv.last < end && blockable(pv.dims) && dtype_size(pv.dtype) > 0;
+    blocked[v] = pv.storage == Storage::Arena && pv.def >= 0 && pv.last < end && layout_fits(layout, pv.dims) &&
+                 dtype_size(pv.dtype) > 0;
   }
   std::vector<NodeLayouts> rules;
   rules.reserve(plan.steps.size());
@@ -61,7 +62,7 @@ std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
   }
   std::vector<Layout> out(count, Layout::Plain);
   for (size_t v = 0; v < count; ++v)
-    if (blocked[v]) out[v] = Layout::Blocked16c;
+    if (blocked[v]) out[v] = layout;
   return out;
 }
 

@@ -134,8 +134,10 @@ void run_reference(KernelContext& ctx) {
   if (!k) throw_internal(what(ctx.node, "cuda host fallback"), "no reference kernel");
   // Device memory: the reference kernel runs on host copies of the arguments.
   cudaStream_t stream = context().stream;
+  // Host copies keep the arguments' layouts; the reference kernel reads Plain copies.
+  const Kernel plain = [k](KernelContext& c) { run_on_plain_copies(*k, c); };
   run_on_host_copies(
-      *k, ctx,
+      plain, ctx,
       [&](void* to, const void* from, size_t n) {
         check(cudaMemcpyAsync(to, from, n, cudaMemcpyDefault, stream), what(ctx.node, "copy for the host fallback"));
       },

@@ -275,19 +275,7 @@ void run_reference(KernelContext& ctx) {
   g_fallbacks.fetch_add(1);
   const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
   if (!k) throw_unsupported("cpu backend", "no reference kernel to fall back on for op " + ctx.node.op_type);
-  auto blocked = [](const Tensor* t) { return t && t->layout() != Layout::Plain; };
-  if (std::none_of(ctx.inputs.begin(), ctx.inputs.end(), blocked) &&
-      std::none_of(ctx.outputs.begin(), ctx.outputs.end(), blocked))
-    return (*k)(ctx);
-  // Reference kernels read row-major data: blocked arguments go through Plain copies.
-  std::vector<Tensor> copies;
-  copies.reserve(ctx.inputs.size() + ctx.outputs.size());
-  KernelContext plain{ctx.node, {}, {}, ctx.training, ctx.seed, ctx.math, ctx.conv};
-  for (const Tensor* t : ctx.inputs) plain.inputs.push_back(blocked(t) ? &copies.emplace_back(to_plain(*t)) : t);
-  for (Tensor* t : ctx.outputs) plain.outputs.push_back(blocked(t) ? &copies.emplace_back(t->dtype(), t->dims()) : t);
-  (*k)(plain);
-  for (size_t i = 0; i < ctx.outputs.size(); ++i)
-    if (blocked(ctx.outputs[i])) copy_from_plain(*plain.outputs[i], *ctx.outputs[i]);
+  run_on_plain_copies(*k, ctx);  // reference kernels read row-major data
 }
 
 bool winograd_shape(const Node& n, const Tensor& w) {

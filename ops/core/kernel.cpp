@@ -1,5 +1,6 @@
 #include "ops/core/kernel.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "graph/error.h"
@@ -94,6 +95,23 @@ void KernelRegistry::set_workspace(const std::string& backend, const std::string
 size_t KernelRegistry::workspace(const std::string& backend, const KernelContext& ctx) const {
   auto it = workspace_.find(std::make_tuple(backend, canonical_domain(ctx.node.domain), ctx.node.op_type));
   return it == workspace_.end() ? 0 : it->second(ctx);
+}
+
+void run_on_plain_copies(const Kernel& k, KernelContext& ctx) {
+  auto laid_out = [](const Tensor* t) { return t && t->layout() != Layout::Plain; };
+  if (std::none_of(ctx.inputs.begin(), ctx.inputs.end(), laid_out) &&
+      std::none_of(ctx.outputs.begin(), ctx.outputs.end(), laid_out))
+    return k(ctx);
+  std::vector<Tensor> copies;  // reserved: the pointers into it stay valid
+  copies.reserve(ctx.inputs.size() + ctx.outputs.size());
+  KernelContext plain = ctx;
+  plain.inputs.clear();
+  plain.outputs.clear();
+  for (const Tensor* t : ctx.inputs) plain.inputs.push_back(laid_out(t) ? &copies.emplace_back(to_plain(*t)) : t);
+  for (Tensor* t : ctx.outputs) plain.outputs.push_back(laid_out(t) ? &copies.emplace_back(t->dtype(), t->dims()) : t);
+  k(plain);
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    if (laid_out(ctx.outputs[i])) copy_from_plain(*plain.outputs[i], *ctx.outputs[i]);
 }
 
 void run_on_host_copies(const Kernel& k, KernelContext& ctx,

@@ -118,6 +118,12 @@ struct KernelContext {
 
 using Kernel = std::function<void(KernelContext&)>;
 
+// Runs `k`, a kernel that reads row-major data (a reference kernel), on `ctx`: directly
+// where every argument is Plain, else on Plain copies of the arguments in another layout
+// (graph/tensor.h), copying those outputs back into their layout. All other context
+// fields pass through.
+void run_on_plain_copies(const Kernel& k, KernelContext& ctx);
+
 // Runs host kernel `k` on host copies of `ctx`'s tensors that live in device memory
 // (`on_device`), for a backend whose memory the host cannot see: copies them in with
 // `copy` (to, from, bytes), calls `sync`, runs `k` and copies its outputs back (they are

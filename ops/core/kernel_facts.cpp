@@ -27,6 +27,29 @@ NodeLayouts elementwise(const Graph& g, const Node& n) {
   return {std::vector<SlotLayout>(n.inputs.size(), S), std::vector<SlotLayout>(n.outputs.size(), S)};
 }
 
+NodeLayouts clip(const Graph& g, const Node& n) {
+  const bool grad = !n.domain.empty();
+  std::vector<std::string> data{n.inputs[0], n.outputs[0]};
+  if (grad) data.push_back(n.inputs[1]);
+  if (!same_shapes(g, data)) return {};
+  return grad ? NodeLayouts{{S, S, P, P}, {S}} : NodeLayouts{{S, P, P}, {S}};
+}
+
+NodeLayouts sum_to_shape(const Graph& g, const Node& n) {
+  if (!node_shapes_agree(g, n)) return {};
+  return {{S, A}, {S}};
+}
+
+NodeLayouts dropout(const Graph& g, const Node& n) {
+  if (!same_shapes(g, {n.inputs.at(0), n.outputs.at(0), n.outputs.size() > 1 ? n.outputs[1] : ""})) return {};
+  return {{S}, {S, S}};
+}
+
+NodeLayouts dropout_grad(const Graph& g, const Node& n) {
+  if (!same_shapes(g, {n.inputs.at(0), n.inputs.at(1), n.outputs.at(0)})) return {};
+  return {{S, S}, {S}};
+}
+
 LayoutRule fixed(NodeLayouts l) {
   return [l](const Graph&, const Node&) { return l; };
 }

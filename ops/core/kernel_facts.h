@@ -41,6 +41,17 @@ bool node_shapes_agree(const Graph& g, const Node& n);
 LayoutRule fixed(NodeLayouts l);
 // Every argument Shared when all have one shape, else every argument Plain.
 NodeLayouts elementwise(const Graph& g, const Node& n);
+// Clip and ClipGrad: the data arguments (X, Y; dY, X, dX) Shared when they have one
+// shape, the scalar bounds Plain.
+NodeLayouts clip(const Graph& g, const Node& n);
+// SumToShape(dY, like) where the shapes agree (a copy): dY and the output Shared, `like`
+// (which only lends its dims) Any.
+NodeLayouts sum_to_shape(const Graph& g, const Node& n);
+// Dropout draws its mask from each element's row-major index, so any shared layout
+// draws the same mask: data, output and mask Shared (ratio, training_mode Plain); its
+// gradients DropoutGrad (dY, mask; dX) and DropoutReluGrad (dZ, Z; dX) are elementwise.
+NodeLayouts dropout(const Graph& g, const Node& n);
+NodeLayouts dropout_grad(const Graph& g, const Node& n);
 
 // The same pairs for every node.
 InPlaceRule in_place(std::vector<InPlacePair> pairs);

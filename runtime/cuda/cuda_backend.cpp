@@ -18,7 +18,10 @@ namespace {
 class CudaBackend : public Backend {
  public:
   CudaBackend() : Backend("cuda", {"cpu", "reference"}) {
-    blocked_layouts = false;  // the cuda kernels and the host fallbacks both take plain NCHW
+    // Activations between the kernels that take it (Conv, BatchNormalization, pools,
+    // elementwise ops) stay NHWC, the layout cuDNN's tensor-core convolutions read
+    // without transposing; everything else, and every host fallback's argument, is Plain.
+    blocked_layout = Layout::ChannelsLast;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)

@@ -101,7 +101,10 @@ size_t StandinDevice::Counts::host_total() const {
 
 StandinDevice::StandinDevice(std::set<std::string> host_ops_without_cuda)
     : Backend("reference", {}), host_ops_(std::move(host_ops_without_cuda)), pool_(std::make_shared<Pool>()) {
-  blocked_layouts = false;  // the cuda backend's kernels take plain layouts
+  // The layouts the cuda backend's kernels declare (NHWC where they take it); the
+  // reference kernels it queues read Plain copies of such arguments.
+  blocked_layout = Layout::ChannelsLast;
+  report_layouts_of("cuda");
 }
 
 StandinDevice::~StandinDevice() {
@@ -186,6 +189,10 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
                                              " bytes of workspace, " + std::to_string(reserved) + " reserved" +
                                              (side ? " for the side stream" : ""));
       ++pool_->counts.launched;
+      auto laid_out = [](const Tensor* t) { return t && t->layout() == Layout::ChannelsLast; };
+      if (std::any_of(ctx.inputs.begin(), ctx.inputs.end(), laid_out) ||
+          std::any_of(ctx.outputs.begin(), ctx.outputs.end(), laid_out))
+        ++pool_->counts.laid_out;
     }
     KernelContext launched = ctx;  // the arguments as they were at the launch
     enqueue(
@@ -197,7 +204,7 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
             pool->skipped.fetch_add(1, std::memory_order_relaxed);  // no ordering between streams
             return;
           }
-          (*ref)(launched);
+          run_on_plain_copies(*ref, launched);
         },
         touched, issue_);
   });

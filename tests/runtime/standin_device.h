@@ -30,6 +30,10 @@
 //   A copy from other host memory reads it at the call (pageable memory).
 // - A queued kernel given KernelContext::skip_if_flagged reads the flag when it runs and
 //   writes nothing when a check lowered it, as the cuda optimizer kernels do.
+// - Layouts as the cuda backend's: Backend::layouts() reports the "cuda" kernels'
+//   declared layouts and blocked_layout is ChannelsLast (NHWC), so the executor keeps the
+//   values the cuda backend would keep NHWC so; the queued reference kernels read Plain
+//   copies of such arguments and write theirs back (run_on_plain_copies).
 // - It counts synchronize() calls (apart: those a host kernel makes) and host kernel
 //   calls, per op.
 // Its results equal the reference backend's bit for bit: the kernels are the same.
@@ -109,6 +113,7 @@ class StandinDevice : public Backend {
     size_t captures = 0, replays = 0;           // end_capture() and replay() calls
     size_t side_workspace = 0;                  // reserved for the side stream
     size_t pairs = 0;                           // run_pair() calls that used the side stream
+    size_t laid_out = 0;                        // queued kernels given a ChannelsLast argument
     std::map<std::string, size_t> host_calls;   // host kernel calls per op
     size_t host_total() const;
   };

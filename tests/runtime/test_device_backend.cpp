@@ -292,6 +292,8 @@ TEST_CASE("device backend: training steps equal the reference backend's bit for 
     // Kernels all ran; what may still be queued are copies into the state (the running
     // statistics' updates), which state() reads after in stream order.
     CHECK(dev.counts().launched > 0);
+    // With the cuda kernels' declared layouts the activations between them are NHWC.
+    CHECK((dev.counts().laid_out > 0) == StandinDevice::have_cuda_kernels());
     REQUIRE(!seen_device.empty());
     CHECK(bitwise_equal(seen_device, seen_ref));
   }

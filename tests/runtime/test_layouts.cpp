@@ -1,5 +1,6 @@
-// Blocked layouts between kernels (runtime/layout.h): the index formula against
-// oneDNN's own nChw16c, the choice on a Wide ResNet training graph (what stays Plain,
+// Blocked layouts between kernels (runtime/layout.h): the index formulas against
+// oneDNN's own nChw16c and a hand-written NHWC, the cuda kernels' NHWC choice (as the
+// stand-in device reports it), the choice on a Wide ResNet training graph (what stays Plain,
 // the declared constraints hold), and a training step with blocked values equal to
 // the all-Plain run within float rounding while reordering far fewer bytes. (Not bit
 // for bit: oneDNN's batch normalization and pooling have their own implementations per
@@ -12,6 +13,7 @@
 #include "ops/core/dnnl_util.h"
 #include "runtime/layout.h"
 #include "runtime_util.h"
+#include "standin_device.h"
 
 using namespace trainrt;
 using namespace trainrt::test;
@@ -58,6 +60,95 @@ TEST_CASE("Blocked16c storage order is oneDNN's nChw16c; to_plain and copy_from_
   CHECK(blockable({1, 16, 1, 1}));
   CHECK_FALSE(blockable({1, 24, 4, 4}));
   CHECK_FALSE(blockable({16, 16}));
+}
+
+TEST_CASE("ChannelsLast storage order is NHWC; to_plain and copy_from_plain invert each other") {
+  const std::vector<int64_t> dims{2, 3, 4, 5};
+  Tensor plain = random_tensor(DataType::Float32, dims, 4);
+  Tensor last(DataType::Float32, dims);
+  last.set_layout(Layout::ChannelsLast);
+  copy_from_plain(plain, last);
+  const auto* p = plain.data<float>();
+  const auto* q = last.data<float>();
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t w = 0; w < 5; ++w) {
+          const int64_t at = ((n * 4 + h) * 5 + w) * 3 + c, row_major = ((n * 3 + c) * 4 + h) * 5 + w;
+          REQUIRE(q[at] == p[row_major]);
+          REQUIRE(storage_to_plain_index(Layout::ChannelsLast, dims, at) == row_major);
+        }
+  CHECK(bitwise_equal(to_plain(last), plain));
+  CHECK(layout_fits(Layout::ChannelsLast, {2, 3, 4, 5}));
+  CHECK_FALSE(layout_fits(Layout::ChannelsLast, {2, 3, 1, 1}));  // the same bytes as Plain
+  CHECK_FALSE(layout_fits(Layout::ChannelsLast, {2, 1, 4, 5}));
+  CHECK_FALSE(layout_fits(Layout::ChannelsLast, {6, 4, 5}));
+}
+
+TEST_CASE("the cuda kernels' declared layouts keep the WRN's activations NHWC between them") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without the cuda backend declares no cuda layouts: nothing to check");
+    return;
+  }
+  TrainingGraph t = wrn_training(small_wrn());  // channel counts 4, 8, 12, 16
+  fuse_training_graph(t.graph);
+  TensorMap feeds = step_feeds(t, 2);
+  Graph s = specialize(t.graph, feeds);
+  PlanOptions o = training_plan_options(t);
+  for (const std::string& out : s.outputs) o.keep.push_back(out);
+  Plan plan = build_plan(s, o);
+  StandinDevice dev;  // reports the cuda kernels' declared layouts, as the cuda backend does
+  std::vector<Layout> l = choose_layouts(plan, dev);
+  REQUIRE(l.size() == plan.values.size());
+  size_t last = 0;
+  for (size_t v = 0; v < l.size(); ++v) {
+    CHECK(l[v] != Layout::Blocked16c);
+    if (l[v] != Layout::ChannelsLast) continue;
+    ++last;
+    CAPTURE(plan.values[v].name);
+    CHECK(plan.values[v].storage == Storage::Arena);
+    CHECK(layout_fits(Layout::ChannelsLast, plan.values[v].dims));
+  }
+  // What tensor cores read and write: every convolution's output and data gradient, and
+  // the batch normalizations between them (forward and backward), stay NHWC.
+  std::map<std::string, size_t> nhwc, seen;
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    if (n.op_type == "Conv" || n.op_type == "FusedConv" || n.op_type == "BatchNormalizationRelu" ||
+        n.op_type == "BatchNormalizationGrad" || n.op_type == "ConvGrad" || n.op_type == "DropoutReluGrad") {
+      if (st.outputs.empty() || st.outputs[0] < 0) continue;
+      ++seen[n.op_type];
+      if (l[static_cast<size_t>(st.outputs[0])] == Layout::ChannelsLast) ++nhwc[n.op_type];
+    }
+  }
+  for (const auto& [op, count] : seen) {
+    CAPTURE(op);
+    CHECK(nhwc[op] == count);
+  }
+  CHECK(seen["BatchNormalizationRelu"] == 13);
+  CHECK(seen["ConvGrad"] == 15);  // 16 convolutions; the first one computes no dX
+  MESSAGE(last << " of " << l.size() << " values NHWC");
+  // The feed stays Plain: the first convolution reads NCHW and writes NHWC.
+  CHECK(l[static_cast<size_t>(plan.index.at(t.graph.inputs[0]))] == Layout::Plain);
+  // The declared constraints hold at every step.
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    NodeLayouts r = dev.layouts(plan.graph, n);
+    std::vector<Layout> shared;
+    auto check = [&](const std::vector<int>& values, const std::vector<SlotLayout>& kinds) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (values[i] < 0) continue;
+        const SlotLayout k = i < kinds.size() ? kinds[i] : SlotLayout::Plain;
+        const Layout got = l[static_cast<size_t>(values[i])];
+        CAPTURE(n.name);
+        if (k == SlotLayout::Plain) CHECK(got == Layout::Plain);
+        if (k == SlotLayout::Shared) shared.push_back(got);
+      }
+    };
+    check(st.inputs, r.inputs);
+    check(st.outputs, r.outputs);
+    for (Layout x : shared) CHECK(x == shared.front());
+  }
 }
 
 TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everything a caller sees Plain") {
