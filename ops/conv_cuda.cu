@@ -167,9 +167,8 @@ template <typename T>
 __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
                            int64_t count, int64_t inner) {
   TRAINRT_GRID_STRIDE(i, count) {
-    const int64_t k = i % inner, q = i / inner;
-    const int64_t c = q % wp - left, r = (q / wp) % hp - top, p = q / (wp * hp);
-    xp[i] = r >= 0 && r < h && c >= 0 && c < w ? x[((p * h + r) * w + c) * inner + k] : T(0);
+    const int64_t from = channels_last::padded_source(i, h, w, hp, wp, top, left, inner);
+    xp[i] = from >= 0 ? x[from] : T(0);
   }
 }
 
@@ -177,11 +176,7 @@ __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, 
 template <typename T>
 __global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
                             int64_t count, int64_t inner) {
-  TRAINRT_GRID_STRIDE(i, count) {
-    const int64_t k = i % inner, q = i / inner;
-    const int64_t c = q % w, r = (q / w) % h, p = q / (w * h);
-    x[i] = xp[((p * hp + r + top) * wp + c + left) * inner + k];
-  }
+  TRAINRT_GRID_STRIDE(i, count) { x[i] = xp[channels_last::cropped_source(i, h, w, hp, wp, top, left, inner)]; }
 }
 
 // pad_planes' and crop_planes' `inner` for x.

@@ -114,7 +114,7 @@ __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, int64
       if (mask) mask[i] = 1;
       continue;
     }
-    const int64_t at = C ? plain_of_channels_last(i, C, hw) : i;
+    const int64_t at = C ? channels_last::plain_index(i, C, hw) : i;
     const bool keep =
         c.valid && (splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
     y[i] = keep ? x[i] * c.scale : c.valid ? T(0) : c.scale;

@@ -45,20 +45,12 @@ namespace trainrt::cuda {
 
 namespace {
 
-// How a node's N,C,spatial tensors are stored: Plain, or ChannelsLast with C channels.
-struct Lay {
-  int64_t C = 1;
-  bool last = false;
-};
+// How a node's N,C,spatial tensor is stored (ops/core/channels_last.h: the index
+// arithmetic, tested on the host).
+using Lay = channels_last::Planes;
+using channels_last::offset_of, channels_last::plane_step;
 Lay lay_of(const Tensor& t) { return t.layout() == Layout::ChannelsLast ? Lay{t.dims()[1], true} : Lay{}; }
-
-// Storage offset of element pos of plane p (= n*C + c) in planes of `size` elements.
-__device__ int64_t offset_of(int64_t p, int64_t pos, int64_t size, Lay l) {
-  return l.last ? ((p / l.C) * size + pos) * l.C + p % l.C : p * size + pos;
-}
-// Where plane p's first element is stored, and how far apart its elements are.
-__device__ int64_t plane_base(int64_t p, int64_t size, Lay l) { return offset_of(p, 0, size, l); }
-__device__ int64_t plane_step(Lay l) { return l.last ? l.C : 1; }
+__device__ int64_t plane_base(int64_t p, int64_t size, Lay l) { return offset_of(l, p, 0, size); }
 
 // The element at storage offset o of planes of `dims` as (plane, od, oh, ow), and its
 // position in the plane.
@@ -66,16 +58,8 @@ struct At {
   int64_t p, a, b, c, pos;
 };
 __device__ At split(int64_t o, const int64_t dims[3], Lay l) {
-  const int64_t size = dims[0] * dims[1] * dims[2];
   At r;
-  if (l.last) {
-    const int64_t q = o / l.C;
-    r.pos = q % size;
-    r.p = q / size * l.C + (o - q * l.C);
-  } else {
-    r.p = o / size;
-    r.pos = o - r.p * size;
-  }
+  channels_last::plane_of(l, o, dims[0] * dims[1] * dims[2], &r.p, &r.pos);
   int64_t t = r.pos;
   r.c = t % dims[2];
   t /= dims[2];
@@ -165,7 +149,7 @@ __global__ void maxpool_grad_kernel(Pool3 g, Lay ldy, Lay ldx, const T* dy, cons
     const At t = split(i, g.in, ldx);
     T acc = 0;
     for_windows_of(g, t.a, t.b, t.c, /*dilated=*/true, [&](int64_t od, int64_t oh, int64_t ow) {
-      const int64_t o = offset_of(t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size(), ldy);
+      const int64_t o = offset_of(ldy, t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size());
       if (arg[o] == t.pos) acc += dy[o];
     });
     dx[i] = acc;
@@ -180,7 +164,7 @@ __global__ void averagepool_grad_kernel(Pool3 g, Lay ldy, Lay ldx, const T* dy, 
     const At t = split(i, g.in, ldx);
     T acc = 0;
     for_windows_of(g, t.a, t.b, t.c, /*dilated=*/false, [&](int64_t od, int64_t oh, int64_t ow) {
-      const int64_t o = offset_of(t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size(), ldy);
+      const int64_t o = offset_of(ldy, t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size());
       acc += dy[o] / static_cast<T>(average_divisor(g, od, oh, ow, include_pad));
     });
     dx[i] = acc;

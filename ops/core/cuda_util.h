@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 
+#include "ops/core/channels_last.h"
 #include "ops/core/register_all.h"
 
 namespace trainrt::cuda {
@@ -175,19 +176,13 @@ inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p
 
 // The same per-channel work on a ChannelsLast (NHWC) tensor: a grid-stride loop over its
 // n values (or groups of 4 of them, with C counted in groups) giving each one's channel,
-// c = i % C, carried from step to step by one compare instead of a division per element.
-// Launch with blocks_for(n).
-#define TRAINRT_CHANNELS_LAST(i, c, n, C)                                                    \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, c = i % (C), \
-               step_ = static_cast<int64_t>(gridDim.x) * blockDim.x, dc_ = step_ % (C);      \
-       i < (n); i += step_, c += dc_, c -= c >= (C) ? (C) : 0)
-
-// The row-major (NCHW) index of storage offset i of a ChannelsLast tensor with C
-// channels and hw positions per image (graph/tensor.h storage_to_plain_index).
-__device__ inline int64_t plain_of_channels_last(int64_t i, int64_t C, int64_t hw) {
-  const int64_t c = i % C, p = i / C;
-  return (p / hw * C + c) * hw + p % hw;
-}
+// c = i % C, carried from step to step by one compare instead of a division per element
+// (channels_last::ChannelWalk). Launch with blocks_for(n).
+#define TRAINRT_CHANNELS_LAST(i, c, n, C)                                                                       \
+  for (::trainrt::channels_last::ChannelWalk walk_(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, \
+                                                   static_cast<int64_t>(gridDim.x) * blockDim.x, (C));          \
+       (walk_.index) < (n); walk_.next())                                                                       \
+    if (const int64_t i = walk_.index, c = walk_.channel; true)
 
 // Where element o of a dense row-major tensor of `dims` sits in a view with `strides`
 // (elements, per dim): o split over the dims, innermost first, one division per dim.

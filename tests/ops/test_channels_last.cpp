@@ -1,0 +1,103 @@
+// The ChannelsLast index arithmetic the cuda kernels run per element
+// (ops/core/channels_last.h, compiled for host and device), checked on the host against
+// the layout's definition (graph/tensor.h storage_to_plain_index, to_plain) and against
+// plain loops: Dropout's row-major mask index, the channel walk of the per-channel
+// kernels, the pools' plane/position split, the convolution's zero padding and cropping.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "graph/tensor.h"
+#include "ops/core/channels_last.h"
+
+using namespace trainrt;
+namespace cl = trainrt::channels_last;
+
+TEST_CASE("channels_last::plain_index is storage_to_plain_index, and a permutation") {
+  for (const std::vector<int64_t>& d : {std::vector<int64_t>{2, 3, 4, 5}, {1, 16, 7, 7}, {3, 5, 1, 2}}) {
+    CAPTURE(dims_to_string(d));
+    const int64_t n = element_count(d), hw = d[2] * d[3];
+    std::vector<char> hit(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = cl::plain_index(i, d[1], hw);
+      REQUIRE(at == storage_to_plain_index(Layout::ChannelsLast, d, i));
+      REQUIRE(at >= 0);
+      REQUIRE(at < n);
+      hit[static_cast<size_t>(at)] = 1;
+    }
+    for (char h : hit) CHECK(h == 1);
+  }
+}
+
+TEST_CASE("ChannelWalk carries i % C without a division, for any start, stride and channel count") {
+  for (int64_t C : {1, 3, 4, 16, 640})
+    for (int64_t start : {0, 1, 5, 255})
+      for (int64_t stride : {1, 7, 256, 256 * 1024, 65535 * 256}) {
+        CAPTURE(C);
+        CAPTURE(start);
+        CAPTURE(stride);
+        int64_t steps = 0;
+        for (cl::ChannelWalk w(start, stride, C); steps < 1000; w.next(), ++steps) REQUIRE(w.channel == w.index % C);
+      }
+}
+
+TEST_CASE("Planes: plane_of inverts offset_of in both layouts; ChannelsLast offsets are the NHWC ones") {
+  const int64_t N = 2, C = 3, size = 12;  // 3x4 planes
+  const std::vector<int64_t> dims{N, C, 3, 4};
+  for (bool last : {false, true}) {
+    CAPTURE(last);
+    const cl::Planes l{C, last};
+    CHECK(cl::plane_step(l) == (last ? C : 1));
+    for (int64_t p = 0; p < N * C; ++p)
+      for (int64_t pos = 0; pos < size; ++pos) {
+        const int64_t o = cl::offset_of(l, p, pos, size);
+        // The element (n, c, pos) is stored at o in this layout.
+        REQUIRE(storage_to_plain_index(last ? Layout::ChannelsLast : Layout::Plain, dims, o) == p * size + pos);
+        int64_t p2 = -1, pos2 = -1;
+        cl::plane_of(l, o, size, &p2, &pos2);
+        REQUIRE(p2 == p);
+        REQUIRE(pos2 == pos);
+        if (pos > 0) REQUIRE(o - cl::offset_of(l, p, pos - 1, size) == cl::plane_step(l));
+      }
+  }
+}
+
+TEST_CASE("padded_source and cropped_source pad and crop planes in both layouts") {
+  const int64_t N = 2, C = 3, h = 2, w = 3, top = 1, left = 2, bottom = 1, right = 0;
+  const int64_t hp = h + top + bottom, wp = w + left + right;
+  const std::vector<int64_t> xd{N, C, h, w}, pd{N, C, hp, wp};
+  for (bool last : {false, true}) {
+    CAPTURE(last);
+    const Layout layout = last ? Layout::ChannelsLast : Layout::Plain;
+    const int64_t inner = last ? C : 1;
+    // x holds its own row-major index; the padded copy, made through padded_source in
+    // storage order, must be the row-major padding of x after conversion to Plain.
+    Tensor x(DataType::Float32, xd);
+    x.set_layout(layout);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = static_cast<float>(storage_to_plain_index(layout, xd, i) + 1);
+    Tensor xp(DataType::Float32, pd);
+    xp.set_layout(layout);
+    for (int64_t i = 0; i < xp.numel(); ++i) {
+      const int64_t from = cl::padded_source(i, h, w, hp, wp, top, left, inner);
+      xp.data<float>()[i] = from >= 0 ? x.data<float>()[from] : 0.f;
+    }
+    const Tensor padded = to_plain(xp);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < hp; ++r)
+          for (int64_t q = 0; q < wp; ++q) {
+            const bool inside = r >= top && r < top + h && q >= left && q < left + w;
+            const float want = inside ? static_cast<float>(((n * C + c) * h + r - top) * w + q - left + 1) : 0.f;
+            REQUIRE(padded.data<float>()[((n * C + c) * hp + r) * wp + q] == want);
+          }
+    // Cropping the padded copy gives x back.
+    Tensor back(DataType::Float32, xd);
+    back.set_layout(layout);
+    for (int64_t i = 0; i < back.numel(); ++i)
+      back.data<float>()[i] = xp.data<float>()[cl::cropped_source(i, h, w, hp, wp, top, left, inner)];
+    const Tensor got = to_plain(back), want = to_plain(x);
+    CHECK(std::memcmp(got.raw(), want.raw(), want.nbytes()) == 0);
+  }
+}
