@@ -50,6 +50,8 @@ const CommandSpec kSpec{
      {"precision", "fp32",
       "fp32, bf16 or fp16: the convolutions read inputs rounded to that type on both backends (the "
       "reference rounds the same inputs); bf16 on --device cpu needs AVX-512 BF16"},
+     {"layout", "nhwc",
+      "with --device cuda: nhwc (the training step's activations NHWC between the kernels that take it) or nchw"},
      {"threads", "0", "CPU threads (0 = all cores)"}},
     0,
     0};
@@ -178,6 +180,7 @@ int cmd_selftest(const Argv& argv) {
   o.widths = parse_widths(a.str("widths"));
   configure_threads(static_cast<int>(threads));
   const Fp32Math fp32_math = fp32_math_for_device(a, Fp32Math::strict);
+  const bool channels_last = channels_last_for_device(a);
   set_default_fp32_math(fp32_math);
   const std::string precision = a.one_of("precision", {"fp32", "bf16", "fp16"});
   const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
@@ -201,6 +204,9 @@ int cmd_selftest(const Argv& argv) {
     std::printf("  fp32 math of convolutions and Gemm: %s\n", fp32_math_name(fp32_math));
   }
   std::printf("  precision %s (arithmetic of the convolutions)\n", math_precision_name(math));
+  if (backend->asynchronous())
+    std::printf("  training step's activations: %s\n",
+                channels_last ? "NHWC between the kernels that take it" : "NCHW");
   std::printf("  Wide ResNet widths %s on [%lld,1,28,28], 10 classes; SGD momentum 0.9, weight decay 5e-4\n",
               a.str("widths").c_str(), static_cast<long long>(batch));
   std::string failure;
@@ -253,7 +259,8 @@ int cmd_selftest(const Argv& argv) {
     // this small are half subnormals, where both backends' rounding would differ by whole
     // units in the last place for differences of an fp32 ulp.
     if (math == MathPrecision::fp16) t.loss_scale_name = "loss_scale";
-    TrainingSession dev(build_training_graph(g, t), std::move(backend), {.seed = 2, .math = math});
+    TrainingSession dev(build_training_graph(g, t), std::move(backend),
+                        {.seed = 2, .blocked_layouts = channels_last, .math = math});
     TrainingSession ref(build_training_graph(g, t), make_backend("reference"), {.seed = 2, .math = math});
     Recorder rd{dev, {}, {}}, rr{ref, {}, {}};
     dev.set_after_step([&](int s) { rd(s); });

@@ -232,12 +232,14 @@ TrainRun::TrainRun(const TrainConfig& c) : c_(c) {
   session_ = std::make_unique<TrainingSession>(build_training_graph(forward_, c.optimizer), std::move(backend_),
                                                SessionOptions{.seed = c.seed,
                                                               .fuse = c.fuse,
+                                                              .blocked_layouts = c.channels_last,
                                                               .math = c.math,
                                                               .conv = c.conv,
                                                               .concurrent_branches = c.concurrent,
                                                               .chooser = chooser_.get()});
   eval_backend_ = make_backend(c.backend, rank_threads_);
-  // GPU ranks sum their buckets with NCCL; MPI stays for NCCL's id and the host-side sums.
+  if (c.device == "cuda") eval_backend_->blocked_layouts = c.channels_last;  // --layout for validation too
+    // GPU ranks sum their buckets with NCCL; MPI stays for NCCL's id and the host-side sums.
 #ifdef TRAINRT_HAVE_CUDA
   if (comm_ && c.device == "cuda") gpu_comm_ = make_nccl_communicator(*comm_, {.timeout_seconds = c.comm_timeout});
 #endif

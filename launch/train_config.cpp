@@ -100,6 +100,9 @@ const CommandSpec kSpec{
           "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
          {"fp32-math", "tf32",
           "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
+         {"layout", "nhwc",
+          "with --device cuda: nhwc (activations NHWC between the kernels that take it, as cuDNN's tensor cores "
+          "read them) or nchw"},
          {"threads", "0", "CPU threads (0 = all cores, shared out among the ranks of a node)"},
          {"seed", "0", "seed of shuffling, augmentation and dropout"},
          {"shuffle", "on", "on or off (off: the file's order every epoch)"},
@@ -264,6 +267,7 @@ TrainConfig train_config(const Args& a, const RankEnvironment& env) {
   c.device = a.str("device");
   c.timing_cache = timing_cache_for_device(a, c.model_path);
   c.fp32_math = fp32_math_for_device(a, Fp32Math::tf32);
+  c.channels_last = channels_last_for_device(a);
   c.math = c.precision == "bf16"   ? MathPrecision::bf16
            : c.precision == "fp16" ? MathPrecision::fp16
                                    : MathPrecision::fp32;

@@ -48,6 +48,7 @@ struct TrainConfig {
   Fp32Math fp32_math = Fp32Math::strict;  // --fp32-math (cuda: tf32 unless strict)
   int64_t threads = 0;
   bool fuse = true, concurrent = false, detect_anomaly = false;
+  bool channels_last = true;  // --layout (cuda: NHWC activations; the cpu backend's layouts follow its CPU)
   // Output.
   int64_t log_every = 0, metrics_every = 0;
   std::string metrics_path, trace_path, export_path, export_inference_path;

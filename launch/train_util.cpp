@@ -377,6 +377,14 @@ Fp32Math fp32_math_for_device(const Args& a, Fp32Math cuda_default) {
   return a.one_of("fp32-math", {"tf32", "strict"}) == "tf32" ? Fp32Math::tf32 : Fp32Math::strict;
 }
 
+bool channels_last_for_device(const Args& a) {
+  if (a.str("device") != "cuda") {
+    if (a.on("layout")) throw_bad_input("--layout", "applies to --device cuda");
+    return true;
+  }
+  return a.one_of("layout", {"nhwc", "nchw"}) == "nhwc";
+}
+
 std::string timing_cache_for_device(const Args& a, const std::string& model_path) {
   if (a.str("device") != "cuda") {
     if (a.on("timing-cache")) throw_bad_input("--timing-cache", "applies to --device cuda");

@@ -116,6 +116,11 @@ std::string timing_cache_for_device(const Args& a, const std::string& model_path
 // command passes it to set_default_fp32_math before it builds executors.
 Fp32Math fp32_math_for_device(const Args& a, Fp32Math cuda_default);
 
+// Whether the cuda backend keeps activations NHWC between its kernels (runtime/layout.h)
+// from --layout nhwc|nchw: nhwc unless the flag says nchw; with --device cpu the flag
+// is refused (BadInput: the cpu backend's layout follows the CPU) and the result is true.
+bool channels_last_for_device(const Args& a);
+
 // "16,160,320,640" -> the Wide ResNet's 4 widths; BadInput naming --widths otherwise.
 std::vector<int64_t> parse_widths(const std::string& text);
 

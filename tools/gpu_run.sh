@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU bundle's entry point (packed as run.sh by tools/gpu_bundle.sh).
 #
-#   ./run.sh                     selftest --device cuda (fp32, bf16, fp16), then the seed's Wide ResNet
+#   ./run.sh                     selftest --device cuda (fp32, bf16, fp16; fp32 also with --layout nchw),
+#                                then the seed's Wide ResNet
 #                                (CIFAR-100 shape) benchmarked at batch 32, 128, 1024
 #   ./run.sh trainrt ARGS...     any trainrt command through the bundle's loader
 #   ./run.sh libs                where each CUDA library was found
@@ -96,6 +97,11 @@ for prec in bf16 fp16; do  # node by node against the reference's rounding
   echo "selftest --precision $prec exit $rc"
   [ "$rc" -eq 0 ] || selftest=$rc
 done
+echo "== selftest --device cuda --layout nchw"  # the plain layout, to tell an NHWC kernel's fault apart
+run_trainrt selftest --device cuda --layout nchw 2>&1 | tee "$results/selftest_nchw.log"
+rc=${PIPESTATUS[0]}
+echo "selftest --layout nchw exit $rc"
+[ "$rc" -eq 0 ] || selftest=$rc
 
 model="$results/wrn_cifar100.onnx"
 [ -f "$model" ] || run_trainrt model wrn --dataset cifar100 -o "$model" >/dev/null || exit 1

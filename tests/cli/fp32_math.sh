@@ -2,7 +2,8 @@
 # --fp32-math tf32|strict (the cuda kernels' fp32 convolutions and Gemm: TF32 tensor
 # cores, or full fp32): a flag of train, bench, evaluate and selftest that applies to
 # --device cuda only (a one-line refusal with --device cpu, since the host kernels have
-# one fp32 arithmetic), checked before the model, the data or the GPU are touched. That
+# one fp32 arithmetic), checked before the model, the data or the GPU are touched; and
+# --layout nhwc|nchw of train and selftest, by the same rules. That
 # the value reaches the kernels is tests/runtime/test_fp32_math.cpp; the cuda kernels
 # that read it have not run (no GPU here).
 set -uo pipefail
@@ -31,6 +32,18 @@ expect_error 2 "$bad" -- "$trainrt" train "$model" --device cuda --fp32-math tf1
 expect_error 2 "$bad" -- "$trainrt" bench "$model" --batch 2 --device cuda --fp32-math tf16
 expect_error 2 "$bad" -- "$trainrt" evaluate "$model" --dataset fashion-mnist --device cuda --fp32-math tf16
 expect_error 2 "$bad" -- "$trainrt" selftest --device cuda --fp32-math tf16
+
+# --layout nhwc|nchw (the cuda backend's activations between its kernels), of train and
+# selftest: the same rules (cpu: refused; a bad value refused before the GPU is looked for).
+for cmd in train selftest; do
+  "$trainrt" "$cmd" --help >"$tmp/help" 2>&1 || fail "$cmd --help exited $?"
+  grep -q -- "--layout" "$tmp/help" || fail "$cmd --help does not list --layout"
+done
+expect_error 2 "--layout: applies to --device cuda" -- "$trainrt" train "$model" --layout nchw --max-steps 1
+expect_error 2 "--layout: applies to --device cuda" -- "$trainrt" selftest --device cpu --layout nhwc
+bad="--layout: expected one of nhwc, nchw, got 'nchw16c'"
+expect_error 2 "$bad" -- "$trainrt" train "$model" --device cuda --layout nchw16c --max-steps 1
+expect_error 2 "$bad" -- "$trainrt" selftest --device cuda --layout nchw16c
 
 # A good value gets as far as the GPU (none here: the usual one-line refusal).
 if "$trainrt" --version | grep -q "GPU  *available"; then
