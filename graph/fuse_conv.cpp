@@ -216,6 +216,38 @@ size_t fuse_dgrad_relu_grad(Graph& g) {
   return fused;
 }
 
+// ReluGrad(dY, Y) -> g read only by BatchNormalizationGrad(g, X, scale, [mean, var]):
+// the gradient takes dY and Y (input 5, relu_y) and masks dY itself. The fused node
+// stays at the batch-norm gradient's place, after the ReluGrad's, so its inputs are
+// ready there and its outputs keep their readers.
+size_t fuse_relu_grad_into_bn_grad(Graph& g) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& bg = g.nodes[j];
+    if (bg.domain != kTrainrtDomain || bg.op_type != "BatchNormalizationGrad" || bg.inputs.empty() ||
+        bg.inputs.size() > 5 || bg.inputs[0].empty())
+      continue;
+    const size_t i = u.producer_of(bg.inputs[0]);
+    if (i == npos || dead[i] || u.sole_reader(bg.inputs[0]) != j) continue;
+    const Node& rg = g.nodes[i];
+    if (rg.domain != kTrainrtDomain || rg.op_type != "ReluGrad" || rg.inputs.size() != 2 || rg.outputs.size() != 1 ||
+        rg.outputs[0] != bg.inputs[0] || rg.inputs[0].empty() || rg.inputs[1].empty())
+      continue;
+    Node f = bg;
+    f.name = fused_name(rg, bg);
+    f.inputs[0] = rg.inputs[0];
+    f.inputs.resize(5);  // saved statistics (or "" where the older form has none)
+    f.inputs.push_back(rg.inputs[1]);
+    g.nodes[j] = std::move(f);
+    dead[i] = true;
+    ++fused;
+  }
+  erase_marked(g, dead);
+  return fused;
+}
+
 size_t fuse_batchnorm_relu(Graph& g) {
   const Uses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
@@ -256,7 +288,8 @@ size_t fuse_training_graph(Graph& g) {
   fused += passes::fuse_gemm_bias_grad(g);
   fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
   fused += passes::fuse_dgrad_relu_grad(g);
-  fused += fuse_optimizer(g);  // graph/fuse_optimizer.cpp
+  fused += passes::fuse_relu_grad_into_bn_grad(g);  // the ReluGrads left after the dgrad fusion
+  fused += fuse_optimizer(g);                       // graph/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
   return fused;
 }

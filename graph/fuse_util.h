@@ -63,15 +63,16 @@ namespace trainrt::passes {
 
 // The pattern rewrites (graph/fuse_inference.cpp, graph/fuse_conv.cpp). Each sweeps
 // the graph once and returns the number of rewrites; the graph must be typed.
-size_t remove_identities(Graph& g);         // Identity and inference Dropout
-size_t fold_batchnorm_into_conv(Graph& g);  // inference BN after Conv
-size_t fuse_matmul_add(Graph& g);           // MatMul/Gemm + Add(bias) -> Gemm
-size_t fuse_conv_relu(Graph& g);            // Conv + Relu -> FusedConv(activation=Relu)
-size_t fuse_gemm_relu(Graph& g);            // Gemm + Relu -> FusedGemm(activation=Relu)
-size_t fuse_gemm_bias_grad(Graph& g);       // weight-gradient Gemm + SumToShape(dY) -> FusedGemm(sum_of) (training)
-size_t fuse_conv_add(Graph& g);             // Conv + Add(residual) -> FusedConv(Z)
-size_t fuse_batchnorm_relu(Graph& g);       // BatchNormalization + Relu -> BatchNormalizationRelu
-size_t fuse_dropout_relu_grad(Graph& g);    // DropoutGrad + ReluGrad -> DropoutReluGrad (training)
-size_t fuse_dgrad_relu_grad(Graph& g);      // ConvGrad's dX + ReluGrad -> ConvGrad(dx_relu=1) (training)
+size_t remove_identities(Graph& g);            // Identity and inference Dropout
+size_t fold_batchnorm_into_conv(Graph& g);     // inference BN after Conv
+size_t fuse_matmul_add(Graph& g);              // MatMul/Gemm + Add(bias) -> Gemm
+size_t fuse_conv_relu(Graph& g);               // Conv + Relu -> FusedConv(activation=Relu)
+size_t fuse_gemm_relu(Graph& g);               // Gemm + Relu -> FusedGemm(activation=Relu)
+size_t fuse_gemm_bias_grad(Graph& g);          // weight-gradient Gemm + SumToShape(dY) -> FusedGemm(sum_of) (training)
+size_t fuse_conv_add(Graph& g);                // Conv + Add(residual) -> FusedConv(Z)
+size_t fuse_batchnorm_relu(Graph& g);          // BatchNormalization + Relu -> BatchNormalizationRelu
+size_t fuse_dropout_relu_grad(Graph& g);       // DropoutGrad + ReluGrad -> DropoutReluGrad (training)
+size_t fuse_dgrad_relu_grad(Graph& g);         // ConvGrad's dX + ReluGrad -> ConvGrad(dx_relu=1) (training)
+size_t fuse_relu_grad_into_bn_grad(Graph& g);  // ReluGrad + BatchNormalizationGrad -> BNGrad(relu_y) (training)
 
 }  // namespace trainrt::passes

@@ -28,8 +28,12 @@
 // training (adds 1 for the mean and 3 for the variance).
 //
 // BatchNormalizationGrad (ai.trainrt), the backward of the training form:
-//   (dY: like X, X: N,C,spatial..., scale: C, [saved_mean: C, saved_var: C]; epsilon)
-//     -> (dX: like X, dScale: C, dBias: C)
+//   (dY: like X, X: N,C,spatial..., scale: C, [saved_mean: C, saved_var: C],
+//    [relu_y: like X]; epsilon) -> (dX: like X, dScale: C, dBias: C)
+// relu_y (input 5, put there by the training fusion fuse_relu_grad_into_bn_grad): dY is
+// first masked by the ReLU's gradient, relu_y > 0 ? dY : 0, exactly as the ReluGrad node
+// it replaces (a select, no arithmetic: the same bits on every backend), so the fused node
+// reads dY once instead of the ReluGrad writing and the backward reading a masked copy.
 // saved_mean/saved_var are the forward's outputs 5/6 (the batch mean and biased variance
 // the training forward normalised with); given both, the backward reads them and makes
 // one pass over X and dY for the sums and one for dX. Without them (the older form) it
@@ -51,6 +55,7 @@
 #include <string>
 
 #include "ops/core/common.h"
+#include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/norm_loops.h"
 
@@ -186,8 +191,8 @@ void require_dy_shape_of_x(const InferContext& ctx, const Shape& x) {
              " but X '" + n.inputs[1] + "' is " + shape_to_string(x) + " (dY must have X's shape)");
 }
 
-// BatchNormalizationGrad(dY, X, scale, [saved_mean, saved_var]) -> (dX, dScale, dBias);
-// each output optional, the saved statistics both or neither.
+// BatchNormalizationGrad(dY, X, scale, [saved_mean, saved_var], [relu_y]) -> (dX, dScale,
+// dBias); each output optional, the saved statistics both or neither, relu_y like X.
 void batchnorm_grad_infer(InferContext& ctx) {
   const Node& n = ctx.node();
   const DataType t = require_float(ctx, 1);
@@ -219,6 +224,15 @@ void batchnorm_grad_infer(InferContext& ctx) {
     if (ci.known() && x[1].known() && ci.value != x[1].value)
       ctx.fail("input " + std::to_string(i) + " '" + n.inputs[i] + "' (" + what + ") has " + std::to_string(ci.value) +
                " values, expected " + std::to_string(x[1].value) + " (channels of X)");
+  }
+  if (ctx.has_input(5)) {
+    require_same_dtype(ctx, 5, 1);
+    const Shape& y = *ctx.input(5).shape;
+    bool same = y.size() == x.size();
+    for (size_t d = 0; same && d < y.size(); ++d) same = !(y[d].known() && x[d].known() && y[d].value != x[d].value);
+    if (!same)
+      ctx.fail("input 5 '" + n.inputs[5] + "' (relu_y) has shape " + shape_to_string(y) + " but X '" + n.inputs[1] +
+               "' is " + shape_to_string(x) + " (relu_y must have X's shape)");
   }
   ctx.set_output(0, ctx.input(1));
   ctx.set_output(1, t, Shape{x[1]});
@@ -291,6 +305,37 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
                                 saved ? &ctx.in(4) : nullptr, out[0], out[1], out[2], eps);
   });
 }
+
+}  // namespace
+
+Kernel with_dy_relu(Kernel bn_grad, bool parallel) {
+  return [bn_grad = std::move(bn_grad), parallel](KernelContext& ctx) {
+    if (!ctx.has_input(5)) return bn_grad(ctx);
+    const Tensor& dy = ctx.in(0);
+    const Tensor& y = ctx.in(5);
+    Tensor masked(dy.dtype(), dy.dims());
+    masked.set_layout(dy.layout());  // dY and relu_y share a layout: a position-independent select
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = dy.data<T>();
+      const T* r = y.data<T>();
+      T* m = masked.data<T>();
+      auto select = [=](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) m[i] = r[i] > T(0) ? g[i] : T(0);
+      };
+      if (parallel)
+        for_range<true>(dy.numel(), select);
+      else
+        for_range<false>(dy.numel(), select);
+    });
+    KernelContext c = ctx;
+    c.inputs[0] = &masked;
+    c.inputs.resize(5);
+    bn_grad(c);
+  };
+}
+
+namespace {
 
 double batchnorm_grad_flops(const Graph& g, const Node& n) {
   const ValueInfo* x = g.find_info(n.inputs[1]);
@@ -515,14 +560,15 @@ void register_norm(Registry& r) {
   grad.domain = kTrainrtDomain;
   grad.op_type = "BatchNormalizationGrad";
   grad.min_inputs = 3;
-  grad.max_inputs = 5;
+  grad.max_inputs = 6;
   grad.min_outputs = 1;
   grad.max_outputs = 3;
   grad.infer = batchnorm_grad_infer;
   grad.flops = batchnorm_grad_flops;
   grad.attributes = {"epsilon"};
   r.schemas.add(std::move(grad));
-  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel);
+  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationGrad",
+                with_dy_relu(batchnorm_grad_kernel, /*parallel=*/false));
 
   OpSchema ln;
   ln.op_type = "LayerNormalization";

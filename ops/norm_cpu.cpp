@@ -30,6 +30,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
+#include "ops/core/common.h"
 #include "ops/core/dnnl_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
@@ -376,7 +377,9 @@ void register_norm_cpu(Registry& r) {
   add_if_schema(
       r, "cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); },
       facts::fixed({{S}, {S}}));
-  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_cpu, facts::fixed({{S, S}, {S}}));
+  // dY, X, relu_y (input 5) and dX in one layout.
+  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", with_dy_relu(batchnorm_grad_cpu, /*parallel=*/true),
+                facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));
   add_if_schema(r, "cpu", "", "LayerNormalization", layernorm_cpu);
   add_if_schema(r, "cpu", kTrainrtDomain, "LayerNormalizationGrad", layernorm_grad_cpu);
 }

@@ -17,6 +17,8 @@
 // reads 128 contiguous bytes (coalesced); the rows' sums are added in row order. apply
 // walks the values with their channel (TRAINRT_CHANNELS_LAST), fp32 four channels per
 // 16-byte access where C % 4 == 0.
+// BatchNormalizationGrad's input 5, relu_y (the training fusion's ReLU gradient): every
+// read of dy is masked as ReluGrad masks it, relu_y > 0 ? dy : 0, no copy made.
 // Inference runs finish (from input_mean/input_var) and apply only. The gradient with
 // the forward's saved statistics (inputs 3/4) skips pass 1 and sums only dy and
 // dy * (x - mean) in pass 2 (slice_grad_sums), one read of x and dy fewer.
@@ -145,6 +147,18 @@ __device__ double channel_total(const double* parts, const Channels& v, int64_t 
   return total;
 }
 
+// dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select.
+template <typename T>
+__device__ T masked_dy(const T* dy, const T* relu_y, int64_t i) {
+  return relu_y && !(relu_y[i] > T(0)) ? T(0) : dy[i];
+}
+__device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) {
+  float4 g = dy[i];
+  if (!relu_y) return g;
+  const float4 r = relu_y[i];
+  return make_float4(r.x > 0.f ? g.x : 0.f, r.y > 0.f ? g.y : 0.f, r.z > 0.f ? g.z : 0.f, r.w > 0.f ? g.w : 0.f);
+}
+
 // Pass 1: sums[c, g] = sum of x over slice g of channel c.
 template <typename T>
 __global__ void slice_sums(const T* x, Channels v, double* sums) {
@@ -163,7 +177,8 @@ __global__ void slice_sums(const T* x, Channels v, double* sums) {
 // Pass 2: devs[c, g, :] = sums over the slice of (x - mean)^2 and, for the gradient
 // (K = 3, dy given), dy and dy * (x - mean).
 template <typename T, int K>
-__global__ void slice_deviations(const T* x, const T* dy, Channels v, const double* sums, double* devs) {
+__global__ void slice_deviations(const T* x, const T* dy, const T* relu_y, Channels v, const double* sums,
+                                 double* devs) {
   __shared__ double block_mean;
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   double mean = 0;
@@ -179,7 +194,7 @@ __global__ void slice_deviations(const T* x, const T* dy, Channels v, const doub
     const double d = static_cast<double>(x[i]) - mean;
     acc[0] += d * d;
     if constexpr (K == 3) {
-      const double g = static_cast<double>(dy[i]);
+      const double g = static_cast<double>(masked_dy(dy, relu_y, i));
       acc[1] += g;
       acc[2] += g * d;
     }
@@ -198,12 +213,12 @@ __global__ void slice_deviations(const T* x, const T* dy, Channels v, const doub
 // The gradient's one pass with saved statistics: grads[c, g, :] = sums over the slice of
 // dy and dy * (x - mean[c]).
 template <typename T>
-__global__ void slice_grad_sums(const T* x, const T* dy, Channels v, const T* mean, double* grads) {
+__global__ void slice_grad_sums(const T* x, const T* dy, const T* relu_y, Channels v, const T* mean, double* grads) {
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   const double m = c < v.C ? static_cast<double>(mean[c]) : 0.0;
   double acc[2] = {};
   auto visit = [&](int64_t i) {
-    const double g = static_cast<double>(dy[i]);
+    const double g = static_cast<double>(masked_dy(dy, relu_y, i));
     acc[0] += g;
     acc[1] += g * (static_cast<double>(x[i]) - m);
   };
@@ -308,8 +323,8 @@ __global__ void forward_apply_last(const T* x, T* y, int64_t n, int64_t C, const
 // or nullptr (recomputed from sums and devs, K = 3).
 template <typename T>
 struct GradArgs {
-  const T *scale, *saved_mean, *saved_var;
-  T *dscale, *dbias;  // nullptr when not requested
+  const T *scale, *saved_mean, *saved_var, *relu_y;  // relu_y: nullptr unless input 5
+  T *dscale, *dbias;                                 // nullptr when not requested
   T *mean, *k, *bias_term, *x_term;
   double eps;
 };
@@ -343,15 +358,16 @@ __global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t planes, int64
     const int64_t at = p * S;
     if constexpr (kVec4) {
       const auto* dy4 = reinterpret_cast<const float4*>(dy + at);
+      const auto* r4 = a.relu_y ? reinterpret_cast<const float4*>(a.relu_y + at) : nullptr;
       const auto* x4 = reinterpret_cast<const float4*>(x + at);
       auto* dx4 = reinterpret_cast<float4*>(dx + at);
       TRAINRT_GRID_STRIDE(i, S / 4) {
-        const float4 g = dy4[i], v = x4[i];
+        const float4 g = masked_dy4(dy4, r4, i), v = x4[i];
         dx4[i] = make_float4(k * (g.x - bt - (v.x - m) * xt), k * (g.y - bt - (v.y - m) * xt),
                              k * (g.z - bt - (v.z - m) * xt), k * (g.w - bt - (v.w - m) * xt));
       }
     } else {
-      TRAINRT_GRID_STRIDE(i, S) { dx[at + i] = k * (dy[at + i] - bt - (x[at + i] - m) * xt); }
+      TRAINRT_GRID_STRIDE(i, S) { dx[at + i] = k * (masked_dy(dy, a.relu_y, at + i) - bt - (x[at + i] - m) * xt); }
     }
   }
 }
@@ -365,16 +381,17 @@ template <typename T, bool kVec4>
 __global__ void grad_apply_last(const T* dy, const T* x, T* dx, int64_t n, int64_t C, GradArgs<T> a) {
   if constexpr (kVec4) {
     const auto* dy4 = reinterpret_cast<const float4*>(dy);
+    const auto* r4 = reinterpret_cast<const float4*>(a.relu_y);
     const auto* x4 = reinterpret_cast<const float4*>(x);
     auto* dx4 = reinterpret_cast<float4*>(dx);
     TRAINRT_CHANNELS_LAST(i, g, n / 4, C / 4) {
       const int64_t c = 4 * g;
-      const float4 d = dy4[i], v = x4[i];
+      const float4 d = masked_dy4(dy4, r4, i), v = x4[i];
       dx4[i] = make_float4(grad_one(d.x, v.x, a, c), grad_one(d.y, v.y, a, c + 1), grad_one(d.z, v.z, a, c + 2),
                            grad_one(d.w, v.w, a, c + 3));
     }
   } else {
-    TRAINRT_CHANNELS_LAST(i, c, n, C) { dx[i] = grad_one(dy[i], x[i], a, c); }
+    TRAINRT_CHANNELS_LAST(i, c, n, C) { dx[i] = grad_one(masked_dy(dy, a.relu_y, i), x[i], a, c); }
   }
 }
 
@@ -420,7 +437,7 @@ void batchnorm(KernelContext& ctx) {
     const dim3 grid = slice_grid(v);
     slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
     check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, v, s.sums, s.devs);
+    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, nullptr, v, s.sums, s.devs);
     check_launch(ctx.node, "slice_deviations");
   }
   auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<T>() : nullptr; };
@@ -482,19 +499,21 @@ void batchnorm_grad(KernelContext& ctx) {
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid = slice_grid(v);
   const bool saved = ctx.has_input(3) && ctx.has_input(4);
+  const T* relu_y = ctx.has_input(5) ? ctx.in(5).data<T>() : nullptr;  // same layout as dy (declared Shared)
   if (saved) {
-    slice_grad_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, ctx.in(3).data<T>(), s.devs);
+    slice_grad_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), relu_y, v, ctx.in(3).data<T>(), s.devs);
     check_launch(ctx.node, "slice_grad_sums");
   } else {
     slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
     check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), v, s.sums, s.devs);
+    slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), relu_y, v, s.sums, s.devs);
     check_launch(ctx.node, "slice_deviations");
   }
   T* coef = static_cast<T*>(s.coefficients);
   const GradArgs<T> a{.scale = ctx.in(2).data<T>(),
                       .saved_mean = saved ? ctx.in(3).data<T>() : nullptr,
                       .saved_var = saved ? ctx.in(4).data<T>() : nullptr,
+                      .relu_y = relu_y,
                       .dscale = ctx.has_output(1) ? ctx.out(1).data<T>() : nullptr,
                       .dbias = ctx.has_output(2) ? ctx.out(2).data<T>() : nullptr,
                       .mean = coef,
@@ -511,7 +530,8 @@ void batchnorm_grad(KernelContext& ctx) {
   if (v.last) {
     bool vec4 = false;
     if constexpr (std::is_same_v<T, float>) {
-      vec4 = v.C % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx);
+      vec4 =
+          v.C % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && (!relu_y || aligned16(relu_y));
       if (vec4)
         grad_apply_last<T, true><<<blocks_for(n / 4), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, n, v.C, a);
     }
@@ -522,7 +542,7 @@ void batchnorm_grad(KernelContext& ctx) {
   }
   bool vec4 = false;
   if constexpr (std::is_same_v<T, float>)
-    vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx);
+    vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && (!relu_y || aligned16(relu_y));
   if constexpr (std::is_same_v<T, float>)
     if (vec4)
       grad_apply<T, true>
@@ -549,7 +569,7 @@ void register_norm_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "BatchNormalization", batchnorm_kernel<false>, facts::fixed({{S}, {S}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>, facts::fixed({{S}, {S}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel,
-                facts::fixed({{S, S}, {S}}));
+                facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));  // and relu_y (input 5)
   for (const char* op : {"BatchNormalization", "BatchNormalizationRelu", "BatchNormalizationGrad"}) {
     const std::string domain = std::string(op) == "BatchNormalization" ? "" : kTrainrtDomain;
     const bool grad = std::string(op) == "BatchNormalizationGrad";

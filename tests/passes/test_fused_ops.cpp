@@ -3,6 +3,9 @@
 // the cpu kernels must take the oneDNN path.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "graph/fuse_util.h"
 #include "ops/core/dnnl_util.h"
 #include "wrn_util.h"
@@ -241,6 +244,54 @@ TEST_CASE("ConvGrad(dx_relu) = ReluGrad(ConvGrad's dX, X) in every precision, X 
         if (x.data<float>()[i] == 0) CHECK(cpu.at("dx").data<float>()[i] == 0);
     }
   }
+}
+
+TEST_CASE("BatchNormalizationGrad(relu_y) = BatchNormalizationGrad(ReluGrad(dY, Y)), with and without saved stats") {
+  // Y as a Relu's output: zeros, positives, and a NaN dY where Y cuts it (the select drops it).
+  Tensor y = random_tensor(DataType::Float32, {3, 16, 5, 5}, 7, -1.0, 1.0);
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<float>()[i] = std::max(y.data<float>()[i], 0.f);
+  Tensor dy = random_tensor(DataType::Float32, {3, 16, 5, 5}, 8);
+  for (int64_t i = 0; i < dy.numel(); i += 11)
+    if (y.data<float>()[i] == 0) dy.data<float>()[i] = std::nanf("");
+  const TensorMap feeds{{"dy", dy}, {"x", random_tensor(DataType::Float32, {3, 16, 5, 5}, 9)}, {"y", y}};
+  const TensorMap inits{{"scale", random_tensor(DataType::Float32, {16}, 10, 0.5, 1.5)},
+                        {"mean", random_tensor(DataType::Float32, {16}, 11, -0.2, 0.2)},
+                        {"var", random_tensor(DataType::Float32, {16}, 12, 0.5, 1.5)}};
+  const std::vector<std::string> outs{"dx", "dscale", "dbias"};
+  for (bool saved : {false, true}) {
+    CAPTURE(saved);
+    std::vector<std::string> stats = saved ? std::vector<std::string>{"mean", "var"} : std::vector<std::string>{"", ""};
+    std::vector<std::string> plain_in{"g", "x", "scale"}, fused_in{"dy", "x", "scale"};
+    plain_in.insert(plain_in.end(), stats.begin(), stats.end());
+    fused_in.insert(fused_in.end(), stats.begin(), stats.end());
+    fused_in.push_back("y");
+    if (!saved) plain_in.resize(3);
+    const Graph unfused = graph_of({make_node("ReluGrad", {"dy", "y"}, {"g"}, {}, kTrainrtDomain),
+                                    make_node("BatchNormalizationGrad", plain_in, outs, {}, kTrainrtDomain)},
+                                   feeds, inits, outs);
+    const Graph fused =
+        graph_of({make_node("BatchNormalizationGrad", fused_in, outs, {}, kTrainrtDomain)}, feeds, inits, outs);
+    const TensorMap want = run_in(unfused, feeds, "reference", MathPrecision::fp32);
+    for (const std::string& o : outs) {
+      CAPTURE(o);
+      CHECK(std::isfinite(max_abs_diff(want.at(o), want.at(o))));  // the NaNs were masked away
+      CHECK(max_abs_diff(run_in(fused, feeds, "reference", MathPrecision::fp32).at(o), want.at(o)) == 0.0);
+      // cpu: the reference's select, then oneDNN's backward. (The cpu backend's unfused
+      // ReluGrad, oneDNN's, multiplies: a NaN dY where Y is 0 stays NaN there.)
+      CHECK(rel_diff(run_in(fused, feeds, "cpu", MathPrecision::fp32).at(o), want.at(o)) < 1e-4);
+    }
+  }
+  // The shape rule: relu_y must have X's shape.
+  const TensorMap bad{{"dy", dy}, {"x", feeds.at("x")}, {"y", random_tensor(DataType::Float32, {3, 16, 5, 4}, 1)}};
+  ErrorKind kind{};
+  const std::string e = error_of(
+      [&] {
+        graph_of({make_node("BatchNormalizationGrad", {"dy", "x", "scale", "", "", "y"}, outs, {}, kTrainrtDomain)},
+                 bad, inits, outs);
+      },
+      &kind);
+  CHECK(kind == ErrorKind::BadInput);
+  CHECK(e.find("(relu_y) has shape [3,16,5,4] but X 'x' is [3,16,5,5]") != std::string::npos);
 }
 
 TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inference, running stats included") {

@@ -973,12 +973,14 @@ TEST_CASE("device backend: paired branches run on the side stream, ordered by ev
       StandinDevice& dev = *owned;
       dev.late_stream = late;
       dev.ignore_waits = !ordered;
-      // Convolutions declare scratch memory (their output's bytes, the gradients' twice),
-      // and a kernel launched with less reserved on its stream fails: the second steps
-      // of pairs take the side stream's workspace, reserved apart with the plan.
+      // Convolutions and batch-norm gradients declare scratch memory (a convolution's
+      // output bytes, its gradients' twice, a batch-norm gradient's X bytes), and a
+      // kernel launched with less reserved on its stream fails: the second steps of pairs
+      // take the side stream's workspace, reserved apart with the plan.
       dev.workspace_of = [](const KernelContext& c) -> size_t {
         if (c.node.op_type == "Conv" || c.node.op_type == "FusedConv") return c.out(0).nbytes();
         if (c.node.op_type == "ConvGrad") return 2 * c.in(1).nbytes();
+        if (c.node.op_type == "BatchNormalizationGrad") return c.in(1).nbytes();
         return 0;
       };
       TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3, .concurrent_branches = true});
@@ -1020,6 +1022,7 @@ TEST_CASE("device backend: paired branches run on the side stream, ordered by ev
         const auto bytes_of = [&](int v) { return plan.values[static_cast<size_t>(v)].bytes; };
         if (op == "Conv" || op == "FusedConv") side = std::max(side, bytes_of(st.outputs[0]));
         if (op == "ConvGrad") side = std::max(side, 2 * bytes_of(st.inputs[1]));
+        if (op == "BatchNormalizationGrad") side = std::max(side, bytes_of(st.inputs[1]));
         ++s;
       }
       CHECK(side > 0);
