@@ -509,10 +509,11 @@ void conv_forward(KernelContext& ctx, bool fused) {
   const int64_t group = n.attr_int("group", 1);
   if (ctx.in(0).numel() > 0 && ctx.in(1).numel() > 0 && !rounded_inputs(ctx).empty()) {
     // bf16/fp16: the graph on 16-bit copies first.
-    const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(math_bytes(ctx))));
+    const size_t copies = math_bytes(ctx);
+    const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(copies)));
     const Window win = conv_window(n, narrow.t[0], narrow.t[1], y.dims());
-    if (conv_graph_forward(
-            ctx, ConvGraphArgs{narrow.t[0], narrow.t[1], b, z, y, win, group, relu, math_bytes(ctx), &narrow.prepare}))
+    if (conv_graph_forward(ctx,
+                           ConvGraphArgs{narrow.t[0], narrow.t[1], b, z, y, win, group, relu, copies, &narrow.prepare}))
       return;
   }
   const MathInputs in = math_inputs(ctx);
@@ -628,7 +629,8 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   const Tensor& w = ctx.in(2);
   const bool dx = ctx.has_output(0), dw = ctx.has_output(1);
   if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
-  size_t graph = 0;  // the graphs on 16-bit copies: the copies, then either pass's workspace
+  const size_t copies = math_bytes(ctx);  // the rounded inputs' copies, ahead of the rest
+  size_t graph = 0;                       // the graphs on 16-bit copies: the copies, then either pass's workspace
   if (!rounded_inputs(ctx).empty()) {
     const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
     const Window win = conv_window(ctx.node, x, w, dy.dims());
@@ -646,7 +648,7 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
       most = std::max(most, conv_graph_backward_workspace(
                                 ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group}));
     }
-    if (most >= 0) graph = math_bytes(ctx) + static_cast<size_t>(most);
+    if (most >= 0) graph = copies + static_cast<size_t>(most);
   } else if (dx && dx_relu(ctx)) {  // fp32: the data pass with its ReLU gradient as one graph
     Tensor out(x.dtype(), x.dims(), nullptr);
     out.set_layout(x.layout());
@@ -658,7 +660,7 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   const auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx, .filter = dw});
   if (plan->use_reference) return graph;
   const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
-  Carve carve{math_bytes(ctx)};
+  Carve carve{copies};
   carve.take(plan->padded && dw ? padded : 0);
   carve.take(plan->padded && dx ? padded : 0);
   carve.take(plan->cudnn_bytes);
@@ -689,11 +691,11 @@ bool conv_grad(KernelContext& ctx) {
   bool masked = false;
   if (!rounded_inputs(ctx).empty()) {
     // bf16/fp16: each pass's graph on 16-bit copies first; the passes it ran are done.
-    const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(math_bytes(ctx))));
+    const size_t off = math_bytes(ctx);  // the copies; each graph's workspace after them
+    const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(off)));
     const Tensor& dy16 = narrow.t[0];
     const Window win = conv_window(n, x0, w0, dy16.dims());
     const int64_t group = n.attr_int("group", 1);
-    const size_t off = math_bytes(ctx);
     if (dx && conv_graph_backward(ctx, ConvGradGraphArgs{ConvPass::data, dy16, narrow.t[2], *dx, win, group, off,
                                                          &narrow.prepare, relu_x}))
       dx = nullptr, masked = relu_x != nullptr;

@@ -95,14 +95,20 @@ cudnnBackendDescriptor_t tensor(Builder& b, int64_t uid, const std::vector<int64
   return d;
 }
 
-// y = mode(x) or y = mode(x, second): one pointwise operation in fp32.
-cudnnBackendDescriptor_t pointwise(Builder& b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                   cudnnBackendDescriptor_t second, cudnnBackendDescriptor_t y) {
+// The pointwise descriptor of `mode`, computing in fp32.
+cudnnBackendDescriptor_t pointwise_mode(Builder& b, cudnnPointwiseMode_t mode) {
   const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
   cudnnBackendDescriptor_t pw = b.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise descriptor");
   b.set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
   b.set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise math precision");
   b.finalize(pw, "pointwise finalize");
+  return pw;
+}
+
+// y = mode(x) or y = mode(x, second): one pointwise operation in fp32.
+cudnnBackendDescriptor_t pointwise(Builder& b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                   cudnnBackendDescriptor_t second, cudnnBackendDescriptor_t y) {
+  cudnnBackendDescriptor_t pw = pointwise_mode(b, mode);
   cudnnBackendDescriptor_t op = b.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation");
   b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise operation descriptor");
   b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "pointwise x");
@@ -355,12 +361,7 @@ std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) 
 // dx = relu_x > 0 ? dy : 0: one pointwise RELU_BWD in fp32.
 cudnnBackendDescriptor_t relu_backward(Builder& b, cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t relu_x,
                                        cudnnBackendDescriptor_t dx) {
-  const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
-  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t pw = b.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise descriptor");
-  b.set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
-  b.set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise math precision");
-  b.finalize(pw, "pointwise finalize");
+  cudnnBackendDescriptor_t pw = pointwise_mode(b, CUDNN_POINTWISE_RELU_BWD);
   cudnnBackendDescriptor_t op = b.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation");
   b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise operation descriptor");
   b.set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy, "relu backward dy");
