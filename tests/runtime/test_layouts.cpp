@@ -32,6 +32,39 @@ TensorMap step_feeds(const TrainingGraph& t, int64_t batch) {
   return feeds;
 }
 
+// The plan of one training step of `t`'s graph, fused, at batch 2, its outputs kept.
+Plan fused_step_plan(TrainingGraph& t) {
+  fuse_training_graph(t.graph);
+  TensorMap feeds = step_feeds(t, 2);
+  Graph s = specialize(t.graph, feeds);
+  PlanOptions o = training_plan_options(t);
+  for (const std::string& out : s.outputs) o.keep.push_back(out);
+  return build_plan(s, o);
+}
+
+// The layouts `l` chosen for `plan` keep what `backend`'s kernels declare at every step:
+// Plain slots Plain, a node's Shared slots in one layout.
+void check_declared_layouts(const Plan& plan, const Backend& backend, const std::vector<Layout>& l) {
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    NodeLayouts r = backend.layouts(plan.graph, n);
+    std::vector<Layout> shared;
+    auto check = [&](const std::vector<int>& values, const std::vector<SlotLayout>& kinds) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (values[i] < 0) continue;
+        const SlotLayout k = i < kinds.size() ? kinds[i] : SlotLayout::Plain;
+        const Layout got = l[static_cast<size_t>(values[i])];
+        CAPTURE(n.name);
+        if (k == SlotLayout::Plain) CHECK(got == Layout::Plain);
+        if (k == SlotLayout::Shared) shared.push_back(got);
+      }
+    };
+    check(st.inputs, r.inputs);
+    check(st.outputs, r.outputs);
+    for (Layout x : shared) CHECK(x == shared.front());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Blocked16c storage order is oneDNN's nChw16c; to_plain and copy_from_plain invert each other") {
@@ -91,12 +124,7 @@ TEST_CASE("the cuda kernels' declared layouts keep the WRN's activations NHWC be
     return;
   }
   TrainingGraph t = wrn_training(small_wrn());  // channel counts 4, 8, 12, 16
-  fuse_training_graph(t.graph);
-  TensorMap feeds = step_feeds(t, 2);
-  Graph s = specialize(t.graph, feeds);
-  PlanOptions o = training_plan_options(t);
-  for (const std::string& out : s.outputs) o.keep.push_back(out);
-  Plan plan = build_plan(s, o);
+  Plan plan = fused_step_plan(t);
   StandinDevice dev;  // reports the cuda kernels' declared layouts, as the cuda backend does
   std::vector<Layout> l = choose_layouts(plan, dev);
   REQUIRE(l.size() == plan.values.size());
@@ -130,35 +158,12 @@ TEST_CASE("the cuda kernels' declared layouts keep the WRN's activations NHWC be
   MESSAGE(last << " of " << l.size() << " values NHWC");
   // The feed stays Plain: the first convolution reads NCHW and writes NHWC.
   CHECK(l[static_cast<size_t>(plan.index.at(t.graph.inputs[0]))] == Layout::Plain);
-  // The declared constraints hold at every step.
-  for (const PlanStep& st : plan.steps) {
-    const Node& n = plan.graph.nodes[st.node];
-    NodeLayouts r = dev.layouts(plan.graph, n);
-    std::vector<Layout> shared;
-    auto check = [&](const std::vector<int>& values, const std::vector<SlotLayout>& kinds) {
-      for (size_t i = 0; i < values.size(); ++i) {
-        if (values[i] < 0) continue;
-        const SlotLayout k = i < kinds.size() ? kinds[i] : SlotLayout::Plain;
-        const Layout got = l[static_cast<size_t>(values[i])];
-        CAPTURE(n.name);
-        if (k == SlotLayout::Plain) CHECK(got == Layout::Plain);
-        if (k == SlotLayout::Shared) shared.push_back(got);
-      }
-    };
-    check(st.inputs, r.inputs);
-    check(st.outputs, r.outputs);
-    for (Layout x : shared) CHECK(x == shared.front());
-  }
+  check_declared_layouts(plan, dev, l);
 }
 
 TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everything a caller sees Plain") {
   TrainingGraph t = wrn_training(blockable_wrn());
-  fuse_training_graph(t.graph);
-  TensorMap feeds = step_feeds(t, 2);
-  Graph s = specialize(t.graph, feeds);
-  PlanOptions o = training_plan_options(t);
-  for (const std::string& out : s.outputs) o.keep.push_back(out);
-  Plan plan = build_plan(s, o);
+  Plan plan = fused_step_plan(t);
 
   auto cpu = make_backend("cpu");
   // Off by default without AVX-512 (runtime/backend.h); the choice itself is checked on any CPU.
@@ -179,25 +184,7 @@ TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everyt
   }
   MESSAGE(blocked << " of " << l.size() << " values blocked");
   CHECK(blocked >= 20);
-  // The declared constraints hold at every step.
-  for (const PlanStep& st : plan.steps) {
-    const Node& n = plan.graph.nodes[st.node];
-    NodeLayouts r = cpu->layouts(plan.graph, n);
-    std::vector<Layout> shared;
-    auto check = [&](const std::vector<int>& values, const std::vector<SlotLayout>& kinds) {
-      for (size_t i = 0; i < values.size(); ++i) {
-        if (values[i] < 0) continue;
-        const SlotLayout k = i < kinds.size() ? kinds[i] : SlotLayout::Plain;
-        const Layout got = l[static_cast<size_t>(values[i])];
-        CAPTURE(n.name);
-        if (k == SlotLayout::Plain) CHECK(got == Layout::Plain);
-        if (k == SlotLayout::Shared) shared.push_back(got);
-      }
-    };
-    check(st.inputs, r.inputs);
-    check(st.outputs, r.outputs);
-    for (Layout x : shared) CHECK(x == shared.front());
-  }
+  check_declared_layouts(plan, *cpu, l);
   // The reference backend declares nothing: all Plain.
   auto ref = make_backend("reference");
   for (Layout x : choose_layouts(plan, *ref)) CHECK(x == Layout::Plain);
