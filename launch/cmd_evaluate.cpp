@@ -27,6 +27,9 @@ const CommandSpec kSpec{"evaluate",
                                                 {"fp32-math", "tf32",
                                                  "with --device cuda: tf32 (TF32 tensor cores, as PyTorch) or "
                                                  "strict (full fp32)"},
+                                                {"layout", "nhwc",
+                                                 "with --device cuda: nhwc (activations NHWC between the kernels "
+                                                 "that take it) or nchw"},
                                                 {"timing-cache", "",
                                                  "with --device cuda: engine timings per shape and GPU (default: "
                                                  "MODEL.timing-cache.json)"},
@@ -42,12 +45,14 @@ int cmd_evaluate(const Argv& argv) {
   configure_threads(static_cast<int>(threads));
   const std::string backend_name = backend_for_device(a);
   set_default_fp32_math(fp32_math_for_device(a, Fp32Math::tf32));
+  const bool channels_last = channels_last_for_device(a);
   // --device cuda: the convolutions run the engines timed for them (by train, bench or an
   // earlier evaluate), and time the problems the file lacks once, saving them.
   const std::string cache_path = timing_cache_for_device(a, a.positional[0]);
   std::unique_ptr<TimingCacheChooser> chooser;
   if (!cache_path.empty()) chooser = std::make_unique<TimingCacheChooser>(TimingCache::load(cache_path, "", ""));
   auto backend = make_backend(backend_name, static_cast<int>(threads));
+  if (backend_name == "cuda") backend->blocked_layouts = channels_last;
   const DataFlags data = data_flags(a);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
   const Dataset test = load_split(data, g, /*train=*/false, limit);

@@ -33,17 +33,19 @@ expect_error 2 "$bad" -- "$trainrt" bench "$model" --batch 2 --device cuda --fp3
 expect_error 2 "$bad" -- "$trainrt" evaluate "$model" --dataset fashion-mnist --device cuda --fp32-math tf16
 expect_error 2 "$bad" -- "$trainrt" selftest --device cuda --fp32-math tf16
 
-# --layout nhwc|nchw (the cuda backend's activations between its kernels), of train and
-# selftest: the same rules (cpu: refused; a bad value refused before the GPU is looked for).
-for cmd in train selftest; do
+# --layout nhwc|nchw (the cuda backend's activations between its kernels), of train,
+# evaluate and selftest: the same rules (cpu: refused; a bad value refused before the GPU is looked for).
+for cmd in train evaluate selftest; do
   "$trainrt" "$cmd" --help >"$tmp/help" 2>&1 || fail "$cmd --help exited $?"
   grep -q -- "--layout" "$tmp/help" || fail "$cmd --help does not list --layout"
 done
 expect_error 2 "--layout: applies to --device cuda" -- "$trainrt" train "$model" --layout nchw --max-steps 1
 expect_error 2 "--layout: applies to --device cuda" -- "$trainrt" selftest --device cpu --layout nhwc
+expect_error 2 "--layout: applies to --device cuda" -- "$trainrt" evaluate "$model" --dataset fashion-mnist --layout nchw
 bad="--layout: expected one of nhwc, nchw, got 'nchw16c'"
 expect_error 2 "$bad" -- "$trainrt" train "$model" --device cuda --layout nchw16c --max-steps 1
 expect_error 2 "$bad" -- "$trainrt" selftest --device cuda --layout nchw16c
+expect_error 2 "$bad" -- "$trainrt" evaluate "$model" --dataset fashion-mnist --device cuda --layout nchw16c
 
 # A good value gets as far as the GPU (none here: the usual one-line refusal).
 if "$trainrt" --version | grep -q "GPU  *available"; then
