@@ -218,8 +218,10 @@ size_t fuse_dgrad_relu_grad(Graph& g) {
 
 // ReluGrad(dY, Y) -> g read only by BatchNormalizationGrad(g, X, scale, [mean, var]):
 // the gradient takes dY and Y (input 5, relu_y) and masks dY itself. The fused node
-// stays at the batch-norm gradient's place, after the ReluGrad's, so its inputs are
-// ready there and its outputs keep their readers.
+// takes the ReluGrad's place, so dY and Y die there as before and X and the statistics
+// no later; that needs the gradient's other inputs made before it (in a training graph
+// they come from the forward), and its outputs' readers, after the batch-norm
+// gradient's old place, still come after it.
 size_t fuse_relu_grad_into_bn_grad(Graph& g) {
   const Uses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
@@ -235,13 +237,20 @@ size_t fuse_relu_grad_into_bn_grad(Graph& g) {
     if (rg.domain != kTrainrtDomain || rg.op_type != "ReluGrad" || rg.inputs.size() != 2 || rg.outputs.size() != 1 ||
         rg.outputs[0] != bg.inputs[0] || rg.inputs[0].empty() || rg.inputs[1].empty())
       continue;
+    bool ready = true;
+    for (size_t k = 1; k < bg.inputs.size(); ++k)
+      if (!bg.inputs[k].empty()) {
+        const size_t p = u.producer_of(bg.inputs[k]);
+        ready = ready && (p == npos || p < i);
+      }
+    if (!ready) continue;
     Node f = bg;
     f.name = fused_name(rg, bg);
     f.inputs[0] = rg.inputs[0];
     f.inputs.resize(5);  // saved statistics (or "" where the older form has none)
     f.inputs.push_back(rg.inputs[1]);
-    g.nodes[j] = std::move(f);
-    dead[i] = true;
+    g.nodes[i] = std::move(f);
+    dead[j] = true;
     ++fused;
   }
   erase_marked(g, dead);
