@@ -297,8 +297,7 @@ size_t fuse_training_graph(Graph& g) {
   fused += passes::fuse_gemm_bias_grad(g);
   fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
   fused += passes::fuse_dgrad_relu_grad(g);
-  fused += passes::fuse_relu_grad_into_bn_grad(g);  // the ReluGrads left after the dgrad fusion
-  fused += fuse_optimizer(g);                       // graph/fuse_optimizer.cpp
+  fused += fuse_optimizer(g);  // graph/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
   return fused;
 }

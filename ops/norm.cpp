@@ -52,10 +52,12 @@
 //   dScale = sum over rows of dY*xh, dBias = sum over rows of dY (the rule sums them
 //   further to Scale's / B's shape when those broadcast). Statistics are recomputed from X.
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <string>
 
 #include "ops/core/common.h"
-#include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/norm_loops.h"
 
@@ -308,26 +310,31 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-Kernel with_dy_relu(Kernel bn_grad, bool parallel) {
-  return [bn_grad = std::move(bn_grad), parallel](KernelContext& ctx) {
+Kernel with_dy_relu(Kernel bn_grad, Kernel relu_grad) {
+  // The ReluGrad kernel sees a ReluGrad node (a fallback of it looks its op up).
+  auto relu_node = std::make_shared<Node>();
+  relu_node->op_type = "ReluGrad";
+  relu_node->domain = kTrainrtDomain;
+  relu_node->name = "BatchNormalizationGrad's ReLU gradient (relu_y)";
+  relu_node->inputs = {"dY", "relu_y"};
+  relu_node->outputs = {"masked dY"};
+  return [bn_grad = std::move(bn_grad), relu_grad = std::move(relu_grad), relu_node](KernelContext& ctx) {
     if (!ctx.has_input(5)) return bn_grad(ctx);
     const Tensor& dy = ctx.in(0);
-    const Tensor& y = ctx.in(5);
-    Tensor masked(dy.dtype(), dy.dims());
-    masked.set_layout(dy.layout());  // dY and relu_y share a layout: a position-independent select
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* g = dy.data<T>();
-      const T* r = y.data<T>();
-      T* m = masked.data<T>();
-      auto select = [=](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) m[i] = r[i] > T(0) ? g[i] : T(0);
-      };
-      if (parallel)
-        for_range<true>(dy.numel(), select);
-      else
-        for_range<false>(dy.numel(), select);
-    });
+    // The masked copy lives in a buffer of this thread's, grown when needed and reused:
+    // a fresh activation-sized allocation per call would cost page faults every step.
+    thread_local std::shared_ptr<std::byte[]> scratch;
+    thread_local size_t scratch_bytes = 0;
+    if (scratch_bytes < dy.nbytes()) {
+      scratch_bytes = (dy.nbytes() + 63) / 64 * 64;
+      scratch = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(std::aligned_alloc(64, scratch_bytes)), std::free);
+      if (!scratch) throw std::bad_alloc();
+    }
+    Tensor masked(dy.dtype(), dy.dims(), scratch);
+    masked.set_layout(dy.layout());  // dY and relu_y share a layout: ReluGrad is elementwise over them
+    KernelContext r{*relu_node, {&dy, &ctx.in(5)}, {&masked}, ctx.training, ctx.seed};
+    r.fp32 = ctx.fp32;
+    relu_grad(r);
     KernelContext c = ctx;
     c.inputs[0] = &masked;
     c.inputs.resize(5);
@@ -567,8 +574,9 @@ void register_norm(Registry& r) {
   grad.flops = batchnorm_grad_flops;
   grad.attributes = {"epsilon"};
   r.schemas.add(std::move(grad));
-  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationGrad",
-                with_dy_relu(batchnorm_grad_kernel, /*parallel=*/false));
+  const Kernel* relu_grad = r.kernels.find("reference", kTrainrtDomain, "ReluGrad");
+  if (!relu_grad) throw_internal("register_norm", "ReluGrad must be registered first");
+  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationGrad", with_dy_relu(batchnorm_grad_kernel, *relu_grad));
 
   OpSchema ln;
   ln.op_type = "LayerNormalization";

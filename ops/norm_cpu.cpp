@@ -377,8 +377,10 @@ void register_norm_cpu(Registry& r) {
   add_if_schema(
       r, "cpu", "", "BatchNormalization", [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, false); },
       facts::fixed({{S}, {S}}));
-  // dY, X, relu_y (input 5) and dX in one layout.
-  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", with_dy_relu(batchnorm_grad_cpu, /*parallel=*/true),
+  // dY, X, relu_y (input 5) and dX in one layout (ReluGrad masks dY elementwise).
+  const Kernel* relu_grad = r.kernels.find("cpu", kTrainrtDomain, "ReluGrad");
+  if (!relu_grad) throw_internal("register_norm_cpu", "the cpu ReluGrad must be registered first");
+  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", with_dy_relu(batchnorm_grad_cpu, *relu_grad),
                 facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));
   add_if_schema(r, "cpu", "", "LayerNormalization", layernorm_cpu);
   add_if_schema(r, "cpu", kTrainrtDomain, "LayerNormalizationGrad", layernorm_grad_cpu);

@@ -30,11 +30,11 @@ Tensor math_input(const Tensor& t, MathPrecision m);
 Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_grad);
 
 // BatchNormalizationGrad with input 5, relu_y (graph/fuse_conv.cpp,
-// fuse_relu_grad_into_bn_grad): `bn_grad` runs on dY masked as ReluGrad(dY, relu_y)
-// masks it (relu_y > 0 ? dY : 0, into a host copy in dY's layout; on oneTBB's threads
-// with `parallel`); without input 5 it runs as is. The reference and cpu kernels; the
-// cuda kernels mask while they read.
-Kernel with_dy_relu(Kernel bn_grad, bool parallel);
+// fuse_relu_grad_into_bn_grad): `bn_grad` runs on dY masked by `relu_grad` (the same
+// backend's ReluGrad kernel: the unfused node's own arithmetic, so fused and unfused
+// give the same bits) into a reused host buffer in dY's layout; without input 5 it runs
+// as is. The reference and cpu kernels; the cuda kernels mask while they read.
+Kernel with_dy_relu(Kernel bn_grad, Kernel relu_grad);
 
 // Calls f(float{}) or f(double{}); other dtypes are an internal error (the
 // shape rule should have rejected them).
