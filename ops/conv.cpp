@@ -262,24 +262,30 @@ void conv_grad_kernel_reference(KernelContext& ctx) {
 
 }  // namespace
 
+ReluGradCall relu_grad_call(Kernel relu_grad, std::string name) {
+  auto node = std::make_shared<Node>();  // one for every call
+  node->op_type = "ReluGrad";
+  node->domain = kTrainrtDomain;
+  node->name = std::move(name);
+  node->inputs = {"dY", "Y"};
+  node->outputs = {"dX"};
+  return [relu_grad = std::move(relu_grad), node](const KernelContext& fused, const Tensor& dy, const Tensor& y,
+                                                  Tensor& out) {
+    KernelContext r{*node, {&dy, &y}, {&out}, fused.training, fused.seed};
+    r.conv = fused.conv;
+    r.fp32 = fused.fp32;
+    relu_grad(r);
+  };
+}
+
 Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_grad) {
-  // The ReluGrad kernel sees a ReluGrad node (a fallback of it looks its op up), one for
-  // every call: kernels only read their node.
-  auto relu_node = std::make_shared<Node>();
-  relu_node->op_type = "ReluGrad";
-  relu_node->domain = kTrainrtDomain;
-  relu_node->name = "ConvGrad's ReLU gradient (dx_relu)";
-  relu_node->inputs = {"dX", "X"};
-  relu_node->outputs = {"dX"};
-  return [conv_grad = std::move(conv_grad), relu_grad = std::move(relu_grad), relu_node](KernelContext& ctx) {
+  ReluGradCall relu = relu_grad_call(std::move(relu_grad), "ConvGrad's ReLU gradient (dx_relu)");
+  return [conv_grad = std::move(conv_grad), relu = std::move(relu)](KernelContext& ctx) {
     const bool masked = conv_grad(ctx);
     if (masked || !ctx.has_output(0) || ctx.node.attr_int("dx_relu", 0) == 0) return;
     // ReluGrad(dY = dX, Y = X) -> dX, in place; X as it is (never rounded: the unfused
     // ReluGrad reads it so).
-    KernelContext r{*relu_node, {&ctx.out(0), &ctx.in(1)}, {&ctx.out(0)}, ctx.training, ctx.seed};
-    r.conv = ctx.conv;
-    r.fp32 = ctx.fp32;
-    relu_grad(r);
+    relu(ctx, ctx.out(0), ctx.in(1), ctx.out(0));
   };
 }
 

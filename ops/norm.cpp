@@ -311,14 +311,8 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
 }  // namespace
 
 Kernel with_dy_relu(Kernel bn_grad, Kernel relu_grad) {
-  // The ReluGrad kernel sees a ReluGrad node (a fallback of it looks its op up).
-  auto relu_node = std::make_shared<Node>();
-  relu_node->op_type = "ReluGrad";
-  relu_node->domain = kTrainrtDomain;
-  relu_node->name = "BatchNormalizationGrad's ReLU gradient (relu_y)";
-  relu_node->inputs = {"dY", "relu_y"};
-  relu_node->outputs = {"masked dY"};
-  return [bn_grad = std::move(bn_grad), relu_grad = std::move(relu_grad), relu_node](KernelContext& ctx) {
+  ReluGradCall relu = relu_grad_call(std::move(relu_grad), "BatchNormalizationGrad's ReLU gradient (relu_y)");
+  return [bn_grad = std::move(bn_grad), relu = std::move(relu)](KernelContext& ctx) {
     if (!ctx.has_input(5)) return bn_grad(ctx);
     const Tensor& dy = ctx.in(0);
     // The masked copy lives in a buffer of this thread's, grown when needed and reused:
@@ -332,9 +326,7 @@ Kernel with_dy_relu(Kernel bn_grad, Kernel relu_grad) {
     }
     Tensor masked(dy.dtype(), dy.dims(), scratch);
     masked.set_layout(dy.layout());  // dY and relu_y share a layout: ReluGrad is elementwise over them
-    KernelContext r{*relu_node, {&dy, &ctx.in(5)}, {&masked}, ctx.training, ctx.seed};
-    r.fp32 = ctx.fp32;
-    relu_grad(r);
+    relu(ctx, dy, ctx.in(5), masked);
     KernelContext c = ctx;
     c.inputs[0] = &masked;
     c.inputs.resize(5);

@@ -29,6 +29,12 @@ Tensor math_input(const Tensor& t, MathPrecision m);
 // `conv_grad` returns true when it has applied the mask itself (a fused library call).
 Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_grad);
 
+// `relu_grad` (a backend's ReluGrad kernel) as a fused node calls it: out = ReluGrad(dy, y)
+// on a ReluGrad node named `name` (a fallback of the kernel looks its op up; kernels only
+// read their node), with the fused call's training, seed, convolution and fp32 settings.
+using ReluGradCall = std::function<void(const KernelContext& fused, const Tensor& dy, const Tensor& y, Tensor& out)>;
+ReluGradCall relu_grad_call(Kernel relu_grad, std::string name);
+
 // BatchNormalizationGrad with input 5, relu_y (graph/fuse_conv.cpp,
 // fuse_relu_grad_into_bn_grad): `bn_grad` runs on dY masked by `relu_grad` (the same
 // backend's ReluGrad kernel: the unfused node's own arithmetic, so fused and unfused
