@@ -236,7 +236,10 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
                   n.unfused ? " (the others: a kernel after the product)" : "");
     else
       std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
-                  n.unfused ? " (the others: cuDNN's legacy convolution API, notices above)" : "");
+                  !n.unfused ? ""
+                  : op.rfind("BatchNormalization", 0) == 0
+                      ? " (the others: trainrt's own batch-norm kernels)"
+                      : " (the others: cuDNN's legacy convolution API, notices above)");
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the

@@ -57,6 +57,7 @@
 #include <new>
 #include <string>
 
+#include "ops/core/batchnorm_stats.h"
 #include "ops/core/common.h"
 #include "ops/core/register_all.h"
 #include "ops/norm_loops.h"
@@ -134,6 +135,8 @@ void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bia
   const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
+  auto data = [&](size_t i) { return out[i] ? out[i]->data<T>() : nullptr; };
+  const batchnorm_stats::ChannelOutputs<T> outs{data(1), data(2), data(3), data(4), data(5), data(6)};
   for (int64_t c = 0; c < C; ++c) {
     auto at = [&](int64_t n, int64_t s) { return (n * C + c) * S + s; };
     double m = static_cast<double>(mean.data<T>()[c]);
@@ -151,12 +154,7 @@ void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bia
           sq += d * d;
         }
       const double batch_var = sq / count;
-      if (out[1]) out[1]->data<T>()[c] = static_cast<T>(m * momentum + batch_mean * (1 - momentum));
-      if (out[2]) out[2]->data<T>()[c] = static_cast<T>(v * momentum + batch_var * (1 - momentum));
-      for (size_t i : {size_t{3}, size_t{5}})
-        if (out[i]) out[i]->data<T>()[c] = static_cast<T>(batch_mean);
-      for (size_t i : {size_t{4}, size_t{6}})
-        if (out[i]) out[i]->data<T>()[c] = static_cast<T>(batch_var);
+      batchnorm_stats::write_channel(outs, c, m, v, batch_mean, batch_var, momentum);
       m = batch_mean;
       v = batch_var;
     }

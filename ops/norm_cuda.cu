@@ -44,12 +44,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <type_traits>
 
 #include "graph/error.h"
+#include "ops/core/batchnorm_stats.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/norm_graph_cuda.h"
 
 namespace trainrt::cuda {
 
@@ -238,7 +241,7 @@ __global__ void slice_grad_sums(const T* x, const T* dy, const T* relu_y, Channe
 template <typename T>
 struct ForwardArgs {
   const T *scale, *bias, *mean, *var;
-  T *running_mean, *running_var, *batch_mean, *batch_var, *saved_mean, *saved_var;
+  batchnorm_stats::ChannelOutputs<T> outs;  // outputs 1..6
   T *shift, *mul, *add;
   double eps, momentum;
   bool training;
@@ -252,12 +255,7 @@ __global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums,
       const double count = static_cast<double>(v.M);
       const double batch_mean = channel_total(sums, v, c, 1, 0) / count;
       const double batch_var = channel_total(devs, v, c, 1, 0) / count;
-      if (a.running_mean) a.running_mean[c] = static_cast<T>(m * a.momentum + batch_mean * (1 - a.momentum));
-      if (a.running_var) a.running_var[c] = static_cast<T>(var * a.momentum + batch_var * (1 - a.momentum));
-      if (a.batch_mean) a.batch_mean[c] = static_cast<T>(batch_mean);
-      if (a.batch_var) a.batch_var[c] = static_cast<T>(batch_var);
-      if (a.saved_mean) a.saved_mean[c] = static_cast<T>(batch_mean);
-      if (a.saved_var) a.saved_var[c] = static_cast<T>(batch_var);
+      batchnorm_stats::write_channel(a.outs, c, m, var, batch_mean, batch_var, a.momentum);
       m = batch_mean;
       var = batch_var;
     }
@@ -336,7 +334,7 @@ __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const
     const bool saved = a.saved_mean != nullptr;
     const double mean = saved ? static_cast<double>(a.saved_mean[c]) : channel_total(sums, v, c, 1, 0) / count;
     const double var = saved ? static_cast<double>(a.saved_var[c]) : channel_total(devs, v, c, 3, 0) / count;
-    const double r = 1.0 / sqrt(var + a.eps);
+    const double r = batchnorm_stats::inv_std(var, a.eps);
     const int K = saved ? 2 : 3;
     const double g_bias = channel_total(devs, v, c, K, K - 2);
     const double g_scale = channel_total(devs, v, c, K, K - 1) * r;
@@ -395,6 +393,31 @@ __global__ void grad_apply_last(const T* dy, const T* x, T* dx, int64_t n, int64
   }
 }
 
+// The forward's outputs 1..6 from the cuDNN graph's batch mean and inverse std
+// (ops/norm_graph_cuda.h): the biased variance recovered from the inverse std, running
+// statistics by ONNX's rule, as forward_finish writes them.
+__global__ void graph_forward_finish(batchnorm_stats::ChannelOutputs<float> outs, const float* input_mean,
+                                     const float* input_var, const float* mean, const float* inv_std, int64_t C,
+                                     double eps, double momentum) {
+  TRAINRT_GRID_STRIDE(c, C) {
+    const double var = batchnorm_stats::variance_of_inv_std(static_cast<double>(inv_std[c]), eps);
+    batchnorm_stats::write_channel(outs, c, static_cast<double>(input_mean[c]), static_cast<double>(input_var[c]),
+                                   static_cast<double>(mean[c]), var, momentum);
+  }
+}
+
+// inv_std[c] = 1/sqrt(var[c] + eps): the saved variance as cuDNN's backward reads it.
+__global__ void inv_std_of(const float* var, float* inv_std, int64_t C, double eps) {
+  TRAINRT_GRID_STRIDE(c, C) { inv_std[c] = static_cast<float>(batchnorm_stats::inv_std(var[c], eps)); }
+}
+
+// Bytes of `arrays` arrays of C floats at the front of the workspace, before a graph's own
+// workspace (rounded to 256 bytes, so the graph's workspace keeps the buffer's alignment).
+size_t graph_stats_bytes(int64_t C, int arrays) {
+  const size_t bytes = static_cast<size_t>(arrays) * static_cast<size_t>(C) * sizeof(float);
+  return (bytes + 255) / 256 * 256;
+}
+
 // Workspace: sums[C, slices], devs[C, slices, K] (doubles), then `coefficients` arrays
 // of C values of T for the apply kernel.
 struct Scratch {
@@ -421,7 +444,69 @@ size_t batchnorm_workspace(const KernelContext& ctx, bool grad) {
   const Tensor& x = ctx.in(grad ? 1 : 0);
   if (x.rank() < 2) return 0;
   const Channels v = channels_of(x);
-  return v.C == 0 ? 0 : scratch_bytes(v, grad ? 3 : 1, grad ? 4 : 3, dtype_size(x.dtype()));
+  if (v.C == 0) return 0;
+  const size_t own = scratch_bytes(v, grad ? 3 : 1, grad ? 4 : 3, dtype_size(x.dtype()));
+  // the cuDNN graph's, where the node is in its scope (asked whether or not it trains)
+  const size_t stats = graph_stats_bytes(v.C, grad ? 3 : 2);
+  int64_t graph = -1;
+  if (!grad) {
+    graph = bn_graph_forward_workspace(
+        ctx, BnForwardGraphArgs{x, ctx.in(1), ctx.in(2), ctx.out(0), ctx.node.op_type == "BatchNormalizationRelu"});
+  } else if (ctx.has_input(3) && ctx.has_input(4) && ctx.has_output(0)) {
+    graph = bn_graph_backward_workspace(
+        ctx, BnBackwardGraphArgs{ctx.in(0), x, ctx.in(2), ctx.has_input(5) ? &ctx.in(5) : nullptr, nullptr, nullptr,
+                                 ctx.out(0)});
+  }
+  return graph < 0 ? own : std::max(own, stats + static_cast<size_t>(graph));
+}
+
+// Training forward of a float32 node on its cuDNN graph, then the statistics' outputs;
+// false when the node is outside the graph's scope or cuDNN turned its problem down.
+bool forward_on_graph(KernelContext& ctx, bool relu) {
+  const Tensor& x = ctx.in(0);
+  if (x.rank() < 2) return false;
+  const int64_t C = x.dims()[1];
+  const size_t stats = graph_stats_bytes(C, 2);
+  auto* mean = static_cast<float*>(workspace(stats));
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const BnForwardGraphArgs a{x, ctx.in(1), ctx.in(2), ctx.out(0), relu, eps, mean, mean + C, stats};
+  if (!bn_graph_forward(ctx, a)) return false;
+  auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<float>() : nullptr; };
+  graph_forward_finish<<<blocks_for(C), kThreads, 0, context().stream>>>(
+      {out(1), out(2), out(3), out(4), out(5), out(6)}, ctx.in(3).data<float>(), ctx.in(4).data<float>(), mean,
+      mean + C, C, eps, ctx.node.attr_float("momentum", 0.9f));
+  check_launch(ctx.node, "graph_forward_finish");
+  return true;
+}
+
+// The gradient of a float32 node with the forward's saved statistics on its cuDNN graph;
+// false when outside the scope or turned down.
+bool grad_on_graph(KernelContext& ctx) {
+  const Tensor& x = ctx.in(1);
+  if (x.rank() < 2 || !ctx.has_input(3) || !ctx.has_input(4) || !ctx.has_output(0)) return false;
+  const int64_t C = x.dims()[1];
+  const size_t stats = graph_stats_bytes(C, 3);
+  auto* inv_std = static_cast<float*>(workspace(stats));
+  float* dscale = ctx.has_output(1) ? ctx.out(1).data<float>() : inv_std + C;  // else scratch
+  float* dbias = ctx.has_output(2) ? ctx.out(2).data<float>() : inv_std + 2 * C;
+  const float* var = ctx.in(4).data<float>();
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const std::function<void()> prepare = [&] {
+    inv_std_of<<<blocks_for(C), kThreads, 0, context().stream>>>(var, inv_std, C, eps);
+    check_launch(ctx.node, "inv_std_of");
+  };
+  BnBackwardGraphArgs a{ctx.in(0),
+                        x,
+                        ctx.in(2),
+                        ctx.has_input(5) ? &ctx.in(5) : nullptr,
+                        ctx.in(3).data<float>(),
+                        inv_std,
+                        ctx.out(0),
+                        dscale,
+                        dbias,
+                        stats};
+  a.prepare = &prepare;
+  return bn_graph_backward(ctx, a);
 }
 
 template <typename T, bool kRelu>
@@ -431,6 +516,8 @@ void batchnorm(KernelContext& ctx) {
   const Channels v = channels_of(x);
   if (v.C == 0) return;
   const bool training = node_trains(node, ctx.training);
+  if constexpr (std::is_same_v<T, float>)
+    if (training && forward_on_graph(ctx, kRelu)) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
@@ -446,12 +533,7 @@ void batchnorm(KernelContext& ctx) {
                          .bias = ctx.in(2).data<T>(),
                          .mean = ctx.in(3).data<T>(),
                          .var = ctx.in(4).data<T>(),
-                         .running_mean = out(1),
-                         .running_var = out(2),
-                         .batch_mean = out(3),
-                         .batch_var = out(4),
-                         .saved_mean = out(5),
-                         .saved_var = out(6),
+                         .outs = {out(1), out(2), out(3), out(4), out(5), out(6)},
                          .shift = coef,
                          .mul = coef + v.C,
                          .add = coef + 2 * v.C,
@@ -495,6 +577,8 @@ void batchnorm_grad(KernelContext& ctx) {
   const Tensor &dy = ctx.in(0), &x = ctx.in(1);
   const Channels v = channels_of(x);
   if (v.C == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (grad_on_graph(ctx)) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid = slice_grid(v);

@@ -100,8 +100,10 @@ std::vector<FusionSite> cudnn_fusion_sites(const Graph& g) {
                      first_of({conv_reason(n), value_reason(g, {n.inputs[0], n.inputs[2], n.outputs[0]})})});
     } else if (is_trainrt(n, "BatchNormalizationGrad") && n.inputs.size() > 5 && n.has_input(5)) {
       // fused by trainrt (graph/passes.h): the ReLU's gradient read with the batch norm's
+      const bool saved = n.has_input(3) && n.has_input(4);
       out.push_back({n.name, n.op_type, "bn_relu_bwd",
-                     first_of({value_reason(g, {n.inputs[0], n.inputs[1]}), channel_reason(g, n.inputs[1])})});
+                     first_of({saved ? "" : "no saved statistics (cuDNN's backward reads the forward's)",
+                               value_reason(g, {n.inputs[0], n.inputs[1]}), channel_reason(g, n.inputs[1])})});
     } else if (is_trainrt(n, "ReluGrad") || is_trainrt(n, "DropoutReluGrad")) {
       if (n.inputs.size() < 2 || !n.has_output(0)) continue;
       const bool dropout = n.op_type == "DropoutReluGrad";

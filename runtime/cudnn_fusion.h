@@ -27,7 +27,10 @@
 // multiple of 4 (fp32) or 8 (fp16, bf16), which BnAddRelu and DReluForkDBn require.
 // The cuda FusedConv forward (ops/conv_graph_cuda.h) tries its cuDNN graph exactly on
 // the conv sites this counts as fused (on fp32 values: activations are fp32 in memory
-// in every precision); keep the two rules alike. Whether cuDNN then takes a site is known only at
+// in every precision); keep the two rules alike. So do the batch-norm graphs
+// (ops/norm_graph_cuda.h) on the bn sites, given the backend's default NHWC activations
+// (with `--layout nchw` every batch-norm runs the own kernels) and, for bn_relu_bwd, the
+// forward's saved statistics, which the training graph always passes. Whether cuDNN then takes a site is known only at
 // run time: one it turns down falls back and says so once.
 #pragma once
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 
+#include "graph/fuse_util.h"
 #include "graph/passes.h"
 #include "runtime/cudnn_fusion.h"
 #include "runtime_util.h"
@@ -60,6 +61,25 @@ TEST_CASE("cudnn fusion plan: the Wide ResNet's fused training graph") {
   // The unfused graph (--fuse off): no fused forward node, and no ReLU gradient between
   // a BatchNormalizationRelu and its gradient or right after a dgrad.
   CHECK(cudnn_fusion_sites(wrn_training(small_wrn()).graph).empty());
+}
+
+TEST_CASE("cudnn fusion plan: the ReLU gradient folded into the batch-norm gradient, as the cuda backend runs it") {
+  Graph g = fused_wrn({4, 8, 12, 16});
+  REQUIRE(passes::fuse_relu_grad_into_bn_grad(g) == 7);
+  std::vector<FusionRow> rows = cudnn_fusion_table(cudnn_fusion_sites(g));
+  CHECK(row(rows, "bn_relu_bwd").fused == 7);  // now anchored at the BatchNormalizationGrad nodes
+  CHECK(row(rows, "bn_relu_bwd").unfused.empty());
+  // cuDNN's backward reads the forward's mean and inverse std: without saved statistics
+  // (inputs 3/4) the node stays on the own kernels.
+  for (Node& n : g.nodes)
+    if (n.op_type == "BatchNormalizationGrad" && n.inputs.size() > 5 && !n.inputs[5].empty()) {
+      n.inputs[3].clear();
+      n.inputs[4].clear();
+      break;
+    }
+  rows = cudnn_fusion_table(cudnn_fusion_sites(g));
+  CHECK(row(rows, "bn_relu_bwd").fused == 6);
+  CHECK(row(rows, "bn_relu_bwd").unfused.count("no saved statistics (cuDNN's backward reads the forward's)") == 1);
 }
 
 TEST_CASE("cudnn fusion plan: the reasons a site runs unfused") {

@@ -1,0 +1,248 @@
+// Batch normalization as cuDNN graphs: ops/norm_graph_cuda.h says what and why.
+// Host code only (no kernels of its own). Compiled in CI, never run on a GPU.
+#include <cudnn.h>
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/core/cudnn_graph.h"
+#include "ops/core/graph_fallback.h"
+#include "ops/norm_graph_cuda.h"
+
+namespace trainrt::cuda {
+
+namespace {
+
+using cudnn_graph::Builder;
+using cudnn_graph::dims_text;
+using cudnn_graph::GraphCall;
+using cudnn_graph::GraphPlan;
+using cudnn_graph::tensor;
+
+// Unique ids of the graph's tensors (the variant pack names buffers by them).
+enum Uid : int64_t {
+  kX = 1,
+  kScale,
+  kBias,
+  kMean,
+  kInvStd,
+  kEps,
+  kY,
+  kDy,
+  kReluY,
+  kDx,
+  kDscale,
+  kDbias,
+  kNormOut = 101,  // the forward's normalized value before the ReLU
+  kMaskedDy,       // the backward's dy after the ReLU's gradient
+};
+
+// What the cache key and the graph depend on: x's shape (N,C,H,W, stored NHWC), the
+// direction, the ReLU, the math filter and the buffers' alignments.
+struct Problem {
+  bool backward = false, relu = false, tf32 = false;
+  std::vector<int64_t> x;
+  // forward: x, y, scale, bias; backward: x, dy, dx, relu_y, scale, dscale, dbias
+  std::vector<int64_t> align;
+};
+
+// A per-channel 1,C,1,1 tensor in NHWC strides (C contiguous values).
+cudnnBackendDescriptor_t channel(Builder& b, int64_t uid, const Problem& p, int64_t align) {
+  return tensor(b, uid, {1, p.x[1], 1, 1}, align, false, CUDNN_DATA_FLOAT, true);
+}
+
+// An x-shaped NHWC tensor, virtual when align is 0.
+cudnnBackendDescriptor_t activation(Builder& b, int64_t uid, const Problem& p, int64_t align) {
+  return tensor(b, uid, p.x, align == 0 ? 16 : align, align == 0, CUDNN_DATA_FLOAT, true);
+}
+
+void set_mode(Builder& b, cudnnBackendDescriptor_t op, cudnnBackendAttributeName_t name) {
+  const cudnnBackendNormMode_t mode = CUDNN_BATCH_NORM;
+  b.set(op, name, CUDNN_TYPE_NORM_MODE, 1, &mode, "normalization mode");
+}
+
+// NORM_FORWARD (training) then, with the ReLU, RELU_FWD.
+std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) {
+  cudnnBackendDescriptor_t x = activation(b, kX, p, p.align[0]);
+  cudnnBackendDescriptor_t y = activation(b, kY, p, p.align[1]);
+  cudnnBackendDescriptor_t normed = p.relu ? activation(b, kNormOut, p, 0) : y;
+  cudnnBackendDescriptor_t scale = channel(b, kScale, p, p.align[2]);
+  cudnnBackendDescriptor_t bias = channel(b, kBias, p, p.align[3]);
+  cudnnBackendDescriptor_t mean = channel(b, kMean, p, 16);
+  cudnnBackendDescriptor_t inv_std = channel(b, kInvStd, p, 16);
+  cudnnBackendDescriptor_t eps = cudnn_graph::scalar_tensor(b, kEps, CUDNN_DATA_DOUBLE);
+  cudnnBackendDescriptor_t op =
+      b.make(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR, "normalization forward operation");
+  set_mode(b, op, CUDNN_ATTR_OPERATION_NORM_FWD_MODE);
+  const cudnnBackendNormFwdPhase_t phase = CUDNN_NORM_FWD_TRAINING;
+  b.set(op, CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE, 1, &phase, "normalization phase");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, x, "normalization x");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, mean, "normalization mean");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, inv_std, "normalization inverse std");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, scale, "normalization scale");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, bias, "normalization bias");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, eps, "normalization epsilon");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, normed, "normalization y");
+  b.finalize(op, "normalization forward finalize");
+  if (!p.relu) return {op};
+  return {op, cudnn_graph::pointwise(b, CUDNN_POINTWISE_RELU_FWD, normed, nullptr, y)};
+}
+
+// With the ReLU, RELU_BWD of dy against relu_y; then NORM_BACKWARD from the saved
+// mean and inverse std.
+std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p) {
+  std::vector<cudnnBackendDescriptor_t> ops;
+  cudnnBackendDescriptor_t x = activation(b, kX, p, p.align[0]);
+  cudnnBackendDescriptor_t dy = activation(b, kDy, p, p.align[1]);
+  cudnnBackendDescriptor_t dx = activation(b, kDx, p, p.align[2]);
+  if (p.relu) {
+    cudnnBackendDescriptor_t relu_y = activation(b, kReluY, p, p.align[3]);
+    cudnnBackendDescriptor_t masked = activation(b, kMaskedDy, p, 0);
+    ops.push_back(cudnn_graph::relu_backward(b, dy, relu_y, masked));
+    dy = masked;
+  }
+  cudnnBackendDescriptor_t scale = channel(b, kScale, p, p.align[4]);
+  cudnnBackendDescriptor_t dscale = channel(b, kDscale, p, p.align[5]);
+  cudnnBackendDescriptor_t dbias = channel(b, kDbias, p, p.align[6]);
+  cudnnBackendDescriptor_t mean = channel(b, kMean, p, 16);
+  cudnnBackendDescriptor_t inv_std = channel(b, kInvStd, p, 16);
+  cudnnBackendDescriptor_t op =
+      b.make(CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR, "normalization backward operation");
+  set_mode(b, op, CUDNN_ATTR_OPERATION_NORM_BWD_MODE);
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, x, "normalization backward x");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, mean, "normalization backward mean");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, inv_std, "normalization backward inverse std");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, dy, "normalization backward dy");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, scale, "normalization backward scale");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, dscale, "normalization backward dscale");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, dbias, "normalization backward dbias");
+  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, dx, "normalization backward dx");
+  b.finalize(op, "normalization backward finalize");
+  ops.push_back(op);
+  return ops;
+}
+
+std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
+  Builder b;
+  const std::vector<cudnnBackendDescriptor_t> ops = p.backward ? backward_ops(b, p) : forward_ops(b, p);
+  return cudnn_graph::plan_of(b, ops, p.tf32, all, why);
+}
+
+// The scope (ops/norm_graph_cuda.h): every tensor float32, the activation-shaped ones
+// 4-D N,C,H,W of x's shape stored NHWC, C a multiple of 4, nothing empty.
+bool in_scope(const Tensor& x, std::initializer_list<const Tensor*> activations,
+              std::initializer_list<const Tensor*> channels) {
+  if (x.dtype() != DataType::Float32 || x.rank() != 4 || x.numel() == 0 || x.layout() != Layout::ChannelsLast ||
+      x.dims()[1] % 4 != 0)
+    return false;
+  for (const Tensor* t : activations)
+    if (t && (t->dtype() != DataType::Float32 || t->dims() != x.dims() || t->layout() != Layout::ChannelsLast))
+      return false;
+  for (const Tensor* t : channels)
+    if (t->dtype() != DataType::Float32 || t->numel() != x.dims()[1]) return false;
+  return true;
+}
+
+// Key, words, label and builder of problem `p` for node `ctx.node`.
+void describe(const KernelContext& ctx, Problem p, GraphCall& c) {
+  const std::string dir = p.backward ? (p.relu ? "backward+drelu" : "backward") : (p.relu ? "forward+relu" : "forward");
+  c.key = "BatchNormalization." + dir + "|x" + dims_text(p.x) + "|nhwc|" + (p.tf32 ? "tf32" : "strict") + "|a";
+  for (int64_t v : p.align) c.key += std::to_string(v);
+  c.all = ctx.chooser != nullptr;
+  if (c.all) c.key += "|timed";
+  c.pattern = "BatchNormalization." + dir;
+  c.problem = "x " + dims_text(p.x) + " " + dir + ", NHWC";
+  c.label = bn_graph_label(ctx.node.op_type, p.relu);
+  c.precision = p.tf32 ? "tf32" : "fp32";
+  c.build = [p = std::move(p)](bool all, std::string* why) { return build_plan(p, all, why); };
+}
+
+int64_t align_of(const void* ptr, bool planning) { return planning ? 16 : cudnn_graph::alignment(ptr); }
+
+bool forward_call(const KernelContext& ctx, const BnForwardGraphArgs& a, bool planning, GraphCall& c) {
+  if (!in_scope(a.x, {&a.y}, {&a.scale, &a.bias})) return false;
+  Problem p;
+  p.relu = a.relu;
+  p.tf32 = tf32_allowed(ctx);
+  p.x = a.x.dims();
+  for (const void* ptr : std::initializer_list<const void*>{a.x.raw(), a.y.raw(), a.scale.raw(), a.bias.raw()})
+    p.align.push_back(align_of(ptr, planning));
+  describe(ctx, std::move(p), c);
+  c.bufs.add(kX, a.x.raw());
+  c.bufs.add(kY, a.y.raw());
+  c.bufs.add(kScale, a.scale.raw());
+  c.bufs.add(kBias, a.bias.raw());
+  c.bufs.add(kMean, a.mean);
+  c.bufs.add(kInvStd, a.inv_std);
+  c.bufs.out = a.y.raw();
+  c.bufs.workspace_offset = a.workspace_offset;
+  return true;
+}
+
+bool backward_call(const KernelContext& ctx, const BnBackwardGraphArgs& a, bool planning, GraphCall& c) {
+  if (!in_scope(a.x, {&a.dy, &a.dx, a.relu_y}, {&a.scale})) return false;
+  Problem p;
+  p.backward = true;
+  p.relu = a.relu_y != nullptr;
+  p.tf32 = tf32_allowed(ctx);
+  p.x = a.x.dims();
+  for (const void* ptr : std::initializer_list<const void*>{
+           a.x.raw(), a.dy.raw(), a.dx.raw(), a.relu_y ? a.relu_y->raw() : nullptr, a.scale.raw(),
+           static_cast<const void*>(a.dscale), static_cast<const void*>(a.dbias)})
+    p.align.push_back(ptr ? align_of(ptr, planning) : 16);
+  describe(ctx, std::move(p), c);
+  c.bufs.add(kX, a.x.raw());
+  c.bufs.add(kDy, a.dy.raw());
+  c.bufs.add(kDx, a.dx.raw());
+  if (a.relu_y) c.bufs.add(kReluY, a.relu_y->raw());
+  c.bufs.add(kScale, a.scale.raw());
+  c.bufs.add(kMean, a.mean);
+  c.bufs.add(kInvStd, a.inv_std);
+  c.bufs.add(kDscale, a.dscale);
+  c.bufs.add(kDbias, a.dbias);
+  c.bufs.out = a.dx.raw();
+  c.bufs.workspace_offset = a.workspace_offset;
+  return true;
+}
+
+}  // namespace
+
+std::string bn_graph_label(const std::string& op_type, bool relu) {
+  return op_type == "BatchNormalizationGrad" && relu ? op_type + " +drelu" : op_type;
+}
+
+bool bn_graph_forward(const KernelContext& ctx, const BnForwardGraphArgs& a) {
+  GraphCall c;
+  if (!forward_call(ctx, a, false, c)) {  // outside the graph's scope: the own kernels
+    fusion_tally().record(bn_graph_label(ctx.node.op_type, a.relu), ctx.node.name, false);
+    return false;
+  }
+  // epsilon is a by-value scalar: the variant pack points at host memory, alive until
+  // the graph (and any timing of it) has been queued
+  const double eps = a.eps;
+  c.bufs.add(kEps, &eps);
+  return cudnn_graph::run(ctx, c, nullptr, "trainrt's own batch-norm kernels");
+}
+
+bool bn_graph_backward(const KernelContext& ctx, const BnBackwardGraphArgs& a) {
+  GraphCall c;
+  if (!backward_call(ctx, a, false, c)) {
+    fusion_tally().record(bn_graph_label(ctx.node.op_type, a.relu_y != nullptr), ctx.node.name, false);
+    return false;
+  }
+  return cudnn_graph::run(ctx, c, a.prepare, "trainrt's own batch-norm kernels");
+}
+
+int64_t bn_graph_forward_workspace(const KernelContext& ctx, const BnForwardGraphArgs& a) {
+  GraphCall c;
+  return forward_call(ctx, a, true, c) ? cudnn_graph::plan_workspace(c) : -1;
+}
+
+int64_t bn_graph_backward_workspace(const KernelContext& ctx, const BnBackwardGraphArgs& a) {
+  GraphCall c;
+  return backward_call(ctx, a, true, c) ? cudnn_graph::plan_workspace(c) : -1;
+}
+
+}  // namespace trainrt::cuda
