@@ -78,13 +78,13 @@ std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) 
   set_mode(b, op, CUDNN_ATTR_OPERATION_NORM_FWD_MODE);
   const cudnnBackendNormFwdPhase_t phase = CUDNN_NORM_FWD_TRAINING;
   b.set(op, CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE, 1, &phase, "normalization phase");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, x, "normalization x");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, mean, "normalization mean");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, inv_std, "normalization inverse std");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, scale, "normalization scale");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, bias, "normalization bias");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, eps, "normalization epsilon");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, normed, "normalization y");
+  b.set_descs(op, {{CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, x, "normalization x"},
+                   {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, mean, "normalization mean"},
+                   {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, inv_std, "normalization inverse std"},
+                   {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, scale, "normalization scale"},
+                   {CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, bias, "normalization bias"},
+                   {CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, eps, "normalization epsilon"},
+                   {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, normed, "normalization y"}});
   b.finalize(op, "normalization forward finalize");
   if (!p.relu) return {op};
   return {op, cudnn_graph::pointwise(b, CUDNN_POINTWISE_RELU_FWD, normed, nullptr, y)};
@@ -103,22 +103,20 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
     ops.push_back(cudnn_graph::relu_backward(b, dy, relu_y, masked));
     dy = masked;
   }
-  cudnnBackendDescriptor_t scale = channel(b, kScale, p, p.align[4]);
-  cudnnBackendDescriptor_t dscale = channel(b, kDscale, p, p.align[5]);
-  cudnnBackendDescriptor_t dbias = channel(b, kDbias, p, p.align[6]);
-  cudnnBackendDescriptor_t mean = channel(b, kMean, p, 16);
-  cudnnBackendDescriptor_t inv_std = channel(b, kInvStd, p, 16);
   cudnnBackendDescriptor_t op =
       b.make(CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR, "normalization backward operation");
   set_mode(b, op, CUDNN_ATTR_OPERATION_NORM_BWD_MODE);
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, x, "normalization backward x");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, mean, "normalization backward mean");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, inv_std, "normalization backward inverse std");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, dy, "normalization backward dy");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, scale, "normalization backward scale");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, dscale, "normalization backward dscale");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, dbias, "normalization backward dbias");
-  b.set_desc(op, CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, dx, "normalization backward dx");
+  b.set_descs(
+      op,
+      {{CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, x, "normalization backward x"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, channel(b, kMean, p, 16), "normalization backward mean"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, channel(b, kInvStd, p, 16),
+        "normalization backward inverse std"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC, dy, "normalization backward dy"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC, channel(b, kScale, p, p.align[4]), "normalization backward scale"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC, channel(b, kDscale, p, p.align[5]), "normalization backward dscale"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, channel(b, kDbias, p, p.align[6]), "normalization backward dbias"},
+       {CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, dx, "normalization backward dx"}});
   b.finalize(op, "normalization backward finalize");
   ops.push_back(op);
   return ops;

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,6 +63,15 @@ struct Builder {
            int64_t count, const void* values, const char* what);
   void set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t v,
                 const char* what);
+  // An operation's descriptor-valued attributes, in order, as (name, value, what) rows.
+  struct DescAttr {
+    cudnnBackendAttributeName_t name;
+    cudnnBackendDescriptor_t value;
+    const char* what;
+  };
+  void set_descs(cudnnBackendDescriptor_t d, std::initializer_list<DescAttr> attrs) {
+    for (const DescAttr& a : attrs) set_desc(d, a.name, a.value, a.what);
+  }
   void finalize(cudnnBackendDescriptor_t d, const char* what);
 };
 
