@@ -26,7 +26,7 @@ namespace passes {
 
 namespace {
 
-bool is_fused_conv(const Node& n) { return n.op_type == "FusedConv" && n.domain == kTrainrtDomain; }
+bool is_fused_conv(const Node& n) { return is_trainrt(n, "FusedConv"); }
 
 // A Conv, or a FusedConv that has no residual yet (it can still take an activation or Z).
 bool conv_like(const Node& n) { return is_onnx(n, "Conv") || (is_fused_conv(n) && !n.has_input(3)); }
@@ -34,7 +34,7 @@ bool conv_like(const Node& n) { return is_onnx(n, "Conv") || (is_fused_conv(n) &
 // True when node n reads v only for its shape (SumToShape / ReshapeLike input 1, as
 // the Add and Reshape gradient rules write them): it may read any value of v's type.
 bool shape_only_read(const Node& n, const std::string& v) {
-  if (n.domain != kTrainrtDomain || (n.op_type != "SumToShape" && n.op_type != "ReshapeLike")) return false;
+  if (!is_trainrt(n, "SumToShape") && !is_trainrt(n, "ReshapeLike")) return false;
   return n.inputs.size() == 2 && n.inputs[1] == v && n.inputs[0] != v;
 }
 
@@ -144,9 +144,7 @@ size_t fuse_gemm_bias_grad(Graph& g) {
   size_t fused = 0;
   for (size_t j = 0; j < g.nodes.size(); ++j) {
     const Node& sum = g.nodes[j];
-    if (dead[j] || sum.domain != kTrainrtDomain || sum.op_type != "SumToShape" || sum.inputs.size() != 2 ||
-        !sum.has_output(0))
-      continue;
+    if (dead[j] || !is_trainrt(sum, "SumToShape") || sum.inputs.size() != 2 || !sum.has_output(0)) continue;
     const std::string dy = sum.inputs[0], db = sum.outputs[0];
     const Shape* s = known_shape(g, db);
     if (!s || s->size() != 1 || dy.empty()) continue;
@@ -190,13 +188,13 @@ size_t fuse_dgrad_relu_grad(Graph& g) {
   size_t fused = 0;
   for (size_t j = 0; j < g.nodes.size(); ++j) {
     const Node& rg = g.nodes[j];
-    if (rg.domain != kTrainrtDomain || rg.op_type != "ReluGrad" || rg.inputs.size() != 2 || !rg.has_output(0)) continue;
+    if (!is_trainrt(rg, "ReluGrad") || rg.inputs.size() != 2 || !rg.has_output(0)) continue;
     const size_t i = u.producer_of(rg.inputs[0]);
     if (i == npos || dead[i] || u.sole_reader(rg.inputs[0]) != j) continue;
     const Node& cg = g.nodes[i];
     // The Relu's output must be the convolution's input X (ReluGrad(dY, Y) with Y == X).
-    if (cg.domain != kTrainrtDomain || cg.op_type != "ConvGrad" || cg.inputs.size() != 3 || cg.outputs.empty() ||
-        cg.outputs[0] != rg.inputs[0] || cg.inputs[1] != rg.inputs[1] || cg.attr_int("dx_relu", 0) != 0)
+    if (!is_trainrt(cg, "ConvGrad") || cg.inputs.size() != 3 || cg.outputs.empty() || cg.outputs[0] != rg.inputs[0] ||
+        cg.inputs[1] != rg.inputs[1] || cg.attr_int("dx_relu", 0) != 0)
       continue;
     // The fused node takes the ReluGrad's place: dW and dB must be read after it.
     bool later = true;
@@ -228,13 +226,12 @@ size_t fuse_relu_grad_into_bn_grad(Graph& g) {
   size_t fused = 0;
   for (size_t j = 0; j < g.nodes.size(); ++j) {
     const Node& bg = g.nodes[j];
-    if (bg.domain != kTrainrtDomain || bg.op_type != "BatchNormalizationGrad" || bg.inputs.empty() ||
-        bg.inputs.size() > 5 || bg.inputs[0].empty())
+    if (!is_trainrt(bg, "BatchNormalizationGrad") || bg.inputs.empty() || bg.inputs.size() > 5 || bg.inputs[0].empty())
       continue;
     const size_t i = u.producer_of(bg.inputs[0]);
     if (i == npos || dead[i] || u.sole_reader(bg.inputs[0]) != j) continue;
     const Node& rg = g.nodes[i];
-    if (rg.domain != kTrainrtDomain || rg.op_type != "ReluGrad" || rg.inputs.size() != 2 || rg.outputs.size() != 1 ||
+    if (!is_trainrt(rg, "ReluGrad") || rg.inputs.size() != 2 || rg.outputs.size() != 1 ||
         rg.outputs[0] != bg.inputs[0] || rg.inputs[0].empty() || rg.inputs[1].empty())
       continue;
     bool ready = true;

@@ -19,8 +19,6 @@ namespace trainrt::passes {
 
 namespace {
 
-bool is_trainrt(const Node& n, const char* op_type) { return n.op_type == op_type && n.domain == kTrainrtDomain; }
-
 // DropoutGrad's optional inputs (ratio, training_mode) are the Dropout's (inputs 1, 2),
 // as the gradient rule writes them (autodiff/rules_misc.cpp).
 bool same_options(const Node& dropout, const Node& grad) {

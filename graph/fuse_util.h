@@ -37,6 +37,8 @@ struct Uses {
 
 // True for a node of the default domain ("" or "ai.onnx") with this op type.
 bool is_onnx(const Node& n, const char* op_type);
+// True for a node of trainrt's own domain (kTrainrtDomain) with this op type.
+bool is_trainrt(const Node& n, const char* op_type);
 // Replaces every read of `from` (node inputs) by `to`. Graph outputs are left alone.
 void replace_reads(Graph& g, const std::string& from, const std::string& to);
 // Removes nodes flagged in `dead` (same size as g.nodes).

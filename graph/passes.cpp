@@ -38,6 +38,8 @@ bool is_onnx(const Node& n, const char* op_type) {
   return n.op_type == op_type && (n.domain.empty() || n.domain == "ai.onnx");
 }
 
+bool is_trainrt(const Node& n, const char* op_type) { return n.op_type == op_type && n.domain == kTrainrtDomain; }
+
 void replace_reads(Graph& g, const std::string& from, const std::string& to) {
   for (Node& n : g.nodes) std::replace(n.inputs.begin(), n.inputs.end(), from, to);
 }

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "graph/fuse_util.h"
 #include "graph/tensor.h"
 
 namespace trainrt {
 
 namespace {
 
-bool is_trainrt(const Node& n, const char* op) { return n.domain == kTrainrtDomain && n.op_type == op; }
+using passes::is_trainrt;
 
 // Why values `names` of g cannot go to a fused cuDNN kernel ("" when they can): the
 // runtime fusion engines take fp16, bf16 and fp32; the fused kernels take 4-D N,C,H,W.
