@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -438,43 +439,79 @@ Scratch scratch(const Channels& v, int K, int coefficients) {
   return {w, w + parts, w + doubles};
 }
 
+// The cuDNN graph's arguments for a forward call (ops/norm_graph_cuda.h): its batch mean
+// and inverse std at the front of the workspace; without `mean` (planning) no buffers.
+BnForwardGraphArgs forward_graph_args(const KernelContext& ctx, float* mean = nullptr) {
+  const Tensor& x = ctx.in(0);
+  const int64_t C = x.dims()[1];
+  return {x,
+          ctx.in(1),
+          ctx.in(2),
+          ctx.out(0),
+          ctx.node.op_type == "BatchNormalizationRelu",
+          ctx.node.attr_float("epsilon", 1e-5f),
+          mean,
+          mean ? mean + C : nullptr,
+          graph_stats_bytes(C, 2)};
+}
+
+// The same for a gradient with the forward's saved statistics and dX requested (else
+// none): the inverse std, then scratch for dScale and dBias where they are not
+// requested; without `inv_std` (planning) no buffers.
+std::optional<BnBackwardGraphArgs> grad_graph_args(const KernelContext& ctx, float* inv_std = nullptr) {
+  if (!ctx.has_input(3) || !ctx.has_input(4) || !ctx.has_output(0)) return std::nullopt;
+  const int64_t C = ctx.in(1).dims()[1];
+  auto sums = [&](size_t output, int64_t scratch) -> float* {
+    if (!inv_std) return nullptr;
+    return ctx.has_output(output) ? ctx.out(output).data<float>() : inv_std + scratch;
+  };
+  return BnBackwardGraphArgs{ctx.in(0),
+                             ctx.in(1),
+                             ctx.in(2),
+                             ctx.has_input(5) ? &ctx.in(5) : nullptr,
+                             inv_std ? ctx.in(3).data<float>() : nullptr,
+                             inv_std,
+                             ctx.out(0),
+                             sums(1, C),
+                             sums(2, 2 * C),
+                             graph_stats_bytes(C, 3)};
+}
+
 // The workspace a call needs (KernelRegistry::set_workspace): forward (K 1, 3 coefficient
-// arrays) or gradient (K 3, 4 arrays), as the kernels below carve it.
+// arrays) or gradient (K 3, 4 arrays), as the kernels below carve it, or the cuDNN
+// graph's with its statistics where the node is in the graph's scope (asked whether or
+// not it trains), whichever is larger.
 size_t batchnorm_workspace(const KernelContext& ctx, bool grad) {
   const Tensor& x = ctx.in(grad ? 1 : 0);
   if (x.rank() < 2) return 0;
   const Channels v = channels_of(x);
   if (v.C == 0) return 0;
   const size_t own = scratch_bytes(v, grad ? 3 : 1, grad ? 4 : 3, dtype_size(x.dtype()));
-  // the cuDNN graph's, where the node is in its scope (asked whether or not it trains)
-  const size_t stats = graph_stats_bytes(v.C, grad ? 3 : 2);
+  size_t stats = 0;
   int64_t graph = -1;
   if (!grad) {
-    graph = bn_graph_forward_workspace(
-        ctx, BnForwardGraphArgs{x, ctx.in(1), ctx.in(2), ctx.out(0), ctx.node.op_type == "BatchNormalizationRelu"});
-  } else if (ctx.has_input(3) && ctx.has_input(4) && ctx.has_output(0)) {
-    graph = bn_graph_backward_workspace(
-        ctx, BnBackwardGraphArgs{ctx.in(0), x, ctx.in(2), ctx.has_input(5) ? &ctx.in(5) : nullptr, nullptr, nullptr,
-                                 ctx.out(0)});
+    const BnForwardGraphArgs a = forward_graph_args(ctx);
+    stats = a.workspace_offset;
+    graph = bn_graph_forward_workspace(ctx, a);
+  } else if (const auto a = grad_graph_args(ctx)) {
+    stats = a->workspace_offset;
+    graph = bn_graph_backward_workspace(ctx, *a);
   }
   return graph < 0 ? own : std::max(own, stats + static_cast<size_t>(graph));
 }
 
 // Training forward of a float32 node on its cuDNN graph, then the statistics' outputs;
 // false when the node is outside the graph's scope or cuDNN turned its problem down.
-bool forward_on_graph(KernelContext& ctx, bool relu) {
-  const Tensor& x = ctx.in(0);
-  if (x.rank() < 2) return false;
-  const int64_t C = x.dims()[1];
-  const size_t stats = graph_stats_bytes(C, 2);
-  auto* mean = static_cast<float*>(workspace(stats));
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  const BnForwardGraphArgs a{x, ctx.in(1), ctx.in(2), ctx.out(0), relu, eps, mean, mean + C, stats};
+bool forward_on_graph(KernelContext& ctx) {
+  if (ctx.in(0).rank() < 2) return false;
+  const int64_t C = ctx.in(0).dims()[1];
+  auto* mean = static_cast<float*>(workspace(graph_stats_bytes(C, 2)));
+  const BnForwardGraphArgs a = forward_graph_args(ctx, mean);
   if (!bn_graph_forward(ctx, a)) return false;
   auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<float>() : nullptr; };
   graph_forward_finish<<<blocks_for(C), kThreads, 0, context().stream>>>(
-      {out(1), out(2), out(3), out(4), out(5), out(6)}, ctx.in(3).data<float>(), ctx.in(4).data<float>(), mean,
-      mean + C, C, eps, ctx.node.attr_float("momentum", 0.9f));
+      {out(1), out(2), out(3), out(4), out(5), out(6)}, ctx.in(3).data<float>(), ctx.in(4).data<float>(), a.mean,
+      a.inv_std, C, a.eps, ctx.node.attr_float("momentum", 0.9f));
   check_launch(ctx.node, "graph_forward_finish");
   return true;
 }
@@ -482,29 +519,16 @@ bool forward_on_graph(KernelContext& ctx, bool relu) {
 // The gradient of a float32 node with the forward's saved statistics on its cuDNN graph;
 // false when outside the scope or turned down.
 bool grad_on_graph(KernelContext& ctx) {
-  const Tensor& x = ctx.in(1);
-  if (x.rank() < 2 || !ctx.has_input(3) || !ctx.has_input(4) || !ctx.has_output(0)) return false;
-  const int64_t C = x.dims()[1];
-  const size_t stats = graph_stats_bytes(C, 3);
-  auto* inv_std = static_cast<float*>(workspace(stats));
-  float* dscale = ctx.has_output(1) ? ctx.out(1).data<float>() : inv_std + C;  // else scratch
-  float* dbias = ctx.has_output(2) ? ctx.out(2).data<float>() : inv_std + 2 * C;
+  if (ctx.in(1).rank() < 2 || !grad_graph_args(ctx)) return false;
+  const int64_t C = ctx.in(1).dims()[1];
+  auto* inv_std = static_cast<float*>(workspace(graph_stats_bytes(C, 3)));
+  BnBackwardGraphArgs a = *grad_graph_args(ctx, inv_std);
   const float* var = ctx.in(4).data<float>();
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
   const std::function<void()> prepare = [&] {
     inv_std_of<<<blocks_for(C), kThreads, 0, context().stream>>>(var, inv_std, C, eps);
     check_launch(ctx.node, "inv_std_of");
   };
-  BnBackwardGraphArgs a{ctx.in(0),
-                        x,
-                        ctx.in(2),
-                        ctx.has_input(5) ? &ctx.in(5) : nullptr,
-                        ctx.in(3).data<float>(),
-                        inv_std,
-                        ctx.out(0),
-                        dscale,
-                        dbias,
-                        stats};
   a.prepare = &prepare;
   return bn_graph_backward(ctx, a);
 }
@@ -517,7 +541,7 @@ void batchnorm(KernelContext& ctx) {
   if (v.C == 0) return;
   const bool training = node_trains(node, ctx.training);
   if constexpr (std::is_same_v<T, float>)
-    if (training && forward_on_graph(ctx, kRelu)) return;
+    if (training && forward_on_graph(ctx)) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
