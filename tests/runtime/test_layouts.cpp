@@ -42,6 +42,14 @@ Plan fused_step_plan(TrainingGraph& t) {
   return build_plan(s, o);
 }
 
+// A copy of `plain`'s values stored in layout `l`.
+Tensor stored_as(const Tensor& plain, Layout l) {
+  Tensor t(plain.dtype(), plain.dims());
+  t.set_layout(l);
+  copy_from_plain(plain, t);
+  return t;
+}
+
 // The layouts `l` chosen for `plan` keep what `backend`'s kernels declare at every step:
 // Plain slots Plain, a node's Shared slots in one layout.
 void check_declared_layouts(const Plan& plan, const Backend& backend, const std::vector<Layout>& l) {
@@ -70,9 +78,7 @@ void check_declared_layouts(const Plan& plan, const Backend& backend, const std:
 TEST_CASE("Blocked16c storage order is oneDNN's nChw16c; to_plain and copy_from_plain invert each other") {
   const std::vector<int64_t> dims{2, 32, 3, 5};
   Tensor plain = random_tensor(DataType::Float32, dims, 3);
-  Tensor blocked(DataType::Float32, dims);
-  blocked.set_layout(Layout::Blocked16c);
-  copy_from_plain(plain, blocked);
+  Tensor blocked = stored_as(plain, Layout::Blocked16c);
 
   Tensor by_dnnl(DataType::Float32, dims);
   du::Md from = du::plain_desc(dims);
@@ -98,9 +104,7 @@ TEST_CASE("Blocked16c storage order is oneDNN's nChw16c; to_plain and copy_from_
 TEST_CASE("ChannelsLast storage order is NHWC; to_plain and copy_from_plain invert each other") {
   const std::vector<int64_t> dims{2, 3, 4, 5};
   Tensor plain = random_tensor(DataType::Float32, dims, 4);
-  Tensor last(DataType::Float32, dims);
-  last.set_layout(Layout::ChannelsLast);
-  copy_from_plain(plain, last);
+  Tensor last = stored_as(plain, Layout::ChannelsLast);
   const auto* p = plain.data<float>();
   const auto* q = last.data<float>();
   for (int64_t n = 0; n < 2; ++n)
@@ -242,9 +246,7 @@ TEST_CASE("Dropout on a Blocked16c tensor draws the row-major tensor's mask, ele
   Node n = make_node("Dropout", {"x", "ratio"}, {"y", "mask"});
   Tensor ratio = make(DataType::Float32, {}, {0.3f});
   Tensor x = random_tensor(DataType::Float32, dims, 4);
-  Tensor xb(DataType::Float32, dims);
-  xb.set_layout(Layout::Blocked16c);
-  copy_from_plain(x, xb);
+  Tensor xb = stored_as(x, Layout::Blocked16c);
   const Kernel& k = make_backend("cpu")->kernel(n);
   Tensor y(DataType::Float32, dims), mask(DataType::Bool, dims);
   KernelContext plain{n, {&x, &ratio}, {&y, &mask}, true, 77};
