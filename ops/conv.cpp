@@ -289,16 +289,6 @@ Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_g
   };
 }
 
-std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted) {
-  if (n.op_type == "Conv" || n.op_type == "FusedConv") return {0, 1};
-  if (n.op_type != "ConvGrad") return {};
-  auto want = [&](size_t i) { return i < wanted.size() && wanted[i]; };
-  std::vector<size_t> in{0};
-  if (want(1)) in.push_back(1);  // X for dW
-  if (want(0)) in.push_back(2);  // W for dX
-  return in;
-}
-
 void register_conv(Registry& r) {
   OpSchema s;
   s.op_type = "Conv";

@@ -378,16 +378,6 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
   });
 }
 
-// Byte offsets of the buffers one call carves out of the shared workspace.
-struct Carve {
-  size_t size = 0;
-  size_t take(size_t bytes) {
-    const size_t at = size;
-    size += (bytes + 255) / 256 * 256;  // cuDNN wants aligned workspaces
-    return at;
-  }
-};
-
 // The index into a pass's algorithms this call runs: 0 (the heuristics' first) without a
 // chooser or with one candidate; else the choice made before, or the chooser's (ops/core/
 // engine_choice.h: the timing cache's entry, or every candidate timed on this call's
@@ -426,15 +416,6 @@ bool dx_relu(const KernelContext& ctx) {
   return ctx.node.op_type == "ConvGrad" && ctx.has_output(0) && ctx.node.attr_int("dx_relu", 0) != 0;
 }
 
-std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
-  if (ctx.math == MathPrecision::fp32) return {};
-  std::vector<bool> wanted(ctx.outputs.size());
-  for (size_t i = 0; i < wanted.size(); ++i) wanted[i] = ctx.has_output(i);
-  std::vector<size_t> in;
-  for (size_t i : math_rounded_inputs(ctx.node, wanted))
-    if (ctx.has_input(i) && ctx.in(i).dtype() == DataType::Float32) in.push_back(i);
-  return in;
-}
 size_t math_bytes(const KernelContext& ctx) {
   Carve carve;
   for (size_t i : rounded_inputs(ctx)) carve.take(ctx.in(i).nbytes());

@@ -5,7 +5,9 @@
 //   MatMul: numpy.matmul: a 1-D A is [1,K] (the 1 is dropped from Y), a 1-D B is [K,1]
 //           (the 1 is dropped), leading (batch) dims broadcast both ways.
 //
-// Reference kernels accumulate in double so they stay the oracle for fp32 kernels.
+// Reference kernels accumulate in double so they stay the oracle for fp32 kernels. Under
+// --precision bf16/fp16 (KernelContext::math) both read A and B rounded to 16 bits
+// (math_input), never C.
 #include <algorithm>
 
 #include "ops/core/common.h"
@@ -84,7 +86,7 @@ double gemm_flops(const Graph& g, const Node& n) {
 template <typename T>
 void gemm_reference(KernelContext& ctx) {
   const Node& n = ctx.node;
-  const Tensor &A = ctx.in(0), &B = ctx.in(1);
+  const Tensor A = math_input(ctx.in(0), ctx.math), B = math_input(ctx.in(1), ctx.math);
   Tensor& Y = ctx.out(0);
   const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
   const double alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
@@ -172,8 +174,9 @@ void matmul_reference(KernelContext& ctx) {
     ma *= ad[i];
     mb *= bd[i];
   }
-  const T* a = ctx.in(0).data<T>();
-  const T* b = ctx.in(1).data<T>();
+  const Tensor A = math_input(ctx.in(0), ctx.math), B = math_input(ctx.in(1), ctx.math);
+  const T* a = A.data<T>();
+  const T* b = B.data<T>();
   T* y = ctx.out(0).data<T>();
   for (int64_t p = 0; p < batches; ++p) {
     int64_t oa = 0, ob = 0;

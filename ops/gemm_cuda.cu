@@ -9,21 +9,24 @@
 // fp32 runs in CUBLAS_COMPUTE_32F_FAST_TF32 with KernelContext::fp32 tf32 (the CLI's
 // default on --device cuda: TF32 tensor cores, fp32 accumulation, as PyTorch allows for
 // convolutions) and CUBLAS_COMPUTE_32F with strict (the reference's arithmetic); fp64 in
-// CUBLAS_COMPUTE_64F. A C of Y's full size is passed to cuBLASLt as its C (out of
-// place). A bias (fp32 C of shape [N] or [1,N], beta 1: a Linear layer's) is added by
-// cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS: one vector per row of cuBLASLt's
-// column-major D, which are Y's columns), so the product is one kernel; where the
-// heuristic has no algorithm with that epilogue, and for other broadcast C, C is first
-// expanded into Y by a kernel and the product added in place (C == D). beta == 0
-// ignores C, as BLAS and the cpu kernel do. K == 0 is no product: Y = beta * C (or 0)
-// by the same kernel. FusedGemm's ReLU is cuBLASLt's epilogue too (CUBLASLT_EPILOGUE_RELU,
-// or RELU_BIAS with a bias: the Linear layer and its activation in one kernel); where the
+// CUBLAS_COMPUTE_64F. Under --precision bf16/fp16 (KernelContext::math) fp32 A and B are
+// first narrowed to 16-bit copies in the call's workspace (bfloat16 / IEEE half, the
+// reference's rounding: ops/core/kernel.h) and multiplied at the tensor cores' 16-bit rate
+// in CUBLAS_COMPUTE_32F with fp32 C and Y (the products are exact, the sum is fp32's),
+// as the reference rounds them; FusedGemm's sums then read the fp32 operand (operand_sums,
+// not the BGRAD epilogue, which would sum the rounded copy). A C of Y's full size is passed to cuBLASLt as its C (out
+// of place). A bias (fp32 C of shape [N] or [1,N], beta 1: a Linear layer's) is added by cuBLASLt's epilogue
+// (CUBLASLT_EPILOGUE_BIAS: one vector per row of cuBLASLt's column-major D, which are Y's columns), so the product is
+// one kernel; where the heuristic has no algorithm with that epilogue, and for other broadcast C, C is first expanded
+// into Y by a kernel and the product added in place (C == D). beta == 0 ignores C, as BLAS and the cpu kernel do. K ==
+// 0 is no product: Y = beta * C (or 0) by the same kernel. FusedGemm's ReLU is cuBLASLt's epilogue too
+// (CUBLASLT_EPILOGUE_RELU, or RELU_BIAS with a bias: the Linear layer and its activation in one kernel); where the
 // heuristic offers no algorithm with it, a ReLU kernel runs after the product. FusedGemm's
 // sums (sum_of A or B: a Linear layer's bias gradient beside its weight gradient) are the
 // BGRADB or BGRADA epilogue (cuBLASLt's B is our A), or operand_sums after the product.
 //
 // The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
-// M, N, K, transA/transB, fp32 math, the epilogue and the pointers' alignments, up
+// M, N, K, transA/transB, fp32 math, the 16-bit input type, the epilogue and the pointers' alignments, up
 // to 16 bytes (the heuristic assumes 256-byte aligned buffers unless told otherwise); like the context, they live as
 // long as the process. Falls back to the host reference kernel (after synchronising the stream) when the heuristic
 // offers no algorithm within 32 MiB of workspace.
@@ -31,6 +34,7 @@
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -94,12 +98,21 @@ struct GemmPlan {
   size_t workspace = 0;
 };
 
-// align: of our B, our A, C and Y (cuBLASLt's A, B, C, D).
+// The type cuBLASLt reads A and B in: 16-bit copies of fp32 ones under bf16/fp16, else
+// their own (CUDA_R_32F / CUDA_R_64F, `t`).
+cudaDataType_t operand_type(MathPrecision math, DataType t) {
+  if (math == MathPrecision::bf16) return CUDA_R_16BF;
+  if (math == MathPrecision::fp16) return CUDA_R_16F;
+  return t == DataType::Float64 ? CUDA_R_64F : CUDA_R_32F;
+}
+
+// align: of our B, our A, C and Y (cuBLASLt's A, B, C, D). `narrow`: A and B are 16-bit
+// copies in `math`.
 GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                        const uint32_t align[4], bool tf32, cublasLtEpilogue_t epilogue) {
+                        const uint32_t align[4], bool tf32, MathPrecision narrow, cublasLtEpilogue_t epilogue) {
   GemmPlan p;
   const bool f64 = t == DataType::Float64;
-  const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F, in_type = operand_type(narrow, t);
   const cublasComputeType_t compute = f64    ? CUBLAS_COMPUTE_64F
                                       : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                              : CUBLAS_COMPUTE_32F;
@@ -113,8 +126,8 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   // Column-major views of the row-major buffers: B is N,K (or K,N stored when transB),
   // A is K,M (or M,K stored when transA), Y is N,M.
   const int64_t a_rows = tb ? k : n, b_rows = ta ? m : k;
-  check(cublasLtMatrixLayoutCreate(&p.a, type, a_rows, tb ? n : k, a_rows), where);
-  check(cublasLtMatrixLayoutCreate(&p.b, type, b_rows, ta ? k : m, b_rows), where);
+  check(cublasLtMatrixLayoutCreate(&p.a, in_type, a_rows, tb ? n : k, a_rows), where);
+  check(cublasLtMatrixLayoutCreate(&p.b, in_type, b_rows, ta ? k : m, b_rows), where);
   check(cublasLtMatrixLayoutCreate(&p.d, type, n, m, n), where);
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -153,6 +166,27 @@ bool bias_c(const KernelContext& ctx) {
   return k > 0 && row && ctx.out(0).dims()[0] > 1;  // M == 1: C is Y's full size, read directly
 }
 
+// The precision A and B are narrowed to for the product: ctx's math when both are fp32
+// (rounded_inputs), else fp32 (no copies).
+MathPrecision narrowed(const KernelContext& ctx) {
+  return rounded_inputs(ctx).size() == 2 ? ctx.math : MathPrecision::fp32;
+}
+
+// Bytes of the 16-bit copies of A and B at the front of the call's workspace, and their
+// offsets there; 0 when not narrowed.
+struct Copies {
+  size_t a = 0, b = 0, bytes = 0;
+};
+Copies copies_of(const KernelContext& ctx) {
+  Copies c;
+  if (narrowed(ctx) == MathPrecision::fp32) return c;
+  Carve carve;
+  c.a = carve.take(static_cast<size_t>(ctx.in(0).numel()) * sizeof(uint16_t));
+  c.b = carve.take(static_cast<size_t>(ctx.in(1).numel()) * sizeof(uint16_t));
+  c.bytes = carve.size;
+  return c;
+}
+
 // A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
 // The cached plan of ctx's problem for operand alignments `align` (B, A, C, Y as
 // cuBLASLt sees them), with `epilogue`; null when K == 0 (no product).
@@ -167,10 +201,13 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
   std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
                     std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
   for (int i = 0; i < 4; ++i) key += ',' + std::to_string(align[i]);
-  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32;
+  const MathPrecision narrow = narrowed(ctx);
+  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32 && narrow == MathPrecision::fp32;
   if (tf32) key += "|tf32";
+  if (narrow != MathPrecision::fp32) key += std::string("|") + math_precision_name(narrow);
   key += "|e" + std::to_string(static_cast<int>(epilogue));
-  return cached<GemmPlan>(key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, epilogue); });
+  return cached<GemmPlan>(
+      key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, narrow, epilogue); });
 }
 
 // Whether the node is a FusedGemm with a ReLU.
@@ -195,9 +232,12 @@ struct Epilogue {
 // those that apply (ReLU with the bias, ReLU, the bias; the sums; none), said in `e`.
 std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32_t align[4], Epilogue& e) {
   // The sums by the epilogue only where nothing else could enter them: alpha 1, no C
-  // (whether cuBLASLt scales or adds to them is not what FusedGemm's sums mean).
-  const char sums =
-      wants_sums(ctx) && ctx.node.attr_float("alpha", 1.f) == 1.f && !ctx.has_input(2) ? wants_sums(ctx) : 0;
+  // (whether cuBLASLt scales or adds to them is not what FusedGemm's sums mean), and
+  // the operand unrounded (its 16-bit copy is the product's input, not the sums').
+  const char sums = wants_sums(ctx) && ctx.node.attr_float("alpha", 1.f) == 1.f && !ctx.has_input(2) &&
+                            narrowed(ctx) == MathPrecision::fp32
+                        ? wants_sums(ctx)
+                        : 0;
   const bool bias = bias_c(ctx), relu = wants_relu(ctx);
   for (const Epilogue c : {Epilogue{true, true, false}, Epilogue{false, true, false}, Epilogue{true, false, false},
                            Epilogue{false, false, true}, Epilogue{}}) {
@@ -219,14 +259,15 @@ std::shared_ptr<const GemmPlan> call_plan(const KernelContext& ctx, const uint32
 }
 
 // The workspace a call needs (KernelRegistry::set_workspace), asked before the buffers
-// exist: planned for 16-byte-aligned operands, the least the arena gives and the most a
-// call assumes (alignment()), so the call's plan is this one.
+// exist: the 16-bit copies, then cuBLASLt's, planned for 16-byte-aligned operands, the
+// least the arena gives and the most a call assumes (alignment()), so the call's plan is
+// this one.
 size_t gemm_workspace(const KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return 0;
   const uint32_t align[4] = {16, 16, 16, 16};
   Epilogue e;
   const auto plan = call_plan(ctx, align, e);
-  return plan && !plan->use_reference ? plan->workspace : 0;
+  return copies_of(ctx).bytes + (plan && !plan->use_reference ? plan->workspace : 0);
 }
 
 void gemm(KernelContext& ctx) {
@@ -251,8 +292,14 @@ void gemm(KernelContext& ctx) {
 
   std::shared_ptr<const GemmPlan> plan;
   Epilogue e;
+  const Copies copies = copies_of(ctx);
+  const void* a_ptr = a.raw();
+  const void* b_ptr = b.raw();
   if (k > 0) {
-    const uint32_t align[4] = {alignment(b.raw()), alignment(a.raw()), alignment(c_ptr), alignment(y.raw())};
+    // 16-bit copies: at 256-byte offsets of cudaMalloc's buffer, so 16-byte aligned as
+    // the plan-time rule assumes.
+    const uint32_t align[4] = {copies.bytes ? 16u : alignment(b.raw()), copies.bytes ? 16u : alignment(a.raw()),
+                               alignment(c_ptr), alignment(y.raw())};
     plan = call_plan(ctx, align, e);
     if (plan->use_reference) return run_reference(ctx);
     if (e.bias || e.sums) {  // read when cublasLtMatmul is called (or captured): set for this call
@@ -274,9 +321,18 @@ void gemm(KernelContext& ctx) {
     }
     if (k > 0) {
       const T alpha_t = static_cast<T>(alpha), beta_t = use_c && !e.bias ? static_cast<T>(beta) : T(0);
-      void* ws = workspace(plan->workspace);
-      check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b.raw(), plan->a, a.raw(), plan->b, &beta_t, c_ptr, plan->d,
-                           y.raw(), plan->d, &plan->algo, ws, plan->workspace, cx.stream),
+      auto* base = static_cast<std::byte*>(workspace(copies.bytes + plan->workspace));
+      if (copies.bytes) {
+        auto* a16 = reinterpret_cast<uint16_t*>(base + copies.a);
+        auto* b16 = reinterpret_cast<uint16_t*>(base + copies.b);
+        narrow_to_math(a.data<float>(), a16, a.numel(), ctx.math, node);
+        narrow_to_math(b.data<float>(), b16, b.numel(), ctx.math, node);
+        a_ptr = a16;
+        b_ptr = b16;
+      }
+      void* ws = base + copies.bytes;
+      check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b_ptr, plan->a, a_ptr, plan->b, &beta_t, c_ptr, plan->d, y.raw(),
+                           plan->d, &plan->algo, ws, plan->workspace, cx.stream),
             what(node, "cublasLtMatmul"));
     }
     // `trainrt bench` says how FusedGemm nodes ran: their ReLU or sums in cuBLASLt's epilogue or not.

@@ -219,4 +219,14 @@ void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m,
   check_launch(node, "narrow_kernel");
 }
 
+std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
+  if (ctx.math == MathPrecision::fp32) return {};
+  std::vector<bool> wanted(ctx.outputs.size());
+  for (size_t i = 0; i < wanted.size(); ++i) wanted[i] = ctx.has_output(i);
+  std::vector<size_t> in;
+  for (size_t i : math_rounded_inputs(ctx.node, wanted))
+    if (ctx.has_input(i) && ctx.in(i).dtype() == DataType::Float32) in.push_back(i);
+  return in;
+}
+
 }  // namespace trainrt::cuda

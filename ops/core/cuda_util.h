@@ -36,6 +36,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ops/core/channels_last.h"
 #include "ops/core/register_all.h"
@@ -81,6 +82,16 @@ Context& context();
 void* workspace(size_t bytes);
 // The side lane's buffer of at least `bytes`, from outside a SideLane (the plan's reserve).
 void reserve_side_workspace(size_t bytes);
+// Byte offsets of the buffers one call carves out of its workspace(), each a multiple
+// of 256 bytes (cuDNN and cuBLASLt want aligned buffers; workspace() is cudaMalloc's).
+struct Carve {
+  size_t size = 0;
+  size_t take(size_t bytes) {
+    const size_t at = size;
+    size += (bytes + 255) / 256 * 256;
+    return at;
+  }
+};
 
 // The GPU's name and cuDNN's version ("9.19.0"): what an engine timing belongs to
 // (ops/core/engine_choice.h's EngineKey).
@@ -125,6 +136,10 @@ void round_to_math(const float* from, float* to, int64_t n, MathPrecision m, con
 // that read them at the tensor cores' 16-bit rate: to[i] = float_to_bfloat16(from[i]) or
 // float_to_half(from[i]), whose widening is round_to_math(from[i]); m is bf16 or fp16.
 void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m, const Node& node);
+// The inputs of ctx's node a call reads rounded under its KernelContext::math: the fp32
+// ones among math_rounded_inputs (ops/core/kernel.h) for the outputs it computes; none
+// under fp32.
+std::vector<size_t> rounded_inputs(const KernelContext& ctx);
 // Whether a convolution of this call may run TF32 tensor-core math: with --fp32-math tf32,
 // and always on rounded bf16/fp16 inputs, whose 8- or 11-bit significands TF32 holds
 // exactly (the products are then the reference's, accumulated in fp32 either way).

@@ -41,6 +41,17 @@ Tensor math_input(const Tensor& t, MathPrecision m) {
   return r;
 }
 
+std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted) {
+  const std::string& op = n.op_type;
+  if (op == "Conv" || op == "FusedConv" || op == "Gemm" || op == "FusedGemm" || op == "MatMul") return {0, 1};
+  if (op != "ConvGrad") return {};
+  auto want = [&](size_t i) { return i < wanted.size() && wanted[i]; };
+  std::vector<size_t> in{0};
+  if (want(1)) in.push_back(1);  // X for dW
+  if (want(0)) in.push_back(2);  // W for dX
+  return in;
+}
+
 void KernelRegistry::add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k) {
   auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
   if (kernels_.count(key)) throw_internal("KernelRegistry", backend + " kernel for '" + op_type + "' registered twice");

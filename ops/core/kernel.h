@@ -29,14 +29,15 @@
 
 namespace trainrt {
 
-// Arithmetic of the convolution kernels (Conv, FusedConv, ConvGrad). bf16: each reads
-// bfloat16 copies of its fp32 inputs (round to nearest even) and accumulates in fp32
-// into fp32 outputs, as mixed-precision training does on CPUs with AVX-512 BF16. fp16:
-// the same with IEEE half copies (overflow to Inf, subnormals kept); on the cpu backend
-// this is emulated (rounded fp32 copies, fp32 convolutions: no speed-up), so that a
-// GPU run's fp16 numerics and dynamic loss scaling can be checked on a CPU. Every value
-// stays fp32 in memory, parameters included (the fp32 master weights). Other kernels
-// ignore it. The reference kernels round the same way, so they stay the oracle.
+// Arithmetic of the convolutions (Conv, FusedConv, ConvGrad) and matrix products (Gemm,
+// FusedGemm, MatMul). bf16: each reads bfloat16 copies of its fp32 inputs (round to
+// nearest even) and accumulates in fp32 into fp32 outputs, as mixed-precision training
+// does (PyTorch's autocast runs exactly these ops in 16 bits). fp16: the same with IEEE
+// half copies (overflow to Inf, subnormals kept); on the cpu backend fp16, and bf16
+// products, are emulated (rounded fp32 copies, fp32 kernels), so that a GPU run's
+// numerics and dynamic loss scaling can be checked on a CPU. Every value stays fp32 in
+// memory, parameters included (the fp32 master weights). Other kernels ignore it. The
+// reference kernels round the same way, so they stay the oracle.
 enum class MathPrecision : uint8_t { fp32, bf16, fp16 };
 const char* math_precision_name(MathPrecision m);
 
@@ -51,9 +52,11 @@ TRAINRT_HOST_DEVICE inline float round_to_math(float v, MathPrecision m) {
 // The inputs of node `n` its kernels read rounded by round_to_math under bf16/fp16, when
 // `wanted[i]` says whether output i is computed: Conv and FusedConv x and w (never the
 // bias or the residual); ConvGrad dY, X when dW is wanted and W when dX is (X and W are
-// read for nothing else); no input of any other op. Defined with the convolutions
-// (ops/conv.cpp); the cuda kernels round exactly these (ops/conv_cuda.cu), and
-// tests/ops/test_math_precision.cpp checks it against the reference's results.
+// read for nothing else); Gemm, FusedGemm and MatMul A and B (never Gemm's C). FusedGemm's
+// sums (sum_of) read their operand unrounded, as the SumToShape they replace: the
+// rounding is the product's. No input of any other op. The cuda kernels round exactly
+// these (ops/conv_cuda.cu, ops/gemm_cuda.cu), and tests/ops/test_math_precision.cpp
+// checks the list against the reference's results.
 std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted);
 
 // The algorithm of fp32 3x3 stride-1 convolutions on the cpu backend. winograd:

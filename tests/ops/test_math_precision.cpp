@@ -1,6 +1,8 @@
-// bf16 and fp16 arithmetic (MathPrecision, ops/core/kernel.h) in the convolution kernels:
-// Conv, FusedConv and ConvGrad read bf16 (oneDNN's bf16 primitives) or half-precision
-// (emulated: rounded fp32 copies) copies of their fp32 inputs and accumulate in fp32.
+// bf16 and fp16 arithmetic (MathPrecision, ops/core/kernel.h) in the convolution and
+// matrix-product kernels: Conv, FusedConv and ConvGrad read bf16 (oneDNN's bf16
+// primitives) or half-precision (emulated: rounded fp32 copies) copies of their fp32
+// inputs and accumulate in fp32; Gemm, FusedGemm and MatMul read rounded fp32 copies of
+// A and B (emulated in both precisions).
 //
 // What is checked, on the Wide ResNet's layer shapes at batch 2-4 and on a few odd
 // windows:
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "ops/core/dnnl_util.h"
 #include "runtime/executor.h"
@@ -47,9 +50,11 @@ TensorMap run(const Node& n, const TensorMap& feeds, const std::string& backend,
   return out;
 }
 
-// `reduction`: the length of the sum behind each output element.
+// `reduction`: the length of the sum behind each output element. `unrounded`: outputs
+// computed from unrounded inputs (FusedGemm's sums), which must equal fp32's within its
+// bound instead of differing from it.
 void check_math(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction,
-                MathPrecision math) {
+                MathPrecision math, const std::set<std::string>& unrounded = {}) {
   CAPTURE(math_precision_name(math));
   if (math == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16()) {
     // No native bf16 here: the cpu backend refuses it rather than run oneDNN's slow
@@ -71,6 +76,10 @@ void check_math(const Node& n, const TensorMap& feeds, const std::map<std::strin
     INFO(n.op_type, " output '", name, "' ", dims_to_string(r16.dims()), ": |cpu - ref| = ", same,
          ", |cpu - ref fp32| = ", rounding, ", fp32 bound ", fp32_bound, ", rms ", scale);
     CHECK(same <= fp32_bound);
+    if (unrounded.count(name)) {
+      CHECK(rounding <= fp32_bound);
+      continue;
+    }
     CHECK(rounding > (math == MathPrecision::bf16 ? 20 : 2) * fp32_bound);
     CHECK(rounding < 0.05 * scale);
   }
@@ -107,9 +116,10 @@ const ConvCase kShapes[] = {
 }  // namespace
 
 // Both reduced precisions over the cases of one op.
-void check_both(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction) {
-  check_math(n, feeds, reduction, MathPrecision::bf16);
-  check_math(n, feeds, reduction, MathPrecision::fp16);
+void check_both(const Node& n, const TensorMap& feeds, const std::map<std::string, int64_t>& reduction,
+                const std::set<std::string>& unrounded = {}) {
+  check_math(n, feeds, reduction, MathPrecision::bf16, unrounded);
+  check_math(n, feeds, reduction, MathPrecision::fp16, unrounded);
 }
 
 TEST_CASE("bf16/fp16 math: Conv on cpu equals the reference's emulation, and differs from fp32") {
@@ -157,6 +167,39 @@ TEST_CASE("bf16/fp16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's e
     n.outputs = {"", "", "dB"};
     check_both(n, feeds, {{"dB", s.n * ho * ho}});
   }
+}
+
+// A Linear layer's three products at batch 8 (640 features, 100 classes: the Wide
+// ResNet's classifier) and a batched MatMul.
+TEST_CASE("bf16/fp16 math: Gemm, FusedGemm and MatMul on cpu equal the reference's emulation, and differ from fp32") {
+  const int64_t n = 8, k = 640, m = 100;
+  const TensorMap feeds{{"X", random_tensor(DataType::Float32, {n, k}, 301, -1, 1)},
+                        {"W", random_tensor(DataType::Float32, {m, k}, 302, -0.04, 0.04)},
+                        {"B", random_tensor(DataType::Float32, {m}, 303, -0.5, 0.5)},
+                        {"dY", random_tensor(DataType::Float32, {n, m}, 304, -1, 1)}};
+  auto only = [&](std::vector<std::string> names) {
+    TensorMap r;
+    for (const std::string& s : names) r[s] = feeds.at(s);
+    return r;
+  };
+  // Y = X W^T + B
+  check_both(make_node("Gemm", {"X", "W", "B"}, {"Y"}, {{"transB", Attribute::of_int(1)}}), only({"X", "W", "B"}),
+             {{"Y", k}});
+  // Y = relu(X W^T + B), as the fusion pass writes a Linear layer and its activation
+  check_both(
+      make_node("FusedGemm", {"X", "W", "B"}, {"Y"},
+                {{"transB", Attribute::of_int(1)}, {"activation", Attribute::of_string("Relu")}}, kTrainrtDomain),
+      only({"X", "W", "B"}), {{"Y", k}});
+  // dX = dY W
+  check_both(make_node("Gemm", {"dY", "W"}, {"dX"}), only({"dY", "W"}), {{"dX", m}});
+  // dW = dY^T X and dB = the column sums of dY, unrounded
+  check_both(make_node("FusedGemm", {"dY", "X"}, {"dW", "dB"},
+                       {{"transA", Attribute::of_int(1)}, {"sum_of", Attribute::of_string("A")}}, kTrainrtDomain),
+             only({"dY", "X"}), {{"dW", n}, {"dB", n}}, {"dB"});
+  check_both(make_node("MatMul", {"P", "Q"}, {"R"}),
+             {{"P", random_tensor(DataType::Float32, {2, 3, 16, 48}, 305, -1, 1)},
+              {"Q", random_tensor(DataType::Float32, {48, 24}, 306, -1, 1)}},
+             {{"R", 48}});
 }
 
 TEST_CASE("bf16 math: both backends round the inputs, ties to even") {
@@ -268,5 +311,40 @@ TEST_CASE("bf16/fp16 math: math_rounded_inputs names exactly the inputs the refe
       check(grad, only(feeds, {"dY", "X", "W"}), read, m);
     }
   }
-  CHECK(math_rounded_inputs(make_node("Gemm", {"A", "B"}, {"Y"}), {true}).empty());
+  // Gemm's C is added unrounded; MatMul has A and B only.
+  const TensorMap mats{{"A", random_tensor(DataType::Float32, {3, 20}, 41, -1, 1)},
+                       {"Bm", random_tensor(DataType::Float32, {20, 5}, 42, -1, 1)},
+                       {"C", random_tensor(DataType::Float32, {5}, 43, -1, 1)}};
+  Node gemm = make_node("Gemm", {"A", "Bm", "C"}, {"Y"});
+  Node fused_gemm =
+      make_node("FusedGemm", {"A", "Bm", "C"}, {"Y"}, {{"activation", Attribute::of_string("Relu")}}, kTrainrtDomain);
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    check(gemm, mats, {0, 1, 2}, m);
+    check(fused_gemm, mats, {0, 1, 2}, m);
+    check(make_node("MatMul", {"A", "Bm"}, {"Y"}), only(mats, {"A", "Bm"}), {0, 1}, m);
+  }
+  CHECK(math_rounded_inputs(make_node("Relu", {"A"}, {"Y"}), {true}).empty());
+  CHECK(math_rounded_inputs(make_node("BatchNormalization", {"A", "s", "b", "m", "v"}, {"Y"}), {true}).empty());
+}
+
+// FusedGemm's sums replace a SumToShape, which reads its input unrounded: under bf16/fp16
+// the product rounds A and B (math_rounded_inputs) and the sums stay fp32's, bit for bit.
+TEST_CASE("bf16/fp16 math: FusedGemm's sums read the operand unrounded, its product rounded") {
+  const TensorMap feeds{{"dY", random_tensor(DataType::Float32, {6, 5}, 51, -1, 1)},
+                        {"X", random_tensor(DataType::Float32, {6, 7}, 52, -1, 1)}};
+  const Node n = make_node("FusedGemm", {"dY", "X"}, {"dW", "dB"},
+                           {{"transA", Attribute::of_int(1)}, {"sum_of", Attribute::of_string("A")}}, kTrainrtDomain);
+  const TensorMap fp32 = run(n, feeds, "reference", MathPrecision::fp32);
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    CAPTURE(math_precision_name(m));
+    TensorMap pre;
+    for (const auto& [name, t] : feeds) {
+      pre[name] = t.clone();
+      for (int64_t i = 0; i < t.numel(); ++i) pre[name].data<float>()[i] = round_to_math(t.data<float>()[i], m);
+    }
+    const TensorMap got = run(n, feeds, "reference", m);
+    CHECK(max_abs_diff(got.at("dB"), fp32.at("dB")) == 0);
+    CHECK(max_abs_diff(got.at("dW"), run(n, pre, "reference", MathPrecision::fp32).at("dW")) == 0);
+    CHECK(max_abs_diff(got.at("dW"), fp32.at("dW")) > 0);
+  }
 }
