@@ -1,6 +1,8 @@
 // MaxPool, AveragePool, GlobalAveragePool and their gradients on the cuda backend: own
 // kernels, one thread per output element (forward) or per dX element (backward, a gather,
-// so no atomics and the same sums on every run); the global ones one block per N,C plane.
+// so no atomics and the same sums on every run); the global ones one block per N,C plane
+// (Plain), or per image and tile of 32 channels (ChannelsLast: a warp reads 32
+// neighbouring channels of one position, coalesced).
 // Registered by register_all (ops/core/register_all.cpp).
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
@@ -267,7 +269,45 @@ __global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t plan
   }
 }
 
-unsigned plane_blocks(int64_t planes) { return static_cast<unsigned>(std::min<int64_t>(planes, 65535)); }
+// ChannelsLast x (N rows of `size` positions of C channels): block (32, kLanes) per
+// image n (grid-stride) and tile of 32 channels; thread (t, l) sums channel tile * 32 + t
+// over positions l, l + kLanes, ... in double, then lane 0 adds the kLanes partial sums in
+// lane order (the same bits every run).
+constexpr int kLanes = 8;
+template <typename T>
+__global__ void global_average_pool_nhwc(const T* x, T* y, int64_t batch, int64_t channels, int64_t size) {
+  __shared__ double part[kLanes][32];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    double sum = 0;
+    if (c < channels)
+      for (int64_t s = threadIdx.y; s < size; s += kLanes) sum += static_cast<double>(x[(n * size + s) * channels + c]);
+    part[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < channels) {
+      double total = 0;
+      for (int l = 0; l < kLanes; ++l) total += part[l][threadIdx.x];
+      y[n * channels + c] = static_cast<T>(total / static_cast<double>(size));
+    }
+    __syncthreads();  // part is rewritten for the next image
+  }
+}
+
+// ChannelsLast dx: block (32, kLanes) per tile of 32 channels, of kLanes positions
+// (grid-stride) and image (grid-stride); each writes dy[n, c] / size, no division per
+// element.
+template <typename T>
+__global__ void global_average_pool_grad_nhwc(const T* dy, T* dx, int64_t batch, int64_t channels, int64_t size) {
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  if (c >= channels) return;
+  for (int64_t n = blockIdx.z; n < batch; n += gridDim.z) {
+    const T share = static_cast<T>(static_cast<double>(dy[n * channels + c]) / static_cast<double>(size));
+    for (int64_t s = blockIdx.y * kLanes + threadIdx.y; s < size; s += static_cast<int64_t>(gridDim.y) * kLanes)
+      dx[(n * size + s) * channels + c] = share;
+  }
+}
+
+unsigned capped(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>(n, 1, 65535)); }
 
 void global_averagepool(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
@@ -275,10 +315,15 @@ void global_averagepool(KernelContext& ctx) {
   const int64_t planes = x.dims()[0] * x.dims()[1];
   if (planes == 0) return;
   const int64_t size = x.numel() / planes;  // 0: each mean is 0/0 = NaN, as the reference's
+  const int64_t n = x.dims()[0], c = x.dims()[1];
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    global_average_pool_kernel<T>
-        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size, lay_of(x));
+    if (x.layout() == Layout::ChannelsLast)
+      global_average_pool_nhwc<T><<<dim3(capped((c + 31) / 32), capped(n)), dim3(32, kLanes), 0, context().stream>>>(
+          x.data<T>(), y.data<T>(), n, c, size);
+    else
+      global_average_pool_kernel<T>
+          <<<capped(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size, lay_of(x));
   });
   check_launch(ctx.node, "global_average_pool_kernel");
 }
@@ -289,10 +334,16 @@ void global_averagepool_grad(KernelContext& ctx) {
   const int64_t planes = dx.dims()[0] * dx.dims()[1];
   if (planes == 0 || dx.numel() == 0) return;
   const int64_t size = dx.numel() / planes;
+  const int64_t n = dx.dims()[0], c = dx.dims()[1];
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    global_average_pool_grad_kernel<T>
-        <<<plane_blocks(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size, lay_of(dx));
+    if (dx.layout() == Layout::ChannelsLast)
+      global_average_pool_grad_nhwc<T>
+          <<<dim3(capped((c + 31) / 32), capped((size + kLanes - 1) / kLanes), capped(n)), dim3(32, kLanes), 0,
+             context().stream>>>(dy.data<T>(), dx.data<T>(), n, c, size);
+    else
+      global_average_pool_grad_kernel<T>
+          <<<capped(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size, lay_of(dx));
   });
   check_launch(ctx.node, "global_average_pool_grad_kernel");
 }
