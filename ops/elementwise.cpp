@@ -572,9 +572,7 @@ void register_elementwise(Registry& r) {
       },
       sum_to_shape_flops));
 
-  r.kernels.add("reference", kTrainrtDomain, "ReluGrad", [](KernelContext& ctx) {
-    grad_map<false>(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
-  });
+  r.kernels.add("reference", kTrainrtDomain, "ReluGrad", elementwise_loops::relu_grad_kernel<false>);
   r.kernels.add("reference", kTrainrtDomain, "LeakyReluGrad", [](KernelContext& ctx) {
     const double alpha = ctx.node.attr_float("alpha", 0.01f);  // same branch as the forward: x < 0
     grad_map<false>(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });

@@ -1,7 +1,8 @@
 // The elementwise family's cpu kernels (ops/elementwise.cpp has the schemas and the
 // reference kernels): the activations and Add/Sub/Mul/Div (fp32) on oneDNN, activations
-// via eltwise_forward, Add/Sub/Mul/Div via binary; then ReluGrad and SumToShape. Sum and
-// the ops that oneDNN 2.6 has no primitive for run the reference's loops
+// via eltwise_forward, Add/Sub/Mul/Div via binary; then SumToShape. Sum, ReluGrad (a
+// select, which oneDNN's relu backward is not for a NaN or Inf dY) and the ops that
+// oneDNN 2.6 has no primitive for run the reference's loops
 // (ops/elementwise_loops.h) over oneTBB chunks, bit for bit the reference.
 //
 //   Relu y = max(x,0)   LeakyRelu y = x<0 ? alpha*x : x   Sigmoid 1/(1+e^-x)   Tanh
@@ -111,50 +112,6 @@ void binary_cpu(KernelContext& ctx) {
   du::execute(plan->prim, {{DNNL_ARG_SRC_0, du::memory_of(*a, plan->src0)},
                            {DNNL_ARG_SRC_1, du::memory_of(*b, plan->src1)},
                            {DNNL_ARG_DST, du::memory_of(c, plan->dst)}});
-}
-
-}  // namespace
-
-// ReluGrad (fp32) on oneDNN's eltwise_backward with eltwise_relu_use_dst_for_bwd.
-//
-//   ReluGrad(dY, Y) -> dX      dX = Y > 0 ? dY : 0      (Y = Relu's output)
-//
-// Relu's output is what the training graph keeps, so the backward reads the forward's
-// dst, not its src (the use_dst algorithm; alpha 0). Tensors are seen as one flat
-// vector (layout does not matter). The forward_training hint has the same descriptor.
-namespace {
-namespace du = dnnl_util;
-
-struct ReluGradPlan {
-  bool use_reference = false;
-  dnnl::primitive prim;
-  du::Md md;
-};
-
-void relu_grad_cpu(KernelContext& ctx) {
-  if (!du::all_f32(ctx)) return du::run_reference(ctx);
-  const Tensor& dy = ctx.in(0);
-  const Tensor& y = ctx.in(1);
-  Tensor& dx = ctx.out(0);
-  if (dx.numel() == 0) return;
-  auto plan = du::cached<ReluGradPlan>(du::key("ReluGrad", dx.numel()), [&] {
-    ReluGradPlan p;
-    p.md = du::plain_desc({dx.numel()});
-    constexpr auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
-    try {
-      dnnl::eltwise_forward::desc fd(dnnl::prop_kind::forward_training, alg, p.md, 0.f, 0.f);
-      dnnl::eltwise_forward::primitive_desc hint(fd, du::attr(), du::engine());
-      dnnl::eltwise_backward::desc bd(alg, p.md, p.md, 0.f, 0.f);
-      p.prim = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(bd, du::attr(), du::engine(), hint));
-    } catch (const dnnl::error&) {
-      return du::reference_plan<ReluGradPlan>();
-    }
-    return p;
-  });
-  if (plan->use_reference) return du::run_reference(ctx);
-  du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, du::memory_of(dy, plan->md)},
-                           {DNNL_ARG_DST, du::memory_of(y, plan->md)},
-                           {DNNL_ARG_DIFF_SRC, du::memory_of(dx, plan->md)}});
 }
 
 }  // namespace
@@ -339,7 +296,7 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", kTrainrtDomain, "ErfGrad", elementwise_loops::erf_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "GeluGrad", elementwise_loops::gelu_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "PowGrad", elementwise_loops::pow_grad_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "ReluGrad", relu_grad_cpu, facts::elementwise);
+  add_if_schema(r, "cpu", kTrainrtDomain, "ReluGrad", elementwise_loops::relu_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu, facts::sum_to_shape);
 }
 

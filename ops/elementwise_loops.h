@@ -174,6 +174,13 @@ void hard_sigmoid_kernel(KernelContext& ctx) {
   });
 }
 
+// ReluGrad(dY, Y) -> dX = Y > 0 ? dY : 0, a select: where Y is 0 the gradient is 0 even
+// for a NaN or Inf dY (oneDNN's relu backward multiplies, giving NaN there).
+template <bool kParallel>
+void relu_grad_kernel(KernelContext& ctx) {
+  grad_map<kParallel>(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
+}
+
 template <bool kParallel>
 void hard_sigmoid_grad_kernel(KernelContext& ctx) {
   const double alpha = hard_sigmoid_alpha(ctx.node), beta = hard_sigmoid_beta(ctx.node);

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "ops/core/dnnl_util.h"
@@ -486,6 +487,36 @@ TEST_CASE("cpu grad vs reference: GlobalAveragePoolGrad") {
     TensorMap feeds{{"x", rand_f32(dims, 31)}, {"dy", rand_f32(yd, 32)}};
     Node n = make_node("GlobalAveragePoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain);
     CHECK(check_same(n, feeds, [](const std::string&) { return OutTol{1e-6, 0}; }).fallbacks == 0);
+  }
+}
+
+// ReluGrad selects, it does not multiply: where Y is 0 the gradient is 0 whatever dY holds
+// (NaN, Inf), and where Y > 0 it is dY itself, NaN included, on both backends.
+TEST_CASE("cpu grad vs reference: ReluGrad selects dY (NaN and Inf where Y is 0 give 0)") {
+  require_cpu_kernel("ReluGrad");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // 64 values (a full vector and a tail on every ISA): dY cycles NaN, Inf, -Inf, 1.5;
+  // Y cycles 0, 2 every four values.
+  Tensor dy(DataType::Float32, {67}), y(DataType::Float32, {67});
+  const float dys[4] = {nan, inf, -inf, 1.5f};
+  for (int64_t e = 0; e < 67; ++e) {
+    dy.data<float>()[e] = dys[e % 4];
+    y.data<float>()[e] = (e / 4) % 2 == 0 ? 0.f : 2.f;
+  }
+  const Node n = make_node("ReluGrad", {"dy", "y"}, {"dx"}, {}, kTrainrtDomain);
+  for (const std::string backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const Tensor dx = run_node(n, {{"dy", dy}, {"y", y}}, backend).at("dx");
+    for (int64_t e = 0; e < 67; ++e) {
+      CAPTURE(e);
+      const float got = dx.data<float>()[e];
+      if (y.data<float>()[e] == 0.f)
+        CHECK(got == 0.f);
+      else if (std::isnan(dys[e % 4]))
+        CHECK(std::isnan(got));
+      else
+        CHECK(got == dys[e % 4]);
+    }
   }
 }
 
