@@ -44,7 +44,8 @@
 // those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's
 // other scratch): tensor-core math at the 16-bit rate, products exact, fp32 accumulation
 // into fp32 outputs, the reference's numerics. ConvGrad's db is then a sum per channel of
-// the 16-bit dy (channel_sums16). A pass cuDNN turns down runs here on fp32 copies of the
+// the 16-bit dy (slice_sums over ops/core/channel_slices.h's slices, as batch-norm
+// statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32 copies of the
 // rounded values instead (same place in the workspace); their products are exact in TF32,
 // so the tensor cores run them whatever --fp32-math says (tf32_allowed): the reference's
 // numerics at TF32 speed. Activations stay fp32 in memory either way.
@@ -71,6 +72,7 @@
 
 #include "graph/error.h"
 #include "ops/conv_graph_cuda.h"
+#include "ops/core/channel_slices.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
@@ -83,6 +85,8 @@
 namespace trainrt::cuda {
 
 namespace {
+
+namespace slices = channel_slices;
 
 constexpr size_t kMaxCudnnWorkspace = size_t{256} << 20;
 
@@ -138,25 +142,6 @@ __global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int6
     }
   } else {
     TRAINRT_CHANNELS_LAST(i, c, n, channels) { y[i] = epilogue_one<T>(y[i], b ? b[c] : T(0), z, i, relu); }
-  }
-}
-
-// db[m] = the sum over n and the plane of dy[n,m,:], dy holding bfloat16 (bf16) or IEEE
-// half bits: ConvGrad's bias gradient from the 16-bit copy of dy, which holds the
-// reference's rounded values. One block per channel, fp64 partial sums.
-// With `last` dy is ChannelsLast: channel m's values are `channels` apart.
-__global__ void channel_sums16(const uint16_t* dy, float* db, int64_t batch, int64_t channels, int64_t plane, bool bf16,
-                               bool last) {
-  const int64_t step = last ? channels : 1;
-  for (int64_t m = blockIdx.x; m < channels; m += gridDim.x) {
-    double acc = 0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const uint16_t* p = dy + (last ? n * channels * plane + m : (n * channels + m) * plane);
-      for (int64_t i = threadIdx.x; i < plane; i += blockDim.x)
-        acc += bf16 ? bfloat16_to_float(p[i * step]) : half_to_float(p[i * step]);
-    }
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) db[m] = static_cast<float>(acc);
   }
 }
 
@@ -629,7 +614,9 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
       most = std::max(most, conv_graph_backward_workspace(
                                 ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group}));
     }
-    if (most >= 0) graph = copies + static_cast<size_t>(most);
+    // db from the 16-bit dy when both graphs ran: its partial sums where their workspace was.
+    const size_t sums = ctx.has_output(2) ? slices::parts_bytes(slices::channels_of(narrow.t[0]), 1) : 0;
+    if (most >= 0) graph = copies + std::max(static_cast<size_t>(most), sums);
   } else if (dx && dx_relu(ctx)) {  // fp32: the data pass with its ReLU gradient as one graph
     Tensor out(x.dtype(), x.dims(), nullptr);
     out.set_layout(x.layout());
@@ -685,13 +672,16 @@ bool conv_grad(KernelContext& ctx) {
       dw = nullptr;
     if (db && !dx && !dw) {  // both graphs ran (or none was wanted): db from the 16-bit dy too
       narrow.prepare();
-      const int64_t channels = dy16.dims()[1];
-      int64_t plane = 1;  // the spatial dims, whatever their count
-      for (size_t d = 2; d < dy16.dims().size(); ++d) plane *= dy16.dims()[d];
-      channel_sums16<<<static_cast<unsigned>(std::min<int64_t>(channels, 65535)), kThreads, 0, c.stream>>>(
-          dy16.data<uint16_t>(), db->data<float>(), dy16.dims()[0], channels, plane, ctx.math == MathPrecision::bf16,
-          dy16.layout() == Layout::ChannelsLast);
-      check_launch(n, "channel_sums16");
+      // The partial sums after the copies, where the graphs' workspace was (they ran
+      // before on this stream).
+      const slices::Channels v = slices::channels_of(dy16);
+      auto* base = static_cast<std::byte*>(workspace(off + slices::parts_bytes(v, 1)));
+      auto* parts = reinterpret_cast<double*>(base + off);
+      slices::slice_sums<<<slices::slice_grid(v), kThreads, 0, c.stream>>>(
+          slices::Bits16{dy16.data<uint16_t>(), ctx.math == MathPrecision::bf16}, v, parts);
+      check_launch(n, "slice_sums");
+      slices::channel_sums_finish<<<blocks_for(v.C), kThreads, 0, c.stream>>>(parts, v, db->data<float>());
+      check_launch(n, "channel_sums_finish");
       db = nullptr;
     }
     if (!dx && !dw && !db) return masked;

@@ -16,7 +16,8 @@
 // adjacent channels and 8 rows of threads striding the slice's positions, so a warp
 // reads 128 contiguous bytes (coalesced); the rows' sums are added in row order. apply
 // walks the values with their channel (TRAINRT_CHANNELS_LAST), fp32 four channels per
-// 16-byte access where C % 4 == 0.
+// 16-byte access where C % 4 == 0. The slicing (grids, slices, row sums, slice_sums) is
+// ops/core/channel_slices.h's, which ConvGrad's 16-bit bias gradient uses too.
 // BatchNormalizationGrad's input 5, relu_y (the training fusion's ReLU gradient): every
 // read of dy is masked as ReluGrad masks it, relu_y > 0 ? dy : 0, no copy made.
 // Inference runs finish (from input_mean/input_var) and apply only. The gradient with
@@ -51,6 +52,7 @@
 
 #include "graph/error.h"
 #include "ops/core/batchnorm_stats.h"
+#include "ops/core/channel_slices.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/norm_graph_cuda.h"
@@ -59,8 +61,9 @@ namespace trainrt::cuda {
 
 namespace {
 
-constexpr int64_t kValuesPerSlice = 4096;  // a channel is split into slices of about this many values
-constexpr int kMaxSlices = 32;
+using channel_slices::Channels, channel_slices::channels_of, channel_slices::slice_grid, channel_slices::last_channel,
+    channel_slices::for_slice_last, channel_slices::store_rows, channel_slices::for_slice,
+    channel_slices::channel_total, channel_slices::slice_sums;
 
 // ops/norm.cpp's rule for when the node computes batch statistics.
 bool node_trains(const Node& n, bool executor_training) {
@@ -68,87 +71,6 @@ bool node_trains(const Node& n, bool executor_training) {
   for (size_t i = 1; i < n.outputs.size(); ++i)
     if (n.has_output(i)) return true;
   return false;
-}
-
-// A tensor N,C,S seen per channel, split into `slices` slices of `chunk` values; `last`:
-// stored ChannelsLast.
-struct Channels {
-  int64_t C, S, M, chunk;
-  int slices;
-  bool last;
-};
-constexpr int kLanes = 32, kRows = kThreads / kLanes;  // ChannelsLast statistics blocks
-
-Channels channels_of(const Tensor& x) {
-  Channels v;
-  const int64_t N = x.dims()[0];
-  v.C = x.dims()[1];
-  v.S = N * v.C == 0 ? 0 : x.numel() / (N * v.C);
-  v.M = N * v.S;
-  v.slices = static_cast<int>(std::clamp<int64_t>((v.M + kValuesPerSlice - 1) / kValuesPerSlice, 1, kMaxSlices));
-  v.chunk = (v.M + v.slices - 1) / v.slices;
-  v.last = x.layout() == Layout::ChannelsLast;
-  return v;
-}
-
-// The statistics passes' grid: (channel, slice), or with ChannelsLast (group of 32
-// channels, slice).
-dim3 slice_grid(const Channels& v) {
-  const int64_t x = v.last ? (v.C + kLanes - 1) / kLanes : v.C;
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(v.slices));
-}
-
-// ChannelsLast: this thread's channel, and f(offset) for its positions of slice
-// blockIdx.y (rows of threads stride them); nothing for a channel past C.
-__device__ int64_t last_channel() { return static_cast<int64_t>(blockIdx.x) * kLanes + threadIdx.x % kLanes; }
-template <typename F>
-__device__ void for_slice_last(const Channels& v, int64_t c, F&& f) {
-  if (c >= v.C) return;
-  const int64_t first = blockIdx.y * v.chunk + threadIdx.x / kLanes;
-  const int64_t end = (blockIdx.y + 1) * v.chunk, last = end < v.M ? end : v.M;
-  for (int64_t j = first; j < last; j += kRows) f(j * v.C + c);
-}
-// ChannelsLast: out[c, blockIdx.y, k] = the block's rows' acc[k] for this thread's
-// channel, added in row order (all threads call it).
-template <int K>
-__device__ void store_rows(const double (&acc)[K], const Channels& v, int64_t c, double* out) {
-  __shared__ double rows[K][kRows][kLanes];
-  const int lane = threadIdx.x % kLanes, row = threadIdx.x / kLanes;
-  for (int k = 0; k < K; ++k) rows[k][row][lane] = acc[k];
-  __syncthreads();
-  if (row != 0 || c >= v.C) return;
-  for (int k = 0; k < K; ++k) {
-    double total = 0;
-    for (int r = 0; r < kRows; ++r) total += rows[k][r][lane];
-    out[(c * v.slices + blockIdx.y) * K + k] = total;
-  }
-}
-
-// Calls f(offset) for this thread's share of slice blockIdx.y of channel blockIdx.x.
-// (n, s) advance by kThreads values with one compare instead of a division per value.
-template <typename F>
-__device__ void for_slice(const Channels& v, F&& f) {
-  const int64_t c = blockIdx.x, first = blockIdx.y * v.chunk + threadIdx.x;
-  const int64_t end = (blockIdx.y + 1) * v.chunk, last = end < v.M ? end : v.M;
-  if (first >= last) return;
-  const int64_t dn = kThreads / v.S, ds = kThreads % v.S;
-  int64_t n = first / v.S, s = first % v.S;
-  for (int64_t j = first; j < last; j += kThreads) {
-    f((n * v.C + c) * v.S + s);
-    n += dn;
-    s += ds;
-    if (s >= v.S) {
-      s -= v.S;
-      ++n;
-    }
-  }
-}
-
-// Channel c's total of partial k: parts[c, 0..slices-1, k] added in slice order.
-__device__ double channel_total(const double* parts, const Channels& v, int64_t c, int K, int k) {
-  double total = 0;
-  for (int g = 0; g < v.slices; ++g) total += parts[(c * v.slices + g) * K + k];
-  return total;
 }
 
 // dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select.
@@ -161,21 +83,6 @@ __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) 
   if (!relu_y) return g;
   const float4 r = relu_y[i];
   return make_float4(r.x > 0.f ? g.x : 0.f, r.y > 0.f ? g.y : 0.f, r.z > 0.f ? g.z : 0.f, r.w > 0.f ? g.w : 0.f);
-}
-
-// Pass 1: sums[c, g] = sum of x over slice g of channel c.
-template <typename T>
-__global__ void slice_sums(const T* x, Channels v, double* sums) {
-  double acc[1] = {0};
-  if (v.last) {
-    const int64_t c = last_channel();
-    for_slice_last(v, c, [&](int64_t i) { acc[0] += static_cast<double>(x[i]); });
-    store_rows(acc, v, c, sums);
-    return;
-  }
-  for_slice(v, [&](int64_t i) { acc[0] += static_cast<double>(x[i]); });
-  block_sum(acc);
-  if (threadIdx.x == 0) sums[static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y] = acc[0];
 }
 
 // Pass 2: devs[c, g, :] = sums over the slice of (x - mean)^2 and, for the gradient
