@@ -51,24 +51,19 @@ Node to_fused_conv(const Node& conv, const Node& last) {
 // the producer (nullopt: not this producer). Shared by the Conv and Gemm rewrites.
 size_t fuse_relu_into_producer(Graph& g,
                                const std::function<std::optional<Node>(const Node& producer, const Node& relu)>& make) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& relu = g.nodes[j];
-    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
+    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) return false;
     const size_t i = u.producer_of(relu.inputs[0]);
-    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
+    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) return false;
     std::optional<Node> f = make(g.nodes[i], relu);
-    if (!f) continue;
+    if (!f) return false;
     f->attrs["activation"] = Attribute::of_string("Relu");
     f->outputs = {relu.outputs[0]};
     g.nodes[j] = std::move(*f);
     dead[i] = true;
-    ++fused;
-  }
-  erase_marked(g, dead);
-  return fused;
+    return true;
+  });
 }
 
 }  // namespace
@@ -81,13 +76,10 @@ size_t fuse_conv_relu(Graph& g) {
 }
 
 size_t fuse_conv_add(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& add = g.nodes[j];
-    if (!is_onnx(add, "Add") || add.input_count() != 2 || !add.has_output(0)) continue;
-    if (add.inputs[0] == add.inputs[1]) continue;
+    if (!is_onnx(add, "Add") || add.input_count() != 2 || !add.has_output(0)) return false;
+    if (add.inputs[0] == add.inputs[1]) return false;
     for (size_t k : {size_t{0}, size_t{1}}) {
       const std::string& y = add.inputs[k];
       const std::string& z = add.inputs[1 - k];
@@ -119,12 +111,10 @@ size_t fuse_conv_add(Graph& g) {
       f.outputs = {out};
       g.nodes[j] = std::move(f);
       dead[i] = true;
-      ++fused;
-      break;
+      return true;
     }
-  }
-  erase_marked(g, dead);
-  return fused;
+    return false;
+  });
 }
 
 size_t fuse_gemm_relu(Graph& g) {
@@ -139,17 +129,14 @@ size_t fuse_gemm_relu(Graph& g) {
 }
 
 size_t fuse_gemm_bias_grad(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& sum = g.nodes[j];
-    if (dead[j] || !is_trainrt(sum, "SumToShape") || sum.inputs.size() != 2 || !sum.has_output(0)) continue;
+    if (dead[j] || !is_trainrt(sum, "SumToShape") || sum.inputs.size() != 2 || !sum.has_output(0)) return false;
     const std::string dy = sum.inputs[0], db = sum.outputs[0];
     const Shape* s = known_shape(g, db);
-    if (!s || s->size() != 1 || dy.empty()) continue;
+    if (!s || s->size() != 1 || dy.empty()) return false;
     auto readers = u.readers.find(dy);
-    if (readers == u.readers.end()) continue;
+    if (readers == u.readers.end()) return false;
     for (size_t i : readers->second) {
       const Node& gemm = g.nodes[i];
       if (i == j || dead[i] || !is_onnx(gemm, "Gemm") || gemm.input_count() != 2 || gemm.outputs.size() != 1 ||
@@ -162,10 +149,7 @@ size_t fuse_gemm_bias_grad(Graph& g) {
       if (!of || !y || y->size() != 2 || !((*y)[of[0] == 'A' ? 0 : 1] == (*s)[0])) continue;
       // The fused node takes the later position: the earlier node's output must be read after it.
       const size_t first = std::min(i, j), last = std::max(i, j);
-      bool later = true;
-      if (auto r = u.readers.find(g.nodes[first].outputs[0]); r != u.readers.end())
-        for (size_t reader : r->second) later = later && reader > last;
-      if (!later) continue;
+      if (!read_only_after(u, g.nodes[first].outputs[0], last)) continue;
       Node f = gemm;
       f.op_type = "FusedGemm";
       f.domain = kTrainrtDomain;
@@ -174,44 +158,34 @@ size_t fuse_gemm_bias_grad(Graph& g) {
       f.outputs = {gemm.outputs[0], db};
       g.nodes[last] = std::move(f);
       dead[first] = true;
-      ++fused;
-      break;
+      return true;
     }
-  }
-  erase_marked(g, dead);
-  return fused;
+    return false;
+  });
 }
 
 size_t fuse_dgrad_relu_grad(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& rg = g.nodes[j];
-    if (!is_trainrt(rg, "ReluGrad") || rg.inputs.size() != 2 || !rg.has_output(0)) continue;
+    if (!is_trainrt(rg, "ReluGrad") || rg.inputs.size() != 2 || !rg.has_output(0)) return false;
     const size_t i = u.producer_of(rg.inputs[0]);
-    if (i == npos || dead[i] || u.sole_reader(rg.inputs[0]) != j) continue;
+    if (i == npos || dead[i] || u.sole_reader(rg.inputs[0]) != j) return false;
     const Node& cg = g.nodes[i];
     // The Relu's output must be the convolution's input X (ReluGrad(dY, Y) with Y == X).
     if (!is_trainrt(cg, "ConvGrad") || cg.inputs.size() != 3 || cg.outputs.empty() || cg.outputs[0] != rg.inputs[0] ||
         cg.inputs[1] != rg.inputs[1] || cg.attr_int("dx_relu", 0) != 0)
-      continue;
+      return false;
     // The fused node takes the ReluGrad's place: dW and dB must be read after it.
-    bool later = true;
     for (size_t k = 1; k < cg.outputs.size(); ++k)
-      if (auto r = u.readers.find(cg.outputs[k]); !cg.outputs[k].empty() && r != u.readers.end())
-        for (size_t reader : r->second) later = later && reader > j;
-    if (!later) continue;
+      if (!read_only_after(u, cg.outputs[k], j)) return false;
     Node f = cg;
     f.name = fused_name(cg, rg);
     f.attrs["dx_relu"] = Attribute::of_int(1);
     f.outputs[0] = rg.outputs[0];
     g.nodes[j] = std::move(f);
     dead[i] = true;
-    ++fused;
-  }
-  erase_marked(g, dead);
-  return fused;
+    return true;
+  });
 }
 
 // ReluGrad(dY, Y) -> g read only by BatchNormalizationGrad(g, X, scale, [mean, var]):
@@ -221,26 +195,21 @@ size_t fuse_dgrad_relu_grad(Graph& g) {
 // they come from the forward), and its outputs' readers, after the batch-norm
 // gradient's old place, still come after it.
 size_t fuse_relu_grad_into_bn_grad(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& bg = g.nodes[j];
     if (!is_trainrt(bg, "BatchNormalizationGrad") || bg.inputs.empty() || bg.inputs.size() > 5 || bg.inputs[0].empty())
-      continue;
+      return false;
     const size_t i = u.producer_of(bg.inputs[0]);
-    if (i == npos || dead[i] || u.sole_reader(bg.inputs[0]) != j) continue;
+    if (i == npos || dead[i] || u.sole_reader(bg.inputs[0]) != j) return false;
     const Node& rg = g.nodes[i];
     if (!is_trainrt(rg, "ReluGrad") || rg.inputs.size() != 2 || rg.outputs.size() != 1 ||
         rg.outputs[0] != bg.inputs[0] || rg.inputs[0].empty() || rg.inputs[1].empty())
-      continue;
-    bool ready = true;
+      return false;
     for (size_t k = 1; k < bg.inputs.size(); ++k)
       if (!bg.inputs[k].empty()) {
         const size_t p = u.producer_of(bg.inputs[k]);
-        ready = ready && (p == npos || p < i);
+        if (p != npos && p >= i) return false;
       }
-    if (!ready) continue;
     Node f = bg;
     f.name = fused_name(rg, bg);
     f.inputs[0] = rg.inputs[0];
@@ -248,29 +217,21 @@ size_t fuse_relu_grad_into_bn_grad(Graph& g) {
     f.inputs.push_back(rg.inputs[1]);
     g.nodes[i] = std::move(f);
     dead[j] = true;
-    ++fused;
-  }
-  erase_marked(g, dead);
-  return fused;
+    return true;
+  });
 }
 
 size_t fuse_batchnorm_relu(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& relu = g.nodes[j];
-    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) continue;
+    if (!is_onnx(relu, "Relu") || !relu.has_input(0) || !relu.has_output(0)) return false;
     const size_t i = u.producer_of(relu.inputs[0]);
-    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) continue;
+    if (i == npos || dead[i] || u.sole_reader(relu.inputs[0]) != j) return false;
     const Node& bn = g.nodes[i];
-    if (!is_onnx(bn, "BatchNormalization") || bn.outputs.empty() || bn.outputs[0] != relu.inputs[0]) continue;
+    if (!is_onnx(bn, "BatchNormalization") || bn.outputs.empty() || bn.outputs[0] != relu.inputs[0]) return false;
     // The other outputs (running statistics) move to position j: no reader may come before it.
-    bool later = true;
     for (size_t k = 1; k < bn.outputs.size(); ++k)
-      if (auto r = u.readers.find(bn.outputs[k]); !bn.outputs[k].empty() && r != u.readers.end())
-        later = later && std::all_of(r->second.begin(), r->second.end(), [&](size_t reader) { return reader > j; });
-    if (!later) continue;
+      if (!read_only_after(u, bn.outputs[k], j)) return false;
     Node f = bn;
     f.op_type = "BatchNormalizationRelu";
     f.domain = kTrainrtDomain;
@@ -278,10 +239,8 @@ size_t fuse_batchnorm_relu(Graph& g) {
     f.outputs[0] = relu.outputs[0];
     g.nodes[j] = std::move(f);
     dead[i] = true;
-    ++fused;
-  }
-  erase_marked(g, dead);
-  return fused;
+    return true;
+  });
 }
 
 }  // namespace passes

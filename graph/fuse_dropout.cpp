@@ -33,25 +33,22 @@ bool same_options(const Node& dropout, const Node& grad) {
 }  // namespace
 
 size_t fuse_dropout_relu_grad(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
   std::unordered_set<std::string> masks;  // of the Dropouts whose gradient was fused
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  const size_t fused = sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& relu_grad = g.nodes[j];
-    if (!is_trainrt(relu_grad, "ReluGrad") || relu_grad.input_count() != 2 || !relu_grad.has_output(0)) continue;
+    if (!is_trainrt(relu_grad, "ReluGrad") || relu_grad.input_count() != 2 || !relu_grad.has_output(0)) return false;
     const std::string &dy = relu_grad.inputs[0], &y = relu_grad.inputs[1];
-    if (dy.empty() || y.empty()) continue;
+    if (dy.empty() || y.empty()) return false;
     const size_t i = u.producer_of(dy);
-    if (i == npos || dead[i] || u.sole_reader(dy) != j) continue;
+    if (i == npos || dead[i] || u.sole_reader(dy) != j) return false;
     const Node& drop_grad = g.nodes[i];
-    if (!is_trainrt(drop_grad, "DropoutGrad") || !drop_grad.has_input(0) || !drop_grad.has_input(1)) continue;
+    if (!is_trainrt(drop_grad, "DropoutGrad") || !drop_grad.has_input(0) || !drop_grad.has_input(1)) return false;
     const size_t d = u.producer_of(drop_grad.inputs[1]);
-    if (d == npos) continue;
+    if (d == npos) return false;
     const Node& dropout = g.nodes[d];
     if (!is_onnx(dropout, "Dropout") || !dropout.has_input(0) || dropout.inputs[0] != y || !dropout.has_output(0) ||
         dropout.outputs.size() < 2 || dropout.outputs[1] != drop_grad.inputs[1] || !same_options(dropout, drop_grad))
-      continue;
+      return false;
     Node f = drop_grad;
     f.op_type = "DropoutReluGrad";
     f.inputs[1] = dropout.outputs[0];
@@ -60,9 +57,8 @@ size_t fuse_dropout_relu_grad(Graph& g) {
     masks.insert(dropout.outputs[1]);
     g.nodes[j] = std::move(f);
     dead[i] = true;
-    ++fused;
-  }
-  erase_marked(g, dead);
+    return true;
+  });
   if (masks.empty()) return fused;
   // A mask nobody reads any more is not written: Dropout's mask output is optional.
   const Uses after(g);

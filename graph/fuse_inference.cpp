@@ -56,22 +56,20 @@ size_t remove_identities(Graph& g) {
 }
 
 size_t fold_batchnorm_into_conv(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t folded = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& bn = g.nodes[j];
-    if (!is_onnx(bn, "BatchNormalization") || bn.output_count() != 1 || bn.attr_int("training_mode", 0) != 0) continue;
+    if (!is_onnx(bn, "BatchNormalization") || bn.output_count() != 1 || bn.attr_int("training_mode", 0) != 0)
+      return false;
     const size_t i = u.producer_of(bn.inputs[0]);
-    if (i == npos || dead[i] || !is_onnx(g.nodes[i], "Conv") || u.sole_reader(bn.inputs[0]) != j) continue;
+    if (i == npos || dead[i] || !is_onnx(g.nodes[i], "Conv") || u.sole_reader(bn.inputs[0]) != j) return false;
     const Node& conv = g.nodes[i];
     bool constant =
         fixed_initializer(g, conv.inputs[1]) && (!conv.has_input(2) || fixed_initializer(g, conv.inputs[2]));
     for (size_t k = 1; k < 5; ++k) constant = constant && fixed_initializer(g, bn.inputs[k]);
-    if (!constant) continue;
+    if (!constant) return false;
     const Tensor& w = g.initializers.at(conv.inputs[1]);
     const DataType t = w.dtype();
-    if (!float_type(t) || w.rank() < 3) continue;
+    if (!float_type(t) || w.rank() < 3) return false;
     const int64_t m = w.dims()[0];
     bool same = true;
     for (size_t k = 1; k < 5; ++k) {
@@ -79,7 +77,7 @@ size_t fold_batchnorm_into_conv(Graph& g) {
       same = same && p.dtype() == t && p.numel() == m;
     }
     if (conv.has_input(2)) same = same && g.initializers.at(conv.inputs[2]).dtype() == t;
-    if (!same) continue;
+    if (!same) return false;
     // s = scale / sqrt(var + eps);  W'[m] = W[m] * s[m];  B'[m] = (B[m] - mean[m]) * s[m] + bias[m]
     const Tensor &scale = g.initializers.at(bn.inputs[1]), &shift = g.initializers.at(bn.inputs[2]),
                  &mean = g.initializers.at(bn.inputs[3]), &var = g.initializers.at(bn.inputs[4]);
@@ -104,19 +102,14 @@ size_t fold_batchnorm_into_conv(Graph& g) {
     fused.outputs = {bn.outputs[0]};
     g.nodes[j] = std::move(fused);
     dead[i] = true;
-    ++folded;
-  }
-  erase_marked(g, dead);
-  return folded;
+    return true;
+  });
 }
 
 size_t fuse_matmul_add(Graph& g) {
-  const Uses u(g);
-  std::vector<bool> dead(g.nodes.size(), false);
-  size_t fused = 0;
-  for (size_t j = 0; j < g.nodes.size(); ++j) {
+  return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
     const Node& add = g.nodes[j];
-    if (!is_onnx(add, "Add") || add.input_count() != 2 || !add.has_output(0)) continue;
+    if (!is_onnx(add, "Add") || add.input_count() != 2 || !add.has_output(0)) return false;
     for (size_t k : {size_t{0}, size_t{1}}) {
       const size_t i = u.producer_of(add.inputs[k]);
       if (i == npos || dead[i] || u.sole_reader(add.inputs[k]) != j) continue;
@@ -143,12 +136,10 @@ size_t fuse_matmul_add(Graph& g) {
       out.outputs = {add.outputs[0]};
       g.nodes[j] = std::move(out);
       dead[i] = true;
-      ++fused;
-      break;
+      return true;
     }
-  }
-  erase_marked(g, dead);
-  return fused;
+    return false;
+  });
 }
 
 }  // namespace passes

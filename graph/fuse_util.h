@@ -1,9 +1,10 @@
 // Helpers shared by the graph passes (graph/passes.cpp, fold_*.cpp, fuse_*.cpp).
 //
-//   Uses u(g);
-//   size_t relu = u.sole_reader(g.nodes[i].outputs[0]);   // npos unless exactly one reader
-//   ... rewrite g.nodes[relu], mark i dead ...
-//   erase_marked(g, dead);
+//   return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
+//     size_t i = u.producer_of(g.nodes[j].inputs[0]);   // npos for inputs and initializers
+//     if (i == npos || dead[i] || u.sole_reader(g.nodes[j].inputs[0]) != j) return false;
+//     ... rewrite g.nodes[j] from g.nodes[i] ...; dead[i] = true; return true;
+//   });
 //
 // Why: every fusion asks the same questions — who writes a value, who reads it,
 // is it a graph output — and every fusion removes nodes in place. A sweep computes
@@ -43,6 +44,23 @@ bool is_trainrt(const Node& n, const char* op_type);
 void replace_reads(Graph& g, const std::string& from, const std::string& to);
 // Removes nodes flagged in `dead` (same size as g.nodes).
 void erase_marked(Graph& g, const std::vector<bool>& dead);
+// One sweep of a rewrite: visit(j, uses, dead) for every node index j in order, with
+// the Uses of the graph as it was before the sweep; visit rewrites nodes in place, marks
+// the ones it swallowed in `dead` and returns whether it fused. The marked nodes are
+// erased at the end; returns how many visits fused.
+template <typename Visit>
+size_t sweep(Graph& g, Visit&& visit) {
+  const Uses u(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j)
+    if (visit(j, u, dead)) ++fused;
+  erase_marked(g, dead);
+  return fused;
+}
+// True when every reader of `v` comes after node `pos` (also when `v` is "" or unread):
+// a fused node taking position `pos` may write it.
+bool read_only_after(const Uses& u, const std::string& v, size_t pos);
 // Removes node i, whose output 0 equals its input 0 (Identity, inference Dropout):
 // readers read the input instead. When the output is a graph output, the input's
 // producer writes it under the output's name instead; if that is impossible (the

@@ -53,6 +53,12 @@ void erase_marked(Graph& g, const std::vector<bool>& dead) {
   g.nodes = std::move(kept);
 }
 
+bool read_only_after(const Uses& u, const std::string& v, size_t pos) {
+  if (v.empty()) return true;
+  const auto r = u.readers.find(v);
+  return r == u.readers.end() || std::all_of(r->second.begin(), r->second.end(), [&](size_t i) { return i > pos; });
+}
+
 bool bypass_node(Graph& g, size_t i) {
   const std::string in = g.nodes[i].inputs.at(0), out = g.nodes[i].outputs.at(0);
   const bool out_is_output = std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end();
