@@ -8,7 +8,8 @@
 //
 // Why own kernels: one pass over memory; cuDNN has no op with Dropout's mask. Kernels
 // run in place where the planner puts an output over an input (runtime/plan.cpp):
-// every thread reads element i before writing it.
+// every thread reads element i before writing it. The NHWC mask index is walked with
+// no division per element; the fp32 gradients move four values per 16-byte access.
 //
 // Dropout: the mask is splitmix64 of (seed, element index), so the device draws exactly
 // the host's mask; u >= ratio is tested as the integer (h >> 11) >= ceil(ratio * 2^53),
@@ -25,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
@@ -102,21 +104,25 @@ __device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) 
   return shared;
 }
 
-// C, hw: a ChannelsLast x (y, mask alike) draws element i's mask from its row-major
-// index; C = 0: Plain.
+// Element i's mask is drawn from its row-major index: C, hw of a ChannelsLast x (y,
+// mask alike), walked without a division per element (channels_last::PlainWalk); C = hw
+// = 1 for Plain, where the walk's row-major index is i itself.
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, int64_t C, int64_t hw, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
   const uint64_t key = c.key;
-  TRAINRT_GRID_STRIDE(i, n) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // (w.index) parenthesised: nvcc takes "w.index < n" for a template's argument list.
+  for (channels_last::PlainWalk w(first, step, C, hw); (w.index) < n; w.next(step)) {
+    const int64_t i = w.index;
     if (!c.training) {  // inference: identity, mask all true
       y[i] = x[i];
       if (mask) mask[i] = 1;
       continue;
     }
-    const int64_t at = C ? channels_last::plain_index(i, C, hw) : i;
     const bool keep =
-        c.valid && (splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
+        c.valid && (splitmix64(key + static_cast<uint64_t>(w.plain()) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
     y[i] = keep ? x[i] * c.scale : c.valid ? T(0) : c.scale;
     if (mask) mask[i] = keep ? 1 : 0;
   }
@@ -134,6 +140,26 @@ __global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_
     else
       kept = static_cast<const uint8_t*>(keep)[i] != 0;
     dx[i] = c.training && !c.valid ? c.scale : kept ? dy[i] * c.scale : T(0);
+  }
+}
+
+// The same for fp32 four values per 16-byte access (n % 4 == 0, dy and dx 16-byte
+// aligned, `keep` 16-byte (Z) or 4-byte (mask) aligned).
+template <bool kRelu>
+__global__ void dropout_grad4_kernel(const float4* dy, const void* keep, float4* dx, int64_t n4, DropoutOptions o) {
+  const DropoutConstants<float> c = block_dropout_constants<float>(o);
+  auto one = [&](float g, bool kept) { return c.training && !c.valid ? c.scale : kept ? g * c.scale : 0.f; };
+  TRAINRT_GRID_STRIDE(i, n4) {
+    bool k0, k1, k2, k3;
+    if constexpr (kRelu) {
+      const float4 z = static_cast<const float4*>(keep)[i];
+      k0 = z.x > 0.f, k1 = z.y > 0.f, k2 = z.z > 0.f, k3 = z.w > 0.f;
+    } else {
+      const uchar4 m = static_cast<const uchar4*>(keep)[i];
+      k0 = m.x != 0, k1 = m.y != 0, k2 = m.z != 0, k3 = m.w != 0;
+    }
+    const float4 g = dy[i];
+    dx[i] = make_float4(one(g.x, k0), one(g.y, k1), one(g.z, k2), one(g.w, k3));
   }
 }
 
@@ -168,7 +194,7 @@ void dropout(KernelContext& ctx) {
         const int64_t n = x.numel();
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
         const bool last = x.layout() == Layout::ChannelsLast;
-        const int64_t C = last ? x.dims()[1] : 0, hw = last ? x.dims()[2] * x.dims()[3] : 0;
+        const int64_t C = last ? x.dims()[1] : 1, hw = last ? x.dims()[2] * x.dims()[3] : 1;
         dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, C, hw, o);
         check_launch(ctx.node, "dropout_kernel");
       }))
@@ -182,9 +208,19 @@ void dropout_grad(KernelContext& ctx) {
   if (!dropout_options(ctx, 2, o) || !with_float(dy.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = dy.numel();
-        const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
+        const void* keep = ctx.in(1).raw();
+        T* dx = ctx.out(0).data<T>();
+        const bool keep_aligned = kRelu ? aligned16(keep) : reinterpret_cast<std::uintptr_t>(keep) % 4 == 0;
+        if constexpr (std::is_same_v<T, float>) {
+          if (n % 4 == 0 && aligned16(dy.raw()) && aligned16(dx) && keep_aligned) {
+            dropout_grad4_kernel<kRelu><<<std::min(blocks_for(n / 4), kMaxBlocks), kThreads, 0, context().stream>>>(
+                reinterpret_cast<const float4*>(dy.raw()), keep, reinterpret_cast<float4*>(dx), n / 4, o);
+            check_launch(ctx.node, "dropout_grad4_kernel");
+            return;
+          }
+        }
         dropout_grad_kernel<T, kRelu>
-            <<<blocks, kThreads, 0, context().stream>>>(dy.data<T>(), ctx.in(1).raw(), ctx.out(0).data<T>(), n, o);
+            <<<std::min(blocks_for(n), kMaxBlocks), kThreads, 0, context().stream>>>(dy.data<T>(), keep, dx, n, o);
         check_launch(ctx.node, "dropout_grad_kernel");
       }))
     run_reference(ctx);

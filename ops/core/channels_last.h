@@ -3,6 +3,7 @@
 // (tests/ops/test_channels_last.cpp) check the very functions the kernels call.
 //
 //   int64_t row_major = channels_last::plain_index(i, C, hw);        // Dropout's mask index
+//   for (PlainWalk w(first, step, C, hw); w.index < n; w.next(step)) use(w.index, w.plain());  // the same, no division
 //   for (ChannelWalk w(first, step, C); w.index < n; w.next()) use(w.index, w.channel);  // index % C
 //   Planes l{C, true};  plane_of(l, o, size, &p, &pos);  o == offset_of(l, p, pos, size)
 //   int64_t from = padded_source(i, h, w, hp, wp, top, left, inner);  // -1: a zero
@@ -33,6 +34,32 @@ struct ChannelWalk {
     index += step;
     channel += dc;
     if (channel >= C) channel -= C;
+  }
+};
+
+// Offsets start, start + step, ... of a ChannelsLast tensor (C channels, hw positions
+// per image) with each one's row-major (NCHW) index, plain_index(index, C, hw), carried
+// from step to step by adds and compares: the divisions are the constructor's, once per
+// walk (a grid-stride loop's, as Dropout's mask is drawn).
+struct PlainWalk {
+  int64_t index, C, hw;
+  int64_t c, s, n;     // index = (n * hw + s) * C + c
+  int64_t dc, ds, dn;  // step = (dn * hw + ds) * C + dc
+  TRAINRT_HOST_DEVICE PlainWalk(int64_t start, int64_t step, int64_t channels, int64_t positions)
+      : index(start), C(channels), hw(positions) {
+    c = start % C;
+    const int64_t p = start / C, dp = step / C;
+    s = p % hw, n = p / hw;
+    dc = step % C, ds = dp % hw, dn = dp / hw;
+  }
+  TRAINRT_HOST_DEVICE int64_t plain() const { return (n * C + c) * hw + s; }
+  TRAINRT_HOST_DEVICE void next(int64_t step) {
+    index += step;
+    c += dc;
+    s += ds;
+    n += dn;
+    if (c >= C) c -= C, ++s;  // s + ds + 1 < 2 * hw: one wrap at most
+    if (s >= hw) s -= hw, ++n;
   }
 };
 

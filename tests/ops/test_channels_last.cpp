@@ -1,7 +1,7 @@
 // The ChannelsLast index arithmetic the cuda kernels run per element
 // (ops/core/channels_last.h, compiled for host and device), checked on the host against
 // the layout's definition (graph/tensor.h storage_to_plain_index, to_plain) and against
-// plain loops: Dropout's row-major mask index, the channel walk of the per-channel
+// plain loops: Dropout's row-major mask index (and its walk), the channel walk of the per-channel
 // kernels, the pools' plane/position split, the convolution's zero padding and cropping.
 #include <doctest/doctest.h>
 
@@ -40,6 +40,23 @@ TEST_CASE("ChannelWalk carries i % C without a division, for any start, stride a
         int64_t steps = 0;
         for (cl::ChannelWalk w(start, stride, C); steps < 1000; w.next(), ++steps) REQUIRE(w.channel == w.index % C);
       }
+}
+
+TEST_CASE("PlainWalk carries plain_index without a division, for any start, stride, channels and positions") {
+  for (int64_t C : {1, 3, 16, 160})
+    for (int64_t hw : {1, 5, 64, 1024})
+      for (int64_t start : {0, 1, 7, 255})
+        for (int64_t stride : {1, 3, 256, 256 * 1024, 65535 * 256}) {
+          CAPTURE(C);
+          CAPTURE(hw);
+          CAPTURE(start);
+          CAPTURE(stride);
+          cl::PlainWalk w(start, stride, C, hw);
+          for (int steps = 0; steps < 500; w.next(stride), ++steps) {
+            REQUIRE(w.index == start + steps * stride);
+            REQUIRE(w.plain() == cl::plain_index(w.index, C, hw));
+          }
+        }
 }
 
 TEST_CASE("Planes: plane_of inverts offset_of in both layouts; ChannelsLast offsets are the NHWC ones") {
