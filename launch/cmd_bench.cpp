@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <random>
 
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
@@ -113,51 +112,6 @@ BenchConfig bench_config(const Args& a) {
 
 // The model's image input and logits: [N,C,...] float32 with N symbolic or --batch, and
 // [N,classes] with a known class count; BadInput naming the model otherwise.
-struct BenchIo {
-  std::string input, logits;
-  std::vector<int64_t> dims;  // of one batch
-  int64_t classes = 0;
-};
-
-BenchIo bench_io(const Graph& forward, const BenchConfig& c) {
-  const std::string& path = c.path;
-  if (forward.inputs.size() != 1)
-    throw_bad_input(path,
-                    "bench needs one graph input (the images), the model has " + std::to_string(forward.inputs.size()));
-  if (forward.outputs.empty()) throw_bad_input(path, "the model has no outputs");
-  BenchIo io{forward.inputs[0], forward.outputs[0], {c.batch}, 0};
-  const ValueInfo& in = forward.info(io.input);
-  if (in.dtype != DataType::Float32 || !in.shape || in.shape->size() < 2)
-    throw_bad_input(path, "input '" + io.input + "' is " + dtype_name(in.dtype) +
-                              shape_to_string(in.shape.value_or(Shape{})) + "; bench needs float32 [N,C,...]");
-  if ((*in.shape)[0].known() && (*in.shape)[0].value != c.batch)
-    throw_bad_input(path, "input '" + io.input + "' has a fixed batch of " + std::to_string((*in.shape)[0].value) +
-                              ", so --batch must be " + std::to_string((*in.shape)[0].value));
-  for (size_t i = 1; i < in.shape->size(); ++i) {
-    if (!(*in.shape)[i].known())
-      throw_bad_input(path, "input '" + io.input + "' has symbolic dimension " + std::to_string(i) +
-                                " (only the batch dimension may be symbolic): " + shape_to_string(*in.shape));
-    io.dims.push_back((*in.shape)[i].value);
-  }
-  const ValueInfo& out = forward.info(io.logits);
-  if (!out.shape || out.shape->size() != 2 || !(*out.shape)[1].known() || (*out.shape)[1].value < 1)
-    throw_bad_input(path, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) +
-                              "; bench needs logits [N,classes] with a known class count");
-  io.classes = (*out.shape)[1].value;
-  return io;
-}
-
-// One random batch, reused by every step: images normal, labels uniform over the classes.
-TensorMap random_batch(const BenchIo& io, const std::string& labels_name, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Tensor images(DataType::Float32, io.dims), labels(DataType::Int64, {io.dims[0]});
-  std::normal_distribution<float> pixel(0.f, 1.f);
-  std::uniform_int_distribution<int64_t> label(0, io.classes - 1);
-  for (int64_t i = 0; i < images.numel(); ++i) images.data<float>()[i] = pixel(rng);
-  for (int64_t i = 0; i < io.dims[0]; ++i) labels.data<int64_t>()[i] = label(rng);
-  return {{io.input, images}, {labels_name, labels}};
-}
-
 // FLOPs of one step (multiply-add = 2): the op schemas' FLOP rules summed over the
 // specialised training graph; ops without a rule count 0.
 double step_flops(const Graph& g) {
@@ -255,7 +209,7 @@ GraphSize graph_size(const TrainingGraph& t) {
   return g;
 }
 
-void print_setup(const BenchConfig& c, const BenchIo& io, const GraphSize& size, const TrainingSession& session) {
+void print_setup(const BenchConfig& c, const BatchIo& io, const GraphSize& size, const TrainingSession& session) {
   std::printf("model: %s, input '%s' %s, %lld classes, %zu parameter tensors (%lld values)\n", c.path.c_str(),
               io.input.c_str(), dims_to_string(io.dims).c_str(), static_cast<long long>(io.classes), size.params,
               static_cast<long long>(size.param_values));
@@ -293,7 +247,7 @@ int cmd_bench(const Argv& argv) {
   configure_threads(static_cast<int>(c.threads));
 
   const Graph forward = import_onnx_file(c.path, registry().schemas);
-  const BenchIo io = bench_io(forward, c);
+  const BatchIo io = batch_io(forward, c.batch, c.path, "bench");
   TrainingOptions topts;
   topts.optimizer = c.optimizer;
   topts.momentum = 0.9f;

@@ -1,5 +1,7 @@
-// `trainrt selftest --device cpu|cuda`: this machine's kernels against the reference
-// backend, on a small Wide ResNet: the forward pass value by value, one training step
+// `trainrt selftest [MODEL.onnx] --device cpu|cuda`: this machine's kernels against the
+// reference backend, on a small Wide ResNet or the given model (one float input
+// [N,C,...], logits [N,classes]; its own weights, synthetic batches): the forward pass
+// value by value, one training step
 // node by node (forward, backward and optimizer outputs), then two more steps' losses
 // and the whole state. Exit 0 when every value agrees within --tolerance, 1 naming the
 // first node that does not (a kernel bug, or a broken GPU/driver), 2 for bad flags.
@@ -16,11 +18,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <random>
 
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
 #include "graph/infer.h"
+#include "graph/onnx_io.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
@@ -34,12 +36,13 @@ namespace {
 
 const CommandSpec kSpec{
     "selftest",
-    "trainrt selftest [--device cpu|cuda] [options]",
-    "Compare this machine's kernels with the reference backend on a small Wide ResNet: the forward\n"
-    "pass value by value, one training step node by node, then three steps' losses and state.\n"
-    "Exit 0 when all agree within --tolerance; 1 naming the first node that does not.",
+    "trainrt selftest [MODEL.onnx] [--device cpu|cuda] [options]",
+    "Compare this machine's kernels with the reference backend on a small Wide ResNet, or on MODEL.onnx\n"
+    "(one float input [N,C,...] with only N symbolic, logits [N,classes]; its own weights, random\n"
+    "batches): the forward pass value by value, one training step node by node, then three steps'\n"
+    "losses and state. Exit 0 when all agree within --tolerance; 1 naming the first node that does not.",
     {{"device", "cpu", "cpu or cuda (the cuda backend on this node's GPU)"},
-     {"widths", "4,8,12,16", "Wide ResNet widths (input block, stages 1-3)"},
+     {"widths", "4,8,12,16", "Wide ResNet widths (input block, stages 1-3); not with MODEL.onnx"},
      {"batch", "8", "images per step"},
      {"tolerance", "",
       "largest relative error allowed per value (default: 0.002 comparing whole fp32 runs, 0.0001 node by node in "
@@ -48,13 +51,13 @@ const CommandSpec kSpec{
       "with --device cuda: strict (full fp32, the reference's arithmetic) or tf32 (TF32 tensor cores: "
       "expect errors near 1e-3, raise --tolerance)"},
      {"precision", "fp32",
-      "fp32, bf16 or fp16: the convolutions read inputs rounded to that type on both backends (the "
-      "reference rounds the same inputs); bf16 on --device cpu needs AVX-512 BF16"},
+      "fp32, bf16 or fp16: the convolutions and matrix products read inputs rounded to that type on both "
+      "backends (the reference rounds the same inputs); bf16 on --device cpu needs AVX-512 BF16"},
      {"layout", "nhwc",
       "with --device cuda: nhwc (the training step's activations NHWC between the kernels that take it) or nchw"},
      {"threads", "0", "CPU threads (0 = all cores)"}},
     0,
-    0};
+    1};
 
 struct Worst {
   double error = 0;
@@ -176,6 +179,9 @@ int cmd_selftest(const Argv& argv) {
   if (device != "cpu" && device != "cuda") throw_bad_input("--device " + device, "expected cpu or cuda");
   const int64_t batch = a.at_least("batch", 2);  // BatchNormalization needs two images
   const int64_t threads = a.at_least("threads", 0);
+  const std::string model_path = a.positional.empty() ? "" : a.positional[0];
+  if (!model_path.empty() && a.on("widths"))
+    throw_bad_input("--widths", "sizes the built-in Wide ResNet; " + model_path + " has its own");
   WrnOptions o = wrn_options_for_dataset("fashion-mnist");
   o.widths = parse_widths(a.str("widths"));
   configure_threads(static_cast<int>(threads));
@@ -192,8 +198,9 @@ int cmd_selftest(const Argv& argv) {
       a.str("tolerance").empty() ? (math == MathPrecision::fp32 ? 0.002 : 1e-4) : a.positive_number("tolerance");
   std::unique_ptr<Backend> backend = make_backend(device, static_cast<int>(threads));
   backend->check_math(math);
-  Graph g = build_wide_resnet(o);
+  Graph g = model_path.empty() ? build_wide_resnet(o) : import_onnx_file(model_path, registry().schemas);
   infer_shapes(g, registry().schemas, "selftest");
+  const BatchIo io = batch_io(g, batch, model_path.empty() ? "the Wide ResNet" : model_path, "selftest");
 
   std::printf("trainrt selftest: backend %s against the reference backend\n", backend->name().c_str());
   std::vector<std::string> host = backend->fallback_ops();
@@ -203,20 +210,20 @@ int cmd_selftest(const Argv& argv) {
     std::printf("  ops run on the host: %s\n", host_list.empty() ? "none" : host_list.c_str());
     std::printf("  fp32 math of convolutions and Gemm: %s\n", fp32_math_name(fp32_math));
   }
-  std::printf("  precision %s (arithmetic of the convolutions)\n", math_precision_name(math));
+  std::printf("  precision %s (arithmetic of the convolutions and matrix products)\n", math_precision_name(math));
   if (backend->asynchronous())
     std::printf("  training step's activations: %s\n",
                 channels_last ? "NHWC between the kernels that take it" : "NCHW");
-  std::printf("  Wide ResNet widths %s on [%lld,1,28,28], 10 classes; SGD momentum 0.9, weight decay 5e-4\n",
-              a.str("widths").c_str(), static_cast<long long>(batch));
+  if (model_path.empty())
+    std::printf("  Wide ResNet widths %s", a.str("widths").c_str());
+  else
+    std::printf("  %s, input '%s'", model_path.c_str(), io.input.c_str());
+  std::printf(" on %s, %lld classes; SGD momentum 0.9, weight decay 5e-4\n", dims_to_string(io.dims).c_str(),
+              static_cast<long long>(io.classes));
   std::string failure;
 
   // Inference, value by value.
-  TensorMap feeds{{"input", Tensor(DataType::Float32, {batch, 1, 28, 28})}};
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  Tensor& x = feeds.at("input");
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = normal(rng);
+  const TensorMap feeds{{io.input, random_batch(io, "labels", 1).at(io.input)}};
   RunOptions ro;
   std::vector<std::pair<std::string, std::string>> order;
   for (const Node& n : g.nodes)
@@ -265,14 +272,7 @@ int cmd_selftest(const Argv& argv) {
     Recorder rd{dev, {}, {}}, rr{ref, {}, {}};
     dev.set_after_step([&](int s) { rd(s); });
     ref.set_after_step([&](int s) { rr(s); });
-    auto batch_of = [&](uint64_t seed) {
-      TensorMap b{{"input", Tensor(DataType::Float32, {batch, 1, 28, 28})},
-                  {"labels", Tensor(DataType::Int64, {batch})}};
-      std::mt19937_64 r(seed);
-      for (int64_t i = 0; i < b.at("input").numel(); ++i) b.at("input").data<float>()[i] = normal(r);
-      for (int64_t i = 0; i < batch; ++i) b.at("labels").data<int64_t>()[i] = static_cast<int64_t>(r() % 10);
-      return b;
-    };
+    auto batch_of = [&](uint64_t seed) { return random_batch(io, dev.training().labels, seed); };
     // What the device's step starts from, for the node-by-node replay in bf16/fp16.
     TensorMap given = batch_of(10);
     for (const auto& [name, t] : dev.training().graph.initializers) given[name] = to_plain(dev.state(name)).clone();

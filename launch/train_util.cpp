@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -393,6 +394,44 @@ std::string timing_cache_for_device(const Args& a, const std::string& model_path
   const std::string path = a.on("timing-cache") ? a.str("timing-cache") : default_timing_cache_path(model_path);
   TimingCache::load(path, "", "");  // refuses a corrupt file now, not after the first epoch
   return path;
+}
+
+BatchIo batch_io(const Graph& forward, int64_t batch, const std::string& path, const std::string& command) {
+  if (forward.inputs.size() != 1)
+    throw_bad_input(
+        path, command + " needs one graph input (the images), the model has " + std::to_string(forward.inputs.size()));
+  if (forward.outputs.empty()) throw_bad_input(path, "the model has no outputs");
+  BatchIo io{forward.inputs[0], forward.outputs[0], {batch}, 0};
+  const ValueInfo& in = forward.info(io.input);
+  if (in.dtype != DataType::Float32 || !in.shape || in.shape->size() < 2)
+    throw_bad_input(path, "input '" + io.input + "' is " + dtype_name(in.dtype) +
+                              shape_to_string(in.shape.value_or(Shape{})) + "; " + command +
+                              " needs float32 [N,C,...]");
+  if ((*in.shape)[0].known() && (*in.shape)[0].value != batch)
+    throw_bad_input(path, "input '" + io.input + "' has a fixed batch of " + std::to_string((*in.shape)[0].value) +
+                              ", so --batch must be " + std::to_string((*in.shape)[0].value));
+  for (size_t i = 1; i < in.shape->size(); ++i) {
+    if (!(*in.shape)[i].known())
+      throw_bad_input(path, "input '" + io.input + "' has symbolic dimension " + std::to_string(i) +
+                                " (only the batch dimension may be symbolic): " + shape_to_string(*in.shape));
+    io.dims.push_back((*in.shape)[i].value);
+  }
+  const ValueInfo& out = forward.info(io.logits);
+  if (!out.shape || out.shape->size() != 2 || !(*out.shape)[1].known() || (*out.shape)[1].value < 1)
+    throw_bad_input(path, "output '" + io.logits + "' is " + shape_to_string(out.shape.value_or(Shape{})) + "; " +
+                              command + " needs logits [N,classes] with a known class count");
+  io.classes = (*out.shape)[1].value;
+  return io;
+}
+
+TensorMap random_batch(const BatchIo& io, const std::string& labels_name, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor images(DataType::Float32, io.dims), labels(DataType::Int64, {io.dims[0]});
+  std::normal_distribution<float> pixel(0.f, 1.f);
+  std::uniform_int_distribution<int64_t> label(0, io.classes - 1);
+  for (int64_t i = 0; i < images.numel(); ++i) images.data<float>()[i] = pixel(rng);
+  for (int64_t i = 0; i < io.dims[0]; ++i) labels.data<int64_t>()[i] = label(rng);
+  return {{io.input, images}, {labels_name, labels}};
 }
 
 }  // namespace trainrt

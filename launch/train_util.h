@@ -15,6 +15,7 @@
 #include "launch/dataset.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
+#include "runtime/executor.h"
 
 namespace trainrt {
 
@@ -25,6 +26,18 @@ struct ModelIo {
 // The model must take one float input shaped like the dataset's images and give
 // [N,classes] logits with the dataset's class count; BadInput naming both otherwise.
 ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where);
+
+// A model's one float input [N, C, ...] (only N symbolic) and its logits [N, classes],
+// for runs on synthetic batches (bench, selftest MODEL). BadInput naming `path` and what
+// `command` needs otherwise; a fixed N must equal `batch`.
+struct BatchIo {
+  std::string input, logits;
+  std::vector<int64_t> dims;  // of one batch
+  int64_t classes = 0;
+};
+BatchIo batch_io(const Graph& forward, int64_t batch, const std::string& path, const std::string& command);
+// One random batch: images normal, labels uniform over the classes (int64, `labels_name`).
+TensorMap random_batch(const BatchIo& io, const std::string& labels_name, uint64_t seed);
 
 // The side of an image folder's crops when --image-size is not given: the model's
 // input H (= W) when both are fixed, else torchvision's 224.
