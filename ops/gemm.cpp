@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "ops/core/common.h"
+#include "ops/core/matmul_shape.h"
 #include "ops/core/register_all.h"
 
 namespace trainrt {
@@ -153,39 +154,14 @@ double matmul_flops(const Graph& g, const Node& n) {
 // A[...,M,K] @ B[...,K,N] -> Y[...,M,N] with 1-D promotion and batch broadcasting.
 template <typename T>
 void matmul_reference(KernelContext& ctx) {
-  std::vector<int64_t> ad = ctx.in(0).dims(), bd = ctx.in(1).dims();
-  if (ad.size() == 1) ad.insert(ad.begin(), 1);
-  if (bd.size() == 1) bd.push_back(1);
-  const size_t rank = std::max(ad.size(), bd.size());
-  ad.insert(ad.begin(), rank - ad.size(), 1);
-  bd.insert(bd.begin(), rank - bd.size(), 1);
-  const int64_t M = ad[rank - 2], K = ad[rank - 1], N = bd[rank - 1];
-  // Batch dims of Y and the element strides (in matrices) of A and B; 0 broadcasts.
-  const size_t nb = rank - 2;
-  std::vector<int64_t> yb(nb), sa(nb), sb(nb);
-  int64_t batches = 1;
-  for (size_t i = nb; i-- > 0;) {
-    yb[i] = ad[i] == 1 ? bd[i] : ad[i];  // broadcast: 1 takes the other; a 0 stays 0 (max would read a 0-batch operand)
-    batches *= yb[i];
-  }
-  for (int64_t i = static_cast<int64_t>(nb) - 1, ma = 1, mb = 1; i >= 0; --i) {
-    sa[i] = ad[i] == 1 ? 0 : ma;
-    sb[i] = bd[i] == 1 ? 0 : mb;
-    ma *= ad[i];
-    mb *= bd[i];
-  }
+  const MatmulShape s = matmul_shape(ctx.in(0).dims(), ctx.in(1).dims());
+  const int64_t M = s.m, K = s.k, N = s.n;
   const Tensor A = math_input(ctx.in(0), ctx.math), B = math_input(ctx.in(1), ctx.math);
   const T* a = A.data<T>();
   const T* b = B.data<T>();
   T* y = ctx.out(0).data<T>();
-  for (int64_t p = 0; p < batches; ++p) {
-    int64_t oa = 0, ob = 0;
-    for (int64_t i = static_cast<int64_t>(nb) - 1, rest = p; i >= 0; --i) {
-      int64_t idx = rest % yb[i];
-      rest /= yb[i];
-      oa += idx * sa[i];
-      ob += idx * sb[i];
-    }
+  for (int64_t p = 0; p < s.batches; ++p) {
+    const auto [oa, ob] = s.operands_of(p);
     const T* am = a + oa * M * K;
     const T* bm = b + ob * K * N;
     T* ym = y + p * M * N;

@@ -34,15 +34,20 @@
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/graph_fallback.h"
+#include "ops/core/matmul_shape.h"
 
 namespace trainrt::cuda {
 
@@ -90,6 +95,13 @@ uint32_t alignment(const void* p) {
   return bytes;
 }
 
+// Strided batches of one cuBLASLt call: `count` products, the k-th at k * stride
+// elements of our A, our B and Y (a stride 0 repeats that operand: a broadcast batch).
+struct Batch {
+  int32_t count = 1;
+  int64_t a = 0, b = 0, y = 0;
+};
+
 struct GemmPlan {
   bool use_reference = false;
   cublasLtMatmulDesc_t op = nullptr;
@@ -109,7 +121,8 @@ cudaDataType_t operand_type(MathPrecision math, DataType t) {
 // align: of our B, our A, C and Y (cuBLASLt's A, B, C, D). `narrow`: A and B are 16-bit
 // copies in `math`.
 GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                        const uint32_t align[4], bool tf32, MathPrecision narrow, cublasLtEpilogue_t epilogue) {
+                        const uint32_t align[4], bool tf32, MathPrecision narrow, cublasLtEpilogue_t epilogue,
+                        const Batch& batch = {}) {
   GemmPlan p;
   const bool f64 = t == DataType::Float64;
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F, in_type = operand_type(narrow, t);
@@ -129,6 +142,18 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   check(cublasLtMatrixLayoutCreate(&p.a, in_type, a_rows, tb ? n : k, a_rows), where);
   check(cublasLtMatrixLayoutCreate(&p.b, in_type, b_rows, ta ? k : m, b_rows), where);
   check(cublasLtMatrixLayoutCreate(&p.d, type, n, m, n), where);
+  if (batch.count > 1) {
+    // cuBLASLt's A, B, D are our B, our A, Y.
+    const std::pair<cublasLtMatrixLayout_t, int64_t> strided[3] = {{p.a, batch.b}, {p.b, batch.a}, {p.d, batch.y}};
+    for (const auto& [layout, stride] : strided) {
+      check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch.count,
+                                             sizeof(batch.count)),
+            where);
+      check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                             sizeof(stride)),
+            where);
+    }
+  }
 
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), where);
@@ -357,9 +382,111 @@ void gemm(KernelContext& ctx) {
   });
 }
 
+// ---- MatMul -------------------------------------------------------------------------
+
+// MatMul's shapes (ops/core/matmul_shape.h): with `strided` (each operand's batch is Y's
+// whole batch or one matrix) one strided-batched cuBLASLt call does every batch, a stride
+// 0 repeating a broadcast operand; other broadcasts (a 1 among other batch dims) run one
+// call per batch, at the matrices the reference multiplies.
+int64_t a_stride(const MatmulShape& s) { return s.a_step * s.m * s.k; }
+int64_t b_stride(const MatmulShape& s) { return s.b_step * s.k * s.n; }
+bool one_call(const MatmulShape& s) { return s.strided && s.batches <= INT32_MAX; }
+
+// What the heuristic may assume of an operand at `base` whose batches start `stride_bytes`
+// apart: the alignment of every batch's start. At plan time (`base` null) the arena's 16.
+uint32_t batch_alignment(const void* base, int64_t stride_bytes, bool batched) {
+  uint32_t a = base ? alignment(base) : 16;
+  if (batched && stride_bytes != 0) a = std::min(a, alignment(reinterpret_cast<const void*>(stride_bytes)));
+  return a;
+}
+
+// The plan of a MatMul call (`a`, `b`, `y`: the buffers cuBLASLt reads, or null at plan
+// time), cached by shape, batching, alignments and math.
+std::shared_ptr<const GemmPlan> matmul_plan(const KernelContext& ctx, const MatmulShape& s, const void* a,
+                                            const void* b, const void* y) {
+  const MathPrecision narrow = narrowed(ctx);
+  const DataType t = ctx.out(0).dtype();
+  const int64_t in_bytes = narrow != MathPrecision::fp32 ? 2 : static_cast<int64_t>(dtype_size(t));
+  const bool many = s.batches > 1;
+  const Batch batch =
+      one_call(s) && many ? Batch{static_cast<int32_t>(s.batches), a_stride(s), b_stride(s), s.m * s.n} : Batch{};
+  const uint32_t align[4] = {batch_alignment(b, (one_call(s) ? b_stride(s) : s.k * s.n) * in_bytes, many),
+                             batch_alignment(a, (one_call(s) ? a_stride(s) : s.m * s.k) * in_bytes, many),
+                             batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many),
+                             batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many)};
+  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && t == DataType::Float32 && narrow == MathPrecision::fp32;
+  std::string key = std::string("MatMul|") + dtype_name(t) + '|' + std::to_string(s.m) + ',' + std::to_string(s.n) +
+                    ',' + std::to_string(s.k) + "|b" + std::to_string(batch.count) + ',' + std::to_string(batch.a) +
+                    ',' + std::to_string(batch.b);
+  for (uint32_t v : align) key += ',' + std::to_string(v);
+  if (tf32) key += "|tf32";
+  if (narrow != MathPrecision::fp32) key += std::string("|") + math_precision_name(narrow);
+  return cached<GemmPlan>(key, [&] {
+    return make_gemm_plan(ctx.node, t, s.m, s.n, s.k, false, false, align, tf32, narrow, CUBLASLT_EPILOGUE_DEFAULT,
+                          batch);
+  });
+}
+
+size_t matmul_workspace(const KernelContext& ctx) {
+  if (ctx.out(0).numel() == 0) return 0;
+  const MatmulShape s = matmul_shape(ctx.in(0).dims(), ctx.in(1).dims());
+  if (s.k == 0) return 0;
+  const auto plan = matmul_plan(ctx, s, nullptr, nullptr, nullptr);
+  return copies_of(ctx).bytes + (plan->use_reference ? 0 : plan->workspace);
+}
+
+void matmul(KernelContext& ctx) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  if (y.dtype() != DataType::Float32 && y.dtype() != DataType::Float64) return run_reference(ctx);
+  const MatmulShape s = matmul_shape(a.dims(), b.dims());
+  Context& cx = context();
+  if (s.k == 0) {  // sums over nothing
+    check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), cx.stream), what(ctx.node, "cudaMemsetAsync"));
+    return;
+  }
+  const Copies copies = copies_of(ctx);
+  // The workspace: the 16-bit copies (256-byte offsets of cudaMalloc's buffer), then cuBLASLt's.
+  auto* base = static_cast<std::byte*>(workspace(copies.bytes));
+  const void* a_ptr = copies.bytes ? base + copies.a : a.raw();
+  const void* b_ptr = copies.bytes ? base + copies.b : b.raw();
+  const auto plan = matmul_plan(ctx, s, a_ptr, b_ptr, y.raw());
+  if (plan->use_reference) return run_reference(ctx);
+  base = static_cast<std::byte*>(workspace(copies.bytes + plan->workspace));
+  if (copies.bytes) {
+    narrow_to_math(a.data<float>(), reinterpret_cast<uint16_t*>(base + copies.a), a.numel(), ctx.math, ctx.node);
+    narrow_to_math(b.data<float>(), reinterpret_cast<uint16_t*>(base + copies.b), b.numel(), ctx.math, ctx.node);
+    a_ptr = base + copies.a;
+    b_ptr = base + copies.b;
+  }
+  void* ws = base + copies.bytes;
+  const size_t in_bytes = copies.bytes ? 2 : dtype_size(y.dtype()), y_bytes = dtype_size(y.dtype());
+  dispatch_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T one = 1, zero = 0;
+    auto call = [&](int64_t oa, int64_t ob, int64_t oy) {
+      check(cublasLtMatmul(cx.lt, plan->op, &one, static_cast<const std::byte*>(b_ptr) + ob * in_bytes, plan->a,
+                           static_cast<const std::byte*>(a_ptr) + oa * in_bytes, plan->b, &zero,
+                           static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d,
+                           static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d, &plan->algo, ws, plan->workspace,
+                           cx.stream),
+            what(ctx.node, "cublasLtMatmul"));
+    };
+    if (one_call(s)) return call(0, 0, 0);  // the plan holds the batch
+    for (int64_t p = 0; p < s.batches; ++p) {
+      const auto [oa, ob] = s.operands_of(p);
+      call(oa * s.m * s.k, ob * s.k * s.n, p * s.m * s.n);
+    }
+  });
+}
+
 }  // namespace
 
 void register_gemm_cuda(Registry& r) {
+  add_if_schema(r, "cuda", "", "MatMul", matmul);
+  if (r.kernels.find("cuda", "", "MatMul")) r.kernels.set_workspace("cuda", "", "MatMul", matmul_workspace);
   add_if_schema(r, "cuda", "", "Gemm", gemm);
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedGemm", gemm);
   if (r.kernels.find("cuda", "", "Gemm")) r.kernels.set_workspace("cuda", "", "Gemm", gemm_workspace);
