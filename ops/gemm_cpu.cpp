@@ -70,8 +70,8 @@ void fill_broadcast(const Tensor& c, Tensor& y, int64_t m, int64_t n) {
 void gemm_forward_dnnl(KernelContext& ctx, bool relu) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Node& n = ctx.node;
-  const Tensor a = math_input(ctx.in(0), ctx.math);
-  const Tensor b = math_input(ctx.in(1), ctx.math);
+  const Tensor a = math_input(ctx.in(0), ctx.math, /*parallel=*/true);
+  const Tensor b = math_input(ctx.in(1), ctx.math, /*parallel=*/true);
   Tensor& y = ctx.out(0);
   bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
   float alpha = n.attr_float("alpha", 1.f), beta = n.attr_float("beta", 1.f);
@@ -98,8 +98,8 @@ namespace {
 
 void matmul_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
-  const Tensor a = math_input(ctx.in(0), ctx.math);
-  const Tensor b = math_input(ctx.in(1), ctx.math);
+  const Tensor a = math_input(ctx.in(0), ctx.math, /*parallel=*/true);
+  const Tensor b = math_input(ctx.in(1), ctx.math, /*parallel=*/true);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
   // numpy promotion: [K] x [...,K,N] -> [1,K]; [...,M,K] x [K] -> [K,1].

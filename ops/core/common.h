@@ -18,8 +18,9 @@
 namespace trainrt {
 
 // `t` (fp32, row-major) with every element rounded by round_to_math, still stored as
-// fp32. Other dtypes, or MathPrecision::fp32, return `t` itself (shared, no copy).
-Tensor math_input(const Tensor& t, MathPrecision m);
+// fp32 (over oneTBB chunks with `parallel`: the cpu kernels). Other dtypes, or
+// MathPrecision::fp32, return `t` itself (shared, no copy).
+Tensor math_input(const Tensor& t, MathPrecision m, bool parallel = false);
 
 // ConvGrad with attribute dx_relu = 1 (graph/fuse_conv.cpp, fuse_dgrad_relu_grad): its
 // dX then also goes through the ReLU gradient of X (dX = X > 0 ? dX : 0; X, the

@@ -6,6 +6,7 @@
 #include "graph/error.h"
 #include "graph/schema.h"
 #include "ops/core/common.h"
+#include "ops/core/parallel.h"
 
 namespace trainrt {
 
@@ -31,13 +32,19 @@ std::atomic<Fp32Math> process_fp32_math{Fp32Math::strict};
 Fp32Math default_fp32_math() { return process_fp32_math.load(std::memory_order_relaxed); }
 void set_default_fp32_math(Fp32Math m) { process_fp32_math.store(m, std::memory_order_relaxed); }
 
-Tensor math_input(const Tensor& t, MathPrecision m) {
+Tensor math_input(const Tensor& t, MathPrecision m, bool parallel) {
   if (m == MathPrecision::fp32 || t.dtype() != DataType::Float32) return t;
   TRAINRT_ASSERT(t.layout() == Layout::Plain);
   Tensor r(DataType::Float32, t.dims());
   const float* from = t.data<float>();
   float* to = r.data<float>();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) to[i] = round_to_math(from[i], m);
+  auto round = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) to[i] = round_to_math(from[i], m);
+  };
+  if (parallel)
+    for_range<true>(t.numel(), round);
+  else
+    for_range<false>(t.numel(), round);
   return r;
 }
 
