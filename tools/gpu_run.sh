@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU bundle's entry point (packed as run.sh by tools/gpu_bundle.sh).
 #
-#   ./run.sh                     selftest --device cuda (fp32, bf16, fp16; fp32 also with --layout nchw),
-#                                then the seed's Wide ResNet
+#   ./run.sh                     selftest --device cuda (fp32, bf16, fp16; fp32 also with --layout nchw;
+#                                and of mlp_matmul.onnx's matrix products), then the seed's Wide ResNet
 #                                (CIFAR-100 shape) benchmarked at batch 32, 128, 1024
 #   ./run.sh trainrt ARGS...     any trainrt command through the bundle's loader
 #   ./run.sh libs                where each CUDA library was found
@@ -102,6 +102,15 @@ run_trainrt selftest --device cuda --layout nchw 2>&1 | tee "$results/selftest_n
 rc=${PIPESTATUS[0]}
 echo "selftest --layout nchw exit $rc"
 [ "$rc" -eq 0 ] || selftest=$rc
+
+for prec in fp32 bf16 fp16; do  # the matrix products (batched and broadcast MatMul, Gemm), not in the Wide ResNet
+  echo "== selftest mlp_matmul.onnx --device cuda --precision $prec"
+  run_trainrt selftest "$here/mlp_matmul.onnx" --device cuda --precision "$prec" 2>&1 |
+    tee "$results/selftest_mlp_$prec.log"
+  rc=${PIPESTATUS[0]}
+  echo "selftest mlp_matmul.onnx --precision $prec exit $rc"
+  [ "$rc" -eq 0 ] || selftest=$rc
+done
 
 model="$results/wrn_cifar100.onnx"
 [ -f "$model" ] || run_trainrt model wrn --dataset cifar100 -o "$model" >/dev/null || exit 1

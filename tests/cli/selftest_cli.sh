@@ -43,41 +43,32 @@ expect_error 2 "--batch" -- "$trainrt" selftest --batch 1
 expect_error 2 "--widths" -- "$trainrt" selftest --widths 4,8
 expect_error 2 "--tolerance" -- "$trainrt" selftest --tolerance nan
 
-# selftest MODEL.onnx: any model with one float input [N,...] and logits [N,classes] -- here
-# an MLP whose batched MatMul, Add, Relu, Reshape and MatMul are no Wide ResNet op -- in
-# fp32 (whole runs) and fp16 (node by node: a cpu MatMul that skipped the rounding fails
-# at 1.8e-4, checked by hand).
-/usr/bin/python3 - "$tmp" <<'PY' || fail "generating the MLP models (needs python3-onnx)"
-import sys
-import numpy as np
-from onnx import helper, numpy_helper, TensorProto, save
-rng = np.random.default_rng(0)
-def model(path, inputs):
-    x = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 3, 20]) for n in inputs]
-    y = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 5])
-    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (20, 16)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.normal(0, 0.1, (16,)).astype(np.float32), "b1"),
-             numpy_helper.from_array(rng.normal(0, 0.2, (48, 5)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.array([-1, 48], np.int64), "shape")]
-    nodes = [helper.make_node("MatMul", [inputs[0], "w1"], ["h"]),
-             helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]),
-             helper.make_node("Reshape", ["r", "shape"], ["f"]),
-             helper.make_node("MatMul", ["f", "w2"], ["scores"])]
-    g = helper.make_graph(nodes, "mlp", x, [y], inits)
-    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-model(sys.argv[1] + "/mlp.onnx", ["features"])
-model(sys.argv[1] + "/two_inputs.onnx", ["features", "extra"])
-PY
+# selftest MODEL.onnx: any model with one float input [N,...] and logits [N,classes] --
+# here tests/data/mlp_matmul.onnx (tests/data/mlp_matmul.py: batched MatMuls, one of
+# them broadcast along a batch dim, Add, Relu, Reshape, Gemm; no Wide ResNet op but the
+# Gemm), which the GPU bundle also runs -- in fp32 (whole runs) and fp16 (node by node:
+# a cpu MatMul that skipped the rounding fails at 1.8e-4, checked by hand).
 for p in fp32 fp16; do
-  "$trainrt" selftest "$tmp/mlp.onnx" --device cpu --precision $p >"$tmp/out" 2>"$tmp/err" ||
-    fail "selftest mlp.onnx --precision $p exited $?: $(cat "$tmp/err")"
-  grep -q "^selftest passed" "$tmp/out" || fail "selftest mlp.onnx --precision $p: no 'selftest passed': $(cat "$tmp/out")"
-  grep -q "mlp.onnx, input 'features' on \[8,3,20\], 5 classes" "$tmp/out" ||
-    fail "selftest mlp.onnx does not name the model, its input and classes: $(cat "$tmp/out")"
-  grep -q "(MatMul)" "$tmp/out" || fail "selftest mlp.onnx --precision $p: no MatMul compared: $(cat "$tmp/out")"
+  "$trainrt" selftest "$src/tests/data/mlp_matmul.onnx" --device cpu --precision $p >"$tmp/out" 2>"$tmp/err" ||
+    fail "selftest mlp_matmul.onnx --precision $p exited $?: $(cat "$tmp/err")"
+  grep -q "^selftest passed" "$tmp/out" ||
+    fail "selftest mlp_matmul.onnx --precision $p: no 'selftest passed': $(cat "$tmp/out")"
+  grep -q "mlp_matmul.onnx, input 'features' on \[8,3,20\], 5 classes" "$tmp/out" ||
+    fail "selftest mlp_matmul.onnx does not name the model, its input and classes: $(cat "$tmp/out")"
+  # Every node's output of the forward pass (7: both MatMuls' among them).
+  grep "forward (inference" "$tmp/out" | grep -q " 7 values" ||
+    fail "selftest mlp_matmul.onnx --precision $p: not every forward value compared: $(cat "$tmp/out")"
 done
-expect_error 2 "--widths: sizes the built-in Wide ResNet" -- "$trainrt" selftest "$tmp/mlp.onnx" --widths 4,8,12,16
+/usr/bin/python3 - "$tmp" <<'PY' || fail "generating a model of two inputs (needs python3-onnx)"
+import sys
+from onnx import helper, TensorProto, save
+x = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b")]
+y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])
+g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["logits"])], "two", x, [y])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1] + "/two_inputs.onnx")
+PY
+expect_error 2 "--widths: sizes the built-in Wide ResNet" -- \
+  "$trainrt" selftest "$src/tests/data/mlp_matmul.onnx" --widths 4,8,12,16
 expect_error 2 "two_inputs.onnx: selftest needs one graph input (the images), the model has 2" -- \
   "$trainrt" selftest "$tmp/two_inputs.onnx"
 expect_error 2 "missing.onnx" -- "$trainrt" selftest "$tmp/missing.onnx"
