@@ -1,4 +1,5 @@
-// Gemm and FusedGemm of the cuda backend on cuBLASLt (cublasLtMatmul).
+// Gemm, FusedGemm and MatMul of the cuda backend on cuBLASLt (cublasLtMatmul); MatMul
+// (numpy batches) is at the end of the file.
 //
 //   Y[M,N] = act(alpha * A'[M,K] B'[K,N] + beta * C)   (A' = A or A^T by transA, B' likewise;
 //            C optional, broadcast from [], [1], [N], [1,N], [M,1], [M,N] ... as ONNX;
@@ -11,25 +12,29 @@
 // convolutions) and CUBLAS_COMPUTE_32F with strict (the reference's arithmetic); fp64 in
 // CUBLAS_COMPUTE_64F. Under --precision bf16/fp16 (KernelContext::math) fp32 A and B are
 // first narrowed to 16-bit copies in the call's workspace (bfloat16 / IEEE half, the
-// reference's rounding: ops/core/kernel.h) and multiplied at the tensor cores' 16-bit rate
-// in CUBLAS_COMPUTE_32F with fp32 C and Y (the products are exact, the sum is fp32's),
-// as the reference rounds them; FusedGemm's sums then read the fp32 operand (operand_sums,
-// not the BGRAD epilogue, which would sum the rounded copy). A C of Y's full size is passed to cuBLASLt as its C (out
-// of place). A bias (fp32 C of shape [N] or [1,N], beta 1: a Linear layer's) is added by cuBLASLt's epilogue
-// (CUBLASLT_EPILOGUE_BIAS: one vector per row of cuBLASLt's column-major D, which are Y's columns), so the product is
-// one kernel; where the heuristic has no algorithm with that epilogue, and for other broadcast C, C is first expanded
-// into Y by a kernel and the product added in place (C == D). beta == 0 ignores C, as BLAS and the cpu kernel do. K ==
-// 0 is no product: Y = beta * C (or 0) by the same kernel. FusedGemm's ReLU is cuBLASLt's epilogue too
-// (CUBLASLT_EPILOGUE_RELU, or RELU_BIAS with a bias: the Linear layer and its activation in one kernel); where the
-// heuristic offers no algorithm with it, a ReLU kernel runs after the product. FusedGemm's
-// sums (sum_of A or B: a Linear layer's bias gradient beside its weight gradient) are the
-// BGRADB or BGRADA epilogue (cuBLASLt's B is our A), or operand_sums after the product.
+// reference's rounding: ops/core/kernel.h) and multiplied at the tensor cores' 16-bit
+// rate in CUBLAS_COMPUTE_32F with fp32 C and Y (the products are exact, the sum is
+// fp32's), as the reference rounds them; FusedGemm's sums then read the fp32 operand
+// (operand_sums, not the BGRAD epilogue, which would sum the rounded copy). A C of Y's
+// full size is passed to cuBLASLt as its C (out of place). A bias (fp32 C of shape [N]
+// or [1,N], beta 1: a Linear layer's) is added by cuBLASLt's epilogue
+// (CUBLASLT_EPILOGUE_BIAS: one vector per row of cuBLASLt's column-major D, which are
+// Y's columns), so the product is one kernel; where the heuristic has no algorithm with
+// that epilogue, and for other broadcast C, C is first expanded into Y by a kernel and
+// the product added in place (C == D). beta == 0 ignores C, as BLAS and the cpu kernel
+// do. K == 0 is no product: Y = beta * C (or 0) by the same kernel. FusedGemm's ReLU is
+// cuBLASLt's epilogue too (CUBLASLT_EPILOGUE_RELU, or RELU_BIAS with a bias: the Linear
+// layer and its activation in one kernel); where the heuristic offers no algorithm with
+// it, a ReLU kernel runs after the product. FusedGemm's sums (sum_of A or B: a Linear
+// layer's bias gradient beside its weight gradient) are the BGRADB or BGRADA epilogue
+// (cuBLASLt's B is our A), or operand_sums after the product.
 //
-// The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype,
-// M, N, K, transA/transB, fp32 math, the 16-bit input type, the epilogue and the pointers' alignments, up
-// to 16 bytes (the heuristic assumes 256-byte aligned buffers unless told otherwise); like the context, they live as
-// long as the process. Falls back to the host reference kernel (after synchronising the stream) when the heuristic
-// offers no algorithm within 32 MiB of workspace.
+// The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype, M,
+// N, K, transA/transB, fp32 math, the 16-bit input type, the epilogue and the pointers'
+// alignments, up to 16 bytes (the heuristic assumes 256-byte aligned buffers unless told
+// otherwise); like the context, they live as long as the process. Falls back to the host
+// reference kernel (after synchronising the stream) when the heuristic offers no
+// algorithm within 32 MiB of workspace.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
