@@ -407,16 +407,16 @@ uint32_t batch_alignment(const void* base, int64_t stride_bytes, bool batched) {
 
 // The plan of a MatMul call (`a`, `b`, `y`: the buffers cuBLASLt reads, or null at plan
 // time), cached by shape, batching, alignments and math.
-std::shared_ptr<const GemmPlan> matmul_plan(const KernelContext& ctx, const MatmulShape& s, const void* a,
+std::shared_ptr<const GemmPlan> matmul_plan(const KernelContext& ctx, const MatmulShape& s, bool strided, const void* a,
                                             const void* b, const void* y) {
   const MathPrecision narrow = narrowed(ctx);
   const DataType t = ctx.out(0).dtype();
   const int64_t in_bytes = narrow != MathPrecision::fp32 ? 2 : static_cast<int64_t>(dtype_size(t));
   const bool many = s.batches > 1;
   const Batch batch =
-      one_call(s) && many ? Batch{static_cast<int32_t>(s.batches), a_stride(s), b_stride(s), s.m * s.n} : Batch{};
-  const uint32_t align[4] = {batch_alignment(b, (one_call(s) ? b_stride(s) : s.k * s.n) * in_bytes, many),
-                             batch_alignment(a, (one_call(s) ? a_stride(s) : s.m * s.k) * in_bytes, many),
+      strided && many ? Batch{static_cast<int32_t>(s.batches), a_stride(s), b_stride(s), s.m * s.n} : Batch{};
+  const uint32_t align[4] = {batch_alignment(b, (strided ? b_stride(s) : s.k * s.n) * in_bytes, many),
+                             batch_alignment(a, (strided ? a_stride(s) : s.m * s.k) * in_bytes, many),
                              batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many),
                              batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many)};
   const bool tf32 = ctx.fp32 == Fp32Math::tf32 && t == DataType::Float32 && narrow == MathPrecision::fp32;
@@ -432,11 +432,26 @@ std::shared_ptr<const GemmPlan> matmul_plan(const KernelContext& ctx, const Matm
   });
 }
 
+// The plan a call runs: the one strided call where the shape allows it and the heuristic
+// has an algorithm for it (a stride 0 included), else one call per batch. `strided`
+// says which. Pointers null at plan time.
+std::shared_ptr<const GemmPlan> matmul_call(const KernelContext& ctx, const MatmulShape& s, const void* a,
+                                            const void* b, const void* y, bool& strided) {
+  strided = one_call(s);
+  if (strided) {
+    auto p = matmul_plan(ctx, s, true, a, b, y);
+    if (!p->use_reference || s.batches == 1) return p;
+    strided = false;
+  }
+  return matmul_plan(ctx, s, false, a, b, y);
+}
+
 size_t matmul_workspace(const KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return 0;
   const MatmulShape s = matmul_shape(ctx.in(0).dims(), ctx.in(1).dims());
   if (s.k == 0) return 0;
-  const auto plan = matmul_plan(ctx, s, nullptr, nullptr, nullptr);
+  bool strided = false;
+  const auto plan = matmul_call(ctx, s, nullptr, nullptr, nullptr, strided);
   return copies_of(ctx).bytes + (plan->use_reference ? 0 : plan->workspace);
 }
 
@@ -457,7 +472,8 @@ void matmul(KernelContext& ctx) {
   auto* base = static_cast<std::byte*>(workspace(copies.bytes));
   const void* a_ptr = copies.bytes ? base + copies.a : a.raw();
   const void* b_ptr = copies.bytes ? base + copies.b : b.raw();
-  const auto plan = matmul_plan(ctx, s, a_ptr, b_ptr, y.raw());
+  bool strided = false;
+  const auto plan = matmul_call(ctx, s, a_ptr, b_ptr, y.raw(), strided);
   if (plan->use_reference) return run_reference(ctx);
   base = static_cast<std::byte*>(workspace(copies.bytes + plan->workspace));
   if (copies.bytes) {
@@ -479,7 +495,7 @@ void matmul(KernelContext& ctx) {
                            cx.stream),
             what(ctx.node, "cublasLtMatmul"));
     };
-    if (one_call(s)) return call(0, 0, 0);  // the plan holds the batch
+    if (strided) return call(0, 0, 0);  // the plan holds the batch
     for (int64_t p = 0; p < s.batches; ++p) {
       const auto [oa, ob] = s.operands_of(p);
       call(oa * s.m * s.k, ob * s.k * s.n, p * s.m * s.n);
