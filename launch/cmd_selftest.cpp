@@ -1,10 +1,10 @@
 // `trainrt selftest [MODEL.onnx] --device cpu|cuda`: this machine's kernels against the
 // reference backend, on a small Wide ResNet or the given model (one float input
 // [N,C,...], logits [N,classes]; its own weights, synthetic batches): the forward pass
-// value by value, one training step
-// node by node (forward, backward and optimizer outputs), then two more steps' losses
-// and the whole state. Exit 0 when every value agrees within --tolerance, 1 naming the
-// first node that does not (a kernel bug, or a broken GPU/driver), 2 for bad flags.
+// value by value, one training step node by node (forward, backward and optimizer
+// outputs), then two more steps' losses and the whole state. Exit 0 when every value
+// agrees within --tolerance, 1 naming the first node that does not (a kernel bug, or a
+// broken GPU/driver), 2 for bad flags.
 //
 // Why: the cuda backend can only be run where a GPU is, which is not where trainrt is
 // built and tested; a user checks their node with one command before a long job, and
