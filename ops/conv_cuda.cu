@@ -45,10 +45,10 @@
 // other scratch): tensor-core math at the 16-bit rate, products exact, fp32 accumulation
 // into fp32 outputs, the reference's numerics. ConvGrad's db is then a sum per channel of
 // the 16-bit dy (slice_sums over ops/core/channel_slices.h's slices, as batch-norm
-// statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32 copies of the
-// rounded values instead (same place in the workspace); their products are exact in TF32,
-// so the tensor cores run them whatever --fp32-math says (tf32_allowed): the reference's
-// numerics at TF32 speed. Activations stay fp32 in memory either way.
+// statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32
+// copies of the rounded values instead (same place in the workspace); their products are
+// exact in TF32, so the tensor cores run them whatever --fp32-math says (tf32_allowed):
+// the reference's numerics at TF32 speed. Activations stay fp32 in memory either way.
 //
 // Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
 // residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as

@@ -3,7 +3,8 @@
 // (tests/ops/test_channels_last.cpp) check the very functions the kernels call.
 //
 //   int64_t row_major = channels_last::plain_index(i, C, hw);        // Dropout's mask index
-//   for (PlainWalk w(first, step, C, hw); w.index < n; w.next(step)) use(w.index, w.plain());  // the same, no division
+//   for (PlainWalk w(first, step, C, hw); w.index < n; w.next(step))
+//     use(w.index, w.plain());                                         // the same, no division
 //   for (ChannelWalk w(first, step, C); w.index < n; w.next()) use(w.index, w.channel);  // index % C
 //   Planes l{C, true};  plane_of(l, o, size, &p, &pos);  o == offset_of(l, p, pos, size)
 //   int64_t from = padded_source(i, h, w, hp, wp, top, left, inner);  // -1: a zero

@@ -7,7 +7,7 @@
 //     auto [oa, ob] = s.operands_of(p);   // A's and B's matrix (index, not elements) for Y's p-th
 //     ...
 //   }
-//   if (s.strided) ...   // matrix p of A is p * s.a_step (0: one matrix for all), of B p * s.b_step
+//   if (s.strided) ...   // A's matrix p is p * s.a_step (0: one for all), B's p * s.b_step
 //
 // Why in one place: the cuda kernel runs a broadcast batch as one strided-batched
 // cuBLASLt call where it can and must pick the same matrices the reference does;
