@@ -192,6 +192,7 @@ void dropout(KernelContext& ctx) {
   if (!dropout_options(ctx, 1, o) || !with_float(x.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = x.numel();
+        if (n == 0) return;  // nothing to draw (and PlainWalk divides by C and hw)
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
         const bool last = x.layout() == Layout::ChannelsLast;
         const int64_t C = last ? x.dims()[1] : 1, hw = last ? x.dims()[2] * x.dims()[3] : 1;

@@ -308,6 +308,8 @@ __global__ void global_average_pool_grad_nhwc(const T* dy, T* dx, int64_t batch,
 }
 
 unsigned capped(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>(n, 1, 65535)); }
+// Tiles of 32 channels: the grid's x, which has no 65535 limit and is not strided over.
+unsigned channel_tiles(int64_t c) { return static_cast<unsigned>((c + 31) / 32); }
 
 void global_averagepool(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
@@ -319,7 +321,7 @@ void global_averagepool(KernelContext& ctx) {
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.layout() == Layout::ChannelsLast)
-      global_average_pool_nhwc<T><<<dim3(capped((c + 31) / 32), capped(n)), dim3(32, kLanes), 0, context().stream>>>(
+      global_average_pool_nhwc<T><<<dim3(channel_tiles(c), capped(n)), dim3(32, kLanes), 0, context().stream>>>(
           x.data<T>(), y.data<T>(), n, c, size);
     else
       global_average_pool_kernel<T>
@@ -339,7 +341,7 @@ void global_averagepool_grad(KernelContext& ctx) {
     using T = decltype(tag);
     if (dx.layout() == Layout::ChannelsLast)
       global_average_pool_grad_nhwc<T>
-          <<<dim3(capped((c + 31) / 32), capped((size + kLanes - 1) / kLanes), capped(n)), dim3(32, kLanes), 0,
+          <<<dim3(channel_tiles(c), capped((size + kLanes - 1) / kLanes), capped(n)), dim3(32, kLanes), 0,
              context().stream>>>(dy.data<T>(), dx.data<T>(), n, c, size);
     else
       global_average_pool_grad_kernel<T>
