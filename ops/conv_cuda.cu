@@ -203,7 +203,9 @@ struct ConvPlan {
   std::shared_ptr<Choice> choice = std::make_shared<Choice>();
 };
 
-// A plan that sends its calls to the host reference kernel.
+// A plan that sends its calls to the host reference kernel, and what the notice says.
+constexpr const char* kNoCudnnPlan =
+    "cuDNN's legacy API has no algorithm for this problem, or its sizes or window do not fit it";
 ConvPlan reference_plan() {
   ConvPlan p;
   p.use_reference = true;
@@ -492,7 +494,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu, in.bytes})) return;
     }
     plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true});
-    if (plan->use_reference) return run_reference(ctx);
+    if (plan->use_reference) return run_reference(ctx, kNoCudnnPlan);
   }
   Context& c = context();
   dispatch_float(x.dtype(), [&](auto tag) {
@@ -699,7 +701,7 @@ bool conv_grad(KernelContext& ctx) {
   const Tensor& x = in.t[1];
   const Tensor& w = in.t[2];
   auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx != nullptr, .filter = dw != nullptr});
-  if (plan->use_reference) return run_reference(ctx), true;
+  if (plan->use_reference) return run_reference(ctx, kNoCudnnPlan), true;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T one = 1, zero = 0;

@@ -331,7 +331,7 @@ void gemm(KernelContext& ctx) {
     const uint32_t align[4] = {copies.bytes ? 16u : alignment(b.raw()), copies.bytes ? 16u : alignment(a.raw()),
                                alignment(c_ptr), alignment(y.raw())};
     plan = call_plan(ctx, align, e);
-    if (plan->use_reference) return run_reference(ctx);
+    if (plan->use_reference) return run_reference(ctx, "cuBLASLt's heuristic has no algorithm for this problem");
     if (e.bias || e.sums) {  // read when cublasLtMatmul is called (or captured): set for this call
       const void* bias_ptr = e.bias ? c->raw() : ctx.out(1).raw();
       check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)),
@@ -460,7 +460,8 @@ void matmul(KernelContext& ctx) {
   const Tensor& b = ctx.in(1);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
-  if (y.dtype() != DataType::Float32 && y.dtype() != DataType::Float64) return run_reference(ctx);
+  if (y.dtype() != DataType::Float32 && y.dtype() != DataType::Float64)
+    return run_reference(ctx, "the device MatMul takes float32 and float64");
   const MatmulShape s = matmul_shape(a.dims(), b.dims());
   Context& cx = context();
   if (s.k == 0) {  // sums over nothing
@@ -474,7 +475,7 @@ void matmul(KernelContext& ctx) {
   const void* b_ptr = copies.bytes ? base + copies.b : b.raw();
   bool strided = false;
   const auto plan = matmul_call(ctx, s, a_ptr, b_ptr, y.raw(), strided);
-  if (plan->use_reference) return run_reference(ctx);
+  if (plan->use_reference) return run_reference(ctx, "cuBLASLt's heuristic has no algorithm for this problem");
   base = static_cast<std::byte*>(workspace(copies.bytes + plan->workspace));
   if (copies.bytes) {
     narrow_to_math(a.data<float>(), reinterpret_cast<uint16_t*>(base + copies.a), a.numel(), ctx.math, ctx.node);

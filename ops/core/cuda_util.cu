@@ -1,6 +1,7 @@
 // The CUDA context, error checks and kernel helpers of ops/core/cuda_util.h. Compiled and linked in CI;
 // run only where a GPU exists.
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/graph_fallback.h"
 
 namespace trainrt::cuda {
 
@@ -129,9 +131,11 @@ std::string what(const Node& n, const char* call) {
 
 void check_launch(const Node& n, const char* kernel) { check(cudaGetLastError(), what(n, kernel)); }
 
-void run_reference(KernelContext& ctx) {
+void run_reference(KernelContext& ctx, const char* why) {
   const Kernel* k = registry().kernels.find("reference", ctx.node.domain, ctx.node.op_type);
   if (!k) throw_internal(what(ctx.node, "cuda host fallback"), "no reference kernel");
+  if (const std::string line = host_fallback_notices().first(ctx.node.op_type, ctx.node.name, why); !line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
   // Device memory: the reference kernel runs on host copies of the arguments.
   cudaStream_t stream = context().stream;
   // Host copies keep the arguments' layouts; the reference kernel reads Plain copies.

@@ -122,8 +122,9 @@ std::string what(const Node& n, const char* call);
 // Right after a launch: an Internal error naming the kernel and node if it failed to start.
 void check_launch(const Node& n, const char* kernel);
 // For what a cuda kernel does not cover: the op's host reference kernel, run once the
-// stream is synchronised (queued kernels may still be writing its inputs).
-void run_reference(KernelContext& ctx);
+// stream is synchronised (queued kernels may still be writing its inputs). Says so on
+// stderr once per node, with `why` (ops/core/graph_fallback.h, HostFallbackNotices).
+void run_reference(KernelContext& ctx, const char* why = "this call is outside the device kernel's scope");
 // Whether `p` points into device memory (cudaMalloc); false for host memory and for a
 // pointer CUDA does not know (the error is cleared).
 bool is_device_memory(const void* p);

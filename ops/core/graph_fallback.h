@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -140,6 +141,29 @@ inline std::string graph_fallback_notice(const std::string& op, const std::strin
                                          const std::string& why, const std::string& instead) {
   return "trainrt: cuda: " + op + " '" + node + "' (" + problem + "): cuDNN graph unsupported (" + why + "), running " +
          instead;
+}
+
+// The line said when a cuda kernel hands a call to the host reference kernel
+// (cuda::run_reference: device-to-host copies and a stream synchronisation per call), once
+// per (op, node): "trainrt: cuda: Gemm 'fc' runs on the host (reference kernel): cuBLASLt
+// has no algorithm for it". first() returns it the first time, "" after. Thread-safe.
+class HostFallbackNotices {
+ public:
+  std::string first(const std::string& op, const std::string& node, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!told_.insert({op, node}).second) return "";
+    return "trainrt: cuda: " + op + " '" + node + "' runs on the host (reference kernel): " + why;
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::pair<std::string, std::string>> told_;
+};
+
+// The process's notices (cuda::run_reference says them).
+inline HostFallbackNotices& host_fallback_notices() {
+  static HostFallbackNotices n;
+  return n;
 }
 
 }  // namespace trainrt

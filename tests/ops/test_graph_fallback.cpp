@@ -3,6 +3,7 @@
 // fake builders and executors on the CPU.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -193,4 +194,23 @@ TEST_CASE("fusion tally: per op, how many nodes last ran the graph and how many 
   CHECK(n["FusedConv"].unfused == 2);
   t.clear();
   CHECK(t.counts().empty());
+}
+
+TEST_CASE("host fallback notices: one line per op and node, naming both and the reason") {
+  HostFallbackNotices n;
+  CHECK(n.first("Gemm", "fc", "cuBLASLt's heuristic has no algorithm for this problem") ==
+        "trainrt: cuda: Gemm 'fc' runs on the host (reference kernel): cuBLASLt's heuristic has no algorithm for "
+        "this problem");
+  CHECK(n.first("Gemm", "fc", "another reason").empty());  // said once, whatever the reason
+  CHECK_FALSE(n.first("Gemm", "fc2", "x").empty());        // another node
+  CHECK_FALSE(n.first("MatMul", "fc", "x").empty());       // another op of the same name
+  std::vector<std::thread> threads;
+  std::atomic<int> said{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i)
+        if (!n.first("Conv", "c1", "r").empty()) ++said;
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(said == 1);
 }
