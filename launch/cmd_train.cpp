@@ -326,8 +326,8 @@ void TrainRun::print_start() const {
       c_.precision.c_str());
   if (c_.math == MathPrecision::fp16)
     std::printf(
-        "fp16: convolution inputs rounded to half precision (%s), dynamic loss scaling from %g\n",
-        c_.backend == "cuda" ? "rounded copies on TF32 tensor cores" : "emulated on the cpu backend, no speed-up",
+        "fp16: convolution and matrix-product inputs rounded to half precision (%s), dynamic loss scaling from %g\n",
+        c_.backend == "cuda" ? "16-bit copies on the tensor cores" : "emulated on the cpu backend, no speed-up",
         static_cast<double>(session_->loss_scale()));
   if (!c_.resume.empty())
     std::printf("Resumed from %s at epoch %lld, step %lld (global step %lld)\n", c_.resume.c_str(),
