@@ -403,11 +403,6 @@ bool dx_relu(const KernelContext& ctx) {
   return ctx.node.op_type == "ConvGrad" && ctx.has_output(0) && ctx.node.attr_int("dx_relu", 0) != 0;
 }
 
-size_t math_bytes(const KernelContext& ctx) {
-  Carve carve;
-  for (size_t i : rounded_inputs(ctx)) carve.take(ctx.in(i).nbytes());
-  return carve.size;
-}
 MathInputs math_inputs(const KernelContext& ctx) {
   MathInputs r;
   for (size_t i = 0; i < ctx.inputs.size(); ++i) r.t.push_back(ctx.has_input(i) ? ctx.in(i) : Tensor());
@@ -423,46 +418,6 @@ MathInputs math_inputs(const KernelContext& ctx) {
     r.t[i] = Tensor(t.dtype(), t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
     r.t[i].set_layout(t.layout());  // an elementwise copy: the same order
   }
-  return r;
-}
-
-// Under bf16/fp16, the inputs math_inputs rounds as 16-bit copies (bfloat16 / IEEE half
-// bits) for the cuDNN graphs, each at the offset its fp32 copy takes there (so
-// math_bytes covers both); the other inputs are themselves. `prepare` writes the copies
-// once, when the first graph of the call runs. Asked at plan time (`base` null) the
-// copies have shapes and dtypes but no memory. `ok` is false under fp32 or when no
-// input is rounded.
-struct NarrowInputs {
-  std::vector<Tensor> t;
-  std::function<void()> prepare;
-  bool ok = false;
-};
-NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base) {
-  NarrowInputs r;
-  const std::vector<size_t> rounded = rounded_inputs(ctx);
-  if (rounded.empty()) return r;
-  for (size_t i = 0; i < ctx.inputs.size(); ++i) r.t.push_back(ctx.has_input(i) ? ctx.in(i) : Tensor());
-  const DataType type = ctx.math == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
-  struct Job {
-    const float* from;
-    uint16_t* to;
-    int64_t n;
-  };
-  std::vector<Job> jobs;
-  Carve carve;
-  for (size_t i : rounded) {
-    const Tensor& t = ctx.in(i);
-    std::byte* at = base ? base + carve.take(t.nbytes()) : nullptr;
-    r.t[i] = Tensor(type, t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
-    r.t[i].set_layout(t.layout());
-    jobs.push_back(Job{t.data<float>(), reinterpret_cast<uint16_t*>(at), t.numel()});
-  }
-  r.prepare = [jobs, node = &ctx.node, m = ctx.math, done = std::make_shared<bool>(false)] {
-    if (*done) return;
-    *done = true;
-    for (const Job& j : jobs) narrow_to_math(j.from, j.to, j.n, m, *node);
-  };
-  r.ok = true;
   return r;
 }
 

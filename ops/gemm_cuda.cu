@@ -196,25 +196,38 @@ bool bias_c(const KernelContext& ctx) {
   return k > 0 && row && ctx.out(0).dims()[0] > 1;  // M == 1: C is Y's full size, read directly
 }
 
-// The precision A and B are narrowed to for the product: ctx's math when both are fp32
-// (rounded_inputs), else fp32 (no copies).
+// The precision A and B are narrowed to for the product: ctx's math when they are fp32
+// (rounded_inputs: both or neither, one dtype), else fp32 (no copies). The copies are
+// narrow_inputs', in the first math_bytes of the call's workspace.
 MathPrecision narrowed(const KernelContext& ctx) {
-  return rounded_inputs(ctx).size() == 2 ? ctx.math : MathPrecision::fp32;
+  return rounded_inputs(ctx).empty() ? MathPrecision::fp32 : ctx.math;
 }
 
-// Bytes of the 16-bit copies of A and B at the front of the call's workspace, and their
-// offsets there; 0 when not narrowed.
-struct Copies {
-  size_t a = 0, b = 0, bytes = 0;
+// A call's buffers: its workspace (the copies' math_bytes first, then cuBLASLt's
+// `lt_bytes`) and the A and B it multiplies: narrow_inputs' 16-bit copies, written now
+// (`narrow`), or the inputs themselves.
+struct Operands {
+  const void* a;
+  const void* b;
+  void* ws;
+  bool narrow;
 };
-Copies copies_of(const KernelContext& ctx) {
-  Copies c;
-  if (narrowed(ctx) == MathPrecision::fp32) return c;
-  Carve carve;
-  c.a = carve.take(static_cast<size_t>(ctx.in(0).numel()) * sizeof(uint16_t));
-  c.b = carve.take(static_cast<size_t>(ctx.in(1).numel()) * sizeof(uint16_t));
-  c.bytes = carve.size;
-  return c;
+Operands operands(const KernelContext& ctx, size_t lt_bytes) {
+  const size_t copies = math_bytes(ctx);
+  auto* base = static_cast<std::byte*>(workspace(copies + lt_bytes));
+  const NarrowInputs narrow = narrow_inputs(ctx, base);
+  if (narrow.ok) narrow.prepare();
+  return {narrow.ok ? narrow.t[0].raw() : ctx.in(0).raw(), narrow.ok ? narrow.t[1].raw() : ctx.in(1).raw(),
+          base + copies, narrow.ok};
+}
+
+// Whether a product of ctx in dtype `t` runs TF32 math, and its words in a plan key.
+bool tf32_math(const KernelContext& ctx, DataType t) {
+  return ctx.fp32 == Fp32Math::tf32 && t == DataType::Float32 && narrowed(ctx) == MathPrecision::fp32;
+}
+std::string math_key(const KernelContext& ctx, DataType t) {
+  if (narrowed(ctx) != MathPrecision::fp32) return std::string("|") + math_precision_name(narrowed(ctx));
+  return tf32_math(ctx, t) ? "|tf32" : "";
 }
 
 // A: M,K (K,M if transA)  B: K,N (N,K if transB)  C: broadcast to M,N  ->  Y: M,N
@@ -231,13 +244,10 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
   std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
                     std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
   for (int i = 0; i < 4; ++i) key += ',' + std::to_string(align[i]);
-  const MathPrecision narrow = narrowed(ctx);
-  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && y.dtype() == DataType::Float32 && narrow == MathPrecision::fp32;
-  if (tf32) key += "|tf32";
-  if (narrow != MathPrecision::fp32) key += std::string("|") + math_precision_name(narrow);
-  key += "|e" + std::to_string(static_cast<int>(epilogue));
-  return cached<GemmPlan>(
-      key, [&] { return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32, narrow, epilogue); });
+  key += math_key(ctx, y.dtype()) + "|e" + std::to_string(static_cast<int>(epilogue));
+  return cached<GemmPlan>(key, [&] {
+    return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32_math(ctx, y.dtype()), narrowed(ctx), epilogue);
+  });
 }
 
 // Whether the node is a FusedGemm with a ReLU.
@@ -297,7 +307,7 @@ size_t gemm_workspace(const KernelContext& ctx) {
   const uint32_t align[4] = {16, 16, 16, 16};
   Epilogue e;
   const auto plan = call_plan(ctx, align, e);
-  return copies_of(ctx).bytes + (plan && !plan->use_reference ? plan->workspace : 0);
+  return math_bytes(ctx) + (plan && !plan->use_reference ? plan->workspace : 0);
 }
 
 void gemm(KernelContext& ctx) {
@@ -322,14 +332,12 @@ void gemm(KernelContext& ctx) {
 
   std::shared_ptr<const GemmPlan> plan;
   Epilogue e;
-  const Copies copies = copies_of(ctx);
-  const void* a_ptr = a.raw();
-  const void* b_ptr = b.raw();
+  const size_t copies = math_bytes(ctx);
   if (k > 0) {
     // 16-bit copies: at 256-byte offsets of cudaMalloc's buffer, so 16-byte aligned as
     // the plan-time rule assumes.
-    const uint32_t align[4] = {copies.bytes ? 16u : alignment(b.raw()), copies.bytes ? 16u : alignment(a.raw()),
-                               alignment(c_ptr), alignment(y.raw())};
+    const uint32_t align[4] = {copies ? 16u : alignment(b.raw()), copies ? 16u : alignment(a.raw()), alignment(c_ptr),
+                               alignment(y.raw())};
     plan = call_plan(ctx, align, e);
     if (plan->use_reference) return run_reference(ctx, "cuBLASLt's heuristic has no algorithm for this problem");
     if (e.bias || e.sums) {  // read when cublasLtMatmul is called (or captured): set for this call
@@ -351,18 +359,9 @@ void gemm(KernelContext& ctx) {
     }
     if (k > 0) {
       const T alpha_t = static_cast<T>(alpha), beta_t = use_c && !e.bias ? static_cast<T>(beta) : T(0);
-      auto* base = static_cast<std::byte*>(workspace(copies.bytes + plan->workspace));
-      if (copies.bytes) {
-        auto* a16 = reinterpret_cast<uint16_t*>(base + copies.a);
-        auto* b16 = reinterpret_cast<uint16_t*>(base + copies.b);
-        narrow_to_math(a.data<float>(), a16, a.numel(), ctx.math, node);
-        narrow_to_math(b.data<float>(), b16, b.numel(), ctx.math, node);
-        a_ptr = a16;
-        b_ptr = b16;
-      }
-      void* ws = base + copies.bytes;
-      check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, b_ptr, plan->a, a_ptr, plan->b, &beta_t, c_ptr, plan->d, y.raw(),
-                           plan->d, &plan->algo, ws, plan->workspace, cx.stream),
+      const Operands in = operands(ctx, plan->workspace);
+      check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, in.b, plan->a, in.a, plan->b, &beta_t, c_ptr, plan->d, y.raw(),
+                           plan->d, &plan->algo, in.ws, plan->workspace, cx.stream),
             what(node, "cublasLtMatmul"));
     }
     // `trainrt bench` says how FusedGemm nodes ran: their ReLU or sums in cuBLASLt's epilogue or not.
@@ -398,7 +397,8 @@ int64_t b_stride(const MatmulShape& s) { return s.b_step * s.k * s.n; }
 bool one_call(const MatmulShape& s) { return s.strided && s.batches <= INT32_MAX; }
 
 // What the heuristic may assume of an operand at `base` whose batches start `stride_bytes`
-// apart: the alignment of every batch's start. At plan time (`base` null) the arena's 16.
+// apart: the alignment of every batch's start; `base` null: 16, the arena's and the
+// workspace copies' (at plan time, and for narrow_inputs' copies).
 uint32_t batch_alignment(const void* base, int64_t stride_bytes, bool batched) {
   uint32_t a = base ? alignment(base) : 16;
   if (batched && stride_bytes != 0) a = std::min(a, alignment(reinterpret_cast<const void*>(stride_bytes)));
@@ -409,26 +409,23 @@ uint32_t batch_alignment(const void* base, int64_t stride_bytes, bool batched) {
 // time), cached by shape, batching, alignments and math.
 std::shared_ptr<const GemmPlan> matmul_plan(const KernelContext& ctx, const MatmulShape& s, bool strided, const void* a,
                                             const void* b, const void* y) {
-  const MathPrecision narrow = narrowed(ctx);
   const DataType t = ctx.out(0).dtype();
-  const int64_t in_bytes = narrow != MathPrecision::fp32 ? 2 : static_cast<int64_t>(dtype_size(t));
+  const int64_t in_bytes = narrowed(ctx) != MathPrecision::fp32 ? 2 : static_cast<int64_t>(dtype_size(t));
   const bool many = s.batches > 1;
   const Batch batch =
       strided && many ? Batch{static_cast<int32_t>(s.batches), a_stride(s), b_stride(s), s.m * s.n} : Batch{};
+  const uint32_t y_align = batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many);
   const uint32_t align[4] = {batch_alignment(b, (strided ? b_stride(s) : s.k * s.n) * in_bytes, many),
-                             batch_alignment(a, (strided ? a_stride(s) : s.m * s.k) * in_bytes, many),
-                             batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many),
-                             batch_alignment(y, s.m * s.n * static_cast<int64_t>(dtype_size(t)), many)};
-  const bool tf32 = ctx.fp32 == Fp32Math::tf32 && t == DataType::Float32 && narrow == MathPrecision::fp32;
+                             batch_alignment(a, (strided ? a_stride(s) : s.m * s.k) * in_bytes, many), y_align,
+                             y_align};
   std::string key = std::string("MatMul|") + dtype_name(t) + '|' + std::to_string(s.m) + ',' + std::to_string(s.n) +
                     ',' + std::to_string(s.k) + "|b" + std::to_string(batch.count) + ',' + std::to_string(batch.a) +
                     ',' + std::to_string(batch.b);
   for (uint32_t v : align) key += ',' + std::to_string(v);
-  if (tf32) key += "|tf32";
-  if (narrow != MathPrecision::fp32) key += std::string("|") + math_precision_name(narrow);
+  key += math_key(ctx, t);
   return cached<GemmPlan>(key, [&] {
-    return make_gemm_plan(ctx.node, t, s.m, s.n, s.k, false, false, align, tf32, narrow, CUBLASLT_EPILOGUE_DEFAULT,
-                          batch);
+    return make_gemm_plan(ctx.node, t, s.m, s.n, s.k, false, false, align, tf32_math(ctx, t), narrowed(ctx),
+                          CUBLASLT_EPILOGUE_DEFAULT, batch);
   });
 }
 
@@ -452,7 +449,7 @@ size_t matmul_workspace(const KernelContext& ctx) {
   if (s.k == 0) return 0;
   bool strided = false;
   const auto plan = matmul_call(ctx, s, nullptr, nullptr, nullptr, strided);
-  return copies_of(ctx).bytes + (plan->use_reference ? 0 : plan->workspace);
+  return math_bytes(ctx) + (plan->use_reference ? 0 : plan->workspace);
 }
 
 void matmul(KernelContext& ctx) {
@@ -468,32 +465,23 @@ void matmul(KernelContext& ctx) {
     check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), cx.stream), what(ctx.node, "cudaMemsetAsync"));
     return;
   }
-  const Copies copies = copies_of(ctx);
-  // The workspace: the 16-bit copies (256-byte offsets of cudaMalloc's buffer), then cuBLASLt's.
-  auto* base = static_cast<std::byte*>(workspace(copies.bytes));
-  const void* a_ptr = copies.bytes ? base + copies.a : a.raw();
-  const void* b_ptr = copies.bytes ? base + copies.b : b.raw();
+  // The workspace: the 16-bit copies (256-byte offsets of cudaMalloc's buffer, so planned
+  // as 16-byte aligned: null pointers), then cuBLASLt's.
+  const size_t copies = math_bytes(ctx);
   bool strided = false;
-  const auto plan = matmul_call(ctx, s, a_ptr, b_ptr, y.raw(), strided);
+  const auto plan = matmul_call(ctx, s, copies ? nullptr : a.raw(), copies ? nullptr : b.raw(), y.raw(), strided);
   if (plan->use_reference) return run_reference(ctx, "cuBLASLt's heuristic has no algorithm for this problem");
-  base = static_cast<std::byte*>(workspace(copies.bytes + plan->workspace));
-  if (copies.bytes) {
-    narrow_to_math(a.data<float>(), reinterpret_cast<uint16_t*>(base + copies.a), a.numel(), ctx.math, ctx.node);
-    narrow_to_math(b.data<float>(), reinterpret_cast<uint16_t*>(base + copies.b), b.numel(), ctx.math, ctx.node);
-    a_ptr = base + copies.a;
-    b_ptr = base + copies.b;
-  }
-  void* ws = base + copies.bytes;
-  const size_t in_bytes = copies.bytes ? 2 : dtype_size(y.dtype()), y_bytes = dtype_size(y.dtype());
+  const Operands in = operands(ctx, plan->workspace);
+  const size_t in_bytes = in.narrow ? 2 : dtype_size(y.dtype()), y_bytes = dtype_size(y.dtype());
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T one = 1, zero = 0;
     auto call = [&](int64_t oa, int64_t ob, int64_t oy) {
-      check(cublasLtMatmul(cx.lt, plan->op, &one, static_cast<const std::byte*>(b_ptr) + ob * in_bytes, plan->a,
-                           static_cast<const std::byte*>(a_ptr) + oa * in_bytes, plan->b, &zero,
+      check(cublasLtMatmul(cx.lt, plan->op, &one, static_cast<const std::byte*>(in.b) + ob * in_bytes, plan->a,
+                           static_cast<const std::byte*>(in.a) + oa * in_bytes, plan->b, &zero,
                            static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d,
-                           static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d, &plan->algo, ws, plan->workspace,
-                           cx.stream),
+                           static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d, &plan->algo, in.ws,
+                           plan->workspace, cx.stream),
             what(ctx.node, "cublasLtMatmul"));
     };
     if (strided) return call(0, 0, 0);  // the plan holds the batch

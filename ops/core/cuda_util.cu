@@ -233,4 +233,39 @@ std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
   return in;
 }
 
+size_t math_bytes(const KernelContext& ctx) {
+  Carve carve;
+  for (size_t i : rounded_inputs(ctx)) carve.take(ctx.in(i).nbytes());
+  return carve.size;
+}
+
+NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base) {
+  NarrowInputs r;
+  const std::vector<size_t> rounded = rounded_inputs(ctx);
+  if (rounded.empty()) return r;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) r.t.push_back(ctx.has_input(i) ? ctx.in(i) : Tensor());
+  const DataType type = ctx.math == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+  struct Job {
+    const float* from;
+    uint16_t* to;
+    int64_t n;
+  };
+  std::vector<Job> jobs;
+  Carve carve;
+  for (size_t i : rounded) {
+    const Tensor& t = ctx.in(i);
+    std::byte* at = base ? base + carve.take(t.nbytes()) : nullptr;
+    r.t[i] = Tensor(type, t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
+    r.t[i].set_layout(t.layout());
+    jobs.push_back(Job{t.data<float>(), reinterpret_cast<uint16_t*>(at), t.numel()});
+  }
+  r.prepare = [jobs, node = &ctx.node, m = ctx.math, done = std::make_shared<bool>(false)] {
+    if (*done) return;
+    *done = true;
+    for (const Job& j : jobs) narrow_to_math(j.from, j.to, j.n, m, *node);
+  };
+  r.ok = true;
+  return r;
+}
+
 }  // namespace trainrt::cuda

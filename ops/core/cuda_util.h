@@ -141,6 +141,21 @@ void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m,
 // ones among math_rounded_inputs (ops/core/kernel.h) for the outputs it computes; none
 // under fp32.
 std::vector<size_t> rounded_inputs(const KernelContext& ctx);
+// Bytes at the front of a call's workspace for a copy of each of rounded_inputs, sized as
+// its fp32 self (so rounded fp32 copies or 16-bit ones fit), each at a Carve offset.
+size_t math_bytes(const KernelContext& ctx);
+// Under bf16/fp16, rounded_inputs as 16-bit copies (bfloat16 / IEEE half bits) for the
+// library calls that read them at the tensor cores' 16-bit rate, each at the offset
+// math_bytes gives it in `base`; the other inputs are themselves (an empty Tensor where
+// an optional input is omitted). `prepare` writes the copies once, on the context's
+// stream. Asked at plan time (`base` null) the copies have shapes and dtypes but no
+// memory. `ok` is false under fp32 or when no input is rounded.
+struct NarrowInputs {
+  std::vector<Tensor> t;
+  std::function<void()> prepare;
+  bool ok = false;
+};
+NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base);
 // Whether a convolution of this call may run TF32 tensor-core math: with --fp32-math tf32,
 // and always on rounded bf16/fp16 inputs, whose 8- or 11-bit significands TF32 holds
 // exactly (the products are then the reference's, accumulated in fp32 either way).
