@@ -128,6 +128,13 @@ __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, int64
   }
 }
 
+// One gradient value: dY * scale where the element was kept, else 0 (NaN everywhere for
+// an invalid training ratio, as the forward wrote).
+template <typename T>
+__device__ T dropout_grad_value(const DropoutConstants<T>& c, T dy, bool kept) {
+  return c.training && !c.valid ? c.scale : kept ? dy * c.scale : T(0);
+}
+
 // DropoutGrad (kRelu false): dX = mask ? dY * scale : 0.
 // DropoutReluGrad (kRelu true, `keep` is Z): dX = Z > 0 ? dZ * scale : 0.
 template <typename T, bool kRelu>
@@ -139,7 +146,7 @@ __global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_
       kept = static_cast<const T*>(keep)[i] > T(0);
     else
       kept = static_cast<const uint8_t*>(keep)[i] != 0;
-    dx[i] = c.training && !c.valid ? c.scale : kept ? dy[i] * c.scale : T(0);
+    dx[i] = dropout_grad_value(c, dy[i], kept);
   }
 }
 
@@ -148,7 +155,6 @@ __global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_
 template <bool kRelu>
 __global__ void dropout_grad4_kernel(const float4* dy, const void* keep, float4* dx, int64_t n4, DropoutOptions o) {
   const DropoutConstants<float> c = block_dropout_constants<float>(o);
-  auto one = [&](float g, bool kept) { return c.training && !c.valid ? c.scale : kept ? g * c.scale : 0.f; };
   TRAINRT_GRID_STRIDE(i, n4) {
     bool k0, k1, k2, k3;
     if constexpr (kRelu) {
@@ -159,7 +165,8 @@ __global__ void dropout_grad4_kernel(const float4* dy, const void* keep, float4*
       k0 = m.x != 0, k1 = m.y != 0, k2 = m.z != 0, k3 = m.w != 0;
     }
     const float4 g = dy[i];
-    dx[i] = make_float4(one(g.x, k0), one(g.y, k1), one(g.z, k2), one(g.w, k3));
+    dx[i] = make_float4(dropout_grad_value(c, g.x, k0), dropout_grad_value(c, g.y, k1), dropout_grad_value(c, g.z, k2),
+                        dropout_grad_value(c, g.w, k3));
   }
 }
 

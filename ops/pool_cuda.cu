@@ -245,27 +245,25 @@ void averagepool_grad(KernelContext& ctx) {
   check_launch(ctx.node, "averagepool_grad_kernel");
 }
 
-// One block per plane p (grid-stride over planes): y[p] = mean of x's plane p.
+// Plain x: one block per plane p (grid-stride over planes): y[p] = mean of x's plane p.
 template <typename T>
-__global__ void global_average_pool_kernel(const T* x, T* y, int64_t planes, int64_t size, Lay l) {
-  const int64_t step = plane_step(l);
+__global__ void global_average_pool_kernel(const T* x, T* y, int64_t planes, int64_t size) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
-    const T* plane = x + plane_base(p, size, l);
+    const T* plane = x + p * size;
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) sum += static_cast<double>(plane[i * step]);
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) sum += static_cast<double>(plane[i]);
     sum = block_sum(sum);
     if (threadIdx.x == 0) y[p] = static_cast<T>(sum / static_cast<double>(size));
   }
 }
 
-// One block per plane p: dx's plane p = dy[p] / size (the reference's rounding).
+// Plain dx: one block per plane p: dx's plane p = dy[p] / size (the reference's rounding).
 template <typename T>
-__global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t planes, int64_t size, Lay l) {
-  const int64_t step = plane_step(l);
+__global__ void global_average_pool_grad_kernel(const T* dy, T* dx, int64_t planes, int64_t size) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
     const T share = static_cast<T>(static_cast<double>(dy[p]) / static_cast<double>(size));
-    T* plane = dx + plane_base(p, size, l);
-    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) plane[i * step] = share;
+    T* plane = dx + p * size;
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) plane[i] = share;
   }
 }
 
@@ -325,7 +323,7 @@ void global_averagepool(KernelContext& ctx) {
           x.data<T>(), y.data<T>(), n, c, size);
     else
       global_average_pool_kernel<T>
-          <<<capped(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size, lay_of(x));
+          <<<capped(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), planes, size);
   });
   check_launch(ctx.node, "global_average_pool_kernel");
 }
@@ -345,7 +343,7 @@ void global_averagepool_grad(KernelContext& ctx) {
              context().stream>>>(dy.data<T>(), dx.data<T>(), n, c, size);
     else
       global_average_pool_grad_kernel<T>
-          <<<capped(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size, lay_of(dx));
+          <<<capped(planes), kThreads, 0, context().stream>>>(dy.data<T>(), dx.data<T>(), planes, size);
   });
   check_launch(ctx.node, "global_average_pool_grad_kernel");
 }
