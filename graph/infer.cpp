@@ -24,11 +24,6 @@ void check_opset(const Graph& g, const Node& n, size_t i, const OpSchema& s, con
                         std::to_string(kMinOpset) + "); hint: re-export with opset_version=13 or newer");
 }
 
-// Largest element count of one value (product of its known non-zero dims): above any
-// tensor ImportLimits lets in (8 GiB), and low enough that the products of dims in
-// shape rules cannot overflow int64 (a hostile Pad or Reshape could make one).
-constexpr int64_t kMaxElements = int64_t{1} << 36;
-
 void check_size(const std::string& name, const ValueInfo& v, const std::string& at) {
   if (!v.shape) return;
   int64_t n = 1;

@@ -20,6 +20,13 @@
 
 namespace trainrt {
 
+// Largest element count of one value (product of its known non-zero dims): above any
+// tensor ImportLimits lets in (8 GiB), and low enough that the products of dims in
+// shape rules cannot overflow int64 (a hostile Pad or Reshape could make one). Shape
+// inference checks every output against it; a rule that multiplies dims it did not
+// get from a checked value (Reshape's shape input) checks as it goes.
+inline constexpr int64_t kMaxElements = int64_t{1} << 36;
+
 class InferContext {
  public:
   InferContext(const Graph& g, const Node& n, size_t index, std::vector<ValueInfo>& outputs)

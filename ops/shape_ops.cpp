@@ -300,6 +300,8 @@ void reshape_infer(InferContext& ctx) {
       y[i] = Dim::of(v);
     }
     if (y[i].known()) {
+      if (y[i].value != 0 && out_known > kMaxElements / y[i].value)  // before the product can overflow
+        ctx.fail("shape " + want_str + " has more than 2^36 elements");
       out_known *= y[i].value;
     } else {
       // a copied symbol cancels the same symbol of the input

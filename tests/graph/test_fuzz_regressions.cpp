@@ -122,6 +122,55 @@ TEST_CASE("fuzz: inferred and declared shapes over 2^36 elements are refused bef
 
 namespace {
 
+// x[N,4] -> Reshape(shape) -> y, with `shape` an initializer.
+std::string reshape_to(const std::vector<int64_t>& shape) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(17);
+  auto* g = m.mutable_graph();
+  set_type(g->add_input(), "x", {4}, true);
+  g->add_output()->set_name("y");
+  auto* p = g->add_initializer();
+  p->set_name("shape");
+  p->set_data_type(onnx::TensorProto::INT64);
+  p->add_dims(static_cast<int64_t>(shape.size()));
+  for (int64_t v : shape) p->add_int64_data(v);
+  auto* n = g->add_node();
+  n->set_op_type("Reshape");
+  n->set_name("Reshape");
+  n->add_input("x");
+  n->add_input("shape");
+  n->add_output("y");
+  std::string b;
+  REQUIRE(m.SerializeToString(&b));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: a Reshape to a huge shape is refused before its dims product overflows (UBSan, ops/shape_ops.cpp)") {
+  // The input fuzz_onnx_import found: UBSan "signed integer overflow: 3940649657171971 * 1638416" in Reshape.
+  std::string e = import_error(read_all(TRAINRT_TEST_DATA "/fuzz_regressions/onnx_import-reshape-overflow.onnx"));
+  CHECK(e.find("(Reshape)") != std::string::npos);
+  CHECK(e.find("more than 2^36 elements") != std::string::npos);
+  // Minimal versions: two dims whose product overflows int64, with and without the -1
+  // slot; a product just over the limit. A shape of exactly 2^36 elements still types
+  // (the batch N is symbolic, so the element counts are not compared).
+  const int64_t big = int64_t{1} << 40;
+  for (const auto& shape : {std::vector<int64_t>{big, big}, std::vector<int64_t>{-1, big, big},
+                            std::vector<int64_t>{int64_t{1} << 20, (int64_t{1} << 16) + 1}}) {
+    e = import_error(reshape_to(shape));
+    CHECK(e.find("(Reshape)") != std::string::npos);
+    CHECK(e.find("more than 2^36 elements") != std::string::npos);
+  }
+  CHECK_NOTHROW(
+      (void)import_onnx_bytes(reshape_to({int64_t{1} << 20, int64_t{1} << 16}), "m.onnx", "", registry().schemas));
+}
+
+namespace {
+
 // The BadInput message of reading `bytes` as a TensorProto file; fails if it reads.
 std::string tensor_error(const std::string& bytes) {
   const std::string path = "fuzz_regression_input_0.pb";
