@@ -580,14 +580,29 @@ void shape_reference(KernelContext& ctx) {
 
 // The dims named by a shape input's elements (numbers >= 0, symbols, unknown); the
 // rank alone when only the input's length is known; nullopt when not even that.
+// Longest vector ConstantOfShape's output carries as ValueInfo::ints: a shape's length.
+// Also the largest rank a shape input may ask for.
+constexpr int64_t kMaxShapeInts = 64;
+
 std::optional<Shape> dims_of_shape_input(const InferContext& ctx, size_t i, const std::string& role) {
   const ValueInfo& v = ctx.input(i);
-  if (v.dtype != DataType::Int64) ctx.fail("input " + std::to_string(i) + " (" + role + ") must be int64");
+  const std::string what = "input " + std::to_string(i) + " (" + role + ")";
+  if (v.dtype != DataType::Int64) ctx.fail(what + " must be int64");
+  if (v.shape && v.shape->size() == 1 && (*v.shape)[0].known() && (*v.shape)[0].value > kMaxShapeInts)
+    ctx.fail(what + " has " + std::to_string((*v.shape)[0].value) + " dimensions, more than " +
+             std::to_string(kMaxShapeInts));
   if (std::optional<std::vector<ShapeInt>> ints = ctx.input_ints(i)) {
+    if (static_cast<int64_t>(ints->size()) > kMaxShapeInts)
+      ctx.fail(what + " has " + std::to_string(ints->size()) + " dimensions, more than " +
+               std::to_string(kMaxShapeInts));
     Shape s;
+    int64_t n = 1;  // known non-zero dims, bounded before the product can overflow
     for (const ShapeInt& e : *ints) {
-      if (e.known() && e.value < 0)
-        ctx.fail("input " + std::to_string(i) + " (" + role + ") has a negative dimension " + std::to_string(e.value));
+      if (e.known() && e.value < 0) ctx.fail(what + " has a negative dimension " + std::to_string(e.value));
+      if (e.known() && e.value > 0) {
+        if (e.value > kMaxElements / n) ctx.fail(what + " asks for more than 2^36 elements");
+        n *= e.value;
+      }
       s.push_back(e.dim());
     }
     return s;
@@ -596,9 +611,6 @@ std::optional<Shape> dims_of_shape_input(const InferContext& ctx, size_t i, cons
     return Shape(static_cast<size_t>((*v.shape)[0].value), Dim{});
   return std::nullopt;
 }
-
-// Longest vector ConstantOfShape's output carries as ValueInfo::ints: a shape's length.
-constexpr int64_t kMaxShapeInts = 64;
 
 void constant_of_shape_infer(InferContext& ctx) {
   const Node& n = ctx.node();
@@ -646,6 +658,12 @@ void range_infer(InferContext& ctx) {
       known = false;
   }
   if (known && v[2] == 0) ctx.fail("delta is 0");
+  if (known) {
+    const double len = std::ceil((v[1] - v[0]) / v[2]);  // NaN or beyond int64 must not reach the cast
+    if (!(len <= static_cast<double>(kMaxElements)))
+      ctx.fail("start " + std::to_string(v[0]) + ", limit " + std::to_string(v[1]) + " and delta " +
+               std::to_string(v[2]) + " give more than 2^36 elements");
+  }
   ctx.set_output(0, t, {known ? Dim::of(range_length(v[0], v[1], v[2])) : Dim{}});
 }
 
@@ -994,6 +1012,7 @@ void split_infer(InferContext& ctx) {
     int64_t total = 0;
     for (int64_t s : *sizes) {
       if (s < 0) ctx.fail("split " + dims_to_string(*sizes) + " has a negative size");
+      if (s > kMaxElements - total) ctx.fail("split " + dims_to_string(*sizes) + " sums to more than 2^36");
       total += s;
     }
     if (x[axis].known() && total != x[axis].value)

@@ -171,6 +171,75 @@ TEST_CASE("fuzz: a Reshape to a huge shape is refused before its dims product ov
 
 namespace {
 
+// One `op` node over x[N,4] (float, when `x` is true) and int64 initializers (rank 1,
+// or scalars when `scalars`), with `outputs` outputs.
+std::string one_node(const std::string& op, bool x,
+                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& ints, size_t outputs = 1,
+                     bool scalars = false) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(17);
+  auto* g = m.mutable_graph();
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(op);
+  if (x) {
+    set_type(g->add_input(), "x", {4}, true);
+    n->add_input("x");
+  }
+  for (const auto& [name, values] : ints) {
+    auto* p = g->add_initializer();
+    p->set_name(name);
+    p->set_data_type(onnx::TensorProto::INT64);
+    if (!scalars) p->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) p->add_int64_data(v);
+    n->add_input(name);
+  }
+  for (size_t i = 0; i < outputs; ++i) {
+    n->add_output("y" + std::to_string(i));
+    g->add_output()->set_name("y" + std::to_string(i));
+  }
+  std::string b;
+  REQUIRE(m.SerializeToString(&b));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: shape inputs that would overflow or exhaust memory in other shape rules are refused") {
+  const int64_t big = int64_t{1} << 40, max = std::numeric_limits<int64_t>::max();
+  // Split sizes whose sum overflows int64 (x[N,4] split on axis 0 of unknown N).
+  std::string e = import_error(one_node("Split", true, {{"split", {max, max}}}, 2));
+  CHECK(e.find("(Split)") != std::string::npos);
+  CHECK(e.find("sums to more than 2^36") != std::string::npos);
+  // Range whose length is beyond int64 (the cast would be undefined) or just over 2^36.
+  for (const auto& v : {std::vector<int64_t>{-max, max, 1}, std::vector<int64_t>{0, (int64_t{1} << 36) + 1, 1}}) {
+    e = import_error(one_node("Range", false, {{"start", {v[0]}}, {"limit", {v[1]}}, {"delta", {v[2]}}}, 1, true));
+    CHECK(e.find("(Range)") != std::string::npos);
+    CHECK(e.find("more than 2^36 elements") != std::string::npos);
+  }
+  // ConstantOfShape and Expand asking for a product of dims beyond int64, or a rank
+  // of 65 (a shape input of 10^9 dims would be a 10^9-element vector in inference).
+  e = import_error(one_node("ConstantOfShape", false, {{"shape", {big, big, big}}}));
+  CHECK(e.find("(ConstantOfShape)") != std::string::npos);
+  CHECK(e.find("more than 2^36 elements") != std::string::npos);
+  e = import_error(one_node("Expand", true, {{"shape", {big, big, 4}}}));
+  CHECK(e.find("(Expand)") != std::string::npos);
+  CHECK(e.find("more than 2^36 elements") != std::string::npos);
+  e = import_error(one_node("Expand", true, {{"shape", std::vector<int64_t>(65, 1)}}));
+  CHECK(e.find("65 dimensions, more than 64") != std::string::npos);
+  // At the limits they still type.
+  CHECK_NOTHROW((void)import_onnx_bytes(one_node("Expand", true, {{"shape", std::vector<int64_t>(64, 1)}}), "m.onnx",
+                                        "", registry().schemas));
+  CHECK_NOTHROW(
+      (void)import_onnx_bytes(one_node("Range", false, {{"start", {0}}, {"limit", {1000}}, {"delta", {3}}}, 1, true),
+                              "m.onnx", "", registry().schemas));
+}
+
+namespace {
+
 // The BadInput message of reading `bytes` as a TensorProto file; fails if it reads.
 std::string tensor_error(const std::string& bytes) {
   const std::string path = "fuzz_regression_input_0.pb";
