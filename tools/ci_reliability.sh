@@ -58,6 +58,24 @@ configure() {  # configure DIR CMAKE_ARGS...
 # -timeout catches hangs (one input > 10 s), -rss_limit_mb and -malloc_limit_mb
 # memory blow-ups, LeakSanitizer leaks. A finding leaves crash-*/leak-*/timeout-*/
 # oom-* in $dir/findings and fails the phase.
+# A finding, repeated under the summary (the end of a CI log is what survives): the
+# first error line, libFuzzer's seed and, when small, the input itself in base64, so
+# it reproduces without the build tree (base64 -d > input; fuzz_<name> input).
+findings=()
+note_finding() {  # note_finding DIR NAME
+  local log=$1/findings/$2.log f
+  findings+=("fuzz $2: $(grep -m1 -E "runtime error|ERROR|fuzz finding" "$log" | cut -c1-300)")
+  findings+=("  $(grep -m1 -E "^INFO: Seed:" "$log" || true)")
+  for f in "$1"/findings/"$2"-*; do
+    [ -f "$f" ] || continue
+    if [ "$(stat -c %s "$f")" -le 8192 ]; then
+      findings+=("  input ${f##*/} (base64):" "$(base64 -w 120 "$f")")
+    else
+      findings+=("  input ${f##*/}: $(stat -c %s "$f") bytes, not printed")
+    fi
+  done
+}
+
 run_fuzz() {
   local dir=${prefix}fz
   begin "fuzz build"
@@ -83,6 +101,7 @@ run_fuzz() {
       grep -m1 -E "ERROR|runtime error|fuzz finding|==[0-9]+==" "$dir/findings/$name.log" || true
       ls "$dir/findings" | grep -v '\.log$' || true
       echo "   full log: $dir/findings/$name.log"
+      note_finding "$dir" "$name"
     fi
     end "fuzz $name" $st
   done
@@ -149,4 +168,5 @@ total_start=$(date +%s)
 for p in "${phases[@]}"; do "run_$p"; done
 echo "== reliability summary (total $(($(date +%s) - total_start)) s)"
 printf '   %s\n' "${summary[@]}"
+[ ${#findings[@]} -eq 0 ] || printf '%s\n' "== reliability findings" "${findings[@]}"
 exit $failed
