@@ -1,0 +1,135 @@
+// The comparison of `trainrt selftest` (launch/selftest_compare.h).
+#include "launch/selftest_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "graph/infer.h"
+#include "ops/core/register_all.h"
+#include "runtime/executor.h"
+
+namespace trainrt {
+
+SelftestDifference selftest_difference(const Tensor& got, const Tensor& want) {
+  const Tensor a = to_plain(got), b = to_plain(want);
+  if (a.dims() != b.dims()) return {INFINITY, 0};
+  SelftestDifference d;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double x = a.get_as_double(i), y = b.get_as_double(i);
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      if (!(x == y || (std::isnan(x) && std::isnan(y)))) d.diff = INFINITY;
+      continue;
+    }
+    d.diff = std::max(d.diff, std::fabs(x - y));
+    d.scale = std::max(d.scale, std::fabs(y));
+  }
+  return d;
+}
+
+namespace {
+
+std::string describe(const Node& n) { return "node '" + n.name + "' (" + n.op_type + ")"; }
+
+// `feeds` with every float input that `n` does not round (math_rounded_inputs) moved by
+// a relative 2^-18..2^-17 (32..64 fp32 last places) of random sign and size per element,
+// reproducibly for one `seed`.
+TensorMap wiggled(const Node& n, const TensorMap& feeds, MathPrecision math, uint64_t seed) {
+  std::vector<size_t> rounded;
+  if (math != MathPrecision::fp32) rounded = math_rounded_inputs(n, std::vector<bool>(n.outputs.size(), true));
+  TensorMap out = feeds;
+  uint64_t state = 0x9e3779b97f4a7c15ull * (seed + 1);
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty() || std::find(rounded.begin(), rounded.end(), i) != rounded.end()) continue;
+    Tensor& t = out.at(n.inputs[i]);
+    if (t.dtype() != DataType::Float32 && t.dtype() != DataType::Float64) continue;
+    t = to_plain(t).clone();
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const double size = 0x1p-18 * (1.0 + static_cast<double>(state >> 43) * 0x1p-21);  // [2^-18, 2^-17)
+      t.set_from_double(k, t.get_as_double(k) * (1.0 + ((state >> 42) & 1 ? size : -size)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Node by node on the device's own inputs: each node of `g` runs alone on the reference
+// backend, in `math`, on the values the device's run gave its inputs (`got`, else
+// `given`: feeds, initializers, state before the step), and its outputs are compared with
+// the device's. Under bf16/fp16 whole runs drift apart faster still: a difference in an
+// fp32 value's last place moves it across a bf16/half rounding boundary now and then,
+// and what that changes grows layer by layer (a ReLU mask flips). Dropout in training
+// draws from the node's seed, which a graph of one node does not reproduce: it is not
+// rerun, and its outputs pass on as the device made them.
+//
+// A value over `tol` may still agree: a sum whose terms cancel (the bias gradient of a
+// batch norm that another batch norm follows is 0 up to rounding) carries the rounding
+// of its terms, not of its result. The node then reruns twice on inputs moved by up to
+// 64 fp32 last places (wiggled; never the inputs it rounds to bf16/fp16, whose rounding
+// is what the comparison checks), and a difference within tol of the scale plus the
+// larger change those moves made is agreement, counted in `worst.sensitive`.
+std::string selftest_replay(const Graph& g, const TensorMap& given, const TensorMap& got, MathPrecision math,
+                            bool training, double tol, SelftestWorst& worst) {
+  const std::unique_ptr<Backend> reference = make_backend("reference");
+  for (const Node& n : g.nodes) {
+    if (training && n.op_type == "Dropout") continue;
+    Graph one;
+    one.name = "selftest";
+    one.opsets = g.opsets;
+    TensorMap feeds;
+    for (const std::string& in : n.inputs) {
+      if (in.empty() || feeds.count(in)) continue;
+      auto it = got.find(in);
+      if (it == got.end() && (it = given.find(in)) == given.end())
+        return "value '" + in + "' read by " + describe(n) + " was not recorded";
+      feeds[in] = it->second;
+      one.inputs.push_back(in);
+      one.values[in] = ValueInfo{it->second.dtype(), shape_of(it->second.dims())};
+    }
+    one.nodes.push_back(n);
+    for (const std::string& out : n.outputs)
+      if (!out.empty()) one.outputs.push_back(out);
+    infer_shapes(one, registry().schemas, "selftest");
+    ExecutorOptions eo;
+    eo.plan.kept_outside = true;  // the results outlive the executor
+    eo.math = math;
+    RunOptions ro;
+    ro.training = training;
+    const TensorMap want = Executor(one, *reference, eo).run(feeds, ro);
+    std::optional<std::pair<TensorMap, TensorMap>> moved;  // the rerun on wiggled inputs, when a value needs it
+    for (const std::string& value : one.outputs) {
+      auto dev = got.find(value), w = want.find(value);
+      if (dev == got.end() || w == want.end() || !dtype_is_float(w->second.dtype())) continue;
+      const SelftestDifference d = selftest_difference(dev->second, w->second);
+      const double e = d.error();
+      ++worst.values;
+      if (e <= tol) {
+        if (e > worst.error) worst = {e, describe(n) + " output '" + value + "'", worst.values, worst.sensitive};
+        continue;
+      }
+      if (!moved)  // two moves: one random pattern of signs may cancel in a short sum
+        moved = {Executor(one, *reference, eo).run(wiggled(n, feeds, math, 0), ro),
+                 Executor(one, *reference, eo).run(wiggled(n, feeds, math, 1), ro)};
+      const double sensitivity = std::max(selftest_difference(moved->first.at(value), w->second).diff,
+                                          selftest_difference(moved->second.at(value), w->second).diff);
+      if (d.diff <= tol * std::max(d.scale, 1e-6) + sensitivity) {
+        ++worst.sensitive;
+        continue;
+      }
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "relative error %.3g (tolerance %g; largest difference %.3g, largest |value| %.3g, "
+                    "moved by %.3g when its inputs move by 64 last places)",
+                    e, tol, d.diff, d.scale, sensitivity);
+      return describe(n) + " output '" + value + "': " + buf;
+    }
+  }
+  return "";
+}
+
+}  // namespace trainrt

@@ -1,0 +1,44 @@
+// How `trainrt selftest` compares a device's run with the reference backend, node by
+// node (launch/cmd_selftest.cpp runs it; tests/launch/test_selftest_compare.cpp feeds
+// it made-up device values).
+//
+//   SelftestWorst w;
+//   std::string failure = selftest_replay(graph, given, recorded, MathPrecision::fp32,
+//                                         /*training=*/true, 1e-4, w);
+//   // "" when every recorded value agrees; else the first node and value that does not
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "graph/ir.h"
+#include "ops/core/kernel.h"
+#include "runtime/executor.h"
+
+namespace trainrt {
+
+struct SelftestWorst {
+  double error = 0;
+  std::string where;
+  size_t values = 0;
+  size_t sensitive = 0;  // over the tolerance, within what 64 last places of their inputs move
+};
+
+// Scale-relative difference of two tensors of one shape (any layout): the largest
+// |got - want| over the largest |want|. Equal non-finite values (an fp16 overflow both
+// backends make) agree; a non-finite value on one side only is an infinite error.
+struct SelftestDifference {
+  double diff = 0, scale = 0;
+  double error() const { return diff / std::max(scale, 1e-6); }
+};
+SelftestDifference selftest_difference(const Tensor& got, const Tensor& want);
+
+// Node by node on the device's own inputs: each node of `g` runs alone on the reference
+// backend, in `math`, on the values the device's run gave its inputs (`got`, else
+// `given`: feeds, initializers, state before the step), and its outputs in `got` are
+// compared with the reference's. Returns "" or the first disagreement, naming the node
+// and value; `worst` keeps the largest error within `tol` and counts the values.
+std::string selftest_replay(const Graph& g, const TensorMap& given, const TensorMap& got, MathPrecision math,
+                            bool training, double tol, SelftestWorst& worst);
+
+}  // namespace trainrt

@@ -1,0 +1,108 @@
+// selftest_replay (launch/selftest_compare.h), the comparison `trainrt selftest` makes,
+// fed made-up device values: the reference's own pass; a value 1e-3 off fails naming
+// its node; a sum whose terms cancel passes when it is off by its terms' rounding and
+// fails when off by more; under fp16 a MatMul whose inputs were not rounded fails, since
+// the inputs a node rounds are never moved to estimate its sensitivity.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "launch/selftest_compare.h"
+#include "test_util.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+namespace {
+
+// Every output of `g` (one node) as the reference computes it in `math`.
+TensorMap reference_run(const Graph& g, const TensorMap& feeds, MathPrecision math) {
+  const std::unique_ptr<Backend> ref = make_backend("reference");
+  ExecutorOptions eo;
+  eo.plan.kept_outside = true;
+  eo.math = math;
+  return Executor(g, *ref, eo).run(feeds, RunOptions{});
+}
+
+}  // namespace
+
+TEST_CASE("selftest_replay: a MatMul agrees with itself and fails 1e-3 off, naming the node") {
+  Node mm = make_node("MatMul", {"a", "b"}, {"y"});
+  mm.name = "mm";
+  const TensorMap feeds{{"a", random_tensor(DataType::Float32, {4, 6}, 1)},
+                        {"b", random_tensor(DataType::Float32, {6, 5}, 2)}};
+  const Graph g = single_node_graph(mm, feeds);
+  TensorMap got = reference_run(g, feeds, MathPrecision::fp32);
+  SelftestWorst w;
+  CHECK(selftest_replay(g, feeds, got, MathPrecision::fp32, false, 1e-4, w).empty());
+  CHECK(w.values == 1);
+  CHECK(w.sensitive == 0);
+
+  got.at("y") = got.at("y").clone();
+  got.at("y").set_from_double(7, got.at("y").get_as_double(7) + 1e-3 * 2.0);  // |y| <= 6: over 1e-4 of the scale
+  SelftestWorst w2;
+  const std::string failure = selftest_replay(g, feeds, got, MathPrecision::fp32, false, 1e-4, w2);
+  CHECK(failure.find("node 'mm' (MatMul) output 'y': relative error") != std::string::npos);
+}
+
+TEST_CASE("selftest_replay: a sum whose terms cancel is compared at its terms' rounding, not its own size") {
+  Node sum = make_node("ReduceSum", {"x"}, {"s"}, {{"keepdims", Attribute::of_int(0)}});
+  sum.name = "sum";
+  // Terms of 1000 that cancel to 0.5: one fp32 last place of a term is 6.1e-5, which is
+  // 1.2e-4 of the result, over the tolerance.
+  Tensor x(DataType::Float32, {8});
+  const float terms[8] = {1000.f, -1000.f, 999.5f, -999.f, 250.f, -250.f, 1000.f, -1000.f};
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = terms[i];
+  const TensorMap feeds{{"x", x}};
+  const Graph g = single_node_graph(sum, feeds);
+  TensorMap got = reference_run(g, feeds, MathPrecision::fp32);
+  REQUIRE(got.at("s").get_as_double(0) == doctest::Approx(0.5));
+
+  auto with_s = [&](double s) {
+    TensorMap m = got;
+    m.at("s") = Tensor(DataType::Float32, {});
+    m.at("s").set_from_double(0, s);
+    return m;
+  };
+  SelftestWorst w;
+  CHECK(selftest_replay(g, feeds, with_s(0.5 + 6.103515625e-5), MathPrecision::fp32, false, 1e-4, w) == "");
+  CHECK(w.sensitive == 1);
+  // Off by 1: no rounding of the terms explains it.
+  SelftestWorst w2;
+  const std::string failure = selftest_replay(g, feeds, with_s(1.5), MathPrecision::fp32, false, 1e-4, w2);
+  CHECK(failure.find("node 'sum' (ReduceSum) output 's'") != std::string::npos);
+  CHECK(failure.find("when its inputs move by 64 last places") != std::string::npos);
+}
+
+TEST_CASE("selftest_replay: under fp16 a MatMul that did not round its inputs fails") {
+  Node mm = make_node("MatMul", {"a", "b"}, {"y"});
+  mm.name = "mm";
+  const TensorMap feeds{{"a", random_tensor(DataType::Float32, {8, 32}, 3)},
+                        {"b", random_tensor(DataType::Float32, {32, 8}, 4)}};
+  const Graph g = single_node_graph(mm, feeds);
+  SelftestWorst w;
+  CHECK(selftest_replay(g, feeds, reference_run(g, feeds, MathPrecision::fp16), MathPrecision::fp16, false, 1e-4, w)
+            .empty());
+  CHECK(w.sensitive == 0);
+  SelftestWorst w2;
+  const std::string failure =
+      selftest_replay(g, feeds, reference_run(g, feeds, MathPrecision::fp32), MathPrecision::fp16, false, 1e-4, w2);
+  CHECK(failure.find("node 'mm' (MatMul) output 'y'") != std::string::npos);
+  CHECK(failure.find("moved by 0 ") != std::string::npos);
+}
+
+TEST_CASE("selftest_difference: equal non-finite values agree, one-sided ones do not") {
+  Tensor a(DataType::Float32, {3}), b(DataType::Float32, {3});
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int i = 0; i < 3; ++i) a.data<float>()[i] = b.data<float>()[i] = 1.f;
+  a.data<float>()[0] = b.data<float>()[0] = inf;
+  a.data<float>()[1] = b.data<float>()[1] = nan;
+  CHECK(selftest_difference(a, b).diff == 0);
+  CHECK(selftest_difference(a, b).scale == 1);
+  b.data<float>()[0] = -inf;
+  CHECK(std::isinf(selftest_difference(a, b).diff));
+  b.data<float>()[0] = inf;
+  b.data<float>()[1] = 2.f;
+  CHECK(std::isinf(selftest_difference(a, b).diff));
+}
