@@ -9,6 +9,8 @@ training mode (TrainingMode.TRAINING, no constant folding) and trainrt must:
   - in a CUDA build, for the CNNs: run every op of the training and evaluation graphs on
     the GPU by the kernel registry (`trainrt inspect --training --device cuda` lists no
     host fallback);
+  - pass `trainrt selftest` (the cpu backend against the reference, node by node) in
+    fp32 and fp16;
   - build its training graph and compute the loss (mean cross entropy on the logits)
     and every parameter's gradient of one batch (`trainrt grad`), which is what one
     plain SGD step (lr 1, no momentum, no weight decay) subtracts from the weights;
@@ -214,6 +216,15 @@ def check_model(trainrt, name, tmp):
         for graph in ("evaluation graph", "fused training graph"):
             line = [l for l in r.stdout.splitlines() if l.startswith("cuda host fallbacks of the %s:" % graph)]
             assert line == ["cuda host fallbacks of the %s: none" % graph], "cuda: %s" % line
+
+    # trainrt selftest on the export: the cpu backend against the reference, node by node,
+    # in fp32 and fp16 (before it compared whole fp32 runs, which differ by 0.5-3% on
+    # these deep batch-norm networks between two correct backends).
+    for precision in ("fp32", "fp16"):
+        r = subprocess.run([trainrt, "selftest", path32, "--batch", str(BATCH), "--precision", precision],
+                           capture_output=True, text=True)
+        assert r.returncode == 0 and "selftest passed" in r.stdout, "selftest --precision %s exited %d: %s" % (
+            precision, r.returncode, (r.stdout + r.stderr).strip().splitlines()[-1:])
 
     loss32, g32 = torch_gradients(model, x, y)
     model64 = model.double()
