@@ -29,17 +29,20 @@
 // layer's bias gradient beside its weight gradient) are the BGRADB or BGRADA epilogue
 // (cuBLASLt's B is our A), or operand_sums after the product.
 //
-// The matmul descriptor, layouts and the heuristic's algorithm are cached by dtype, M,
+// The matmul descriptor, layouts and the heuristic's algorithms are cached by dtype, M,
 // N, K, transA/transB, fp32 math, the 16-bit input type, the epilogue and the pointers'
 // alignments, up to 16 bytes (the heuristic assumes 256-byte aligned buffers unless told
-// otherwise); like the context, they live as long as the process. Falls back to the host
-// reference kernel (after synchronising the stream) when the heuristic offers no
-// algorithm within 32 MiB of workspace.
+// otherwise); like the context, they live as long as the process. Without a chooser a
+// call runs the heuristic's first algorithm; with one (a timing cache) up to 8 are
+// timed on the problem's first call and the fastest kept (choose_algo). Falls back to
+// the host reference kernel (after synchronising the stream) when the heuristic offers
+// no algorithm within 32 MiB of workspace.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +54,7 @@
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/engine_choice.h"
 #include "ops/core/graph_fallback.h"
 #include "ops/core/matmul_shape.h"
 
@@ -107,13 +111,66 @@ struct Batch {
   int64_t a = 0, b = 0, y = 0;
 };
 
+// The heuristic's candidates a chooser times (kMaxLtCandidates) and the one a plan runs
+// without one.
+constexpr int kMaxLtCandidates = 8;
+
+// A cuBLASLt algorithm in a named struct: nvcc 13's front end stops with an internal
+// error on a std::vector of cuBLASLt's anonymous typedef structs (destroying one).
+struct Algo {
+  cublasLtMatmulAlgo_t algo;
+};
+
 struct GemmPlan {
   bool use_reference = false;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // cuBLASLt's A (our B), B (our A), C and D
-  cublasLtMatmulAlgo_t algo{};
-  size_t workspace = 0;
+  // The heuristic's algorithms within the workspace cap, best first: all of them when
+  // a chooser times them (KernelContext::chooser), else its first; their tags name them
+  // in the timing cache (algo_tag).
+  std::vector<Algo> algos;
+  std::vector<std::string> tags;
+  size_t workspace = 0;   // the most any of them needs
+  std::string key;        // the plan cache's key, the timing cache's problem
+  std::string precision;  // of the timing cache's key: "fp32", "tf32", "bf16", "fp16", "fp64"
+  std::shared_ptr<std::atomic<int>> choice = std::make_shared<std::atomic<int>>(-1);  // chosen index, once timed
 };
+
+// An algorithm's configuration as the timing cache names it: "id 21 tile 20 stages 8
+// splitk 1 reduction 0 swizzle 0 custom 0 inner 0 cluster 0" (cuBLASLt's
+// CUBLASLT_ALGO_CONFIG_* attributes, each read at the size the header gives it).
+std::string algo_tag(const cublasLtMatmulAlgo_t& algo) {
+  struct Field {
+    const char* name;
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    size_t bytes;
+  };
+  static const Field fields[] = {{"id", CUBLASLT_ALGO_CONFIG_ID, 4},
+                                 {"tile", CUBLASLT_ALGO_CONFIG_TILE_ID, 4},
+                                 {"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID, 4},
+                                 {"splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4},
+                                 {"reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, 4},
+                                 {"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4},
+                                 {"custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4},
+                                 {"inner", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2},
+                                 {"cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2}};
+  std::string tag;
+  for (const Field& f : fields) {
+    uint32_t v32 = 0;
+    uint16_t v16 = 0;
+    void* buf = f.bytes == 4 ? static_cast<void*>(&v32) : static_cast<void*>(&v16);
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, f.attr, buf, f.bytes, &written) != CUBLAS_STATUS_SUCCESS) continue;
+    tag += std::string(tag.empty() ? "" : " ") + f.name + ' ' + std::to_string(f.bytes == 4 ? v32 : v16);
+  }
+  return tag;
+}
+
+// cuBLASLt's version, of the timing cache's key ("cuBLASLt 130100").
+const std::string& lt_version() {
+  static const std::string v = "cuBLASLt " + std::to_string(cublasLtGetVersion());
+  return v;
+}
 
 // The type cuBLASLt reads A and B in: 16-bit copies of fp32 ones under bf16/fp16, else
 // their own (CUDA_R_32F / CUDA_R_64F, `t`).
@@ -124,11 +181,16 @@ cudaDataType_t operand_type(MathPrecision math, DataType t) {
 }
 
 // align: of our B, our A, C and Y (cuBLASLt's A, B, C, D). `narrow`: A and B are 16-bit
-// copies in `math`.
+// copies in `math`. `timed`: every candidate of the heuristic, for a chooser.
 GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
                         const uint32_t align[4], bool tf32, MathPrecision narrow, cublasLtEpilogue_t epilogue,
-                        const Batch& batch = {}) {
+                        bool timed, const std::string& key, const Batch& batch = {}) {
   GemmPlan p;
+  p.key = key;
+  p.precision = narrow != MathPrecision::fp32 ? math_precision_name(narrow)
+                : t == DataType::Float64      ? "fp64"
+                : tf32                        ? "tf32"
+                                              : "fp32";
   const bool f64 = t == DataType::Float64;
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F, in_type = operand_type(narrow, t);
   const cublasComputeType_t compute = f64    ? CUBLAS_COMPUTE_64F
@@ -170,18 +232,49 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; ++i)
     check(cublasLtMatmulPreferenceSetAttribute(pref, aligned[i], &align[i], sizeof(align[i])), where);
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kMaxLtCandidates] = {};
   int returned = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(context().lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &returned);
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(context().lt, p.op, p.a, p.b, p.d, p.d, pref,
+                                                          timed ? kMaxLtCandidates : 1, results, &returned);
   check(cublasLtMatmulPreferenceDestroy(pref), where);
-  if (s != CUBLAS_STATUS_SUCCESS || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-    p.use_reference = true;
-    return p;
+  for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < returned; ++i) {
+    const cublasLtMatmulHeuristicResult_t& r = results[i];
+    if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > kMaxLtWorkspace) continue;
+    std::string tag = algo_tag(r.algo);
+    if (std::find(p.tags.begin(), p.tags.end(), tag) != p.tags.end()) tag += " #" + std::to_string(i);
+    p.algos.push_back(Algo{r.algo});
+    p.tags.push_back(tag);
+    p.workspace = std::max(p.workspace, r.workspaceSize);
   }
-  p.algo = result.algo;
-  p.workspace = result.workspaceSize;
+  p.use_reference = p.algos.empty();
   return p;
+}
+
+// The algorithm a call runs: the heuristic's first without a chooser or with one
+// candidate; else the one chosen before, or the chooser's (ops/core/engine_choice.h: the
+// timing cache's entry, or every candidate timed by `call(i)`, which runs algorithm i on
+// this call's buffers and returns cuBLASLt's status). `repeatable`: a call writes the
+// same outputs when run again (its D is not also its C); otherwise, and while the stream
+// is being captured into a CUDA graph, nothing is timed: the cached choice, else the
+// first, for this call only.
+template <typename Call>
+const cublasLtMatmulAlgo_t& choose_algo(const KernelContext& ctx, const GemmPlan& p, const char* pattern,
+                                        bool repeatable, Call&& call) {
+  if (!ctx.chooser || p.algos.size() <= 1) return p.algos.front().algo;
+  if (const int c = p.choice->load(); c >= 0) return p.algos[static_cast<size_t>(c)].algo;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
+  EngineChooser::Time time;
+  if (repeatable && capture == cudaStreamCaptureStatusNone)
+    time = [&](size_t i, const TimingPolicy& policy) {
+      return time_calls(ctx.node, policy, [&] { return call(i) == CUBLAS_STATUS_SUCCESS; });
+    };
+  const EngineChoice c =
+      ctx.chooser->choose(EngineKey{pattern, p.key, p.precision, gpu_name(), lt_version()}, p.tags, time);
+  if (!c.index)
+    return p.algos.front().algo;  // every candidate failed when timed: the first, whose error names the call
+  if (c.cached || c.timed) p.choice->store(static_cast<int>(*c.index));
+  return p.algos[*c.index].algo;
 }
 
 // Whether ctx's C is a bias cuBLASLt's epilogue adds: fp32, [N] or [1,N], beta 1, K > 0.
@@ -244,9 +337,13 @@ std::shared_ptr<const GemmPlan> gemm_plan(const KernelContext& ctx, const uint32
   std::string key = std::string(dtype_name(y.dtype())) + '|' + std::to_string(m) + ',' + std::to_string(n) + ',' +
                     std::to_string(k) + (ta ? "T" : "N") + (tb ? "T" : "N");
   for (int i = 0; i < 4; ++i) key += ',' + std::to_string(align[i]);
-  key += math_key(ctx, y.dtype()) + "|e" + std::to_string(static_cast<int>(epilogue));
+  // With a chooser every candidate is in the plan, and the workspace is the most any
+  // needs: another plan than without one.
+  const bool timed = ctx.chooser != nullptr;
+  key += math_key(ctx, y.dtype()) + "|e" + std::to_string(static_cast<int>(epilogue)) + (timed ? "|timed" : "");
   return cached<GemmPlan>(key, [&] {
-    return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32_math(ctx, y.dtype()), narrowed(ctx), epilogue);
+    return make_gemm_plan(node, y.dtype(), m, n, k, ta, tb, align, tf32_math(ctx, y.dtype()), narrowed(ctx), epilogue,
+                          timed, key);
   });
 }
 
@@ -360,9 +457,15 @@ void gemm(KernelContext& ctx) {
     if (k > 0) {
       const T alpha_t = static_cast<T>(alpha), beta_t = use_c && !e.bias ? static_cast<T>(beta) : T(0);
       const Operands in = operands(ctx, plan->workspace);
-      check(cublasLtMatmul(cx.lt, plan->op, &alpha_t, in.b, plan->a, in.a, plan->b, &beta_t, c_ptr, plan->d, y.raw(),
-                           plan->d, &plan->algo, in.ws, plan->workspace, cx.stream),
-            what(node, "cublasLtMatmul"));
+      auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+        return cublasLtMatmul(cx.lt, plan->op, &alpha_t, in.b, plan->a, in.a, plan->b, &beta_t, c_ptr, plan->d, y.raw(),
+                              plan->d, &algo, in.ws, plan->workspace, cx.stream);
+      };
+      // Y accumulating onto itself (a broadcast C expanded into it, beta != 0) changes with each run.
+      const bool repeatable = beta_t == T(0) || c_ptr != y.raw();
+      const cublasLtMatmulAlgo_t& algo =
+          choose_algo(ctx, *plan, node.op_type.c_str(), repeatable, [&](size_t i) { return run(plan->algos[i].algo); });
+      check(run(algo), what(node, "cublasLtMatmul"));
     }
     // `trainrt bench` says how FusedGemm nodes ran: their ReLU or sums in cuBLASLt's epilogue or not.
     if (node.op_type == "FusedGemm")
@@ -422,10 +525,11 @@ std::shared_ptr<const GemmPlan> matmul_plan(const KernelContext& ctx, const Matm
                     ',' + std::to_string(s.k) + "|b" + std::to_string(batch.count) + ',' + std::to_string(batch.a) +
                     ',' + std::to_string(batch.b);
   for (uint32_t v : align) key += ',' + std::to_string(v);
-  key += math_key(ctx, t);
+  const bool timed = ctx.chooser != nullptr;  // every candidate in the plan (gemm_plan)
+  key += math_key(ctx, t) + (timed ? "|timed" : "");
   return cached<GemmPlan>(key, [&] {
     return make_gemm_plan(ctx.node, t, s.m, s.n, s.k, false, false, align, tf32_math(ctx, t), narrowed(ctx),
-                          CUBLASLT_EPILOGUE_DEFAULT, batch);
+                          CUBLASLT_EPILOGUE_DEFAULT, timed, key, batch);
   });
 }
 
@@ -476,19 +580,27 @@ void matmul(KernelContext& ctx) {
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T one = 1, zero = 0;
-    auto call = [&](int64_t oa, int64_t ob, int64_t oy) {
-      check(cublasLtMatmul(cx.lt, plan->op, &one, static_cast<const std::byte*>(in.b) + ob * in_bytes, plan->a,
-                           static_cast<const std::byte*>(in.a) + oa * in_bytes, plan->b, &zero,
-                           static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d,
-                           static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d, &plan->algo, in.ws,
-                           plan->workspace, cx.stream),
-            what(ctx.node, "cublasLtMatmul"));
+    auto call = [&](const cublasLtMatmulAlgo_t& algo, int64_t oa, int64_t ob, int64_t oy) {
+      return cublasLtMatmul(cx.lt, plan->op, &one, static_cast<const std::byte*>(in.b) + ob * in_bytes, plan->a,
+                            static_cast<const std::byte*>(in.a) + oa * in_bytes, plan->b, &zero,
+                            static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d,
+                            static_cast<std::byte*>(y.raw()) + oy * y_bytes, plan->d, &algo, in.ws, plan->workspace,
+                            cx.stream);
     };
-    if (strided) return call(0, 0, 0);  // the plan holds the batch
-    for (int64_t p = 0; p < s.batches; ++p) {
-      const auto [oa, ob] = s.operands_of(p);
-      call(oa * s.m * s.k, ob * s.k * s.n, p * s.m * s.n);
-    }
+    // Every batch with one algorithm (one call when strided: the plan holds the batch);
+    // the first status that is not success.
+    auto all = [&](const cublasLtMatmulAlgo_t& algo) {
+      if (strided) return call(algo, 0, 0, 0);
+      for (int64_t p = 0; p < s.batches; ++p) {
+        const std::pair<int64_t, int64_t> o = s.operands_of(p);
+        const cublasStatus_t st = call(algo, o.first * s.m * s.k, o.second * s.k * s.n, p * s.m * s.n);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+      }
+      return CUBLAS_STATUS_SUCCESS;
+    };
+    const cublasLtMatmulAlgo_t& algo =
+        choose_algo(ctx, *plan, "MatMul", /*repeatable=*/true, [&](size_t i) { return all(plan->algos[i].algo); });
+    check(all(algo), what(ctx.node, "cublasLtMatmul"));
   });
 }
 
