@@ -2,6 +2,7 @@
 #include "launch/selftest_compare.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -76,7 +77,17 @@ TensorMap wiggled(const Node& n, const TensorMap& feeds, MathPrecision math, uin
 std::string selftest_replay(const Graph& g, const TensorMap& given, const TensorMap& got, MathPrecision math,
                             bool training, double tol, SelftestWorst& worst) {
   const std::unique_ptr<Backend> reference = make_backend("reference");
-  for (const Node& n : g.nodes) {
+  // The reference's plain loops take minutes on large images: after 10 s, a line on
+  // stderr every 10 s says how far the replay is.
+  const auto start = std::chrono::steady_clock::now();
+  auto next_note = start + std::chrono::seconds(10);
+  for (size_t index = 0; index < g.nodes.size(); ++index) {
+    const Node& n = g.nodes[index];
+    if (const auto now = std::chrono::steady_clock::now(); now >= next_note) {
+      std::fprintf(stderr, "selftest: node %zu of %zu rerun on the reference (%.0f s)\n", index, g.nodes.size(),
+                   std::chrono::duration<double>(now - start).count());
+      next_note = now + std::chrono::seconds(10);
+    }
     if (training && n.op_type == "Dropout") continue;
     Graph one;
     one.name = "selftest";
