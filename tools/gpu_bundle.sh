@@ -46,6 +46,7 @@ strip --strip-unneeded "$out.tmp"/lib/*.so* 2>/dev/null || true
 cp tools/gpu_run.sh "$out.tmp/run.sh"
 chmod +x "$out.tmp/run.sh"
 cp tests/data/mlp_matmul.onnx "$out.tmp/"  # run.sh's selftest of the matrix products (MatMul, Gemm)
+cp tests/data/mobile_cnn.onnx "$out.tmp/"  # and of the mobile networks' blocks (depthwise, SE, shuffle, SiLU)
 "$bin" --version >"$out.tmp/BUILD"
 
 size_kib=$(du -sk "$out.tmp" | cut -f1)

@@ -2,7 +2,8 @@
 # The GPU bundle's entry point (packed as run.sh by tools/gpu_bundle.sh).
 #
 #   ./run.sh                     selftest --device cuda (fp32, bf16, fp16; fp32 also with --layout nchw;
-#                                and of mlp_matmul.onnx's matrix products), then the seed's Wide ResNet
+#                                and of mlp_matmul.onnx's matrix products and mobile_cnn.onnx's
+#                                depthwise, squeeze-and-excitation and shuffle blocks), then the seed's Wide ResNet
 #                                (CIFAR-100 shape) benchmarked at batch 32, 128, 1024
 #   ./run.sh trainrt ARGS...     any trainrt command through the bundle's loader
 #   ./run.sh libs                where each CUDA library was found
@@ -103,13 +104,18 @@ rc=${PIPESTATUS[0]}
 echo "selftest --layout nchw exit $rc"
 [ "$rc" -eq 0 ] || selftest=$rc
 
-for prec in fp32 bf16 fp16; do  # the matrix products (batched and broadcast MatMul, Gemm), not in the Wide ResNet
-  echo "== selftest mlp_matmul.onnx --device cuda --precision $prec"
-  run_trainrt selftest "$here/mlp_matmul.onnx" --device cuda --precision "$prec" 2>&1 |
-    tee "$results/selftest_mlp_$prec.log"
-  rc=${PIPESTATUS[0]}
-  echo "selftest mlp_matmul.onnx --precision $prec exit $rc"
-  [ "$rc" -eq 0 ] || selftest=$rc
+# Kernels the Wide ResNet leaves out: the matrix products (batched and broadcast MatMul,
+# Gemm), and the mobile networks' blocks (biased Conv+ReLU, depthwise Conv, HardSwish,
+# squeeze-and-excitation, SiLU, Concat, channel shuffle, Max/AveragePool).
+for model in mlp_matmul mobile_cnn; do
+  for prec in fp32 bf16 fp16; do
+    echo "== selftest $model.onnx --device cuda --precision $prec"
+    run_trainrt selftest "$here/$model.onnx" --device cuda --precision "$prec" 2>&1 |
+      tee "$results/selftest_${model}_$prec.log"
+    rc=${PIPESTATUS[0]}
+    echo "selftest $model.onnx --precision $prec exit $rc"
+    [ "$rc" -eq 0 ] || selftest=$rc
+  done
 done
 
 model="$results/wrn_cifar100.onnx"

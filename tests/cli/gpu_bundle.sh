@@ -26,8 +26,10 @@ grep -q "^trainrt " "$tmp/version.log" || fail "bundled --version printed no ver
 # The carried libraries run real work: the cpu kernels against the reference backend.
 "$bundle/run.sh" trainrt selftest --widths 4,4,4,4 --batch 2 >"$tmp/selftest.log" 2>&1 ||
   fail "bundled selftest --device cpu: $(tail -3 "$tmp/selftest.log")"
-"$bundle/run.sh" trainrt selftest "$bundle/mlp_matmul.onnx" >"$tmp/selftest_mlp.log" 2>&1 ||
-  fail "bundled selftest of mlp_matmul.onnx: $(tail -3 "$tmp/selftest_mlp.log")"
+for model in mlp_matmul mobile_cnn; do
+  "$bundle/run.sh" trainrt selftest "$bundle/$model.onnx" >"$tmp/selftest_$model.log" 2>&1 ||
+    fail "bundled selftest of $model.onnx: $(tail -3 "$tmp/selftest_$model.log")"
+done
 # This machine has no GPU: run.sh stops after the selftest with one line saying so.
 "$bundle/run.sh" >"$tmp/run.log" 2>"$tmp/run.err"
 rc=$?

@@ -72,6 +72,17 @@ y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])
 g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["logits"])], "two", x, [y])
 save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1] + "/two_inputs.onnx")
 PY
+# tests/data/mobile_cnn.onnx (tests/data/mobile_cnn.py): the blocks of torchvision's
+# mobile networks (biased Conv+ReLU, depthwise Conv, BN+HardSwish, squeeze-and-excitation
+# with HardSigmoid, SiLU, Concat, channel shuffle, Max/AveragePool), which the GPU bundle
+# also runs: every one of its 27 forward values, in fp32 and fp16.
+for p in fp32 fp16; do
+  "$trainrt" selftest "$src/tests/data/mobile_cnn.onnx" --device cpu --precision $p >"$tmp/out" 2>"$tmp/err" ||
+    fail "selftest mobile_cnn.onnx --precision $p exited $?: $(cat "$tmp/err")"
+  grep -q "^selftest passed" "$tmp/out" || fail "selftest mobile_cnn.onnx --precision $p: $(cat "$tmp/out")"
+  grep "forward (inference" "$tmp/out" | grep -q " 27 values" ||
+    fail "selftest mobile_cnn.onnx --precision $p: not every forward value compared: $(cat "$tmp/out")"
+done
 expect_error 2 "--widths: sizes the built-in Wide ResNet" -- \
   "$trainrt" selftest "$src/tests/data/mlp_matmul.onnx" --widths 4,8,12,16
 expect_error 2 "two_inputs.onnx: selftest needs one graph input (the images), the model has 2" -- \
