@@ -21,6 +21,9 @@ namespace trainrt {
 // fp32 (over oneTBB chunks with `parallel`: the cpu kernels). Other dtypes, or
 // MathPrecision::fp32, return `t` itself (shared, no copy).
 Tensor math_input(const Tensor& t, MathPrecision m, bool parallel = false);
+// to[i] = round_to_math(from[i], m) for i < n: the one host loop behind math_input and
+// the cpu convolutions' rounded oneDNN copies (dnnl_util::math_rounded).
+void round_floats(const float* from, float* to, int64_t n, MathPrecision m, bool parallel);
 
 // ConvGrad with attribute dx_relu = 1 (graph/fuse_conv.cpp, fuse_dgrad_relu_grad): its
 // dX then also goes through the ReLU gradient of X (dX = X > 0 ? dX : 0; X, the

@@ -8,7 +8,6 @@
 
 #include "graph/error.h"
 #include "ops/core/common.h"
-#include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 
 namespace trainrt::dnnl_util {
@@ -67,11 +66,7 @@ dnnl::memory math_rounded(const Tensor& t, const Md& md, MathPrecision m, int sl
   dnnl::memory r = temp_memory(md, slot);
   const int64_t count = static_cast<int64_t>(md.get_size() / sizeof(float));
   TRAINRT_ASSERT(count <= t.numel());
-  const float* from = t.data<float>();
-  float* to = static_cast<float*>(r.get_data_handle());
-  parallel_chunks(count, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) to[i] = round_to_math(from[i], m);
-  });
+  round_floats(t.data<float>(), static_cast<float*>(r.get_data_handle()), count, m, /*parallel=*/true);
   return r;
 }
 

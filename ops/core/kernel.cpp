@@ -36,16 +36,18 @@ Tensor math_input(const Tensor& t, MathPrecision m, bool parallel) {
   if (m == MathPrecision::fp32 || t.dtype() != DataType::Float32) return t;
   TRAINRT_ASSERT(t.layout() == Layout::Plain);
   Tensor r(DataType::Float32, t.dims());
-  const float* from = t.data<float>();
-  float* to = r.data<float>();
+  round_floats(t.data<float>(), r.data<float>(), t.numel(), m, parallel);
+  return r;
+}
+
+void round_floats(const float* from, float* to, int64_t n, MathPrecision m, bool parallel) {
   auto round = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) to[i] = round_to_math(from[i], m);
   };
   if (parallel)
-    for_range<true>(t.numel(), round);
+    for_range<true>(n, round);
   else
-    for_range<false>(t.numel(), round);
-  return r;
+    for_range<false>(n, round);
 }
 
 std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted) {
