@@ -48,22 +48,38 @@ void set_type(onnx::ValueInfoProto* v, const std::string& name, std::vector<int6
   for (int64_t d : dims) s->add_dim()->set_dim_value(d);
 }
 
-// x[N,1,7,7] -> Pad(pads) -> AveragePool 7 -> Flatten -> y, as in the found input
-// (the Wide ResNet's tail with one pad value mutated to 7021111819070603264).
-std::string pad_pool_flatten(const std::vector<int64_t>& pads, std::vector<int64_t> x_dims = {1, 7, 7}) {
-  onnx::ModelProto m;
+// An empty model of ai.onnx opset 17; its graph.
+onnx::GraphProto* new_model(onnx::ModelProto& m) {
   m.set_ir_version(8);
   auto* op = m.add_opset_import();
   op->set_domain("");
   op->set_version(17);
-  auto* g = m.mutable_graph();
+  return m.mutable_graph();
+}
+
+// An int64 initializer: rank 1, or a scalar.
+void add_ints(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& values, bool scalar = false) {
+  auto* p = g->add_initializer();
+  p->set_name(name);
+  p->set_data_type(onnx::TensorProto::INT64);
+  if (!scalar) p->add_dims(static_cast<int64_t>(values.size()));
+  for (int64_t v : values) p->add_int64_data(v);
+}
+
+std::string serialized(const onnx::ModelProto& m) {
+  std::string b;
+  REQUIRE(m.SerializeToString(&b));
+  return b;
+}
+
+// x[N,1,7,7] -> Pad(pads) -> AveragePool 7 -> Flatten -> y, as in the found input
+// (the Wide ResNet's tail with one pad value mutated to 7021111819070603264).
+std::string pad_pool_flatten(const std::vector<int64_t>& pads, std::vector<int64_t> x_dims = {1, 7, 7}) {
+  onnx::ModelProto m;
+  auto* g = new_model(m);
   set_type(g->add_input(), "x", x_dims, true);
   g->add_output()->set_name("y");
-  auto* p = g->add_initializer();
-  p->set_name("pads");
-  p->set_data_type(onnx::TensorProto::INT64);
-  p->add_dims(static_cast<int64_t>(pads.size()));
-  for (int64_t v : pads) p->add_int64_data(v);
+  add_ints(g, "pads", pads);
   auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
     auto* n = g->add_node();
     n->set_op_type(type);
@@ -82,9 +98,7 @@ std::string pad_pool_flatten(const std::vector<int64_t>& pads, std::vector<int64
     a->add_ints(7);
   }
   node("Flatten", {"pooled"}, "y");
-  std::string b;
-  REQUIRE(m.SerializeToString(&b));
-  return b;
+  return serialized(m);
 }
 
 }  // namespace
@@ -122,30 +136,29 @@ TEST_CASE("fuzz: inferred and declared shapes over 2^36 elements are refused bef
 
 namespace {
 
-// x[N,4] -> Reshape(shape) -> y, with `shape` an initializer.
-std::string reshape_to(const std::vector<int64_t>& shape) {
+// One `op` node over x[N,4] (float, when `x` is true) and int64 initializers (rank 1,
+// or scalars when `scalars`), with `outputs` outputs.
+std::string one_node(const std::string& op, bool x,
+                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& ints, size_t outputs = 1,
+                     bool scalars = false) {
   onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* op = m.add_opset_import();
-  op->set_domain("");
-  op->set_version(17);
-  auto* g = m.mutable_graph();
-  set_type(g->add_input(), "x", {4}, true);
-  g->add_output()->set_name("y");
-  auto* p = g->add_initializer();
-  p->set_name("shape");
-  p->set_data_type(onnx::TensorProto::INT64);
-  p->add_dims(static_cast<int64_t>(shape.size()));
-  for (int64_t v : shape) p->add_int64_data(v);
+  auto* g = new_model(m);
   auto* n = g->add_node();
-  n->set_op_type("Reshape");
-  n->set_name("Reshape");
-  n->add_input("x");
-  n->add_input("shape");
-  n->add_output("y");
-  std::string b;
-  REQUIRE(m.SerializeToString(&b));
-  return b;
+  n->set_op_type(op);
+  n->set_name(op);
+  if (x) {
+    set_type(g->add_input(), "x", {4}, true);
+    n->add_input("x");
+  }
+  for (const auto& [name, values] : ints) {
+    add_ints(g, name, values, scalars);
+    n->add_input(name);
+  }
+  for (size_t i = 0; i < outputs; ++i) {
+    n->add_output("y" + std::to_string(i));
+    g->add_output()->set_name("y" + std::to_string(i));
+  }
+  return serialized(m);
 }
 
 }  // namespace
@@ -161,52 +174,13 @@ TEST_CASE("fuzz: a Reshape to a huge shape is refused before its dims product ov
   const int64_t big = int64_t{1} << 40;
   for (const auto& shape : {std::vector<int64_t>{big, big}, std::vector<int64_t>{-1, big, big},
                             std::vector<int64_t>{int64_t{1} << 20, (int64_t{1} << 16) + 1}}) {
-    e = import_error(reshape_to(shape));
+    e = import_error(one_node("Reshape", true, {{"shape", shape}}));
     CHECK(e.find("(Reshape)") != std::string::npos);
     CHECK(e.find("more than 2^36 elements") != std::string::npos);
   }
-  CHECK_NOTHROW(
-      (void)import_onnx_bytes(reshape_to({int64_t{1} << 20, int64_t{1} << 16}), "m.onnx", "", registry().schemas));
+  CHECK_NOTHROW((void)import_onnx_bytes(one_node("Reshape", true, {{"shape", {int64_t{1} << 20, int64_t{1} << 16}}}),
+                                        "m.onnx", "", registry().schemas));
 }
-
-namespace {
-
-// One `op` node over x[N,4] (float, when `x` is true) and int64 initializers (rank 1,
-// or scalars when `scalars`), with `outputs` outputs.
-std::string one_node(const std::string& op, bool x,
-                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& ints, size_t outputs = 1,
-                     bool scalars = false) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* opset = m.add_opset_import();
-  opset->set_domain("");
-  opset->set_version(17);
-  auto* g = m.mutable_graph();
-  auto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name(op);
-  if (x) {
-    set_type(g->add_input(), "x", {4}, true);
-    n->add_input("x");
-  }
-  for (const auto& [name, values] : ints) {
-    auto* p = g->add_initializer();
-    p->set_name(name);
-    p->set_data_type(onnx::TensorProto::INT64);
-    if (!scalars) p->add_dims(static_cast<int64_t>(values.size()));
-    for (int64_t v : values) p->add_int64_data(v);
-    n->add_input(name);
-  }
-  for (size_t i = 0; i < outputs; ++i) {
-    n->add_output("y" + std::to_string(i));
-    g->add_output()->set_name("y" + std::to_string(i));
-  }
-  std::string b;
-  REQUIRE(m.SerializeToString(&b));
-  return b;
-}
-
-}  // namespace
 
 TEST_CASE("fuzz: shape inputs that would overflow or exhaust memory in other shape rules are refused") {
   const int64_t big = int64_t{1} << 40, max = std::numeric_limits<int64_t>::max();

@@ -25,14 +25,24 @@ TensorMap reference_run(const Graph& g, const TensorMap& feeds, MathPrecision ma
   return Executor(g, *ref, eo).run(feeds, RunOptions{});
 }
 
+// y = MatMul(a[m,k], b[k,n]) in a node named 'mm', and random a and b (seeds s, s + 1).
+struct MatMulCase {
+  TensorMap feeds;
+  Graph g;
+};
+MatMulCase matmul_case(int64_t m, int64_t k, int64_t n, uint64_t s) {
+  Node mm = make_node("MatMul", {"a", "b"}, {"y"});
+  mm.name = "mm";
+  TensorMap feeds{{"a", random_tensor(DataType::Float32, {m, k}, s)},
+                  {"b", random_tensor(DataType::Float32, {k, n}, s + 1)}};
+  Graph g = single_node_graph(mm, feeds);
+  return {std::move(feeds), std::move(g)};
+}
+
 }  // namespace
 
 TEST_CASE("selftest_replay: a MatMul agrees with itself and fails 1e-3 off, naming the node") {
-  Node mm = make_node("MatMul", {"a", "b"}, {"y"});
-  mm.name = "mm";
-  const TensorMap feeds{{"a", random_tensor(DataType::Float32, {4, 6}, 1)},
-                        {"b", random_tensor(DataType::Float32, {6, 5}, 2)}};
-  const Graph g = single_node_graph(mm, feeds);
+  const auto [feeds, g] = matmul_case(4, 6, 5, 1);
   TensorMap got = reference_run(g, feeds, MathPrecision::fp32);
   SelftestWorst w;
   CHECK(selftest_replay(g, feeds, got, MathPrecision::fp32, false, 1e-4, w).empty());
@@ -76,11 +86,7 @@ TEST_CASE("selftest_replay: a sum whose terms cancel is compared at its terms' r
 }
 
 TEST_CASE("selftest_replay: under fp16 a MatMul that did not round its inputs fails") {
-  Node mm = make_node("MatMul", {"a", "b"}, {"y"});
-  mm.name = "mm";
-  const TensorMap feeds{{"a", random_tensor(DataType::Float32, {8, 32}, 3)},
-                        {"b", random_tensor(DataType::Float32, {32, 8}, 4)}};
-  const Graph g = single_node_graph(mm, feeds);
+  const auto [feeds, g] = matmul_case(8, 32, 8, 3);
   SelftestWorst w;
   CHECK(selftest_replay(g, feeds, reference_run(g, feeds, MathPrecision::fp16), MathPrecision::fp16, false, 1e-4, w)
             .empty());
