@@ -29,10 +29,11 @@ void check_size(const std::string& name, const ValueInfo& v, const std::string& 
   int64_t n = 1;
   for (const Dim& d : *v.shape) {
     if (!d.known() || d.value == 0) continue;
-    if (d.value > kMaxElements / n)
+    const std::optional<int64_t> m = times_within_limit(n, d.value);
+    if (!m)
       throw_bad_input(at, "value '" + name + "' would have shape " + shape_to_string(*v.shape) +
                               ", over the limit of 2^36 elements");
-    n *= d.value;
+    n = *m;
   }
 }
 

@@ -26,6 +26,12 @@ namespace trainrt {
 // inference checks every output against it; a rule that multiplies dims it did not
 // get from a checked value (Reshape's shape input) checks as it goes.
 inline constexpr int64_t kMaxElements = int64_t{1} << 36;
+// n * d for a count n <= kMaxElements and a dim d >= 0, or nullopt when it would exceed
+// kMaxElements (checked before multiplying, so it cannot overflow).
+inline std::optional<int64_t> times_within_limit(int64_t n, int64_t d) {
+  if (d != 0 && n > kMaxElements / d) return std::nullopt;
+  return n * d;
+}
 
 class InferContext {
  public:

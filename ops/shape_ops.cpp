@@ -300,9 +300,9 @@ void reshape_infer(InferContext& ctx) {
       y[i] = Dim::of(v);
     }
     if (y[i].known()) {
-      if (y[i].value != 0 && out_known > kMaxElements / y[i].value)  // before the product can overflow
-        ctx.fail("shape " + want_str + " has more than 2^36 elements");
-      out_known *= y[i].value;
+      const std::optional<int64_t> known = times_within_limit(out_known, y[i].value);
+      if (!known) ctx.fail("shape " + want_str + " has more than 2^36 elements");
+      out_known = *known;
     } else {
       // a copied symbol cancels the same symbol of the input
       auto it = std::find_if(in_symbols.begin(), in_symbols.end(),
@@ -600,8 +600,9 @@ std::optional<Shape> dims_of_shape_input(const InferContext& ctx, size_t i, cons
     for (const ShapeInt& e : *ints) {
       if (e.known() && e.value < 0) ctx.fail(what + " has a negative dimension " + std::to_string(e.value));
       if (e.known() && e.value > 0) {
-        if (e.value > kMaxElements / n) ctx.fail(what + " asks for more than 2^36 elements");
-        n *= e.value;
+        const std::optional<int64_t> m = times_within_limit(n, e.value);
+        if (!m) ctx.fail(what + " asks for more than 2^36 elements");
+        n = *m;
       }
       s.push_back(e.dim());
     }
