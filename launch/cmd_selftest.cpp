@@ -23,10 +23,7 @@
 // failures. The reference accumulates in double; fp32 kernels differ by ~1e-6 here,
 // TF32 tensor cores (inputs rounded to 10 bits) by ~1e-3.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <map>
-#include <optional>
 
 #include "autodiff/training_graph.h"
 #include "graph/error.h"
