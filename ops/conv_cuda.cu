@@ -365,29 +365,13 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
   });
 }
 
-// The index into a pass's algorithms this call runs: 0 (the heuristics' first) without a
-// chooser or with one candidate; else the choice made before, or the chooser's (ops/core/
-// engine_choice.h: the timing cache's entry, or every candidate timed on this call's
-// buffers by `call(i)`, which runs algorithm i and returns cuDNN's status). Nothing is
-// timed while the stream is being captured into a CUDA graph: the cached choice or 0
-// then, for this call only.
+// The index into a pass's algorithms this call runs (chosen_candidate, ops/core/
+// cuda_util.h): `call(i)` runs algorithm i and returns cuDNN's status.
 template <typename Algo, typename Call>
 size_t choose_algo(const KernelContext& ctx, const ConvPlan& p, int pass, const char* pattern, const Algos<Algo>& a,
                    Call&& call) {
-  if (!ctx.chooser || a.algo.size() <= 1) return 0;
-  if (const int c = p.choice->pass[pass].load(); c >= 0) return static_cast<size_t>(c);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
-  EngineChooser::Time time;
-  if (capture == cudaStreamCaptureStatusNone)
-    time = [&](size_t i, const TimingPolicy& policy) {
-      return time_calls(ctx.node, policy, [&] { return ok(call(i)); });
-    };
-  const EngineChoice c =
-      ctx.chooser->choose(EngineKey{pattern, p.key, p.precision, gpu_name(), cudnn_version()}, a.tags, time);
-  if (!c.index) return 0;  // every candidate failed when timed: the first, whose error then names the call
-  if (c.cached || c.timed) p.choice->pass[pass].store(static_cast<int>(*c.index));
-  return *c.index;
+  return chosen_candidate(ctx, p.choice->pass[pass], pattern, p.key, p.precision, cudnn_version(), a.tags,
+                          /*repeatable=*/true, [&](size_t i) { return ok(call(i)); });
 }
 
 // The inputs a call reads in KernelContext::math, one per input of the node: under

@@ -250,31 +250,16 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   return p;
 }
 
-// The algorithm a call runs: the heuristic's first without a chooser or with one
-// candidate; else the one chosen before, or the chooser's (ops/core/engine_choice.h: the
-// timing cache's entry, or every candidate timed by `call(i)`, which runs algorithm i on
-// this call's buffers and returns cuBLASLt's status). `repeatable`: a call writes the
-// same outputs when run again (its D is not also its C); otherwise, and while the stream
-// is being captured into a CUDA graph, nothing is timed: the cached choice, else the
-// first, for this call only.
+// The algorithm a call runs (chosen_candidate, ops/core/cuda_util.h): `call(i)` runs
+// algorithm i on this call's buffers and returns cuBLASLt's status; `repeatable`: a call
+// writes the same outputs when run again (its D is not also its C).
 template <typename Call>
 const cublasLtMatmulAlgo_t& choose_algo(const KernelContext& ctx, const GemmPlan& p, const char* pattern,
                                         bool repeatable, Call&& call) {
-  if (!ctx.chooser || p.algos.size() <= 1) return p.algos.front().algo;
-  if (const int c = p.choice->load(); c >= 0) return p.algos[static_cast<size_t>(c)].algo;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
-  EngineChooser::Time time;
-  if (repeatable && capture == cudaStreamCaptureStatusNone)
-    time = [&](size_t i, const TimingPolicy& policy) {
-      return time_calls(ctx.node, policy, [&] { return call(i) == CUBLAS_STATUS_SUCCESS; });
-    };
-  const EngineChoice c =
-      ctx.chooser->choose(EngineKey{pattern, p.key, p.precision, gpu_name(), lt_version()}, p.tags, time);
-  if (!c.index)
-    return p.algos.front().algo;  // every candidate failed when timed: the first, whose error names the call
-  if (c.cached || c.timed) p.choice->store(static_cast<int>(*c.index));
-  return p.algos[*c.index].algo;
+  return p
+      .algos[chosen_candidate(ctx, *p.choice, pattern, p.key, p.precision, lt_version(), p.tags, repeatable,
+                              [&](size_t i) { return call(i) == CUBLAS_STATUS_SUCCESS; })]
+      .algo;
 }
 
 // Whether ctx's C is a bias cuBLASLt's epilogue adds: fp32, [N] or [1,N], beta 1, K > 0.

@@ -167,9 +167,18 @@ const std::string& gpu_name() {
   return name;
 }
 
-std::string cudnn_version() {
-  const size_t v = cudnnGetVersion();
-  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
+const std::string& cudnn_version() {
+  static const std::string version = [] {
+    const size_t v = cudnnGetVersion();
+    return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
+  }();
+  return version;
+}
+
+bool capturing(const Node& node) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(context().stream, &capture), what(node, "cudaStreamIsCapturing"));
+  return capture != cudaStreamCaptureStatusNone;
 }
 
 std::optional<double> time_calls(const Node& node, const TimingPolicy& p, const std::function<bool()>& call) {

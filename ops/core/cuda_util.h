@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -96,12 +97,40 @@ struct Carve {
 // The GPU's name and cuDNN's version ("9.19.0"): what an engine timing belongs to
 // (ops/core/engine_choice.h's EngineKey).
 const std::string& gpu_name();
-std::string cudnn_version();
+const std::string& cudnn_version();
 // Mean ms per call of `call` on the context's stream: `p.warmup` untimed calls, then
 // `p.repeats` calls between two events (waits for the second one: never while the
 // stream is being captured). nullopt as soon as a call returns false (the library
 // turned it down); the calls already queued end first.
 std::optional<double> time_calls(const Node& node, const TimingPolicy& p, const std::function<bool()>& call);
+
+// Whether the context's stream is being captured into a CUDA graph (nothing is timed then).
+bool capturing(const Node& node);
+
+// The index of the candidate (`tags`, one per library algorithm) a call of a problem
+// runs: 0 without a chooser or with one candidate; else the one kept in `chosen` (-1:
+// none yet), or the chooser's (ops/core/engine_choice.h: the timing cache's entry under
+// `pattern`, `problem`, `precision` and `library` on this GPU, or every candidate timed
+// by time_calls over `run(i)`, which runs candidate i on this call's buffers and says
+// whether the library took it). Nothing is timed when the call is not `repeatable` (it
+// would write other outputs when run again) or the stream is being captured: the kept
+// choice or 0 then, for this call only. 0 too when every candidate failed when timed:
+// the first, whose error then names the call. The legacy convolution algorithms and
+// cuBLASLt's share it (ops/conv_cuda.cu, ops/gemm_cuda.cu).
+template <typename Run>
+size_t chosen_candidate(const KernelContext& ctx, std::atomic<int>& chosen, const char* pattern,
+                        const std::string& problem, const std::string& precision, const std::string& library,
+                        const std::vector<std::string>& tags, bool repeatable, Run&& run) {
+  if (!ctx.chooser || tags.size() <= 1) return 0;
+  if (const int c = chosen.load(); c >= 0) return static_cast<size_t>(c);
+  EngineChooser::Time time;
+  if (repeatable && !capturing(ctx.node))
+    time = [&](size_t i, const TimingPolicy& policy) { return time_calls(ctx.node, policy, [&] { return run(i); }); };
+  const EngineChoice c = ctx.chooser->choose(EngineKey{pattern, problem, precision, gpu_name(), library}, tags, time);
+  if (!c.index) return 0;
+  if (c.cached || c.timed) chosen.store(static_cast<int>(*c.index));
+  return *c.index;
+}
 
 // Internal errors naming `what` and the library's own message.
 void check(cudaError_t e, const std::string& what);
