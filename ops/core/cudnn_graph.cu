@@ -331,9 +331,7 @@ const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const Grap
     if (g.chosen >= 0) return &g.candidates[static_cast<size_t>(g.chosen)];
   }
   if (!ctx.chooser) return &g.candidates.front();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(context().stream, &capture), what(ctx.node, "cudaStreamIsCapturing"));
-  const bool can_time = capture == cudaStreamCaptureStatusNone && !c.bufs.aliased();
+  const bool can_time = !capturing(ctx.node) && !c.bufs.aliased();
   std::vector<std::string> tags;
   for (const Candidate& k : g.candidates) tags.push_back(k.tag);
   const EngineKey key{c.pattern, c.key, c.precision, gpu_name(), cudnn_version()};
