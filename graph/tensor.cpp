@@ -105,6 +105,7 @@ Tensor Tensor::clone() const {
   Tensor t(dtype_, dims_);
   if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
   t.layout_ = layout_;
+  t.narrowed_ = narrowed_;
   return t;
 }
 
@@ -167,6 +168,7 @@ Tensor to_plain(const Tensor& t) {
   if (t.layout() == Layout::Plain) return t.clone();
   Tensor p(t.dtype(), t.dims());
   copy_blocked(t, p, /*from_blocked=*/true);
+  p.set_narrowed(t.narrowed());
   return p;
 }
 

@@ -74,6 +74,12 @@ class Tensor {
   bool empty() const { return dtype_ == DataType::Undefined; }
   Layout layout() const { return layout_; }
   void set_layout(Layout l) { layout_ = l; }
+  // A float32 value of the graph stored rounded in dtype() (Float16 or BFloat16), because
+  // every kernel that reads it rounds it to that type anyway (runtime/narrow.h): kernels
+  // that declared the slot read and write the 16-bit elements; a reference kernel gets a
+  // float32 copy (run_on_plain_copies). Same bits as rounding at each read.
+  bool narrowed() const { return narrowed_; }
+  void set_narrowed(bool n) { narrowed_ = n; }
 
   std::byte* raw() { return buffer_.get(); }
   const std::byte* raw() const { return buffer_.get(); }
@@ -100,6 +106,7 @@ class Tensor {
   std::vector<int64_t> dims_;
   std::shared_ptr<std::byte[]> buffer_;
   Layout layout_ = Layout::Plain;
+  bool narrowed_ = false;
 };
 
 // Whether `dims` can be stored as Blocked16c (rank 4, C a positive multiple of 16).

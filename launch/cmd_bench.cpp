@@ -180,6 +180,15 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
       "(naive one buffer per value %.1f MiB), persistent state %.3f MiB\n",
       peak_rss_mib(), static_cast<double>(plan.arena_bytes) * mib, static_cast<double>(plan.naive_bytes) * mib,
       static_cast<double>(session.persistent_bytes()) * mib);
+  {  // float32 values the plan stores in 16 bits (runtime/narrow.h: cuda under bf16/fp16)
+    size_t count = 0, bytes = 0;
+    for (const PlannedValue& v : plan.values)
+      if ((v.dtype == DataType::BFloat16 || v.dtype == DataType::Float16) && plan.graph.find_info(v.name) &&
+          plan.graph.find_info(v.name)->dtype == DataType::Float32)
+        ++count, bytes += v.bytes;
+    std::printf("16-bit storage: %zu float32 values stored in 16 bits, %.1f MiB (runtime/narrow.h)\n", count,
+                static_cast<double>(bytes) * mib);
+  }
   std::printf("layout reorders: %.1f MiB per step (oneDNN reorders between row-major and blocked layouts)\n",
               static_cast<double>(t.reorder_bytes) * mib / static_cast<double>(c.steps));
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", t.first_loss, t.last_loss);

@@ -64,6 +64,7 @@ Tensor Backend::to_host(const Tensor& t) const {
   }
   Tensor h(t.dtype(), t.dims());
   h.set_layout(t.layout());
+  h.set_narrowed(t.narrowed());
   copy(h.raw(), t.raw(), t.nbytes());
   synchronize();
   return h;
@@ -114,6 +115,11 @@ size_t Backend::workspace_bytes(const KernelContext& ctx) const {
 NodeLayouts Backend::layouts(const Graph& g, const Node& n) const {
   if (!blocked_layouts) return {};
   return registry().kernels.layouts(layout_set_, g, n);
+}
+
+NodeSlots Backend::narrow(const Graph& g, const Node& n) const {
+  if (!narrow_storage) return {};
+  return registry().kernels.narrow(layout_set_, g, n);
 }
 
 std::vector<std::string> Backend::fallback_ops() const {

@@ -41,6 +41,10 @@ class Backend {
   // Which arguments `n`'s kernel takes in blocked_layout (ops/core/kernel.h); all Plain
   // for reference fallbacks, kernels that declared nothing and !blocked_layouts.
   NodeLayouts layouts(const Graph& g, const Node& n) const;
+  // Which float32 arguments `n`'s kernel takes stored in 16 bits (ops/core/kernel.h
+  // NodeSlots; runtime/narrow.h picks the values); none for reference fallbacks, kernels
+  // that declared nothing and !narrow_storage. Reported from the same kernel set as layouts().
+  NodeSlots narrow(const Graph& g, const Node& n) const;
   // Throws Unsupported (naming why) when this backend cannot run the convolutions in
   // `m` arithmetic at a useful speed: the cpu backend needs AVX-512 BF16 for bf16 (fp16
   // it emulates: rounded copies, no speed-up); the reference and cuda backends take
@@ -168,6 +172,8 @@ class Backend {
   // implementations, ops/core/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
   // the layout choice and the blocked kernels on any CPU.
   bool blocked_layouts = true;
+  // Whether narrow() reports the kernels' 16-bit slots (cuda, under --precision bf16/fp16).
+  bool narrow_storage = true;
   // The layout the kernels' Any and Shared slots take besides Plain: Blocked16c (cpu,
   // oneDNN's nChw16c) or ChannelsLast (cuda, NHWC for cuDNN's tensor cores).
   Layout blocked_layout = Layout::Blocked16c;

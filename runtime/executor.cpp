@@ -16,6 +16,7 @@
 #include "graph/infer.h"
 #include "graph/passes.h"
 #include "runtime/layout.h"
+#include "runtime/narrow.h"
 
 namespace trainrt {
 
@@ -141,6 +142,7 @@ struct Executor::Prepared {
 
   Plan plan;
   std::vector<Layout> layouts;  // per plan value (runtime/layout.h)
+  std::vector<char> narrowed;   // per plan value: stored in 16 bits (runtime/narrow.h)
   std::shared_ptr<std::byte[]> arena;
   std::vector<Tensor> slots;   // one per plan value; kernels get pointers to these
   std::vector<Tensor> staged;  // per feed: its copy in backend memory, when the backend cannot reach it
@@ -262,10 +264,15 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
       throw_bad_input("output '" + out + "'", "is not a value of the model");
     po.keep.push_back(out);
   }
+  std::vector<std::string> updates;
+  for (const auto& [produced, state] : po.state_updates) updates.push_back(produced);
+  po.narrowed = choose_narrowed(s, po.keep, updates, backend_, opts_.math);
   p->plan = build_plan(s, po);
   const Plan& plan = p->plan;
   p->layouts =
       opts_.blocked_layouts ? choose_layouts(plan, backend_) : std::vector<Layout>(plan.values.size(), Layout::Plain);
+  p->narrowed.assign(plan.values.size(), 0);
+  for (size_t v = 0; v < plan.values.size(); ++v) p->narrowed[v] = po.narrowed.count(plan.values[v].name) > 0;
   for (const std::string& in : graph_.inputs) {
     p->feed_types.push_back(feeds.at(in).dtype());
     p->feed_dims.push_back(feeds.at(in).dims());
@@ -280,7 +287,7 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   for (const std::string& in : graph_.inputs)
     if (const Tensor& f = feeds.at(in); f.nbytes() && !backend_.reaches(f.raw()))
       staged += f.nbytes() * staged_copies(backend_);
-  std::tie(p->workspace, p->side_workspace) = plan_workspace(plan, p->layouts);
+  std::tie(p->workspace, p->side_workspace) = plan_workspace(plan, p->layouts, p->narrowed);
   const size_t need =
       plan.arena_bytes + plan.output_bytes + staged + p->workspace + p->side_workspace + ro.reserve_bytes;
   const size_t limit = ro.memory_limit_bytes ? ro.memory_limit_bytes : backend_.available_bytes();
@@ -310,11 +317,13 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
 // (concurrent_branches), the most the second step of a pair needs, in a workspace of its
 // own (Backend::run_pair). Asked with each step's arguments typed, shaped and laid out
 // but without memory.
-std::pair<size_t, size_t> Executor::plan_workspace(const Plan& plan, const std::vector<Layout>& layouts) const {
+std::pair<size_t, size_t> Executor::plan_workspace(const Plan& plan, const std::vector<Layout>& layouts,
+                                                   const std::vector<char>& narrowed) const {
   std::vector<Tensor> shaped(plan.values.size());
   for (size_t v = 0; v < plan.values.size(); ++v) {
     shaped[v] = Tensor(plan.values[v].dtype, plan.values[v].dims, nullptr);
     shaped[v].set_layout(layouts[v]);
+    shaped[v].set_narrowed(narrowed[v] != 0);
   }
   auto need = [&](size_t s) { return backend_.workspace_bytes(context_of(plan, plan.steps[s], shaped)); };
   size_t most = 0, side = 0;
@@ -374,6 +383,7 @@ void Executor::bind_slots(Prepared& p) {
     if (pv.storage == Storage::Arena) {
       p.slots[v] = Tensor(pv.dtype, pv.dims, std::shared_ptr<std::byte[]>(p.arena, p.arena.get() + pv.offset));
       p.slots[v].set_layout(p.layouts[v]);
+      p.slots[v].set_narrowed(p.narrowed[v] != 0);
     } else if ((pv.storage == Storage::Constant || pv.storage == Storage::State) && pv.alias < 0) {
       const Tensor& init = plan.graph.initializers.at(pv.name);
       if (init.nbytes() && !backend_.reaches(init.raw())) {

@@ -159,7 +159,8 @@ struct ExecutorOptions {
   // Keep values blocked between kernels that take it (runtime/layout.h); false: all
   // Plain, every oneDNN kernel reorders at its boundary (tests compare the two).
   bool blocked_layouts = true;
-  // Arithmetic of the convolution kernels (ops/core/kernel.h MathPrecision); storage stays fp32.
+  // Arithmetic of the convolution kernels (ops/core/kernel.h MathPrecision); storage stays
+  // fp32 except values every reader rounds, where the backend declares it (runtime/narrow.h).
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::direct;  // ops/core/kernel.h
   // Run the plan's independent neighbouring steps two at a time (PlanOptions::
@@ -236,8 +237,9 @@ class Executor {
  private:
   struct Prepared;
   Prepared& prepare(const TensorMap& feeds, const RunOptions& ro);
-  std::pair<size_t, size_t> plan_workspace(const Plan& plan,
-                                           const std::vector<Layout>& layouts) const;  // compute and side streams'
+  // The compute and side streams' workspace.
+  std::pair<size_t, size_t> plan_workspace(const Plan& plan, const std::vector<Layout>& layouts,
+                                           const std::vector<char>& narrowed) const;
   KernelContext context_of(const Plan& plan, const PlanStep& st, std::vector<Tensor>& values) const;
   // A copy of host tensor `t` in the backend's memory (a constant it cannot reach).
   Tensor in_backend_memory(const Tensor& t) const;

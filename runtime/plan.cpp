@@ -50,6 +50,7 @@ Plan skeleton(const Graph& g, const PlanOptions& o) {
         throw_internal("plan", "value '" + name + "' has no concrete shape (specialise the graph first)");
       v.dtype = info->dtype;
       v.dims = shape_dims(*info->shape);
+      if (auto n = o.narrowed.find(name); n != o.narrowed.end()) v.dtype = n->second;
     }
     v.bytes = static_cast<size_t>(element_count(v.dims)) * dtype_size(v.dtype);
     p.index[name] = static_cast<int>(p.values.size());

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -59,6 +60,9 @@ struct PlanOptions {
   // Called with each candidate order's steps and lifetimes (offsets not chosen yet):
   // the groups to lay out contiguously (Plan::groups). Empty: none.
   std::function<std::vector<ContiguousGroup>(const Plan&)> contiguous;
+  // float32 values stored in 16 bits (runtime/narrow.h): name -> Float16 or BFloat16, the
+  // dtype (and bytes) they get in the plan.
+  std::map<std::string, DataType> narrowed;
 };
 
 enum class Storage {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "graph/error.h"
 #include "graph/schema.h"
@@ -93,6 +94,18 @@ NodeLayouts KernelRegistry::layouts(const std::string& backend, const Graph& g, 
   return it == layouts_.end() ? NodeLayouts{} : it->second(g, n);
 }
 
+void KernelRegistry::set_narrow(const std::string& backend, const std::string& domain, const std::string& op_type,
+                                NarrowRule r) {
+  auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
+  if (!kernels_.count(key)) throw_internal("KernelRegistry", "16-bit slots of '" + op_type + "' before its kernel");
+  narrow_[key] = std::move(r);
+}
+
+NodeSlots KernelRegistry::narrow(const std::string& backend, const Graph& g, const Node& n) const {
+  auto it = narrow_.find(std::make_tuple(backend, canonical_domain(n.domain), n.op_type));
+  return it == narrow_.end() ? NodeSlots{} : it->second(g, n);
+}
+
 void KernelRegistry::set_skips_when_flagged(const std::string& backend, const std::string& domain,
                                             const std::string& op_type) {
   auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
@@ -118,20 +131,42 @@ size_t KernelRegistry::workspace(const std::string& backend, const KernelContext
 }
 
 void run_on_plain_copies(const Kernel& k, KernelContext& ctx) {
-  auto laid_out = [](const Tensor* t) { return t && t->layout() != Layout::Plain; };
-  if (std::none_of(ctx.inputs.begin(), ctx.inputs.end(), laid_out) &&
-      std::none_of(ctx.outputs.begin(), ctx.outputs.end(), laid_out))
+  auto converted = [](const Tensor* t) { return t && (t->layout() != Layout::Plain || t->narrowed()); };
+  if (std::none_of(ctx.inputs.begin(), ctx.inputs.end(), converted) &&
+      std::none_of(ctx.outputs.begin(), ctx.outputs.end(), converted))
     return k(ctx);
   std::vector<Tensor> copies;  // reserved: the pointers into it stay valid
   copies.reserve(ctx.inputs.size() + ctx.outputs.size());
   KernelContext plain = ctx;
   plain.inputs.clear();
   plain.outputs.clear();
-  for (const Tensor* t : ctx.inputs) plain.inputs.push_back(laid_out(t) ? &copies.emplace_back(to_plain(*t)) : t);
-  for (Tensor* t : ctx.outputs) plain.outputs.push_back(laid_out(t) ? &copies.emplace_back(t->dtype(), t->dims()) : t);
+  // A narrowed tensor widens element by element (its layout kept), then goes to Plain.
+  auto plain_copy = [](const Tensor& t) {
+    Tensor wide = t.narrowed() ? t.cast(DataType::Float32) : t;
+    return wide.layout() == Layout::Plain ? wide : to_plain(wide);
+  };
+  for (const Tensor* t : ctx.inputs) plain.inputs.push_back(converted(t) ? &copies.emplace_back(plain_copy(*t)) : t);
+  for (Tensor* t : ctx.outputs)
+    plain.outputs.push_back(
+        converted(t) ? &copies.emplace_back(t->narrowed() ? DataType::Float32 : t->dtype(), t->dims()) : t);
   k(plain);
-  for (size_t i = 0; i < ctx.outputs.size(); ++i)
-    if (laid_out(ctx.outputs[i])) copy_from_plain(*plain.outputs[i], *ctx.outputs[i]);
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    Tensor* to = ctx.outputs[i];
+    if (!converted(to)) continue;
+    const Tensor& from = *plain.outputs[i];
+    if (!to->narrowed()) {
+      copy_from_plain(from, *to);
+      continue;
+    }
+    Tensor laid(DataType::Float32, to->dims());
+    laid.set_layout(to->layout());
+    if (to->layout() == Layout::Plain)
+      laid = from;
+    else
+      copy_from_plain(from, laid);
+    const Tensor rounded = laid.cast(to->dtype());  // round to nearest even, as round_to_math
+    if (rounded.nbytes()) std::memcpy(to->raw(), rounded.raw(), rounded.nbytes());
+  }
 }
 
 void run_on_host_copies(const Kernel& k, KernelContext& ctx,
@@ -146,6 +181,7 @@ void run_on_host_copies(const Kernel& k, KernelContext& ctx,
     if (fresh) {
       it->second = Tensor(t->dtype(), t->dims());
       it->second.set_layout(t->layout());
+      it->second.set_narrowed(t->narrowed());
       copy(it->second.raw(), t->raw(), t->nbytes());
     }
     return &it->second;

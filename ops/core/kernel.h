@@ -35,9 +35,11 @@ namespace trainrt {
 // does (PyTorch's autocast runs exactly these ops in 16 bits). fp16: the same with IEEE
 // half copies (overflow to Inf, subnormals kept); on the cpu backend fp16, and bf16
 // products, are emulated (rounded fp32 copies, fp32 kernels), so that a GPU run's
-// numerics and dynamic loss scaling can be checked on a CPU. Every value stays fp32 in
-// memory, parameters included (the fp32 master weights). Other kernels ignore it. The
-// reference kernels round the same way, so they stay the oracle.
+// numerics and dynamic loss scaling can be checked on a CPU. Values stay fp32 in memory,
+// parameters included (the fp32 master weights), except on a backend whose kernels
+// declare 16-bit slots (cuda): a value every reader rounds anyway is stored rounded
+// (runtime/narrow.h), with the same bits. Other kernels ignore it. The reference kernels
+// round the same way, so they stay the oracle.
 enum class MathPrecision : uint8_t { fp32, bf16, fp16 };
 const char* math_precision_name(MathPrecision m);
 
@@ -122,9 +124,10 @@ struct KernelContext {
 using Kernel = std::function<void(KernelContext&)>;
 
 // Runs `k`, a kernel that reads row-major data (a reference kernel), on `ctx`: directly
-// where every argument is Plain, else on Plain copies of the arguments in another layout
-// (graph/tensor.h), copying those outputs back into their layout. All other context
-// fields pass through.
+// where every argument is Plain and none is narrowed, else on Plain float32 copies of the
+// arguments in another layout (graph/tensor.h) or stored in 16 bits (Tensor::narrowed),
+// copying those outputs back into their layout and width (rounded to nearest even). All
+// other context fields pass through.
 void run_on_plain_copies(const Kernel& k, KernelContext& ctx);
 
 // Runs host kernel `k` on host copies of `ctx`'s tensors that live in device memory
@@ -146,6 +149,18 @@ struct NodeLayouts {
 };
 // Decides per node (shapes are known: the graph is specialised).
 using LayoutRule = std::function<NodeLayouts(const Graph& g, const Node& n)>;
+
+// Which float32 arguments a kernel takes stored in 16 bits (Tensor::narrowed: the
+// KernelContext::math type, Float16 or BFloat16): an input it reads from the 16-bit
+// elements, an output it writes rounded to nearest even. runtime/narrow.h stores a value
+// so only where its writer and every reader declared it and every reader rounds it
+// anyway (math_rounded_inputs), so the results are the same bits.
+struct NodeSlots {
+  std::vector<bool> inputs, outputs;  // missing entries: false
+  bool input(size_t i) const { return i < inputs.size() && inputs[i]; }
+  bool output(size_t i) const { return i < outputs.size() && outputs[i]; }
+};
+using NarrowRule = std::function<NodeSlots(const Graph& g, const Node& n)>;
 
 // An output slot the op's kernels may write over an input slot's storage (the planner
 // checks the rest: same dtype and bytes, the input read by no later node).
@@ -172,6 +187,10 @@ class KernelRegistry {
   void set_layouts(const std::string& backend, const std::string& domain, const std::string& op_type, LayoutRule r);
   // The declared layouts of `n`'s kernel on `backend`; all Plain when none was declared.
   NodeLayouts layouts(const std::string& backend, const Graph& g, const Node& n) const;
+  // Declares which float32 arguments the backend's kernel for the op takes in 16 bits.
+  void set_narrow(const std::string& backend, const std::string& domain, const std::string& op_type, NarrowRule r);
+  // The declared 16-bit slots of `n`'s kernel on `backend`; none when none was declared.
+  NodeSlots narrow(const std::string& backend, const Graph& g, const Node& n) const;
   // Declares which outputs the op's kernels may write over an input: one rule for every
   // backend (plans are backend-independent), so each backend's kernel must allow it.
   void set_in_place(const std::string& domain, const std::string& op_type, InPlaceRule r);
@@ -189,6 +208,7 @@ class KernelRegistry {
  private:
   std::map<std::tuple<std::string, std::string, std::string>, Kernel> kernels_;
   std::map<std::tuple<std::string, std::string, std::string>, LayoutRule> layouts_;
+  std::map<std::tuple<std::string, std::string, std::string>, NarrowRule> narrow_;
   std::map<std::pair<std::string, std::string>, InPlaceRule> in_place_;
   std::set<std::tuple<std::string, std::string, std::string>> skips_;
   std::map<std::tuple<std::string, std::string, std::string>, WorkspaceRule> workspace_;

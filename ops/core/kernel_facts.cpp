@@ -70,4 +70,17 @@ InPlaceRule in_place_binary(bool commutative) {
   };
 }
 
+NarrowRule narrow(std::vector<size_t> inputs, std::vector<size_t> outputs) {
+  NodeSlots slots;
+  for (size_t i : inputs) {
+    if (slots.inputs.size() <= i) slots.inputs.resize(i + 1);
+    slots.inputs[i] = true;
+  }
+  for (size_t k : outputs) {
+    if (slots.outputs.size() <= k) slots.outputs.resize(k + 1);
+    slots.outputs[k] = true;
+  }
+  return [slots](const Graph&, const Node&) { return slots; };
+}
+
 }  // namespace trainrt::facts

@@ -53,6 +53,12 @@ NodeLayouts sum_to_shape(const Graph& g, const Node& n);
 NodeLayouts dropout(const Graph& g, const Node& n);
 NodeLayouts dropout_grad(const Graph& g, const Node& n);
 
+// 16-bit storage (ops/core/kernel.h NodeSlots, runtime/narrow.h): the same slots for every
+// node, `inputs` read and `outputs` written in 16 bits where the value is float32.
+NarrowRule narrow(std::vector<size_t> inputs, std::vector<size_t> outputs);
+inline NarrowRule narrow_float_outputs(std::vector<size_t> outputs) { return narrow({}, std::move(outputs)); }
+inline NarrowRule narrow_float_inputs(std::vector<size_t> inputs) { return narrow(std::move(inputs), {}); }
+
 // The same pairs for every node.
 InPlaceRule in_place(std::vector<InPlacePair> pairs);
 // Binary elementwise ops with broadcasting: the output over input 0 when input 0 has

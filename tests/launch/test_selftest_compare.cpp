@@ -112,3 +112,38 @@ TEST_CASE("selftest_difference: equal non-finite values agree, one-sided ones do
   b.data<float>()[1] = 2.f;
   CHECK(std::isinf(selftest_difference(a, b).diff));
 }
+
+TEST_CASE("selftest_replay: a value the device stored in 16 bits is compared rounded, and read widened") {
+  // Device values as a GPU with 16-bit storage gives them (runtime/narrow.h): MatMul's y
+  // stored rounded to bfloat16, and a as a recorded 16-bit input.
+  const auto [feeds, g] = matmul_case(4, 6, 5, 3);
+  const TensorMap want = reference_run(g, feeds, MathPrecision::bf16);
+  auto stored = [](const Tensor& t) {
+    Tensor s = t.cast(DataType::BFloat16);
+    s.set_narrowed(true);
+    return s;
+  };
+  TensorMap got{{"y", stored(want.at("y"))}};
+  SelftestWorst w;
+  CHECK(selftest_replay(g, feeds, got, MathPrecision::bf16, false, 1e-4, w).empty());
+  CHECK(w.values == 1);
+  // The same bits read as a plain bfloat16 value are 4e-3 off the fp32 reference: the
+  // rounding to storage is what the comparison forgives, and nothing more.
+  Tensor unmarked = got.at("y");
+  unmarked.set_narrowed(false);
+  SelftestWorst w2;
+  CHECK(!selftest_replay(g, feeds, {{"y", unmarked}}, MathPrecision::bf16, false, 1e-4, w2).empty());
+  // One bfloat16 last place off, at the largest |y|, fails.
+  int64_t top = 0;
+  for (int64_t i = 0; i < want.at("y").numel(); ++i)
+    if (std::fabs(want.at("y").get_as_double(i)) > std::fabs(want.at("y").get_as_double(top))) top = i;
+  Tensor off = got.at("y").clone();
+  off.data<uint16_t>()[top] = static_cast<uint16_t>(off.data<uint16_t>()[top] + 1);
+  SelftestWorst w3;
+  CHECK(selftest_replay(g, feeds, {{"y", off}}, MathPrecision::bf16, false, 1e-4, w3).find("node 'mm'") !=
+        std::string::npos);
+  // A 16-bit input is fed widened: a recorded from the device's storage gives the same y.
+  TensorMap from_storage{{"a", stored(feeds.at("a"))}, {"y", got.at("y")}};
+  SelftestWorst w4;
+  CHECK(selftest_replay(g, feeds, from_storage, MathPrecision::bf16, false, 1e-4, w4).empty());
+}
