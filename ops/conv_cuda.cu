@@ -376,7 +376,8 @@ size_t choose_algo(const KernelContext& ctx, const ConvPlan& p, int pass, const 
 
 // The inputs a call reads in KernelContext::math, one per input of the node: under
 // bf16/fp16 the fp32 ones of math_rounded_inputs (ops/core/kernel.h) are rounded into
-// copies at the front of the call's workspace (`bytes` of it), the others are the inputs
+// copies at the front of the call's workspace (`bytes` of it), those stored in 16 bits
+// (runtime/narrow.h) widened into such copies, the others are the inputs
 // themselves (an empty Tensor where an optional input is omitted).
 struct MathInputs {
   std::vector<Tensor> t;
@@ -397,9 +398,12 @@ MathInputs math_inputs(const KernelContext& ctx) {
   Carve carve;
   for (size_t i : rounded) {
     const Tensor& t = ctx.in(i);
-    std::byte* at = base + carve.take(t.nbytes());
-    round_to_math(t.data<float>(), reinterpret_cast<float*>(at), t.numel(), ctx.math, ctx.node);
-    r.t[i] = Tensor(t.dtype(), t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
+    std::byte* at = base + carve.take(static_cast<size_t>(t.numel()) * sizeof(float));
+    if (stored_narrow(ctx, t))  // stored rounded in 16 bits: its widening is the rounded value
+      widen_from_math(t.data<uint16_t>(), reinterpret_cast<float*>(at), t.numel(), ctx.math, ctx.node);
+    else
+      round_to_math(t.data<float>(), reinterpret_cast<float*>(at), t.numel(), ctx.math, ctx.node);
+    r.t[i] = Tensor(DataType::Float32, t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
     r.t[i].set_layout(t.layout());  // an elementwise copy: the same order
   }
   return r;
@@ -500,7 +504,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
 // time: the larger of the graph's (FusedConv) and the legacy path's carve.
 size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   const Node& n = ctx.node;
-  const Tensor& x = ctx.in(0);
+  const Tensor x = wide_shape(ctx.in(0));  // the legacy path reads a 16-bit x widened
   const Tensor& w = ctx.in(1);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
@@ -531,8 +535,8 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
 
 // The workspace of a ConvGrad call, as conv_grad carves it.
 size_t conv_grad_workspace(const KernelContext& ctx) {
-  const Tensor& dy = ctx.in(0);
-  const Tensor& x = ctx.in(1);
+  const Tensor dy = wide_shape(ctx.in(0));  // the legacy path reads 16-bit inputs widened
+  const Tensor x = wide_shape(ctx.in(1));
   const Tensor& w = ctx.in(2);
   const bool dx = ctx.has_output(0), dw = ctx.has_output(1);
   if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
@@ -706,6 +710,16 @@ void register_conv_cuda(Registry& r) {
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
   add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad),
                 facts::fixed({{A, S, P}, {S, P, P}}));
+  // Under bf16/fp16 x (ConvGrad: dY, and X unless its ReLU mask is read too) may be stored
+  // in 16 bits (runtime/narrow.h): the graphs read it as it is, the legacy path widened.
+  for (const auto& [domain, op] : {std::pair<std::string, std::string>{"", "Conv"}, {kTrainrtDomain, "FusedConv"}})
+    if (r.kernels.find("cuda", domain, op)) r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_inputs({0}));
+  if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph&, const Node& n) {
+      NodeSlots s;
+      s.inputs = {true, n.attr_int("dx_relu", 0) == 0};
+      return s;
+    });
   if (r.kernels.find("cuda", "", "Conv"))
     r.kernels.set_workspace("cuda", "", "Conv",
                             [](const KernelContext& c) { return conv_forward_workspace(c, false); });

@@ -107,8 +107,9 @@ __device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) 
 // Element i's mask is drawn from its row-major index: C, hw of a ChannelsLast x (y,
 // mask alike), walked without a division per element (channels_last::PlainWalk); C = hw
 // = 1 for Plain, where the walk's row-major index is i itself.
-template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, int64_t C, int64_t hw, DropoutOptions o) {
+// y: a T*, or a Store16 where y is stored in 16 bits (runtime/narrow.h).
+template <typename T, typename Out>
+__global__ void dropout_kernel(const T* x, Out y, uint8_t* mask, int64_t n, int64_t C, int64_t hw, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
   const uint64_t key = c.key;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -117,13 +118,13 @@ __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, int64
   for (channels_last::PlainWalk w(first, step, C, hw); (w.index) < n; w.next(step)) {
     const int64_t i = w.index;
     if (!c.training) {  // inference: identity, mask all true
-      y[i] = x[i];
+      store_at(y, i, x[i]);
       if (mask) mask[i] = 1;
       continue;
     }
     const bool keep =
         c.valid && (splitmix64(key + static_cast<uint64_t>(w.plain()) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
-    y[i] = keep ? x[i] * c.scale : c.valid ? T(0) : c.scale;
+    store_at(y, i, keep ? x[i] * c.scale : c.valid ? T(0) : c.scale);
     if (mask) mask[i] = keep ? 1 : 0;
   }
 }
@@ -203,7 +204,12 @@ void dropout(KernelContext& ctx) {
         const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
         const bool last = x.layout() == Layout::ChannelsLast;
         const int64_t C = last ? x.dims()[1] : 1, hw = last ? x.dims()[2] * x.dims()[3] : 1;
-        dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), ctx.out(0).data<T>(), mask, n, C, hw, o);
+        Tensor& y = ctx.out(0);
+        if (std::is_same_v<T, float> && stored_narrow(ctx, y))  // y stored in 16 bits: rounded as written
+          dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), store16(y, ctx.math), mask, n, C, hw,
+                                                                    o);
+        else
+          dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), mask, n, C, hw, o);
         check_launch(ctx.node, "dropout_kernel");
       }))
     run_reference(ctx);
@@ -249,6 +255,8 @@ void identity(KernelContext& ctx) {
 void register_misc_cuda(Registry& r) {
   add_if_schema(r, "cuda", "", "Identity", identity);
   add_if_schema(r, "cuda", "", "Dropout", dropout, facts::dropout);
+  if (r.kernels.find("cuda", "", "Dropout"))
+    r.kernels.set_narrow("cuda", "", "Dropout", facts::narrow_float_outputs({0}));
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>, facts::dropout_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>, facts::dropout_grad);
 }

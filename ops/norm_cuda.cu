@@ -256,8 +256,9 @@ __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const
 }
 
 // dX per plane (TRAINRT_PLANES), as forward_apply.
-template <typename T, bool kVec4>
-__global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
+// dx: a T* (the float4 path too) or a Store16 (dX stored in 16 bits, scalar path only).
+template <typename T, bool kVec4, typename Out>
+__global__ void grad_apply(const T* dy, const T* x, Out dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
     const T k = a.k[c], bt = a.bias_term[c], m = a.mean[c], xt = a.x_term[c];
@@ -273,7 +274,9 @@ __global__ void grad_apply(const T* dy, const T* x, T* dx, int64_t planes, int64
                              k * (g.z - bt - (v.z - m) * xt), k * (g.w - bt - (v.w - m) * xt));
       }
     } else {
-      TRAINRT_GRID_STRIDE(i, S) { dx[at + i] = k * (masked_dy(dy, a.relu_y, at + i) - bt - (x[at + i] - m) * xt); }
+      TRAINRT_GRID_STRIDE(i, S) {
+        store_at(dx, at + i, static_cast<T>(k * (masked_dy(dy, a.relu_y, at + i) - bt - (x[at + i] - m) * xt)));
+      }
     }
   }
 }
@@ -283,8 +286,8 @@ template <typename T>
 __device__ T grad_one(T g, T v, const GradArgs<T>& a, int64_t c) {
   return a.k[c] * (g - a.bias_term[c] - (v - a.mean[c]) * a.x_term[c]);
 }
-template <typename T, bool kVec4>
-__global__ void grad_apply_last(const T* dy, const T* x, T* dx, int64_t n, int64_t C, GradArgs<T> a) {
+template <typename T, bool kVec4, typename Out>
+__global__ void grad_apply_last(const T* dy, const T* x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {
   if constexpr (kVec4) {
     const auto* dy4 = reinterpret_cast<const float4*>(dy);
     const auto* r4 = reinterpret_cast<const float4*>(a.relu_y);
@@ -297,7 +300,7 @@ __global__ void grad_apply_last(const T* dy, const T* x, T* dx, int64_t n, int64
                            grad_one(d.w, v.w, a, c + 3));
     }
   } else {
-    TRAINRT_CHANNELS_LAST(i, c, n, C) { dx[i] = grad_one(masked_dy(dy, a.relu_y, i), x[i], a, c); }
+    TRAINRT_CHANNELS_LAST(i, c, n, C) { store_at(dx, i, grad_one(masked_dy(dy, a.relu_y, i), x[i], a, c)); }
   }
 }
 
@@ -541,6 +544,17 @@ void batchnorm_grad(KernelContext& ctx) {
   const int64_t n = x.numel();
   if (!ctx.has_output(0) || n == 0) return;
   const int64_t planes = n / v.S;
+  if constexpr (std::is_same_v<T, float>)
+    if (stored_narrow(ctx, ctx.out(0))) {  // dX stored in 16 bits (runtime/narrow.h): rounded as written
+      const Store16 dx16 = store16(ctx.out(0), ctx.math);
+      if (v.last)
+        grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx16, n, v.C, a);
+      else
+        grad_apply<T, false>
+            <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx16, planes, v.C, v.S, a);
+      check_launch(ctx.node, v.last ? "grad_apply_last" : "grad_apply");
+      return;
+    }
   T* dx = ctx.out(0).data<T>();
   if (v.last) {
     bool vec4 = false;
@@ -585,6 +599,10 @@ void register_norm_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>, facts::fixed({{S}, {S}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel,
                 facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));  // and relu_y (input 5)
+  // dX of float32 activations may be stored in 16 bits (the graph's scope is float32: such
+  // a node runs the own kernels).
+  if (r.kernels.find("cuda", kTrainrtDomain, "BatchNormalizationGrad"))
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "BatchNormalizationGrad", facts::narrow_float_outputs({0}));
   for (const char* op : {"BatchNormalization", "BatchNormalizationRelu", "BatchNormalizationGrad"}) {
     const std::string domain = std::string(op) == "BatchNormalization" ? "" : kTrainrtDomain;
     const bool grad = std::string(op) == "BatchNormalizationGrad";

@@ -232,20 +232,44 @@ void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m,
   check_launch(node, "narrow_kernel");
 }
 
+namespace {
+__global__ void widen_kernel(const uint16_t* from, float* to, int64_t n, bool bf16) {
+  TRAINRT_GRID_STRIDE(i, n) { to[i] = bf16 ? bfloat16_to_float(from[i]) : half_to_float(from[i]); }
+}
+}  // namespace
+
+void widen_from_math(const uint16_t* from, float* to, int64_t n, MathPrecision m, const Node& node) {
+  if (n == 0) return;
+  if (m == MathPrecision::fp32) throw_internal(what(node, "widen_from_math"), "fp32 has no 16-bit values");
+  widen_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(from, to, n, m == MathPrecision::bf16);
+  check_launch(node, "widen_kernel");
+}
+
 std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
   if (ctx.math == MathPrecision::fp32) return {};
   std::vector<bool> wanted(ctx.outputs.size());
   for (size_t i = 0; i < wanted.size(); ++i) wanted[i] = ctx.has_output(i);
   std::vector<size_t> in;
   for (size_t i : math_rounded_inputs(ctx.node, wanted))
-    if (ctx.has_input(i) && ctx.in(i).dtype() == DataType::Float32) in.push_back(i);
+    if (ctx.has_input(i) && (ctx.in(i).dtype() == DataType::Float32 || stored_narrow(ctx, ctx.in(i)))) in.push_back(i);
   return in;
+}
+
+bool stored_narrow(const KernelContext& ctx, const Tensor& t) {
+  return t.narrowed() && ctx.math != MathPrecision::fp32 && t.dtype() == math_storage_type(ctx.math);
 }
 
 size_t math_bytes(const KernelContext& ctx) {
   Carve carve;
-  for (size_t i : rounded_inputs(ctx)) carve.take(ctx.in(i).nbytes());
+  for (size_t i : rounded_inputs(ctx)) carve.take(static_cast<size_t>(ctx.in(i).numel()) * sizeof(float));
   return carve.size;
+}
+
+Tensor wide_shape(const Tensor& t) {
+  if (!t.narrowed()) return t;
+  Tensor w(DataType::Float32, t.dims(), nullptr);
+  w.set_layout(t.layout());
+  return w;
 }
 
 NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base) {
@@ -263,7 +287,9 @@ NarrowInputs narrow_inputs(const KernelContext& ctx, std::byte* base) {
   Carve carve;
   for (size_t i : rounded) {
     const Tensor& t = ctx.in(i);
-    std::byte* at = base ? base + carve.take(t.nbytes()) : nullptr;
+    const size_t at_offset = carve.take(static_cast<size_t>(t.numel()) * sizeof(float));  // math_bytes' place
+    if (stored_narrow(ctx, t)) continue;  // stored in 16 bits already: read as it is
+    std::byte* at = base ? base + at_offset : nullptr;
     r.t[i] = Tensor(type, t.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), at));
     r.t[i].set_layout(t.layout());
     jobs.push_back(Job{t.data<float>(), reinterpret_cast<uint16_t*>(at), t.numel()});

@@ -166,19 +166,33 @@ void round_to_math(const float* from, float* to, int64_t n, MathPrecision m, con
 // that read them at the tensor cores' 16-bit rate: to[i] = float_to_bfloat16(from[i]) or
 // float_to_half(from[i]), whose widening is round_to_math(from[i]); m is bf16 or fp16.
 void narrow_to_math(const float* from, uint16_t* to, int64_t n, MathPrecision m, const Node& node);
+// Back: to[i] = the float32 value of 16-bit number from[i] (exact), for the fp32 library
+// calls that read a value stored in 16 bits (runtime/narrow.h); m is bf16 or fp16.
+void widen_from_math(const uint16_t* from, float* to, int64_t n, MathPrecision m, const Node& node);
 // The inputs of ctx's node a call reads rounded under its KernelContext::math: the fp32
-// ones among math_rounded_inputs (ops/core/kernel.h) for the outputs it computes; none
-// under fp32.
+// ones among math_rounded_inputs (ops/core/kernel.h) for the outputs it computes, and
+// those stored in 16 bits already (stored_narrow); none under fp32.
 std::vector<size_t> rounded_inputs(const KernelContext& ctx);
+// The 16-bit type values are stored in under bf16/fp16 (runtime/narrow.h).
+inline DataType math_storage_type(MathPrecision m) {
+  return m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+}
+// Whether `t` is a float32 value stored rounded in ctx's 16-bit type (Tensor::narrowed).
+bool stored_narrow(const KernelContext& ctx, const Tensor& t);
 // Bytes at the front of a call's workspace for a copy of each of rounded_inputs, sized as
-// its fp32 self (so rounded fp32 copies or 16-bit ones fit), each at a Carve offset.
+// its fp32 self (so rounded fp32 copies, 16-bit ones, or the fp32 widening of a value
+// stored in 16 bits fit), each at a Carve offset.
 size_t math_bytes(const KernelContext& ctx);
+// `t`'s dims and layout as float32 without memory, where `t` is stored in 16 bits (the
+// widened copy math_inputs reads, for plan-time rules); `t` itself otherwise.
+Tensor wide_shape(const Tensor& t);
 // Under bf16/fp16, rounded_inputs as 16-bit copies (bfloat16 / IEEE half bits) for the
 // library calls that read them at the tensor cores' 16-bit rate, each at the offset
-// math_bytes gives it in `base`; the other inputs are themselves (an empty Tensor where
-// an optional input is omitted). `prepare` writes the copies once, on the context's
-// stream. Asked at plan time (`base` null) the copies have shapes and dtypes but no
-// memory. `ok` is false under fp32 or when no input is rounded.
+// math_bytes gives it in `base`; inputs stored in 16 bits already and the other inputs
+// are themselves (an empty Tensor where an optional input is omitted). `prepare` writes
+// the copies once, on the context's stream. Asked at plan time (`base` null) the copies
+// have shapes and dtypes but no memory. `ok` is false under fp32 or when no input is
+// rounded.
 struct NarrowInputs {
   std::vector<Tensor> t;
   std::function<void()> prepare;
@@ -215,6 +229,24 @@ std::shared_ptr<const Plan> cached(const std::string& key, Make&& make) {
 }
 
 #ifdef __CUDACC__
+// Where a kernel writes a float32 value stored in 16 bits (runtime/narrow.h,
+// stored_narrow): bfloat16 or IEEE half bits rounded to nearest even, the rounding every
+// reader of the value does. store_at(p, i, v) writes element i through a T* or a Store16.
+struct Store16 {
+  uint16_t* p;
+  bool bf16;
+};
+template <typename T>
+__device__ inline void store_at(T* p, int64_t i, T v) {
+  p[i] = v;
+}
+template <typename T>
+__device__ inline void store_at(Store16 s, int64_t i, T v) {
+  const auto f = static_cast<float>(v);
+  s.p[i] = s.bf16 ? float_to_bfloat16(f) : float_to_half(f);
+}
+inline Store16 store16(Tensor& t, MathPrecision m) { return Store16{t.data<uint16_t>(), m == MathPrecision::bf16}; }
+
 // for (int64_t i = this thread's first element; i < n; i += all threads of the grid):
 // the loop of a kernel launched with blocks_for(n) blocks (any grid size is correct).
 #define TRAINRT_GRID_STRIDE(i, n)                                                        \

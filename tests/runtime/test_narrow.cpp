@@ -1,0 +1,161 @@
+// 16-bit storage of float32 values under --precision bf16/fp16 (runtime/narrow.h): which
+// values the cuda kernels' declarations let the plan store in 16 bits, and that a
+// training step on the stand-in device (the cuda kernel set, the reference kernels
+// reading widened copies: run_on_plain_copies) still equals the reference backend's bit
+// for bit while the arena shrinks. The cuda kernels' own 16-bit reads and writes are
+// compiled, not run.
+#include <cstring>
+#include <set>
+
+#include "runtime/narrow.h"
+#include "runtime_util.h"
+#include "standin_device.h"
+
+using namespace trainrt;
+using namespace trainrt::test;
+
+namespace {
+
+size_t narrowed_count(const Plan& p, DataType t) {
+  size_t n = 0;
+  for (const PlannedValue& v : p.values) n += v.dtype == t && p.graph.find_info(v.name)->dtype == DataType::Float32;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("run_on_plain_copies hands a reference kernel float32 copies of 16-bit values, and rounds what it writes") {
+  for (DataType t : {DataType::BFloat16, DataType::Float16}) {
+    CAPTURE(dtype_name(t));
+    const Tensor x = random_tensor(DataType::Float32, {2, 3, 4, 5}, 7);
+    Tensor x16 = x.cast(t);
+    x16.set_narrowed(true);
+    x16.set_layout(Layout::Plain);
+    Tensor y16(t, x.dims());
+    y16.set_narrowed(true);
+    y16.set_layout(Layout::ChannelsLast);  // a 16-bit NHWC output: widened, laid out, rounded
+    Node n{"scale", "Scale", "", {"x"}, {"y"}, {}, ""};
+    KernelContext ctx{n, {&x16}, {&y16}};
+    DataType seen = DataType::Undefined;
+    const Kernel k = [&](KernelContext& c) {  // y = x * 1.001, in float32 row-major
+      seen = c.in(0).dtype();
+      CHECK(c.in(0).layout() == Layout::Plain);
+      CHECK(c.out(0).layout() == Layout::Plain);
+      for (int64_t i = 0; i < c.in(0).numel(); ++i) c.out(0).data<float>()[i] = c.in(0).data<float>()[i] * 1.001f;
+    };
+    run_on_plain_copies(k, ctx);
+    CHECK(seen == DataType::Float32);
+    const Tensor widened = x16.cast(DataType::Float32);
+    Tensor want(DataType::Float32, x.dims());
+    for (int64_t i = 0; i < x.numel(); ++i) want.data<float>()[i] = widened.data<float>()[i] * 1.001f;
+    Tensor got = to_plain(y16);
+    CHECK(got.narrowed());
+    CHECK(bitwise_equal(got, want.cast(t)));
+    // The rounding is to nearest even: a truncation would differ somewhere.
+    size_t differs = 0;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      differs += static_cast<double>(want.data<float>()[i]) != got.get_as_double(i);
+    CHECK(differs > 0);
+  }
+}
+
+TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer and every reader declared it") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without CUDA kernels declares no 16-bit slots: nothing to choose");
+    return;
+  }
+  Graph g = small_wrn();
+  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
+  device.step(wrn_batch(2, 1), 0.05f);
+  const Plan& plan = device.plan();
+  const Graph& s = plan.graph;
+  StandinDevice dev;
+  std::vector<std::string> keep(s.outputs.begin(), s.outputs.end());
+  const auto chosen = choose_narrowed(s, keep, {}, dev, MathPrecision::bf16);
+  REQUIRE(!chosen.empty());
+  // What the plan stored in 16 bits is what the chooser picks, in the precision's type.
+  CHECK(narrowed_count(plan, DataType::BFloat16) == chosen.size());
+  std::set<std::string> writers, readers;
+  for (const Node& n : s.nodes) {
+    for (const std::string& out : n.outputs)
+      if (chosen.count(out)) writers.insert(n.op_type);
+    for (const std::string& in : n.inputs)
+      if (chosen.count(in)) readers.insert(n.op_type);
+  }
+  // The batch norms' data gradients (the dY of the convolution before each), read by
+  // ConvGrad only. Dropout's outputs stay float32: besides the next convolution,
+  // DropoutReluGrad reads them (Z > 0) unrounded.
+  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad"});
+  CHECK(readers == std::set<std::string>{"ConvGrad"});
+  size_t bn_grads = 0, dropouts = 0;
+  for (const Node& n : s.nodes) {
+    if (n.op_type == "BatchNormalizationGrad" && !n.outputs[0].empty()) {
+      bool conv_only = true;
+      for (const Node& r : s.nodes)
+        for (const std::string& in : r.inputs) conv_only = conv_only && (in != n.outputs[0] || r.op_type == "ConvGrad");
+      bn_grads += conv_only;
+      CHECK(chosen.count(n.outputs[0]) == (conv_only ? 1u : 0u));
+    }
+    if (n.op_type == "Dropout") {
+      ++dropouts;
+      CHECK(!chosen.count(n.outputs[0]));
+    }
+  }
+  CHECK(bn_grads == chosen.size());
+  CHECK(dropouts > 0);
+  for (const auto& [name, type] : chosen) {
+    CHECK(type == DataType::BFloat16);
+    CHECK(!s.is_initializer(name));
+  }
+  CHECK(choose_narrowed(s, keep, {}, dev, MathPrecision::fp16).begin()->second == DataType::Float16);
+  CHECK(choose_narrowed(s, keep, {}, dev, MathPrecision::fp32).empty());
+  CHECK(choose_narrowed(s, keep, {}, *make_backend("reference"), MathPrecision::bf16).empty());
+
+  // A value the caller keeps, or that one more reader reads unrounded, stays float32.
+  const std::string some = chosen.begin()->first;
+  keep.push_back(some);
+  CHECK(!choose_narrowed(s, keep, {}, dev, MathPrecision::bf16).count(some));
+  keep.pop_back();
+  Graph extra = s;
+  extra.nodes.push_back(Node{"extra_relu", "Relu", "", {some}, {"extra_out"}, {}, ""});
+  const auto fewer = choose_narrowed(extra, keep, {}, dev, MathPrecision::bf16);
+  CHECK(!fewer.count(some));
+  CHECK(fewer.size() == chosen.size() - 1);
+  // Turned off on the backend: nothing.
+  dev.narrow_storage = false;
+  CHECK(choose_narrowed(s, keep, {}, dev, MathPrecision::bf16).empty());
+}
+
+TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the reference's bit for bit, in a smaller arena") {
+  Graph g = small_wrn();
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    const std::string name = math_precision_name(m);
+    CAPTURE(name);
+    auto owned = std::make_unique<StandinDevice>();
+    StandinDevice& dev = *owned;
+    TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3, .math = m});
+    auto wide_owned = std::make_unique<StandinDevice>();
+    wide_owned->narrow_storage = false;
+    TrainingSession wide(wrn_training(g), std::move(wide_owned), {.seed = 3, .math = m});
+    TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3, .math = m});
+    for (int step = 0; step < 3; ++step) {
+      const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 1));
+      const double a = device.step(b, 0.05f), c = ref.step(b, 0.05f);
+      CHECK(a == c);
+      wide.step(b, 0.05f);
+    }
+    for (const std::string& name : ref.state_names()) {
+      CAPTURE(name);
+      CHECK(bitwise_equal(device.state(name), ref.state(name)));
+    }
+    const DataType t = m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+    if (StandinDevice::have_cuda_kernels()) {
+      CHECK(narrowed_count(device.plan(), t) > 0);
+      CHECK(device.plan().arena_bytes < wide.plan().arena_bytes);
+      MESSAGE(name << ": " << narrowed_count(device.plan(), t) << " values in 16 bits, arena "
+                   << device.plan().arena_bytes << " bytes against " << wide.plan().arena_bytes);
+    }
+    CHECK(narrowed_count(wide.plan(), t) == 0);
+    CHECK(dev.counts().launched > 0);
+  }
+}
