@@ -18,7 +18,11 @@
 // that mask, written by the training fusion (graph/fuse_dropout.cpp) from Z alone:
 //   dX = Z > 0 ? dZ * scale : 0      scale as DropoutGrad's
 // Exact: where the mask kept an element Z = Y * scale (scale >= 1), so Z > 0 exactly
-// when Y > 0; where it dropped one the gradient is 0 either way.
+// when Y > 0; where it dropped one the gradient is 0 either way. Under --precision
+// bf16/fp16 the test reads Z rounded to that type (math_rounded_inputs), as a Z stored in
+// 16 bits is read (runtime/narrow.h): a positive Z below half the smallest 16-bit
+// subnormal (2^-134 bfloat16, 2^-25 half) passes no gradient, as in PyTorch's autocast,
+// which keeps that activation in 16 bits.
 //
 // The loops of Dropout, DropoutGrad and DropoutReluGrad are in ops/misc_loops.h: the
 // reference kernels here run them serially, the cpu kernels (ops/misc_cpu.cpp) over

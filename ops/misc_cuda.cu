@@ -58,6 +58,10 @@ struct DropoutOptions {
   // on the device (a captured step draws each replay's masks), else `seed`.
   const uint64_t* run_seed = nullptr;
   uint64_t node = 0, seed = 0, attr_mix = 0;
+  // DropoutReluGrad: Z's sign read as round_to_math in this precision, and whether Z is
+  // stored in 16 bits (its bfloat16 / half bits, runtime/narrow.h).
+  MathPrecision z_math = MathPrecision::fp32;
+  bool z16 = false;
 };
 
 // What every thread of a launch needs, derived once per block by thread 0.
@@ -136,6 +140,18 @@ __device__ T dropout_grad_value(const DropoutConstants<T>& c, T dy, bool kept) {
   return c.training && !c.valid ? c.scale : kept ? dy * c.scale : T(0);
 }
 
+// DropoutReluGrad's test of element i of Z: Z > 0, under bf16/fp16 on Z rounded to that
+// type (math_rounded_inputs), read from its 16-bit bits where Z is stored so.
+template <typename T>
+__device__ bool relu_kept(const T* z, int64_t i, const DropoutOptions& o) {
+  if (o.z16) {
+    const uint16_t b = reinterpret_cast<const uint16_t*>(z)[i];
+    return (o.z_math == MathPrecision::bf16 ? bfloat16_to_float(b) : half_to_float(b)) > 0.f;
+  }
+  if constexpr (std::is_same_v<T, float>) return round_to_math(z[i], o.z_math) > 0.f;
+  return z[i] > T(0);
+}
+
 // DropoutGrad (kRelu false): dX = mask ? dY * scale : 0.
 // DropoutReluGrad (kRelu true, `keep` is Z): dX = Z > 0 ? dZ * scale : 0.
 template <typename T, bool kRelu>
@@ -144,7 +160,7 @@ __global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_
   TRAINRT_GRID_STRIDE(i, n) {
     bool kept;
     if constexpr (kRelu)
-      kept = static_cast<const T*>(keep)[i] > T(0);
+      kept = relu_kept(static_cast<const T*>(keep), i, o);
     else
       kept = static_cast<const uint8_t*>(keep)[i] != 0;
     dx[i] = dropout_grad_value(c, dy[i], kept);
@@ -225,8 +241,13 @@ void dropout_grad(KernelContext& ctx) {
         const void* keep = ctx.in(1).raw();
         T* dx = ctx.out(0).data<T>();
         const bool keep_aligned = kRelu ? aligned16(keep) : reinterpret_cast<std::uintptr_t>(keep) % 4 == 0;
-        if constexpr (std::is_same_v<T, float>) {
-          if (n % 4 == 0 && aligned16(dy.raw()) && aligned16(dx) && keep_aligned) {
+        if constexpr (kRelu) {
+          o.z_math = std::is_same_v<T, float> ? ctx.math : MathPrecision::fp32;
+          o.z16 = stored_narrow(ctx, ctx.in(1));
+        }
+        if constexpr (std::is_same_v<T, float>) {  // the float4 path reads fp32 Z with its sign as it is
+          if (n % 4 == 0 && aligned16(dy.raw()) && aligned16(dx) && keep_aligned && o.z_math == MathPrecision::fp32 &&
+              !o.z16) {
             dropout_grad4_kernel<kRelu><<<std::min(blocks_for(n / 4), kMaxBlocks), kThreads, 0, context().stream>>>(
                 reinterpret_cast<const float4*>(dy.raw()), keep, reinterpret_cast<float4*>(dx), n / 4, o);
             check_launch(ctx.node, "dropout_grad4_kernel");
@@ -259,6 +280,8 @@ void register_misc_cuda(Registry& r) {
     r.kernels.set_narrow("cuda", "", "Dropout", facts::narrow_float_outputs({0}));
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>, facts::dropout_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>, facts::dropout_grad);
+  if (r.kernels.find("cuda", kTrainrtDomain, "DropoutReluGrad"))  // Z (its sign) from 16-bit storage
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "DropoutReluGrad", facts::narrow_float_inputs({1}));
 }
 
 }  // namespace trainrt::cuda

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
@@ -104,8 +105,14 @@ void dropout_relu_grad_kernel(KernelContext& ctx) {
     const T* pdz = dz.data<T>();
     const T* pz = z.data<T>();
     T* pdx = ctx.out(0).data<T>();
+    // Under bf16/fp16 Z's sign is read rounded (math_rounded_inputs): a Z that underflows
+    // to 0 in 16 bits passes no gradient, as when Z is stored in 16 bits.
+    const MathPrecision m = std::is_same_v<T, float> ? ctx.math : MathPrecision::fp32;
     for_range<kParallel>(dz.numel(), [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) pdx[i] = pz[i] > T(0) ? pdz[i] * scale : T(0);
+      for (int64_t i = begin; i < end; ++i) {
+        const bool on = m == MathPrecision::fp32 ? pz[i] > T(0) : round_to_math(static_cast<float>(pz[i]), m) > 0.f;
+        pdx[i] = on ? pdz[i] * scale : T(0);
+      }
     });
   });
 }

@@ -38,8 +38,9 @@ namespace trainrt {
 // numerics and dynamic loss scaling can be checked on a CPU. Values stay fp32 in memory,
 // parameters included (the fp32 master weights), except on a backend whose kernels
 // declare 16-bit slots (cuda): a value every reader rounds anyway is stored rounded
-// (runtime/narrow.h), with the same bits. Other kernels ignore it. The reference kernels
-// round the same way, so they stay the oracle.
+// (runtime/narrow.h), with the same bits. Other kernels ignore it, but for
+// DropoutReluGrad's sign test (math_rounded_inputs). The reference kernels round the same
+// way, so they stay the oracle.
 enum class MathPrecision : uint8_t { fp32, bf16, fp16 };
 const char* math_precision_name(MathPrecision m);
 
@@ -56,7 +57,9 @@ TRAINRT_HOST_DEVICE inline float round_to_math(float v, MathPrecision m) {
 // bias or the residual); ConvGrad dY, X when dW is wanted and W when dX is (X and W are
 // read for nothing else); Gemm, FusedGemm and MatMul A and B (never Gemm's C). FusedGemm's
 // sums (sum_of) read their operand unrounded, as the SumToShape they replace: the
-// rounding is the product's. No input of any other op. The cuda kernels round exactly
+// rounding is the product's. DropoutReluGrad's Z, whose sign it tests (a positive Z
+// below half the smallest 16-bit subnormal counts as 0, as a Z stored in 16 bits does).
+// No input of any other op. The cuda kernels round exactly
 // these (ops/conv_cuda.cu, ops/gemm_cuda.cu), and tests/ops/test_math_precision.cpp
 // checks the list against the reference's results.
 std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted);

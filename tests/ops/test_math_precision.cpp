@@ -323,8 +323,31 @@ TEST_CASE("bf16/fp16 math: math_rounded_inputs names exactly the inputs the refe
     check(fused_gemm, mats, {0, 1, 2}, m);
     check(make_node("MatMul", {"A", "Bm"}, {"Y"}), only(mats, {"A", "Bm"}), {0, 1}, m);
   }
+  // DropoutReluGrad tests Z's sign on Z rounded: Z holds values that round to 0 in
+  // bfloat16 (2^-140, an fp32 subnormal) and in half (2^-30), which pass no gradient.
+  Tensor z = random_tensor(DataType::Float32, {3, 40}, 51, -1, 1);
+  for (int64_t i = 0; i < z.numel(); i += 7) z.data<float>()[i] = std::ldexp(1.0f, i % 2 ? -140 : -30);
+  const TensorMap drop{{"dZ", random_tensor(DataType::Float32, {3, 40}, 52, -1, 1)}, {"Zd", z}};
+  const Node drop_grad = make_node("DropoutReluGrad", {"dZ", "Zd"}, {"dX"}, {}, kTrainrtDomain);
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) check(drop_grad, drop, {0, 1}, m);
   CHECK(math_rounded_inputs(make_node("Relu", {"A"}, {"Y"}), {true}).empty());
   CHECK(math_rounded_inputs(make_node("BatchNormalization", {"A", "s", "b", "m", "v"}, {"Y"}), {true}).empty());
+}
+
+TEST_CASE("bf16/fp16 math: DropoutReluGrad on cpu equals the reference's, and a Z that underflows passes nothing") {
+  Tensor z = random_tensor(DataType::Float32, {4, 64}, 61, -1, 1);
+  z.data<float>()[0] = std::ldexp(1.0f, -30);   // 0 in half, not in bfloat16
+  z.data<float>()[1] = std::ldexp(1.0f, -140);  // 0 in both
+  const TensorMap feeds{{"dZ", random_tensor(DataType::Float32, {4, 64}, 62, 0.5, 1)}, {"Z", z}};
+  const Node n = make_node("DropoutReluGrad", {"dZ", "Z"}, {"dX"}, {}, kTrainrtDomain);
+  for (MathPrecision m : {MathPrecision::fp32, MathPrecision::bf16, MathPrecision::fp16}) {
+    CAPTURE(math_precision_name(m));
+    const TensorMap ref = run(n, feeds, "reference", m), cpu = run(n, feeds, "cpu", m);
+    CHECK(max_abs_diff(ref.at("dX"), cpu.at("dX")) == 0);
+    const float* dx = ref.at("dX").data<float>();
+    CHECK((dx[0] != 0) == (m != MathPrecision::fp16));
+    CHECK((dx[1] != 0) == (m == MathPrecision::fp32));
+  }
 }
 
 // FusedGemm's sums replace a SumToShape, which reads its input unrounded: under bf16/fp16
