@@ -159,12 +159,12 @@ void run_on_plain_copies(const Kernel& k, KernelContext& ctx) {
       copy_from_plain(from, *to);
       continue;
     }
-    Tensor laid(DataType::Float32, to->dims());
-    laid.set_layout(to->layout());
-    if (to->layout() == Layout::Plain)
-      laid = from;
-    else
+    Tensor laid = from;  // the float32 result in the output's layout
+    if (to->layout() != Layout::Plain) {
+      laid = Tensor(DataType::Float32, to->dims());
+      laid.set_layout(to->layout());
       copy_from_plain(from, laid);
+    }
     const Tensor rounded = laid.cast(to->dtype());  // round to nearest even, as round_to_math
     if (rounded.nbytes()) std::memcpy(to->raw(), rounded.raw(), rounded.nbytes());
   }
