@@ -25,15 +25,18 @@ size_t narrowed_count(const Plan& p, DataType t) {
 }  // namespace
 
 TEST_CASE("run_on_plain_copies hands a reference kernel float32 copies of 16-bit values, and rounds what it writes") {
-  for (DataType t : {DataType::BFloat16, DataType::Float16}) {
+  for (const auto& [t, out_layout] :
+       {std::pair{DataType::BFloat16, Layout::ChannelsLast}, std::pair{DataType::Float16, Layout::ChannelsLast},
+        std::pair{DataType::BFloat16, Layout::Plain}}) {
     CAPTURE(dtype_name(t));
+    CAPTURE(static_cast<int>(out_layout));
     const Tensor x = random_tensor(DataType::Float32, {2, 3, 4, 5}, 7);
     Tensor x16 = x.cast(t);
     x16.set_narrowed(true);
     x16.set_layout(Layout::Plain);
     Tensor y16(t, x.dims());
     y16.set_narrowed(true);
-    y16.set_layout(Layout::ChannelsLast);  // a 16-bit NHWC output: widened, laid out, rounded
+    y16.set_layout(out_layout);  // a 16-bit output (NHWC or Plain): widened, laid out, rounded
     Node n{"scale", "Scale", "", {"x"}, {"y"}, {}, ""};
     KernelContext ctx{n, {&x16}, {&y16}};
     DataType seen = DataType::Undefined;
