@@ -1,7 +1,7 @@
 # libFuzzer targets (TRAINRT_FUZZ=ON, clang): one executable per fuzz/fuzz_*.cpp.
 #
 #   cmake -S . -B build-fz -G Ninja -DTRAINRT_FUZZ=ON -DTRAINRT_CUDA=OFF \
-#         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+#         -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16
 #   cmake --build build-fz --target trainrt_fuzz
 #   python3 fuzz/make_corpus.py build-fz/corpus && build-fz/fuzz/fuzz_onnx_import build-fz/corpus/onnx_import
 #

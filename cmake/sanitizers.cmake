@@ -1,8 +1,9 @@
 # Sanitizer and fuzzing instrumentation for every target defined after this file.
 #
-#   cmake -S . -B build-as -DTRAINRT_SANITIZE=address,undefined   # g++: ASan+UBSan, whole suite
 #   cmake -S . -B build-ts -DTRAINRT_SANITIZE=thread              # g++: TSan (pipeline, executor)
-#   cmake -S . -B build-fz -DTRAINRT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+#   cmake -S . -B build-fz -DTRAINRT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_C_COMPILER=clang-16
+#                          # libFuzzer + ASan+UBSan: the fuzz targets and the whole suite
+#   cmake -S . -B build-as -DTRAINRT_SANITIZE=address,undefined   # ASan+UBSan without the fuzz hooks
 #
 # Why here and global: a sanitizer only sees the code it instruments, so all of
 # trainrt's libraries, tests and tools get the same flags. Third-party libraries
@@ -16,7 +17,7 @@ option(TRAINRT_FUZZ "Build the libFuzzer targets in fuzz/ (clang; implies addres
 
 if(TRAINRT_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    message(FATAL_ERROR "TRAINRT_FUZZ=ON needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang")
+    message(FATAL_ERROR "TRAINRT_FUZZ=ON needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_C_COMPILER=clang-16")
   endif()
   if(TRAINRT_SANITIZE AND NOT TRAINRT_SANITIZE STREQUAL "OFF" AND NOT TRAINRT_SANITIZE STREQUAL "address,undefined")
     message(FATAL_ERROR "TRAINRT_FUZZ=ON runs with address,undefined; TRAINRT_SANITIZE=${TRAINRT_SANITIZE} conflicts")

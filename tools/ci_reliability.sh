@@ -11,23 +11,28 @@
 # report or fuzz finding fails this script (exit 1); each phase prints its time.
 # docs/reliability.md describes the phases, their budget and the suppressions.
 #
-# Build folders (their own, next to the normal build): build-fz (clang, libFuzzer +
-# ASan + UBSan), build-as (g++, ASan + UBSan), build-ts (g++, TSan). Override the
-# prefix with TRAINRT_RELIABILITY_PREFIX (default "build-").
+# Build folders (their own, next to the normal build): build-fz (clang 16, libFuzzer
+# hooks + ASan + UBSan: the fuzz targets first, then everything else for the asan
+# phase, so the libraries are compiled once for both), build-ts (g++, TSan). Override
+# the prefix with TRAINRT_RELIABILITY_PREFIX (default "build-"), the compiler with
+# CLANG_CC / CLANG_CXX (default clang-16 / clang++-16: Debian's clang 14 cannot capture
+# structured bindings in lambdas, which the tests do).
 #
-# Budget (2 cores, CI limit 90 min): build + ctest ~10 min; fuzz (a clang build + 6
-# targets x FUZZ_SECONDS: onnx_import, tensor_proto, dataset, checkpoint, image_jpeg,
-# image_png) ~8 min; asan (a g++ ASan+UBSan build of everything + the whole ctest
-# suite, label cpu) ~10-15 min; tsan (a TSan build of the libraries and
-# three test programs + their run) ~4 min. Measured times, and what each phase leaves
-# out and why, are in docs/reliability.md.
+# Budget (2 cores, CI limit 90 min, target under 60 on the slowest machine seen): build
+# + lint + ctest ~25 min; fuzz (the clang libraries + 6 targets x FUZZ_SECONDS:
+# onnx_import, tensor_proto, dataset, checkpoint, image_jpeg, image_png) ~10 min; asan
+# (the rest of the clang build + the ctest suite but the slow label) ~15 min; tsan (a
+# TSan build of the libraries and three test programs + their run) ~15 min. Measured
+# times, and what each phase leaves out and why, are in docs/reliability.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 
 prefix=${TRAINRT_RELIABILITY_PREFIX:-build-}
 JOBS=${TRAINRT_JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+CLANG_CC=${CLANG_CC:-clang-16}
+CLANG_CXX=${CLANG_CXX:-clang++-16}
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(fuzz asan tsan)
 for p in "${phases[@]}"; do
@@ -76,12 +81,16 @@ note_finding() {  # note_finding DIR NAME
   done
 }
 
+# The one clang build folder of the fuzz and asan phases.
+configure_clang() {
+  configure "${prefix}fz" -DTRAINRT_FUZZ=ON -DCMAKE_C_COMPILER="$CLANG_CC" -DCMAKE_CXX_COMPILER="$CLANG_CXX"
+}
+
 run_fuzz() {
   local dir=${prefix}fz
   begin "fuzz build"
   local st=ok
-  configure "$dir" -DTRAINRT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ &&
-    nice cmake --build "$dir" -j "$JOBS" --target trainrt_fuzz || st=FAIL
+  configure_clang && nice cmake --build "$dir" -j "$JOBS" --target trainrt_fuzz || st=FAIL
   end "fuzz build" $st
   [ $st = ok ] || return 0
   rm -rf "$dir/corpus"
@@ -109,8 +118,13 @@ run_fuzz() {
 
 # ---------------------------------------------------------------- ASan + UBSan
 # The whole suite but the slow label (ctest -LE "gpu|slow": the torchvision models' fp64
-# runs) on a g++ ASan+UBSan build: unit tests, the CLI
+# runs) on the clang ASan+UBSan build of the fuzz phase: unit tests, the CLI
 # scripts (which run the instrumented trainrt binary) and ONNX conformance.
+# Why one build for both: the libraries are most of a build, and clang compiles them
+# with ASan about three times faster than g++ does. The fuzz phase's coverage hooks
+# (-fsanitize=fuzzer-no-link) stay in the libraries: without libFuzzer linked, the
+# counters are plain increments and the comparison hooks the sanitizer runtime's
+# empty defaults, so the tests run a little slower and see the same code.
 san_env() {
   export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0"
   export LSAN_OPTIONS="suppressions=$src/fuzz/lsan.supp:print_suppressions=0"
@@ -120,10 +134,10 @@ san_env() {
 }
 
 run_asan() {
-  local dir=${prefix}as
+  local dir=${prefix}fz
   begin "asan build"
   local st=ok
-  configure "$dir" -DTRAINRT_SANITIZE=address,undefined && nice cmake --build "$dir" -j "$JOBS" || st=FAIL
+  configure_clang && nice cmake --build "$dir" -j "$JOBS" || st=FAIL
   end "asan build" $st
   [ $st = ok ] || return 0
   # cli_train_onnxruntime imports onnxruntime from <trainrt's folder>/pydeps, which
@@ -144,6 +158,15 @@ run_asan() {
 # calling the uninstrumented oneTBB, and oneDNN's OpenMP (uninstrumented libgomp) runs
 # one thread, so TSan sees every access the kernels make from several threads.
 # fuzz/tsan.supp names the suppressions (docs/reliability.md).
+# Cases left out of the TSan runs (doctest -tce patterns): they compare oneDNN's
+# convolutions (uninstrumented, on one thread here) with the fp64 reference at the Wide
+# ResNet's full layer sizes, minutes under TSan and no thread of trainrt's own that the
+# smaller cases of the same kernels do not run. The plain and ASan passes run them.
+declare -A tsan_skip=(
+  [test_ops]="winograd:*,cpu grad vs reference: ConvGrad at the Wide ResNet*,cpu vs reference: Conv? Wide ResNet*"
+  [test_runtime]="a cpu training step with blocked layouts*"
+)
+
 run_tsan() {
   local dir=${prefix}ts
   local targets=(test_launch test_runtime test_ops)
@@ -159,7 +182,7 @@ run_tsan() {
     local omp=2
     [ "$t" = test_launch ] || omp=1
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/fuzz/tsan.supp" OMP_NUM_THREADS=$omp \
-      "$dir/tests/$t" || st=FAIL
+      "$dir/tests/$t" ${tsan_skip[$t]:+"-tce=${tsan_skip[$t]}"} || st=FAIL
     end "tsan $t" $st
   done
 }

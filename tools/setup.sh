@@ -30,9 +30,9 @@ install_packages() {
   )
   if [ "$mode" = test ]; then
     # Conformance data, onnx.checker and PyTorch reference scripts.
-    # Fuzzing and sanitizer builds use clang's libFuzzer.
-    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision python3-pip clang libclang-rt-14-dev
-      libomp-14-dev  # clang's OpenMP, for the fuzz build (tools/ci_reliability.sh)
+    # The fuzz and ASan+UBSan build is clang 16's (libFuzzer; clang 14 cannot compile the tests).
+    pkgs+=(libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision python3-pip
+      clang-16 libclang-rt-16-dev libomp-16-dev llvm-16  # clang 16: sanitizer runtimes, OpenMP, llvm-symbolizer (tools/ci_reliability.sh)
       python3-pil  # tests/cli/train_imagefolder.sh and fuzz/make_corpus.py write JPEG/PNG files
       slurm-wlm munge  # multi-rank tests launch with srun on a one-host Slurm (tools/slurm_local.sh)
       clang-format clang-tidy)  # tools/ci_lint.sh: the committed .clang-format and .clang-tidy
