@@ -23,87 +23,61 @@
 //
 // for_rows() splits a loop over rows (a softmax row, a padded row) the same way, at
 // whole rows; parallel_copy() is the copy of the shape ops (Reshape, Flatten, ...).
+//
+// The loop body reaches oneTBB (or the threads) through one function pointer per chunk
+// (ops/core/parallel.cpp), not as a template argument: oneTBB's parallel_for instantiated
+// for every kernel's lambda, op by dtype, was most of the compile time of the
+// elementwise and shape-op families (ops/elementwise_cpu.cpp: 45 s of g++, 100 s under
+// clang's ASan+UBSan), and a call per chunk of at least kGrain elements costs nothing.
 #pragma once
-
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/parallel_invoke.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
-
-#include "graph/tsan.h"
-
-#ifdef TRAINRT_TSAN
-#include <thread>
-#include <vector>
-#endif
+#include <memory>
+#include <type_traits>
 
 namespace trainrt {
 
 constexpr int64_t kGrain = 16384;  // elements: 64 KB of fp32
 
+namespace parallel_detail {
+// The loop machinery, compiled once (ops/core/parallel.cpp): `call(body, begin, end)`
+// over the ranges, `call(a)` and `call(b)` at the same time. Exceptions of any part are
+// rethrown on the calling thread after every part ended.
+using RangeCall = void (*)(void* body, int64_t begin, int64_t end);
+using Call = void (*)(void* fn);
+void ranges(int64_t n, int64_t grain, RangeCall call, void* body);
+void pair(Call call_a, void* a, Call call_b, void* b);
+
+template <typename F>
+void* erase(F& f) {
+  return const_cast<void*>(static_cast<const void*>(std::addressof(f)));
+}
+}  // namespace parallel_detail
+
 // Calls f(begin, end) over disjoint ranges covering [0, n), each at least `grain`
-// items long where n allows, in parallel.
+// items long where n allows, in parallel (oneTBB; in a TSan build up to 4 std::threads,
+// more than the CI machine's cores, so the ranges really overlap in time).
 template <typename F>
 void parallel_ranges(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
-  grain = std::max<int64_t>(grain, 1);
-#ifdef TRAINRT_TSAN
-  // Up to 4 threads (more than the CI machine's cores, so the ranges really overlap in time).
-  const int64_t parts = std::min<int64_t>(4, (n + grain - 1) / grain);
-  if (parts <= 1) return f(int64_t{0}, n);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
-  for (int64_t i = 1; i < parts; ++i)
-    threads.emplace_back([&f, &errors, i, n, parts] {
-      try {
-        f(n * i / parts, n * (i + 1) / parts);
-      } catch (...) {
-        errors[static_cast<size_t>(i)] = std::current_exception();  // rethrown after the join, as oneTBB does
-      }
-    });
-  try {
-    f(int64_t{0}, n / parts);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-#else
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
-#endif
+  using Body = std::remove_reference_t<F>;
+  parallel_detail::ranges(
+      n, std::max<int64_t>(grain, 1),
+      [](void* body, int64_t begin, int64_t end) { (*static_cast<Body*>(body))(begin, end); },
+      parallel_detail::erase(f));
 }
 
 // Runs a() and b() at the same time and returns when both have; an exception of
 // either is rethrown after both ended (oneTBB's parallel_invoke; a std::thread under TSan).
 template <typename A, typename B>
 void parallel_pair(A&& a, B&& b) {
-#ifdef TRAINRT_TSAN
-  std::exception_ptr error;
-  std::thread other([&] {
-    try {
-      b();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
-  try {
-    a();
-  } catch (...) {
-    other.join();
-    throw;
-  }
-  other.join();
-  if (error) std::rethrow_exception(error);
-#else
-  tbb::parallel_invoke(a, b);
-#endif
+  using FA = std::remove_reference_t<A>;
+  using FB = std::remove_reference_t<B>;
+  parallel_detail::pair([](void* fn) { (*static_cast<FA*>(fn))(); }, parallel_detail::erase(a),
+                        [](void* fn) { (*static_cast<FB*>(fn))(); }, parallel_detail::erase(b));
 }
 
 // Calls f(begin, end) over disjoint chunks covering [0, n), in parallel when n is
