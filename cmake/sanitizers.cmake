@@ -23,8 +23,15 @@ if(TRAINRT_FUZZ)
     message(FATAL_ERROR "TRAINRT_FUZZ=ON runs with address,undefined; TRAINRT_SANITIZE=${TRAINRT_SANITIZE} conflicts")
   endif()
   set(TRAINRT_SANITIZE "address,undefined")
-  # Coverage hooks everywhere; the libFuzzer main is linked only into fuzz targets.
-  add_compile_options(-fsanitize=fuzzer-no-link)
+  # Coverage hooks where the fuzz targets go; the libFuzzer main is linked only into
+  # fuzz targets. fuzz/coverage_ignore.txt leaves them out of the kernels, the runtime
+  # and the tests, which the ASan suite runs on this same build. Its hash is a
+  # definition so that ccache recompiles when the list changes.
+  set(_cov_ignore ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/coverage_ignore.txt)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_cov_ignore})
+  file(MD5 ${_cov_ignore} _cov_ignore_md5)
+  add_compile_options(-fsanitize=fuzzer-no-link -fsanitize-coverage-ignorelist=${_cov_ignore}
+                      -DTRAINRT_COVERAGE_IGNORE=${_cov_ignore_md5})
 endif()
 
 if(TRAINRT_SANITIZE AND NOT TRAINRT_SANITIZE STREQUAL "OFF")

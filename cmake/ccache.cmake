@@ -1,0 +1,23 @@
+# ccache as the compiler launcher of every configuration (the normal build, the clang
+# fuzz/ASan build, the TSan build, the CUDA objects), so a re-run, a second build folder
+# and CI after a developer's own builds recompile only what changed.
+#
+#   cmake -S . -B build -DTRAINRT_CCACHE=OFF        # compile without it
+#   CCACHE_DIR=/somewhere ccache -s                 # its statistics
+#
+# Why a launcher set here rather than by each script: every build folder gets it, and a
+# launcher the caller sets (-DCMAKE_CXX_COMPILER_LAUNCHER=...) is kept.
+option(TRAINRT_CCACHE "Compile through ccache when it is installed" ON)
+find_program(TRAINRT_CCACHE_PROGRAM ccache)
+if(TRAINRT_CCACHE AND TRAINRT_CCACHE_PROGRAM)
+  # The sloppiness lets ccache cache the sources compiled with the tests' precompiled
+  # header (tests/pch.h): it then hashes the header's sources instead of refusing the
+  # compile because a .gch/.pch file is newer than the cache's rules allow.
+  foreach(lang C CXX CUDA)
+    if(NOT CMAKE_${lang}_COMPILER_LAUNCHER)
+      set(CMAKE_${lang}_COMPILER_LAUNCHER env CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+          ${TRAINRT_CCACHE_PROGRAM})
+    endif()
+  endforeach()
+  message(STATUS "trainrt: compiling through ${TRAINRT_CCACHE_PROGRAM}")
+endif()
