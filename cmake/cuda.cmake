@@ -57,7 +57,12 @@ if(TRAINRT_BUILD_CUDA)
     target_compile_definitions(${t} PUBLIC TRAINRT_HAVE_CUDA=1)
     target_compile_options(${t} PRIVATE ${_cuda_flags})
   endforeach()
-  message(STATUS "trainrt: CUDA backend ON (${CMAKE_CUDA_COMPILER})")
+  # `trainrt --version` names the architectures (a GPU bundle made from a compile-check
+  # build, sm_90 only, runs on Hopper alone).
+  string(REPLACE ";" " " _archs "${CMAKE_CUDA_ARCHITECTURES}")
+  set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/cuda_info.cpp APPEND PROPERTY
+               COMPILE_DEFINITIONS "TRAINRT_CUDA_ARCHITECTURES=\"${_archs}\"")
+  message(STATUS "trainrt: CUDA backend ON (${CMAKE_CUDA_COMPILER}, architectures ${_archs})")
 else()
   message(STATUS "trainrt: CUDA backend OFF")
 endif()

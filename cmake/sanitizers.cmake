@@ -1,6 +1,7 @@
 # Sanitizer and fuzzing instrumentation for every target defined after this file.
 #
-#   cmake -S . -B build-ts -DTRAINRT_SANITIZE=thread              # g++: TSan (pipeline, executor)
+#   cmake -S . -B build-ts -DTRAINRT_SANITIZE=thread -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_C_COMPILER=clang-16
+#                          # TSan (pipeline, executor, kernels); g++ works too, ~3x slower to build
 #   cmake -S . -B build-fz -DTRAINRT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_C_COMPILER=clang-16
 #                          # libFuzzer + ASan+UBSan: the fuzz targets and the whole suite
 #   cmake -S . -B build-as -DTRAINRT_SANITIZE=address,undefined   # ASan+UBSan without the fuzz hooks

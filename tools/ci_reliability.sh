@@ -44,12 +44,17 @@ summary=()
 failed=0
 phase_start=0
 begin() { phase_start=$(date +%s); echo "== reliability: $1"; }
-end() {  # end NAME STATUS [SECONDS]
+end() {  # end NAME STATUS [SECONDS [INDENT]]: INDENT marks a part of a phase that ran beside others
   local t=${3:-$(($(date +%s) - phase_start))}
   summary+=("$(printf '%-24s %-4s %4d s' "$1" "$2" "$t")")
   echo "== reliability: $1 $2 in ${t} s"
-  [ -z "${TRAINRT_PHASE_LOG:-}" ] || printf '%-32s %5d s%s\n' "$1" "$t" "$([ "$2" = ok ] || echo " $2")" >>"$TRAINRT_PHASE_LOG"
+  [ -z "${TRAINRT_PHASE_LOG:-}" ] ||
+    printf '%-32s %5d s%s\n' "${4:-}$1" "$t" "$([ "$2" = ok ] || echo " $2")" >>"$TRAINRT_PHASE_LOG"
   [ "$2" = ok ] || failed=1
+}
+# A phase whose parts ran JOBS at a time: its wall time, under its parts' indented lines.
+group_line() {  # group_line NAME SECONDS
+  [ -z "${TRAINRT_PHASE_LOG:-}" ] || printf '%-32s %5d s\n' "$1" "$2" >>"$TRAINRT_PHASE_LOG"
 }
 
 configure() {  # configure DIR CMAKE_ARGS...
@@ -98,13 +103,15 @@ run_fuzz() {
   mkdir -p "$dir/findings"
   /usr/bin/python3 fuzz/make_corpus.py "$dir/corpus"
   # One libFuzzer process is one core: JOBS targets at a time, each for FUZZ_SECONDS.
-  local exes=("$dir"/fuzz/fuzz_*) i
+  local exes=("$dir"/fuzz/fuzz_*) i t0
+  t0=$(date +%s)
   for ((i = 0; i < ${#exes[@]}; i += JOBS)); do
     local batch=("${exes[@]:i:JOBS}") exe
     for exe in "${batch[@]}"; do fuzz_one "$dir" "$exe" & done
     wait
     for exe in "${batch[@]}"; do fuzz_report "$dir" "${exe##*/fuzz_}"; done
   done
+  group_line "fuzz, all (${#exes[@]} targets, $JOBS at a time)" $(($(date +%s) - t0))
 }
 
 fuzz_one() {  # fuzz_one DIR EXE: runs one target, leaves NAME.log, NAME.rc, NAME.time
@@ -130,7 +137,7 @@ fuzz_report() {  # fuzz_report DIR NAME
     echo "   full log: $dir/findings/$name.log"
     note_finding "$dir" "$name"
   fi
-  end "fuzz $name" $st "$(cat "$dir/findings/$name.time")"
+  end "fuzz $name" $st "$(cat "$dir/findings/$name.time")" "  "
 }
 
 # ---------------------------------------------------------------- ASan + UBSan
@@ -196,7 +203,8 @@ run_tsan() {
   [ $st = ok ] || return 0
   # With oneDNN on one thread these programs are mostly one core each (their parallel
   # loops fork a few std::threads): JOBS of them at a time, each logged to its own file.
-  local i t
+  local i t t0
+  t0=$(date +%s)
   for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
     local batch=("${targets[@]:i:JOBS}")
     for t in "${batch[@]}"; do tsan_one "$dir" "$t" & done
@@ -204,9 +212,10 @@ run_tsan() {
     for t in "${batch[@]}"; do
       echo "== reliability: tsan $t"
       tail -n 40 "$dir/$t.tsan.log"
-      end "tsan $t" "$(cat "$dir/$t.tsan.st")" "$(cat "$dir/$t.tsan.time")"
+      end "tsan $t" "$(cat "$dir/$t.tsan.st")" "$(cat "$dir/$t.tsan.time")" "  "
     done
   done
+  group_line "tsan, all (${#targets[@]} programs, $JOBS at a time)" $(($(date +%s) - t0))
 }
 
 tsan_one() {  # tsan_one DIR TARGET: leaves TARGET.tsan.log, .st (ok/FAIL), .time

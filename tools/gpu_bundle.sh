@@ -48,6 +48,9 @@ chmod +x "$out.tmp/run.sh"
 cp tests/data/mlp_matmul.onnx "$out.tmp/"  # run.sh's selftest of the matrix products (MatMul, Gemm)
 cp tests/data/mobile_cnn.onnx "$out.tmp/"  # and of the mobile networks' blocks (depthwise, SE, shuffle, SiLU)
 "$bin" --version >"$out.tmp/BUILD"
+# `trainrt --version` names the GPU architectures the kernels were compiled for: setup.sh
+# test without a GPU compiles sm_90 only (H100/H200), TRAINRT_CUDA=ON setup.sh main three.
+sed -n 's/.*(runtime built in; \(kernels for [^)]*\)).*/gpu_bundle: \1/p' "$out.tmp/BUILD"
 
 size_kib=$(du -sk "$out.tmp" | cut -f1)
 if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then

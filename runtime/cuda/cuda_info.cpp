@@ -16,7 +16,8 @@ std::string version3(long v, long major_div, long minor_div) {
 
 std::string cuda_version_report() {
   std::string r;
-  r += "  CUDA       " + version3(CUDART_VERSION, 1000, 10) + " (runtime built in)\n";
+  r += "  CUDA       " + version3(CUDART_VERSION, 1000, 10) + " (runtime built in; kernels for " +
+       TRAINRT_CUDA_ARCHITECTURES + ")\n";
   r += "  cuDNN      " + std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + "." +
        std::to_string(CUDNN_PATCHLEVEL) + "\n";
   r += "  cuBLASLt   " + version3(static_cast<long>(cublasLtGetVersion()), 10000, 100) + "\n";
