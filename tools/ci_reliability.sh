@@ -57,6 +57,32 @@ group_line() {  # group_line NAME SECONDS
   [ -z "${TRAINRT_PHASE_LOG:-}" ] || printf '%-32s %5d s\n' "$1" "$2" >>"$TRAINRT_PHASE_LOG"
 }
 
+# in_batches RUN REPORT ITEM...: `RUN ITEM` in the background, JOBS items at a time (a
+# fuzz target or a TSan program is one core); after each batch, `REPORT ITEM STATUS
+# SECONDS` for its items in order, STATUS ok or FAIL from RUN's exit status.
+in_batches() {
+  local run=$1 report=$2 i item st t
+  shift 2
+  local items=("$@") stamps
+  stamps=$(mktemp -d)
+  for ((i = 0; i < ${#items[@]}; i += JOBS)); do
+    local batch=("${items[@]:i:JOBS}")
+    for item in "${batch[@]}"; do
+      (
+        t0=$(date +%s) st=ok
+        "$run" "$item" || st=FAIL
+        echo "$st $(($(date +%s) - t0))" >"$stamps/${item##*/}"
+      ) &
+    done
+    wait
+    for item in "${batch[@]}"; do
+      read -r st t <"$stamps/${item##*/}"
+      "$report" "$item" "$st" "$t"
+    done
+  done
+  rm -rf "$stamps"
+}
+
 configure() {  # configure DIR CMAKE_ARGS...
   local dir=$1
   shift
@@ -102,42 +128,33 @@ run_fuzz() {
   rm -rf "$dir/corpus"
   mkdir -p "$dir/findings"
   /usr/bin/python3 fuzz/make_corpus.py "$dir/corpus"
-  # One libFuzzer process is one core: JOBS targets at a time, each for FUZZ_SECONDS.
-  local exes=("$dir"/fuzz/fuzz_*) i t0
+  # Each target for FUZZ_SECONDS, JOBS of them at a time.
+  local exes=("$dir"/fuzz/fuzz_*) t0
   t0=$(date +%s)
-  for ((i = 0; i < ${#exes[@]}; i += JOBS)); do
-    local batch=("${exes[@]:i:JOBS}") exe
-    for exe in "${batch[@]}"; do fuzz_one "$dir" "$exe" & done
-    wait
-    for exe in "${batch[@]}"; do fuzz_report "$dir" "${exe##*/fuzz_}"; done
-  done
+  in_batches fuzz_one fuzz_report "${exes[@]}"
   group_line "fuzz, all (${#exes[@]} targets, $JOBS at a time)" $(($(date +%s) - t0))
 }
 
-fuzz_one() {  # fuzz_one DIR EXE: runs one target, leaves NAME.log, NAME.rc, NAME.time
-  local dir=$1 exe=$2 name=${2##*/fuzz_} t0 rc=0
+fuzz_one() {  # fuzz_one EXE: runs one target into findings/NAME.log; fails on a finding
+  local dir=$clang_dir name=${1##*/fuzz_}
   [ -d "$dir/corpus/$name" ] || mkdir -p "$dir/corpus/$name"
-  t0=$(date +%s)
   ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    "$exe" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    "$1" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -print_final_stats=1 -artifact_prefix="$dir/findings/${name}-" "$dir/corpus/$name" \
-    >"$dir/findings/$name.log" 2>&1 || rc=1
-  echo "$rc" >"$dir/findings/$name.rc"
-  echo $(($(date +%s) - t0)) >"$dir/findings/$name.time"
+    >"$dir/findings/$name.log" 2>&1
 }
 
-fuzz_report() {  # fuzz_report DIR NAME
-  local dir=$1 name=$2 st=ok
-  [ "$(cat "$dir/findings/$name.rc")" = 0 ] || st=FAIL
+fuzz_report() {  # fuzz_report EXE STATUS SECONDS
+  local dir=$clang_dir name=${1##*/fuzz_} st=$2
   echo "== reliability: fuzz $name"
   echo "   $(grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)" "$dir/findings/$name.log" | tr -s ' \n' ' ')"
-  if [ $st = FAIL ]; then
+  if [ "$st" = FAIL ]; then
     grep -m1 -E "ERROR|runtime error|fuzz finding|==[0-9]+==" "$dir/findings/$name.log" || true
-    ls "$dir/findings" | grep -v -E '\.(log|rc|time)$' || true
+    ls "$dir/findings" | grep -v '\.log$' || true
     echo "   full log: $dir/findings/$name.log"
     note_finding "$dir" "$name"
   fi
-  end "fuzz $name" $st "$(cat "$dir/findings/$name.time")" "  "
+  end "fuzz $name" "$st" "$3" "  "
 }
 
 # ---------------------------------------------------------------- ASan + UBSan
@@ -192,8 +209,9 @@ declare -A tsan_skip=(
   [test_runtime]="a cpu training step with blocked layouts*"
 )
 
+tsan_dir=${prefix}ts
 run_tsan() {
-  local dir=${prefix}ts
+  local dir=$tsan_dir
   local targets=(test_runtime test_ops test_launch)  # longest first: JOBS of them run at once
   begin "tsan build"
   local st=ok
@@ -202,32 +220,25 @@ run_tsan() {
   end "tsan build" $st
   [ $st = ok ] || return 0
   # With oneDNN on one thread these programs are mostly one core each (their parallel
-  # loops fork a few std::threads): JOBS of them at a time, each logged to its own file.
-  local i t t0
+  # loops fork a few std::threads), each logged to its own file.
+  local t0
   t0=$(date +%s)
-  for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
-    local batch=("${targets[@]:i:JOBS}")
-    for t in "${batch[@]}"; do tsan_one "$dir" "$t" & done
-    wait
-    for t in "${batch[@]}"; do
-      echo "== reliability: tsan $t"
-      tail -n 40 "$dir/$t.tsan.log"
-      end "tsan $t" "$(cat "$dir/$t.tsan.st")" "$(cat "$dir/$t.tsan.time")" "  "
-    done
-  done
+  in_batches tsan_one tsan_report "${targets[@]}"
   group_line "tsan, all (${#targets[@]} programs, $JOBS at a time)" $(($(date +%s) - t0))
 }
 
-tsan_one() {  # tsan_one DIR TARGET: leaves TARGET.tsan.log, .st (ok/FAIL), .time
-  local dir=$1 t=$2 st=ok t0
-  t0=$(date +%s)
+tsan_one() {  # tsan_one TARGET: runs it into TARGET.tsan.log; fails on a report or a failed test
   # OpenMP threads only where the test has no oneDNN primitives of its own to run.
   local omp=2
-  [ "$t" = test_launch ] || omp=1
+  [ "$1" = test_launch ] || omp=1
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/fuzz/tsan.supp" OMP_NUM_THREADS=$omp \
-    "$dir/tests/$t" ${tsan_skip[$t]:+"-tce=${tsan_skip[$t]}"} >"$dir/$t.tsan.log" 2>&1 || st=FAIL
-  echo "$st" >"$dir/$t.tsan.st"
-  echo $(($(date +%s) - t0)) >"$dir/$t.tsan.time"
+    "$tsan_dir/tests/$1" ${tsan_skip[$1]:+"-tce=${tsan_skip[$1]}"} >"$tsan_dir/$1.tsan.log" 2>&1
+}
+
+tsan_report() {  # tsan_report TARGET STATUS SECONDS
+  echo "== reliability: tsan $1"
+  tail -n 40 "$tsan_dir/$1.tsan.log"
+  end "tsan $1" "$2" "$3" "  "
 }
 
 total_start=$(date +%s)
