@@ -368,6 +368,8 @@ bool TrainRun::train_epoch() {
   po.shuffle = c_.shuffle;
   po.augment = c_.augment == "auto" ? augment_by_default(train_) : c_.augment == "on";
   po.first_batch = st_.step_in_epoch;
+  // cuda: batches written straight into pinned memory, copied to the device from there.
+  if (HostPool* pool = session_->batch_pool()) po.allocate = [pool](size_t bytes) { return pool->take(bytes); };
   BatchStream stream(train_, po);
   if (stream.size() == 0)
     throw_bad_input("--batch-size", "is larger than the training set (" + std::to_string(train_.size()) + " images)");

@@ -281,8 +281,13 @@ Batch BatchStream::build(int64_t k) const {
   for (int64_t v : data_.sample_dims()) dims.push_back(v);
   Batch b;
   b.index = k;
-  b.images = Tensor(DataType::Float32, dims);
-  b.labels = Tensor(DataType::Int64, {B});
+  if (opts_.allocate) {  // every element is written below
+    b.images = Tensor(DataType::Float32, dims, opts_.allocate(static_cast<size_t>(B * per_sample) * sizeof(float)));
+    b.labels = Tensor(DataType::Int64, {B}, opts_.allocate(static_cast<size_t>(B) * sizeof(int64_t)));
+  } else {
+    b.images = Tensor(DataType::Float32, dims);
+    b.labels = Tensor(DataType::Int64, {B});
+  }
   b.samples.assign(samples_.begin() + first, samples_.begin() + first + B);
   float* img = b.images.data<float>();
   int64_t* lab = b.labels.data<int64_t>();

@@ -37,7 +37,9 @@
 // waits only for the ones being prepared.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -59,6 +61,10 @@ struct PipelineOptions {
   int64_t prefetch = 4;     // batches prepared ahead of the consumer
   int64_t first_batch = 0;  // start the epoch here (resume mid-epoch); earlier batches are never built
   uint64_t max_file_bytes = uint64_t{1} << 30;  // image folders: larger files are an error
+  // Where a batch's images and labels are written (null: the heap): a training session's
+  // pinned batch memory (TrainingSession::batch_pool, runtime/host_pool.h), so that the
+  // step copies them to the device from where they lie. Called on the pipeline's threads.
+  std::function<std::shared_ptr<std::byte[]>(size_t bytes)> allocate;
 };
 
 // Options for evaluation: fixed order, last partial batch kept, no augmentation.

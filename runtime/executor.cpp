@@ -123,7 +123,10 @@ int64_t first_non_finite(const Tensor& t) {
 // check flags copied back where the host cannot see the backend's memory, and the
 // event on the compute stream after the run's last copy.
 struct Executor::Slot {
-  std::vector<std::shared_ptr<std::byte[]>> feeds;    // per feed (null: not staged)
+  std::vector<std::shared_ptr<std::byte[]>> feeds;  // per feed (null: not staged)
+  // Per feed: the caller's tensor when its buffer is from batch_pool(), copied from where
+  // it lies, and held until the slot is reused (its run has ended by then).
+  std::vector<Tensor> held;
   std::vector<std::shared_ptr<std::byte[]>> results;  // per result_values entry (null: not copied)
   std::shared_ptr<std::byte[]> seed, flags;
   // RunOptions::copy_out of the run in this slot: each tensor and its host copy (pinned,
@@ -207,6 +210,12 @@ Executor::Executor(Graph g, const Backend& backend, ExecutorOptions o)
   for (const auto& [produced, state] : opts_.plan.state_updates) state_.insert(state);
 }
 Executor::~Executor() = default;
+
+HostPool* Executor::batch_pool() {
+  if (!backend_.asynchronous()) return nullptr;
+  if (!batch_pool_) batch_pool_ = std::make_unique<HostPool>(backend_);
+  return batch_pool_.get();
+}
 
 const Plan& Executor::plan() const {
   if (!last_) throw_bad_input("Executor::plan", "no run yet");
@@ -434,8 +443,16 @@ void Executor::stage_feeds(Prepared& p, const TensorMap& feeds) const {
       Tensor& staged = p.staged[i];
       if (staged.empty()) staged = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
       if (async) {  // through host memory the copy reads when it runs (the slot's last run has ended)
-        std::byte* pinned = run->feeds[i].get();  // allocated with the slot (run_slot)
-        std::memcpy(pinned, feed.raw(), feed.nbytes());
+        const std::byte* pinned = nullptr;
+        if (batch_pool_ && batch_pool_->owns(feed.raw(), feed.nbytes())) {  // written there by the data pipeline
+          run->held[i] = feed;
+          pinned = feed.raw();
+        } else {
+          run->held[i] = Tensor();
+          std::memcpy(run->feeds[i].get(), feed.raw(), feed.nbytes());  // allocated with the slot (run_slot)
+          host_staged_bytes_ += feed.nbytes();
+          pinned = run->feeds[i].get();
+        }
         for (Tensor& l : p.landing[i])  // both turns with the first run: none allocated later
           if (l.empty()) l = Tensor(feed.dtype(), feed.dims(), backend_.allocate(feed.nbytes()));
         p.feed_copies.push_back({staged.raw(), pinned, feed.nbytes(), p.landing[i][p.landing_turn].raw()});
@@ -517,6 +534,7 @@ Executor::Slot& Executor::run_slot(Prepared& p) const {
   for (Slot& slot : p.ring) {
     if (slot.feeds.empty()) {
       slot.feeds.resize(p.feed_values.size());
+      slot.held.resize(p.feed_values.size());
       for (size_t i = 0; i < p.feed_values.size(); ++i) {
         const size_t bytes = static_cast<size_t>(element_count(p.feed_dims[i])) * dtype_size(p.feed_types[i]);
         if (bytes) slot.feeds[i] = backend_.allocate_host(bytes);

@@ -54,6 +54,7 @@
 
 #include "graph/error.h"
 #include "runtime/backend.h"
+#include "runtime/host_pool.h"
 #include "runtime/plan.h"
 #include "runtime/trace.h"
 
@@ -233,6 +234,14 @@ class Executor {
   // Plans built so far (one per feed-shape signature and option set; a feed read as a
   // shape input is part of the signature by value).
   size_t plans_built() const { return prepared_.size(); }
+  // Where a batch should be written so that its copy to the device reads it where it lies
+  // (runtime/host_pool.h): a feed whose buffer is one of this pool's is copied from it,
+  // with no host copy into the run's own pinned buffer, and held until that run ended.
+  // Null where the backend reads host memory at the call (synchronous backends).
+  HostPool* batch_pool();
+  // Bytes of feeds the host copied into the runs' pinned buffers (feeds not from
+  // batch_pool()), since the executor was made.
+  size_t host_staged_bytes() const { return host_staged_bytes_; }
 
  private:
   struct Prepared;
@@ -285,6 +294,8 @@ class Executor {
   std::deque<InFlight> in_flight_;  // launched, not yet retired (oldest first)
   std::deque<TensorMap> done_;      // results of retired runs, not yet collected
   std::optional<NumericalError> error_;
+  std::unique_ptr<HostPool> batch_pool_;  // batch_pool(), made on first use
+  mutable size_t host_staged_bytes_ = 0;  // written by stage_feeds
 };
 
 }  // namespace trainrt

@@ -276,6 +276,9 @@ std::vector<std::string> TrainingSession::state_names() const {
   return names;
 }
 
+HostPool* TrainingSession::batch_pool() { return exec_->batch_pool(); }
+size_t TrainingSession::host_staged_bytes() const { return exec_->host_staged_bytes(); }
+
 const Tensor& TrainingSession::state(const std::string& name) const {
   if (!t_.loss_scale.empty() && (name == kScalerScale || name == kScalerGood)) {
     scaler_scale_ = Tensor(DataType::Float32, {});

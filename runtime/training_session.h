@@ -81,6 +81,13 @@ class TrainingSession {
   const TrainingGraph& training() const { return t_; }
   // Where the steps run; its allocate() gives memory its kernels (and communicators) reach.
   const Backend& backend() const { return *backend_; }
+  // Pinned host memory for batches (Executor::batch_pool): the data pipeline writes a
+  // batch there (PipelineOptions::allocate) and the step's copy to the device reads it
+  // where it lies. Null where the backend reads host memory at the call.
+  HostPool* batch_pool();
+  // Bytes of batches the host copied into the steps' own pinned buffers (feeds not written
+  // in batch_pool() memory; Executor::host_staged_bytes).
+  size_t host_staged_bytes() const;
   // The state's persistent buffer: the next step overwrites it (clone() to keep a copy).
   // Where the host cannot see the backend's memory (Backend::host_visible, cuda) a host
   // copy made by this call (a synchronisation): checkpoints and exports read it so.

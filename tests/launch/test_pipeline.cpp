@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <utility>
@@ -283,6 +285,51 @@ TEST_CASE("augmented stream: the same batches whatever the prefetch depth and th
     prepare_sample(d, b->samples[j], &aug, 4, row.data());
     CHECK(std::equal(row.begin(), row.end(), b->images.data<float>() + j * 3 * 64));
   }
+}
+
+TEST_CASE("PipelineOptions::allocate: batches written in the caller's memory, the same values as on the heap") {
+  // The memory is handed out dirty (NaN), as a recycled pinned buffer would be: every
+  // element of the images and labels must be written, with the heap path's values.
+  Dataset d = make_dataset(50, 3, 8, 8);
+  auto run = [&](bool own_memory, size_t* taken) {
+    PipelineOptions o;
+    o.batch_size = 7;
+    o.seed = 11;
+    o.augment = true;
+    o.drop_last = false;
+    std::set<const std::byte*> given;
+    std::mutex mu;
+    if (own_memory)
+      o.allocate = [&](size_t bytes) {
+        std::shared_ptr<std::byte[]> b(new std::byte[bytes]);
+        std::fill_n(reinterpret_cast<float*>(b.get()), bytes / sizeof(float), std::nanf(""));
+        std::lock_guard<std::mutex> lock(mu);
+        given.insert(b.get());
+        ++*taken;
+        return b;
+      };
+    BatchStream s(d, o);
+    std::vector<float> images;
+    std::vector<int64_t> labels;
+    while (auto b = s.next()) {
+      if (own_memory) {
+        std::lock_guard<std::mutex> lock(mu);
+        CHECK(given.count(b->images.raw()) == 1);
+        CHECK(given.count(b->labels.raw()) == 1);
+      }
+      images.insert(images.end(), b->images.data<float>(), b->images.data<float>() + b->images.numel());
+      labels.insert(labels.end(), b->labels.data<int64_t>(), b->labels.data<int64_t>() + b->labels.numel());
+    }
+    return std::make_pair(images, labels);
+  };
+  size_t taken = 0;
+  const auto heap = run(false, &taken);
+  const auto own = run(true, &taken);
+  CHECK(taken == 2 * 8);  // images and labels of 8 batches (7 of 7, the last of 1)
+  CHECK(heap.first.size() == 50 * 3 * 64);
+  CHECK(std::equal(heap.first.begin(), heap.first.end(), own.first.begin(), own.first.end(),
+                   [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }));
+  CHECK(heap.second == own.second);
 }
 
 TEST_CASE("first_batch (resume mid-epoch): the remaining batches of the full epoch, numbered as there") {

@@ -594,6 +594,60 @@ TEST_CASE("device backend: queued steps run ahead of the host; one synchronisati
   }
 }
 
+TEST_CASE("device backend: batches in the session's pinned pool are copied from where they lie, held until copied") {
+  // The data pipeline writes each batch into TrainingSession::batch_pool() memory
+  // (PipelineOptions::allocate): the executor issues the device copy from that buffer,
+  // with no host copy into its own pinned buffer, and holds it until the run that copies
+  // it has ended. Here the compute stream (and so the copies it waits for) runs as late
+  // as its events allow, and after each queue_step the caller drops its batch and takes
+  // pool memory of the same sizes at once, filling it with NaN (as the pipeline writes
+  // the next batches): a batch given back before its copy ran would be overwritten, and
+  // the steps would differ from the reference's.
+  Graph g = small_wrn();
+  auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});
+  StandinDevice& dev = *owned;
+  dev.late_stream = Backend::Stream::compute;
+  TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3});
+  TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3});
+  CHECK(!ref.batch_pool());  // a synchronous backend reads host memory at the call
+  HostPool* pool = device.batch_pool();
+  REQUIRE(pool);
+  std::vector<double> want;
+  size_t batch_bytes = 0;
+  for (int step = 0; step < 10; ++step) {
+    const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 60));
+    want.push_back(ref.step(b, 0.05f));
+    TensorMap pinned;
+    batch_bytes = 0;
+    for (const auto& [name, t] : b) {
+      Tensor p(t.dtype(), t.dims(), pool->take(t.nbytes()));
+      std::memcpy(p.raw(), t.raw(), t.nbytes());
+      pinned[name] = p;
+      batch_bytes += t.nbytes();
+    }
+    device.queue_step(pinned, 0.05f);
+    std::vector<size_t> sizes;
+    for (const auto& [name, t] : pinned) sizes.push_back(t.nbytes());
+    pinned.clear();
+    for (size_t bytes : sizes) {
+      std::shared_ptr<std::byte[]> next = pool->take(bytes);
+      std::fill_n(reinterpret_cast<float*>(next.get()), bytes / sizeof(float), std::nanf(""));
+    }
+  }
+  const TrainingSession::Finished f = device.finish_steps();
+  CHECK(!f.error);
+  CHECK(f.losses == want);
+  for (const std::string& name : ref.state_names()) {
+    CAPTURE(name);
+    CHECK(bitwise_equal(device.state(name), ref.state(name)));
+  }
+  // The host copied only the learning rate (a scalar the session makes) of each step.
+  CHECK(batch_bytes > 1000);
+  CHECK(device.host_staged_bytes() == 10 * sizeof(float));
+  // Buffers come back: each size settles on the runs the executor holds plus the caller's.
+  CHECK(pool->allocated() <= 2 * 7);
+}
+
 TEST_CASE("device backend: a NaN in a queued step ends the list there; no later queued step writes state") {
   Graph g = small_wrn();
   auto owned = std::make_unique<StandinDevice>(std::set<std::string>{});
