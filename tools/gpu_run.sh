@@ -159,16 +159,13 @@ find_libs() {
   echo "  loader path: $lib_path"
 }
 
+echo "== CUDA libraries"
+find_libs
 if [ -n "${TRAINRT_KIT_BIN:-}" ]; then
   trainrt=("$TRAINRT_KIT_BIN")
 else
   trainrt=("$here/lib/ld-linux.so" --library-path "$lib_path" "$here/trainrt")
 fi
-
-echo "== CUDA libraries"
-find_libs
-# The loader path is known only now.
-[ -n "${TRAINRT_KIT_BIN:-}" ] || trainrt=("$here/lib/ld-linux.so" --library-path "$lib_path" "$here/trainrt")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "run.sh: missing ${missing[*]}: set TRAINRT_CUDA_LIBS to the folders that hold them" >&2
   [ "${1:-}" = libs ] || exit 2
@@ -253,7 +250,7 @@ run_phase() {
   case "$name" in bench*)
     if command -v nvidia-smi >/dev/null; then  # the GPU's memory in use, sampled while it lasts
       while kill -0 "$pid" 2>/dev/null; do
-        used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+        used=$(timeout 5 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
         [ "${used:-0}" -gt "$peak" ] 2>/dev/null && peak=$used
         sleep "${TRAINRT_KIT_POLL_S:-0.5}"
       done

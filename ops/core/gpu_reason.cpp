@@ -11,7 +11,7 @@ std::string no_gpu_reason(const GpuProbe& p) {
   if (p.error == 0) return p.count > 0 ? "" : "no CUDA device: the driver sees no GPU (0 devices)";
   if (p.error == kCudaErrorInsufficientDriver) {
     if (p.driver_version == 0)
-      return "no NVIDIA driver: libcuda.so.1 not found by the loader (" + code +
+      return "no NVIDIA driver: libcuda.so.1 not found by the loader, or it did not load (" + code +
              "; add the driver's folder to LD_LIBRARY_PATH)";
     if (p.driver_version < p.runtime_version)
       return "NVIDIA driver too old: it supports CUDA " + cuda_version(p.driver_version) + ", this build needs " +

@@ -1,7 +1,7 @@
 // Why a CUDA process has no usable GPU, said in one line that tells the causes apart.
 //
 //   const std::string why = no_gpu_reason(cuda::probe_gpu());  // "" when a GPU is usable, else e.g.
-//   // "no NVIDIA driver: libcuda.so.1 not found by the loader (cudaErrorInsufficientDriver; ...)"
+//   // "no NVIDIA driver: libcuda.so.1 not found by the loader, or it did not load (...)"
 //   // "NVIDIA driver too old: it supports CUDA 12.4, this build needs 13.0 (cudaErrorInsufficientDriver)"
 //   // "no CUDA device: the driver sees no GPU (cudaErrorNoDevice)"
 //

@@ -41,6 +41,16 @@ grep -q "^run.sh: no usable GPU: " "$tmp/run.err" || fail "run.sh without a GPU:
 for lib in libcudart.so.13 libcudnn.so.9 libnvrtc.so.13 "libcuda.so.1 (driver)"; do
   grep -q "^  $lib: " "$tmp/run.log" || fail "run.sh's library check does not name $lib: $(cat "$tmp/run.log")"
 done
+# A libcuda.so.1 that run.sh finds but that does not load (here an empty file): the
+# carried trainrt starts under its phase's timeout, and its reason is run.sh's one line.
+mkdir -p "$tmp/fakedriver"
+: >"$tmp/fakedriver/libcuda.so.1"
+TRAINRT_KIT_DRIVER_DIRS="$tmp/fakedriver" TRAINRT_KIT_RESULTS="$tmp/results" "$bundle/run.sh" >"$tmp/run2.log" 2>"$tmp/run2.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "run.sh with a driver that does not load exited $rc, expected 2: $(cat "$tmp/run2.err")"
+[ "$(wc -l <"$tmp/run2.err")" -eq 1 ] && grep -q "^run.sh: no usable GPU: no NVIDIA driver: libcuda.so.1 not found by the loader, or it did not load" "$tmp/run2.err" ||
+  fail "run.sh with a driver that does not load: $(cat "$tmp/run2.err")"
+grep -q "^===== version: ok" "$tmp/results/run.log" || fail "the version phase did not run the carried trainrt: $(cat "$tmp/results/run.log")"
 for f in bench_pytorch_gpu.py bench_pytorch.py wrn_reference.py; do
   [ -f "$bundle/$f" ] || fail "bundle lacks $f (the PyTorch baseline)"
 done
