@@ -6,7 +6,9 @@
 # costs only its phase's timeout, that the budget skips later phases with a line, that a
 # failed phase's log is kept whole and a long successful one cut, the summary's table
 # (columns, ratio) and its capture:/fallback: lines, cuDNN's log kept bounded, and the
-# one-line refusals: no driver library, no device. Small timeouts: a few seconds in all.
+# one-line refusals: no driver library, no device; no torch (the PyTorch phase skipped with
+# a line); run.sh ended by SIGTERM mid-phase (the phase's processes ended, the summary
+# written). Small timeouts: a few seconds in all.
 # Also the PyTorch script's arguments, and a tiny CPU run of it where torch is installed.
 set -u
 trainrt=$1
@@ -42,7 +44,7 @@ case "$1" in
     esac
     echo "selftest passed" ;;
   bench)
-    case "$*" in *"--batch 1024 --precision bf16"*) echo "warming up"; sleep 60 ;; esac
+    case "$*" in *"--batch 1024 --precision bf16"*) echo "warming up"; echo $$ >"$KIT_CALLS.hang"; exec sleep 60 ;; esac
     for i in $(seq 100); do echo "E! CuDNN (v91900) function cudnnBackendFinalize() called: error $i" >>"$CUDNN_LOGDEST_DBG"; done
     echo "images/s: 3000.0 (batch $4)"
     echo "ms/step: median 10.7"
@@ -65,7 +67,7 @@ kit() {  # RESULTS ARGS...: run.sh with the stand-ins; stdout+stderr in RESULTS.
   local out=$1
   shift
   env PATH="$tmp/bin:$PATH" LD_LIBRARY_PATH="$tmp/driver" TRAINRT_KIT_DRIVER_DIRS="$tmp/nodriver" \
-    TRAINRT_CUDA_LIBS="$tmp/cuda" TRAINRT_KIT_BIN="$tmp/bin/trainrt" TRAINRT_KIT_PYTHON="$tmp/bin/python" \
+    TRAINRT_CUDA_LIBS="$tmp/cuda" TRAINRT_KIT_BIN="$tmp/bin/trainrt" TRAINRT_KIT_PYTHON="${KIT_PY:-$tmp/bin/python}" \
     TRAINRT_KIT_RESULTS="$out" TRAINRT_KIT_WORK="$tmp/work" KIT_CALLS="$out.calls" \
     TRAINRT_KIT_T_BENCH="${T_BENCH:-2}" TRAINRT_KIT_MIN_PHASE_S="${MIN_PHASE:-1}" TRAINRT_KIT_POLL_S=0.1 \
     TRAINRT_KIT_BUDGET="${BUDGET:-120}" bash "$run" "$@" >"$out.out" 2>&1
@@ -142,6 +144,29 @@ took=$((SECONDS - start))
 grep -q "^===== bench_b1024_bf16: .*cut by the budget" "$tmp/r4/run.log" || fail "the hang's timeout was not cut by the budget"
 grep -q "^skipped: pytorch (budget: " "$tmp/r4/run.log" || fail "no line for the phase skipped by the budget: $(tail -3 "$tmp/r4/run.log")"
 grep -Eq "^pytorch +skipped \(budget\)" "$tmp/r4/summary.txt" || fail "summary does not list the skipped phase"
+
+# No python3 with torch: the PyTorch phase is skipped with a line, its column empty.
+KIT_PY=/nonexistent/python3 T_BENCH=1 kit "$tmp/r7" --quick
+grep -q "^skipped: pytorch (no python3 with torch found" "$tmp/r7/run.log" || fail "no torch: no skip line: $(tail -3 "$tmp/r7/run.log")"
+grep -Eq "^32 +fp32 +3000.0 +- +- +2598$" "$tmp/r7/summary.txt" || fail "no torch: table row: $(grep '^32 ' "$tmp/r7/summary.txt")"
+
+# Ended from outside during a phase (an allocation's end, Slurm's SIGTERM): the phase's
+# processes are ended, the summary written with the phase marked, exit 1.
+env PATH="$tmp/bin:$PATH" LD_LIBRARY_PATH="$tmp/driver" TRAINRT_KIT_DRIVER_DIRS="$tmp/nodriver" \
+  TRAINRT_CUDA_LIBS="$tmp/cuda" TRAINRT_KIT_BIN="$tmp/bin/trainrt" TRAINRT_KIT_PYTHON="${KIT_PY:-$tmp/bin/python}" \
+  TRAINRT_KIT_RESULTS="$tmp/r8" TRAINRT_KIT_WORK="$tmp/work" KIT_CALLS="$tmp/r8.calls" TRAINRT_KIT_T_BENCH=60 \
+  TRAINRT_KIT_POLL_S=0.1 bash "$run" --quick >"$tmp/r8.out" 2>&1 &
+kit_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/r8.calls.hang" ] && break; sleep 0.1; done
+kill -TERM "$kit_pid"
+wait "$kit_pid"
+rc=$?
+[ "$rc" -eq 1 ] || fail "run.sh ended by SIGTERM exited $rc, expected 1"
+grep -Eq "^bench_b1024_bf16 +INTERRUPTED" "$tmp/r8/summary.txt" || fail "the interrupted phase is not in the summary: $(cat "$tmp/r8/summary.txt")"
+grep -q "^run.sh: interrupted during bench_b1024_bf16" "$tmp/r8/run.log" || fail "run.log does not say where run.sh was ended"
+sleep 0.5
+hang=$(cat "$tmp/r8.calls.hang" 2>/dev/null)
+[ -n "$hang" ] && ! kill -0 "$hang" 2>/dev/null || fail "the interrupted phase's process ${hang:-?} was left running"
 
 # No usable GPU: one line each, exit 2.
 KIT_GPU="none (no CUDA device: the driver sees no GPU (cudaErrorNoDevice))" kit "$tmp/r5"
