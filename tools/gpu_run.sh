@@ -58,8 +58,8 @@
 #   TRAINRT_KIT_T_SELFTEST, TRAINRT_KIT_T_BENCH, TRAINRT_KIT_T_PYTORCH, TRAINRT_KIT_T_SHORT
 #                         each phase kind's timeout in seconds (120, 120, 150, 60)
 #   BENCH_STEPS           timed steps per bench point, trainrt's and PyTorch's (default 20)
-#   TRAINRT_KIT_PYTHON    the python3 with torch (default: the first python3 on PATH or
-#                         /opt/*/.venv/bin that has torch)
+#   TRAINRT_KIT_PYTHON    the python3 with torch (default: the first of python3 on PATH,
+#                         /opt/*/.venv/bin/python3, /usr/bin/python3 that has torch)
 #   TRAINRT_KIT_BIN       a trainrt to run as it is instead of the bundle's (tests)
 # Exit: 0 every phase ok (skipped ones included), 1 a phase failed or timed out, 2 no GPU
 # or libraries missing.
@@ -326,7 +326,7 @@ pytorch() {  # TIER NAME POINTS (BATCH:PRECISION,...)
 
 find_python() {
   local p
-  for p in ${TRAINRT_KIT_PYTHON:-python3 /opt/*/.venv/bin/python3}; do
+  for p in ${TRAINRT_KIT_PYTHON:-python3 /opt/*/.venv/bin/python3 /usr/bin/python3}; do
     command -v "$p" >/dev/null 2>&1 || continue
     if [ -n "${TRAINRT_KIT_PYTHON:-}" ] ||
       "$p" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' 2>/dev/null; then

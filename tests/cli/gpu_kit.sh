@@ -193,7 +193,7 @@ python3 "$src/tools/bench_pytorch_gpu.py" --help >/dev/null || fail "bench_pytor
 python3 "$src/tools/bench_pytorch_gpu.py" --points 32:fp8 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bench_pytorch_gpu.py --points 32:fp8 was not refused"
 torch_py=
-for p in python3 /opt/*/.venv/bin/python3; do
+for p in python3 /usr/bin/python3 /opt/*/.venv/bin/python3; do
   command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' 2>/dev/null && { torch_py=$p; break; }
 done
 if [ -z "$torch_py" ]; then
