@@ -32,8 +32,9 @@
 #   d  bench_b128_fp32, bench_b128_bf16, then pytorch_more (PyTorch at batch 128)
 #   f  selftest_nchw, selftest_{mlp_matmul,mobile_cnn}_{fp32,bf16,fp16} (tests/data models),
 #      bench_b32_bf16, bench_b1024_fp32, bench_b{32,128,1024}_fp16, pytorch_more's points
-# A phase starts only with at least TRAINRT_KIT_MIN_PHASE_S (20) of the budget left, and
-# runs at most what is left; later phases are skipped with a line saying so.
+# The budget counts from run.sh's start. A phase starts only with at least
+# TRAINRT_KIT_MIN_PHASE_S (20) of it left, and runs at most what is left less the kill
+# grace (so run.sh ends within the budget); later phases are skipped with a line saying so.
 #
 # Results (TRAINRT_KIT_RESULTS, default ./results; small enough to copy back in seconds):
 #   summary.txt  phases (ok, FAILED, TIMED OUT, skipped; seconds), the table batch,
@@ -56,7 +57,8 @@
 #                         (TRAINRT_KIT_DRIVER_DIRS replaces those folders and the cache)
 #   TRAINRT_KIT_BUDGET    total seconds for the phases (default 360; --full 570)
 #   TRAINRT_KIT_T_SELFTEST, TRAINRT_KIT_T_BENCH, TRAINRT_KIT_T_PYTORCH, TRAINRT_KIT_T_SHORT
-#                         each phase kind's timeout in seconds (120, 120, 150, 60)
+#                         each phase kind's timeout in seconds (120, 120, 150, 60);
+#                         a phase that ignores SIGTERM is killed TRAINRT_KIT_GRACE_S (5) later
 #   BENCH_STEPS           timed steps per bench point, trainrt's and PyTorch's (default 20)
 #   TRAINRT_KIT_PYTHON    the python3 with torch (default: the first of python3 on PATH,
 #                         /opt/*/.venv/bin/python3, /usr/bin/python3 that has torch)
@@ -64,6 +66,8 @@
 # Exit: 0 every phase ok (skipped ones included), 1 a phase failed or timed out, 2 no GPU
 # or libraries missing.
 set -uo pipefail
+now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
+t0=$(now_ms)  # the budget counts from here, the library check included
 here=$(cd "$(dirname "$0")" && pwd)
 needed=(libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2)
 
@@ -197,8 +201,6 @@ steps=${BENCH_STEPS:-20}
 keep_lines=200   # a successful phase's output beyond this is cut in the middle
 lib_lines=60     # cuDNN's / cuBLASLt's warnings and errors kept per phase
 
-now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
-t0=$(now_ms)
 say() { echo "$*"; echo "$*" >>"$log"; }
 
 rows=()         # "name|result|seconds" per selected phase, in order
@@ -222,11 +224,14 @@ run_phase() {
     status=skipped
     return 0
   fi
-  local note=
-  if [ "$limit" -gt $((left_ms / 1000)) ]; then
-    limit=$((left_ms / 1000))
+  local note='' grace=${TRAINRT_KIT_GRACE_S:-5}  # timeout -k: SIGKILL that long after SIGTERM
+  local limit_ms=$((limit * 1000)) cap_ms=$((left_ms - grace * 1000))
+  if [ "$limit_ms" -gt "$cap_ms" ]; then
+    limit_ms=$((cap_ms > 1000 ? cap_ms : 1000))
     note=", cut by the budget"
   fi
+  limit=$((limit_ms / 1000))
+  [ $((limit_ms % 1000)) -eq 0 ] || limit=$limit.$(printf '%03d' $((limit_ms % 1000)))
   local out=$results/phase_$name.log start rc shown="$*"
   shown=${shown/"${trainrt[*]}"/trainrt}
   start=$(now_ms)
@@ -244,7 +249,7 @@ run_phase() {
           CUBLASLT_LOG_MASK=5 "CUBLASLT_LOG_FILE=$results/.lib_cublaslt.log") ;;
   esac
   # timeout runs the command in its own process group and signals all of it.
-  env "${envs[@]}" timeout -k 5 "$limit" "$@" </dev/null >"$out" 2>&1 &
+  env "${envs[@]}" timeout -k "$grace" "$limit" "$@" </dev/null >"$out" 2>&1 &
   local pid=$! peak=0 used
   phase_pid=$pid
   case "$name" in bench*)
