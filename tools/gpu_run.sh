@@ -418,7 +418,9 @@ model=$work/wrn_cifar100.onnx
 if [ -s "$model" ]; then
   say "model: $model (kept from an earlier run)"
 else
-  run_phase q model "$t_short" "${trainrt[@]}" model wrn --dataset cifar100 -o "$model"
+  # Written aside and renamed once whole: a run ended mid-write leaves no model to keep.
+  run_phase q model "$t_short" "${trainrt[@]}" model wrn --dataset cifar100 -o "$model.part.onnx"
+  [ "$status" = ok ] && mv "$model.part.onnx" "$model"
 fi
 wide=(--widths "16,32,64,128" --fp32-math tf32)  # channels multiples of 16: the tensor-core paths
 py=$(find_python) || py=
