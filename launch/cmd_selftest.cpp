@@ -52,7 +52,9 @@ const CommandSpec kSpec{
     {{"device", "cpu", "cpu or cuda (the cuda backend on this node's GPU)"},
      {"widths", "4,8,12,16", "Wide ResNet widths (input block, stages 1-3); not with MODEL.onnx"},
      {"batch", "8", "images per step"},
-     {"tolerance", "", "largest relative error allowed per value (default: 0.0001; 0.005 with --fp32-math tf32)"},
+     {"tolerance", "",
+      "largest relative error allowed per value (default from the arithmetic, u = unit roundoff: fp32 1e-4; "
+      "--fp32-math tf32 10 u(TF32) = 0.0049; bf16 u(bf16)/8 = 0.00049; fp16 max(u(fp16)/8, 1e-4) = 1e-4)"},
      {"fp32-math", "strict",
       "with --device cuda: strict (full fp32, the reference's arithmetic) or tf32 (TF32 tensor cores: "
       "errors near 1e-3)"},
@@ -111,11 +113,13 @@ int cmd_selftest(const Argv& argv) {
   const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
                              : precision == "fp16" ? MathPrecision::fp16
                                                    : MathPrecision::fp32;
-  // Node by node only a kernel's own summation order differs from the reference's; a
-  // kernel that did not round its inputs to bf16/fp16 would be off by ~1e-3, and so are
-  // TF32's products.
+  // Node by node only a kernel's own summation order differs from the reference's, and
+  // TF32's rounding of its inputs, which the reference does not do; a kernel that did not
+  // round its inputs to bf16/fp16 is off by about that type's unit roundoff
+  // (selftest_default_tolerance, launch/selftest_compare.h, says how the default follows).
   const bool tf32 = fp32_math == Fp32Math::tf32 && math == MathPrecision::fp32;
-  const double tol = a.str("tolerance").empty() ? (tf32 ? 5e-3 : 1e-4) : a.positive_number("tolerance");
+  const double tol =
+      a.str("tolerance").empty() ? selftest_default_tolerance(math, tf32) : a.positive_number("tolerance");
   std::unique_ptr<Backend> backend = make_backend(device, static_cast<int>(threads));
   backend->check_math(math);
   Graph g = model_path.empty() ? build_wide_resnet(o) : import_onnx_file(model_path, registry().schemas);
@@ -131,6 +135,8 @@ int cmd_selftest(const Argv& argv) {
     std::printf("  fp32 math of convolutions and Gemm: %s\n", fp32_math_name(fp32_math));
   }
   std::printf("  precision %s (arithmetic of the convolutions and matrix products)\n", math_precision_name(math));
+  std::printf("  tolerance %.2g (%s)\n", tol,
+              a.str("tolerance").empty() ? "derived from the arithmetic" : "--tolerance");
   if (backend->asynchronous())
     std::printf("  training step's activations: %s\n",
                 channels_last ? "NHWC between the kernels that take it" : "NCHW");

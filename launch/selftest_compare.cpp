@@ -15,6 +15,18 @@
 
 namespace trainrt {
 
+double selftest_default_tolerance(MathPrecision math, bool tf32) {
+  const double summation_order = 1e-4;  // fp32 kernels against the reference's double sums
+  switch (math) {
+    case MathPrecision::bf16:
+      return std::max(std::ldexp(1.0, -8) / 8, summation_order);
+    case MathPrecision::fp16:
+      return std::max(std::ldexp(1.0, -11) / 8, summation_order);
+    default:
+      return tf32 ? 10 * std::ldexp(1.0, -11) : summation_order;
+  }
+}
+
 SelftestDifference selftest_difference(const Tensor& got, const Tensor& want) {
   const Tensor a = to_plain(got), b = to_plain(want);
   if (a.dims() != b.dims()) return {INFINITY, 0};

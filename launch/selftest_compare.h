@@ -33,6 +33,17 @@ struct SelftestDifference {
 };
 SelftestDifference selftest_difference(const Tensor& got, const Tensor& want);
 
+// The default --tolerance of `trainrt selftest`, derived from the arithmetic the run
+// uses (u: unit roundoff, half a last place: TF32 and fp16 2^-11, bf16 2^-8):
+//   fp32, strict math      1e-4: only the summation order differs from the reference
+//   fp32, --fp32-math tf32 10 u(TF32) = 4.9e-3: TF32 tensor cores round each input to
+//                          10 significand bits, which the reference does not do
+//   bf16 / fp16            max(u/8, 1e-4) = 4.9e-4 / 1e-4: the reference rounds the same
+//                          inputs, so a correct kernel differs by summation order only, and
+//                          one that skipped the rounding (off by about u) fails
+// tf32 counts only under fp32: TF32 holds rounded bf16/fp16 inputs exactly.
+double selftest_default_tolerance(MathPrecision math, bool tf32);
+
 // Node by node on the device's own inputs: each node of `g` runs alone on the reference
 // backend, in `math`, on the values the device's run gave its inputs (`got`, else
 // `given`: feeds, initializers, state before the step), and its outputs in `got` are

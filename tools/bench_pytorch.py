@@ -27,46 +27,69 @@ FORMATS = ("channels_last", "contiguous")
 
 
 def run_one(a):
-    """Times one memory format in this process; returns a result dict."""
+    """Times one memory format in this process; returns a result dict. With a.device
+    "cuda" (tools/bench_pytorch_gpu.py) the model and batch live on the GPU, cuDNN picks
+    its algorithms (cudnn.benchmark), a.precision "bf16" runs the step under bf16
+    autocast, and each step is timed between CUDA events, queued without a host sync."""
+    import contextlib
     import torch
     sys.path.insert(0, HERE)
     import wrn_reference as w
 
+    device = getattr(a, "device", "cpu")
+    precision = getattr(a, "precision", "fp32")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    widths = [int(v) for v in a.widths.split(",")]
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True
+    widths = w.SMALL_WIDTHS if a.widths == "small" else [int(v) for v in a.widths.split(",")]
     cin, side, classes = w.DATASETS[a.dataset]
-    model = w.build(a.dataset, widths)
+    model = w.build(a.dataset, widths).to(device)
     model.train()
-    x = torch.randn(a.batch, cin, side, side)
-    y = torch.randint(0, classes, (a.batch,))
+    x = torch.randn(a.batch, cin, side, side, device=device)
+    y = torch.randint(0, classes, (a.batch,), device=device)
     if a.format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
+    autocast = (torch.autocast(device_type=device, dtype=torch.bfloat16) if precision == "bf16" else
+                contextlib.nullcontext())
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with autocast:
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss
 
     first = None
     for _ in range(a.warmup):
-        first = step()
+        first = step().item()
     ms = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        last = step()
-        ms.append((time.perf_counter() - t0) * 1e3)
-        if first is None:
-            first = last
+    if device == "cuda":
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(a.steps + 1)]
+        marks[0].record()
+        for i in range(a.steps):
+            loss = step()
+            marks[i + 1].record()
+        torch.cuda.synchronize()
+        ms = [marks[i].elapsed_time(marks[i + 1]) for i in range(a.steps)]
+        last = loss.item()
+    else:
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            last = step().item()
+            ms.append((time.perf_counter() - t0) * 1e3)
+    if first is None:
+        first = last
     median = statistics.median(ms)
     return {
         "framework": "pytorch",
         "torch": torch.__version__,
+        "device": device,
+        "precision": precision,
         "format": a.format,
         "dataset": a.dataset,
         "input": [a.batch, cin, side, side],
@@ -95,7 +118,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--widths", default="16,160,320,640")
+    p.add_argument("--widths", default="16,160,320,640", help="comma list, or small (4,8,12,16)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=FORMATS + ("both",), default="both")

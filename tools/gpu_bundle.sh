@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Packs a CUDA build of trainrt into one folder that runs on a GPU node with no build
-# tools: the stripped binary, the non-CUDA shared libraries it needs, the dynamic
-# loader and C/C++ runtime it was built with, and run.sh.
+# Packs a CUDA build of trainrt into one folder (within 60 MiB) that runs on a GPU node with
+# no build tools and no package registry: the stripped binary, the non-CUDA shared
+# libraries it needs, the dynamic loader and C/C++ runtime it was built with, run.sh
+# (tools/gpu_run.sh), the PyTorch baseline (tools/bench_pytorch_gpu.py with the
+# bench_pytorch.py and wrn_reference.py it imports) and the selftest models of tests/data.
 #
 #   bash tools/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]     # default: build, build/gpu-bundle
-#   OUT_DIR/run.sh                 # on the GPU node: selftest, then the benchmark
-#   OUT_DIR/run.sh trainrt ARGS    # any trainrt command through the carried loader
+#   OUT_DIR/run.sh [--quick|--full]  # on the GPU node: library check, selftests, trainrt
+#                                    # against PyTorch, fallbacks; within 6 minutes (run.sh's
+#                                    # header has the phases); results in OUT_DIR/results
+#   OUT_DIR/run.sh trainrt ARGS      # any trainrt command through the carried loader
 #
-# CUDA's own libraries (cudart, cuBLASLt, cuDNN, NCCL) are not carried: they are
-# hundreds of MB and must match the node's driver. run.sh finds them on the node: in
-# TRAINRT_CUDA_LIBS (a colon list of folders) if set, else in the nvidia-* wheels of an
-# installed PyTorch (any python3 on PATH or /opt/*/.venv), else /usr/local/cuda.
+# CUDA's own libraries (cudart, cuBLASLt, cuDNN, NCCL, nvrtc) and the driver's libcuda are
+# not carried: they are hundreds of MB and must match the node's driver. run.sh finds them
+# on the node: in TRAINRT_CUDA_LIBS (a colon list of folders) if set, else in the nvidia-*
+# wheels of an installed PyTorch (any python3 on PATH or /opt/*/.venv), else
+# /usr/local/cuda; libcuda in LD_LIBRARY_PATH, the driver's usual folders or ld.so's cache.
 # The bundle carries glibc and libstdc++ and starts trainrt through the carried
 # ld-linux, so a node whose C library is older than the build machine's still runs it.
 # The seed's Wide ResNet (68 MB of weights) is written on the node by `trainrt model`.
@@ -47,6 +52,7 @@ cp tools/gpu_run.sh "$out.tmp/run.sh"
 chmod +x "$out.tmp/run.sh"
 cp tests/data/mlp_matmul.onnx "$out.tmp/"  # run.sh's selftest of the matrix products (MatMul, Gemm)
 cp tests/data/mobile_cnn.onnx "$out.tmp/"  # and of the mobile networks' blocks (depthwise, SE, shuffle, SiLU)
+cp tools/bench_pytorch_gpu.py tools/bench_pytorch.py tools/wrn_reference.py "$out.tmp/"  # PyTorch on the same GPU
 "$bin" --version >"$out.tmp/BUILD"
 # `trainrt --version` names the GPU architectures the kernels were compiled for: setup.sh
 # test without a GPU compiles sm_90 only (H100/H200), TRAINRT_CUDA=ON setup.sh main three.

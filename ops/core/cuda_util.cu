@@ -11,6 +11,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/gpu_reason.h"
 #include "ops/core/graph_fallback.h"
 
 namespace trainrt::cuda {
@@ -30,6 +31,26 @@ void set_device(int device) {
     throw_internal("cuda::set_device",
                    "the CUDA context already exists on device " + std::to_string(the_context->device));
   chosen_device = device;
+}
+
+static_assert(cudaErrorStubLibrary == kCudaErrorStubLibrary);
+static_assert(cudaErrorInsufficientDriver == kCudaErrorInsufficientDriver);
+static_assert(cudaErrorDevicesUnavailable == kCudaErrorDevicesUnavailable);
+static_assert(cudaErrorNoDevice == kCudaErrorNoDevice);
+static_assert(cudaErrorSystemDriverMismatch == kCudaErrorSystemDriverMismatch);
+
+GpuProbe probe_gpu() {
+  GpuProbe p;
+  const cudaError_t e = cudaGetDeviceCount(&p.count);
+  p.error = static_cast<int>(e);
+  if (e != cudaSuccess) {
+    p.error_name = cudaGetErrorName(e);
+    p.count = 0;
+  }
+  // 0 when no driver library could be loaded (CUDA runtime API: cudaDriverGetVersion).
+  if (cudaDriverGetVersion(&p.driver_version) != cudaSuccess) p.driver_version = 0;
+  p.runtime_version = CUDART_VERSION;
+  return p;
 }
 
 void check(cudaError_t e, const std::string& what) {
@@ -58,11 +79,10 @@ Context& context() {
     }
     return *the_context;
   }
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
-    throw_unsupported("--device cuda", std::string("no usable GPU (") +
-                                           (e != cudaSuccess ? cudaGetErrorName(e) : "no CUDA devices") + ")");
+  const GpuProbe probe = probe_gpu();
+  const int count = probe.count;
+  if (const std::string why = no_gpu_reason(probe); !why.empty())
+    throw_unsupported("--device cuda", "no usable GPU here (" + why + ")");
   if (chosen_device < 0 || chosen_device >= count)
     throw_bad_input("--device cuda",
                     "device " + std::to_string(chosen_device) + " does not exist (" + std::to_string(count) + " GPUs)");

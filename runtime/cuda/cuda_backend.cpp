@@ -8,6 +8,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/gpu_reason.h"
 #include "runtime/communicator.h"
 #include "runtime/cuda/non_finite.h"
 
@@ -22,12 +23,10 @@ class CudaBackend : public Backend {
     // elementwise ops) stay NHWC, the layout cuDNN's tensor-core convolutions read
     // without transposing; everything else, and every host fallback's argument, is Plain.
     blocked_layout = Layout::ChannelsLast;
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-      throw_unsupported("--device cuda", std::string("no usable GPU here (") +
-                                             (e != cudaSuccess ? cudaGetErrorName(e) : "no CUDA devices") + ")");
-    cuda::set_device(rank_environment().local_rank % count);
+    const GpuProbe probe = cuda::probe_gpu();  // no driver, a driver too old, no device: each its own words
+    if (const std::string why = no_gpu_reason(probe); !why.empty())
+      throw_unsupported("--device cuda", "no usable GPU here (" + why + ")");
+    cuda::set_device(rank_environment().local_rank % probe.count);
     cuda::context();  // creates the stream and handles now, so a failure shows before training
     cuda::check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
     cuda::check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate (collectives)");

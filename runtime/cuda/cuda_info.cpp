@@ -5,6 +5,8 @@
 #include <cudnn.h>
 #include <nccl.h>
 
+#include "ops/core/gpu_reason.h"
+
 namespace trainrt {
 
 namespace {
@@ -29,17 +31,9 @@ std::string cuda_version_report() {
 }
 
 bool cuda_device_available(std::string* why) {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-    return false;
-  }
-  if (count == 0) {
-    if (why) *why = "no CUDA devices";
-    return false;
-  }
-  return true;
+  const std::string reason = no_gpu_reason(cuda::probe_gpu());
+  if (why) *why = reason;
+  return reason.empty();
 }
 
 }  // namespace trainrt

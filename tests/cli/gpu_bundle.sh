@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU bring-up bundle (tools/gpu_bundle.sh) on this machine, which has no GPU: it
-# packs within its 60 MiB, and the carried loader and libraries start the carried
-# trainrt: its version, a cpu selftest through run.sh, and run.sh's one-line refusal
-# of a node without a GPU. Only a CUDA build makes a bundle; otherwise this says so.
+# packs within its 60 MiB with the PyTorch baseline, and the carried loader and libraries
+# start the carried trainrt: its version, a cpu selftest through run.sh, and run.sh's
+# library check and one-line refusal of a node without a GPU (exit 2). Only a CUDA build
+# makes a bundle; otherwise this says so.
 set -u
 trainrt=$1
 src=$2
@@ -30,9 +31,27 @@ for model in mlp_matmul mobile_cnn; do
   "$bundle/run.sh" trainrt selftest "$bundle/$model.onnx" >"$tmp/selftest_$model.log" 2>&1 ||
     fail "bundled selftest of $model.onnx: $(tail -3 "$tmp/selftest_$model.log")"
 done
-# This machine has no GPU: run.sh stops after the selftest with one line saying so.
+# This machine has no GPU: run.sh prints the library check (libcuda and libnvrtc among
+# it) and stops with one line saying why, exit 2.
 "$bundle/run.sh" >"$tmp/run.log" 2>"$tmp/run.err"
 rc=$?
 [ "$rc" -eq 2 ] || fail "run.sh without a GPU exited $rc, expected 2"
-grep -q "no usable GPU" "$tmp/run.err" || fail "run.sh without a GPU: $(cat "$tmp/run.err")"
+[ "$(wc -l <"$tmp/run.err")" -eq 1 ] || fail "run.sh without a GPU printed $(wc -l <"$tmp/run.err") lines on stderr: $(cat "$tmp/run.err")"
+grep -q "^run.sh: no usable GPU: " "$tmp/run.err" || fail "run.sh without a GPU: $(cat "$tmp/run.err")"
+for lib in libcudart.so.13 libcudnn.so.9 libnvrtc.so.13 "libcuda.so.1 (driver)"; do
+  grep -q "^  $lib: " "$tmp/run.log" || fail "run.sh's library check does not name $lib: $(cat "$tmp/run.log")"
+done
+# A libcuda.so.1 that run.sh finds but that does not load (here an empty file): the
+# carried trainrt starts under its phase's timeout, and its reason is run.sh's one line.
+mkdir -p "$tmp/fakedriver"
+: >"$tmp/fakedriver/libcuda.so.1"
+TRAINRT_KIT_DRIVER_DIRS="$tmp/fakedriver" TRAINRT_KIT_RESULTS="$tmp/results" "$bundle/run.sh" >"$tmp/run2.log" 2>"$tmp/run2.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "run.sh with a driver that does not load exited $rc, expected 2: $(cat "$tmp/run2.err")"
+[ "$(wc -l <"$tmp/run2.err")" -eq 1 ] && grep -q "^run.sh: no usable GPU: no NVIDIA driver: libcuda.so.1 not found by the loader, or it did not load" "$tmp/run2.err" ||
+  fail "run.sh with a driver that does not load: $(cat "$tmp/run2.err")"
+grep -q "^===== version: ok" "$tmp/results/run.log" || fail "the version phase did not run the carried trainrt: $(cat "$tmp/results/run.log")"
+for f in bench_pytorch_gpu.py bench_pytorch.py wrn_reference.py; do
+  [ -f "$bundle/$f" ] || fail "bundle lacks $f (the PyTorch baseline)"
+done
 exit $((fails > 0))

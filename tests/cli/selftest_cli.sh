@@ -21,6 +21,11 @@ done
 # Every value of the training step is compared (forward, backward and optimizer nodes).
 n=$(grep -F "training step 1 (node by node)" "$tmp/out" | awk '{print $7}')
 [ "${n:-0}" -gt 200 ] || fail "selftest compared only ${n:-0} values of the training step"
+# The default tolerance follows the arithmetic (launch/selftest_compare.h; the values per
+# precision and TF32 are checked in tests/launch/test_selftest_compare.cpp) and is said.
+grep -q "^  tolerance 0.0001 (derived from the arithmetic)$" "$tmp/out" ||
+  fail "selftest does not say its derived fp32 tolerance: $(grep tolerance "$tmp/out")"
+"$trainrt" selftest --help | grep -q "bf16 u(bf16)/8 = 0.00049" || fail "selftest --help does not say how the tolerance is derived"
 
 # bf16/fp16 the same way, in that precision.
 # fp16 is emulated on every CPU; bf16 runs where the CPU has AVX-512 BF16, else refused.
@@ -34,7 +39,13 @@ for p in $precisions; do
   n=$(grep -F "training step 1 (node by node)" "$tmp/out" | grep " ok$" | awk '{print $7}')
   [ "${n:-0}" -gt 200 ] || fail "selftest --precision $p compared ${n:-0} values of the training step: $(cat "$tmp/out")"
   grep -q "^  precision $p " "$tmp/out" || fail "selftest --precision $p does not say its precision: $(cat "$tmp/out")"
+  want=0.0001
+  [ "$p" = bf16 ] && want=0.00049
+  grep -q "^  tolerance $want (derived from the arithmetic)$" "$tmp/out" ||
+    fail "selftest --precision $p: tolerance not $want: $(grep tolerance "$tmp/out")"
 done
+"$trainrt" selftest --batch 2 --tolerance 0.01 | grep -q "^  tolerance 0.01 (--tolerance)$" ||
+  fail "selftest --tolerance 0.01 does not say it"
 expect_error 2 "--precision" -- "$trainrt" selftest --precision fp8
 
 # Under fp16 a Conv's inputs are rounded, so its fp32 sums are compared at the
@@ -93,6 +104,9 @@ if "$trainrt" --version | grep -q "GPU  *available"; then
   echo "a GPU is available: --device cuda runs in the gpu-labelled tests"
 elif ! "$trainrt" --version | grep -q "^  CUDA  *not built"; then
   expect_error 2 "--device cuda: no usable GPU here" -- "$trainrt" selftest --device cuda
+  # ... and says which cause (ops/core/gpu_reason.h; tests/ops/test_gpu_reason.cpp has each).
+  grep -Eq "no usable GPU here \((no NVIDIA driver|NVIDIA driver too old|no CUDA device|libcuda.so found is the CUDA toolkit's stub)" "$tmp/err" ||
+    fail "--device cuda without a GPU does not name its cause: $(cat "$tmp/err")"
   expect_error 2 "--device cuda: no usable GPU here" -- \
     "$trainrt" train "$src/tests/data/wrn_small_train.onnx" --device cuda --limit-train 64 --epochs 1
   expect_error 2 "--backend reference: contradicts --device cuda" -- \

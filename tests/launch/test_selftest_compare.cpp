@@ -147,3 +147,26 @@ TEST_CASE("selftest_replay: a value the device stored in 16 bits is compared rou
   SelftestWorst w4;
   CHECK(selftest_replay(g, feeds, from_storage, MathPrecision::bf16, false, 1e-4, w4).empty());
 }
+
+TEST_CASE("selftest_default_tolerance: derived from the unit roundoff of the run's arithmetic") {
+  const double u_tf32 = std::ldexp(1.0, -11), u_bf16 = std::ldexp(1.0, -8), u_fp16 = std::ldexp(1.0, -11);
+  CHECK(u_fp16 / 8 < 1e-4);
+  CHECK(selftest_default_tolerance(MathPrecision::fp32, false) == 1e-4);
+  CHECK(selftest_default_tolerance(MathPrecision::fp32, true) == 10 * u_tf32);
+  CHECK(selftest_default_tolerance(MathPrecision::bf16, false) == u_bf16 / 8);
+  CHECK(selftest_default_tolerance(MathPrecision::bf16, true) == u_bf16 / 8);  // TF32 holds bf16 inputs exactly
+  CHECK(selftest_default_tolerance(MathPrecision::fp16, false) == 1e-4);       // u/8 below fp32's floor
+  // A skipped 16-bit rounding still fails at the default: the fp16 MatMul above is off
+  // by more than the fp16 default, and bf16's rounding is 8 times coarser than fp16's
+  // while its default is under 5 times fp16's.
+  const auto [feeds, g] = matmul_case(8, 32, 8, 3);
+  SelftestWorst w;
+  CHECK(!selftest_replay(g, feeds, reference_run(g, feeds, MathPrecision::fp32), MathPrecision::fp16, false,
+                         selftest_default_tolerance(MathPrecision::fp16, false), w)
+             .empty());
+  CHECK(selftest_default_tolerance(MathPrecision::bf16, false) <
+        5 * selftest_default_tolerance(MathPrecision::fp16, false));
+  CHECK(!selftest_replay(g, feeds, reference_run(g, feeds, MathPrecision::fp32), MathPrecision::bf16, false,
+                         selftest_default_tolerance(MathPrecision::bf16, false), w)
+             .empty());
+}
