@@ -9,7 +9,9 @@
 // Why own kernels: one pass over memory; cuDNN has no op with Dropout's mask. Kernels
 // run in place where the planner puts an output over an input (runtime/plan.cpp):
 // every thread reads element i before writing it. The NHWC mask index is walked with
-// no division per element; the fp32 gradients move four values per 16-byte access.
+// no division per element; fp32 Dropout and its gradients move four values per 16-byte
+// access where aligned (Dropout on ChannelsLast where C % 4 == 0: four channels of one
+// position, row-major indices H*W apart), with a scalar tail.
 //
 // Dropout: the mask is splitmix64 of (seed, element index), so the device draws exactly
 // the host's mask; u >= ratio is tested as the integer (h >> 11) >= ceil(ratio * 2^53),
@@ -30,6 +32,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
 
 namespace trainrt::cuda {
@@ -41,12 +44,7 @@ constexpr unsigned kMaxBlocks = 1024;
 
 // ---- Dropout -------------------------------------------------------------------
 
-__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using dropout_mask::splitmix64;  // the mask rule: ops/core/dropout_mask.h, the reference's too
 
 // Dropout's optional ratio and training_mode inputs, read on the device.
 struct DropoutOptions {
@@ -93,9 +91,8 @@ __device__ DropoutConstants<T> dropout_constants(const DropoutOptions& o) {
   DropoutConstants<T> c;
   c.training = o.training || (o.training_mode && *o.training_mode != 0);
   c.valid = ratio >= 0.0 && ratio < 1.0;
-  c.key = splitmix64((o.run_seed ? node_seed(*o.run_seed, o.node) : o.seed) ^ o.attr_mix);
-  // u = k * 2^-53 exactly (k < 2^53), so u >= ratio <=> k >= ceil(ratio * 2^53), exact too.
-  c.threshold = c.valid ? static_cast<uint64_t>(ceil(ratio * 9007199254740992.0)) : 0;
+  c.key = dropout_mask::key_of(o.run_seed ? node_seed(*o.run_seed, o.node) : o.seed, o.attr_mix);
+  c.threshold = c.valid ? dropout_mask::threshold(ratio) : 0;  // u >= ratio as integers
   c.scale = !c.training ? T(1) : c.valid ? static_cast<T>(1.0 / (1.0 - ratio)) : static_cast<T>(nan(""));
   return c;
 }
@@ -126,10 +123,43 @@ __global__ void dropout_kernel(const T* x, Out y, uint8_t* mask, int64_t n, int6
       if (mask) mask[i] = 1;
       continue;
     }
-    const bool keep =
-        c.valid && (splitmix64(key + static_cast<uint64_t>(w.plain()) * 0x9E3779B97F4A7C15ull) >> 11) >= c.threshold;
+    const bool keep = c.valid && dropout_mask::keep(key, w.plain(), c.threshold);
     store_at(y, i, keep ? x[i] * c.scale : c.valid ? T(0) : c.scale);
     if (mask) mask[i] = keep ? 1 : 0;
+  }
+}
+
+// fp32 Dropout four values per 16-byte access: x and y as float4 (16-byte aligned), the
+// mask as uchar4 (4-byte aligned). Group g holds storage offsets 4g..4g+3, whose
+// row-major indices are at, at + step, ... (dropout_mask::lane_step: step 1 Plain, hw
+// ChannelsLast with C % 4 == 0), `at` walked as in dropout_kernel. A Plain tensor's last
+// n % 4 values (`tail`) are drawn one by one by the grid's first threads.
+__global__ void dropout4_kernel(const float4* x, float4* y, uchar4* mask, int64_t groups, int64_t C, int64_t hw,
+                                int64_t step, const float* tail_x, float* tail_y, uint8_t* tail_mask, int64_t tail,
+                                DropoutOptions o) {
+  const DropoutConstants<float> c = block_dropout_constants<float>(o);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  channels_last::PlainWalk w(4 * first, 4 * stride, C, hw);
+  for (int64_t g = first; g < groups; g += stride, w.next(4 * stride)) {
+    const float4 v = x[g];
+    if (!c.training) {  // inference: identity, mask all true
+      y[g] = v;
+      if (mask) mask[g] = make_uchar4(1, 1, 1, 1);
+      continue;
+    }
+    bool k[4] = {false, false, false, false};
+    if (c.valid) dropout_mask::keep4(c.key, w.plain(), step, c.threshold, k);
+    const float drop = c.valid ? 0.f : c.scale;
+    y[g] = make_float4(k[0] ? v.x * c.scale : drop, k[1] ? v.y * c.scale : drop, k[2] ? v.z * c.scale : drop,
+                       k[3] ? v.w * c.scale : drop);
+    if (mask) mask[g] = make_uchar4(k[0], k[1], k[2], k[3]);
+  }
+  if (first < tail) {  // Plain: row-major index = storage offset
+    const int64_t i = 4 * groups + first;
+    const bool keep = !c.training || (c.valid && dropout_mask::keep(c.key, i, c.threshold));
+    tail_y[first] = !c.training ? tail_x[first] : keep ? tail_x[first] * c.scale : c.valid ? 0.f : c.scale;
+    if (tail_mask) tail_mask[first] = keep ? 1 : 0;
   }
 }
 
@@ -221,6 +251,22 @@ void dropout(KernelContext& ctx) {
         const bool last = x.layout() == Layout::ChannelsLast;
         const int64_t C = last ? x.dims()[1] : 1, hw = last ? x.dims()[2] * x.dims()[3] : 1;
         Tensor& y = ctx.out(0);
+        if constexpr (std::is_same_v<T, float>) {
+          const int64_t step = dropout_mask::lane_step(last, C, hw);
+          const bool mask_aligned = !mask || reinterpret_cast<std::uintptr_t>(mask) % 4 == 0;
+          if (step > 0 && !stored_narrow(ctx, y) && aligned16(x.raw()) && aligned16(y.raw()) && mask_aligned) {
+            const int64_t groups = n / 4, tail = n - 4 * groups;  // tail: Plain only (C % 4 == 0 otherwise)
+            const float* tx = x.data<float>() + 4 * groups;
+            float* ty = y.data<float>() + 4 * groups;
+            dropout4_kernel<<<std::min(blocks_for(std::max(groups, tail)), kMaxBlocks), kThreads, 0,
+                              context().stream>>>(reinterpret_cast<const float4*>(x.raw()),
+                                                  reinterpret_cast<float4*>(y.raw()), reinterpret_cast<uchar4*>(mask),
+                                                  groups, C, hw, step, tx, ty, mask ? mask + 4 * groups : nullptr, tail,
+                                                  o);
+            check_launch(ctx.node, "dropout4_kernel");
+            return;
+          }
+        }
         if (std::is_same_v<T, float> && stored_narrow(ctx, y))  // y stored in 16 bits: rounded as written
           dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), store16(y, ctx.math), mask, n, C, hw,
                                                                     o);

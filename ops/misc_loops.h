@@ -12,18 +12,14 @@
 #include <type_traits>
 
 #include "ops/core/common.h"
+#include "ops/core/dropout_mask.h"
 #include "ops/core/parallel.h"
 
 namespace trainrt::misc_loops {
 
 // ---- Dropout ----------------------------------------------------------------
 
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using dropout_mask::splitmix64;  // the mask rule, shared with the cuda kernels (ops/core/dropout_mask.h)
 
 // Inputs: data (N..), optional ratio (scalar, default 0.5), optional training_mode
 // (bool scalar). Outputs: output (like data), optional mask (bool, like data).
@@ -43,9 +39,8 @@ void dropout_kernel(KernelContext& ctx) {
     return;
   }
   if (!(ratio >= 0.0 && ratio < 1.0)) throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
-  uint64_t key = ctx.seed;
-  if (ctx.node.has_attr("seed")) key ^= splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
-  key = splitmix64(key);
+  const uint64_t key = dropout_mask::key_of(
+      ctx.seed, ctx.node.has_attr("seed") ? splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0))) : 0);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T scale = static_cast<T>(1.0 / (1.0 - ratio));
@@ -54,8 +49,7 @@ void dropout_kernel(KernelContext& ctx) {
     // Element i (storage order) whose row-major index is `at`: the mask depends on `at`
     // only, so a tensor in any layout (runtime/layout.h) draws the Plain tensor's mask.
     auto draw = [=](int64_t i, int64_t at) {
-      const double u =
-          static_cast<double>(splitmix64(key + static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1p-53;
+      const double u = static_cast<double>(dropout_mask::draw(key, at)) * 0x1p-53;
       const bool keep = u >= ratio;
       py[i] = keep ? px[i] * scale : T(0);
       if (mask) mask[i] = keep ? 1 : 0;

@@ -27,8 +27,9 @@
 // Why this shape: the statistics are two passes like the reference (mean first, then
 // squared deviations: no cancellation), accumulated in double and combined in a fixed
 // order, so they match the reference's to double rounding and repeat bit for bit run to
-// run. G (up to 32 slices a channel) keeps the GPU busy in the first layers, where few
-// channels hold many values each; partial sums live in cuda::workspace. Only apply works
+// run on one device. G (slices a channel: ops/core/channel_grid.h, from the tensor's shape
+// and the device's SM count, at least 8 blocks an SM where each block still gets 2048
+// values) fills the GPU at every layer; partial sums live in cuda::workspace. Only apply works
 // in T (with coefficients rounded to T), which is where results differ by rounding.
 //
 // Training follows the reference's rule: ctx.training, training_mode = 1, or any output
@@ -63,7 +64,7 @@ namespace {
 
 using channel_slices::Channels, channel_slices::channels_of, channel_slices::slice_grid, channel_slices::last_channel,
     channel_slices::for_slice_last, channel_slices::store_rows, channel_slices::for_slice,
-    channel_slices::channel_total, channel_slices::slice_sums;
+    channel_slices::channel_total, channel_slices::slice_sums, channel_slices::part_index, channel_slices::parts_bytes;
 
 // ops/norm.cpp's rule for when the node computes batch statistics.
 bool node_trains(const Node& n, bool executor_training) {
@@ -118,7 +119,7 @@ __global__ void slice_deviations(const T* x, const T* dy, const T* relu_y, Chann
   for_slice(v, visit);
   block_sum(acc);
   if (threadIdx.x == 0)
-    for (int k = 0; k < K; ++k) devs[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * K + k] = acc[k];
+    for (int k = 0; k < K; ++k) devs[part_index(v, blockIdx.x, blockIdx.y, K, k)] = acc[k];
 }
 
 // The gradient's one pass with saved statistics: grads[c, g, :] = sums over the slice of
@@ -141,7 +142,7 @@ __global__ void slice_grad_sums(const T* x, const T* dy, const T* relu_y, Channe
   for_slice(v, visit);
   block_sum(acc);
   if (threadIdx.x == 0)
-    for (int k = 0; k < 2; ++k) grads[(static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y) * 2 + k] = acc[k];
+    for (int k = 0; k < 2; ++k) grads[part_index(v, blockIdx.x, blockIdx.y, 2, k)] = acc[k];
 }
 
 // The forward's per-channel inputs, optional outputs (nullptr when not requested) and
@@ -336,17 +337,17 @@ struct Scratch {
   void* coefficients;
 };
 
+// The grid (and so parts_bytes) is channels_of's, the same for the plan-time rule below
+// and the call.
 size_t scratch_bytes(const Channels& v, int K, int coefficients, size_t t_bytes) {
-  const size_t doubles = static_cast<size_t>(v.C) * static_cast<size_t>(v.slices) * static_cast<size_t>(1 + K);
-  return doubles * sizeof(double) + static_cast<size_t>(coefficients) * static_cast<size_t>(v.C) * t_bytes;
+  return parts_bytes(v, 1) + parts_bytes(v, K) + static_cast<size_t>(coefficients) * static_cast<size_t>(v.C) * t_bytes;
 }
 
 template <typename T>
 Scratch scratch(const Channels& v, int K, int coefficients) {
-  const size_t parts = static_cast<size_t>(v.C) * static_cast<size_t>(v.slices);
-  const size_t doubles = parts * static_cast<size_t>(1 + K);
   auto* w = static_cast<double*>(workspace(scratch_bytes(v, K, coefficients, sizeof(T))));
-  return {w, w + parts, w + doubles};
+  double* devs = w + parts_bytes(v, 1) / sizeof(double);
+  return {w, devs, devs + parts_bytes(v, K) / sizeof(double)};
 }
 
 // The cuDNN graph's arguments for a forward call (ops/norm_graph_cuda.h): its batch mean

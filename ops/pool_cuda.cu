@@ -7,7 +7,8 @@
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
 //   AveragePool      x: N,C,spatial... -> y: N,C,out...
-//   MaxPoolGrad      (dY, X) -> dX: dY to its window's argmax, recomputed from X
+//   MaxPoolGrad      (dY, X) -> dX: dY to its window's argmax, recomputed from X (each
+//                    window's argmax tap in the workspace: 1 byte up to 256 taps, else 4)
 //   AveragePoolGrad  (dY, X) -> dX: dY / divisor to every real element of its window
 //   GlobalAveragePool      x: N,C,spatial... -> y: N,C,1,...: each plane's mean, summed in
 //                          double over the block (a fixed tree, so the same bits every run)
@@ -21,6 +22,11 @@
 // one copy for both) and Indices (storage_order), so no case falls
 // back to the host; they sum in the value's own type (the reference sums in double).
 // 1-3 spatial dims are seen as D,H,W planes with leading size-1 dims, as in the reference.
+// The per-element work is ops/core/pool_index.h's (tested on the host against the
+// reference, element by element): in int32_t index math wherever the tensors' sizes allow
+// (int64_t beyond ~2^31 elements), and for windows that tile the input (kernel ==
+// stride, no pads, no dilation: MaxPool 2, AveragePool 7) a gradient element finds its
+// one window by a division per dim instead of a modulo and division per kernel tap.
 // MaxPool also takes int8/uint8 (opset 12).
 //
 // ChannelsLast (NHWC, rank 4; runtime/layout.h): each of X, Y (dY, X, dX) Plain or
@@ -36,141 +42,80 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/pool_geometry.h"
+#include "ops/core/pool_index.h"
 
 namespace trainrt::cuda {
 
 namespace {
 
-// How a node's N,C,spatial tensor is stored (ops/core/channels_last.h: the index
-// arithmetic, tested on the host).
-using Lay = channels_last::Planes;
-using channels_last::offset_of, channels_last::plane_step;
-Lay lay_of(const Tensor& t) { return t.layout() == Layout::ChannelsLast ? Lay{t.dims()[1], true} : Lay{}; }
-__device__ int64_t plane_base(int64_t p, int64_t size, Lay l) { return offset_of(l, p, 0, size); }
+using pool_index::Lay, pool_index::fits_int32, pool_index::index_dims, pool_index::is_tiled;
 
-// The element at storage offset o of planes of `dims` as (plane, od, oh, ow), and its
-// position in the plane.
-struct At {
-  int64_t p, a, b, c, pos;
-};
-__device__ At split(int64_t o, const int64_t dims[3], Lay l) {
-  At r;
-  channels_last::plane_of(l, o, dims[0] * dims[1] * dims[2], &r.p, &r.pos);
-  int64_t t = r.pos;
-  r.c = t % dims[2];
-  t /= dims[2];
-  r.b = t % dims[1];
-  r.a = t / dims[1];
-  return r;
+// How a node's N,C,spatial tensor is stored (ops/core/pool_index.h: the per-element index
+// arithmetic, run and tested on the host too).
+template <typename I>
+Lay<I> lay_of(const Tensor& t) {
+  return t.layout() == Layout::ChannelsLast ? Lay<I>{static_cast<I>(t.dims()[1]), true} : Lay<I>{};
 }
 
+// A grid-stride loop over [0, n) in index type I (fits_int32 leaves room for the last step).
+#define POOL_LOOP(I, o, n)                                                   \
+  for (I o = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); o < (n); \
+       o += static_cast<I>(gridDim.x * blockDim.x))
+
 // x: P,D,H,W -> y: P,Do,Ho,Wo; idx (optional): ONNX's flattened argmax indices.
-template <typename T>
-__global__ void maxpool_kernel(Pool3 g, Lay lx, Lay ly, const T* x, T* y, int64_t* idx, bool column_major, T lowest) {
-  const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
-  const int64_t step = plane_step(lx);
-  TRAINRT_GRID_STRIDE(o, count) {
-    const At t = split(o, g.out, ly);
-    const T* plane = x + plane_base(t.p, g.in_size(), lx);
-    const Argmax m = window_argmax(g, plane, t.a, t.b, t.c, step);
-    y[o] = m.d < 0 ? lowest : plane[((m.d * H + m.h) * W + m.w) * step];
-    if (idx)  // Plain, ONNX's flattened NCHW index
-      idx[t.p * g.out_size() + t.pos] =
-          t.p * g.in_size() + (column_major ? m.d + m.h * D + m.w * D * H : (m.d * H + m.h) * W + m.w);
-  }
+template <typename T, typename I>
+__global__ void maxpool_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ly, const T* x, T* y, int64_t* idx, bool column_major,
+                               T lowest) {
+  const I count = g.planes * g.out_size();
+  POOL_LOOP(I, o, count) pool_index::maxpool_at(g, lx, ly, x, o, lowest, column_major, y, idx);
 }
 
 // x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each window (AveragePool has no dilations).
-template <typename T>
-__global__ void averagepool_kernel(Pool3 g, Lay lx, Lay ly, const T* x, T* y, bool include_pad) {
-  const int64_t D = g.in[0], H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
-  const int64_t step = plane_step(lx);
-  TRAINRT_GRID_STRIDE(o, count) {
-    const At t = split(o, g.out, ly);
-    const T* plane = x + plane_base(t.p, g.in_size(), lx);
-    T sum = 0;
-    for (int64_t a = 0; a < g.k[0]; ++a) {
-      const int64_t id = t.a * g.s[0] - g.pb[0] + a;
-      if (id < 0 || id >= D) continue;
-      for (int64_t b = 0; b < g.k[1]; ++b) {
-        const int64_t ih = t.b * g.s[1] - g.pb[1] + b;
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t c = 0; c < g.k[2]; ++c) {
-          const int64_t iw = t.c * g.s[2] - g.pb[2] + c;
-          if (iw >= 0 && iw < W) sum += plane[((id * H + ih) * W + iw) * step];
-        }
-      }
-    }
-    y[o] = sum / static_cast<T>(average_divisor(g, t.a, t.b, t.c, include_pad));
-  }
+template <typename T, typename I>
+__global__ void averagepool_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ly, const T* x, T* y, bool include_pad) {
+  const I count = g.planes * g.out_size();
+  POOL_LOOP(I, o, count) y[o] = pool_index::averagepool_at(g, lx, ly, x, o, include_pad);
 }
 
-// arg[o]: position in its plane of window o's argmax (the forward's choice), -1 for
-// none; o in dY's storage order.
-template <typename T>
-__global__ void window_argmax_kernel(Pool3 g, Lay lx, Lay ldy, const T* x, int64_t* arg) {
-  const int64_t H = g.in[1], W = g.in[2], count = g.planes * g.out_size();
-  TRAINRT_GRID_STRIDE(o, count) {
-    const At t = split(o, g.out, ldy);
-    const Argmax m = window_argmax(g, x + plane_base(t.p, g.in_size(), lx), t.a, t.b, t.c, plane_step(lx));
-    arg[o] = m.d < 0 ? -1 : (m.d * H + m.h) * W + m.w;
-  }
-}
-
-// Calls f(od, oh, ow) for every window of g that holds input element (id, ih, iw) at
-// kernel offsets spaced by `dilated` ? g.d : 1 (AveragePool's windows are never dilated).
-template <typename F>
-__device__ void for_windows_of(const Pool3& g, int64_t id, int64_t ih, int64_t iw, bool dilated, F&& f) {
-  const int64_t dd = dilated ? g.d[0] : 1, dh = dilated ? g.d[1] : 1, dw = dilated ? g.d[2] : 1;
-  for (int64_t a = 0; a < g.k[0]; ++a) {
-    const int64_t sd = id + g.pb[0] - a * dd;  // = od * stride for the window that puts tap a on id
-    if (sd < 0 || sd % g.s[0] != 0 || sd / g.s[0] >= g.out[0]) continue;
-    for (int64_t b = 0; b < g.k[1]; ++b) {
-      const int64_t sh = ih + g.pb[1] - b * dh;
-      if (sh < 0 || sh % g.s[1] != 0 || sh / g.s[1] >= g.out[1]) continue;
-      for (int64_t c = 0; c < g.k[2]; ++c) {
-        const int64_t sw = iw + g.pb[2] - c * dw;
-        if (sw < 0 || sw % g.s[2] != 0 || sw / g.s[2] >= g.out[2]) continue;
-        f(sd / g.s[0], sh / g.s[1], sw / g.s[2]);
-      }
-    }
-  }
+// arg[o]: the tap of window o's argmax (the forward's choice); o in dY's storage order.
+template <typename T, typename I, typename A>
+__global__ void window_argmax_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ldy, const T* x, A* arg) {
+  const I count = g.planes * g.out_size();
+  POOL_LOOP(I, o, count) arg[o] = pool_index::argmax_tap_at<A>(g, lx, ldy, x, o);
 }
 
 // dx[p, i] = sum of dy over the windows of plane p whose argmax (arg) is element i.
-template <typename T>
-__global__ void maxpool_grad_kernel(Pool3 g, Lay ldy, Lay ldx, const T* dy, const int64_t* arg, T* dx) {
-  const int64_t count = g.planes * g.in_size();
-  TRAINRT_GRID_STRIDE(i, count) {
-    const At t = split(i, g.in, ldx);
-    T acc = 0;
-    for_windows_of(g, t.a, t.b, t.c, /*dilated=*/true, [&](int64_t od, int64_t oh, int64_t ow) {
-      const int64_t o = offset_of(ldy, t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size());
-      if (arg[o] == t.pos) acc += dy[o];
-    });
-    dx[i] = acc;
-  }
+template <typename T, typename I, typename A, bool kTiled>
+__global__ void maxpool_grad_kernel(PoolDims<I> g, Lay<I> ldy, Lay<I> ldx, const T* dy, const A* arg, T* dx) {
+  const I count = g.planes * g.in_size();
+  POOL_LOOP(I, i, count) dx[i] = pool_index::maxpool_grad_at<kTiled>(g, ldy, ldx, dy, arg, i);
 }
 
 // dx[p, i] = sum over the windows holding element i of dy / that window's divisor.
-template <typename T>
-__global__ void averagepool_grad_kernel(Pool3 g, Lay ldy, Lay ldx, const T* dy, T* dx, bool include_pad) {
-  const int64_t count = g.planes * g.in_size();
-  TRAINRT_GRID_STRIDE(i, count) {
-    const At t = split(i, g.in, ldx);
-    T acc = 0;
-    for_windows_of(g, t.a, t.b, t.c, /*dilated=*/false, [&](int64_t od, int64_t oh, int64_t ow) {
-      const int64_t o = offset_of(ldy, t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size());
-      acc += dy[o] / static_cast<T>(average_divisor(g, od, oh, ow, include_pad));
-    });
-    dx[i] = acc;
-  }
+template <typename T, typename I, bool kTiled>
+__global__ void averagepool_grad_kernel(PoolDims<I> g, Lay<I> ldy, Lay<I> ldx, const T* dy, T* dx, bool include_pad) {
+  const I count = g.planes * g.in_size();
+  POOL_LOOP(I, i, count) dx[i] = pool_index::averagepool_grad_at<kTiled>(g, ldy, ldx, dy, i, include_pad);
+}
+
+// f(index type tag, g in that type): int32_t where the tensors' sizes allow.
+template <typename F>
+void with_index(const Pool3& g, F&& f) {
+  if (fits_int32(g)) return f(int32_t{}, index_dims<int32_t>(g));
+  f(int64_t{}, g);
+}
+// f(std::bool_constant<is_tiled(g)>).
+template <typename F>
+void with_tiled(const Pool3& g, F&& f) {
+  if (is_tiled(g)) return f(std::true_type{});
+  f(std::false_type{});
 }
 
 // MaxPool also takes 8-bit integers (ONNX opset 12).
@@ -190,8 +135,12 @@ void maxpool(KernelContext& ctx) {
   const bool column_major = ctx.node.attr_int("storage_order", 0) == 1;
   dispatch_maxpool(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    maxpool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
-        g, lay_of(x), lay_of(y), x.data<T>(), y.data<T>(), idx, column_major, std::numeric_limits<T>::lowest());
+    with_index(g, [&](auto itag, const auto& gi) {
+      using I = decltype(itag);
+      maxpool_kernel<T, I><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
+          gi, lay_of<I>(x), lay_of<I>(y), x.data<T>(), y.data<T>(), idx, column_major,
+          std::numeric_limits<T>::lowest());
+    });
   });
   check_launch(ctx.node, "maxpool_kernel");
 }
@@ -204,13 +153,17 @@ void averagepool(KernelContext& ctx) {
   const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    averagepool_kernel<T><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
-        g, lay_of(x), lay_of(y), x.data<T>(), y.data<T>(), include_pad);
+    with_index(g, [&](auto itag, const auto& gi) {
+      using I = decltype(itag);
+      averagepool_kernel<T, I><<<blocks_for(y.numel(), kThreads), kThreads, 0, context().stream>>>(
+          gi, lay_of<I>(x), lay_of<I>(y), x.data<T>(), y.data<T>(), include_pad);
+    });
   });
   check_launch(ctx.node, "averagepool_kernel");
 }
 
-// MaxPoolGrad(dY, X) -> dX: argmax of every window into the workspace, then a gather per dX element.
+// MaxPoolGrad(dY, X) -> dX: the argmax tap of every window into the workspace (1 or 4
+// bytes each: pool_index::argmax_bytes), then a gather per dX element.
 void maxpool_grad(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
@@ -218,14 +171,28 @@ void maxpool_grad(KernelContext& ctx) {
   if (dx.numel() == 0) return;
   const Pool3 g = pool_geometry(ctx.node, x, dy);
   const cudaStream_t stream = context().stream;
-  auto* arg = static_cast<int64_t*>(workspace(static_cast<size_t>(dy.numel()) * sizeof(int64_t)));
+  void* scratch = workspace(pool_index::argmax_scratch_bytes(g));
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if (dy.numel() > 0)
-      window_argmax_kernel<T>
-          <<<blocks_for(dy.numel(), kThreads), kThreads, 0, stream>>>(g, lay_of(x), lay_of(dy), x.data<T>(), arg);
-    maxpool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(g, lay_of(dy), lay_of(dx),
-                                                                                      dy.data<T>(), arg, dx.data<T>());
+    with_index(g, [&](auto itag, const auto& gi) {
+      using I = decltype(itag);
+      auto run = [&](auto atag) {
+        using A = decltype(atag);
+        auto* arg = static_cast<A*>(scratch);
+        if (dy.numel() > 0)
+          window_argmax_kernel<T, I, A><<<blocks_for(dy.numel(), kThreads), kThreads, 0, stream>>>(
+              gi, lay_of<I>(x), lay_of<I>(dy), x.data<T>(), arg);
+        with_tiled(g, [&](auto tiled) {
+          maxpool_grad_kernel<T, I, A, decltype(tiled)::value>
+              <<<blocks_for(dx.numel(), kThreads), kThreads, 0, stream>>>(gi, lay_of<I>(dy), lay_of<I>(dx),
+                                                                          dy.data<T>(), arg, dx.data<T>());
+        });
+      };
+      if (pool_index::argmax_bytes(g) == 1)
+        run(uint8_t{});
+      else
+        run(int32_t{});
+    });
   });
   check_launch(ctx.node, "maxpool_grad_kernel");
 }
@@ -239,8 +206,14 @@ void averagepool_grad(KernelContext& ctx) {
   const bool include_pad = ctx.node.attr_int("count_include_pad", 0) == 1;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    averagepool_grad_kernel<T><<<blocks_for(dx.numel(), kThreads), kThreads, 0, context().stream>>>(
-        g, lay_of(dy), lay_of(dx), dy.data<T>(), dx.data<T>(), include_pad);
+    with_index(g, [&](auto itag, const auto& gi) {
+      using I = decltype(itag);
+      with_tiled(g, [&](auto tiled) {
+        averagepool_grad_kernel<T, I, decltype(tiled)::value>
+            <<<blocks_for(dx.numel(), kThreads), kThreads, 0, context().stream>>>(
+                gi, lay_of<I>(dy), lay_of<I>(dx), dy.data<T>(), dx.data<T>(), include_pad);
+      });
+    });
   });
   check_launch(ctx.node, "averagepool_grad_kernel");
 }
@@ -360,7 +333,8 @@ void register_pool_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "MaxPoolGrad", maxpool_grad, facts::fixed({{A, A}, {A}}));
   if (r.kernels.find("cuda", kTrainrtDomain, "MaxPoolGrad"))  // every window's argmax
     r.kernels.set_workspace("cuda", kTrainrtDomain, "MaxPoolGrad", [](const KernelContext& c) {
-      return static_cast<size_t>(c.in(0).numel()) * sizeof(int64_t);
+      return c.out(0).numel() == 0 ? size_t{0}
+                                   : pool_index::argmax_scratch_bytes(pool_geometry(c.node, c.in(1), c.in(0)));
     });
   add_if_schema(r, "cuda", kTrainrtDomain, "AveragePoolGrad", averagepool_grad, facts::fixed({{A, A}, {A}}));
 }

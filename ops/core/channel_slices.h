@@ -1,19 +1,19 @@
 // A tensor's values summed per channel on the device, in slices: the layout of the
 // work that batch normalization's statistics (ops/norm_cuda.cu) and ConvGrad's 16-bit
-// bias gradient (ops/conv_cuda.cu) share. Device code: include from .cu files only.
+// bias gradient (ops/conv_cuda.cu) share. Device code: include from .cu files only; the
+// grid itself (how many slices, of how many values) is ops/core/channel_grid.h's host
+// function of the shape and the device's SM count, tested on the CPU.
 //
 //   x: N,C,S (S = product of spatial dims); each channel has M = N*S values, the j-th
 //   (j over n, then s) at (n*C + c)*S + s, or with ChannelsLast at j*C + c.
 //   grid (C, G), or with ChannelsLast (groups of 32 channels, G): block (c, g) takes
-//   slice g of channel c (G up to kMaxSlices slices of about kValuesPerSlice values, so
-//   the first layers, few channels of many values, still fill the GPU), and writes its
-//   partial sums to parts[c, g, :] in device memory; channel_total adds a channel's
-//   partials in slice order.
+//   slice g of channel c, and writes its partial sums to parts[c, g, :] in device memory;
+//   channel_total adds a channel's partials in slice order.
 //   ChannelsLast: each block gives 32 adjacent channels to the lanes of a warp and 8 rows
 //   of threads stride the slice's positions, so a warp reads contiguous values
 //   (coalesced); the rows' sums are added in row order (store_rows).
 //
-// Every sum is in double and in a fixed order: the same bits every run.
+// Every sum is in double and in a fixed order: the same bits every run on one device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,39 +22,24 @@
 #include <cstdint>
 
 #include "graph/float16.h"
+#include "ops/core/channel_grid.h"
 #include "ops/core/cuda_util.h"
 
 namespace trainrt::cuda::channel_slices {
 
-constexpr int64_t kValuesPerSlice = 4096;  // a channel is split into slices of about this many values
-constexpr int kMaxSlices = 32;
+constexpr int kRows = kThreads / kLanes;  // ChannelsLast statistics blocks: rows of threads
 
-// A tensor N,C,S seen per channel, split into `slices` slices of `chunk` values; `last`:
-// stored ChannelsLast.
-struct Channels {
-  int64_t C, S, M, chunk;
-  int slices;
-  bool last;
-};
-constexpr int kLanes = 32, kRows = kThreads / kLanes;  // ChannelsLast statistics blocks
-
+// x seen per channel, sliced for this device (channel_grid with its SM count, cached).
 inline Channels channels_of(const Tensor& x) {
-  Channels v;
-  const int64_t N = x.dims()[0];
-  v.C = x.dims()[1];
-  v.S = N * v.C == 0 ? 0 : x.numel() / (N * v.C);
-  v.M = N * v.S;
-  v.slices = static_cast<int>(std::clamp<int64_t>((v.M + kValuesPerSlice - 1) / kValuesPerSlice, 1, kMaxSlices));
-  v.chunk = (v.M + v.slices - 1) / v.slices;
-  v.last = x.layout() == Layout::ChannelsLast;
-  return v;
+  const int64_t N = x.dims()[0], C = x.dims()[1];
+  const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
+  return channel_grid(N, C, S, x.layout() == Layout::ChannelsLast, sm_count());
 }
 
 // The statistics passes' grid: (channel, slice), or with ChannelsLast (group of 32
 // channels, slice).
 inline dim3 slice_grid(const Channels& v) {
-  const int64_t x = v.last ? (v.C + kLanes - 1) / kLanes : v.C;
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(v.slices));
+  return dim3(static_cast<unsigned>(grid_columns(v)), static_cast<unsigned>(v.slices));
 }
 
 // ChannelsLast: this thread's channel, and f(offset) for its positions of slice
@@ -63,8 +48,7 @@ inline __device__ int64_t last_channel() { return static_cast<int64_t>(blockIdx.
 template <typename F>
 __device__ void for_slice_last(const Channels& v, int64_t c, F&& f) {
   if (c >= v.C) return;
-  const int64_t first = blockIdx.y * v.chunk + threadIdx.x / kLanes;
-  const int64_t end = (blockIdx.y + 1) * v.chunk, last = end < v.M ? end : v.M;
+  const int64_t first = slice_begin(v, blockIdx.y) + threadIdx.x / kLanes, last = slice_end(v, blockIdx.y);
   for (int64_t j = first; j < last; j += kRows) f(j * v.C + c);
 }
 // ChannelsLast: out[c, blockIdx.y, k] = the block's rows' acc[k] for this thread's
@@ -79,7 +63,7 @@ __device__ void store_rows(const double (&acc)[K], const Channels& v, int64_t c,
   for (int k = 0; k < K; ++k) {
     double total = 0;
     for (int r = 0; r < kRows; ++r) total += rows[k][r][lane];
-    out[(c * v.slices + blockIdx.y) * K + k] = total;
+    out[part_index(v, c, blockIdx.y, K, k)] = total;
   }
 }
 
@@ -87,8 +71,7 @@ __device__ void store_rows(const double (&acc)[K], const Channels& v, int64_t c,
 // (n, s) advance by kThreads values with one compare instead of a division per value.
 template <typename F>
 __device__ void for_slice(const Channels& v, F&& f) {
-  const int64_t c = blockIdx.x, first = blockIdx.y * v.chunk + threadIdx.x;
-  const int64_t end = (blockIdx.y + 1) * v.chunk, last = end < v.M ? end : v.M;
+  const int64_t c = blockIdx.x, first = slice_begin(v, blockIdx.y) + threadIdx.x, last = slice_end(v, blockIdx.y);
   if (first >= last) return;
   const int64_t dn = kThreads / v.S, ds = kThreads % v.S;
   int64_t n = first / v.S, s = first % v.S;
@@ -106,7 +89,7 @@ __device__ void for_slice(const Channels& v, F&& f) {
 // Channel c's total of partial k: parts[c, 0..slices-1, k] added in slice order.
 inline __device__ double channel_total(const double* parts, const Channels& v, int64_t c, int K, int k) {
   double total = 0;
-  for (int g = 0; g < v.slices; ++g) total += parts[(c * v.slices + g) * K + k];
+  for (int g = 0; g < v.slices; ++g) total += parts[part_index(v, c, g, K, k)];
   return total;
 }
 
@@ -124,7 +107,7 @@ __global__ void slice_sums(X x, Channels v, double* sums) {
   }
   for_slice(v, [&](int64_t i) { acc[0] += static_cast<double>(x[i]); });
   block_sum(acc);
-  if (threadIdx.x == 0) sums[static_cast<int64_t>(blockIdx.x) * v.slices + blockIdx.y] = acc[0];
+  if (threadIdx.x == 0) sums[part_index(v, blockIdx.x, blockIdx.y, 1, 0)] = acc[0];
 }
 
 // A 16-bit tensor's values (bfloat16 or IEEE half bits) as floats, for slice_sums.
@@ -138,11 +121,6 @@ struct Bits16 {
 template <typename T>
 __global__ void channel_sums_finish(const double* parts, Channels v, T* out) {
   TRAINRT_GRID_STRIDE(c, v.C) { out[c] = static_cast<T>(channel_total(parts, v, c, 1, 0)); }
-}
-
-// Bytes of parts[C, G, K] (doubles).
-inline size_t parts_bytes(const Channels& v, int K) {
-  return static_cast<size_t>(v.C) * static_cast<size_t>(v.slices) * static_cast<size_t>(K) * sizeof(double);
 }
 
 }  // namespace trainrt::cuda::channel_slices

@@ -187,6 +187,15 @@ const std::string& gpu_name() {
   return name;
 }
 
+int sm_count() {
+  static const int count = [] {
+    int n = 0;
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, context().device), "cudaDeviceGetAttribute");
+    return n;
+  }();
+  return count;
+}
+
 const std::string& cudnn_version() {
   static const std::string version = [] {
     const size_t v = cudnnGetVersion();

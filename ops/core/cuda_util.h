@@ -98,6 +98,9 @@ struct Carve {
 // (ops/core/engine_choice.h's EngineKey).
 const std::string& gpu_name();
 const std::string& cudnn_version();
+// The device's number of SMs (cudaDevAttrMultiProcessorCount), read once: what the grids
+// of ops/core/channel_grid.h are sized by.
+int sm_count();
 // Mean ms per call of `call` on the context's stream: `p.warmup` untimed calls, then
 // `p.repeats` calls between two events (waits for the second one: never while the
 // stream is being captured). nullopt as soon as a call returns false (the library

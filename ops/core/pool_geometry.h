@@ -7,6 +7,8 @@
 //   Argmax m = window_argmax(g, plane, od, oh, ow, 16); // a plane whose elements are 16 apart (Blocked16c)
 //   int64_t n = average_divisor(g, od, oh, ow, count_include_pad);
 //
+// The functions are templates on the index type I (Pool3 is PoolDims<int64_t>): the cuda
+// kernels run them in int32_t where the tensors' sizes allow (ops/core/pool_index.h).
 // Plain C++ for g++; under nvcc the per-element functions are __host__ __device__.
 #pragma once
 
@@ -20,43 +22,56 @@ struct Node;
 
 // One pooling call as `planes` (N*C) planes of D,H,W; dims a pool lacks are size 1
 // (a 2-D pool uses H,W).
-struct Pool3 {
-  int64_t planes = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
-  TRAINRT_HOST_DEVICE int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  TRAINRT_HOST_DEVICE int64_t out_size() const { return out[0] * out[1] * out[2]; }
+template <typename I>
+struct PoolDims {
+  I planes = 1;
+  I in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  I k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  TRAINRT_HOST_DEVICE I in_size() const { return in[0] * in[1] * in[2]; }
+  TRAINRT_HOST_DEVICE I out_size() const { return out[0] * out[1] * out[2]; }
 };
+using Pool3 = PoolDims<int64_t>;
+
+// I taken from the geometry only (a call's int arguments convert to it).
+template <typename I>
+struct PoolIndex {
+  using type = I;
+};
+template <typename I>
+using PoolIndexOf = typename PoolIndex<I>::type;
 
 // x: N,C,spatial... pooled into y: N,C,out... by pooling node n (ops/pool.cpp).
 Pool3 pool_geometry(const Node& n, const Tensor& x, const Tensor& y);
 
-// Position (d,h,w) of the maximum of window (od,oh,ow) in one D,H,W plane; ties go to
-// the first maximum in window order (a, then b, then c). d < 0 when the window holds
-// no input element. MaxPool and MaxPoolGrad both use it, so they pick the same element.
-// `step`: the distance between a plane's consecutive elements (1 row-major; 16 for one
-// channel of a Blocked16c tensor, runtime/layout.h).
-struct Argmax {
-  int64_t d = -1, h = -1, w = -1;
+// Position (d,h,w) of the maximum of window (od,oh,ow) in one D,H,W plane, and its tap
+// (a*k1 + b)*k2 + c (its place in the window); ties go to the first maximum in window
+// order (a, then b, then c). d < 0 when the window holds no input element. MaxPool and
+// MaxPoolGrad both use it, so they pick the same element. `step`: the distance between a
+// plane's consecutive elements (1 row-major; 16 for one channel of a Blocked16c tensor,
+// C for ChannelsLast, runtime/layout.h).
+template <typename I>
+struct ArgmaxOf {
+  I d = -1, h = -1, w = -1, tap = -1;
 };
+using Argmax = ArgmaxOf<int64_t>;
 
-template <typename T>
-TRAINRT_HOST_DEVICE Argmax window_argmax(const Pool3& g, const T* plane, int64_t od, int64_t oh, int64_t ow,
-                                         int64_t step = 1) {
-  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE ArgmaxOf<I> window_argmax(const PoolDims<I>& g, const T* plane, PoolIndexOf<I> od,
+                                              PoolIndexOf<I> oh, PoolIndexOf<I> ow, PoolIndexOf<I> step = 1) {
+  const I D = g.in[0], H = g.in[1], W = g.in[2];
   T best{};  // read only once a first element was taken
-  Argmax at;
-  for (int64_t a = 0; a < g.k[0]; ++a) {
-    const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
+  ArgmaxOf<I> at;
+  for (I a = 0; a < g.k[0]; ++a) {
+    const I id = od * g.s[0] - g.pb[0] + a * g.d[0];
     if (id < 0 || id >= D) continue;
-    for (int64_t b = 0; b < g.k[1]; ++b) {
-      const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
+    for (I b = 0; b < g.k[1]; ++b) {
+      const I ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
       if (ih < 0 || ih >= H) continue;
-      for (int64_t c = 0; c < g.k[2]; ++c) {
-        const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
+      for (I c = 0; c < g.k[2]; ++c) {
+        const I iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
         if (iw < 0 || iw >= W) continue;
         const T v = plane[((id * H + ih) * W + iw) * step];
-        if (at.d < 0 || v > best) best = v, at = Argmax{id, ih, iw};
+        if (at.d < 0 || v > best) best = v, at = ArgmaxOf<I>{id, ih, iw, (a * g.k[1] + b) * g.k[2] + c};
       }
     }
   }
@@ -65,14 +80,15 @@ TRAINRT_HOST_DEVICE Argmax window_argmax(const Pool3& g, const T* plane, int64_t
 
 // Number AveragePool divides window (od,oh,ow) by: its real input elements
 // (count_include_pad 0) or its positions inside input + pads (count_include_pad 1).
-TRAINRT_HOST_DEVICE inline int64_t average_divisor(const Pool3& g, int64_t od, int64_t oh, int64_t ow,
-                                                   bool count_include_pad) {
-  const int64_t o[3] = {od, oh, ow};
-  int64_t count = 1;
+template <typename I>
+TRAINRT_HOST_DEVICE I average_divisor(const PoolDims<I>& g, PoolIndexOf<I> od, PoolIndexOf<I> oh, PoolIndexOf<I> ow,
+                                      bool count_include_pad) {
+  const I o[3] = {od, oh, ow};
+  I count = 1;
   for (int i = 0; i < 3; ++i) {
-    const int64_t start = o[i] * g.s[i] - g.pb[i];
-    const int64_t end = start + g.k[i], limit = count_include_pad ? g.in[i] + g.pe[i] : g.in[i];
-    const int64_t lo = count_include_pad || start > 0 ? start : 0;
+    const I start = o[i] * g.s[i] - g.pb[i];
+    const I end = start + g.k[i], limit = count_include_pad ? g.in[i] + g.pe[i] : g.in[i];
+    const I lo = count_include_pad || start > 0 ? start : 0;
     count *= (end < limit ? end : limit) - lo;
   }
   return count;
