@@ -87,7 +87,7 @@ size_t add_layout_copies(Graph& g, const Backend& backend) {
   auto fits = [&](const std::string& v, std::vector<int64_t>* d, DataType* t) {
     return dims_of(v, d, t) && dtype_size(*t) > 0 && layout_fits(layout, *d);
   };
-  std::vector<Node> nodes, copies_made;       // the graph's new node list; the parameters' copies
+  std::vector<Node> nodes, copies_made;       // the graph's nodes; the conversions, appended after them
   std::map<std::string, std::string> copies;  // parameter -> its blocked copy
   nodes.reserve(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -107,7 +107,7 @@ size_t add_layout_copies(Graph& g, const Backend& backend) {
       }
       n.inputs[j] = it->second;
     }
-    std::vector<Node> back;  // conversions of n's blocked outputs, right after n
+    std::vector<Node> back;  // conversions of n's blocked outputs
     for (size_t k = 0; k < n.outputs.size() && k < r.outputs.size(); ++k) {
       const std::string v = n.outputs[k];
       std::vector<int64_t> d;
@@ -121,12 +121,12 @@ size_t add_layout_copies(Graph& g, const Backend& backend) {
       n.outputs[k] = b;
     }
     nodes.push_back(std::move(n));
-    for (Node& c : back) nodes.push_back(std::move(c));
+    for (Node& c : back) copies_made.push_back(std::move(c));
   }
-  const size_t added = nodes.size() - g.nodes.size() + copies_made.size();
+  // Appended: every node keeps its index (messages name nodes by it, Dropout's masks derive from it).
   for (Node& c : copies_made) nodes.push_back(std::move(c));
   g.nodes = std::move(nodes);
-  return added;
+  return copies_made.size();
 }
 
 }  // namespace trainrt

@@ -25,16 +25,14 @@
 //   Plan plan = build_plan(s, o);    // "W/blocked" ChannelsLast: the cuda convolutions' KRSC
 //
 // An input slot: one Identity per parameter, written once per step and read by every
-// Converted reader of it (its other readers keep the parameter); these nodes are
-// appended to the graph (ready from the start, the plan's order makes each copy where
-// it is first needed). An output slot: the kernel writes "V/blocked", an Identity placed
-// right after it converts it into V for V's readers (a weight gradient reaches the
-// optimizer and the buckets Plain, as early as before: a bucket's all-reduce does not
-// wait for the end of the backward pass). Only where the value's shape fits the
-// backend's blocked layout (layout_fits: a 1x1 or depthwise filter is the same bytes in
-// both orders, so it needs no copy). Node indices matter to random ops (Dropout's masks
-// derive from them): nodes up to the first Converted output keep theirs, and in a
-// training graph those are all the forward ones (the gradients come after them).
+// Converted reader of it (its other readers keep the parameter). An output slot: the
+// kernel writes "V/blocked", an Identity converts it into V for V's readers (a weight
+// gradient reaches the optimizer and the buckets Plain). Only where the value's shape
+// fits the backend's blocked layout (layout_fits: a 1x1 or depthwise filter is the same
+// bytes in both orders, so it needs no copy). The nodes are appended to the graph, so
+// every other node keeps its index (messages name nodes by it; Dropout's masks derive
+// from it); the plan's topological order places them: in file order a copy just before
+// its first reader, a gradient's conversion once no earlier node is ready.
 #pragma once
 
 #include <vector>
