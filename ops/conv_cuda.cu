@@ -52,9 +52,18 @@
 //
 // Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
 // residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as
-// such (legacy descriptors' format, graph tensors' strides); weights and biases stay
-// Plain (KCRS filters). The own kernels (epilogue, padding, channel sums) follow the
-// layout; the plan and graph keys hold it.
+// such (legacy descriptors' format, graph tensors' strides). Filters: w and ConvGrad's dw
+// are declared Converted, so the plan gives these kernels a KRSC copy of each weight
+// (ChannelsLast of K,C,R,S: an Identity node per weight and step, in 16 bits under
+// bf16/fp16) and takes a KRSC dw, which an Identity turns back into the parameter's KCRS
+// gradient (runtime/layout.h add_layout_copies). Why KRSC: cuDNN's NHWC engines and its
+// runtime-fusion engines read filters KRSC, and the legacy API has one filter descriptor
+// per call, for w and dw alike; PyTorch's channels_last path likewise asks cuDNN for dw in
+// the input's memory format, so a dw described KCRS beside NHWC x and dy would be a
+// problem outside what those engines are built for (at best a transposing engine). The
+// filter descriptor's format (CUDNN_TENSOR_NHWC) and the graph's strides say which
+// (filter_krsc, ops/conv_graph_cuda.h); biases stay Plain. The own kernels (epilogue,
+// padding, channel sums) follow the layout; the plan and graph keys hold it.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
 #include <cuda_runtime.h>
@@ -247,7 +256,7 @@ bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool tim
 // cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
 ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
                         const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, Layout xl, Layout yl,
-                        DataType t, Want want, bool tf32, bool timed, const std::string& key) {
+                        bool w_krsc, DataType t, Want want, bool tf32, bool timed, const std::string& key) {
   ConvPlan p;
   p.key = key;
   p.precision = t == DataType::Float64 ? "fp64" : tf32 ? "tf32" : "fp32";
@@ -267,7 +276,9 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   check(cudnnCreateFilterDescriptor(&p.w), where);
   check(cudnnCreateConvolutionDescriptor(&p.conv), where);
   const cudnnDataType_t type = t == DataType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  if (!ok(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(wd[0]), i(wd[1]), i(wd[2]), i(wd[3]))) ||
+  // Dims K,C,R,S in either format; CUDNN_TENSOR_NHWC: stored KRSC.
+  const cudnnTensorFormat_t wf = w_krsc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  if (!ok(cudnnSetFilter4dDescriptor(p.w, type, wf, i(wd[0]), i(wd[1]), i(wd[2]), i(wd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.y, format_of(yl), type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, i(yd[1]), 1, 1)))
     return reference_plan();
@@ -339,9 +350,10 @@ Window conv_window(const Node& n, const Tensor& x, const Tensor& w, const std::v
   return win;
 }
 
-// The plan for node n's convolution of x with w into y (dims yd, layout yl).
+// The plan for node n's convolution of x with w into y (dims yd, layout yl), the filter
+// (w, or the dw it writes) stored KRSC when w_krsc.
 std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor& x, const Tensor& w,
-                                          const std::vector<int64_t>& yd, Layout yl, Want want) {
+                                          const std::vector<int64_t>& yd, Layout yl, Want want, bool w_krsc) {
   const Node& n = ctx.node;
   const Window win = conv_window(n, x, w, yd);
   const int64_t group = n.attr_int("group", 1);
@@ -360,9 +372,28 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
   if (x.layout() == Layout::ChannelsLast || yl == Layout::ChannelsLast)
     key += std::string("|nhwc") + (x.layout() == Layout::ChannelsLast ? "x" : "") +
            (yl == Layout::ChannelsLast ? "y" : "");
+  if (w_krsc) key += "|krsc";
   return cached<ConvPlan>(key, [&] {
-    return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.layout(), yl, x.dtype(), want, tf32, timed, key);
+    return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.layout(), yl, w_krsc, x.dtype(), want, tf32, timed,
+                          key);
   });
+}
+
+// Whether the forward's filter is described KRSC (filter_krsc, beside x and y).
+bool forward_krsc(const Tensor& x, const Tensor& w, Layout yl) {
+  return filter_krsc(w, x.layout() == Layout::ChannelsLast || yl == Layout::ChannelsLast);
+}
+
+// ConvGrad's legacy plan describes W (the data pass) and dW (the filter pass) with one
+// filter descriptor: KRSC when the filters it serves are stored so; nullopt when the two
+// differ (the plan's copies give both the same layout, so only a caller's own tensors).
+std::optional<bool> grad_krsc(const Tensor& x, const Tensor& dy, const Tensor& w, Layout dw, bool data, bool filter) {
+  const bool nhwc = x.layout() == Layout::ChannelsLast || dy.layout() == Layout::ChannelsLast;
+  Tensor dw_shape(DataType::Float32, w.dims(), nullptr);
+  dw_shape.set_layout(dw);
+  const bool a = filter_krsc(w, nhwc), b = filter_krsc(dw_shape, nhwc);
+  if (data && filter && a != b) return std::nullopt;
+  return data ? a : b;
 }
 
 // The index into a pass's algorithms this call runs (chosen_candidate, ops/core/
@@ -436,7 +467,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       const Window win = conv_window(n, x, w, y.dims());
       if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu, in.bytes})) return;
     }
-    plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true});
+    plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true}, forward_krsc(x, w, y.layout()));
     if (plan->use_reference) return run_reference(ctx, kNoCudnnPlan);
   }
   Context& c = context();
@@ -504,8 +535,8 @@ void conv_forward(KernelContext& ctx, bool fused) {
 // time: the larger of the graph's (FusedConv) and the legacy path's carve.
 size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   const Node& n = ctx.node;
-  const Tensor x = wide_shape(ctx.in(0));  // the legacy path reads a 16-bit x widened
-  const Tensor& w = ctx.in(1);
+  const Tensor x = wide_shape(ctx.in(0));  // the legacy path reads 16-bit inputs widened
+  const Tensor w = wide_shape(ctx.in(1));
   Tensor& y = ctx.out(0);
   if (y.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
   const size_t rounded = math_bytes(ctx);
@@ -524,7 +555,7 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
     const int64_t g = conv_graph_workspace(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu});
     if (g >= 0) bytes = std::max(bytes, rounded + static_cast<size_t>(g));
   }
-  const auto plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true});
+  const auto plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true}, forward_krsc(x, w, y.layout()));
   if (plan->use_reference) return bytes;
   Carve carve{rounded};
   carve.take(plan->padded ? static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype())
@@ -537,8 +568,9 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
 size_t conv_grad_workspace(const KernelContext& ctx) {
   const Tensor dy = wide_shape(ctx.in(0));  // the legacy path reads 16-bit inputs widened
   const Tensor x = wide_shape(ctx.in(1));
-  const Tensor& w = ctx.in(2);
+  const Tensor w = wide_shape(ctx.in(2));
   const bool dx = ctx.has_output(0), dw = ctx.has_output(1);
+  const Layout dw_layout = dw ? ctx.out(1).layout() : w.layout();
   if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) return 0;
   const size_t copies = math_bytes(ctx);  // the rounded inputs' copies, ahead of the rest
   size_t graph = 0;                       // the graphs on 16-bit copies: the copies, then either pass's workspace
@@ -555,7 +587,8 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
                                                                      group, 0, nullptr, dx_relu(ctx) ? &x : nullptr}));
     }
     if (dw) {
-      Tensor out(w.dtype(), w.dims(), nullptr);
+      Tensor out(ctx.out(1).dtype(), w.dims(), nullptr);
+      out.set_layout(dw_layout);  // written in its own layout (KRSC: the plan's copy)
       most = std::max(most, conv_graph_backward_workspace(
                                 ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group}));
     }
@@ -570,7 +603,9 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
                                ctx.node.attr_int("group", 1), 0, nullptr, &x});
     if (g >= 0) graph = static_cast<size_t>(g);
   }
-  const auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx, .filter = dw});
+  const std::optional<bool> krsc = grad_krsc(x, dy, w, dw_layout, dx, dw);
+  if (!krsc) return graph;  // runs on the host
+  const auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx, .filter = dw}, *krsc);
   if (plan->use_reference) return graph;
   const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
   Carve carve{copies};
@@ -643,7 +678,9 @@ bool conv_grad(KernelContext& ctx) {
   const Tensor& dy = in.t[0];
   const Tensor& x = in.t[1];
   const Tensor& w = in.t[2];
-  auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx != nullptr, .filter = dw != nullptr});
+  const std::optional<bool> krsc = grad_krsc(x, dy, w, dw ? dw->layout() : w.layout(), dx != nullptr, dw != nullptr);
+  if (!krsc) return run_reference(ctx, "W and dW are stored in different layouts (one legacy filter descriptor)"), true;
+  auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx != nullptr, .filter = dw != nullptr}, *krsc);
   if (plan->use_reference) return run_reference(ctx, kNoCudnnPlan), true;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -699,25 +736,31 @@ bool conv_grad(KernelContext& ctx) {
 
 void register_conv_cuda(Registry& r) {
   // x (ConvGrad: dY) and y (with z; ConvGrad: x and dX) each Plain or ChannelsLast.
-  using facts::A, facts::P, facts::S;
+  // Filters Converted: the plan hands these kernels KRSC weights and takes KRSC weight
+  // gradients (runtime/layout.h add_layout_copies); ConvGrad reads W only for dX.
+  using facts::A, facts::C, facts::P, facts::S;
   add_if_schema(
       r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); },
-      facts::fixed({{A, P, P}, {A}}));
+      facts::fixed({{A, C, P}, {A}}));
   add_if_schema(
       r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); },
-      facts::fixed({{A, P, P, S}, {S}}));
+      facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
   add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad),
-                facts::fixed({{A, S, P}, {S, P, P}}));
-  // Under bf16/fp16 x (ConvGrad: dY, and X unless its ReLU mask is read too) may be stored
-  // in 16 bits (runtime/narrow.h): the graphs read it as it is, the legacy path widened.
+                [](const Graph&, const Node& n) {
+                  return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
+                });
+  // Under bf16/fp16 x and w (ConvGrad: dY, X unless its ReLU mask is read too, and W) may
+  // be stored in 16 bits (runtime/narrow.h): the graphs read them as they are, the legacy
+  // path widened. The weights' KRSC copies are so stored: every convolution rounds them.
   for (const auto& [domain, op] : {std::pair<std::string, std::string>{"", "Conv"}, {kTrainrtDomain, "FusedConv"}})
-    if (r.kernels.find("cuda", domain, op)) r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_inputs({0}));
+    if (r.kernels.find("cuda", domain, op))
+      r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_inputs({0, 1}));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
     r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph&, const Node& n) {
       NodeSlots s;
-      s.inputs = {true, n.attr_int("dx_relu", 0) == 0};
+      s.inputs = {true, n.attr_int("dx_relu", 0) == 0, true};
       return s;
     });
   if (r.kernels.find("cuda", "", "Conv"))

@@ -36,8 +36,9 @@ struct Problem {
   cudnnDataType_t in = CUDNN_DATA_FLOAT;  // the dtype of the pass's inputs (outputs are fp32)
   std::vector<int64_t> x, w, y, strides, dilations, pre, post;
   bool bias = false, relu = false, residual = false, tf32 = false;
-  // x-shaped (x, dx, relu_x) and y-shaped (y, z, dy) tensors stored ChannelsLast
-  bool x_last = false, y_last = false;
+  // x-shaped (x, dx, relu_x) and y-shaped (y, z, dy) tensors stored ChannelsLast; w (dw)
+  // stored KRSC (filter_krsc)
+  bool x_last = false, y_last = false, w_last = false;
   int64_t align[5] = {};  // of x, w, b, z, y (bytes, at most 16)
 };
 
@@ -64,7 +65,7 @@ cudnnBackendDescriptor_t conv_descriptor(Builder& b, const Problem& p) {
 // (bias, activation, then the residual), each writing a virtual tensor but the last.
 std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) {
   cudnnBackendDescriptor_t x = tensor(b, kX, p.x, p.align[0], false, p.in, p.x_last);
-  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, p.in);
+  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, p.in, p.w_last);
   const std::vector<int64_t> channel{1, p.y[1], 1, 1};
   cudnnBackendDescriptor_t bias = p.bias ? tensor(b, kB, channel, p.align[2], false) : nullptr;
   cudnnBackendDescriptor_t z = p.residual ? tensor(b, kZ, p.y, p.align[3], false, CUDNN_DATA_FLOAT, p.y_last) : nullptr;
@@ -111,7 +112,7 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
   const bool relu = data && p.relu;
   cudnnBackendDescriptor_t x = relu ? tensor(b, kConvOut, p.x, 16, true, CUDNN_DATA_FLOAT, p.x_last)
                                     : tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in, p.x_last);
-  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT);
+  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT, p.w_last);
   cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in, p.y_last);
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
   const float alpha = 1.f, beta = 0.f;
@@ -172,6 +173,10 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
     return false;
   p.x = x.dims(), p.w = w.dims(), p.y = y.dims();
   p.x_last = x.layout() == Layout::ChannelsLast, p.y_last = y.layout() == Layout::ChannelsLast;
+  // KRSC strides for a KRSC w (cudnn_graph::tensor's ChannelsLast strides of K,C,R,S);
+  // a filter gradient is written in its own layout: cuDNN writes dW KRSC, the layout
+  // copy's Identity brings it back to the parameter's KCRS (runtime/layout.h).
+  p.w_last = filter_krsc(w, p.x_last || p.y_last);
   p.strides = win.strides, p.dilations = win.dilations;
   p.pre = {win.pads[0], win.pads[1]}, p.post = {win.pads[2], win.pads[3]};
   p.tf32 = tf32_allowed(ctx);
@@ -185,14 +190,15 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
   c.g.key = pass_word + "|x" + dims_text(p.x) + "|w" + dims_text(p.w) + "|y" + dims_text(p.y) + "|s" +
             dims_text(p.strides) + "|p" + dims_text(p.pre) + "," + dims_text(p.post) + "|" + math + "|a";
   for (int64_t v : p.align) c.g.key += std::to_string(v);
-  if (p.x_last || p.y_last) c.g.key += std::string("|nhwc") + (p.x_last ? "x" : "") + (p.y_last ? "y" : "");
+  if (p.x_last || p.y_last || p.w_last)
+    c.g.key += std::string("|nhwc") + (p.x_last ? "x" : "") + (p.y_last ? "y" : "") + (p.w_last ? "w" : "");
   c.g.all = ctx.chooser != nullptr;
   if (c.g.all) c.g.key += "|timed";
   c.g.label = graph_label(ctx.node.op_type, pass, inputs) + (drelu ? " +drelu" : "");
   c.g.pattern = ctx.node.op_type + "." + pass_word;
   c.g.precision = inputs != DataType::Float32 ? dtype_word(inputs) : p.tf32 ? "tf32" : "fp32";
   c.g.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + pass_word + ", " + math +
-                (p.x_last || p.y_last ? ", NHWC" : "");
+                (p.x_last || p.y_last ? ", NHWC" : "") + (p.w_last ? ", KRSC" : "");
   return true;
 }
 

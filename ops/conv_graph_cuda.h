@@ -45,6 +45,12 @@
 // (ops/core/graph_fallback.h). Every call records into fusion_tally() whether its node
 // ran a graph, under the label of graph_label().
 //
+// Filters: w (dw) is described as it is stored, KCRS (Plain) or KRSC (ChannelsLast, the
+// copy runtime/layout.h add_layout_copies makes for the cuda convolutions: strides
+// C*R*S, 1, S*C, C for dims K,C,R,S, what cuDNN's NHWC and runtime-fusion engines read);
+// a Plain 1x1 or depthwise filter beside NHWC activations is the same bytes as KRSC and
+// is described so (filter_krsc).
+//
 // Compiled in CI, never run: no GPU has executed it yet.
 #pragma once
 
@@ -56,6 +62,14 @@
 #include "ops/core/window.h"
 
 namespace trainrt::cuda {
+
+// Whether filter w (K,C,R,S) is stored KRSC: ChannelsLast, or Plain where the two orders
+// are the same bytes (C == 1 or R*S == 1, layout_fits) and the activations are NHWC
+// (`nhwc`), so that cuDNN sees one layout for x, w and y.
+inline bool filter_krsc(const Tensor& w, bool nhwc) {
+  return w.layout() == Layout::ChannelsLast ||
+         (nhwc && w.rank() == 4 && w.layout() == Layout::Plain && !layout_fits(Layout::ChannelsLast, w.dims()));
+}
 
 struct ConvGraphArgs {
   const Tensor& x;

@@ -4,7 +4,11 @@
 //   Dropout     the counter-based mask of ops/misc.cpp, bit for bit (in any layout: the
 //               mask follows each element's row-major index)
 //   Identity    y = x's bytes: one cudaMemcpyAsync on the stream (the planner declares no
-//               in-place pair for it, so y is a buffer of its own; a copy onto itself is skipped)
+//               in-place pair for it, so y is a buffer of its own; a copy onto itself is skipped);
+//               x and y each Plain or ChannelsLast (4-D), transposed where they differ, and y
+//               stored in 16 bits (rounded as written) where the plan says so: the
+//               convolutions' KRSC weight copies and the KCRS weight gradients
+//               (runtime/layout.h add_layout_copies) are such Identity nodes
 //
 // Why own kernels: one pass over memory; cuDNN has no op with Dropout's mask. Kernels
 // run in place where the planner puts an output over an input (runtime/plan.cpp):
@@ -31,6 +35,7 @@
 #include <type_traits>
 
 #include "graph/error.h"
+#include "ops/core/channels_last.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
@@ -309,18 +314,57 @@ void dropout_grad(KernelContext& ctx) {
 
 // ---- Identity ------------------------------------------------------------------
 
+// y (storage offset i) = x in the other layout (channels_last::relayout_source); Y: a T*
+// or a Store16 where y is stored in 16 bits.
+template <typename T, typename Y>
+__global__ void relayout_kernel(const T* x, Y y, int64_t n, int64_t C, int64_t hw, bool x_last, bool y_last) {
+  TRAINRT_GRID_STRIDE(i, n) { store_at(y, i, x[channels_last::relayout_source(i, C, hw, x_last, y_last)]); }
+}
+template <typename T, typename Y>
+void relayout(const Tensor& x, Y y, const Tensor& shape, const Node& n) {
+  const int64_t count = x.numel();
+  const bool x_last = x.layout() == Layout::ChannelsLast, y_last = shape.layout() == Layout::ChannelsLast;
+  const int64_t C = x.rank() == 4 ? x.dims()[1] : 1, hw = x.rank() == 4 ? x.dims()[2] * x.dims()[3] : 1;
+  relayout_kernel<T>
+      <<<blocks_for(count), kThreads, 0, context().stream>>>(x.data<T>(), y, count, C, hw, x_last, y_last);
+  check_launch(n, "relayout_kernel");
+}
+
 void identity(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (x.nbytes() == 0 || y.raw() == x.raw()) return;
-  check(cudaMemcpyAsync(y.raw(), x.raw(), x.nbytes(), cudaMemcpyDefault, context().stream),
-        what(ctx.node, "cudaMemcpyAsync"));
+  if (stored_narrow(ctx, y)) {  // a float32 value stored rounded (runtime/narrow.h)
+    if (x.dtype() != DataType::Float32) return run_reference(ctx, "a 16-bit copy of a value that is not float32");
+    return relayout<float>(x, store16(y, ctx.math), y, ctx.node);
+  }
+  if (x.layout() == y.layout()) {
+    check(cudaMemcpyAsync(y.raw(), x.raw(), x.nbytes(), cudaMemcpyDefault, context().stream),
+          what(ctx.node, "cudaMemcpyAsync"));
+    return;
+  }
+  switch (dtype_size(x.dtype())) {  // a transposition moves bytes: any dtype of the size
+    case 1:
+      return relayout<uint8_t>(x, y.data<uint8_t>(), y, ctx.node);
+    case 2:
+      return relayout<uint16_t>(x, y.data<uint16_t>(), y, ctx.node);
+    case 4:
+      return relayout<uint32_t>(x, y.data<uint32_t>(), y, ctx.node);
+    case 8:
+      return relayout<uint64_t>(x, y.data<uint64_t>(), y, ctx.node);
+    default:
+      return run_reference(ctx, "a layout conversion of this dtype");
+  }
 }
 
 }  // namespace
 
 void register_misc_cuda(Registry& r) {
-  add_if_schema(r, "cuda", "", "Identity", identity);
+  // Identity converts between layouts (x and y each Plain or ChannelsLast) and writes a
+  // 16-bit y: the layout copies of runtime/layout.h add_layout_copies.
+  add_if_schema(r, "cuda", "", "Identity", identity, facts::fixed({{facts::A}, {facts::A}}));
+  if (r.kernels.find("cuda", "", "Identity"))
+    r.kernels.set_narrow("cuda", "", "Identity", facts::narrow_float_outputs({0}));
   add_if_schema(r, "cuda", "", "Dropout", dropout, facts::dropout);
   if (r.kernels.find("cuda", "", "Dropout"))
     r.kernels.set_narrow("cuda", "", "Dropout", facts::narrow_float_outputs({0}));

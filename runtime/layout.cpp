@@ -1,5 +1,8 @@
 #include "runtime/layout.h"
 
+#include <map>
+#include <string>
+
 namespace trainrt {
 
 std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
@@ -43,6 +46,7 @@ std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
               shared_plain = shared_plain || !blocked[static_cast<size_t>(v)];
               break;
             case SlotLayout::Any:
+            case SlotLayout::Converted:  // add_layout_copies gave it a value of the step's own
               break;
           }
         }
@@ -64,6 +68,65 @@ std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
   for (size_t v = 0; v < count; ++v)
     if (blocked[v]) out[v] = layout;
   return out;
+}
+
+size_t add_layout_copies(Graph& g, const Backend& backend) {
+  const Layout layout = backend.blocked_layout;
+  const std::unordered_map<std::string, size_t> producers = g.producers();
+  // The dims of value v, when known.
+  auto dims_of = [&](const std::string& v, std::vector<int64_t>* d, DataType* t) {
+    if (auto it = g.initializers.find(v); it != g.initializers.end()) {
+      *d = it->second.dims(), *t = it->second.dtype();
+      return true;
+    }
+    const ValueInfo* info = g.find_info(v);
+    if (!info || !info->shape || !shape_is_known(*info->shape)) return false;
+    *d = shape_dims(*info->shape), *t = info->dtype;
+    return true;
+  };
+  auto fits = [&](const std::string& v, std::vector<int64_t>* d, DataType* t) {
+    return dims_of(v, d, t) && dtype_size(*t) > 0 && layout_fits(layout, *d);
+  };
+  std::vector<Node> nodes, copies_made;       // the graph's nodes; the conversions, appended after them
+  std::map<std::string, std::string> copies;  // parameter -> its blocked copy
+  nodes.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const NodeLayouts r = backend.layouts(g, g.nodes[i]);
+    Node n = g.nodes[i];
+    for (size_t j = 0; j < n.inputs.size() && j < r.inputs.size(); ++j) {
+      const std::string v = n.inputs[j];
+      std::vector<int64_t> d;
+      DataType t{};
+      if (r.inputs[j] != SlotLayout::Converted || v.empty() || producers.count(v) || !fits(v, &d, &t)) continue;
+      auto [it, fresh] = copies.emplace(v, v + "/blocked");
+      if (fresh) {  // one copy per step, whatever the number of readers
+        g.values[it->second] = ValueInfo(t, shape_of(d));
+        Node c;
+        c.name = it->second, c.op_type = "Identity", c.inputs = {v}, c.outputs = {it->second};
+        copies_made.push_back(std::move(c));
+      }
+      n.inputs[j] = it->second;
+    }
+    std::vector<Node> back;  // conversions of n's blocked outputs
+    for (size_t k = 0; k < n.outputs.size() && k < r.outputs.size(); ++k) {
+      const std::string v = n.outputs[k];
+      std::vector<int64_t> d;
+      DataType t{};
+      if (r.outputs[k] != SlotLayout::Converted || v.empty() || !fits(v, &d, &t)) continue;
+      const std::string b = v + "/blocked";
+      g.values[b] = ValueInfo(t, shape_of(d));
+      Node c;
+      c.name = b, c.op_type = "Identity", c.inputs = {b}, c.outputs = {v};
+      back.push_back(std::move(c));
+      n.outputs[k] = b;
+    }
+    nodes.push_back(std::move(n));
+    for (Node& c : back) copies_made.push_back(std::move(c));
+  }
+  // Appended: every node keeps its index (messages name nodes by it, Dropout's masks derive from it).
+  for (Node& c : copies_made) nodes.push_back(std::move(c));
+  g.nodes = std::move(nodes);
+  return copies_made.size();
 }
 
 }  // namespace trainrt

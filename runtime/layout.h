@@ -15,6 +15,24 @@
 // remove values, so iterating them to a fixed point terminates. The cuda backend's
 // blocked layout is ChannelsLast (NHWC: its cuDNN convolutions run on tensor cores
 // without transposing), chosen by the same rules (Backend::blocked_layout).
+//
+// Parameters are state, so they stay Plain (the optimizer, buckets and checkpoints see
+// them row-major); a kernel that wants one blocked anyway declares the slot Converted
+// (ops/core/kernel.h), and add_layout_copies, run on the specialised graph before the
+// plan, gives it a value of the step's own to keep blocked:
+//
+//   add_layout_copies(s, backend);   // W -> Identity -> "W/blocked" -> every Converted reader
+//   Plan plan = build_plan(s, o);    // "W/blocked" ChannelsLast: the cuda convolutions' KRSC
+//
+// An input slot: one Identity per parameter, written once per step and read by every
+// Converted reader of it (its other readers keep the parameter). An output slot: the
+// kernel writes "V/blocked", an Identity converts it into V for V's readers (a weight
+// gradient reaches the optimizer and the buckets Plain). Only where the value's shape
+// fits the backend's blocked layout (layout_fits: a 1x1 or depthwise filter is the same
+// bytes in both orders, so it needs no copy). The nodes are appended to the graph, so
+// every other node keeps its index (messages name nodes by it; Dropout's masks derive
+// from it); the plan's topological order places them: in file order a copy just before
+// its first reader, a gradient's conversion once no earlier node is ready.
 #pragma once
 
 #include <vector>
@@ -25,5 +43,9 @@
 namespace trainrt {
 
 std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend);
+
+// Adds the conversions of Converted slots to `g` (specialised: shapes known); returns how
+// many Identity nodes it added. Nothing where the backend reports no blocked slots.
+size_t add_layout_copies(Graph& g, const Backend& backend);
 
 }  // namespace trainrt

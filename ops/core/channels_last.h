@@ -8,6 +8,7 @@
 //   for (ChannelWalk w(first, step, C); w.index < n; w.next()) use(w.index, w.channel);  // index % C
 //   Planes l{C, true};  plane_of(l, o, size, &p, &pos);  o == offset_of(l, p, pos, size)
 //   int64_t from = padded_source(i, h, w, hp, wp, top, left, inner);  // -1: a zero
+//   y[i] = x[relayout_source(i, C, hw, x_last, y_last)];              // KCRS <-> KRSC
 //
 // Plain C++ for g++; under nvcc the functions are __host__ __device__.
 #pragma once
@@ -23,6 +24,23 @@ namespace trainrt::channels_last {
 TRAINRT_HOST_DEVICE inline int64_t plain_index(int64_t i, int64_t C, int64_t hw) {
   const int64_t c = i % C, p = i / C;
   return (p / hw * C + c) * hw + p % hw;
+}
+
+// The storage offset in a ChannelsLast tensor of the element at row-major (NCHW) index
+// q (plain_index's inverse). A 4-D filter K,C,R,S stored ChannelsLast is KRSC: offset
+// ((k*R + r)*S + s)*C + c, with hw = R*S.
+TRAINRT_HOST_DEVICE inline int64_t last_index(int64_t q, int64_t C, int64_t hw) {
+  const int64_t s = q % hw, nc = q / hw;
+  return (nc / C * hw + s) * C + nc % C;
+}
+
+// The storage offset in a tensor stored `from_last` (ChannelsLast, else Plain) of the
+// element at storage offset i of the same tensor stored `to_last`: a conversion between
+// the layouts (Identity's on the cuda backend: KCRS weights to their KRSC copy, a KRSC
+// weight gradient back) is y[i] = x[relayout_source(i, ...)].
+TRAINRT_HOST_DEVICE inline int64_t relayout_source(int64_t i, int64_t C, int64_t hw, bool from_last, bool to_last) {
+  const int64_t q = to_last ? plain_index(i, C, hw) : i;
+  return from_last ? last_index(q, C, hw) : q;
 }
 
 // Offsets start, start + step, ... with each one's channel c = i % C, carried by one

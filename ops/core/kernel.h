@@ -146,7 +146,14 @@ void run_on_host_copies(const Kernel& k, KernelContext& ctx,
 // What a kernel accepts for one argument: only Plain; Any (Plain or Blocked16c, each
 // argument on its own); Shared (either, but every Shared argument of the node in the
 // same layout: elementwise loops, oneDNN primitives with one data descriptor).
-enum class SlotLayout : uint8_t { Plain, Any, Shared };
+// Converted: Any, and the kernel wants the blocked layout even where the value is one
+// the layout chooser keeps Plain: an input the step does not write (a parameter), an
+// output that Plain readers take (a parameter's gradient). The runtime then puts a
+// conversion between them (runtime/layout.h add_layout_copies): an Identity node writes
+// the parameter's blocked copy once per step for every such reader, or converts the
+// kernel's blocked output into the Plain value the other readers see. The cuda
+// convolutions' weights and weight gradients: KRSC filters (ChannelsLast of K,C,R,S).
+enum class SlotLayout : uint8_t { Plain, Any, Shared, Converted };
 struct NodeLayouts {
   std::vector<SlotLayout> inputs, outputs;  // missing entries are Plain
 };

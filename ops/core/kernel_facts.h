@@ -31,7 +31,8 @@
 
 namespace trainrt::facts {
 
-inline constexpr SlotLayout P = SlotLayout::Plain, A = SlotLayout::Any, S = SlotLayout::Shared;
+inline constexpr SlotLayout P = SlotLayout::Plain, A = SlotLayout::Any, S = SlotLayout::Shared,
+                            C = SlotLayout::Converted;
 
 // True when every named value (empty names skipped) has one known shape.
 bool same_shapes(const Graph& g, const std::vector<std::string>& values);

@@ -118,3 +118,41 @@ TEST_CASE("padded_source and cropped_source pad and crop planes in both layouts"
     CHECK(std::memcmp(got.raw(), want.raw(), want.nbytes()) == 0);
   }
 }
+
+TEST_CASE("KCRS <-> KRSC: relayout_source transposes filters as a naive loop does, both ways") {
+  // Filters K, C/G, R, S: odd sizes, 1x1, a grouped convolution's (C/G = 2) and a
+  // depthwise one's (C/G = 1), and an activation-like shape.
+  for (const std::vector<int64_t>& d :
+       {std::vector<int64_t>{3, 5, 3, 3}, {16, 8, 1, 1}, {8, 2, 3, 3}, {16, 1, 3, 3}, {7, 3, 5, 2}, {2, 3, 4, 5}}) {
+    CAPTURE(dims_to_string(d));
+    const int64_t K = d[0], C = d[1], R = d[2], S = d[3], hw = R * S, n = element_count(d);
+    std::vector<float> kcrs(static_cast<size_t>(n)), krsc(static_cast<size_t>(n)), via(static_cast<size_t>(n)),
+        back(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) kcrs[static_cast<size_t>(i)] = static_cast<float>(i) * 0.5f - 3.f;
+    for (int64_t k = 0; k < K; ++k)  // the definition: w[k][c][r][s] at ((k*R + r)*S + s)*C + c
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t s = 0; s < S; ++s)
+            krsc[static_cast<size_t>(((k * R + r) * S + s) * C + c)] =
+                kcrs[static_cast<size_t>(((k * C + c) * R + r) * S + s)];
+    for (int64_t i = 0; i < n; ++i) {  // what the cuda Identity kernel runs per element
+      via[static_cast<size_t>(i)] = kcrs[static_cast<size_t>(cl::relayout_source(i, C, hw, false, true))];
+      REQUIRE(cl::last_index(cl::plain_index(i, C, hw), C, hw) == i);
+    }
+    CHECK(via == krsc);
+    for (int64_t i = 0; i < n; ++i)
+      back[static_cast<size_t>(i)] = via[static_cast<size_t>(cl::relayout_source(i, C, hw, true, false))];
+    CHECK(back == kcrs);
+    for (bool last : {false, true})  // the same layout: a copy
+      for (int64_t i = 0; i < n; ++i) REQUIRE(cl::relayout_source(i, C, hw, last, last) == i);
+    // The layout's definition (what the stand-in's conversions use) stores it so too.
+    Tensor plain(DataType::Float32, d);
+    std::memcpy(plain.raw(), kcrs.data(), kcrs.size() * sizeof(float));
+    Tensor stored(DataType::Float32, d);
+    stored.set_layout(Layout::ChannelsLast);
+    copy_from_plain(plain, stored);
+    CHECK(std::memcmp(stored.raw(), krsc.data(), krsc.size() * sizeof(float)) == 0);
+    // 1x1 and depthwise filters are the same bytes in both orders: no copy needed.
+    CHECK(layout_fits(Layout::ChannelsLast, d) == (krsc != kcrs));
+  }
+}

@@ -193,6 +193,15 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
       if (std::any_of(ctx.inputs.begin(), ctx.inputs.end(), laid_out) ||
           std::any_of(ctx.outputs.begin(), ctx.outputs.end(), laid_out))
         ++pool_->counts.laid_out;
+      const std::string& op = ctx.node.op_type;
+      if (op == "Conv" || op == "FusedConv" || op == "ConvGrad")
+        for (const Tensor* w :
+             {op == "ConvGrad" ? (ctx.has_input(2) && ctx.has_output(0) ? ctx.inputs[2] : nullptr) : ctx.inputs[1],
+              static_cast<const Tensor*>(op == "ConvGrad" && ctx.has_output(1) ? ctx.outputs[1] : nullptr)})
+          if (laid_out(w)) {
+            ++pool_->counts.krsc_filters;
+            pool_->counts.narrow_filters += w->narrowed();
+          }
     }
     KernelContext launched = ctx;  // the arguments as they were at the launch
     enqueue(

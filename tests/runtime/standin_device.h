@@ -114,7 +114,10 @@ class StandinDevice : public Backend {
     size_t side_workspace = 0;                  // reserved for the side stream
     size_t pairs = 0;                           // run_pair() calls that used the side stream
     size_t laid_out = 0;                        // queued kernels given a ChannelsLast argument
-    std::map<std::string, size_t> host_calls;   // host kernel calls per op
+    // Filter arguments of queued convolutions (Conv and FusedConv w, ConvGrad's W and dW)
+    // that were ChannelsLast (KRSC), and of those stored in 16 bits.
+    size_t krsc_filters = 0, narrow_filters = 0;
+    std::map<std::string, size_t> host_calls;  // host kernel calls per op
     size_t host_total() const;
   };
   Counts counts() const;

@@ -314,6 +314,65 @@ TEST_CASE("device backend: training steps equal the reference backend's bit for 
   }
 }
 
+TEST_CASE("device backend: convolutions launched with KRSC weight copies made once per step; dW comes back KCRS") {
+  // The cuda convolutions declare their filters Converted: the plan copies each 3x3
+  // weight into a KRSC (ChannelsLast) value once per step, 16-bit under bf16, and turns
+  // the KRSC weight gradients back into the parameters' row-major gradients, both by
+  // Identity nodes. On the stand-in the Identity is the reference's copy between layouts,
+  // so the steps equal the reference backend's bit for bit, in fp32 and bf16.
+  const Graph g = small_wrn();
+  for (MathPrecision m : {MathPrecision::fp32, MathPrecision::bf16}) {
+    const std::string precision = math_precision_name(m);
+    CAPTURE(precision);
+    auto owned = std::make_unique<StandinDevice>();
+    StandinDevice& dev = *owned;
+    TrainingSession device(wrn_training(g), std::move(owned), {.seed = 3, .math = m});
+    TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3, .math = m});
+    const std::set<std::string> params(device.training().params.begin(), device.training().params.end());
+    for (int step = 0; step < 3; ++step) {
+      dev.reset_counts();
+      const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 1));
+      CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
+      if (!StandinDevice::have_cuda_kernels()) continue;
+      const Plan& p = device.plan();
+      size_t copies = 0, w_reads = 0, dw_writes = 0;
+      auto blocked = [](const std::string& v) { return v.size() > 8 && v.compare(v.size() - 8, 8, "/blocked") == 0; };
+      for (const PlanStep& st : p.steps) {
+        const Node& n = p.graph.nodes[st.node];
+        if (n.op_type == "Identity" && params.count(n.inputs[0])) {
+          ++copies;
+          CHECK(device.value(n.outputs[0]).layout() == Layout::ChannelsLast);
+          CHECK(device.value(n.outputs[0]).narrowed() == (m != MathPrecision::fp32));
+        }
+        if (n.op_type == "Conv" || n.op_type == "FusedConv") w_reads += blocked(n.inputs[1]);
+        if (n.op_type == "ConvGrad") {
+          w_reads += n.has_output(0) && blocked(n.inputs[2]);
+          dw_writes += n.has_output(1) && blocked(n.outputs[1]);
+        }
+      }
+      CHECK(copies == 12);     // one per 3x3 weight over C > 1, not one per reader
+      CHECK(w_reads == 24);    // their 12 forward convolutions and 12 data gradients read them
+      CHECK(dw_writes == 12);  // and as many filter gradients are written KRSC
+      const StandinDevice::Counts c = dev.counts();
+      if (step == 0) {  // issued kernel by kernel (the second run is captured, later ones replayed)
+        CHECK(c.krsc_filters == w_reads + dw_writes);  // launched so
+        CHECK(c.narrow_filters == (m == MathPrecision::fp32 ? 0 : w_reads));
+        CHECK(c.launched + c.host_total() == p.steps.size());  // each copy ran once this step
+      }
+      // What the optimizer, the buckets and checkpoints read: row-major gradients.
+      for (const std::string& param : device.training().params) {
+        CAPTURE(param);
+        CHECK(device.value(device.training().gradients.at(param)).layout() == Layout::Plain);
+        CHECK(!device.value(device.training().gradients.at(param)).narrowed());
+      }
+    }
+    for (const std::string& name : ref.state_names()) {
+      CAPTURE(name);
+      CHECK(bitwise_equal(device.state(name), ref.state(name)));
+    }
+  }
+}
+
 TEST_CASE(
     "device backend: a training step with NaN/Inf checks synchronises once; host kernels are the cuda fallbacks") {
   // Checks on (the default): the flags are set on the device and read where the step

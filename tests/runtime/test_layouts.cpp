@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <set>
 
 #include "graph/passes.h"
 #include "ops/core/dnnl_util.h"
@@ -163,6 +164,105 @@ TEST_CASE("the cuda kernels' declared layouts keep the WRN's activations NHWC be
   // The feed stays Plain: the first convolution reads NCHW and writes NHWC.
   CHECK(l[static_cast<size_t>(plan.index.at(t.graph.inputs[0]))] == Layout::Plain);
   check_declared_layouts(plan, dev, l);
+}
+
+TEST_CASE("the cuda convolutions read KRSC weight copies made once per step and write KRSC dW converted back") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without the cuda backend declares no cuda layouts: nothing to check");
+    return;
+  }
+  TrainingGraph t = wrn_training(small_wrn());  // channel counts 4, 8, 12, 16
+  fuse_training_graph(t.graph);
+  Graph s = specialize(t.graph, step_feeds(t, 2));
+  StandinDevice dev;  // reports the cuda kernels' declarations
+  Graph copy = s;
+  CHECK(add_layout_copies(copy, *make_backend("reference")) == 0);  // the reference declares nothing
+  const size_t nodes = s.nodes.size();
+  const size_t added = add_layout_copies(s, dev);
+  PlanOptions o = training_plan_options(t);
+  for (const std::string& out : s.outputs) o.keep.push_back(out);
+  const Plan plan = build_plan(s, o);
+  const std::vector<Layout> l = choose_layouts(plan, dev);
+  check_declared_layouts(plan, dev, l);
+  auto layout_of = [&](const std::string& v) { return l[static_cast<size_t>(plan.index.at(v))]; };
+  auto writer_of = [&](const std::string& v) { return plan.values[static_cast<size_t>(plan.index.at(v))].def; };
+  std::map<std::string, size_t> readers;  // value -> plan steps reading it
+  for (const PlanStep& st : plan.steps)
+    for (int v : st.inputs)
+      if (v >= 0) ++readers[plan.values[static_cast<size_t>(v)].name];
+  const std::set<std::string> params(t.params.begin(), t.params.end());
+
+  // Every convolution's 3x3 filter reaches it as a KRSC copy ("W/blocked", ChannelsLast
+  // of K,C,R,S) that an Identity made from the parameter; 1x1 filters (the skip
+  // convolutions) are the same bytes in both orders and are read as they are.
+  std::set<std::string> copied, grads;
+  size_t conv_reads = 0;
+  for (const PlanStep& st : plan.steps) {
+    const Node& n = plan.graph.nodes[st.node];
+    if (n.op_type != "Conv" && n.op_type != "FusedConv" && n.op_type != "ConvGrad") continue;
+    CAPTURE(n.name);
+    const bool grad = n.op_type == "ConvGrad";
+    const size_t wi = grad ? 2 : 1;
+    std::string w = n.inputs[wi];
+    const bool krsc = w.size() > 8 && w.compare(w.size() - 8, 8, "/blocked") == 0;
+    const std::string param = krsc ? w.substr(0, w.size() - 8) : w;
+    REQUIRE(params.count(param));
+    const std::vector<int64_t> dims = plan.values[static_cast<size_t>(plan.index.at(param))].dims;
+    const bool fits = layout_fits(Layout::ChannelsLast, dims);
+    if (!grad || n.has_output(0)) {  // read (ConvGrad reads W for dX only)
+      CHECK(krsc == fits);
+      if (krsc) {
+        ++conv_reads;
+        copied.insert(param);
+        CHECK(layout_of(w) == Layout::ChannelsLast);
+        CHECK(layout_of(param) == Layout::Plain);  // the parameter: state, row-major
+        const Node& c = plan.graph.nodes[plan.steps[static_cast<size_t>(writer_of(w))].node];
+        CHECK(c.op_type == "Identity");
+        CHECK(c.inputs == std::vector<std::string>{param});
+      }
+    }
+    if (grad && n.has_output(1)) {  // dW: written KRSC, an Identity brings it back
+      const std::string dw = n.outputs[1];
+      CHECK((dw == t.gradients.at(param) + "/blocked") == fits);
+      if (!fits) continue;
+      grads.insert(param);
+      CHECK(layout_of(dw) == Layout::ChannelsLast);
+      CHECK(readers[dw] == 1);
+      const std::string g = t.gradients.at(param);
+      CHECK(layout_of(g) == Layout::Plain);  // what the optimizer and the buckets read
+      const Node& c = plan.graph.nodes[plan.steps[static_cast<size_t>(writer_of(g))].node];
+      CHECK(c.op_type == "Identity");
+      CHECK(c.inputs == std::vector<std::string>{dw});
+    }
+  }
+  // One copy per weight and step, read by each of its convolutions (forward, and the
+  // data gradient where there is one): not one per reader.
+  size_t filters = 0;  // 4-D parameters stored differently in KRSC: the 3x3 filters over C > 1
+  for (const std::string& p : t.params)
+    filters += layout_fits(Layout::ChannelsLast, plan.values[static_cast<size_t>(plan.index.at(p))].dims);
+  CHECK(copied.size() == filters);
+  CHECK(copied.size() == 12);  // 12 of 16: the first (1 input channel) and the three 1x1 skips are not
+  CHECK(grads == copied);
+  CHECK(added == copied.size() + grads.size());
+  CHECK(s.nodes.size() == nodes + added);
+  for (size_t i = 0; i < nodes; ++i) {  // appended: every node keeps its index (messages, Dropout's masks)
+    CAPTURE(copy.nodes[i].name);
+    CHECK(s.nodes[i].name == copy.nodes[i].name);
+  }
+  size_t identities = 0;
+  for (const PlanStep& st : plan.steps) identities += plan.graph.nodes[st.node].op_type == "Identity";
+  CHECK(identities == added);
+  size_t copy_reads = 0;
+  for (const std::string& p : copied) {
+    CHECK(readers[p + "/blocked"] >= 1);
+    copy_reads += readers[p + "/blocked"];
+  }
+  CHECK(copy_reads == conv_reads);
+  CHECK(conv_reads > copied.size());  // a copy has several readers
+  // Without the cuda declarations (layouts turned off) nothing is added.
+  Graph again = specialize(t.graph, step_feeds(t, 2));
+  dev.blocked_layouts = false;
+  CHECK(add_layout_copies(again, dev) == 0);
 }
 
 TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everything a caller sees Plain") {

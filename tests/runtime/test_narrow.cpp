@@ -86,11 +86,14 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       if (chosen.count(in)) readers.insert(n.op_type);
   }
   // The batch norms' data gradients (the dY of the convolution before each, read by its
-  // ConvGrad only) and Dropout's outputs (read by the next convolution, its filter
-  // gradient and DropoutReluGrad's sign test, all rounded).
-  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "Dropout"});
+  // ConvGrad only), Dropout's outputs (read by the next convolution, its filter
+  // gradient and DropoutReluGrad's sign test, all rounded) and the weights' KRSC copies
+  // (runtime/layout.h add_layout_copies: Identity nodes, read by the convolution and its
+  // data gradient, both rounding them).
+  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "Dropout", "Identity"});
   CHECK(readers == std::set<std::string>{"Conv", "ConvGrad", "DropoutReluGrad"});
-  size_t bn_grads = 0, dropouts = 0;
+  size_t bn_grads = 0, dropouts = 0, weight_copies = 0;
+  const auto producers = s.producers();
   for (const Node& n : s.nodes) {
     if (n.op_type == "BatchNormalizationGrad" && !n.outputs[0].empty()) {
       bool conv_only = true;
@@ -103,9 +106,15 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       ++dropouts;
       CHECK(chosen.count(n.outputs[0]));
     }
+    if (n.op_type == "Identity") {  // a weight's KRSC copy (every one is), or a KRSC dW brought back
+      const bool copy = !producers.count(n.inputs[0]);  // reads a parameter
+      weight_copies += copy;
+      CHECK(chosen.count(n.outputs[0]) == (copy ? 1u : 0u));  // a gradient stays float32
+    }
   }
   CHECK(dropouts > 0);
-  CHECK(bn_grads + dropouts == chosen.size());
+  CHECK(weight_copies == 12);  // the 3x3 filters over more than one channel
+  CHECK(bn_grads + dropouts + weight_copies == chosen.size());
   for (const auto& [name, type] : chosen) {
     CHECK(type == DataType::BFloat16);
     CHECK(!s.is_initializer(name));
