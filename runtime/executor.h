@@ -233,6 +233,20 @@ class Executor {
   // Plans built so far (one per feed-shape signature and option set; a feed read as a
   // shape input is part of the signature by value).
   size_t plans_built() const { return prepared_.size(); }
+  // What capture did for the last run's plan (ExecutorOptions::capture): how many of its
+  // runs were captured (each one then replayed), how many only replayed the capture, and
+  // why the last run was not captured or replayed ("" when it was). A capture the backend
+  // refused (it threw while capturing: a synchronisation, a call it cannot record) keeps
+  // its message in `refused`; the plan then runs as issued. `trainrt bench` prints it.
+  struct CaptureStatus {
+    size_t runs = 0;        // runs of the plan
+    size_t captures = 0;    // runs captured (and run by replaying the capture)
+    size_t replays = 0;     // later runs that only replayed it
+    size_t uncaptured = 0;  // runs after the first neither captured nor replayed
+    std::string reason;     // why the last run was neither; "" when it was
+    std::string refused;    // the backend's refusal, where it refused
+  };
+  CaptureStatus capture_status() const;  // of the last run's plan; all zero before a run
 
  private:
   struct Prepared;
@@ -257,7 +271,7 @@ class Executor {
   void run_now(Prepared& p, const RunOptions& ro, bool checking);
   bool deferrable(const Prepared& p, const RunOptions& ro, bool checking) const;
   void retire(size_t count);
-  bool capturable(const Prepared& p, const RunOptions& ro, std::string& key) const;
+  std::string capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const;
   void run_steps(Prepared& p, const RunOptions& ro, bool checking);
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);
@@ -286,5 +300,9 @@ class Executor {
   std::deque<TensorMap> done_;      // results of retired runs, not yet collected
   std::optional<NumericalError> error_;
 };
+
+// "capture: step captured once, replayed 9 times", "capture: not captured (WHY)", or the
+// first with "; the last run not captured (WHY)" when later runs were not.
+std::string capture_line(const Executor::CaptureStatus& s);
 
 }  // namespace trainrt
