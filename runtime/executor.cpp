@@ -197,7 +197,10 @@ struct Executor::Prepared {
   std::string capture_key;
   bool capture_failed = false;
   bool host_steps = false;  // some step runs on the host (Backend::runs_on_host): never captured
-  std::string host_step;    // the first of them, as "'NODE' (OP)"
+  // Why runs of this plan are not captured, where it is fixed for the plan (written when
+  // it is built, so that a run allocates no reason: Executor::capture_refusal).
+  std::string no_capture_backend;  // "the cpu backend cannot capture"
+  std::string no_capture_host;     // "an op runs on the host: 'NODE' (OP)", the first of them
   // What capture did for this plan (Executor::capture_status): captures, replays, runs
   // not captured after the first and the last run's reason; the refusal's message.
   Executor::CaptureStatus capture;
@@ -409,12 +412,13 @@ void Executor::bind_slots(Prepared& p) {
   p.ring.clear();
   if (backend_.asynchronous()) p.seed_device = backend_.allocate(sizeof(uint64_t));
   p.host_steps = false;
-  p.host_step.clear();
+  p.no_capture_host.clear();
   for (const PlanStep& st : plan.steps)
     if (const Node& n = plan.graph.nodes[st.node]; backend_.runs_on_host(n)) {
-      if (!p.host_steps) p.host_step = "'" + n.name + "' (" + n.op_type + ")";
+      if (!p.host_steps) p.no_capture_host = "an op runs on the host: '" + n.name + "' (" + n.op_type + ")";
       p.host_steps = true;
     }
+  p.no_capture_backend = "the " + backend_.name() + " backend cannot capture";
 }
 
 // Each step's kernel arguments, built once per binding: pointers into the slots.
@@ -757,8 +761,8 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
   std::string key;
   CaptureStatus& cs = p.capture;
   ++cs.runs;
-  if (const std::string why = capture_refusal(p, ro, key); !why.empty()) {
-    cs.reason = why;
+  if (const std::string_view why = capture_refusal(p, ro, key); !why.empty()) {
+    cs.reason = why;  // the same reason run after run: no allocation after the first
     cs.uncaptured += p.runs > 0;
     run_steps(p, ro, checking);
   } else if (p.captured && p.capture_key == key) {
@@ -794,13 +798,14 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
 // the host, every feed staged through pinned memory, no step hook unless it only queues
 // work (RunOptions::hooks_queue_only), no profile or early stop, and a run of this plan
 // before (the kernels' own one-time set-up, and the hooks' for the plan, not captured).
-// Returns "" when it may, else why not (Executor::CaptureStatus::reason).
-std::string Executor::capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const {
+// Returns "" when it may, else why not (Executor::CaptureStatus::reason): a literal or a
+// string of the plan, so that asking allocates nothing.
+std::string_view Executor::capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const {
   if (!opts_.capture) return "capture turned off";
-  if (!backend_.can_capture()) return "the " + backend_.name() + " backend cannot capture";
+  if (!backend_.can_capture()) return p.no_capture_backend;
   if (backend_.host_visible()) return "the backend's memory is host-visible";
   if (p.capture_failed) return p.capture.refused;
-  if (p.host_steps) return "an op runs on the host: " + p.host_step;
+  if (p.host_steps) return p.no_capture_host;
   if (ro.profile) return "profiling (a synchronisation after each kernel)";
   if (ro.hooks_need_host()) return "step hooks that need the host (a host communicator)";
   if (ro.skip_state_writes) return "a run that skips state writes";

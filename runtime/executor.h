@@ -51,6 +51,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "graph/error.h"
 #include "runtime/backend.h"
@@ -271,7 +272,7 @@ class Executor {
   void run_now(Prepared& p, const RunOptions& ro, bool checking);
   bool deferrable(const Prepared& p, const RunOptions& ro, bool checking) const;
   void retire(size_t count);
-  std::string capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const;
+  std::string_view capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const;
   void run_steps(Prepared& p, const RunOptions& ro, bool checking);
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);
