@@ -27,6 +27,7 @@
 #include "launch/commands.h"
 #include "launch/train_util.h"
 #include "ops/core/dnnl_util.h"
+#include "ops/core/engine_record.h"
 #include "ops/core/graph_fallback.h"
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"
@@ -47,7 +48,15 @@ const CommandSpec kSpec{
      {"threads", "0", "CPU threads (0 = all cores)"},
      {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
      {"backend", "cpu", "with --device cpu: cpu or reference"},
-     {"timing-cache", "", "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
+     {"timing-cache", "",
+      "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json); off: no file "
+      "(any device)"},
+     {"autotune", "4",
+      "with --device cuda: engine candidates timed per problem, the heuristics' first N (0: none timed, the "
+      "heuristics' first engine)"},
+     {"deterministic", "off",
+      "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
+      "non-deterministic ones (split-K weight gradients), as PyTorch with cudnn.benchmark"},
      {"fp32-math", "tf32",
       "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
      {"precision", "fp32",
@@ -73,6 +82,8 @@ const CommandSpec kSpec{
 struct BenchConfig {
   std::string path, backend, precision, optimizer, trace, timing_cache;
   int64_t batch = 0, steps = 0, warmup = 0, threads = 0;
+  size_t autotune = 4;  // engine candidates timed per problem (cuda)
+  bool deterministic = false;
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::winograd;
   Fp32Math fp32_math = Fp32Math::strict;
@@ -93,6 +104,8 @@ BenchConfig bench_config(const Args& a) {
   c.backend = backend_for_device(a);
   c.timing_cache = timing_cache_for_device(a, c.path);
   c.fp32_math = fp32_math_for_device(a, Fp32Math::tf32);
+  c.autotune = autotune_for_device(a);
+  c.deterministic = deterministic_for_device(a, false);
   c.precision = a.one_of("precision", {"fp32", "bf16", "fp16"});
   c.math = c.precision == "bf16"   ? MathPrecision::bf16
            : c.precision == "fp16" ? MathPrecision::fp16
@@ -205,6 +218,28 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
                       : " (the others: cuDNN's legacy convolution API, notices above)");
 }
 
+// How the run ran, one line per item: CUDA-graph capture (Executor::capture_status), each
+// fallback (ops/core/graph_fallback.h FallbackLog), the engine of each convolution pass
+// and matrix product and the convolutions' TFLOP/s (ops/core/engine_record.h).
+void print_run_report(const TrainingSession& session, const BenchConfig& c) {
+  std::printf("%s\n", capture_line(session.capture_status()).c_str());
+  const std::vector<FallbackRecord> fallbacks = fallback_log().records();
+  if (fallbacks.empty()) std::printf("fallbacks: none\n");
+  for (const FallbackRecord& r : fallbacks) std::printf("%s\n", fallback_line(r).c_str());
+  if (c.backend != "cuda") {
+    std::printf("engines: none chosen (the %s backend's kernels are %s)\n", c.backend.c_str(),
+                c.backend == "cpu" ? "oneDNN primitives and oneTBB loops" : "plain loops");
+    return;
+  }
+  const std::vector<EngineRecord> engines = engine_log().records();
+  for (const EngineRecord& r : engines) std::printf("%s\n", engine_line(r).c_str());
+  std::printf("%s\n", conv_tflops_line(engines).c_str());
+  std::printf("engine choice: %s, %s engines\n",
+              c.autotune == 0 ? "not timed (--autotune 0: the heuristics' first)"
+                              : ("the heuristics' first " + std::to_string(c.autotune) + " timed").c_str(),
+              c.deterministic ? "deterministic" : "non-deterministic allowed");
+}
+
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
 // cpu backend keeps every value plain and convolves directly (ops/core/dnnl_util.h).
 struct GraphSize {
@@ -269,12 +304,12 @@ int cmd_bench(const Argv& argv) {
   const double flops = step_flops(specialize(t.graph, typed));
 
   set_default_fp32_math(c.fp32_math);
+  set_default_deterministic(c.deterministic);
   std::unique_ptr<Backend> backend = make_backend(c.backend, static_cast<int>(c.threads));
   backend->check_math(c.math);
   const GraphSize size = graph_size(t);
-  std::unique_ptr<TimingCacheChooser> chooser;  // --device cuda: engine choices timed once, kept in the file
-  if (!c.timing_cache.empty())
-    chooser = std::make_unique<TimingCacheChooser>(TimingCache::load(c.timing_cache, "", ""));
+  // --device cuda: engine choices timed once (the first --autotune candidates), kept in the file
+  std::unique_ptr<EngineChooser> chooser = make_engine_chooser(c.backend, c.timing_cache, c.autotune);
   TrainingSession session(std::move(t), std::move(backend),
                           {.seed = c.seed,
                            .fuse = c.fuse,
@@ -287,9 +322,8 @@ int cmd_bench(const Argv& argv) {
   ProfileCollector prof;
   const StepTimes times = time_steps(session, feeds, c, c.profile || !c.trace.empty() ? &prof : nullptr);
   print_times(times, session, c, flops);
-  if (chooser)
-    if (const size_t n = chooser->save_if_new())
-      std::fprintf(stderr, "%s\n", timing_cache_saved_line(n, c.timing_cache).c_str());
+  print_run_report(session, c);
+  save_engine_choices(chooser.get(), c.timing_cache);
   if (c.profile)
     std::printf("\nprofile over %lld timed steps (kernel time per op type, all steps):\n%s",
                 static_cast<long long>(c.steps), profile_table(prof.events).c_str());

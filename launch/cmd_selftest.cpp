@@ -63,6 +63,9 @@ const CommandSpec kSpec{
       "backends (the reference rounds the same inputs); bf16 on --device cpu needs AVX-512 BF16"},
      {"layout", "nhwc",
       "with --device cuda: nhwc (the training step's activations NHWC between the kernels that take it) or nchw"},
+     {"deterministic", "on",
+      "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
+      "non-deterministic ones (split-K weight gradients), as train and bench by default"},
      {"threads", "0", "CPU threads (0 = all cores)"}},
     0,
     1};
@@ -109,6 +112,7 @@ int cmd_selftest(const Argv& argv) {
   const Fp32Math fp32_math = fp32_math_for_device(a, Fp32Math::strict);
   const bool channels_last = channels_last_for_device(a);
   set_default_fp32_math(fp32_math);
+  set_default_deterministic(deterministic_for_device(a, true));
   const std::string precision = a.one_of("precision", {"fp32", "bf16", "fp16"});
   const MathPrecision math = precision == "bf16"   ? MathPrecision::bf16
                              : precision == "fp16" ? MathPrecision::fp16

@@ -209,7 +209,7 @@ class TrainRun {
   Dataset train_, test_;
   Graph forward_;
   ModelIo io_;
-  std::unique_ptr<TimingCacheChooser> chooser_;  // --device cuda: the timing cache (before the session: outlives it)
+  std::unique_ptr<EngineChooser> chooser_;  // --device cuda: the timing cache (before the session: outlives it)
   std::unique_ptr<TrainingSession> session_;
   std::unique_ptr<Stepper> stepper_;
   std::unique_ptr<Tracer> tracer_;
@@ -227,8 +227,7 @@ class TrainRun {
 TrainRun::TrainRun(const TrainConfig& c) : c_(c) {
   start_ranks();
   load_model_and_data();
-  if (!c.timing_cache.empty())
-    chooser_ = std::make_unique<TimingCacheChooser>(TimingCache::load(c.timing_cache, "", ""));
+  chooser_ = make_engine_chooser(c.backend, c.timing_cache, c.autotune);
   session_ = std::make_unique<TrainingSession>(build_training_graph(forward_, c.optimizer), std::move(backend_),
                                                SessionOptions{.seed = c.seed,
                                                               .fuse = c.fuse,
@@ -269,6 +268,7 @@ void TrainRun::start_ranks() {
   rank_threads_ = c_.threads > 0 ? static_cast<int>(c_.threads) : default_rank_threads(c_.env.local_world);
   configure_threads(rank_threads_);
   set_default_fp32_math(c_.fp32_math);
+  set_default_deterministic(c_.deterministic);
   backend_ = make_backend(c_.backend, rank_threads_);
   backend_->check_math(c_.math);
 }
@@ -597,9 +597,7 @@ std::string TrainRun::save(const std::string& dir) {
 // The engine choices timed since the last save, kept for the next run (rank 0 writes them;
 // the other ranks timed the same problems).
 void TrainRun::save_timing_cache() {
-  if (!chooser_ || !lead_) return;
-  if (const size_t n = chooser_->save_if_new())
-    std::fprintf(stderr, "%s\n", timing_cache_saved_line(n, c_.timing_cache).c_str());
+  if (lead_) save_engine_choices(chooser_.get(), c_.timing_cache);
 }
 
 // At a step boundary: a pending SIGTERM/SIGUSR1 on any rank ends the run with a checkpoint.

@@ -97,7 +97,14 @@ const CommandSpec kSpec{
          {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},
          {"backend", "cpu", "with --device cpu: cpu or reference"},
          {"timing-cache", "",
-          "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json)"},
+          "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json); off: no file "
+          "(any device)"},
+         {"autotune", "4",
+          "with --device cuda: engine candidates timed per problem, the heuristics' first N (0: none timed, the "
+          "heuristics' first engine)"},
+         {"deterministic", "off",
+          "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
+          "non-deterministic ones (split-K weight gradients), as PyTorch with cudnn.benchmark"},
          {"fp32-math", "tf32",
           "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
          {"layout", "nhwc",
@@ -267,6 +274,8 @@ TrainConfig train_config(const Args& a, const RankEnvironment& env) {
   c.device = a.str("device");
   c.timing_cache = timing_cache_for_device(a, c.model_path);
   c.fp32_math = fp32_math_for_device(a, Fp32Math::tf32);
+  c.autotune = autotune_for_device(a);
+  c.deterministic = deterministic_for_device(a, false);
   c.channels_last = channels_last_for_device(a);
   c.math = c.precision == "bf16"   ? MathPrecision::bf16
            : c.precision == "fp16" ? MathPrecision::fp16

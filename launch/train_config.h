@@ -46,6 +46,8 @@ struct TrainConfig {
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::winograd;
   Fp32Math fp32_math = Fp32Math::strict;  // --fp32-math (cuda: tf32 unless strict)
+  size_t autotune = 4;                    // --autotune: engine candidates timed per problem (cuda)
+  bool deterministic = false;             // --deterministic (KernelContext::deterministic)
   int64_t threads = 0;
   bool fuse = true, concurrent = false, detect_anomaly = false;
   bool channels_last = true;  // --layout (cuda: NHWC activations; the cpu backend's layouts follow its CPU)

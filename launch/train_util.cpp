@@ -387,6 +387,7 @@ bool channels_last_for_device(const Args& a) {
 }
 
 std::string timing_cache_for_device(const Args& a, const std::string& model_path) {
+  if (a.on("timing-cache") && a.str("timing-cache") == "off") return "";  // every device: no file
   if (a.str("device") != "cuda") {
     if (a.on("timing-cache")) throw_bad_input("--timing-cache", "applies to --device cuda");
     return "";
@@ -394,6 +395,29 @@ std::string timing_cache_for_device(const Args& a, const std::string& model_path
   const std::string path = a.on("timing-cache") ? a.str("timing-cache") : default_timing_cache_path(model_path);
   TimingCache::load(path, "", "");  // refuses a corrupt file now, not after the first epoch
   return path;
+}
+
+bool deterministic_for_device(const Args& a, bool fallback) {
+  if (!a.on("deterministic")) return fallback;
+  return a.on_off("deterministic");
+}
+
+size_t autotune_for_device(const Args& a) { return static_cast<size_t>(a.at_least("autotune", 0)); }
+
+std::unique_ptr<EngineChooser> make_engine_chooser(const std::string& backend, const std::string& cache_path,
+                                                   size_t autotune) {
+  if (backend != "cuda" || autotune == 0) return nullptr;
+  TimingPolicy policy;
+  policy.max_candidates = autotune;
+  if (cache_path.empty()) return std::make_unique<MemoryEngineChooser>(policy);
+  return std::make_unique<TimingCacheChooser>(TimingCache::load(cache_path, "", ""), policy);
+}
+
+void save_engine_choices(EngineChooser* chooser, const std::string& cache_path) {
+  auto* file = dynamic_cast<TimingCacheChooser*>(chooser);
+  if (!file) return;
+  if (const size_t n = file->save_if_new())
+    std::fprintf(stderr, "%s\n", timing_cache_saved_line(n, cache_path).c_str());
 }
 
 BatchIo batch_io(const Graph& forward, int64_t batch, const std::string& path, const std::string& command) {

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "launch/cli.h"
 #include "launch/dataset.h"
+#include "ops/core/engine_choice.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
 #include "runtime/executor.h"
@@ -119,9 +121,30 @@ struct LrSchedule {
 std::string backend_for_device(const Args& a);
 
 // The timing cache file of a --device cuda run (runtime/timing_cache.h): --timing-cache,
-// else next to the model; "" for --device cpu, where --timing-cache is refused. A file
+// else next to the model; "" for --timing-cache off (any device: choices kept in memory
+// only) and for --device cpu, where any other --timing-cache is refused. A file
 // that exists is read now, so a corrupt one is refused before the model is (BadInput).
 std::string timing_cache_for_device(const Args& a, const std::string& model_path);
+
+// Whether the cuda kernels keep to deterministic engines (ops/core/kernel.h
+// set_default_deterministic) from --deterministic on|off, `fallback` when the flag is not
+// given (off for train, bench and evaluate, as PyTorch with cudnn.benchmark; on for
+// selftest). Every device takes it: the host kernels are deterministic for a given thread
+// count either way, so on --device cpu it changes nothing.
+bool deterministic_for_device(const Args& a, bool fallback);
+// --autotune N (>= 0, BadInput otherwise): the engine candidates timed per problem on
+// --device cuda (TimingPolicy::max_candidates, the heuristics' first N); 0: none timed,
+// the heuristics' first engine, no timing cache read or written. Taken on every device
+// (nothing is timed on the host backends).
+size_t autotune_for_device(const Args& a);
+// The engine chooser of a run (KernelContext::chooser): null for a host backend and with
+// autotune 0; over the timing cache file `cache_path` (timing_cache_for_device), or in
+// memory only where it is "" (--timing-cache off), timing the first `autotune` candidates.
+std::unique_ptr<EngineChooser> make_engine_chooser(const std::string& backend, const std::string& cache_path,
+                                                   size_t autotune);
+// Saves the choices `chooser` timed since its last save to its file, if it has one
+// (TimingCacheChooser::save_if_new), and says so on stderr.
+void save_engine_choices(EngineChooser* chooser, const std::string& cache_path);
 
 // The fp32 math of the cuda kernels (ops/core/kernel.h Fp32Math) from --fp32-math tf32|strict,
 // `cuda_default` when the flag is not given; with --device cpu the flag is refused

@@ -187,8 +187,27 @@ struct Want {
 template <typename Algo>
 struct Algos {
   std::vector<Algo> algo;
-  std::vector<std::string> tags;  // "algo 1", ...: the timing cache's engine names
+  std::vector<std::string> tags;   // "algo 1", ...: the timing cache's engine names
+  std::vector<std::string> names;  // cuDNN's enum names, for the engine log
 };
+
+// cuDNN's name of a legacy algorithm (the engine log's, ops/core/engine_record.h).
+std::string algo_name(cudnnConvolutionFwdAlgo_t a) {
+  static const char* const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+                                      "WINOGRAD",      "WINOGRAD_NONFUSED"};
+  const auto i = static_cast<size_t>(a);
+  return std::string("CUDNN_CONVOLUTION_FWD_ALGO_") + (i < 8 ? names[i] : std::to_string(i).c_str());
+}
+std::string algo_name(cudnnConvolutionBwdDataAlgo_t a) {
+  static const char* const names[] = {"0", "1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  const auto i = static_cast<size_t>(a);
+  return std::string("CUDNN_CONVOLUTION_BWD_DATA_ALGO_") + (i < 6 ? names[i] : std::to_string(i).c_str());
+}
+std::string algo_name(cudnnConvolutionBwdFilterAlgo_t a) {
+  static const char* const names[] = {"0", "1", "FFT", "3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+  const auto i = static_cast<size_t>(a);
+  return std::string("CUDNN_CONVOLUTION_BWD_FILTER_ALGO_") + (i < 7 ? names[i] : std::to_string(i).c_str());
+}
 
 // The algorithm a chooser picked for each pass (-1: none yet), set on the plan's first
 // timed call and read by every later call.
@@ -209,6 +228,8 @@ struct ConvPlan {
   size_t cudnn_bytes = 0;  // the most any algorithm the plan may run needs
   std::string key;         // the problem: the plan cache's and the timing cache's key
   std::string precision;   // of the timing cache's key: "tf32", "fp32" or "fp64"
+  std::string problem;     // the engine log's words for it
+  double flops = 0;        // of one pass (each pass does the same multiply-adds)
   std::shared_ptr<Choice> choice = std::make_shared<Choice>();
 };
 
@@ -224,26 +245,29 @@ ConvPlan reference_plan() {
 bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
 
 // The heuristic results within the workspace cap whose math the plan allows (FMA; with
-// TF32 also the default math, never a down-conversion to fp16), the deterministic ones
-// only where there are any: a resumed run repeats the straight one bit for bit only if
-// every kernel does (cuDNN's atomics-based backward algorithms do not). All of them with
+// TF32 also the default math, never a down-conversion to fp16); with `deterministic` the
+// deterministic ones only where there are any (a resumed run repeats the straight one bit
+// for bit only if every kernel does; cuDNN's atomics-based backward algorithms do not),
+// else every one in the heuristics' order (keep_engine, ops/core/engine_choice.h). All of them with
 // `timed` (a chooser times them on the first call), else the first. `bytes(algo)` is its
 // workspace, or nullopt when cuDNN will not say (left out).
 template <typename Perf, typename Algo, typename Bytes>
-bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool timed, Bytes&& bytes, Algos<Algo>& out,
-                size_t* most) {
+bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool deterministic, bool timed, Bytes&& bytes,
+                Algos<Algo>& out, size_t* most) {
   auto allowed = [&](cudnnMathType_t m) { return m == CUDNN_FMA_MATH || (tf32 && m == CUDNN_DEFAULT_MATH); };
-  for (bool need_deterministic : {true, false}) {
+  for (bool need_deterministic : determinism_passes(deterministic)) {
     for (int i = 0; i < returned; ++i) {
       const Perf& r = perf[static_cast<size_t>(i)];
       if (r.status != CUDNN_STATUS_SUCCESS || !allowed(r.mathType) || r.memory > kMaxCudnnWorkspace ||
-          (need_deterministic && r.determinism != CUDNN_DETERMINISTIC))
+          !keep_engine(EngineNotes{false, false, false, r.determinism != CUDNN_DETERMINISTIC}, true, need_deterministic)
+               .empty())
         continue;
       if (std::find(out.algo.begin(), out.algo.end(), r.algo) != out.algo.end()) continue;  // listed per math type
       const std::optional<size_t> b = bytes(r.algo);
       if (!b) continue;
       out.algo.push_back(r.algo);
       out.tags.push_back("algo " + std::to_string(static_cast<int>(r.algo)));
+      out.names.push_back(algo_name(r.algo));
       *most = std::max(*most, *b);
       if (!timed) return true;
     }
@@ -256,9 +280,14 @@ bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool tim
 // cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
 ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
                         const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, Layout xl, Layout yl,
-                        bool w_krsc, DataType t, Want want, bool tf32, bool timed, const std::string& key) {
+                        bool w_krsc, DataType t, Want want, bool tf32, bool deterministic, bool timed,
+                        const std::string& key) {
   ConvPlan p;
   p.key = key;
+  p.flops = 2.0 * static_cast<double>(element_count(yd)) * static_cast<double>(wd[1] * wd[2] * wd[3]);
+  p.problem = "x " + std::to_string(xd[0]) + "," + std::to_string(xd[1]) + "," + std::to_string(xd[2]) + "," +
+              std::to_string(xd[3]) + " w " + std::to_string(wd[0]) + "," + std::to_string(wd[1]) + "," +
+              std::to_string(wd[2]) + "," + std::to_string(wd[3]) + ", " + (tf32 ? "tf32" : dtype_name(t));
   p.precision = t == DataType::Float64 ? "fp64" : tf32 ? "tf32" : "fp32";
   const int64_t pb = win.pads[2], pr = win.pads[3];  // end pads (bottom, right)
   p.top = win.pads[0], p.left = win.pads[1];
@@ -310,7 +339,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
       return b;
     };
     if (!ok(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x, p.w, p.conv, p.y, count, &returned, perf.data())) ||
-        !candidates(perf, returned, tf32, timed, bytes, p.forward, &p.cudnn_bytes))
+        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.forward, &p.cudnn_bytes))
       return reference_plan();
   }
   if (want.data) {
@@ -323,7 +352,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
     };
     if (!ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w, p.y, p.conv, p.x, count, &returned,
                                                         perf.data())) ||
-        !candidates(perf, returned, tf32, timed, bytes, p.data, &p.cudnn_bytes))
+        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.data, &p.cudnn_bytes))
       return reference_plan();
   }
   if (want.filter) {
@@ -337,7 +366,7 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
     };
     if (!ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x, p.y, p.conv, p.w, count, &returned,
                                                           perf.data())) ||
-        !candidates(perf, returned, tf32, timed, bytes, p.filter, &p.cudnn_bytes))
+        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.filter, &p.cudnn_bytes))
       return reference_plan();
   }
   return p;
@@ -368,14 +397,14 @@ std::shared_ptr<const ConvPlan> conv_plan(const KernelContext& ctx, const Tensor
   // most any of them needs: another plan than without one.
   const bool timed = ctx.chooser != nullptr;
   key += "|g" + std::to_string(group) + (want.forward ? "F" : "") + (want.data ? "D" : "") + (want.filter ? "W" : "") +
-         (tf32 ? "|tf32" : "") + (timed ? "|timed" : "");
+         (tf32 ? "|tf32" : "") + (timed ? "|timed" : "") + (ctx.deterministic ? "" : "|nondet");
   if (x.layout() == Layout::ChannelsLast || yl == Layout::ChannelsLast)
     key += std::string("|nhwc") + (x.layout() == Layout::ChannelsLast ? "x" : "") +
            (yl == Layout::ChannelsLast ? "y" : "");
   if (w_krsc) key += "|krsc";
   return cached<ConvPlan>(key, [&] {
-    return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.layout(), yl, w_krsc, x.dtype(), want, tf32, timed,
-                          key);
+    return make_conv_plan(n, win, group, x.dims(), w.dims(), yd, x.layout(), yl, w_krsc, x.dtype(), want, tf32,
+                          ctx.deterministic, timed, key);
   });
 }
 
@@ -401,8 +430,11 @@ std::optional<bool> grad_krsc(const Tensor& x, const Tensor& dy, const Tensor& w
 template <typename Algo, typename Call>
 size_t choose_algo(const KernelContext& ctx, const ConvPlan& p, int pass, const char* pattern, const Algos<Algo>& a,
                    Call&& call) {
-  return chosen_candidate(ctx, p.choice->pass[pass], pattern, p.key, p.precision, cudnn_version(), a.tags,
-                          /*repeatable=*/true, [&](size_t i) { return ok(call(i)); });
+  static const char* const passes[] = {"forward", "data", "filter"};
+  return chosen_candidate(
+      ctx, p.choice->pass[pass], pattern, p.key, p.precision, cudnn_version(), a.tags,
+      /*repeatable=*/true, [&](size_t i) { return ok(call(i)); },
+      engine_record(ctx.node.op_type, passes[pass], p.problem, "cuDNN " + cudnn_version(), p.flops), &a.names);
 }
 
 // The inputs a call reads in KernelContext::math, one per input of the node: under

@@ -144,11 +144,11 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
 }
 
 // The operation graph of `p` and its execution plan; null and `why` when cuDNN does not support it.
-std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
+std::shared_ptr<const GraphPlan> build_plan(const Problem& p, const cudnn_graph::PlanChoice& choice, std::string* why) {
   Builder b;
   const std::vector<cudnnBackendDescriptor_t> ops =
       p.pass == ConvPass::forward ? forward_ops(b, p) : backward_ops(b, p);
-  return cudnn_graph::plan_of(b, ops, p.tf32, all, why);
+  return cudnn_graph::plan_of(b, ops, p.tf32, choice, why);
 }
 
 // A call as the graph sees it, with its cache key, its buffers and the notice's words;
@@ -192,10 +192,12 @@ bool graph_call(const KernelContext& ctx, ConvPass pass, DataType inputs, const 
   for (int64_t v : p.align) c.g.key += std::to_string(v);
   if (p.x_last || p.y_last || p.w_last)
     c.g.key += std::string("|nhwc") + (p.x_last ? "x" : "") + (p.y_last ? "y" : "") + (p.w_last ? "w" : "");
-  c.g.all = ctx.chooser != nullptr;
-  if (c.g.all) c.g.key += "|timed";
+  c.g.choice = cudnn_graph::plan_choice(ctx);
+  c.g.key += c.g.choice.key();
   c.g.label = graph_label(ctx.node.op_type, pass, inputs) + (drelu ? " +drelu" : "");
   c.g.pattern = ctx.node.op_type + "." + pass_word;
+  c.g.pass = pass_word;
+  c.g.flops = 2.0 * static_cast<double>(y.numel()) * static_cast<double>(p.w[1] * p.w[2] * p.w[3]);
   c.g.precision = inputs != DataType::Float32 ? dtype_word(inputs) : p.tf32 ? "tf32" : "fp32";
   c.g.problem = "x " + dims_text(p.x) + " w " + dims_text(p.w) + " " + pass_word + ", " + math +
                 (p.x_last || p.y_last ? ", NHWC" : "") + (p.w_last ? ", KRSC" : "");
@@ -216,7 +218,7 @@ void forward_epilogue(ConvCall& c, bool bias, bool relu, bool residual) {
 
 // Gives `c` its plan builder, once its problem is complete.
 void set_build(ConvCall& c) {
-  c.g.build = [p = c.p](bool all, std::string* why) { return build_plan(p, all, why); };
+  c.g.build = [p = c.p](const cudnn_graph::PlanChoice& choice, std::string* why) { return build_plan(p, choice, why); };
 }
 
 // The forward's call for `a` with pointer alignments `align` (x, w, b, z, y).

@@ -133,6 +133,8 @@ struct GemmPlan {
   size_t workspace = 0;   // the most any of them needs
   std::string key;        // the plan cache's key, the timing cache's problem
   std::string precision;  // of the timing cache's key: "fp32", "tf32", "bf16", "fp16", "fp64"
+  std::string problem;    // the engine log's words for it: "m,n,k NT, tf32" (batched: "b x ...")
+  double flops = 0;       // of one call
   std::shared_ptr<std::atomic<int>> choice = std::make_shared<std::atomic<int>>(-1);  // chosen index, once timed
 };
 
@@ -187,10 +189,16 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
                         bool timed, const std::string& key, const Batch& batch = {}) {
   GemmPlan p;
   p.key = key;
+  const int64_t batches = batch.count > 1 ? batch.count : 1;
+  p.flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batches);
   p.precision = narrow != MathPrecision::fp32 ? math_precision_name(narrow)
                 : t == DataType::Float64      ? "fp64"
                 : tf32                        ? "tf32"
                                               : "fp32";
+  p.problem = (batches > 1 ? std::to_string(batches) + " x " : std::string()) + "m,n,k " + std::to_string(m) + "," +
+              std::to_string(n) + "," + std::to_string(k) + " " + (ta ? "T" : "N") + (tb ? "T" : "N") + ", " +
+              p.precision;
   const bool f64 = t == DataType::Float64;
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F, in_type = operand_type(narrow, t);
   const cublasComputeType_t compute = f64    ? CUBLAS_COMPUTE_64F
@@ -257,8 +265,10 @@ template <typename Call>
 const cublasLtMatmulAlgo_t& choose_algo(const KernelContext& ctx, const GemmPlan& p, const char* pattern,
                                         bool repeatable, Call&& call) {
   return p
-      .algos[chosen_candidate(ctx, *p.choice, pattern, p.key, p.precision, lt_version(), p.tags, repeatable,
-                              [&](size_t i) { return call(i) == CUBLAS_STATUS_SUCCESS; })]
+      .algos[chosen_candidate(
+          ctx, *p.choice, pattern, p.key, p.precision, lt_version(), p.tags, repeatable,
+          [&](size_t i) { return call(i) == CUBLAS_STATUS_SUCCESS; },
+          engine_record(ctx.node.op_type, "forward", p.problem, lt_version(), p.flops))]
       .algo;
 }
 

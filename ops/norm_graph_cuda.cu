@@ -122,10 +122,10 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
   return ops;
 }
 
-std::shared_ptr<const GraphPlan> build_plan(const Problem& p, bool all, std::string* why) {
+std::shared_ptr<const GraphPlan> build_plan(const Problem& p, const cudnn_graph::PlanChoice& choice, std::string* why) {
   Builder b;
   const std::vector<cudnnBackendDescriptor_t> ops = p.backward ? backward_ops(b, p) : forward_ops(b, p);
-  return cudnn_graph::plan_of(b, ops, p.tf32, all, why);
+  return cudnn_graph::plan_of(b, ops, p.tf32, choice, why);
 }
 
 // The scope (ops/norm_graph_cuda.h): every tensor float32, the activation-shaped ones
@@ -148,13 +148,16 @@ void describe(const KernelContext& ctx, Problem p, GraphCall& c) {
   const std::string dir = p.backward ? (p.relu ? "backward+drelu" : "backward") : (p.relu ? "forward+relu" : "forward");
   c.key = "BatchNormalization." + dir + "|x" + dims_text(p.x) + "|nhwc|" + (p.tf32 ? "tf32" : "strict") + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
-  c.all = ctx.chooser != nullptr;
-  if (c.all) c.key += "|timed";
+  c.choice = cudnn_graph::plan_choice(ctx);
+  c.key += c.choice.key();
   c.pattern = "BatchNormalization." + dir;
+  c.pass = dir;
   c.problem = "x " + dims_text(p.x) + " " + dir + ", NHWC";
   c.label = bn_graph_label(ctx.node.op_type, p.relu);
   c.precision = p.tf32 ? "tf32" : "fp32";
-  c.build = [p = std::move(p)](bool all, std::string* why) { return build_plan(p, all, why); };
+  c.build = [p = std::move(p)](const cudnn_graph::PlanChoice& choice, std::string* why) {
+    return build_plan(p, choice, why);
+  };
 }
 
 int64_t align_of(const void* ptr, bool planning) { return planning ? 16 : cudnn_graph::alignment(ptr); }

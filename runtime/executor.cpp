@@ -199,7 +199,14 @@ struct Executor::Prepared {
   Backend::Captured captured;
   std::string capture_key;
   bool capture_failed = false;
-  bool host_steps = false;    // some step runs on the host (Backend::runs_on_host): never captured
+  bool host_steps = false;  // some step runs on the host (Backend::runs_on_host): never captured
+  // Why runs of this plan are not captured, where it is fixed for the plan (written when
+  // it is built, so that a run allocates no reason: Executor::capture_refusal).
+  std::string no_capture_backend;  // "the cpu backend cannot capture"
+  std::string no_capture_host;     // "an op runs on the host: 'NODE' (OP)", the first of them
+  // What capture did for this plan (Executor::capture_status): captures, replays, runs
+  // not captured after the first and the last run's reason; the refusal's message.
+  Executor::CaptureStatus capture;
   size_t workspace = 0;       // the kernels' scratch memory (Executor::plan_workspace)
   size_t side_workspace = 0;  // the side stream's, for the second steps of pairs
   size_t runs = 0;
@@ -415,7 +422,13 @@ void Executor::bind_slots(Prepared& p) {
   p.ring.clear();
   if (backend_.asynchronous()) p.seed_device = backend_.allocate(sizeof(uint64_t));
   p.host_steps = false;
-  for (const PlanStep& st : plan.steps) p.host_steps = p.host_steps || backend_.runs_on_host(plan.graph.nodes[st.node]);
+  p.no_capture_host.clear();
+  for (const PlanStep& st : plan.steps)
+    if (const Node& n = plan.graph.nodes[st.node]; backend_.runs_on_host(n)) {
+      if (!p.host_steps) p.no_capture_host = "an op runs on the host: '" + n.name + "' (" + n.op_type + ")";
+      p.host_steps = true;
+    }
+  p.no_capture_backend = "the " + backend_.name() + " backend cannot capture";
 }
 
 // Each step's kernel arguments, built once per binding: pointers into the slots.
@@ -765,11 +778,16 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
   issue_inputs(p, checking, fresh);
   if (ro.before_steps) ro.before_steps();
   std::string key;
-  if (!capturable(p, ro, key)) {
+  CaptureStatus& cs = p.capture;
+  ++cs.runs;
+  if (const std::string_view why = capture_refusal(p, ro, key); !why.empty()) {
+    cs.reason = why;  // the same reason run after run: no allocation after the first
+    cs.uncaptured += p.runs > 0;
     run_steps(p, ro, checking);
   } else if (p.captured && p.capture_key == key) {
     p.flags_read = 0;
     backend_.replay(p.captured);
+    ++cs.replays, cs.reason.clear();
   } else {
     // Captured once, then replayed: this run and every later one with the same options.
     p.captured.reset();
@@ -778,9 +796,13 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
       run_steps(p, ro, checking);
       p.captured = backend_.end_capture();
       p.capture_key = key;
-    } catch (const std::exception&) {  // something in the step cannot be captured: run it as issued
+      ++cs.captures, cs.reason.clear();
+    } catch (const std::exception& e) {  // something in the step cannot be captured: run it as issued
       backend_.abort_capture();
       p.capture_failed = true;
+      cs.reason = std::string("the backend refused the capture: ") + e.what();
+      cs.refused = cs.reason;
+      ++cs.uncaptured;
       run_steps(p, ro, checking);
     }
     if (p.captured) backend_.replay(p.captured);
@@ -795,17 +817,42 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
 // the host, every feed staged through pinned memory, no step hook unless it only queues
 // work (RunOptions::hooks_queue_only), no profile or early stop, and a run of this plan
 // before (the kernels' own one-time set-up, and the hooks' for the plan, not captured).
-bool Executor::capturable(const Prepared& p, const RunOptions& ro, std::string& key) const {
-  if (!opts_.capture || !backend_.can_capture() || backend_.host_visible() || p.capture_failed || p.host_steps ||
-      p.runs == 0 || ro.profile || ro.hooks_need_host() || ro.skip_state_writes)
-    return false;
+// Returns "" when it may, else why not (Executor::CaptureStatus::reason): a literal or a
+// string of the plan, so that asking allocates nothing.
+std::string_view Executor::capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const {
+  if (!opts_.capture) return "capture turned off";
+  if (!backend_.can_capture()) return p.no_capture_backend;
+  if (backend_.host_visible()) return "the backend's memory is host-visible";
+  if (p.capture_failed) return p.capture.refused;
+  if (p.host_steps) return p.no_capture_host;
+  if (ro.profile) return "profiling (a synchronisation after each kernel)";
+  if (ro.hooks_need_host()) return "step hooks that need the host (a host communicator)";
+  if (ro.skip_state_writes) return "a run that skips state writes";
+  if (p.runs == 0) return "the plan's first run (kernels' one-time set-up; captured from the second)";
   size_t staged = 0;
   for (const Tensor& t : p.staged) staged += !t.empty();
-  if (p.feed_copies.size() != staged || staged != p.feed_values.size()) return false;
+  if (p.feed_copies.size() != staged || staged != p.feed_values.size())
+    return "a feed the backend reads in place (not staged)";
   key = std::string(ro.training ? "training" : "inference") + (ro.detect_anomaly ? " anomaly" : "");
   for (const std::string& c : ro.check_finite) key += " " + c;
   if (ro.has_hooks()) key += " hooks " + std::to_string(reinterpret_cast<uintptr_t>(ro.skip_flag));
-  return true;
+  return "";
+}
+
+Executor::CaptureStatus Executor::capture_status() const {
+  if (!last_) return {};
+  return last_->capture;
+}
+
+std::string capture_line(const Executor::CaptureStatus& s) {
+  if (s.runs == 0) return "capture: not captured (no run)";
+  if (s.captures == 0)
+    return "capture: not captured (" + (s.reason.empty() ? std::string("no reason recorded") : s.reason) + ")";
+  std::string line = "capture: step captured " +
+                     (s.captures == 1 ? std::string("once") : std::to_string(s.captures) + " times") + ", replayed " +
+                     std::to_string(s.replays) + (s.replays == 1 ? " time" : " times");
+  if (!s.reason.empty()) line += "; the last run not captured (" + s.reason + ")";
+  return line;
 }
 
 // The phases before a run is issued: its plan (bound), its checks, its slot's batch and seed.

@@ -51,6 +51,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "graph/error.h"
 #include "runtime/backend.h"
@@ -242,6 +243,20 @@ class Executor {
   // Bytes of feeds the host copied into the runs' pinned buffers (feeds not from
   // batch_pool()), since the executor was made.
   size_t host_staged_bytes() const { return host_staged_bytes_; }
+  // What capture did for the last run's plan (ExecutorOptions::capture): how many of its
+  // runs were captured (each one then replayed), how many only replayed the capture, and
+  // why the last run was not captured or replayed ("" when it was). A capture the backend
+  // refused (it threw while capturing: a synchronisation, a call it cannot record) keeps
+  // its message in `refused`; the plan then runs as issued. `trainrt bench` prints it.
+  struct CaptureStatus {
+    size_t runs = 0;        // runs of the plan
+    size_t captures = 0;    // runs captured (and run by replaying the capture)
+    size_t replays = 0;     // later runs that only replayed it
+    size_t uncaptured = 0;  // runs after the first neither captured nor replayed
+    std::string reason;     // why the last run was neither; "" when it was
+    std::string refused;    // the backend's refusal, where it refused
+  };
+  CaptureStatus capture_status() const;  // of the last run's plan; all zero before a run
 
  private:
   struct Prepared;
@@ -266,7 +281,7 @@ class Executor {
   void run_now(Prepared& p, const RunOptions& ro, bool checking);
   bool deferrable(const Prepared& p, const RunOptions& ro, bool checking) const;
   void retire(size_t count);
-  bool capturable(const Prepared& p, const RunOptions& ro, std::string& key) const;
+  std::string_view capture_refusal(const Prepared& p, const RunOptions& ro, std::string& key) const;
   void run_steps(Prepared& p, const RunOptions& ro, bool checking);
   void run_kernel(Prepared& p, size_t s, NodeEvent* ev) const;
   static void check_outputs(const Prepared& p, size_t s);
@@ -297,5 +312,9 @@ class Executor {
   std::unique_ptr<HostPool> batch_pool_;  // batch_pool(), made on first use
   mutable size_t host_staged_bytes_ = 0;  // written by stage_feeds
 };
+
+// "capture: step captured once, replayed 9 times", "capture: not captured (WHY)", or the
+// first with "; the last run not captured (WHY)" when later runs were not.
+std::string capture_line(const Executor::CaptureStatus& s);
 
 }  // namespace trainrt

@@ -166,6 +166,8 @@ class TrainingSession {
   }
   // The plan of the last step (BadInput before the first).
   const Plan& plan() const { return exec_->plan(); }
+  // What CUDA-graph capture did for the last step's plan (Executor::capture_status).
+  Executor::CaptureStatus capture_status() const { return exec_->capture_status(); }
   // Bytes of the persistent block (parameters, optimizer and BN state).
   size_t persistent_bytes() const { return persistent_bytes_; }
 

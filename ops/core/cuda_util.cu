@@ -156,6 +156,8 @@ void run_reference(KernelContext& ctx, const char* why) {
   if (!k) throw_internal(what(ctx.node, "cuda host fallback"), "no reference kernel");
   if (const std::string line = host_fallback_notices().first(ctx.node.op_type, ctx.node.name, why); !line.empty())
     std::fprintf(stderr, "%s\n", line.c_str());
+  fallback_log().record(
+      {ctx.node.op_type, ctx.node.name, "", why, "the host reference kernel (copies and a sync per call)"});
   // Device memory: the reference kernel runs on host copies of the arguments.
   cudaStream_t stream = context().stream;
   // Host copies keep the arguments' layouts; the reference kernel reads Plain copies.

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "ops/core/channels_last.h"
+#include "ops/core/engine_record.h"
 #include "ops/core/register_all.h"
 
 namespace trainrt::cuda {
@@ -113,25 +114,39 @@ bool capturing(const Node& node);
 // The index of the candidate (`tags`, one per library algorithm) a call of a problem
 // runs: 0 without a chooser or with one candidate; else the one kept in `chosen` (-1:
 // none yet), or the chooser's (ops/core/engine_choice.h: the timing cache's entry under
-// `pattern`, `problem`, `precision` and `library` on this GPU, or every candidate timed
-// by time_calls over `run(i)`, which runs candidate i on this call's buffers and says
-// whether the library took it). Nothing is timed when the call is not `repeatable` (it
-// would write other outputs when run again) or the stream is being captured: the kept
-// choice or 0 then, for this call only. 0 too when every candidate failed when timed:
-// the first, whose error then names the call. The legacy convolution algorithms and
-// cuBLASLt's share it (ops/conv_cuda.cu, ops/gemm_cuda.cu).
+// `pattern`, `problem`, `precision` and `library` on this GPU, or the policy's first
+// candidates timed by time_calls over `run(i)`, which runs candidate i on this call's
+// buffers and says whether the library took it). Nothing is timed when the call is not
+// `repeatable` (it would write other outputs when run again) or the stream is being
+// captured: the kept choice or 0 then, for this call only. 0 too when every candidate
+// failed when timed: the first, whose error then names the call. The legacy convolution
+// algorithms and cuBLASLt's share it (ops/conv_cuda.cu, ops/gemm_cuda.cu). The choice,
+// once made, goes to engine_log() as `rec` (op, pass, problem, library and FLOPs filled
+// by the caller) with its engine (names[i], else tags[i]) and measured time.
 template <typename Run>
 size_t chosen_candidate(const KernelContext& ctx, std::atomic<int>& chosen, const char* pattern,
                         const std::string& problem, const std::string& precision, const std::string& library,
-                        const std::vector<std::string>& tags, bool repeatable, Run&& run) {
-  if (!ctx.chooser || tags.size() <= 1) return 0;
+                        const std::vector<std::string>& tags, bool repeatable, Run&& run, EngineRecord rec,
+                        const std::vector<std::string>* names = nullptr) {
   if (const int c = chosen.load(); c >= 0) return static_cast<size_t>(c);
+  auto log = [&](size_t i, const EngineChoice* c) {
+    if (i < tags.size()) rec.engine = names && i < names->size() ? (*names)[i] : tags[i];
+    if (c && c->cached) rec.engine += " (the timing cache's choice)";
+    rec.timed = c && c->timed;
+    rec.time_ms = rec.timed ? c->time_ms : 0;
+    engine_log().record(std::move(rec));
+  };
+  if (!ctx.chooser || tags.size() <= 1) {  // the heuristics' first: kept for later calls of this plan
+    chosen.store(0);
+    log(0, nullptr);
+    return 0;
+  }
   EngineChooser::Time time;
   if (repeatable && !capturing(ctx.node))
     time = [&](size_t i, const TimingPolicy& policy) { return time_calls(ctx.node, policy, [&] { return run(i); }); };
   const EngineChoice c = ctx.chooser->choose(EngineKey{pattern, problem, precision, gpu_name(), library}, tags, time);
   if (!c.index) return 0;
-  if (c.cached || c.timed) chosen.store(static_cast<int>(*c.index));
+  if (c.cached || c.timed) chosen.store(static_cast<int>(*c.index)), log(*c.index, &c);
   return *c.index;
 }
 

@@ -69,13 +69,14 @@ std::string engine_tag(Builder& b, cudnnBackendDescriptor_t cfg, cudnnBackendDes
 }
 
 // The engine configs of the heuristics (mode A, then the fallback list) that the
-// precision allows and that finalize into an execution plan within the workspace cap:
-// without `all`, the first one (no timing: the heuristics' own choice); with it, every
-// deterministic one, or every one when none is deterministic (the candidates the timing
-// cache chooses among; repeats of a config across the two lists are left out). Null and
-// `why` when none does.
+// precision and the determinism allow (keep_engine) and that finalize into an execution
+// plan within the workspace cap: the first choice.candidates of them in the heuristics'
+// order (1 without a chooser: the heuristics' own choice; the candidates the timing cache
+// chooses among; repeats of a config across the two lists are left out), deterministic
+// ones first when choice.deterministic. Configs after the last candidate are never
+// finalized. Null and `why` when none does.
 std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::vector<DescPtr> keep, bool tf32,
-                                           bool all, std::string* why) {
+                                           const PlanChoice& choice, std::string* why) {
   cudnnHandle_t handle = context().cudnn;
   auto found = std::make_shared<GraphPlan>();
   found->keep = std::move(keep);
@@ -84,7 +85,9 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
     if (first.empty()) first = r;
   };
   int64_t candidates = 0;
-  for (bool need_deterministic : {true, false}) {
+  const size_t wanted = std::max<size_t>(choice.candidates, 1);
+  const std::vector<bool> passes = determinism_passes(choice.deterministic);
+  for (bool need_deterministic : passes) {
     if (!found->candidates.empty()) break;  // non-deterministic engines only when no deterministic one finalizes
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       Builder b;
@@ -109,7 +112,7 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
         continue;
       }
       for (int64_t i = 0; i < count; ++i) {
-        if (need_deterministic) ++candidates;  // the second pass looks at the same configs again
+        if (need_deterministic || passes.size() == 1) ++candidates;  // a second pass looks at the same configs again
         Builder e;
         cudnnBackendDescriptor_t engine = e.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
         int64_t n = 0;
@@ -127,13 +130,14 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
           continue;
         }
         notes.resize(static_cast<size_t>(n));
-        if (has_note(notes, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) ||
-            has_note(notes, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) ||
-            (!tf32 && has_note(notes, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)) ||
-            (need_deterministic && has_note(notes, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC))) {
-          reason(!tf32 && has_note(notes, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
-                     ? "engines left out: TF32 tensor cores under strict fp32 math"
-                     : "engines left out: down-converting or non-deterministic");
+        const std::string left_out =
+            keep_engine(EngineNotes{has_note(notes, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS),
+                                    has_note(notes, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION),
+                                    has_note(notes, CUDNN_NUMERICAL_NOTE_TENSOR_CORE),
+                                    has_note(notes, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)},
+                        tf32, need_deterministic);
+        if (!left_out.empty()) {
+          reason(left_out);
           continue;
         }
         cudnnBackendDescriptor_t plan = e.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
@@ -152,7 +156,14 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
           reason("engines left out: more than 256 MiB of workspace");
           continue;
         }
-        const std::string tag = all ? engine_tag(e, cfgs[static_cast<size_t>(i)], engine) : "first";
+        std::string tag;
+        if (choice.timed) {
+          tag = engine_tag(e, cfgs[static_cast<size_t>(i)], engine);
+        } else {  // only the engine log reads it: a config whose knobs cannot be read still runs
+          Builder t;
+          tag = engine_tag(t, cfgs[static_cast<size_t>(i)], engine);
+          if (!t.ok()) tag = "the heuristics' first";
+        }
         if (!e.ok()) {
           reason(e.why);
           continue;
@@ -164,10 +175,8 @@ std::shared_ptr<const GraphPlan> pick_plan(cudnnBackendDescriptor_t graph, std::
         found->keep.insert(found->keep.end(), e.keep.begin(), e.keep.end());
         found->candidates.push_back(Candidate{plan, ws, tag});
         found->workspace = std::max(found->workspace, ws);
-        if (!all) {
-          found->chosen = 0;
-          return found;
-        }
+        if (!choice.timed) found->chosen = 0;
+        if (found->candidates.size() >= wanted) return found;
       }
     }
   }
@@ -305,7 +314,7 @@ cudnnBackendDescriptor_t relu_backward(Builder& b, cudnnBackendDescriptor_t dy, 
 }
 
 std::shared_ptr<const GraphPlan> plan_of(Builder& b, const std::vector<cudnnBackendDescriptor_t>& ops, bool tf32,
-                                         bool all, std::string* why) {
+                                         const PlanChoice& choice, std::string* why) {
   cudnnHandle_t handle = context().cudnn;
   cudnnBackendDescriptor_t graph = b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
@@ -316,19 +325,41 @@ std::shared_ptr<const GraphPlan> plan_of(Builder& b, const std::vector<cudnnBack
     *why = b.why;
     return nullptr;
   }
-  return pick_plan(graph, b.keep, tf32, all, why);
+  return pick_plan(graph, b.keep, tf32, choice, why);
+}
+
+PlanChoice plan_choice(const KernelContext& ctx) {
+  PlanChoice p;
+  p.timed = ctx.chooser != nullptr && ctx.chooser->policy().max_candidates > 0;
+  p.candidates = p.timed ? ctx.chooser->policy().max_candidates : 1;
+  p.deterministic = ctx.deterministic;
+  return p;
 }
 
 bool Buffers::aliased() const { return std::count(ptrs.begin(), ptrs.end(), out) > 1; }
 
 namespace {
 
+// Puts the engine `c`'s problem runs with into engine_log(), with the chooser's timing.
+void log_engine(const KernelContext& ctx, const GraphCall& c, const std::string& tag, const EngineChoice* choice) {
+  EngineRecord r = engine_record(ctx.node.op_type, c.pass, c.problem, "cuDNN graph " + cudnn_version(), c.flops);
+  r.engine = tag;
+  if (choice && choice->cached) r.engine += " (the timing cache's choice)";
+  r.timed = choice && choice->timed;
+  r.time_ms = r.timed ? choice->time_ms : 0;
+  engine_log().record(std::move(r));
+}
+
 // The candidate of `g` this call runs (see run() in the header); null when every
 // candidate failed when timed.
 const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const GraphCall& c) {
   {
     std::lock_guard<std::mutex> lock(g.mu);
-    if (g.chosen >= 0) return &g.candidates[static_cast<size_t>(g.chosen)];
+    if (g.chosen >= 0) {
+      const Candidate& k = g.candidates[static_cast<size_t>(g.chosen)];
+      if (!g.logged) g.logged = true, log_engine(ctx, c, k.tag, nullptr);
+      return &k;
+    }
   }
   if (!ctx.chooser) return &g.candidates.front();
   const bool can_time = !capturing(ctx.node) && !c.bufs.aliased();
@@ -343,6 +374,8 @@ const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const Grap
   if (choice.cached || choice.timed) {
     std::lock_guard<std::mutex> lock(g.mu);
     g.chosen = static_cast<int>(*choice.index);
+    g.logged = true;
+    log_engine(ctx, c, g.candidates[*choice.index].tag, &choice);
   }
   return &g.candidates[*choice.index];
 }
@@ -351,7 +384,7 @@ const Candidate* choose(const KernelContext& ctx, const GraphPlan& g, const Grap
 
 bool run(const KernelContext& ctx, const GraphCall& c, const std::function<void()>* prepare, const char* instead) {
   const bool ran = graphs().try_run(
-      c.key, [&](std::string* why) { return c.build(c.all, why); },
+      c.key, [&](std::string* why) { return c.build(c.choice, why); },
       [&](const GraphPlan& g) {
         if (prepare && *prepare) (*prepare)();
         const Candidate* chosen = choose(ctx, g, c);
@@ -361,13 +394,15 @@ bool run(const KernelContext& ctx, const GraphCall& c, const std::function<void(
       [&](const std::string& why) {
         const std::string line = graph_fallback_notice(ctx.node.op_type, ctx.node.name, c.problem, why, instead);
         std::fprintf(stderr, "%s\n", line.c_str());
+        fallback_log().record(
+            {ctx.node.op_type, ctx.node.name, c.problem, "cuDNN graph unsupported (" + why + ")", instead});
       });
   fusion_tally().record(c.label, ctx.node.name, ran);
   return ran;
 }
 
 int64_t plan_workspace(const GraphCall& c) {
-  const auto plan = graphs().plan(c.key, [&](std::string* why) { return c.build(c.all, why); });
+  const auto plan = graphs().plan(c.key, [&](std::string* why) { return c.build(c.choice, why); });
   return plan ? plan->workspace : -1;
 }
 

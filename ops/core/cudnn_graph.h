@@ -103,16 +103,34 @@ struct GraphPlan {
   // -1 until then (only while there are several).
   mutable std::mutex mu;
   mutable int chosen = -1;
+  mutable bool logged = false;  // the choice is in engine_log()
 };
+
+// Which of the heuristics' engine configs a problem's plan keeps: the first `candidates`
+// acceptable ones (1 without a chooser: the heuristics' own choice; the chooser's
+// TimingPolicy::max_candidates with one, `timed`: the chooser times them), and whether
+// non-deterministic engines are acceptable (KernelContext::deterministic). Its key()
+// is part of the problem's key (another choice, another plan).
+struct PlanChoice {
+  size_t candidates = 1;
+  bool timed = false;
+  bool deterministic = true;
+  std::string key() const {
+    return (timed ? "|timed" + std::to_string(candidates) : std::string()) + (deterministic ? "" : "|nondet");
+  }
+};
+PlanChoice plan_choice(const KernelContext& ctx);
 
 // The operation graph of `ops` (built with `b`) and its execution plans: the engine
 // configs of the heuristics (mode A, then the fallback list) that finalize within the
 // workspace cap, never one that down-converts its inputs or reduces in reduced
-// precision, none with the TENSOR_CORE note unless `tf32`; deterministic ones first
-// (non-deterministic only when none is). Without `all` the first such config, with it
-// every one (the candidates a chooser times). Null and `why` when cuDNN supports none.
+// precision, none with the TENSOR_CORE note unless `tf32` (keep_engine,
+// ops/core/engine_choice.h); with `choice.deterministic` deterministic ones first
+// (non-deterministic only when none is), else every one in the heuristics' order. The
+// first choice.candidates such configs (the others are never finalized). Null and `why`
+// when cuDNN supports none.
 std::shared_ptr<const GraphPlan> plan_of(Builder& b, const std::vector<cudnnBackendDescriptor_t>& ops, bool tf32,
-                                         bool all, std::string* why);
+                                         const PlanChoice& choice, std::string* why);
 
 // One call's buffers: the variant pack's uids and pointers (by-value scalars point at
 // host memory that outlives the call), the output among them, and where the graph's
@@ -131,14 +149,16 @@ struct Buffers {
 
 // A call as a graph sees it: the problem's key (everything the plan depends on: the
 // per-problem fallback and plan cache key it), the timing cache's pattern and the
-// notice's words, the tally's label, the precision the timing cache files it under, its
-// buffers and how to build its plan.
+// notice's words, the tally's label, the precision the timing cache files it under, the
+// engine log's pass and FLOPs, its buffers and how to build its plan.
 struct GraphCall {
   Buffers bufs;
   std::string key, problem, pattern, label;
+  std::string pass = "forward";    // the engine log's (ops/core/engine_record.h)
+  double flops = 0;                // of one call; 0 where FLOPs mean nothing (batch norm)
   const char* precision = "fp32";  // "fp32", "tf32", "bf16", "fp16"
-  bool all = false;                // every acceptable engine config is a candidate (a chooser times them)
-  std::function<std::shared_ptr<const GraphPlan>(bool all, std::string* why)> build;
+  PlanChoice choice;               // which engine configs are candidates (plan_choice(ctx))
+  std::function<std::shared_ptr<const GraphPlan>(const PlanChoice& choice, std::string* why)> build;
 };
 
 // Runs `c`'s graph (after `prepare`, when given) on the context's stream, or says once

@@ -38,15 +38,20 @@ EngineChoice EngineChooser::choose(const EngineKey& k, const std::vector<std::st
     c.index = 0;
     return c;
   }
+  const size_t bound = std::min(candidates.size(), policy_.max_candidates);
+  if (bound == 0) {  // autotuning off: the heuristics' first, nothing recorded
+    c.index = 0;
+    return c;
+  }
   c.timed = true;
   std::optional<double> best;
-  for (size_t i = 0; i < candidates.size(); ++i) {
+  for (size_t i = 0; i < bound; ++i) {
     const std::optional<double> ms = time(i, policy_);
     if (!ms) continue;
     if (!best || *ms < *best) best = ms, c.index = i;
   }
   if (!c.index) {
-    c.why = "every one of " + std::to_string(candidates.size()) + " candidate engines failed when timed";
+    c.why = "every one of " + std::to_string(bound) + " candidate engines failed when timed";
     failed_.emplace(id_of(k), c.why);
     return c;
   }
@@ -54,6 +59,18 @@ EngineChoice EngineChooser::choose(const EngineKey& k, const std::vector<std::st
   record(k, candidates[*c.index], *best);
   ++timed_;
   return c;
+}
+
+std::string keep_engine(const EngineNotes& n, bool tf32, bool deterministic) {
+  if (n.down_converts) return "engines left out: down-converting";
+  if (n.reduced_precision_reduction) return "engines left out: reduced-precision reduction";
+  if (n.tensor_core && !tf32) return "engines left out: TF32 tensor cores under strict fp32 math";
+  if (n.nondeterministic && deterministic) return "engines left out: non-deterministic (--deterministic on)";
+  return "";
+}
+
+std::vector<bool> determinism_passes(bool deterministic) {
+  return deterministic ? std::vector<bool>{true, false} : std::vector<bool>{false};
 }
 
 size_t EngineChooser::timed() const {

@@ -18,10 +18,12 @@
 //   - the store holds an engine for `key` (its GPU and library version are part of the
 //     key, so another device's entries never match) that is still among `candidates`:
 //     that one, nothing timed;
-//   - else, when `time` is given: every candidate is timed once (the callback runs the
-//     policy's warm-up and timed repetitions and returns the mean ms per call, or
-//     nullopt when the candidate failed or is unsupported: it is skipped), the fastest
-//     (first on ties) is recorded in the store and returned;
+//   - else, when `time` is given: the policy's first max_candidates candidates (the
+//     heuristics' order: the caller lists them best first) are timed once each (the
+//     callback runs the policy's warm-up and timed repetitions and returns the mean ms
+//     per call, or nullopt when the candidate failed or is unsupported: it is skipped),
+//     the fastest (first on ties) is recorded in the store and returned; the others are
+//     never run. max_candidates 0: nothing timed, the first candidate, nothing recorded;
 //   - every candidate failed: no index, `why` says so; the key is remembered, so later
 //     calls neither time again nor repeat the failure's cost;
 //   - `time` null (the caller cannot time now, e.g. its stream is being captured into a
@@ -52,10 +54,31 @@ struct EngineKey {
 };
 
 // Warm-up calls and timed calls per candidate; the callback follows it.
+// max_candidates bounds the autotuning: only the heuristics' first few are timed (the
+// CLI's --autotune N), as a short GPU allocation cannot time every engine config cuDNN
+// lists; the cuDNN graphs do not even finalize the others (ops/core/cudnn_graph.h).
 struct TimingPolicy {
   int warmup = 2;
   int repeats = 5;
+  size_t max_candidates = 4;
 };
+
+// What a library says about an engine's arithmetic (cuDNN's numerical notes), and the
+// engine filter every cuda kernel shares: "" when an engine with `notes` is kept, else
+// why not. Never an engine that down-converts its inputs or reduces in reduced
+// precision; TENSOR_CORE engines only where `tf32` (TF32 math allowed, or 16-bit
+// inputs); non-deterministic ones only where `deterministic` is off.
+struct EngineNotes {
+  bool down_converts = false;
+  bool reduced_precision_reduction = false;
+  bool tensor_core = false;
+  bool nondeterministic = false;
+};
+std::string keep_engine(const EngineNotes& notes, bool tf32, bool deterministic);
+// The passes of an engine filter over the heuristics' list: with `deterministic`, first
+// deterministic engines only, then (when none is kept) any; without, one pass taking
+// non-deterministic engines in the heuristics' order too.
+std::vector<bool> determinism_passes(bool deterministic);
 
 struct EngineChoice {
   std::optional<size_t> index;  // into the candidates; none when every one failed

@@ -27,7 +27,9 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 namespace trainrt {
 
@@ -164,6 +166,54 @@ class HostFallbackNotices {
 inline HostFallbackNotices& host_fallback_notices() {
   static HostFallbackNotices n;
   return n;
+}
+
+// Every fallback of the process, for the summary of `trainrt bench`: fed where the
+// notices above are said (a cuDNN graph turned down, a call handed to the host), one
+// entry per (op, node, problem), the first reason kept. Thread-safe.
+//
+//   fallback_log().record({"FusedConv", "conv3", "x 8,16,28,28 w 32,16,3,3 forward, fp32",
+//                          "cuDNN graph unsupported (no engine)", "the unfused convolution + epilogue"});
+//   fallback_line(r)  // "fallback: FusedConv 'conv3' (x 8,...): cuDNN graph unsupported (no engine); ran the ..."
+struct FallbackRecord {
+  std::string op, node, problem;
+  std::string reason;   // why the preferred path did not run
+  std::string instead;  // what ran in its place
+};
+
+class FallbackLog {
+ public:
+  void record(FallbackRecord r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_tuple(r.op, r.node, r.problem);
+    if (seen_.insert(std::move(key)).second) records_.push_back(std::move(r));
+  }
+  std::vector<FallbackRecord> records() const {  // in the order they happened
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.clear();
+    seen_.clear();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<FallbackRecord> records_;
+  std::set<std::tuple<std::string, std::string, std::string>> seen_;
+};
+
+// The process's log (the cuda kernels record into it).
+inline FallbackLog& fallback_log() {
+  static auto* log = new FallbackLog();  // kernels may record while static destructors run
+  return *log;
+}
+
+// "fallback: OP 'NODE' (PROBLEM): REASON; ran INSTEAD" (no parentheses without a problem).
+inline std::string fallback_line(const FallbackRecord& r) {
+  return "fallback: " + r.op + " '" + r.node + "'" + (r.problem.empty() ? "" : " (" + r.problem + ")") + ": " +
+         r.reason + "; ran " + r.instead;
 }
 
 }  // namespace trainrt

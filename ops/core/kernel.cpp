@@ -33,6 +33,13 @@ std::atomic<Fp32Math> process_fp32_math{Fp32Math::strict};
 Fp32Math default_fp32_math() { return process_fp32_math.load(std::memory_order_relaxed); }
 void set_default_fp32_math(Fp32Math m) { process_fp32_math.store(m, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool> process_deterministic{true};
+}  // namespace
+
+bool default_deterministic() { return process_deterministic.load(std::memory_order_relaxed); }
+void set_default_deterministic(bool on) { process_deterministic.store(on, std::memory_order_relaxed); }
+
 Tensor math_input(const Tensor& t, MathPrecision m, bool parallel) {
   if (m == MathPrecision::fp32 || t.dtype() != DataType::Float32) return t;
   TRAINRT_ASSERT(t.layout() == Layout::Plain);

@@ -91,6 +91,17 @@ const char* fp32_math_name(Fp32Math m);
 Fp32Math default_fp32_math();
 void set_default_fp32_math(Fp32Math m);
 
+// Whether the cuda kernels keep to deterministic library engines and algorithms (a run
+// repeats bit for bit) or may also take the non-deterministic ones, the split-K and
+// atomics-based weight-gradient engines among them, which PyTorch's users get with
+// torch.backends.cudnn.benchmark = True and deterministic algorithms off (the CLI's
+// default for train, bench and evaluate; selftest keeps deterministic). As with
+// Fp32Math, KernelContext::deterministic starts as the process's default (true unless
+// set: the CLI's --deterministic sets it once, before any executor is built). Host
+// kernels ignore it: they are deterministic for a given thread count.
+bool default_deterministic();
+void set_default_deterministic(bool on);
+
 struct KernelContext {
   const Node& node;
   std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
@@ -100,6 +111,7 @@ struct KernelContext {
   MathPrecision math = MathPrecision::fp32;
   ConvAlgorithm conv = ConvAlgorithm::direct;
   Fp32Math fp32 = default_fp32_math();
+  bool deterministic = default_deterministic();  // library engines: deterministic ones only
   // Set by the executor on an asynchronous backend for kernels that write state, where
   // the backend's kernel declared it (KernelRegistry::set_skips_when_flagged): 8 bytes of
   // the backend's memory that the NaN/Inf checks of the step lowered from ~0 when a

@@ -73,8 +73,20 @@ if [ -f "$model" ]; then
   "$trainrt" bench "$model" --batch 4 --steps 2 --warmup 1 --threads 1 >"$tmp/cpu" 2>"$tmp/err" || fail "bench on cpu exited $?: $(cat "$tmp/err")"
   [ -s "$tmp/err" ] && fail "bench wrote to stderr: $(cat "$tmp/err")"
   check_report "$tmp/cpu" 4 2 || fail "cpu report (above)"
+  # How the run ran (capture, fallbacks, engines): one capture line per run, which on a
+  # host backend says why it is not captured; no fallback; no engine choice on cpu.
+  [ "$(grep -c '^capture: ' "$tmp/cpu")" = 1 ] || fail "cpu report: not exactly one 'capture:' line"
+  grep -qx "capture: not captured (the cpu backend cannot capture)" "$tmp/cpu" || fail "cpu report: capture line"
+  grep -qx "fallbacks: none" "$tmp/cpu" || fail "cpu report: no 'fallbacks: none' line"
+  grep -q "^fallback: " "$tmp/cpu" && fail "cpu report: a fallback line on cpu"
+  grep -q "^engine: " "$tmp/cpu" && fail "cpu report: an engine line on cpu"
+  grep -qx "engines: none chosen (the cpu backend's kernels are oneDNN primitives and oneTBB loops)" "$tmp/cpu" ||
+    fail "cpu report: engines line"
   "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 0 --backend reference >"$tmp/ref" 2>"$tmp/err" || fail "bench on reference exited $?: $(cat "$tmp/err")"
   check_report "$tmp/ref" 4 1 || fail "reference report (above)"
+  grep -qx "capture: not captured (the reference backend cannot capture)" "$tmp/ref" ||
+    fail "reference report: capture line"
+  grep -qx "fallbacks: none" "$tmp/ref" || fail "reference report: no 'fallbacks: none' line"
   # Same seed, so the same random batch and the same first step: the backends' first losses agree.
   $py - "$tmp/cpu" "$tmp/ref" <<'PY' || fail "first-step loss differs between cpu and reference (above)"
 import re, sys

@@ -163,3 +163,67 @@ TEST_CASE("engine choice: concurrent calls for one problem time it once") {
   CHECK(chose_first == 4);
   CHECK(chooser.timed() == 1);
 }
+
+TEST_CASE("engine choice: bounded autotuning times only the heuristics' first max_candidates") {
+  TimingPolicy policy;
+  CHECK(policy.max_candidates == 4);  // the default (the CLI's --autotune 4)
+  policy.max_candidates = 2;
+  MemoryEngineChooser chooser(policy);
+  FakeTimer t{{0.5, 0.4, 0.1, 0.05, 0.01}};  // the fastest ones lie beyond the bound
+  const std::vector<std::string> cands{"eng0", "eng1", "eng2", "eng3", "eng4"};
+  EngineChoice c = chooser.choose(key(), cands, t.fn());
+  REQUIRE(c.index);
+  CHECK(*c.index == 1);  // the faster of [0, 2)
+  CHECK(c.timed);
+  CHECK(c.time_ms == 0.4);
+  CHECK(t.calls[0] == 1);
+  CHECK(t.calls[1] == 1);
+  CHECK(t.calls[2] == 0);  // never run
+  CHECK(t.calls[3] == 0);
+  CHECK(t.calls[4] == 0);
+  CHECK(chooser.entries.begin()->second == "eng1");
+  // The stored choice is reused: nothing timed again.
+  EngineChoice again = chooser.choose(key(), cands, t.fn());
+  REQUIRE(again.index);
+  CHECK(*again.index == 1);
+  CHECK(again.cached);
+  CHECK(t.total() == 2);
+}
+
+TEST_CASE("engine choice: max_candidates 0 times nothing and takes the heuristics' first") {
+  MemoryEngineChooser chooser(TimingPolicy{.max_candidates = 0});
+  FakeTimer t{{0.5, 0.1}};
+  EngineChoice c = chooser.choose(key(), {"eng0", "eng1"}, t.fn());
+  REQUIRE(c.index);
+  CHECK(*c.index == 0);
+  CHECK_FALSE(c.timed);
+  CHECK(t.total() == 0);
+  CHECK(chooser.entries.empty());
+}
+
+TEST_CASE("engine choice: failures within the bound are all that is tried") {
+  MemoryEngineChooser chooser(TimingPolicy{.max_candidates = 2});
+  FakeTimer t{{-1, -1, 0.1}};
+  EngineChoice c = chooser.choose(key(), {"eng0", "eng1", "eng2"}, t.fn());
+  CHECK_FALSE(c.index);
+  CHECK(c.why.find("every one of 2 candidate engines failed") != std::string::npos);
+  CHECK(t.calls[2] == 0);
+}
+
+TEST_CASE("engine filter: numerical notes and the determinism flag decide which engines are kept") {
+  const EngineNotes plain{};
+  CHECK(keep_engine(plain, false, true).empty());
+  CHECK(keep_engine(EngineNotes{.down_converts = true}, true, false).find("down-converting") != std::string::npos);
+  CHECK(keep_engine(EngineNotes{.reduced_precision_reduction = true}, true, false).find("reduced-precision") !=
+        std::string::npos);
+  const EngineNotes tc{.tensor_core = true};
+  CHECK(keep_engine(tc, false, false).find("TF32") != std::string::npos);  // strict fp32: no tensor cores
+  CHECK(keep_engine(tc, true, false).empty());
+  // A split-K weight-gradient engine (NONDETERMINISTIC note): out with --deterministic on only.
+  const EngineNotes split_k{.tensor_core = true, .nondeterministic = true};
+  CHECK(keep_engine(split_k, true, true).find("non-deterministic") != std::string::npos);
+  CHECK(keep_engine(split_k, true, false).empty());
+  // The passes over the heuristics' list: deterministic first (then any) when on; one pass when off.
+  CHECK(determinism_passes(true) == std::vector<bool>{true, false});
+  CHECK(determinism_passes(false) == std::vector<bool>{false});
+}

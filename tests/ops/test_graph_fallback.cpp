@@ -214,3 +214,49 @@ TEST_CASE("host fallback notices: one line per op and node, naming both and the 
   for (std::thread& t : threads) t.join();
   CHECK(said == 1);
 }
+
+TEST_CASE("fallback log: fed where the notice is said, one entry per op, node and problem, in order") {
+  FallbackLog log;
+  GraphFallback<int> graphs;
+  // The kernel's call as cudnn_graph::run makes it: the notice also records into the log.
+  auto call = [&](const std::string& node, const std::string& problem, const std::string& fails) {
+    return graphs.try_run(
+        problem,
+        [&](std::string* why) -> std::shared_ptr<const int> {
+          if (!fails.empty()) return *why = fails, nullptr;
+          return std::make_shared<const int>(1);
+        },
+        [](const int&) { return std::string(); },
+        [&](const std::string& why) {
+          log.record({"FusedConv", node, problem, "cuDNN graph unsupported (" + why + ")",
+                      "the unfused convolution + epilogue"});
+        });
+  };
+  CHECK(call("conv1", "x 8,16,28,28 w 32,16,3,3", ""));
+  CHECK(log.records().empty());  // the graph ran: nothing to report
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(call("conv3", "x 8,12,28,28 w 12,12,3,3", "no engine"));
+  const std::vector<FallbackRecord> r = log.records();
+  REQUIRE(r.size() == 1);  // every step falls back, the log says it once
+  CHECK(fallback_line(r[0]) ==
+        "fallback: FusedConv 'conv3' (x 8,12,28,28 w 12,12,3,3): cuDNN graph unsupported (no engine); ran the unfused "
+        "convolution + epilogue");
+  // The host fallback's entry (cuda::run_reference): no problem words.
+  log.record({"Gemm", "fc", "", "cuBLASLt's heuristic has no algorithm for this problem", "the host reference kernel"});
+  log.record({"Gemm", "fc", "", "another reason", "the host reference kernel"});  // the first reason stays
+  REQUIRE(log.records().size() == 2);
+  CHECK(fallback_line(log.records()[1]) ==
+        "fallback: Gemm 'fc': cuBLASLt's heuristic has no algorithm for this problem; ran the host reference kernel");
+  log.clear();
+  CHECK(log.records().empty());
+}
+
+TEST_CASE("fallback log: threads recording at once keep one entry per key") {
+  FallbackLog log;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&log, t] {
+      for (int i = 0; i < 50; ++i) log.record({"Conv", "c" + std::to_string(i), "", "r" + std::to_string(t), "x"});
+    });
+  for (std::thread& th : threads) th.join();
+  CHECK(log.records().size() == 50);
+}

@@ -1,6 +1,7 @@
-// --fp32-math's way to the kernels: the process default (ops/core/kernel.h
-// set_default_fp32_math) reaches every KernelContext the executor builds, seen by a
-// backend that records what its (reference) kernels receive.
+// --fp32-math's and --deterministic's way to the kernels: the process defaults
+// (ops/core/kernel.h set_default_fp32_math, set_default_deterministic) reach every
+// KernelContext the executor builds, seen by a backend that records what its (reference)
+// kernels receive.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -31,12 +32,14 @@ class RecordingBackend : public Backend {
         {
           std::lock_guard<std::mutex> l(mu_);
           seen.push_back(ctx.fp32);
+          seen_deterministic.push_back(ctx.deterministic);
         }
         k(ctx);
       });
     return *w;
   }
   mutable std::vector<Fp32Math> seen;
+  mutable std::vector<bool> seen_deterministic;
 
  private:
   mutable std::mutex mu_;
@@ -46,7 +49,11 @@ class RecordingBackend : public Backend {
 // Restores the process default when a test ends, whatever it set.
 struct DefaultGuard {
   Fp32Math saved = default_fp32_math();
-  ~DefaultGuard() { set_default_fp32_math(saved); }
+  bool saved_deterministic = default_deterministic();
+  ~DefaultGuard() {
+    set_default_fp32_math(saved);
+    set_default_deterministic(saved_deterministic);
+  }
 };
 
 }  // namespace
@@ -79,4 +86,25 @@ TEST_CASE("fp32 math: the process default reaches every kernel context the execu
 TEST_CASE("fp32 math: names") {
   CHECK(std::string(fp32_math_name(Fp32Math::tf32)) == "tf32");
   CHECK(std::string(fp32_math_name(Fp32Math::strict)) == "strict");
+}
+
+TEST_CASE("determinism: the process default reaches every kernel context the executor builds") {
+  DefaultGuard guard;
+  const Node n = make_node("Gemm", {"a", "b"}, {"y"});
+  const TensorMap feeds{{"a", random_tensor(DataType::Float32, {3, 4}, 1)},
+                        {"b", random_tensor(DataType::Float32, {4, 2}, 2)}};
+  const Graph g = single_node_graph(n, feeds);
+  RecordingBackend backend;
+
+  CHECK(default_deterministic());  // a library user gets deterministic engines unless it asks
+  const TensorMap on = run_graph(g, feeds, backend);
+  REQUIRE(backend.seen_deterministic.size() == 1);
+  CHECK(backend.seen_deterministic[0]);
+
+  set_default_deterministic(false);  // the CLI's train, bench and evaluate default
+  const TensorMap off = run_graph(g, feeds, backend);
+  REQUIRE(backend.seen_deterministic.size() == 2);
+  CHECK_FALSE(backend.seen_deterministic[1]);
+  // Host kernels ignore it: the reference's result is the same bit for bit.
+  CHECK(max_abs_diff(on.at("y"), off.at("y")) == 0);
 }
