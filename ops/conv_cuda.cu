@@ -695,20 +695,33 @@ bool conv_grad(KernelContext& ctx) {
   return masked;
 }
 
+// The kernels above take 2-D convolutions (rank 4) only: a 1-D or 3-D one (rank 3 or
+// 5) runs on the host (reference kernel, with the one-line notice), and needs no
+// device workspace.
+constexpr const char* kNot2d = "only 2-D convolutions (rank 4) have a cuda kernel; 1-D and 3-D run on the host";
+Kernel two_d_only(Kernel k) {
+  return [k = std::move(k)](KernelContext& ctx) {
+    if (ctx.in(0).rank() != 4) return run_reference(ctx, kNot2d);
+    k(ctx);
+  };
+}
+WorkspaceRule two_d_only_workspace(WorkspaceRule w) {
+  return [w = std::move(w)](const KernelContext& c) { return c.in(0).rank() == 4 ? w(c) : size_t{0}; };
+}
+
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
   // x (ConvGrad: dY) and y (with z; ConvGrad: x and dX) each Plain or ChannelsLast.
   using facts::A, facts::P, facts::S;
-  add_if_schema(
-      r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); },
-      facts::fixed({{A, P, P}, {A}}));
-  add_if_schema(
-      r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); },
-      facts::fixed({{A, P, P, S}, {S}}));
+  add_if_schema(r, "cuda", "", "Conv", two_d_only([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }),
+                facts::fixed({{A, P, P}, {A}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv",
+                two_d_only([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }),
+                facts::fixed({{A, P, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad),
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", two_d_only(with_dx_relu(conv_grad, *relu_grad)),
                 facts::fixed({{A, S, P}, {S, P, P}}));
   // Under bf16/fp16 x (ConvGrad: dY, and X unless its ReLU mask is read too) may be stored
   // in 16 bits (runtime/narrow.h): the graphs read it as it is, the legacy path widened.
@@ -721,13 +734,15 @@ void register_conv_cuda(Registry& r) {
       return s;
     });
   if (r.kernels.find("cuda", "", "Conv"))
-    r.kernels.set_workspace("cuda", "", "Conv",
-                            [](const KernelContext& c) { return conv_forward_workspace(c, false); });
+    r.kernels.set_workspace("cuda", "", "Conv", two_d_only_workspace([](const KernelContext& c) {
+                              return conv_forward_workspace(c, false);
+                            }));
   if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv",
-                            [](const KernelContext& c) { return conv_forward_workspace(c, true); });
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", two_d_only_workspace([](const KernelContext& c) {
+                              return conv_forward_workspace(c, true);
+                            }));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", conv_grad_workspace);
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", two_d_only_workspace(conv_grad_workspace));
 }
 
 }  // namespace trainrt::cuda
