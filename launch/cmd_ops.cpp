@@ -1,9 +1,11 @@
 // `trainrt ops [--markdown]`: every op the registry knows, one row each (sorted by
 // domain, then op): the opsets import accepts, whether autodiff differentiates it, and
-// which backends run it with their own kernel or with which fallback. docs/ops.md is
+// the input ranks its shape rule takes, and which backends run it with their own kernel
+// or with which fallback. docs/ops.md is
 // this command's --markdown output (tests/cli/ops_cli.sh keeps it current).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,8 @@ namespace {
 const CommandSpec kSpec{
     "ops",
     "trainrt ops [--markdown]",
-    "List every supported op: its domain, the opsets import accepts, whether training\n"
+    "List every supported op: its domain, the opsets import accepts, the input ranks it\n"
+    "takes, whether training\n"
     "differentiates it, and whether each backend runs it with its own kernel or which\n"
     "backend's kernel it falls back to (as the executor picks them). With --markdown, the\n"
     "table docs/ops.md holds.",
@@ -70,6 +73,31 @@ std::string support(const BackendColumn& b, const OpSchema& s) {
   return "no";
 }
 
+// The data input ranks of the ops whose shape rules take fewer than ONNX's spec allows
+// or whose spatial rank matters to users (ops/conv.cpp, ops/pool.cpp, ops/norm.cpp,
+// ops/fused.cpp); every other op takes the ranks its ONNX spec allows.
+std::string ranks(const OpSchema& s) {
+  static const char* kConvRanks = "3-5 (1-D, 2-D, 3-D; cuda: 2-D, others on the host)";
+  static const std::map<std::string, std::string> known = {
+      {"Conv", kConvRanks},
+      {"ConvGrad", kConvRanks},
+      {"FusedConv", kConvRanks},
+      {"MaxPool", "3-5 (1-D, 2-D, 3-D)"},
+      {"MaxPoolGrad", "3-5 (1-D, 2-D, 3-D)"},
+      {"AveragePool", "3-5 (1-D, 2-D, 3-D)"},
+      {"AveragePoolGrad", "3-5 (1-D, 2-D, 3-D)"},
+      {"GlobalAveragePool", ">= 3 (N-D)"},
+      {"GlobalAveragePoolGrad", ">= 3 (N-D)"},
+      {"GlobalMaxPool", ">= 3 (N-D)"},
+      {"GlobalMaxPoolGrad", ">= 3 (N-D)"},
+      {"BatchNormalization", ">= 2 (N,C,...)"},
+      {"BatchNormalizationGrad", ">= 2 (N,C,...)"},
+      {"BatchNormalizationRelu", ">= 2 (N,C,...)"},
+  };
+  auto it = known.find(s.op_type);
+  return it == known.end() ? "spec" : it->second;
+}
+
 using Row = std::vector<std::string>;
 
 std::vector<Row> rows(const std::vector<BackendColumn>& backends) {
@@ -79,7 +107,7 @@ std::vector<Row> rows(const std::vector<BackendColumn>& backends) {
   });
   std::vector<Row> out;
   for (const OpSchema* s : schemas) {
-    Row r{s->op_type, domain_name(s->domain), opsets(*s), gradient(*s)};
+    Row r{s->op_type, domain_name(s->domain), opsets(*s), ranks(*s), gradient(*s)};
     for (const BackendColumn& b : backends) r.push_back(support(b, *s));
     out.push_back(std::move(r));
   }
@@ -93,7 +121,8 @@ void print_markdown(const Row& header, const std::vector<Row>& body) {
   std::printf("# Supported ops\n\n");
   std::printf(
       "Every op trainrt imports, sorted by domain and op. **opsets**: the default-domain opsets import\n"
-      "accepts. **gradient**: `yes` when autodiff has a gradient rule; `no: non-differentiable` when\n"
+      "accepts. **ranks**: the data input ranks the shape rule takes (`spec`: every rank the ONNX spec\n"
+      "allows). **gradient**: `yes` when autodiff has a gradient rule; `no: non-differentiable` when\n"
       "its outputs carry no gradient on purpose; `no: internal op` for the ops trainrt writes itself\n"
       "(backward ops of gradient rules, optimizer updates, fusions), which are never differentiated.\n"
       "**reference / cpu / cuda**: `yes` when the backend has its own kernel, otherwise the kernel set\n"
@@ -133,7 +162,7 @@ int cmd_ops(const Argv& argv) {
   Args a = parse_args(kSpec, argv);
   if (a.help) return print_help(kSpec), 0;
   const std::vector<BackendColumn> backends = backend_columns();
-  Row header{"op", "domain", "opsets", "gradient"};
+  Row header{"op", "domain", "opsets", "ranks", "gradient"};
   for (const BackendColumn& b : backends) header.push_back(b.name);
   const std::vector<Row> body = rows(backends);
   if (a.on("markdown"))

@@ -1,17 +1,19 @@
 // Conv (ai.onnx, opset 11 semantics): schema, shape rule, FLOP rule, reference kernel.
 //
-//   x: N,C,H,W   W: M,C/group,kH,kW   B: M (optional)   ->   y: N,M,Ho,Wo
-//   y[n,m,oh,ow] = B[m] + sum_{c in group(m), i, j} x[n, c, oh*sh - pt + i*dh, ow*sw - pl + j*dw] * W[m, c', i, j]
+//   x: N,C,spatial...   W: M,C/group,k...   B: M (optional)   ->   y: N,M,out...
+//   y[n,m,o] = B[m] + sum_{c in group(m), k} x[n, c, o*s - pb + k*d] * W[m, c', k]   (per spatial dim)
 //
-// Only 2-D convolution is implemented (other ranks are Unsupported). Groups cover
+// 1-D (N,C,L), 2-D (N,C,H,W) and 3-D (N,C,D,H,W) convolutions; more spatial dims are
+// Unsupported. The reference views every rank as D,H,W with leading size-1 dims, so a
+// 2-D convolution runs the same loops in the same order at every rank. Groups cover
 // ordinary (group 1), grouped and depthwise (group == C) convolution. Geometry
 // (pads, strides, dilations, auto_pad) comes from ops/core/window.h so the shape rule and
-// every kernel agree. FLOPs: 2*N*M*Ho*Wo*(C/group)*kH*kW (bias not counted).
+// every kernel agree. FLOPs: 2*N*M*prod(out)*(C/group)*prod(k) (bias not counted).
 //
 // ConvGrad (ai.trainrt), the backward of Conv; attributes are the forward's:
-//   ConvGrad(dY: N,M,Ho,Wo, X: N,C,H,W, W: M,C/group,kH,kW) -> (dX: like X, dW: like W, dB: M)
+//   ConvGrad(dY: N,M,out..., X: N,C,spatial..., W: M,C/group,k...) -> (dX: like X, dW: like W, dB: M)
 //   dX = dY convolved back through W (transposed conv), dW = correlation of dY with X,
-//   dB = sum of dY over N,Ho,Wo. Every output is optional ("" = not needed).
+//   dB = sum of dY over N and the spatial dims. Every output is optional ("" = not needed).
 //   dx_relu = 1 (an attribute only the training fusions set): dX = X > 0 ? dX : 0, the
 //   gradient of a Relu whose output X is (with_dx_relu, ops/core/common.h).
 //   FLOPs: the forward's for each of dX and dW requested.
@@ -59,11 +61,15 @@ Shape conv_output_shape(InferContext& ctx, size_t xi, size_t wi) {
   const std::string w_name = "input " + std::to_string(wi) + " '" + n.inputs[wi] + "' (weights)";
   const int64_t rank = ctx.input_rank(xi);
   if (rank < 3) ctx.fail(x_name + " must have rank >= 3 (N,C,spatial...), got rank " + std::to_string(rank));
-  if (rank != 4)
-    throw_unsupported(ctx.where(), "only 2-D Conv (input rank 4, N,C,H,W) is implemented, " + x_name + " has rank " +
+  if (rank > 5)
+    throw_unsupported(ctx.where(), "Conv over " + std::to_string(rank - 2) +
+                                       " spatial dims is not implemented (1 to 3 are), " + x_name + " has rank " +
                                        std::to_string(rank));
   const int64_t w_rank = ctx.input_rank(wi);
-  if (w_rank != rank) ctx.fail(w_name + " must have rank 4 (M,C/group,kH,kW), got rank " + std::to_string(w_rank));
+  if (w_rank != rank)
+    ctx.fail(w_name + " must have rank " + std::to_string(rank) + " (M,C/group,kernel...) like the input, got rank " +
+             std::to_string(w_rank));
+  const size_t sp = static_cast<size_t>(rank - 2);
   const Shape& x = *ctx.input(xi).shape;
   const Shape& w = *ctx.input(wi).shape;
   const int64_t group = n.attr_int("group", 1);
@@ -74,9 +80,9 @@ Shape conv_output_shape(InferContext& ctx, size_t xi, size_t wi) {
   if (w[0].known() && w[0].value % group != 0)
     ctx.fail("weights " + shape_to_string(w) + " have " + std::to_string(w[0].value) +
              " output channels, not divisible by group " + std::to_string(group));
-  Window win = read_window(n, 2, conv_kernel(n, w, ctx.where()), ctx.where(), {});
+  Window win = read_window(n, sp, conv_kernel(n, w, ctx.where()), ctx.where(), {});
   Shape y{x[0], w[0]};
-  for (size_t i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < sp; ++i) {
     const Dim& in = x[2 + i];
     y.push_back(in.known() ? Dim::of(resolve_window_dim(win, i, in.value, ctx.where())) : Dim{});
   }
@@ -144,16 +150,62 @@ double conv_grad_flops(const Graph& g, const Node& n) {
   return 2 * products * conv_macs(g, n.inputs[0], n.inputs[2]);
 }
 
-// x: N,C,H,W  w: M,Cg,kH,kW (Cg = C/group)  b: M or null  ->  y: N,M,Ho,Wo.
+// The spatial geometry of one convolution, 1 to 3 dims, right-aligned into D,H,W with
+// leading size-1 dims (as ops/core/pool_geometry.h views pools), so one set of loops
+// serves every rank and a 2-D convolution runs the loops it always ran.
+struct ConvGeometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+
+// x: N,C,spatial...  w: M,Cg,k...  y: N,M,out...; `win` resolved for x.
+ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const Tensor& y, const Window& win) {
+  ConvGeometry g;
+  const size_t sp = win.rank();
+  for (size_t i = 0; i < sp; ++i) {
+    const size_t j = 3 - sp + i;
+    g.in[j] = x.dims()[2 + i];
+    g.out[j] = y.dims()[2 + i];
+    g.k[j] = w.dims()[2 + i];
+    g.s[j] = win.strides[i];
+    g.d[j] = win.dilations[i];
+    g.pb[j] = win.pads[i];
+  }
+  return g;
+}
+
+// Calls f(input offset in a plane, kernel offset) for every kernel position of output
+// position o (a flat index into the out plane) that lands inside the input, in kernel
+// row-major order (a, then b, then c).
+template <typename F>
+void for_each_tap(const ConvGeometry& g, int64_t o, F&& f) {
+  const int64_t oc = o % g.out[2], ob = (o / g.out[2]) % g.out[1], oa = o / (g.out[2] * g.out[1]);
+  for (int64_t a = 0; a < g.k[0]; ++a) {
+    const int64_t ia = oa * g.s[0] - g.pb[0] + a * g.d[0];
+    if (ia < 0 || ia >= g.in[0]) continue;
+    for (int64_t b = 0; b < g.k[1]; ++b) {
+      const int64_t ib = ob * g.s[1] - g.pb[1] + b * g.d[1];
+      if (ib < 0 || ib >= g.in[1]) continue;
+      for (int64_t c = 0; c < g.k[2]; ++c) {
+        const int64_t ic = oc * g.s[2] - g.pb[2] + c * g.d[2];
+        if (ic < 0 || ic >= g.in[2]) continue;
+        f((ia * g.in[1] + ib) * g.in[2] + ic, (a * g.k[1] + b) * g.k[2] + c);
+      }
+    }
+  }
+}
+
+// x: N,C,spatial...  w: M,Cg,k... (Cg = C/group)  b: M or null  ->  y: N,M,out...
 // Direct loops, accumulated in double so the oracle is as exact as the inputs allow.
 template <typename T>
-void conv2d_reference(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const Window& win, int64_t group) {
-  const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
-  const int64_t M = w.dims()[0], Cg = w.dims()[1], kH = w.dims()[2], kW = w.dims()[3];
-  const int64_t Ho = y.dims()[2], Wo = y.dims()[3];
+void conv_reference(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const Window& win, int64_t group) {
+  const ConvGeometry g = conv_geometry(x, w, y, win);
+  const int64_t N = x.dims()[0], C = x.dims()[1], M = w.dims()[0], Cg = w.dims()[1];
+  const int64_t S = g.in_size(), So = g.out_size(), K = g.k_size();
   const int64_t Mg = M / group;  // output channels per group
-  const int64_t sh = win.strides[0], sw = win.strides[1], dh = win.dilations[0], dw = win.dilations[1];
-  const int64_t pt = win.pads[0], pl = win.pads[1];
   const T* xp = x.data<T>();
   const T* wp = w.data<T>();
   const T* bp = b ? b->data<T>() : nullptr;
@@ -161,53 +213,52 @@ void conv2d_reference(const Tensor& x, const Tensor& w, const Tensor* b, Tensor&
   for (int64_t n = 0; n < N; ++n)
     for (int64_t m = 0; m < M; ++m) {
       const int64_t c0 = (m / Mg) * Cg;  // first input channel of m's group
-      for (int64_t oh = 0; oh < Ho; ++oh)
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          double acc = bp ? static_cast<double>(bp[m]) : 0.0;
-          for (int64_t cg = 0; cg < Cg; ++cg)
-            for (int64_t i = 0; i < kH; ++i) {
-              const int64_t ih = oh * sh - pt + i * dh;
-              if (ih < 0 || ih >= H) continue;
-              for (int64_t j = 0; j < kW; ++j) {
-                const int64_t iw = ow * sw - pl + j * dw;
-                if (iw < 0 || iw >= W) continue;
-                acc += static_cast<double>(xp[((n * C + c0 + cg) * H + ih) * W + iw]) *
-                       static_cast<double>(wp[((m * Cg + cg) * kH + i) * kW + j]);
-              }
-            }
-          yp[((n * M + m) * Ho + oh) * Wo + ow] = static_cast<T>(acc);
+      for (int64_t o = 0; o < So; ++o) {
+        double acc = bp ? static_cast<double>(bp[m]) : 0.0;
+        for (int64_t cg = 0; cg < Cg; ++cg) {
+          const T* xc = xp + (n * C + c0 + cg) * S;
+          const T* wc = wp + (m * Cg + cg) * K;
+          for_each_tap(
+              g, o, [&](int64_t xi, int64_t wi) { acc += static_cast<double>(xc[xi]) * static_cast<double>(wc[wi]); });
         }
+        yp[(n * M + m) * So + o] = static_cast<T>(acc);
+      }
     }
+}
+
+// The node's window for weights w (M,Cg,k...), resolved for x (N,C,spatial...).
+Window conv_window(const Node& n, const Tensor& x, const Tensor& w) {
+  const size_t sp = static_cast<size_t>(x.rank() - 2);
+  Window win = read_window(n, sp, std::vector<int64_t>(w.dims().begin() + 2, w.dims().end()), "", {});
+  for (size_t i = 0; i < sp; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
+  return win;
 }
 
 void conv_kernel_reference(KernelContext& ctx) {
   const Tensor x = math_input(ctx.in(0), ctx.math);
   const Tensor w = math_input(ctx.in(1), ctx.math);
-  Window win = read_window(ctx.node, 2, {w.dims()[2], w.dims()[3]}, "", {});
-  for (size_t i = 0; i < 2; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
+  const Window win = conv_window(ctx.node, x, w);
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
   const int64_t group = ctx.node.attr_int("group", 1);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    conv2d_reference<T>(x, w, b, ctx.out(0), win, group);
+    conv_reference<T>(x, w, b, ctx.out(0), win, group);
   });
 }
 
-// dy: N,M,Ho,Wo  x: N,C,H,W  w: M,Cg,kH,kW  ->  dx: N,C,H,W, dw: M,Cg,kH,kW, db: M (each may be null).
+// dy: N,M,out...  x: N,C,spatial...  w: M,Cg,k...  ->  dx: like x, dw: like w, db: M (each may be null).
 // The forward's loops with each product scattered back to its two factors:
-//   dx[n, c0+cg, ih, iw] += dy[n,m,oh,ow] * w[m,cg,i,j]
-//   dw[m, cg, i, j]      += dy[n,m,oh,ow] * x[n, c0+cg, ih, iw]
-//   db[m]                += dy[n,m,oh,ow]
+//   dx[n, c0+cg, in] += dy[n,m,o] * w[m,cg,k]
+//   dw[m, cg, k]     += dy[n,m,o] * x[n, c0+cg, in]
+//   db[m]            += dy[n,m,o]
 // Accumulated in double buffers, then rounded once.
 template <typename T>
-void conv2d_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
-                           const Window& win, int64_t group) {
-  const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
-  const int64_t M = w.dims()[0], Cg = w.dims()[1], kH = w.dims()[2], kW = w.dims()[3];
-  const int64_t Ho = dy.dims()[2], Wo = dy.dims()[3];
+void conv_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
+                         const Window& win, int64_t group) {
+  const ConvGeometry g = conv_geometry(x, w, dy, win);
+  const int64_t N = x.dims()[0], C = x.dims()[1], M = w.dims()[0], Cg = w.dims()[1];
+  const int64_t S = g.in_size(), So = g.out_size(), K = g.k_size();
   const int64_t Mg = M / group;
-  const int64_t sh = win.strides[0], sw = win.strides[1], dh = win.dilations[0], dw_ = win.dilations[1];
-  const int64_t pt = win.pads[0], pl = win.pads[1];
   const T* dyp = dy.data<T>();
   const T* xp = x.data<T>();
   const T* wp = w.data<T>();
@@ -216,24 +267,17 @@ void conv2d_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& w, T
   for (int64_t n = 0; n < N; ++n)
     for (int64_t m = 0; m < M; ++m) {
       const int64_t c0 = (m / Mg) * Cg;
-      for (int64_t oh = 0; oh < Ho; ++oh)
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const double g = static_cast<double>(dyp[((n * M + m) * Ho + oh) * Wo + ow]);
-          if (db) gb[static_cast<size_t>(m)] += g;
-          for (int64_t cg = 0; cg < Cg; ++cg)
-            for (int64_t i = 0; i < kH; ++i) {
-              const int64_t ih = oh * sh - pt + i * dh;
-              if (ih < 0 || ih >= H) continue;
-              for (int64_t j = 0; j < kW; ++j) {
-                const int64_t iw = ow * sw - pl + j * dw_;
-                if (iw < 0 || iw >= W) continue;
-                const int64_t xi = ((n * C + c0 + cg) * H + ih) * W + iw;
-                const int64_t wi = ((m * Cg + cg) * kH + i) * kW + j;
-                if (dx) gx[static_cast<size_t>(xi)] += g * static_cast<double>(wp[wi]);
-                if (dw) gw[static_cast<size_t>(wi)] += g * static_cast<double>(xp[xi]);
-              }
-            }
+      for (int64_t o = 0; o < So; ++o) {
+        const double gy = static_cast<double>(dyp[(n * M + m) * So + o]);
+        if (db) gb[static_cast<size_t>(m)] += gy;
+        for (int64_t cg = 0; cg < Cg; ++cg) {
+          const int64_t x0 = (n * C + c0 + cg) * S, w0 = (m * Cg + cg) * K;
+          for_each_tap(g, o, [&](int64_t xi, int64_t wi) {
+            if (dx) gx[static_cast<size_t>(x0 + xi)] += gy * static_cast<double>(wp[w0 + wi]);
+            if (dw) gw[static_cast<size_t>(w0 + wi)] += gy * static_cast<double>(xp[x0 + xi]);
+          });
         }
+      }
     }
   auto store = [](const std::vector<double>& from, Tensor* to) {
     if (!to) return;
@@ -249,14 +293,13 @@ void conv_grad_kernel_reference(KernelContext& ctx) {
   const Tensor dy = math_input(ctx.in(0), ctx.math);
   const Tensor x = math_input(ctx.in(1), ctx.math);
   const Tensor w = math_input(ctx.in(2), ctx.math);
-  Window win = read_window(ctx.node, 2, {w.dims()[2], w.dims()[3]}, "", {});
-  for (size_t i = 0; i < 2; ++i) (void)resolve_window_dim(win, i, x.dims()[2 + i], "");
+  const Window win = conv_window(ctx.node, x, w);
   Tensor* out[3] = {};
   for (size_t i = 0; i < 3; ++i) out[i] = ctx.has_output(i) ? &ctx.out(i) : nullptr;
   const int64_t group = ctx.node.attr_int("group", 1);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    conv2d_grad_reference<T>(dy, x, w, out[0], out[1], out[2], win, group);
+    conv_grad_reference<T>(dy, x, w, out[0], out[1], out[2], win, group);
   });
 }
 

@@ -764,6 +764,20 @@ bool conv_grad(KernelContext& ctx) {
   return masked;
 }
 
+// The kernels above take 2-D convolutions (rank 4) only: a 1-D or 3-D one (rank 3 or
+// 5) runs on the host (reference kernel, with the one-line notice), and needs no
+// device workspace.
+constexpr const char* kNot2d = "only 2-D convolutions (rank 4) have a cuda kernel; 1-D and 3-D run on the host";
+Kernel two_d_only(Kernel k) {
+  return [k = std::move(k)](KernelContext& ctx) {
+    if (ctx.in(0).rank() != 4) return run_reference(ctx, kNot2d);
+    k(ctx);
+  };
+}
+WorkspaceRule two_d_only_workspace(WorkspaceRule w) {
+  return [w = std::move(w)](const KernelContext& c) { return c.in(0).rank() == 4 ? w(c) : size_t{0}; };
+}
+
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
@@ -771,15 +785,14 @@ void register_conv_cuda(Registry& r) {
   // Filters Converted: the plan hands these kernels KRSC weights and takes KRSC weight
   // gradients (runtime/layout.h add_layout_copies); ConvGrad reads W only for dX.
   using facts::A, facts::C, facts::P, facts::S;
-  add_if_schema(
-      r, "cuda", "", "Conv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); },
-      facts::fixed({{A, C, P}, {A}}));
-  add_if_schema(
-      r, "cuda", kTrainrtDomain, "FusedConv", [](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); },
-      facts::fixed({{A, C, P, S}, {S}}));
+  add_if_schema(r, "cuda", "", "Conv", two_d_only([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }),
+                facts::fixed({{A, C, P}, {A}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv",
+                two_d_only([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }),
+                facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", with_dx_relu(conv_grad, *relu_grad),
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", two_d_only(with_dx_relu(conv_grad, *relu_grad)),
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
@@ -796,13 +809,15 @@ void register_conv_cuda(Registry& r) {
       return s;
     });
   if (r.kernels.find("cuda", "", "Conv"))
-    r.kernels.set_workspace("cuda", "", "Conv",
-                            [](const KernelContext& c) { return conv_forward_workspace(c, false); });
+    r.kernels.set_workspace("cuda", "", "Conv", two_d_only_workspace([](const KernelContext& c) {
+                              return conv_forward_workspace(c, false);
+                            }));
   if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv",
-                            [](const KernelContext& c) { return conv_forward_workspace(c, true); });
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", two_d_only_workspace([](const KernelContext& c) {
+                              return conv_forward_workspace(c, true);
+                            }));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", conv_grad_workspace);
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", two_d_only_workspace(conv_grad_workspace));
 }
 
 }  // namespace trainrt::cuda

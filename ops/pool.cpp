@@ -1,8 +1,10 @@
-// Pooling: MaxPool (opset 12 semantics), AveragePool (opset 11), GlobalAveragePool.
+// Pooling: MaxPool (opset 12 semantics), AveragePool (opset 11), GlobalAveragePool,
+// GlobalMaxPool.
 //
 //   MaxPool      x: N,C,spatial... -> y: N,C,out...  (+ Indices: int64, same shape)
 //   AveragePool  x: N,C,spatial... -> y: N,C,out...
-//   GlobalAveragePool x: N,C,spatial... -> y: N,C,1,...,1
+//   GlobalAveragePool, GlobalMaxPool  x: N,C,spatial... -> y: N,C,1,...,1 (any number
+//                of spatial dims: a plane is all of them)
 //
 // Windowed pools take 1, 2 or 3 spatial dims; the kernels view every input as
 // N*C, D,H,W with leading size-1 dims, so one set of loops serves all three.
@@ -10,7 +12,7 @@
 //
 // MaxPool ignores padded positions; Indices are ONNX's flattened indices into x
 // (they include the N and C offsets, never the padding): row-major for
-// storage_order 0, column-major (h + w*H) for storage_order 1 (2-D only).
+// storage_order 0, column-major (d + h*D + w*D*H) for storage_order 1.
 // AveragePool divides by the number of real input elements in the window
 // (count_include_pad 0) or by the window positions inside input plus pads
 // (count_include_pad 1; the part of a ceil_mode window past the end pad is not counted).
@@ -21,6 +23,7 @@
 //                                 with the forward's tie rule (first maximum in window order)
 //   AveragePoolGrad(dY, X) -> dX  dY / divisor to every real element of its window
 //   GlobalAveragePoolGrad(dY, X) -> dX   dY / plane size to every element of the plane
+//   GlobalMaxPoolGrad(dY, X) -> dX       dY to the plane's first maximum, 0 elsewhere
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -78,8 +81,6 @@ Shape pool_output_shape(InferContext& ctx, size_t xi, bool is_max, bool allow_in
   if (is_max) {
     int64_t order = n.attr_int("storage_order", 0);
     if (order != 0 && order != 1) ctx.fail("attribute 'storage_order' must be 0 or 1, got " + std::to_string(order));
-    if (order == 1 && sp != 2)
-      throw_unsupported(ctx.where(), "attribute 'storage_order' 1 is implemented for 2-D MaxPool only");
   } else {
     int64_t cip = n.attr_int("count_include_pad", 0);
     if (cip != 0 && cip != 1) ctx.fail("attribute 'count_include_pad' must be 0 or 1, got " + std::to_string(cip));
@@ -257,7 +258,8 @@ void averagepool_grad_kernel(KernelContext& ctx) {
   });
 }
 
-void global_average_pool_infer(InferContext& ctx) {
+// GlobalAveragePool and GlobalMaxPool: x: N,C,spatial... -> y: N,C,1,...
+void global_pool_infer(InferContext& ctx) {
   const DataType t = require_float(ctx, 0);
   const int64_t rank = ctx.input_rank(0);
   if (rank < 3)
@@ -268,8 +270,8 @@ void global_average_pool_infer(InferContext& ctx) {
   ctx.set_output(0, t, y);
 }
 
-// GlobalAveragePoolGrad(dY: N,C,1,..., X: N,C,spatial...) -> dX: like X.
-void global_average_pool_grad_infer(InferContext& ctx) {
+// GlobalAveragePoolGrad / GlobalMaxPoolGrad (dY: N,C,1,..., X: N,C,spatial...) -> dX: like X.
+void global_pool_grad_infer(InferContext& ctx, const char* forward) {
   require_float(ctx, 1);
   const int64_t rank = ctx.input_rank(1);
   if (rank < 3)
@@ -277,7 +279,7 @@ void global_average_pool_grad_infer(InferContext& ctx) {
              std::to_string(rank));
   Shape y = *ctx.input(1).shape;
   for (size_t i = 2; i < y.size(); ++i) y[i] = Dim::of(1);
-  check_pool_dy(ctx, y, "GlobalAveragePool");
+  check_pool_dy(ctx, y, forward);
   ctx.set_output(0, ctx.input(1));
 }
 
@@ -311,6 +313,40 @@ void global_average_pool_grad_reference(const Tensor& dy, Tensor& dx) {
   for (int64_t p = 0; p < planes; ++p) {
     const T share = static_cast<T>(static_cast<double>(dyp[p]) / static_cast<double>(size));
     for (int64_t i = 0; i < size; ++i) dxp[p * size + i] = share;
+  }
+}
+
+// Position of the first maximum of plane p (size elements); NaN-free planes assumed
+// as in window_argmax (a NaN never compares greater).
+template <typename T>
+int64_t plane_argmax(const T* plane, int64_t size) {
+  int64_t at = 0;
+  for (int64_t i = 1; i < size; ++i)
+    if (plane[i] > plane[at]) at = i;
+  return at;
+}
+
+// x: N,C,spatial... -> y: N,C,1,...: the maximum of each N,C plane.
+template <typename T>
+void global_max_pool_reference(const Tensor& x, Tensor& y) {
+  const int64_t planes = x.dims()[0] * x.dims()[1];
+  const int64_t size = planes == 0 ? 0 : x.numel() / planes;
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  for (int64_t p = 0; p < planes; ++p) yp[p] = xp[p * size + plane_argmax(xp + p * size, size)];
+}
+
+// dy: N,C,1,..., x: N,C,spatial... -> dx: like x: dy[p] at plane p's first maximum.
+template <typename T>
+void global_max_pool_grad_reference(const Tensor& dy, const Tensor& x, Tensor& dx) {
+  const int64_t planes = dx.dims()[0] * dx.dims()[1];
+  const int64_t size = planes == 0 ? 0 : dx.numel() / planes;
+  const T* dyp = dy.data<T>();
+  const T* xp = x.data<T>();
+  T* dxp = dx.data<T>();
+  for (int64_t p = 0; p < planes; ++p) {
+    std::fill(dxp + p * size, dxp + (p + 1) * size, T{0});
+    dxp[p * size + plane_argmax(xp + p * size, size)] = dyp[p];
   }
 }
 
@@ -365,10 +401,19 @@ void register_pool(Registry& r) {
   OpSchema global;
   global.op_type = "GlobalAveragePool";
   global.since_version = 1;
-  global.infer = global_average_pool_infer;
+  global.infer = global_pool_infer;
   global.flops = global_average_pool_flops;
+  OpSchema global_max = global;
   r.schemas.add(std::move(global));
   r.kernels.add("reference", "", "GlobalAveragePool", global_average_pool_kernel);
+  global_max.op_type = "GlobalMaxPool";
+  r.schemas.add(std::move(global_max));
+  r.kernels.add("reference", "", "GlobalMaxPool", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      global_max_pool_reference<T>(ctx.in(0), ctx.out(0));
+    });
+  });
 
   // Backward ops (ai.trainrt): (dY, X) -> dX with the forward node's attributes.
   auto grad_schema = [](const char* op, ShapeRule infer, std::vector<std::string> attributes) {
@@ -387,11 +432,20 @@ void register_pool(Registry& r) {
   r.schemas.add(grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
                             {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
   r.kernels.add("reference", kTrainrtDomain, "AveragePoolGrad", averagepool_grad_kernel);
-  r.schemas.add(grad_schema("GlobalAveragePoolGrad", global_average_pool_grad_infer, {}));
+  r.schemas.add(grad_schema("GlobalAveragePoolGrad",
+                            [](InferContext& ctx) { global_pool_grad_infer(ctx, "GlobalAveragePool"); }, {}));
   r.kernels.add("reference", kTrainrtDomain, "GlobalAveragePoolGrad", [](KernelContext& ctx) {
     dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
       using T = decltype(tag);
       global_average_pool_grad_reference<T>(ctx.in(0), ctx.out(0));
+    });
+  });
+  r.schemas.add(
+      grad_schema("GlobalMaxPoolGrad", [](InferContext& ctx) { global_pool_grad_infer(ctx, "GlobalMaxPool"); }, {}));
+  r.kernels.add("reference", kTrainrtDomain, "GlobalMaxPoolGrad", [](KernelContext& ctx) {
+    dispatch_float(ctx.in(1).dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      global_max_pool_grad_reference<T>(ctx.in(0), ctx.in(1), ctx.out(0));
     });
   });
 }

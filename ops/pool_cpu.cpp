@@ -1,4 +1,5 @@
-// MaxPool, AveragePool and GlobalAveragePool (fp32) on oneDNN's pooling_v2_forward.
+// MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool (fp32) on oneDNN's
+// pooling_v2_forward (1 to 3 spatial dims: ncw, nchw, ncdhw; Blocked16c for 2-D).
 //
 //   Y[N,C,*out] = max / mean over the window at *(out*s - pb + k*d) of X[N,C,*]
 //
@@ -38,7 +39,7 @@ struct PoolPlan {
   dnnl::reorder crop;
 };
 
-enum class PoolKind { Max, Average, GlobalAverage };
+enum class PoolKind { Max, Average, GlobalAverage, GlobalMax };
 
 PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Tensor& y) {
   PoolPlan p;
@@ -48,10 +49,10 @@ PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Ten
   if (in.empty() || in.size() > 3) return du::reference_plan<PoolPlan>();
   du::Window win;
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
-  if (kind == PoolKind::GlobalAverage) {
+  if (kind == PoolKind::GlobalAverage || kind == PoolKind::GlobalMax) {
     win = du::Window{in, std::vector<int64_t>(in.size(), 1), std::vector<int64_t>(in.size(), 1),
                      std::vector<int64_t>(in.size(), 0), std::vector<int64_t>(in.size(), 0)};
-    alg = dnnl::algorithm::pooling_avg_exclude_padding;
+    if (kind == PoolKind::GlobalAverage) alg = dnnl::algorithm::pooling_avg_exclude_padding;
   } else {
     win = du::window_of(n, in, out, {});
     if (kind == PoolKind::Average) {
@@ -128,6 +129,8 @@ void pool_cpu(KernelContext& ctx) {
 //     dX and zeroed here. count_include_pad with a derived padding_r beyond the ONNX
 //     end pad (ceil_mode) divides differently in oneDNN: the reference kernel runs.
 //   GlobalAveragePoolGrad(dY: N,C,1,..., X) -> dX: dY/plane size over each plane.
+//   GlobalMaxPoolGrad(dY: N,C,1,..., X) -> dX: dY at each plane's first maximum (the
+//     reference's tie rule), planes in parallel.
 // MaxPoolGrad and AveragePoolGrad take Blocked16c arguments (runtime/layout.h): a
 // channel's plane is then every 16th float of its channel block; AveragePoolGrad's
 // primitive works in dX's layout and dY is reordered into it when its layout differs.
@@ -282,6 +285,27 @@ void global_average_pool_grad_cpu(KernelContext& ctx) {
   });
 }
 
+// ---- GlobalMaxPoolGrad ----------------------------------------------------
+void global_max_pool_grad_cpu(KernelContext& ctx) {
+  if (!du::all_f32(ctx)) return du::run_reference(ctx);
+  Tensor& dx = ctx.out(0);
+  if (dx.numel() == 0) return;
+  const int64_t planes = dx.dims()[0] * dx.dims()[1], size = dx.numel() / planes;
+  const float* dyp = ctx.in(0).data<float>();
+  const float* xp = ctx.in(1).data<float>();
+  float* dxp = dx.data<float>();
+  parallel_ranges(planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* plane = xp + p * size;
+      int64_t at = 0;
+      for (int64_t i = 1; i < size; ++i)
+        if (plane[i] > plane[at]) at = i;
+      std::fill(dxp + p * size, dxp + (p + 1) * size, 0.f);
+      dxp[p * size + at] = dyp[p];
+    }
+  });
+}
+
 }  // namespace
 
 void register_pool_cpu(Registry& r) {
@@ -292,6 +316,8 @@ void register_pool_cpu(Registry& r) {
   add_if_schema(r, "cpu", kTrainrtDomain, "MaxPoolGrad", maxpool_grad_cpu, facts::fixed({{S, S}, {S}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "AveragePoolGrad", averagepool_grad_cpu, facts::fixed({{A, A}, {A}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "GlobalAveragePoolGrad", global_average_pool_grad_cpu);
+  add_if_schema(r, "cpu", "", "GlobalMaxPool", pool_cpu<PoolKind::GlobalMax>, facts::fixed({{A}, {A}}));
+  add_if_schema(r, "cpu", kTrainrtDomain, "GlobalMaxPoolGrad", global_max_pool_grad_cpu);
 }
 
 }  // namespace trainrt

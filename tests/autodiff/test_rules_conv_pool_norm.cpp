@@ -766,3 +766,82 @@ TEST_CASE("gradcheck: Wide-ResNet-like chain to Flatten -> Gemm logits, loss att
   for (const auto& [produced, state] : r.training.updates) updates_running_mean |= state == "bn.running_mean";
   CHECK(updates_running_mean);
 }
+
+// ---- 1-D and 3-D (N-D) ------------------------------------------------------------
+
+TEST_CASE("gradcheck: Conv 1-D and 3-D with strides, dilations, pads, groups, auto_pad") {
+  struct Case {
+    std::string what;
+    std::vector<int64_t> x, w;
+    bool bias;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {"1-D k3 stride 2 dilation 2 asymmetric pads, bias",
+       {2, 3, 11},
+       {4, 3, 3},
+       true,
+       {{"strides", ints({2})}, {"dilations", ints({2})}, {"pads", ints({1, 2})}}},
+      {"1-D group 2, SAME_UPPER stride 2",
+       {2, 4, 9},
+       {6, 2, 4},
+       false,
+       {{"group", Attribute::of_int(2)}, {"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2})}}},
+      {"1-D depthwise, SAME_LOWER",
+       {1, 3, 8},
+       {3, 1, 2},
+       true,
+       {{"group", Attribute::of_int(3)}, {"auto_pad", Attribute::of_string("SAME_LOWER")}}},
+      {"3-D 2x3x2 strides 2,1,2 pads, bias",
+       {2, 2, 4, 5, 4},
+       {3, 2, 2, 3, 2},
+       true,
+       {{"strides", ints({2, 1, 2})}, {"pads", ints({1, 1, 0, 0, 1, 1})}}},
+      {"3-D group 2, dilation 2,1,1, VALID",
+       {1, 4, 5, 3, 3},
+       {4, 2, 2, 2, 2},
+       false,
+       {{"group", Attribute::of_int(2)}, {"dilations", ints({2, 1, 1})}, {"auto_pad", Attribute::of_string("VALID")}}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    Net net;
+    std::vector<std::string> ins{net.param("x", c.x), net.param("w", c.w)};
+    if (c.bias) ins.push_back(net.param("b", {c.w[0]}));
+    check(net, net.node("Conv", ins, c.attrs));
+  }
+}
+
+TEST_CASE("gradcheck: GlobalMaxPool over 1, 2 and 3 spatial dims") {
+  for (std::vector<int64_t> x : {std::vector<int64_t>{2, 3, 5}, {2, 3, 4, 5}, {1, 2, 2, 3, 4}}) {
+    CAPTURE(dims_to_string(x));
+    Net net;
+    check(net, net.node("GlobalMaxPool", {net.param("x", x)}));
+  }
+}
+
+TEST_CASE("gradcheck: BatchNormalization training on N,C,D,H,W") {
+  Net net;
+  const std::string y =
+      net.node("BatchNormalization", {net.param("x", {2, 3, 2, 3, 2}, -2, 2), net.param("scale", {3}, 0.5, 1.5),
+                                      net.param("bias", {3}), net.param("mean", {3}), net.param("var", {3}, 0.5, 1.5)});
+  check(net, y, 24);
+}
+
+TEST_CASE("gradcheck: 1-D and 3-D chains Conv -> BN -> Relu -> MaxPool -> GlobalMaxPool / GlobalAveragePool") {
+  for (bool three_d : {false, true}) {
+    CAPTURE(three_d);
+    Net net;
+    const std::vector<int64_t> x = three_d ? std::vector<int64_t>{2, 2, 4, 4, 4} : std::vector<int64_t>{2, 2, 12};
+    const std::vector<int64_t> w = three_d ? std::vector<int64_t>{3, 2, 3, 3, 3} : std::vector<int64_t>{3, 2, 3};
+    const size_t sp = x.size() - 2;
+    const std::string c =
+        net.node("Conv", {net.param("x", x), net.param("w", w)}, {{"pads", ints(std::vector<int64_t>(2 * sp, 1))}});
+    const std::string b = net.node("BatchNormalization", {c, net.param("scale", {3}, 0.5, 1.5), net.param("bias", {3}),
+                                                          net.param("mean", {3}), net.param("var", {3}, 0.5, 1.5)});
+    const std::string m =
+        net.node("MaxPool", {net.node("Relu", {b})},
+                 {{"kernel_shape", ints(std::vector<int64_t>(sp, 2))}, {"strides", ints(std::vector<int64_t>(sp, 2))}});
+    check(net, net.node(three_d ? "GlobalAveragePool" : "GlobalMaxPool", {m}), 24);
+  }
+}

@@ -200,16 +200,25 @@ TEST_CASE("Conv: bad attributes and shapes give one-line errors naming the node"
     CHECK(kind == ErrorKind::BadInput);
   }
 
-  // 1-D and 3-D convolution are valid ONNX that trainrt does not implement
-  for (std::vector<int64_t> xs : {std::vector<int64_t>{1, 4, 5}, std::vector<int64_t>{1, 4, 5, 5, 5}}) {
-    std::vector<int64_t> ws{2, 4};
-    for (size_t i = 2; i < xs.size(); ++i) ws.push_back(3);
+  // 4-D convolution is valid ONNX that trainrt does not implement (1-D to 3-D are)
+  {
     ErrorKind kind = ErrorKind::Internal;
-    std::string msg = error_of(make_node("Conv", {"x", "w"}, {"y"}),
-                               {{"x", Tensor(DataType::Float32, xs)}, {"w", Tensor(DataType::Float32, ws)}}, &kind);
+    std::string msg = error_of(
+        make_node("Conv", {"x", "w"}, {"y"}),
+        {{"x", Tensor(DataType::Float32, {1, 4, 5, 5, 5, 5})}, {"w", Tensor(DataType::Float32, {2, 4, 3, 3, 3, 3})}},
+        &kind);
     CHECK(kind == ErrorKind::Unsupported);
     CHECK(msg.find("'Conv_test' (Conv)") != std::string::npos);
-    CHECK(msg.find("only 2-D Conv") != std::string::npos);
+    CHECK(msg.find("Conv over 4 spatial dims is not implemented (1 to 3 are)") != std::string::npos);
+  }
+  // A weight rank that differs from the input's is BadInput.
+  {
+    ErrorKind kind = ErrorKind::Internal;
+    std::string msg =
+        error_of(make_node("Conv", {"x", "w"}, {"y"}),
+                 {{"x", Tensor(DataType::Float32, {1, 4, 5})}, {"w", Tensor(DataType::Float32, {2, 4, 3, 3})}}, &kind);
+    CHECK(kind == ErrorKind::BadInput);
+    CHECK(msg.find("must have rank 3 (M,C/group,kernel...) like the input, got rank 4") != std::string::npos);
   }
 }
 

@@ -126,10 +126,17 @@ std::vector<int64_t> conv_output_dims(const Tensor& x, const Tensor& w, const st
   return shape_dims(*g.info("y").shape);
 }
 
-// Feeds for a ConvGrad of X: n,c,h,w and W: m,c/group,k; weights scaled 1/sqrt(fan_in).
+// Product of dims [from, end).
+int64_t dims_product(const std::vector<int64_t>& d, size_t from) {
+  int64_t p = 1;
+  for (size_t i = from; i < d.size(); ++i) p *= d[i];
+  return p;
+}
+
+// Feeds for a ConvGrad of X: n,c,spatial... and W: m,c/group,k...; weights scaled 1/sqrt(fan_in).
 TensorMap conv_grad_feeds(std::vector<int64_t> xd, std::vector<int64_t> wd,
                           const std::map<std::string, Attribute>& attrs, uint64_t seed) {
-  const double a = 1.0 / std::sqrt(static_cast<double>(wd[1] * wd[2] * wd[3]));
+  const double a = 1.0 / std::sqrt(static_cast<double>(dims_product(wd, 1)));
   Tensor x = rand_f32(std::move(xd), seed), w = rand_f32(std::move(wd), seed + 1, -a, a);
   Tensor dy = rand_f32(conv_output_dims(x, w, attrs), seed + 2);
   return {{"dy", dy}, {"x", x}, {"w", w}};
@@ -138,10 +145,10 @@ TensorMap conv_grad_feeds(std::vector<int64_t> xd, std::vector<int64_t> wd,
 std::function<OutTol(const std::string&)> conv_grad_tol(const TensorMap& f) {
   const auto& dy = f.at("dy").dims();
   const auto& w = f.at("w").dims();
-  const int64_t spatial_out = dy[0] * dy[2] * dy[3];
+  const int64_t spatial_out = dy[0] * dims_product(dy, 2);
   const int64_t group = f.at("x").dims()[1] / w[1];
   return [=](const std::string& out) {
-    if (out == "dx") return OutTol{0, 0, w[0] / group * w[2] * w[3]};
+    if (out == "dx") return OutTol{0, 0, w[0] / group * dims_product(w, 2)};
     return OutTol{0, 0, spatial_out};  // dw, db
   };
 }
@@ -288,6 +295,42 @@ TEST_CASE("cpu grad vs reference: ConvGrad, random shapes, attributes and reques
     CAPTURE(i);
     CAPTURE(mask);
     TensorMap feeds = conv_grad_feeds({n, c, h, w}, {m, cg, kh, kw}, attrs, 500 + static_cast<uint64_t>(i) * 3);
+    Compared r = check_same(conv_grad_node(mask, attrs), feeds, conv_grad_tol(feeds));
+    CHECK(r.fallbacks == 0);
+  }
+}
+
+TEST_CASE("cpu grad vs reference: ConvGrad 1-D and 3-D, random shapes, attributes and requested outputs") {
+  require_cpu_kernel("ConvGrad");
+  std::mt19937_64 rng(8765);
+  for (int i = 0; i < 16; ++i) {
+    const size_t sp = i % 2 ? 3 : 1;
+    int64_t group = pick(rng, 0, 2) == 0 ? 2 : 1;
+    const int64_t cg = pick(rng, 1, 3), mg = pick(rng, 1, 3), c = group * cg, m = group * mg, n = pick(rng, 1, 2);
+    std::vector<int64_t> xd{n, c}, wd{m, cg}, k, s, d, pads(2 * sp);
+    for (size_t j = 0; j < sp; ++j) {
+      k.push_back(pick(rng, 1, 3));
+      s.push_back(pick(rng, 1, 2));
+      d.push_back(pick(rng, 1, 2));
+      pads[j] = pick(rng, 0, k[j] - 1);
+      pads[j + sp] = pick(rng, 0, k[j] - 1);
+      xd.push_back(pick(rng, (k[j] - 1) * d[j] + 1, sp == 1 ? 16 : 6));
+      wd.push_back(k[j]);
+    }
+    std::map<std::string, Attribute> attrs{{"strides", Attribute::of_ints(s)}, {"dilations", Attribute::of_ints(d)}};
+    if (group > 1) attrs["group"] = Attribute::of_int(group);
+    const int64_t mode = pick(rng, 0, 4);
+    if (mode == 0)
+      attrs["auto_pad"] = Attribute::of_string(pick(rng, 0, 1) ? "SAME_UPPER" : "SAME_LOWER");
+    else if (mode == 1)
+      attrs["auto_pad"] = Attribute::of_string("VALID");
+    else
+      attrs["pads"] = Attribute::of_ints(pads);
+    const int mask = static_cast<int>(pick(rng, 1, 7));
+    CAPTURE(i);
+    CAPTURE(mask);
+    CAPTURE(dims_to_string(xd));
+    TensorMap feeds = conv_grad_feeds(xd, wd, attrs, 900 + static_cast<uint64_t>(i) * 3);
     Compared r = check_same(conv_grad_node(mask, attrs), feeds, conv_grad_tol(feeds));
     CHECK(r.fallbacks == 0);
   }
@@ -487,6 +530,18 @@ TEST_CASE("cpu grad vs reference: GlobalAveragePoolGrad") {
     TensorMap feeds{{"x", rand_f32(dims, 31)}, {"dy", rand_f32(yd, 32)}};
     Node n = make_node("GlobalAveragePoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain);
     CHECK(check_same(n, feeds, [](const std::string&) { return OutTol{1e-6, 0}; }).fallbacks == 0);
+  }
+}
+
+TEST_CASE("cpu grad vs reference: GlobalMaxPoolGrad over 1, 2 and 3 spatial dims") {
+  require_cpu_kernel("GlobalMaxPoolGrad");
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{2, 3, 5}, {2, 16, 7, 7}, {1, 2, 3, 4, 5}}) {
+    CAPTURE(dims_to_string(dims));
+    std::vector<int64_t> yd = dims;
+    for (size_t i = 2; i < yd.size(); ++i) yd[i] = 1;
+    TensorMap feeds{{"x", rand_f32(dims, 33)}, {"dy", rand_f32(yd, 34)}};
+    Node n = make_node("GlobalMaxPoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain);
+    CHECK(check_same(n, feeds, [](const std::string&) { return OutTol{0, 0, 0}; }).fallbacks == 0);
   }
 }
 

@@ -133,6 +133,43 @@ TEST_CASE("cpu vs reference: Conv, random shapes and attributes") {
   }
 }
 
+TEST_CASE("cpu vs reference: Conv 1-D and 3-D, random shapes and attributes") {
+  require_cpu_kernel("Conv");
+  std::mt19937_64 rng(5678);
+  for (int i = 0; i < 16; ++i) {
+    const size_t sp = i % 2 ? 3 : 1;
+    const int64_t group = pick(rng, 0, 2) == 0 ? 2 : 1;
+    const int64_t cg = pick(rng, 1, 4), mg = pick(rng, 1, 4), c = group * cg, m = group * mg, n = pick(rng, 1, 3);
+    std::vector<int64_t> xd{n, c}, wd{m, cg}, s, d, pads(2 * sp);
+    int64_t fan_in = cg;
+    for (size_t j = 0; j < sp; ++j) {
+      const int64_t k = pick(rng, 1, 3);
+      s.push_back(pick(rng, 1, 2));
+      d.push_back(pick(rng, 1, 2));
+      pads[j] = pick(rng, 0, k - 1);
+      pads[j + sp] = pick(rng, 0, k - 1);
+      xd.push_back(pick(rng, (k - 1) * d[j] + 1, sp == 1 ? 20 : 7));
+      wd.push_back(k);
+      fan_in *= k;
+    }
+    std::map<std::string, Attribute> attrs{{"strides", Attribute::of_ints(s)}, {"dilations", Attribute::of_ints(d)}};
+    if (group > 1) attrs["group"] = Attribute::of_int(group);
+    const int64_t mode = pick(rng, 0, 4);
+    if (mode == 0)
+      attrs["auto_pad"] = Attribute::of_string(pick(rng, 0, 1) ? "SAME_UPPER" : "SAME_LOWER");
+    else if (mode == 1)
+      attrs["auto_pad"] = Attribute::of_string("VALID");
+    else
+      attrs["pads"] = Attribute::of_ints(pads);
+    const bool bias = pick(rng, 0, 1);
+    CAPTURE(i);
+    CAPTURE(dims_to_string(xd));
+    TensorMap feeds{{"x", random_tensor(DataType::Float32, xd, 700 + i)}, {"w", weights(wd, fan_in, 800 + i)}};
+    if (bias) feeds["b"] = random_tensor(DataType::Float32, {m}, 900 + i);
+    CHECK(check_same(conv_node(bias, attrs), feeds, kConvTol).fallbacks == 0);
+  }
+}
+
 TEST_CASE("cpu vs reference: Conv, Wide ResNet layer shapes at batch 2") {
   require_cpu_kernel("Conv");
   struct Case {
@@ -283,6 +320,15 @@ TEST_CASE("cpu vs reference: GlobalAveragePool") {
     CAPTURE(dims_to_string(dims));
     Node n = make_node("GlobalAveragePool", {"x"}, {"y"});
     CHECK(check_same(n, {{"x", random_tensor(DataType::Float32, dims, 500 + i)}}, kPoolTol).fallbacks == 0);
+  }
+}
+
+TEST_CASE("cpu vs reference: GlobalMaxPool over 1, 2 and 3 spatial dims") {
+  require_cpu_kernel("GlobalMaxPool");
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{2, 3, 17}, {2, 16, 7, 7}, {1, 4, 3, 4, 5}}) {
+    CAPTURE(dims_to_string(dims));
+    Node n = make_node("GlobalMaxPool", {"x"}, {"y"});
+    CHECK(check_same(n, {{"x", random_tensor(DataType::Float32, dims, 550)}}, kExactTol).fallbacks == 0);
   }
 }
 

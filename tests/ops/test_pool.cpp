@@ -124,6 +124,42 @@ TEST_CASE("MaxPool: Indices include N and C offsets; storage_order 1 is column-m
   CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 2, 2, 2}, {3, 3, 2, 7, 12, 12, 11, 16})) == 0);
 }
 
+TEST_CASE("MaxPool: storage_order 1 on 1-D and 3-D: column-major over the spatial dims") {
+  // 3-D: x is 1,1,2,2,3 counting up and the 2x2x2 windows start at w = 0 and w = 1, so
+  // their maxima are their last elements, (d,h,w) = (1,1,1) and (1,1,2): row-major
+  // d*6 + h*3 + w = 10 and 11, column-major d + h*2 + w*4 = 7 and 11.
+  Tensor x = iota(DataType::Float64, {1, 1, 2, 2, 3});
+  Node n = make_node("MaxPool", {"x"}, {"y", "i"},
+                     {{"kernel_shape", Attribute::of_ints({2, 2, 2})}, {"storage_order", Attribute::of_int(1)}});
+  TensorMap out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 1, 1, 1, 2}, {7, 11})) == 0);
+  n.attrs["storage_order"] = Attribute::of_int(0);
+  out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 1, 1, 1, 2}, {10, 11})) == 0);
+  // 1-D: both orders are the position in the row (plus the N,C offset).
+  Node n1 = make_node("MaxPool", {"x"}, {"y", "i"},
+                      {{"kernel_shape", Attribute::of_ints({2})}, {"storage_order", Attribute::of_int(1)}});
+  out = run_node(n1, {{"x", tensor_of(DataType::Float64, {1, 2, 3}, {3, 1, 2, 0, 5, 4})}}, "reference");
+  CHECK(max_abs_diff(out["i"], tensor_of(DataType::Int64, {1, 2, 2}, {0, 2, 4, 4})) == 0);
+}
+
+TEST_CASE("GlobalMaxPool: plane maxima over 1 to 3 spatial dims; the gradient goes to the first maximum") {
+  Tensor x = tensor_of(DataType::Float64, {1, 2, 4}, {1, 5, 5, 2, -3, -1, -2, -4});
+  TensorMap out = run_node(make_node("GlobalMaxPool", {"x"}, {"y"}), {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 2, 1}, {5, -1})) == 0);
+  Node g = make_node("GlobalMaxPoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain);
+  out = run_node(g, {{"dy", tensor_of(DataType::Float64, {1, 2, 1}, {2, 3})}, {"x", x}}, "reference");
+  CHECK(max_abs_diff(out["dx"], tensor_of(DataType::Float64, {1, 2, 4}, {0, 2, 0, 0, 0, 3, 0, 0})) == 0);
+  Tensor x3 = random_tensor(DataType::Float32, {2, 3, 2, 3, 4}, 9);
+  out = run_node(make_node("GlobalMaxPool", {"x"}, {"y"}), {{"x", x3}}, "reference");
+  REQUIRE(out["y"].dims() == std::vector<int64_t>{2, 3, 1, 1, 1});
+  for (int64_t p = 0; p < 6; ++p) {
+    double m = x3.get_as_double(p * 24);
+    for (int64_t i = 1; i < 24; ++i) m = std::max(m, x3.get_as_double(p * 24 + i));
+    CHECK(out["y"].get_as_double(p) == m);
+  }
+}
+
 TEST_CASE("AveragePool: pads with and without count_include_pad, ceil overhang") {
   Tensor x = iota(DataType::Float64, {1, 1, 3, 3});
   Node n = make_node("AveragePool", {"x"}, {"y"},

@@ -304,40 +304,43 @@ TEST_CASE("BatchNormalizationGrad(relu_y) = BatchNormalizationGrad(ReluGrad(dY, 
 }
 
 TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inference, running stats included") {
-  const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 6, 5, 5}, 1, -2, 2)}};
   TensorMap inits{{"scale", random_tensor(DataType::Float32, {6}, 2, 0.5, 1.5)},
                   {"bias", random_tensor(DataType::Float32, {6}, 3)},
                   {"mean", random_tensor(DataType::Float32, {6}, 4)},
                   {"var", random_tensor(DataType::Float32, {6}, 5, 0.5, 2)}};
-  for (bool training : {false, true}) {
-    CAPTURE(training);
-    std::map<std::string, Attribute> attrs{{"epsilon", Attribute::of_float(1e-3f)},
-                                           {"momentum", Attribute::of_float(0.8f)}};
-    std::vector<std::string> outs{"bn"}, fouts{"y"};
-    if (training) {
-      attrs["training_mode"] = Attribute::of_int(1);
-      outs = {"bn", "rm", "rv"};
-      fouts = {"y", "rm", "rv"};
+  // N,C,H,W, then the 1-D and 3-D forms (N,C,L and N,C,D,H,W) that Conv1d/Conv3d nets fuse.
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{4, 6, 5, 5}, {4, 6, 7}, {2, 6, 3, 4, 5}})
+    for (bool training : {false, true}) {
+      const TensorMap feeds{{"x", random_tensor(DataType::Float32, dims, 1, -2, 2)}};
+      CAPTURE(dims_to_string(dims));
+      CAPTURE(training);
+      std::map<std::string, Attribute> attrs{{"epsilon", Attribute::of_float(1e-3f)},
+                                             {"momentum", Attribute::of_float(0.8f)}};
+      std::vector<std::string> outs{"bn"}, fouts{"y"};
+      if (training) {
+        attrs["training_mode"] = Attribute::of_int(1);
+        outs = {"bn", "rm", "rv"};
+        fouts = {"y", "rm", "rv"};
+      }
+      const std::vector<std::string> ins{"x", "scale", "bias", "mean", "var"};
+      const Graph unfused = graph_of(
+          {make_node("BatchNormalization", ins, outs, attrs), make_node("Relu", {"bn"}, {"y"})}, feeds, inits, fouts);
+      const Graph fused =
+          graph_of({make_node("BatchNormalizationRelu", ins, fouts, attrs, kTrainrtDomain)}, feeds, inits, fouts);
+      const TensorMap want = run_graph(unfused, feeds, *make_backend("reference"));
+      const TensorMap ref = run_graph(fused, feeds, *make_backend("reference"));
+      const uint64_t fallbacks = dnnl_util::reference_fallbacks();
+      const TensorMap cpu = run_graph(fused, feeds, *make_backend("cpu"));
+      CHECK(dnnl_util::reference_fallbacks() == fallbacks);
+      for (const std::string& o : fouts) {
+        CAPTURE(o);
+        CHECK(max_abs_diff(ref.at(o), want.at(o)) == 0.0);
+        CHECK(max_abs_diff(cpu.at(o), want.at(o)) < 1e-5);
+      }
+      double zeros = 0;
+      for (int64_t i = 0; i < want.at("y").numel(); ++i) zeros += want.at("y").get_as_double(i) == 0.0 ? 1 : 0;
+      CHECK(zeros > 0);  // the Relu did clip something
     }
-    const std::vector<std::string> ins{"x", "scale", "bias", "mean", "var"};
-    const Graph unfused = graph_of(
-        {make_node("BatchNormalization", ins, outs, attrs), make_node("Relu", {"bn"}, {"y"})}, feeds, inits, fouts);
-    const Graph fused =
-        graph_of({make_node("BatchNormalizationRelu", ins, fouts, attrs, kTrainrtDomain)}, feeds, inits, fouts);
-    const TensorMap want = run_graph(unfused, feeds, *make_backend("reference"));
-    const TensorMap ref = run_graph(fused, feeds, *make_backend("reference"));
-    const uint64_t fallbacks = dnnl_util::reference_fallbacks();
-    const TensorMap cpu = run_graph(fused, feeds, *make_backend("cpu"));
-    CHECK(dnnl_util::reference_fallbacks() == fallbacks);
-    for (const std::string& o : fouts) {
-      CAPTURE(o);
-      CHECK(max_abs_diff(ref.at(o), want.at(o)) == 0.0);
-      CHECK(max_abs_diff(cpu.at(o), want.at(o)) < 1e-5);
-    }
-    double zeros = 0;
-    for (int64_t i = 0; i < want.at("y").numel(); ++i) zeros += want.at("y").get_as_double(i) == 0.0 ? 1 : 0;
-    CHECK(zeros > 0);  // the Relu did clip something
-  }
 }
 
 TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for bit, on both backends") {
