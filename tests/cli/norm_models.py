@@ -8,10 +8,12 @@ tests/cli/torchvision_models.py exports torchvision's (whose helpers this script
   - in13:  Conv2d -> nn.InstanceNorm2d(8, affine=True) -> ReLU -> pool -> Linear (opset 13);
   - ln17:  Conv2d -> nn.LayerNorm([8, 6, 6]) (LayerNormalization over C,H,W: axis -3) ...
            at opset 17.
-(torch 1.13's exporter stops at opset 17, so it cannot write opset 18's GroupNormalization:
-that op is checked by the unit tests only.) For each, `trainrt grad` in fp64 on the reference
-backend must match PyTorch fp64's loss (1e-9) and gradients (relative L2 1e-6), and
-`trainrt train --dataset npz` (float32 [N,3,6,6]) must run two cpu steps.
+For each, `trainrt grad` in fp64 on the reference backend must match PyTorch fp64's loss
+(1e-9) and gradients (relative L2 1e-6), and `trainrt train --dataset npz` (float32
+[N,3,6,6]) must run two cpu steps. torch 1.13's exporter stops at opset 17, so opset 18's
+GroupNormalization is written here with onnx.helper (gn18: GroupNormalization with scale
+ones and bias zeros, then Mul/Add per channel, which is nn.GroupNorm's function) and
+checked against nn.GroupNorm the same way.
 Then `trainrt train --dataset npz` on non-image data for one short epoch each:
   - tokens: int64 ids [N, T] into Embedding -> mean over T -> Linear;
   - audio-like float32 [N, C, L] into Flatten -> Linear -> LayerNorm -> Linear;
@@ -108,6 +110,48 @@ def check_model(trainrt, name, tmp):
     return "loss %.4f, fp64 reference %.2g; 2 cpu steps" % (loss64, err)
 
 
+def check_gn18(trainrt, tmp):
+    """opset 18's GroupNormalization, written here with onnx.helper (torch 1.13 cannot): with
+    scale ones and bias zeros, then Mul/Add per channel, it is nn.GroupNorm's function."""
+    from onnx import helper
+    torch.manual_seed(0)
+    norm, fc = randomise_affine(torch.nn.GroupNorm(2, 4)), torch.nn.Linear(4, CLASSES)
+    x = torch.randn(BATCH, 4, 3, 3)
+    y = torch.randint(0, CLASSES, (BATCH,))
+    F = onnx.TensorProto.FLOAT
+
+    def init(name, t):
+        return numpy_helper.from_array(t.detach().numpy().astype(np.float32), name)
+
+    inits = [init("ones", torch.ones(2)), init("zeros", torch.zeros(2)), init("norm.weight", norm.weight.view(4, 1, 1)),
+             init("norm.bias", norm.bias.view(4, 1, 1)), init("fc.weight", fc.weight), init("fc.bias", fc.bias)]
+    nodes = [helper.make_node("GroupNormalization", ["input", "ones", "zeros"], ["g"], num_groups=2,
+                              epsilon=float(np.float32(norm.eps))),
+             helper.make_node("Mul", ["g", "norm.weight"], ["m"]), helper.make_node("Add", ["m", "norm.bias"], ["a"]),
+             helper.make_node("GlobalAveragePool", ["a"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    graph = helper.make_graph(nodes, "gn18", [helper.make_tensor_value_info("input", F, ["N", 4, 3, 3])],
+                              [helper.make_tensor_value_info("logits", F, ["N", CLASSES])], inits)
+    path64 = os.path.join(tmp, "gn18_fp64.onnx")
+    onnx.save(to_double(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])), path64)
+    x_path, y_path = os.path.join(tmp, "x.pb"), os.path.join(tmp, "y.pb")
+    save_pb(x_path, x.numpy(), "input")
+    save_pb(y_path, y.numpy().astype(np.int64), "labels")
+    norm.double(), fc.double()
+    norm.eps = float(np.float32(norm.eps))
+    loss = torch.nn.functional.cross_entropy(fc(norm(x.double()).mean((2, 3))), y)
+    loss.backward()
+    want = {"norm.weight": norm.weight.grad.numpy().reshape(4, 1, 1), "norm.bias": norm.bias.grad.numpy().reshape(4, 1, 1),
+            "fc.weight": fc.weight.grad.numpy(), "fc.bias": fc.bias.grad.numpy()}
+    tl64, t64 = trainrt_gradients(trainrt, path64, x_path, y_path, "reference", os.path.join(tmp, "ref64"))
+    got = {k: t64[k] for k in want if k in t64}
+    assert set(got) == set(want), "gradients of %s, expected %s" % (sorted(t64), sorted(want))
+    err = rel_l2(got, want)
+    assert abs(tl64 - loss.item()) <= 1e-9 * abs(loss.item()), "fp64 loss %.12g, PyTorch %.12g" % (tl64, loss.item())
+    assert err <= 1e-6, "fp64 gradients %.3g from PyTorch's, worst %s" % (err, worst_param(got, want))
+    return "loss %.4f, fp64 reference %.2g (GroupNormalization opset 18 against nn.GroupNorm)" % (loss.item(), err)
+
+
 class Tokens(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -163,10 +207,11 @@ def main():
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     fails = 0
-    for name in list(MODELS) + ["npz"]:
+    special = {"gn18": check_gn18, "npz": check_npz}
+    for name in list(MODELS) + list(special):
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                detail = check_npz(trainrt, tmp) if name == "npz" else check_model(trainrt, name, tmp)
+                detail = special[name](trainrt, tmp) if name in special else check_model(trainrt, name, tmp)
                 print("PASS   %-6s %s" % (name, detail))
             except Exception as e:  # one case's failure, not the run's
                 print("FAIL   %-6s %s: %s" % (name, type(e).__name__, e))
