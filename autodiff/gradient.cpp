@@ -66,6 +66,7 @@ void register_all_gradients(GradRegistry& r) {
   register_conv_gradients(r);
   register_pool_gradients(r);
   register_norm_gradients(r);
+  register_group_norm_gradients(r);
   register_gemm_gradients(r);
   register_shape_gradients(r);
   register_softmax_loss_gradients(r);

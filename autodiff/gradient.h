@@ -104,6 +104,7 @@ void register_elementwise_gradients(GradRegistry& r);
 void register_conv_gradients(GradRegistry& r);
 void register_pool_gradients(GradRegistry& r);
 void register_norm_gradients(GradRegistry& r);
+void register_group_norm_gradients(GradRegistry& r);
 void register_gemm_gradients(GradRegistry& r);
 void register_shape_gradients(GradRegistry& r);
 void register_softmax_loss_gradients(GradRegistry& r);

@@ -456,12 +456,19 @@ Dataset load_npz(const std::string& path, const DatasetOptions& o) {
   const Tensor& x = a.at(xs);
   if (x.rank() < 2 || x.dims()[0] < 1)
     throw_bad_input(path + ":" + xs, "must be N x ... with N >= 1 and a sample shape, got " + dims_to_string(x.dims()));
-  if (x.dtype() != DataType::Float32 && x.dtype() != DataType::Float64 && x.dtype() != DataType::UInt8)
-    throw_bad_input(path + ":" + xs, std::string("must be float32, float64 or uint8, got ") + dtype_name(x.dtype()));
+  // Token ids: any signed integer array ([N, T] for a text model), widened to int64.
+  const bool tokens = x.dtype() == DataType::Int64 || x.dtype() == DataType::Int32 || x.dtype() == DataType::Int16 ||
+                      x.dtype() == DataType::Int8;
+  if (x.dtype() != DataType::Float32 && x.dtype() != DataType::Float64 && x.dtype() != DataType::UInt8 && !tokens)
+    throw_bad_input(path + ":" + xs, std::string("must be float32, float64, uint8 (images) or int8..int64 (token ids), "
+                                                 "got ") +
+                                         dtype_name(x.dtype()));
   Dataset d;
   d.name = "npz";
   d.source = path;
-  d.images = x.dtype() == DataType::Float64 ? x.cast(DataType::Float32) : x;
+  d.images = x.dtype() == DataType::Float64           ? x.cast(DataType::Float32)
+             : tokens && x.dtype() != DataType::Int64 ? x.cast(DataType::Int64)
+                                                      : x;
   d.labels = npz_labels(a.at(ys), x.dims()[0], path + ":" + ys);
   // Classes over both splits, so that both loads agree.
   int64_t top = -1;

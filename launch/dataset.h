@@ -22,8 +22,11 @@
 //     here: images are decoded when their batch is prepared (launch/pipeline.h).
 //     A class folder without images, or a val/ class that train/ lacks, is an error.
 //   npz (numpy.savez / savez_compressed): arrays x (float32, float64 or uint8, shape
-//     N x ...) and y (integer labels, N); the test split is x_val/y_val when present,
-//     else the training arrays. Stored and deflated members; float64 becomes float32.
+//     N x ... of any rank: [N,C,H,W] images, [N,C,L] audio, [N,C,D,H,W] video; or signed
+//     integer token ids, [N,T] for a text model) and y (integer labels, N); the test split
+//     is x_val/y_val when present, else the training arrays. Stored and deflated members;
+//     float64 becomes float32, int8..int32 ids become int64 (batched as they are, never
+//     normalised or augmented: the model's input must then be int64).
 //
 // Why in memory as uint8: the largest set (CIFAR, 50000x3x32x32) is 150 MB as
 // bytes; the pipeline (launch/pipeline.h) converts to normalised float32 per batch.
@@ -42,7 +45,7 @@ namespace trainrt {
 struct Dataset {
   std::string name;    // "fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder", "npz"
   std::string source;  // file or folder it was read from (error messages)
-  Tensor images;       // uint8 [N,C,H,W] (npz: uint8 or float32 [N,...]); empty for an image folder
+  Tensor images;       // uint8 [N,C,H,W] (npz: uint8, float32 or int64 ids [N,...]); empty for an image folder
   Tensor labels;       // int64 [N], each in [0, classes)
   int64_t classes = 0;
   std::vector<float> mean;  // [C] (or one value for all), of x/255 for uint8, of x for float32

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <random>
@@ -193,18 +194,21 @@ BatchStream::BatchStream(const Dataset& d, const PipelineOptions& o) : data_(d),
   const std::string where = d.source.empty() ? d.name : d.source;
   if (o.batch_size < 1) throw_bad_input("--batch-size", "must be >= 1, got " + std::to_string(o.batch_size));
   if (o.prefetch < 1 || o.pad < 0) throw_bad_input("data pipeline", "prefetch must be >= 1 and pad >= 0");
-  const bool in_memory = (d.images.dtype() == DataType::UInt8 || d.images.dtype() == DataType::Float32) &&
+  const bool in_memory = (d.images.dtype() == DataType::UInt8 || d.images.dtype() == DataType::Float32 ||
+                          d.images.dtype() == DataType::Int64) &&
                          d.images.rank() >= 2 && d.images.dims()[0] == d.size();
   if ((!d.from_files() && !in_memory) || (d.from_files() && d.files.size() != static_cast<size_t>(d.size())) ||
       d.labels.dtype() != DataType::Int64 || d.labels.dims() != std::vector<int64_t>{d.size()})
     throw_bad_input(where,
-                    "dataset must be uint8/float32 samples [N,...] (or N image files) with int64 labels [N], "
+                    "dataset must be uint8/float32/int64 samples [N,...] (or N image files) with int64 labels [N], "
                     "got " +
                         dims_to_string(d.images.dims()) + " and labels " + dims_to_string(d.labels.dims()));
   for (const auto* v : {&d.mean, &d.std})
     if (v->size() != 1 && static_cast<int64_t>(v->size()) != d.channels())
       throw_bad_input(where, "mean/std need one value, or one per channel (" + std::to_string(d.channels()) +
                                  "), got " + std::to_string(v->size()));
+  if (d.images.dtype() == DataType::Int64 && (d.mean != std::vector<float>{0.f} || d.std != std::vector<float>{1.f}))
+    throw_bad_input(where, "token ids (int64 samples) are not normalised: --mean/--std do not apply");
   if (o.augment && !d.from_files() && (d.images.dtype() != DataType::UInt8 || d.images.rank() != 4))
     throw_bad_input(where, "augmentation (flip + crop) needs uint8 images [N,C,H,W], got " +
                                std::string(dtype_name(d.images.dtype())) + dims_to_string(d.images.dims()));
@@ -279,17 +283,20 @@ Batch BatchStream::build(int64_t k) const {
   const int64_t per_sample = data_.sample_numel();
   std::vector<int64_t> dims{B};
   for (int64_t v : data_.sample_dims()) dims.push_back(v);
+  // Token ids (int64 samples) are batched as they are; everything else as normalised float32.
+  const bool tokens = !data_.from_files() && data_.images.dtype() == DataType::Int64;
+  const DataType type = tokens ? DataType::Int64 : DataType::Float32;
   Batch b;
   b.index = k;
   if (opts_.allocate) {  // every element is written below
-    b.images = Tensor(DataType::Float32, dims, opts_.allocate(static_cast<size_t>(B * per_sample) * sizeof(float)));
+    b.images = Tensor(type, dims, opts_.allocate(static_cast<size_t>(B * per_sample) * dtype_size(type)));
     b.labels = Tensor(DataType::Int64, {B}, opts_.allocate(static_cast<size_t>(B) * sizeof(int64_t)));
   } else {
-    b.images = Tensor(DataType::Float32, dims);
+    b.images = Tensor(type, dims);
     b.labels = Tensor(DataType::Int64, {B});
   }
   b.samples.assign(samples_.begin() + first, samples_.begin() + first + B);
-  float* img = b.images.data<float>();
+  float* img = tokens ? nullptr : b.images.data<float>();
   int64_t* lab = b.labels.data<int64_t>();
   for (int64_t j = 0; j < B; ++j) {
     const int64_t i = b.samples[j];
@@ -300,6 +307,11 @@ Batch BatchStream::build(int64_t k) const {
                           std::to_string(data_.classes) + ")");
     lab[j] = label;
     if (data_.from_files()) continue;  // decoded below, in parallel
+    if (tokens) {
+      std::memcpy(b.images.data<int64_t>() + j * per_sample, data_.images.data<int64_t>() + i * per_sample,
+                  static_cast<size_t>(per_sample) * sizeof(int64_t));
+      continue;
+    }
     Augment a;
     if (opts_.augment) a = draw_augment(opts_.seed, opts_.epoch, i, opts_.pad);
     fill_sample(data_, i, opts_.augment ? &a : nullptr, opts_.pad, lut_.data(), img + j * per_sample);

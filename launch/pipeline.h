@@ -74,7 +74,7 @@ PipelineOptions eval_options(int64_t batch_size);
 bool augment_by_default(const Dataset& d);
 
 struct Batch {
-  Tensor images;                                     // float32 [B,C,H,W] (npz: [B, sample dims]), normalised
+  Tensor images;                                     // float32 [B,C,H,W], normalised (npz: [B, sample]; ids: int64)
   Tensor labels;                                     // int64 [B]
   std::vector<int64_t> samples;                      // dataset index of each row
   int64_t index = 0;                                 // batch number in this epoch

@@ -34,7 +34,9 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
   ModelIo io{g.inputs[0], g.outputs[0]};
   const ValueInfo& in = g.info(io.input);
   const std::vector<int64_t> sample = d.sample_dims();
-  bool ok = in.dtype == DataType::Float32 && in.shape && in.shape->size() == sample.size() + 1;
+  // The pipeline delivers int64 token ids as they are and everything else as float32.
+  const DataType gives = !d.from_files() && d.images.dtype() == DataType::Int64 ? DataType::Int64 : DataType::Float32;
+  bool ok = in.dtype == gives && in.shape && in.shape->size() == sample.size() + 1;
   for (size_t i = 1; ok && i <= sample.size(); ++i)
     ok = !(*in.shape)[i].known() || (*in.shape)[i].value == sample[i - 1];
   if (!ok) {
@@ -49,8 +51,13 @@ ModelIo model_io(const Graph& g, const Dataset& d, const std::string& where) {
     for (int64_t v : sample) data.push_back(std::to_string(v));
     std::string what = "model input '" + io.input + "' is " +
                        (in.shape ? per_sample(model, 1) + " per sample" : std::string("of unknown shape"));
-    if (in.dtype != DataType::Float32) what += std::string(" of ") + dtype_name(in.dtype) + " (float32 needed)";
+    if (in.dtype != gives) what += std::string(" of ") + dtype_name(in.dtype);
     what += ", dataset " + d.name + " gives " + per_sample(data, 0);
+    if (in.dtype != gives) what += std::string(" of ") + dtype_name(gives);
+    if (in.dtype != gives && gives == DataType::Int64)
+      what += " (token ids: the model's input must be int64, e.g. an Embedding's indices)";
+    else if (in.dtype != gives && in.dtype == DataType::Int64)
+      what += " (the model takes token ids: save x as an integer array)";
     if (d.from_files()) what += " (--image-size " + std::to_string(d.image_size) + ")";
     throw_bad_input(where, what);
   }

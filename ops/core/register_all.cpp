@@ -1,5 +1,7 @@
 #include "ops/core/register_all.h"
 
+#include "ops/group_norm.h"
+
 namespace trainrt {
 
 void register_all(Registry& r) {
@@ -7,6 +9,7 @@ void register_all(Registry& r) {
   register_conv(r);
   register_pool(r);
   register_norm(r);
+  register_group_norm(r);
   register_gemm(r);
   register_shape_ops(r);
   register_softmax_loss(r);
@@ -19,6 +22,7 @@ void register_all(Registry& r) {
   register_conv_cpu(r);
   register_pool_cpu(r);
   register_norm_cpu(r);
+  register_group_norm_cpu(r);
   register_gemm_cpu(r);
   register_shape_ops_cpu(r);
   register_softmax_loss_cpu(r);

@@ -702,6 +702,79 @@ TEST_CASE("npz: stored and deflated members, dtypes, the validation split, bad f
   expect_bad(load(cut.substr(0, cut.size() / 2)), dir / "bad.npz", "not a .npz (zip) file");
 }
 
+TEST_CASE("npz beyond images: token ids [N,T], audio [N,C,L], video [N,C,D,H,W], batched as they are") {
+  TempDir dir;
+  const std::vector<int64_t> y{1, 0, 2, 1};
+  auto load = [&](const std::string& name, const Bytes& x, const Bytes& labels) {
+    write(dir / name, zip({{"x.npy", x}, {"y.npy", labels}}, true));
+    DatasetOptions o;
+    o.name = "npz";
+    o.data_dir = dir / name;
+    return load_dataset(o);
+  };
+  const Bytes ys = npy("<i8", {4}, raw_bytes(y));
+  std::vector<int64_t> ids(4 * 5);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 50);
+  const Dataset tok = load("tok.npz", npy("<i8", {4, 5}, raw_bytes(ids)), ys);
+  CHECK(tok.images.dtype() == DataType::Int64);
+  CHECK(tok.sample_dims() == std::vector<int64_t>{5});
+  CHECK(tok.classes == 3);
+  // int32 ids are widened to int64.
+  std::vector<int32_t> ids32(ids.begin(), ids.end());
+  const Dataset tok32 = load("tok32.npz", npy("<i4", {4, 5}, raw_bytes(ids32)), ys);
+  CHECK(tok32.images.dtype() == DataType::Int64);
+  CHECK(tok32.images.data<int64_t>()[19] == ids[19]);
+  // The pipeline batches token ids unnormalised, as int64, in the epoch's order.
+  PipelineOptions po = eval_options(3);
+  BatchStream s(tok, po);
+  auto b = s.next();
+  REQUIRE(b);
+  CHECK(b->images.dtype() == DataType::Int64);
+  CHECK(b->images.dims() == std::vector<int64_t>{3, 5});
+  CHECK(b->images.data<int64_t>()[7] == ids[7]);
+  CHECK(b->labels.data<int64_t>()[2] == 2);
+  // Shuffled with augmentation asked for: refused (no augmentation for non-image data).
+  PipelineOptions aug = po;
+  aug.augment = true;
+  expect_bad([&] { BatchStream bad(tok, aug); }, dir / "tok.npz", "augmentation (flip + crop) needs uint8 images");
+  Dataset normalised = tok;
+  normalised.mean = {0.5f};
+  expect_bad([&] { BatchStream bad(normalised, po); }, dir / "tok.npz", "--mean/--std do not apply");
+
+  // Float arrays of any rank: audio N,C,L and video N,C,D,H,W, batched as float32 N x sample.
+  std::vector<float> audio(4 * 2 * 6), video(4 * 1 * 2 * 3 * 3);
+  for (size_t i = 0; i < audio.size(); ++i) audio[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < video.size(); ++i) video[i] = static_cast<float>(i);
+  const Dataset a = load("audio.npz", npy("<f4", {4, 2, 6}, raw_bytes(audio)), ys);
+  CHECK(a.sample_dims() == std::vector<int64_t>{2, 6});
+  const Dataset v = load("video.npz", npy("<f4", {4, 1, 2, 3, 3}, raw_bytes(video)), ys);
+  CHECK(v.sample_dims() == std::vector<int64_t>{1, 2, 3, 3});
+  BatchStream sv(v, eval_options(4));
+  auto bv = sv.next();
+  REQUIRE(bv);
+  CHECK(bv->images.dims() == std::vector<int64_t>{4, 1, 2, 3, 3});
+  CHECK(bv->images.data<float>()[71] == 71.f);
+
+  // Errors: an unsigned or bool x, a sample-less x, a truncated file, labels out of range.
+  expect_bad(
+      [&] {
+        load("u2.npz", npy("<u2", {4, 5}, Bytes(40, '\0')), ys);
+      },
+      dir / "u2.npz:x", "int8..int64 (token ids), got uint16");
+  expect_bad([&] { load("r1.npz", npy("<i8", {4}, raw_bytes(y)), ys); }, dir / "r1.npz:x",
+             "must be N x ... with N >= 1 and a sample shape");
+  const Bytes good = zip({{"x.npy", npy("<i8", {4, 5}, raw_bytes(ids))}, {"y.npy", ys}}, true);
+  write(dir / "cut.npz", good.substr(0, good.size() - 30));
+  DatasetOptions o;
+  o.name = "npz";
+  o.data_dir = dir / "cut.npz";
+  expect_bad([&] { (void)load_dataset(o); }, dir / "cut.npz", "");
+  Dataset wrong = tok;
+  wrong.classes = 2;  // label 2 of sample 2 is out of range
+  BatchStream sw(wrong, eval_options(4));
+  expect_bad([&] { (void)sw.next(); }, dir / "tok.npz", "sample 2: label 2 is out of range [0, 2)");
+}
+
 TEST_CASE("image folder: torchvision's class order, file order, extensions, and bad folders") {
   TempDir dir;
   const Bytes png = make_png(4, 4, PNG_COLOR_TYPE_RGB, 8, solid_rgb(4, 4, 9, 9, 9));

@@ -37,6 +37,7 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::ConvGrad", "Conv's rule"},
     {"ai.trainrt::BatchNormalizationGrad", "BatchNormalization's rule"},
     {"ai.trainrt::LayerNormalizationGrad", "LayerNormalization's rule"},
+    {"ai.trainrt::GroupNormalizationGrad", "InstanceNormalization's and GroupNormalization's rule"},
     {"ai.trainrt::MaxPoolGrad", "MaxPool's rule"},
     {"ai.trainrt::AveragePoolGrad", "AveragePool's rule"},
     {"ai.trainrt::GlobalAveragePoolGrad", "GlobalAveragePool's rule"},
