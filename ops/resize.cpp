@@ -54,8 +54,8 @@ Shape resize_output_shape(InferContext& ctx, size_t xi, int scales_slot) {
   } else {
     const size_t si = static_cast<size_t>(scales_slot);
     if (present(si)) {
-      if (ctx.input(si).dtype != DataType::Float32)
-        ctx.fail("input " + std::to_string(si) + " '" + n.inputs[si] + "' (scales) must be float32");
+      if (ctx.input(si).dtype != DataType::Float32 && ctx.input(si).dtype != DataType::Float64)
+        ctx.fail("input " + std::to_string(si) + " '" + n.inputs[si] + "' (scales) must be float32 (or float64)");
       if (const Tensor* t = ctx.input_constant(si)) {
         scales.emplace();
         for (int64_t i = 0; i < t->numel(); ++i) scales->push_back(t->get_as_double(i));
