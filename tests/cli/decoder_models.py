@@ -10,12 +10,13 @@ ending in a global pool and a Linear head so that a classification loss applies:
     (1x1 -> 4x4 -> 8x8 -> 16x16), Tanh.
 Each is exported in training mode at opset 13, the U-Net at opset 11 too (Resize's
 roi/scales inputs differ; imported at 13, which trainrt grad's loss needs), and checked
-as tests/cli/torchvision_models.py checks its models (its helpers are reused):
+as tests/cli/torchvision_models.py checks its models (its helpers are reused): `trainrt
+selftest` in fp32 and fp16 (the cpu backend against the reference, node by node);
 `trainrt grad` in fp64 on the reference backend gives PyTorch fp64's loss (1e-9) and
 gradients (relative L2 over all of them < 1e-6); in fp32 on the cpu backend within 3x
 PyTorch fp32's distance from fp64 plus 1e-5; and two cpu training steps (`trainrt train
 --dataset npz --max-steps 2`) exit 0 (a non-finite loss would stop the run with an
-error). About 10 s in all.
+error). About 20 s in all.
 
     /usr/bin/python3 tests/cli/decoder_models.py build/trainrt .   [MODEL ...]
 """
@@ -113,6 +114,13 @@ def check_model(trainrt, name, tmp):
         f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
     with open(y_path, "wb") as f:
         f.write(numpy_helper.from_array(y.numpy().astype(np.int64), "labels").SerializeToString())
+
+    # The cpu backend against the reference, node by node, in fp32 and fp16.
+    for precision in ("fp32", "fp16"):
+        r = subprocess.run([trainrt, "selftest", path32, "--batch", str(BATCH), "--precision", precision],
+                           capture_output=True, text=True)
+        assert r.returncode == 0 and "selftest passed" in r.stdout, "selftest --precision %s exited %d: %s" % (
+            precision, r.returncode, (r.stdout + r.stderr).strip().splitlines()[-1:])
 
     loss32, g32 = torch_gradients(model, x, y)
     loss64, g64 = torch_gradients(model.double(), x.double(), y)
