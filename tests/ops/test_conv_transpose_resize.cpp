@@ -152,3 +152,25 @@ TEST_CASE("Resize: sizes and scales fed at run time specialise the plan") {
   TensorMap out2 = run_node(s, {{"x", x}, {"scales", floats({1, 1, 2, 3})}}, "reference");
   CHECK(out2.at("y").dims() == std::vector<int64_t>{1, 1, 6, 9});
 }
+
+TEST_CASE("Resize opset 18: axes, keep_aspect_ratio_policy") {
+  const Tensor x = random_tensor(DataType::Float32, {1, 2, 3, 4}, 1);
+  // axes [2,3] with scales [2,2] is scales [1,1,2,2].
+  const Tensor full = run_node(make_node("Resize", {"x", "", "scales"}, {"y"}, {{"mode", str("linear")}}), {{"x", x}},
+                               "reference", {{"scales", floats({1, 1, 2, 2})}})
+                          .at("y");
+  const Tensor by_axes =
+      run_node(make_node("Resize", {"x", "", "scales"}, {"y"}, {{"mode", str("linear")}, {"axes", ints({2, 3})}}),
+               {{"x", x}}, "cpu", {{"scales", floats({2, 2})}})
+          .at("y");
+  CHECK(max_abs_diff(full, by_axes) == 0.0);
+  // sizes [5,5] of 3x4: ratios 5/3 and 5/4; not_larger takes 1.25 (4x5), not_smaller 5/3 (5x7).
+  auto dims_with = [&](const char* policy) {
+    Node n = make_node("Resize", {"x", "", "", "sizes"}, {"y"},
+                       {{"axes", ints({2, 3})}, {"keep_aspect_ratio_policy", str(policy)}});
+    return run_node(n, {{"x", x}}, "reference", {{"sizes", make(DataType::Int64, {2}, {5, 5})}}).at("y").dims();
+  };
+  CHECK(dims_with("stretch") == std::vector<int64_t>{1, 2, 5, 5});
+  CHECK(dims_with("not_larger") == std::vector<int64_t>{1, 2, 4, 5});
+  CHECK(dims_with("not_smaller") == std::vector<int64_t>{1, 2, 5, 7});
+}
