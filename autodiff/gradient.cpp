@@ -64,6 +64,8 @@ std::vector<std::string> GradRegistry::ops_with_rules() const {
 void register_all_gradients(GradRegistry& r) {
   register_elementwise_gradients(r);
   register_conv_gradients(r);
+  register_conv_transpose_gradients(r);
+  register_resize_gradients(r);
   register_pool_gradients(r);
   register_norm_gradients(r);
   register_group_norm_gradients(r);

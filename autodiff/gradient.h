@@ -102,6 +102,8 @@ const GradRegistry& gradients();
 
 void register_elementwise_gradients(GradRegistry& r);
 void register_conv_gradients(GradRegistry& r);
+void register_conv_transpose_gradients(GradRegistry& r);
+void register_resize_gradients(GradRegistry& r);
 void register_pool_gradients(GradRegistry& r);
 void register_norm_gradients(GradRegistry& r);
 void register_group_norm_gradients(GradRegistry& r);

@@ -7,6 +7,8 @@ namespace trainrt {
 void register_all(Registry& r) {
   register_elementwise(r);
   register_conv(r);
+  register_conv_transpose(r);
+  register_resize(r);
   register_pool(r);
   register_norm(r);
   register_group_norm(r);
@@ -20,6 +22,8 @@ void register_all(Registry& r) {
 
   register_elementwise_cpu(r);
   register_conv_cpu(r);
+  register_conv_transpose_cpu(r);
+  register_resize_cpu(r);
   register_pool_cpu(r);
   register_norm_cpu(r);
   register_group_norm_cpu(r);

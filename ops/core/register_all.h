@@ -34,6 +34,8 @@ void add_if_schema(Registry& r, const std::string& backend, const std::string& d
 // Schemas, shape and FLOP rules, reference kernels, in-place pairs:
 void register_elementwise(Registry& r);
 void register_conv(Registry& r);
+void register_conv_transpose(Registry& r);
+void register_resize(Registry& r);  // Resize, Upsample (as Resize), ResizeGrad
 void register_pool(Registry& r);
 void register_norm(Registry& r);
 void register_gemm(Registry& r);
@@ -46,6 +48,8 @@ void register_fused(Registry& r);             // ai.trainrt FusedConv, BatchNorm
 // The cpu backend's kernels (oneDNN, oneTBB) and their layouts, after every schema:
 void register_elementwise_cpu(Registry& r);
 void register_conv_cpu(Registry& r);
+void register_conv_transpose_cpu(Registry& r);
+void register_resize_cpu(Registry& r);
 void register_pool_cpu(Registry& r);
 void register_norm_cpu(Registry& r);
 void register_gemm_cpu(Registry& r);

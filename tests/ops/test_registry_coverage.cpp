@@ -35,6 +35,8 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::GeluGrad", "Gelu's rule"},
     {"ai.trainrt::PowGrad", "Pow's rule"},
     {"ai.trainrt::ConvGrad", "Conv's rule"},
+    {"ai.trainrt::ConvTransposeGrad", "ConvTranspose's rule"},
+    {"ai.trainrt::ResizeGrad", "Resize's and Upsample's rules"},
     {"ai.trainrt::BatchNormalizationGrad", "BatchNormalization's rule"},
     {"ai.trainrt::LayerNormalizationGrad", "LayerNormalization's rule"},
     {"ai.trainrt::GroupNormalizationGrad", "InstanceNormalization's and GroupNormalization's rule"},
