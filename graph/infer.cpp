@@ -118,7 +118,7 @@ std::vector<size_t> shape_input_slots(const Node& n) {
       {"Reshape", {1}},     {"Pad", {1, 3}},    {"Expand", {1}},     {"Slice", {1, 2, 3, 4}}, {"ConstantOfShape", {0}},
       {"Range", {0, 1, 2}}, {"Unsqueeze", {1}}, {"Squeeze", {1}},    {"Split", {1}},          {"Tile", {1}},
       {"ReduceSum", {1}},   {"ReduceMax", {1}}, {"ReduceMean", {1}},  // axes (an input from opset 13 / 18)
-      {"Resize", {2, 3}},   {"Upsample", {1}},  // scales (float) and sizes
+      {"Resize", {2, 3}},   {"Upsample", {1}},                        // scales (float) and sizes
   };
   auto it = slots.find(n.op_type);
   return it == slots.end() ? std::vector<size_t>{} : it->second;
