@@ -42,40 +42,34 @@ const CommandSpec kSpec{
     "trainrt bench MODEL.onnx --batch N [options]",
     "Time the full training step (forward, loss, backward, optimizer update) of a model that\n"
     "takes one float image batch [N,C,H,W] and gives logits [N,classes], on random data.",
-    {{"batch", "", "images per step (required)"},
-     {"steps", "10", "timed steps"},
-     {"warmup", "2", "untimed steps first (kernel and plan caches, first-touch memory)"},
-     {"threads", "0", "CPU threads (0 = all cores)"},
-     {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
-     {"backend", "cpu", "with --device cpu: cpu or reference"},
-     {"timing-cache", "",
-      "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json); off: no file "
-      "(any device)"},
-     {"autotune", "4",
-      "with --device cuda: engine candidates timed per problem, the heuristics' first N (0: none timed, the "
-      "heuristics' first engine)"},
-     {"deterministic", "off",
-      "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
-      "non-deterministic ones (split-K weight gradients), as PyTorch with cudnn.benchmark"},
-     {"fp32-math", "tf32",
-      "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
-     {"precision", "fp32",
-      "fp32, bf16 or fp16: convolutions read bf16 / half copies, accumulate in fp32 (bf16 on --device cpu needs "
-      "AVX-512 BF16; fp16 adds dynamic loss scaling, emulated on cpu)"},
-     {"conv-algorithm", "winograd",
-      "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
-     {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
-     {"lr", "0.01", "learning rate"},
-     {"seed", "0", "seed of the random batch and of Dropout"},
-     {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
-     {"layouts", "blocked",
-      "activations between kernels: blocked (the backend's layout kept: oneDNN's nChw16c on cpu, NHWC on cuda), or "
-      "plain (cpu: a reorder at every oneDNN kernel; cuda: NCHW) to compare"},
-     {"branches", "serial",
-      "serial, or concurrent: independent neighbouring nodes two at a time (cpu: each with half the threads; cuda: "
-      "the second on a second compute stream)"},
-     {"profile", "", "print time per op type over the timed steps", Flag::Switch},
-     {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}},
+    with_engine_choice_flags(
+        {
+            {"batch", "", "images per step (required)"},
+            {"steps", "10", "timed steps"},
+            {"warmup", "2", "untimed steps first (kernel and plan caches, first-touch memory)"},
+            {"threads", "0", "CPU threads (0 = all cores)"},
+            {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
+            {"backend", "cpu", "with --device cpu: cpu or reference"},
+        },
+        {{"fp32-math", "tf32",
+          "with --device cuda: tf32 (convolutions and Gemm on TF32 tensor cores, as PyTorch) or strict (full fp32)"},
+         {"precision", "fp32",
+          "fp32, bf16 or fp16: convolutions read bf16 / half copies, accumulate in fp32 (bf16 on --device cpu needs "
+          "AVX-512 BF16; fp16 adds dynamic loss scaling, emulated on cpu)"},
+         {"conv-algorithm", "winograd",
+          "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+         {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
+         {"lr", "0.01", "learning rate"},
+         {"seed", "0", "seed of the random batch and of Dropout"},
+         {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
+         {"layouts", "blocked",
+          "activations between kernels: blocked (the backend's layout kept: oneDNN's nChw16c on cpu, NHWC on cuda), or "
+          "plain (cpu: a reorder at every oneDNN kernel; cuda: NCHW) to compare"},
+         {"branches", "serial",
+          "serial, or concurrent: independent neighbouring nodes two at a time (cpu: each with half the threads; cuda: "
+          "the second on a second compute stream)"},
+         {"profile", "", "print time per op type over the timed steps", Flag::Switch},
+         {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}}),
     1,
     1};
 

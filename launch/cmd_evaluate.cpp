@@ -21,28 +21,20 @@ const CommandSpec kSpec{
     "Print the test-set loss (mean cross-entropy per batch) and accuracy of a model: the test\n"
     "files, an image folder's val/ (resize + center crop), an npz file's x_val/y_val (else x/y),\n"
     "normalised as `trainrt train` normalises them.",
-    with_data_flags(
-        "val",
-        {{"batch-size", "128", "images per forward pass"},
-         {"limit", "0", "use only the first N test images (0 = all)"},
-         {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
-         {"backend", "cpu", "with --device cpu: cpu or reference"},
-         {"fp32-math", "tf32",
-          "with --device cuda: tf32 (TF32 tensor cores, as PyTorch) or "
-          "strict (full fp32)"},
-         {"layout", "nhwc",
-          "with --device cuda: nhwc (activations NHWC between the kernels "
-          "that take it) or nchw"},
-         {"timing-cache", "",
-          "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json); off: no file "
-          "(any device)"},
-         {"autotune", "4",
-          "with --device cuda: engine candidates timed per problem, the heuristics' first N (0: none timed, the "
-          "heuristics' first engine)"},
-         {"deterministic", "off",
-          "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
-          "non-deterministic ones (split-K weight gradients), as PyTorch with cudnn.benchmark"},
-         {"threads", "0", "CPU threads (0 = all cores)"}}),
+    with_data_flags("val", with_engine_choice_flags(
+                               {
+                                   {"batch-size", "128", "images per forward pass"},
+                                   {"limit", "0", "use only the first N test images (0 = all)"},
+                                   {"device", "cpu", "cpu or cuda (a CUDA build and a GPU)"},
+                                   {"backend", "cpu", "with --device cpu: cpu or reference"},
+                                   {"fp32-math", "tf32",
+                                    "with --device cuda: tf32 (TF32 tensor cores, as PyTorch) or "
+                                    "strict (full fp32)"},
+                                   {"layout", "nhwc",
+                                    "with --device cuda: nhwc (activations NHWC between the kernels "
+                                    "that take it) or nchw"},
+                               },
+                               {{"threads", "0", "CPU threads (0 = all cores)"}})),
     1,
     1};
 }  // namespace

@@ -411,6 +411,22 @@ bool deterministic_for_device(const Args& a, bool fallback) {
 
 size_t autotune_for_device(const Args& a) { return static_cast<size_t>(a.at_least("autotune", 0)); }
 
+std::vector<Flag> with_engine_choice_flags(std::vector<Flag> before, const std::vector<Flag>& after) {
+  const std::vector<Flag> engine{
+      {"timing-cache", "",
+       "with --device cuda: engine timings per shape and GPU (default: MODEL.timing-cache.json); off: no file "
+       "(any device)"},
+      {"autotune", "4",
+       "with --device cuda: engine candidates timed per problem, the heuristics' first N (0: none timed, the "
+       "heuristics' first engine)"},
+      {"deterministic", "off",
+       "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
+       "non-deterministic ones (split-K weight gradients), as PyTorch with cudnn.benchmark"}};
+  before.insert(before.end(), engine.begin(), engine.end());
+  before.insert(before.end(), after.begin(), after.end());
+  return before;
+}
+
 std::unique_ptr<EngineChooser> make_engine_chooser(const std::string& backend, const std::string& cache_path,
                                                    size_t autotune) {
   if (backend != "cuda" || autotune == 0) return nullptr;

@@ -137,6 +137,9 @@ bool deterministic_for_device(const Args& a, bool fallback);
 // the heuristics' first engine, no timing cache read or written. Taken on every device
 // (nothing is timed on the host backends).
 size_t autotune_for_device(const Args& a);
+// `before`, then the three flags above as train, bench and evaluate declare them (one
+// text for all), then `after`.
+std::vector<Flag> with_engine_choice_flags(std::vector<Flag> before, const std::vector<Flag>& after);
 // The engine chooser of a run (KernelContext::chooser): null for a host backend and with
 // autotune 0; over the timing cache file `cache_path` (timing_cache_for_device), or in
 // memory only where it is "" (--timing-cache off), timing the first `autotune` candidates.
