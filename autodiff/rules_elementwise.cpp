@@ -1,4 +1,5 @@
-// Gradient rules of the elementwise family (ops/elementwise.cpp).
+// Gradient rules of the elementwise family (ops/elementwise.cpp). The unary ops of the
+// table in ops/unary_ops.h (Relu ... Gelu below) get theirs from the table.
 //
 //   Relu       dX = ReluGrad(dY, Y)                 Neg   dX = Neg(dY)
 //   LeakyRelu  dX = LeakyReluGrad(dY, X; alpha)     Sum   dXi = SumToShape(dY, Xi)
@@ -26,6 +27,7 @@
 // stands in. Integer Add/Sub/Mul/Div never reach a rule: the driver propagates
 // gradients through float outputs only.
 #include "autodiff/gradient.h"
+#include "ops/unary_ops.h"
 
 namespace trainrt {
 
@@ -41,15 +43,6 @@ void reduce_to_input(GradBuilder& g, const std::string& grad, size_t i) {
     g.add("SumToShape", {grad, g.input(i)}, {g.dx(i)});
 }
 
-void relu_grad(GradBuilder& g) { g.add("ReluGrad", {g.dy(0), g.output(0)}, {g.dx(0)}); }
-
-void leaky_relu_grad(GradBuilder& g) {
-  const float alpha = g.node().attr_float("alpha", 0.01f);
-  g.add("LeakyReluGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, {{"alpha", Attribute::of_float(alpha)}});
-}
-
-void sigmoid_grad(GradBuilder& g) { g.add("SigmoidGrad", {g.dy(0), g.output(0)}, {g.dx(0)}); }
-void tanh_grad(GradBuilder& g) { g.add("TanhGrad", {g.dy(0), g.output(0)}, {g.dx(0)}); }
 void neg_grad(GradBuilder& g) { g.add_onnx("Neg", {g.dy(0)}, {g.dx(0)}); }
 
 // Add and variadic Sum: every input gets dY, reduced to its shape.
@@ -90,11 +83,21 @@ void div_grad(GradBuilder& g) {
 }
 
 // The forward's attributes named in `keys` (those it has), for its backward op.
-std::map<std::string, Attribute> copy_attrs(const Node& n, std::initializer_list<const char*> keys) {
+std::map<std::string, Attribute> copy_attrs(const Node& n, const std::vector<std::string>& keys) {
   std::map<std::string, Attribute> out;
-  for (const char* k : keys)
+  for (const std::string& k : keys)
     if (n.has_attr(k)) out[k] = n.attrs.at(k);
   return out;
+}
+
+// The rule of a table op (ops/unary_ops.h): dX = Grad(dY, t), t the forward's input or
+// output as the table says, with the forward's attributes that Grad's functor reads.
+template <typename G>
+GradRule unary_table_rule(const char* grad, UnaryGradReads reads) {
+  return [grad, reads](GradBuilder& g) {
+    const std::string t = reads == UnaryGradReads::input ? g.input(0) : g.output(0);
+    g.add(grad, {g.dy(0), t}, {g.dx(0)}, copy_attrs(g.node(), UnaryAttrs<G>::names()));
+  };
 }
 
 // The bounds go to ClipGrad as the forward has them: inputs (opset >= 11) or attributes.
@@ -102,16 +105,6 @@ void clip_grad(GradBuilder& g) {
   std::vector<std::string> ins{g.dy(0), g.input(0)};
   for (size_t i = 1; i < g.node().inputs.size(); ++i) ins.push_back(g.node().inputs[i]);
   g.add("ClipGrad", ins, {g.dx(0)}, copy_attrs(g.node(), {"min", "max"}));
-}
-
-void hard_sigmoid_grad(GradBuilder& g) {
-  g.add("HardSigmoidGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, copy_attrs(g.node(), {"alpha", "beta"}));
-}
-void hard_swish_grad(GradBuilder& g) { g.add("HardSwishGrad", {g.dy(0), g.input(0)}, {g.dx(0)}); }
-void sqrt_grad(GradBuilder& g) { g.add("SqrtGrad", {g.dy(0), g.output(0)}, {g.dx(0)}); }
-void erf_grad(GradBuilder& g) { g.add("ErfGrad", {g.dy(0), g.input(0)}, {g.dx(0)}); }
-void gelu_grad(GradBuilder& g) {
-  g.add("GeluGrad", {g.dy(0), g.input(0)}, {g.dx(0)}, copy_attrs(g.node(), {"approximate"}));
 }
 
 void exp_grad(GradBuilder& g) { g.add_onnx("Mul", {g.dy(0), g.output(0)}, {g.dx(0)}); }
@@ -146,10 +139,10 @@ void where_grad(GradBuilder& g) {
 }  // namespace
 
 void register_elementwise_gradients(GradRegistry& r) {
-  r.add_rule("Relu", relu_grad);
-  r.add_rule("LeakyRelu", leaky_relu_grad);
-  r.add_rule("Sigmoid", sigmoid_grad);
-  r.add_rule("Tanh", tanh_grad);
+#define TRAINRT_UNARY_RULE(Op, since, flops, Grad, reads, ...) \
+  r.add_rule(#Op, unary_table_rule<unary_math::Grad>(#Grad, UnaryGradReads::reads));
+  TRAINRT_UNARY_OPS(TRAINRT_UNARY_RULE)
+#undef TRAINRT_UNARY_RULE
   r.add_rule("Neg", neg_grad);
   r.add_rule("Add", sum_grad);
   r.add_rule("Sum", sum_grad);
@@ -157,11 +150,6 @@ void register_elementwise_gradients(GradRegistry& r) {
   r.add_rule("Mul", mul_grad);
   r.add_rule("Div", div_grad);
   r.add_rule("Clip", clip_grad, /*differentiable=*/{0});
-  r.add_rule("HardSigmoid", hard_sigmoid_grad);
-  r.add_rule("HardSwish", hard_swish_grad);
-  r.add_rule("Sqrt", sqrt_grad);
-  r.add_rule("Erf", erf_grad);
-  r.add_rule("Gelu", gelu_grad);
   r.add_rule("Pow", pow_grad);
   r.add_rule("Where", where_grad, /*differentiable=*/{1, 2});
   r.add_rule("Exp", exp_grad);

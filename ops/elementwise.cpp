@@ -1,15 +1,11 @@
-// Elementwise ops: activations (Relu, LeakyRelu, Sigmoid, Tanh, Clip, HardSigmoid,
-// HardSwish, Gelu), Neg, Sqrt, Erf, Exp, Log, Reciprocal and with numpy broadcasting
-// arithmetic (Add, Sub, Mul, Div, Mod, Pow, variadic Sum), Where, Not and the comparisons
-// (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), and their backward ops (domain
-// ai.trainrt, used by autodiff/rules_elementwise.cpp). The ops added with Clip keep
-// their loops and formulas in ops/elementwise_loops.h (ClipGrad, PowGrad, ... there);
-// the older ones:
+// Elementwise ops: the unary activations of the table in ops/unary_ops.h (Relu,
+// LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Sqrt, Erf, Gelu with their backward
+// ops; Neg, Exp, Log, Reciprocal; formulas in ops/core/unary_math.h), Clip, and with
+// numpy broadcasting arithmetic (Add, Sub, Mul, Div, Mod, Pow, variadic Sum), Where, Not
+// and the comparisons (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), and their
+// backward ops (domain ai.trainrt, used by autodiff/rules_elementwise.cpp). Loops and
+// formulas of Clip, Pow and the rest in ops/elementwise_loops.h; here:
 //
-//   ReluGrad(dY, Y) -> dX              dX = Y > 0 ? dY : 0          (Y = Relu's output)
-//   LeakyReluGrad(dY, X) -> dX         dX = X < 0 ? alpha*dY : dY   (attr alpha, default 0.01)
-//   SigmoidGrad(dY, Y) -> dX           dX = dY * Y * (1 - Y)
-//   TanhGrad(dY, Y) -> dX              dX = dY * (1 - Y^2)
 //   SumToShape(dY, X) -> dX            dY summed over the axes where X was broadcast
 //                                      (ops/core/broadcast.h); X's dtype and shape
 //
@@ -385,24 +381,52 @@ void pow_grad_rule(InferContext& ctx) {
   ctx.set_output(1, ValueInfo{ctx.input(2).dtype, dy});
 }
 
-void register_more_elementwise(Registry& r) {
-  using namespace elementwise_loops;
-  auto unary = [](InferContext& ctx) {
+// The ops of the table in ops/unary_ops.h: schema, backward op's schema, reference
+// kernels and in-place facts, one line of the table each. Without attributes the
+// shape rule rejects any; Gelu's checks its "approximate" value.
+template <typename F>
+ShapeRule unary_rule() {
+  if constexpr (std::is_same_v<F, unary_math::Gelu>) return gelu_rule;
+  if (!UnaryAttrs<F>::names().empty()) return unary_float_rule;
+  return [](InferContext& ctx) {
     reject_attributes(ctx);
     unary_float_rule(ctx);
   };
+}
+template <typename G>
+ShapeRule unary_grad_rule() {
+  if (!UnaryAttrs<G>::names().empty()) return same_type_grad_rule;
+  return [](InferContext& ctx) {
+    reject_attributes(ctx);
+    same_type_grad_rule(ctx);
+  };
+}
+
+void register_unary_ops(Registry& r) {
+  using namespace elementwise_loops;
+#define TRAINRT_FORWARD(Op, since, flops)                                                              \
+  r.schemas.add(make_schema(#Op, since, 1, 1, unary_rule<unary_math::Op>(), per_output_element(flops), \
+                            UnaryAttrs<unary_math::Op>::names()));                                     \
+  r.kernels.add("reference", "", #Op, unary_op_kernel<false, unary_math::Op>);                         \
+  r.kernels.set_in_place("", #Op, facts::in_place({{0, 0}}));
+#define TRAINRT_WITH_GRAD(Op, since, flops, Grad, reads, grad_flops, cpu)                                    \
+  TRAINRT_FORWARD(Op, since, flops)                                                                          \
+  r.schemas.add(make_grad_schema(#Grad, unary_grad_rule<unary_math::Grad>(), per_output_element(grad_flops), \
+                                 UnaryAttrs<unary_math::Grad>::names()));                                    \
+  r.kernels.add("reference", kTrainrtDomain, #Grad, unary_grad_kernel<false, unary_math::Grad>);             \
+  r.kernels.set_in_place(kTrainrtDomain, #Grad, facts::in_place({{0, 0}}));
+#define TRAINRT_COMPOSITE(Op, since, flops, cpu) TRAINRT_FORWARD(Op, since, flops)
+  TRAINRT_UNARY_OPS(TRAINRT_WITH_GRAD)
+  TRAINRT_UNARY_OPS_COMPOSITE_GRAD(TRAINRT_COMPOSITE)
+#undef TRAINRT_COMPOSITE
+#undef TRAINRT_WITH_GRAD
+#undef TRAINRT_FORWARD
+}
+
+void register_more_elementwise(Registry& r) {
+  using namespace elementwise_loops;
   OpSchema clip = make_schema("Clip", 6, 1, 3, clip_rule, per_output_element(2), {"min", "max"});
   r.schemas.add(std::move(clip));
-  r.schemas.add(make_schema("HardSigmoid", 6, 1, 1, unary_float_rule, per_output_element(3), {"alpha", "beta"}));
-  r.schemas.add(make_schema("HardSwish", 14, 1, 1, unary, per_output_element(4)));
-  r.schemas.add(make_schema("Sqrt", 6, 1, 1, unary, per_output_element(1)));
-  r.schemas.add(make_schema("Exp", 6, 1, 1, unary, per_output_element(1)));
-  r.schemas.add(make_schema("Log", 6, 1, 1, unary, per_output_element(1)));
-  r.schemas.add(make_schema("Reciprocal", 6, 1, 1, unary, per_output_element(1)));
-  r.schemas.add(make_schema("Erf", 9, 1, 1, unary, per_output_element(4)));
-  // Gelu is ONNX opset 20's; trainrt's import does not run onnx's checker, so a
-  // model that declares opset 20 (or a graph pass) may use it.
-  r.schemas.add(make_schema("Gelu", 20, 1, 1, gelu_rule, per_output_element(8), {"approximate"}));
   r.schemas.add(make_schema(
       "Pow", 7, 2, 2,
       [](InferContext& ctx) {
@@ -435,11 +459,6 @@ void register_more_elementwise(Registry& r) {
   r.kernels.add("reference", "", "Clip", clip_kernel<false>);
   r.kernels.add("reference", "", "Mod", mod_kernel<false>);
   r.kernels.add("reference", "", "Not", not_kernel<false>);
-  r.kernels.add("reference", "", "HardSigmoid", hard_sigmoid_kernel<false>);
-  r.kernels.add("reference", "", "HardSwish", hard_swish_kernel<false>);
-  r.kernels.add("reference", "", "Sqrt", sqrt_kernel<false>);
-  r.kernels.add("reference", "", "Erf", erf_kernel<false>);
-  r.kernels.add("reference", "", "Gelu", gelu_kernel<false>);
   r.kernels.add("reference", "", "Pow", pow_kernel<false>);
   r.kernels.add("reference", "", "Where", where_kernel<false>);
   r.kernels.add("reference", "", "Equal", equal_kernel<false>);
@@ -447,79 +466,26 @@ void register_more_elementwise(Registry& r) {
   r.kernels.add("reference", "", "Less", less_kernel<false>);
   r.kernels.add("reference", "", "GreaterOrEqual", greater_or_equal_kernel<false>);
   r.kernels.add("reference", "", "LessOrEqual", less_or_equal_kernel<false>);
-  r.kernels.add("reference", "", "Exp", exp_kernel<false>);
-  r.kernels.add("reference", "", "Log", log_kernel<false>);
-  r.kernels.add("reference", "", "Reciprocal", reciprocal_kernel<false>);
   // In place: y[i] = f(x[i]) in every backend's kernel (oneDNN's eltwise supports src == dst).
-  for (const char* op : {"Clip", "HardSigmoid", "HardSwish", "Sqrt", "Erf", "Gelu", "Exp", "Log", "Reciprocal"})
-    r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
+  r.kernels.set_in_place("", "Clip", facts::in_place({{0, 0}}));
 
   // ---- backward ops (ai.trainrt) ----
-  auto grad_rule = [](InferContext& ctx) {
-    reject_attributes(ctx);
-    same_type_grad_rule(ctx);
-  };
   OpSchema clip_grad = make_grad_schema("ClipGrad", same_type_grad_rule, per_output_element(2), {"min", "max"});
   clip_grad.max_inputs = 4;  // dY, X, [min], [max]
   r.schemas.add(std::move(clip_grad));
-  r.schemas.add(make_grad_schema("HardSigmoidGrad", same_type_grad_rule, per_output_element(4), {"alpha", "beta"}));
-  r.schemas.add(make_grad_schema("HardSwishGrad", grad_rule, per_output_element(4)));
-  r.schemas.add(make_grad_schema("SqrtGrad", grad_rule, per_output_element(2)));
-  r.schemas.add(make_grad_schema("ErfGrad", grad_rule, per_output_element(5)));
-  r.schemas.add(make_grad_schema("GeluGrad", same_type_grad_rule, per_output_element(12), {"approximate"}));
   OpSchema pow_grad = make_grad_schema("PowGrad", pow_grad_rule, per_output_element(10));
   pow_grad.min_inputs = pow_grad.max_inputs = 3;
   pow_grad.max_outputs = 2;
   r.schemas.add(std::move(pow_grad));
 
   r.kernels.add("reference", kTrainrtDomain, "ClipGrad", clip_grad_kernel<false>);
-  r.kernels.add("reference", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad_kernel<false>);
-  r.kernels.add("reference", kTrainrtDomain, "HardSwishGrad", hard_swish_grad_kernel<false>);
-  r.kernels.add("reference", kTrainrtDomain, "SqrtGrad", sqrt_grad_kernel<false>);
-  r.kernels.add("reference", kTrainrtDomain, "ErfGrad", erf_grad_kernel<false>);
-  r.kernels.add("reference", kTrainrtDomain, "GeluGrad", gelu_grad_kernel<false>);
   r.kernels.add("reference", kTrainrtDomain, "PowGrad", pow_grad_kernel<false>);
-  for (const char* op : {"ClipGrad", "HardSigmoidGrad", "HardSwishGrad", "SqrtGrad", "ErfGrad", "GeluGrad"})
-    r.kernels.set_in_place(kTrainrtDomain, op, facts::in_place({{0, 0}}));
+  r.kernels.set_in_place(kTrainrtDomain, "ClipGrad", facts::in_place({{0, 0}}));
 }
 }  // namespace
 
 void register_elementwise(Registry& r) {
-  // Activations: ONNX opset 6 dropped `consumed_inputs`; later versions only add types.
-  auto unary = [](InferContext& ctx) {
-    reject_attributes(ctx);
-    unary_float_rule(ctx);
-  };
-  r.schemas.add(make_schema("Relu", 6, 1, 1, unary, per_output_element(1)));
-  r.schemas.add(make_schema("Sigmoid", 6, 1, 1, unary, per_output_element(4)));
-  r.schemas.add(make_schema("Tanh", 6, 1, 1, unary, per_output_element(4)));
-  r.schemas.add(make_schema("LeakyRelu", 6, 1, 1, unary_float_rule, per_output_element(2), {"alpha"}));
-
-  // Relu: y = max(x, 0); NaN stays NaN.
-  r.kernels.add("reference", "", "Relu",
-                [](KernelContext& ctx) { unary_map<false>(ctx, [](auto x) { return x < 0 ? decltype(x)(0) : x; }); });
-  // LeakyRelu: y = x if x >= 0 else alpha * x (alpha defaults to 0.01).
-  r.kernels.add("reference", "", "LeakyRelu", [](KernelContext& ctx) {
-    const double alpha = ctx.node.attr_float("alpha", 0.01f);
-    unary_map<false>(ctx, [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; });
-  });
-  // Sigmoid: y = 1 / (1 + exp(-x)), in a form where exp never overflows.
-  r.kernels.add("reference", "", "Sigmoid", [](KernelContext& ctx) {
-    unary_map<false>(ctx, [](auto x) {
-      using T = decltype(x);
-      if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-      const T e = std::exp(x);
-      return e / (T(1) + e);
-    });
-  });
-  r.kernels.add("reference", "", "Tanh",
-                [](KernelContext& ctx) { unary_map<false>(ctx, [](auto x) { return std::tanh(x); }); });
-  // Neg: y = -x (float32/float64; the gradient rules' negation, and ONNX's op).
-  r.schemas.add(make_schema("Neg", 6, 1, 1, unary, per_output_element(1)));
-  r.kernels.add("reference", "", "Neg", [](KernelContext& ctx) { unary_map<false>(ctx, [](auto x) { return -x; }); });
-  // In place: y[i] = f(x[i]) (the reference loop; oneDNN's eltwise supports src == dst).
-  for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg"})
-    r.kernels.set_in_place("", op, facts::in_place({{0, 0}}));
+  register_unary_ops(r);
 
   // Binary arithmetic: multidirectional broadcasting since opset 7.
   auto binary = [](InferContext& ctx) {
@@ -556,14 +522,6 @@ void register_elementwise(Registry& r) {
   r.kernels.add("reference", "", "Sum", elementwise_loops::sum_kernel<false>);
 
   // ---- backward ops (ai.trainrt) ----
-  auto grad_rule = [](InferContext& ctx) {
-    reject_attributes(ctx);
-    same_type_grad_rule(ctx);
-  };
-  r.schemas.add(make_grad_schema("ReluGrad", grad_rule, per_output_element(1)));
-  r.schemas.add(make_grad_schema("SigmoidGrad", grad_rule, per_output_element(3)));
-  r.schemas.add(make_grad_schema("TanhGrad", grad_rule, per_output_element(3)));
-  r.schemas.add(make_grad_schema("LeakyReluGrad", same_type_grad_rule, per_output_element(2), {"alpha"}));
   r.schemas.add(make_grad_schema(
       "SumToShape",
       [](InferContext& ctx) {
@@ -572,20 +530,6 @@ void register_elementwise(Registry& r) {
       },
       sum_to_shape_flops));
 
-  r.kernels.add("reference", kTrainrtDomain, "ReluGrad", elementwise_loops::relu_grad_kernel<false>);
-  r.kernels.add("reference", kTrainrtDomain, "LeakyReluGrad", [](KernelContext& ctx) {
-    const double alpha = ctx.node.attr_float("alpha", 0.01f);  // same branch as the forward: x < 0
-    grad_map<false>(ctx, [alpha](auto dy, auto x) { return x < 0 ? static_cast<decltype(dy)>(alpha) * dy : dy; });
-  });
-  r.kernels.add("reference", kTrainrtDomain, "SigmoidGrad", [](KernelContext& ctx) {
-    grad_map<false>(ctx, [](auto dy, auto y) { return dy * y * (decltype(y)(1) - y); });
-  });
-  r.kernels.add("reference", kTrainrtDomain, "TanhGrad", [](KernelContext& ctx) {
-    grad_map<false>(ctx, [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); });
-  });
-  // In place: dx[i] = f(dy[i], t[i]) (oneDNN's eltwise_backward supports diff_src == diff_dst).
-  for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"})
-    r.kernels.set_in_place(kTrainrtDomain, op, facts::in_place({{0, 0}}));
   r.kernels.add("reference", kTrainrtDomain, "SumToShape", sum_to_shape_kernel);
 
   register_more_elementwise(r);

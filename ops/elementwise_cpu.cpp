@@ -7,6 +7,7 @@
 //
 //   Relu y = max(x,0)   LeakyRelu y = x<0 ? alpha*x : x   Sigmoid 1/(1+e^-x)   Tanh
 //   Clip (clip_v2)   HardSwish   Sqrt   Gelu (gelu_erf, gelu_tanh)
+//   (the unary ops by the `cpu` column of the table in ops/unary_ops.h)
 //   Add/Sub/Mul/Div C[*] = A[*] op B[*] with numpy broadcasting
 //
 // Activations see the tensor as one flat vector (layout does not matter). Binary
@@ -67,7 +68,7 @@ void eltwise_cpu(KernelContext& ctx) {
 }
 
 void gelu_cpu(KernelContext& ctx) {
-  if (elementwise_loops::gelu_tanh(ctx.node)) return eltwise_cpu<dnnl::algorithm::eltwise_gelu_tanh>(ctx);
+  if (UnaryAttrs<unary_math::Gelu>::of(ctx.node).tanh_form) return eltwise_cpu<dnnl::algorithm::eltwise_gelu_tanh>(ctx);
   eltwise_cpu<dnnl::algorithm::eltwise_gelu_erf>(ctx);
 }
 
@@ -255,24 +256,39 @@ void sum_to_shape_cpu(KernelContext& ctx) {
 
 }  // namespace
 
+// The cpu kernel of a table op (ops/unary_ops.h) by its `cpu` column.
+#define TRAINRT_CPU_KERNEL_loop(Op) elementwise_loops::unary_op_kernel<true, unary_math::Op>
+#define TRAINRT_CPU_KERNEL_eltwise_relu(Op) eltwise_cpu<dnnl::algorithm::eltwise_relu>
+#define TRAINRT_CPU_KERNEL_eltwise_logistic(Op) eltwise_cpu<dnnl::algorithm::eltwise_logistic>
+#define TRAINRT_CPU_KERNEL_eltwise_tanh(Op) eltwise_cpu<dnnl::algorithm::eltwise_tanh>
+#define TRAINRT_CPU_KERNEL_eltwise_hardswish(Op) eltwise_cpu<dnnl::algorithm::eltwise_hardswish>
+#define TRAINRT_CPU_KERNEL_eltwise_sqrt(Op) eltwise_cpu<dnnl::algorithm::eltwise_sqrt>
+#define TRAINRT_CPU_KERNEL_gelu(Op) gelu_cpu
+
 void register_elementwise_cpu(Registry& r) {
-  add_if_schema(r, "cpu", "", "Relu", eltwise_cpu<dnnl::algorithm::eltwise_relu>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "LeakyRelu", eltwise_cpu<dnnl::algorithm::eltwise_relu>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Sigmoid", eltwise_cpu<dnnl::algorithm::eltwise_logistic>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Tanh", eltwise_cpu<dnnl::algorithm::eltwise_tanh>, facts::elementwise);
+  // The unary table: oneDNN's eltwise where the table names one, else the shared loop
+  // over oneTBB chunks (Exp, Log, Reciprocal: libm's exp and log, not oneDNN's
+  // polynomial approximations, so both backends give the same bits); gradients always
+  // the loop.
+#define TRAINRT_CPU_UNARY(Op, since, flops, cpu) \
+  add_if_schema(r, "cpu", "", #Op, TRAINRT_CPU_KERNEL_##cpu(Op), facts::elementwise);
+#define TRAINRT_CPU_UNARY_GRAD(Op, since, flops, Grad, reads, grad_flops, cpu)                                 \
+  TRAINRT_CPU_UNARY(Op, since, flops, cpu)                                                                     \
+  add_if_schema(r, "cpu", kTrainrtDomain, #Grad, elementwise_loops::unary_grad_kernel<true, unary_math::Grad>, \
+                facts::elementwise);
+  TRAINRT_UNARY_OPS(TRAINRT_CPU_UNARY_GRAD)
+  TRAINRT_UNARY_OPS_COMPOSITE_GRAD(TRAINRT_CPU_UNARY)
+#undef TRAINRT_CPU_UNARY_GRAD
+#undef TRAINRT_CPU_UNARY
+
   add_if_schema(r, "cpu", "", "Add", binary_cpu<dnnl::algorithm::binary_add>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Sub", binary_cpu<dnnl::algorithm::binary_sub>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Mul", binary_cpu<dnnl::algorithm::binary_mul>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Div", binary_cpu<dnnl::algorithm::binary_div>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Sum", elementwise_loops::sum_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Clip", eltwise_cpu<dnnl::algorithm::eltwise_clip_v2>, facts::clip);
-  add_if_schema(r, "cpu", "", "HardSwish", eltwise_cpu<dnnl::algorithm::eltwise_hardswish>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Sqrt", eltwise_cpu<dnnl::algorithm::eltwise_sqrt>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Gelu", gelu_cpu, facts::elementwise);
-  // No oneDNN 2.6 primitive (HardSigmoid, Erf, Pow with a tensor exponent, Where, Equal,
-  // the backward ops): the reference loops over oneTBB chunks (ops/elementwise_loops.h).
-  add_if_schema(r, "cpu", "", "HardSigmoid", elementwise_loops::hard_sigmoid_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Erf", elementwise_loops::erf_kernel<true>, facts::elementwise);
+  // No oneDNN 2.6 primitive (Pow with a tensor exponent, Where, Equal, the backward
+  // ops): the reference loops over oneTBB chunks (ops/elementwise_loops.h).
   add_if_schema(r, "cpu", "", "Pow", elementwise_loops::pow_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Where", elementwise_loops::where_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "Equal", elementwise_loops::equal_kernel<true>, facts::elementwise);
@@ -282,21 +298,8 @@ void register_elementwise_cpu(Registry& r) {
   add_if_schema(r, "cpu", "", "Less", elementwise_loops::less_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "GreaterOrEqual", elementwise_loops::greater_or_equal_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", "", "LessOrEqual", elementwise_loops::less_or_equal_kernel<true>, facts::elementwise);
-  // Exp, Log, Reciprocal: the reference's loop (std::exp/std::log, not oneDNN's
-  // polynomial approximations), so both backends give the same bits.
-  add_if_schema(r, "cpu", "", "Exp", elementwise_loops::exp_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Log", elementwise_loops::log_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", "", "Reciprocal", elementwise_loops::reciprocal_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "ClipGrad", elementwise_loops::clip_grad_kernel<true>, facts::clip);
-  add_if_schema(r, "cpu", kTrainrtDomain, "HardSigmoidGrad", elementwise_loops::hard_sigmoid_grad_kernel<true>,
-                facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "HardSwishGrad", elementwise_loops::hard_swish_grad_kernel<true>,
-                facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "SqrtGrad", elementwise_loops::sqrt_grad_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "ErfGrad", elementwise_loops::erf_grad_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "GeluGrad", elementwise_loops::gelu_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "PowGrad", elementwise_loops::pow_grad_kernel<true>, facts::elementwise);
-  add_if_schema(r, "cpu", kTrainrtDomain, "ReluGrad", elementwise_loops::relu_grad_kernel<true>, facts::elementwise);
   add_if_schema(r, "cpu", kTrainrtDomain, "SumToShape", sum_to_shape_cpu, facts::sum_to_shape);
 }
 

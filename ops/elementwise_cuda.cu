@@ -6,9 +6,9 @@
 //
 //   Relu        y = x < 0 ? 0 : x (NaN stays NaN)        ReluGrad   dX = Y > 0 ? dY : 0
 //   Add, Sub, Mul, Div   y = a op b, numpy broadcasting up to rank 8
-//   activations and their *Grad: the formulas of ops/elementwise.cpp and
-//               ops/elementwise_loops.h, one functor each (map_kernel, grad_map_kernel);
-//               Clip's min/max inputs are read on the device
+//   the unary table's ops and their *Grad (ops/unary_ops.h): the functors of
+//               ops/core/unary_math.h, which the reference and cpu loops run too
+//               (map_kernel, grad_map_kernel); Clip's min/max inputs are read on the device
 //   Sum         y = ((0 + x0) + x1) + ...: the reference's order, so its bits
 //   SumToShape  dX[j] = sum of the dY elements that read X[j] in the forward broadcast
 //
@@ -48,6 +48,7 @@
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/unary_ops.h"
 
 namespace trainrt::cuda {
 
@@ -56,20 +57,6 @@ namespace {
 constexpr int kMaxRank = 8;
 
 // ---- Relu, ReluGrad, Add, Sum -------------------------------------------------
-
-struct ReluOp {
-  template <typename T>
-  __device__ T operator()(T v) const {
-    return v < T(0) ? T(0) : v;
-  }
-};
-// dX from dY and the forward's output y.
-struct ReluGradOp {
-  template <typename T>
-  __device__ T operator()(T dy, T y) const {
-    return y > T(0) ? dy : T(0);
-  }
-};
 
 // ops/core/broadcast.h's BroadcastIndex on the device: the input offset of output element i.
 struct DeviceIndex {
@@ -201,156 +188,6 @@ void launch_zip(const Node& node, const T* a, const T* b, T* y, int64_t n, F f) 
   check_launch(node, "grad_map_kernel");
 }
 
-// Sigmoid: a form where exp never overflows.
-struct SigmoidOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    if (x >= T(0)) return T(1) / (T(1) + exp(-x));
-    const T e = exp(x);
-    return e / (T(1) + e);
-  }
-};
-struct SigmoidGradOp {  // (dY, Y)
-  template <typename T>
-  __device__ T operator()(T dy, T y) const {
-    return dy * y * (T(1) - y);
-  }
-};
-struct HardSigmoidOp {
-  double alpha, beta;
-  template <typename T>
-  __device__ T operator()(T x) const {
-    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
-    return v < T(0) ? T(0) : v > T(1) ? T(1) : v;
-  }
-};
-struct HardSigmoidGradOp {  // (dY, X)
-  double alpha, beta;
-  template <typename T>
-  __device__ T operator()(T dy, T x) const {
-    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
-    return T(0) < v && v < T(1) ? static_cast<T>(alpha) * dy : T(0);
-  }
-};
-struct HardSwishOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    const T r = x + T(3) < T(0) ? T(0) : x + T(3) > T(6) ? T(6) : x + T(3);
-    return x * r / T(6);
-  }
-};
-struct HardSwishGradOp {  // (dY, X)
-  template <typename T>
-  __device__ T operator()(T dy, T x) const {
-    return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
-  }
-};
-
-// The other activations and unary ops, with the reference's formulas
-// (ops/elementwise.cpp, ops/elementwise_loops.h); CUDA's tanh, erf, exp, log and sqrt
-// round differently from the host's libm by an ulp or so.
-constexpr double kPi = 3.14159265358979323846;
-struct NegOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return -x;
-  }
-};
-struct TanhOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return tanh(x);
-  }
-};
-struct TanhGradOp {  // (dY, Y)
-  template <typename T>
-  __device__ T operator()(T dy, T y) const {
-    return dy * (T(1) - y * y);
-  }
-};
-struct LeakyReluOp {
-  double alpha;
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return x < T(0) ? static_cast<T>(alpha) * x : x;
-  }
-};
-struct LeakyReluGradOp {  // (dY, X): the forward's branch, x < 0
-  double alpha;
-  template <typename T>
-  __device__ T operator()(T dy, T x) const {
-    return x < T(0) ? static_cast<T>(alpha) * dy : dy;
-  }
-};
-struct SqrtOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return sqrt(x);
-  }
-};
-struct SqrtGradOp {  // (dY, Y)
-  template <typename T>
-  __device__ T operator()(T dy, T y) const {
-    return dy / (T(2) * y);
-  }
-};
-struct ExpOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return exp(x);
-  }
-};
-struct LogOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return log(x);
-  }
-};
-struct ReciprocalOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return T(1) / x;
-  }
-};
-struct ErfOp {
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return erf(x);
-  }
-};
-struct ErfGradOp {  // (dY, X)
-  template <typename T>
-  __device__ T operator()(T dy, T x) const {
-    return dy * (T(2) / sqrt(T(kPi))) * exp(-x * x);
-  }
-};
-// Gelu, "none" (erf) or "tanh" (approximate): PyTorch's forms, as the reference.
-struct GeluOp {
-  bool tanh_form;
-  template <typename T>
-  __device__ T operator()(T x) const {
-    if (tanh_form) {
-      const T k = sqrt(T(2) / T(kPi));
-      return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
-    }
-    return T(0.5) * x * (T(1) + erf(x / sqrt(T(2))));
-  }
-};
-struct GeluGradOp {  // (dY, X)
-  bool tanh_form;
-  template <typename T>
-  __device__ T operator()(T dy, T x) const {
-    if (tanh_form) {
-      const T k = sqrt(T(2) / T(kPi)), c = T(0.044715);
-      const T t = tanh(k * (x + c * x * x * x));
-      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
-    }
-    const T cdf = T(0.5) * (T(1) + erf(x / sqrt(T(2))));
-    const T pdf = exp(T(-0.5) * x * x) / sqrt(T(2) * T(kPi));
-    return dy * (cdf + x * pdf);
-  }
-};
-
 // Clip's bounds: the min/max inputs (opset >= 11, read on the device: they may be
 // computed values), else the min/max attributes (opset 6-10), else T's extremes.
 template <typename T>
@@ -404,26 +241,6 @@ __global__ void sum_kernel(SumInputs<T> in, bool first, T* y, int64_t n) {
   }
 }
 
-void relu(KernelContext& ctx) {
-  const int64_t n = ctx.in(0).numel();
-  if (!with_float(ctx.in(0).dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        launch_map(ctx.node, ctx.in(0).data<T>(), ctx.out(0).data<T>(), n, ReluOp{});
-      }))
-    run_reference(ctx);
-}
-
-void relu_grad(KernelContext& ctx) {
-  const int64_t n = ctx.out(0).numel();
-  if (!with_float(ctx.in(0).dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        launch_zip(ctx.node, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(), n, ReluGradOp{});
-      }))
-    run_reference(ctx);
-}
-
-// fp32 (and fp64 with kFp64: Add, which had it first); other dtypes on the host.
-// with_float, or fp32 alone without kFp64 (false, nothing called, for other dtypes).
 template <bool kFp64, typename F>
 bool with_float_if(DataType t, F&& f) {
   if constexpr (kFp64)
@@ -474,40 +291,30 @@ void unary_grad(KernelContext& ctx, Make make) {
 }
 
 // A kernel of a functor without parameters.
-template <typename Op>
-void plain_unary(KernelContext& ctx) {
-  unary(ctx, [](auto) { return Op{}; });
+// y = Op(x) and dX = Grad(dY, t) of a table op (ops/unary_ops.h) with the shared
+// functors (ops/core/unary_math.h), built from the node's attributes. Relu also takes
+// fp64 (the reference's float64 training graphs run on the device).
+template <typename F>
+void unary_op(KernelContext& ctx) {
+  const F f = UnaryAttrs<F>::of(ctx.node);
+  const int64_t n = ctx.in(0).numel();
+  if (!with_float_if<std::is_same_v<F, unary_math::Relu>>(ctx.in(0).dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        launch_map(ctx.node, ctx.in(0).data<T>(), ctx.out(0).data<T>(), n, f);
+      }))
+    run_reference(ctx);
 }
-template <typename Op>
-void plain_unary_grad(KernelContext& ctx) {
-  unary_grad(ctx, [](auto) { return Op{}; });
+template <typename G>
+void unary_op_grad(KernelContext& ctx) {
+  const G g = UnaryAttrs<G>::of(ctx.node);
+  const int64_t n = ctx.out(0).numel();
+  if (!with_float_if<std::is_same_v<G, unary_math::ReluGrad>>(ctx.in(0).dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        launch_zip(ctx.node, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(), n, g);
+      }))
+    run_reference(ctx);
 }
 
-void hard_sigmoid(KernelContext& ctx) {
-  const double alpha = ctx.node.attr_float("alpha", 0.2f), beta = ctx.node.attr_float("beta", 0.5f);
-  unary(ctx, [alpha, beta](auto) { return HardSigmoidOp{alpha, beta}; });
-}
-void hard_sigmoid_grad(KernelContext& ctx) {
-  const double alpha = ctx.node.attr_float("alpha", 0.2f), beta = ctx.node.attr_float("beta", 0.5f);
-  unary_grad(ctx, [alpha, beta](auto) { return HardSigmoidGradOp{alpha, beta}; });
-}
-void leaky_relu(KernelContext& ctx) {
-  const double alpha = ctx.node.attr_float("alpha", 0.01f);
-  unary(ctx, [alpha](auto) { return LeakyReluOp{alpha}; });
-}
-void leaky_relu_grad(KernelContext& ctx) {
-  const double alpha = ctx.node.attr_float("alpha", 0.01f);
-  unary_grad(ctx, [alpha](auto) { return LeakyReluGradOp{alpha}; });
-}
-bool gelu_tanh(const Node& n) { return n.attr_string("approximate", "none") == "tanh"; }
-void gelu(KernelContext& ctx) {
-  const bool t = gelu_tanh(ctx.node);
-  unary(ctx, [t](auto) { return GeluOp{t}; });
-}
-void gelu_grad(KernelContext& ctx) {
-  const bool t = gelu_tanh(ctx.node);
-  unary_grad(ctx, [t](auto) { return GeluGradOp{t}; });
-}
 void clip(KernelContext& ctx) {
   unary(ctx, [&](auto tag) { return ClipOp<decltype(tag)>{clip_bounds<decltype(tag)>(ctx)}; });
 }
@@ -647,35 +454,21 @@ void sum_to_shape(KernelContext& ctx) {
 void register_elementwise_cuda(Registry& r) {
   // Same-shape arguments in one layout (Plain or ChannelsLast): the kernels are
   // position-independent loops; a broadcast takes Plain arguments.
-  add_if_schema(r, "cuda", "", "Relu", relu, facts::elementwise);
+#define TRAINRT_CUDA_UNARY(Op, ...) add_if_schema(r, "cuda", "", #Op, unary_op<unary_math::Op>, facts::elementwise);
+#define TRAINRT_CUDA_UNARY_GRAD(Op, since, flops, Grad, ...) \
+  TRAINRT_CUDA_UNARY(Op)                                     \
+  add_if_schema(r, "cuda", kTrainrtDomain, #Grad, unary_op_grad<unary_math::Grad>, facts::elementwise);
+  TRAINRT_UNARY_OPS(TRAINRT_CUDA_UNARY_GRAD)
+  TRAINRT_UNARY_OPS_COMPOSITE_GRAD(TRAINRT_CUDA_UNARY)
+#undef TRAINRT_CUDA_UNARY_GRAD
+#undef TRAINRT_CUDA_UNARY
   add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Mul", binary<MulOp>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Sub", binary<SubOp>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Div", binary<DivOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Neg", plain_unary<NegOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Tanh", plain_unary<TanhOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "LeakyRelu", leaky_relu, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Sqrt", plain_unary<SqrtOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Exp", plain_unary<ExpOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Log", plain_unary<LogOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Reciprocal", plain_unary<ReciprocalOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Erf", plain_unary<ErfOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Gelu", gelu, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "TanhGrad", plain_unary_grad<TanhGradOp>, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "LeakyReluGrad", leaky_relu_grad, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "SqrtGrad", plain_unary_grad<SqrtGradOp>, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "ErfGrad", plain_unary_grad<ErfGradOp>, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "GeluGrad", gelu_grad, facts::elementwise);
-  add_if_schema(r, "cuda", "", "Sigmoid", plain_unary<SigmoidOp>, facts::elementwise);
-  add_if_schema(r, "cuda", "", "HardSigmoid", hard_sigmoid, facts::elementwise);
-  add_if_schema(r, "cuda", "", "HardSwish", plain_unary<HardSwishOp>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Clip", clip, facts::clip);
-  add_if_schema(r, "cuda", kTrainrtDomain, "SigmoidGrad", plain_unary_grad<SigmoidGradOp>, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "HardSigmoidGrad", hard_sigmoid_grad, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "HardSwishGrad", plain_unary_grad<HardSwishGradOp>, facts::elementwise);
   add_if_schema(r, "cuda", kTrainrtDomain, "ClipGrad", clip_grad, facts::clip);
   add_if_schema(r, "cuda", "", "Sum", sum, facts::elementwise);
-  add_if_schema(r, "cuda", kTrainrtDomain, "ReluGrad", relu_grad, facts::elementwise);
   add_if_schema(r, "cuda", kTrainrtDomain, "SumToShape", sum_to_shape, facts::sum_to_shape);
 }
 

@@ -4,19 +4,16 @@
 // loop over oneTBB chunks, ops/core/parallel.h, so the same bits).
 //
 //   r.kernels.add("reference", "", "Sum", sum_kernel<false>);
+//   r.kernels.add("cpu", "", "Erf", unary_op_kernel<true, unary_math::Erf>);
 //   r.kernels.add("reference", "", "Pow", pow_kernel<false>);
 //   r.kernels.add("cpu", "", "Pow", pow_kernel<true>);
 //
 // Formulas (T is the tensor's float type, every operation in T; fp64 is exact to
-// the last rounding of each step):
+// the last rounding of each step). The unary activations and their gradients are the
+// functors of ops/core/unary_math.h, run by unary_op_kernel and unary_grad_kernel for
+// every op of the table in ops/unary_ops.h. The rest:
 //
 //   Clip(X, [min], [max])   y = min(max(x, lo), hi)         NaN stays NaN; lo > hi gives hi
-//   HardSigmoid(X)          y = max(0, min(1, alpha*x + beta))
-//   HardSwish(X)            y = x * min(max(x + 3, 0), 6) / 6   (PyTorch's and oneDNN's order)
-//   Sqrt, Erf               y = sqrt(x), erf(x)
-//   Exp, Log, Reciprocal    y = exp(x), log(x), 1/x
-//   Gelu(X; approximate)    none: y = x/2 * (1 + erf(x/sqrt2))
-//                           tanh: y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 //   Pow(A, B)               y = a^b with broadcasting; float base: pow in T; integer base:
 //                           integer exponent by squaring (wraps mod 2^bits; b < 0 gives
 //                           1/a^|b| truncated), float exponent through double, truncated
@@ -32,11 +29,6 @@
 // Backward ops (ai.trainrt), in dY's shape; conventions at the kinks are PyTorch's:
 //
 //   ClipGrad(dY, X, [min], [max])  dX = lo <= x <= hi ? dY : 0       (torch.clamp)
-//   HardSigmoidGrad(dY, X)         dX = 0 < alpha*x+beta < 1 ? alpha*dY : 0
-//   HardSwishGrad(dY, X)           dX = x < -3 ? 0 : x <= 3 ? dY*(x/3 + 1/2) : dY
-//   SqrtGrad(dY, Y)                dX = dY / (2y)                   (Y = Sqrt's output)
-//   ErfGrad(dY, X)                 dX = dY * 2/sqrt(pi) * exp(-x^2)
-//   GeluGrad(dY, X; approximate)   dX = dY * d/dx Gelu(x)
 //   PowGrad(dY, A, B) -> dA, dB    dA = b == 0 ? 0 : dY * b * a^(b-1)
 //                                  dB = a == 0 && b >= 0 ? 0 : dY * a^b * log(a)
 //                                  (both in dY's shape: the rule reduces them)
@@ -45,7 +37,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numbers>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -53,6 +44,7 @@
 #include "ops/core/broadcast.h"
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
+#include "ops/unary_ops.h"
 
 namespace trainrt::elementwise_loops {
 
@@ -159,127 +151,17 @@ void clip_grad_kernel(KernelContext& ctx) {
   });
 }
 
-// ---- activations ----------------------------------------------------------------
+// ---- the unary ops of the table (ops/unary_ops.h) ------------------------------------
 
-inline double hard_sigmoid_alpha(const Node& n) { return n.attr_float("alpha", 0.2f); }
-inline double hard_sigmoid_beta(const Node& n) { return n.attr_float("beta", 0.5f); }
-
-template <bool kParallel>
-void hard_sigmoid_kernel(KernelContext& ctx) {
-  const double alpha = hard_sigmoid_alpha(ctx.node), beta = hard_sigmoid_beta(ctx.node);
-  unary_map<kParallel>(ctx, [alpha, beta](auto x) {
-    using T = decltype(x);
-    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
-    return v < T(0) ? T(0) : v > T(1) ? T(1) : v;
-  });
+// y = Op(x) and dX = Grad(dY, t) with the shared functors (ops/core/unary_math.h),
+// built from the node's attributes.
+template <bool kParallel, typename F>
+void unary_op_kernel(KernelContext& ctx) {
+  unary_map<kParallel>(ctx, UnaryAttrs<F>::of(ctx.node));
 }
-
-// ReluGrad(dY, Y) -> dX = Y > 0 ? dY : 0, a select: where Y is 0 the gradient is 0 even
-// for a NaN or Inf dY (oneDNN's relu backward multiplies, giving NaN there).
-template <bool kParallel>
-void relu_grad_kernel(KernelContext& ctx) {
-  grad_map<kParallel>(ctx, [](auto dy, auto y) { return y > 0 ? dy : decltype(dy)(0); });
-}
-
-template <bool kParallel>
-void hard_sigmoid_grad_kernel(KernelContext& ctx) {
-  const double alpha = hard_sigmoid_alpha(ctx.node), beta = hard_sigmoid_beta(ctx.node);
-  grad_map<kParallel>(ctx, [alpha, beta](auto dy, auto x) {
-    using T = decltype(x);
-    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
-    return T(0) < v && v < T(1) ? static_cast<T>(alpha) * dy : T(0);
-  });
-}
-
-template <bool kParallel>
-void hard_swish_kernel(KernelContext& ctx) {
-  unary_map<kParallel>(ctx, [](auto x) {
-    using T = decltype(x);
-    const T r = x + T(3) < T(0) ? T(0) : x + T(3) > T(6) ? T(6) : x + T(3);
-    return x * r / T(6);
-  });
-}
-
-template <bool kParallel>
-void hard_swish_grad_kernel(KernelContext& ctx) {
-  grad_map<kParallel>(ctx, [](auto dy, auto x) {
-    using T = decltype(x);
-    return x < T(-3) ? T(0) : x <= T(3) ? dy * (x / T(3) + T(0.5)) : dy;
-  });
-}
-
-template <bool kParallel>
-void exp_kernel(KernelContext& ctx) {
-  unary_map<kParallel>(ctx, [](auto x) { return std::exp(x); });
-}
-
-template <bool kParallel>
-void log_kernel(KernelContext& ctx) {
-  unary_map<kParallel>(ctx, [](auto x) { return std::log(x); });
-}
-
-template <bool kParallel>
-void reciprocal_kernel(KernelContext& ctx) {
-  unary_map<kParallel>(ctx, [](auto x) { return decltype(x)(1) / x; });
-}
-
-template <bool kParallel>
-void sqrt_kernel(KernelContext& ctx) {
-  unary_map<kParallel>(ctx, [](auto x) { return std::sqrt(x); });
-}
-
-template <bool kParallel>
-void sqrt_grad_kernel(KernelContext& ctx) {
-  grad_map<kParallel>(ctx, [](auto dy, auto y) { return dy / (decltype(y)(2) * y); });
-}
-
-template <bool kParallel>
-void erf_kernel(KernelContext& ctx) {
-  unary_map<kParallel>(ctx, [](auto x) { return std::erf(x); });
-}
-
-template <bool kParallel>
-void erf_grad_kernel(KernelContext& ctx) {
-  grad_map<kParallel>(ctx, [](auto dy, auto x) {
-    using T = decltype(x);
-    return dy * (T(2) / std::sqrt(std::numbers::pi_v<T>)) * std::exp(-x * x);
-  });
-}
-
-// Gelu's "approximate" attribute: true for "tanh", false for "none" (the default).
-inline bool gelu_tanh(const Node& n) { return n.attr_string("approximate", "none") == "tanh"; }
-
-template <bool kParallel>
-void gelu_kernel(KernelContext& ctx) {
-  if (gelu_tanh(ctx.node))
-    return unary_map<kParallel>(ctx, [](auto x) {
-      using T = decltype(x);
-      const T k = std::sqrt(T(2) / std::numbers::pi_v<T>);
-      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
-    });
-  unary_map<kParallel>(ctx, [](auto x) {
-    using T = decltype(x);
-    return T(0.5) * x * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
-  });
-}
-
-// none: d/dx = Phi(x) + x * phi(x); tanh: with u = k (x + c x^3), t = tanh(u),
-// d/dx = (1 + t)/2 + x/2 * (1 - t^2) * k (1 + 3c x^2)  (PyTorch's gelu_backward).
-template <bool kParallel>
-void gelu_grad_kernel(KernelContext& ctx) {
-  if (gelu_tanh(ctx.node))
-    return grad_map<kParallel>(ctx, [](auto dy, auto x) {
-      using T = decltype(x);
-      const T k = std::sqrt(T(2) / std::numbers::pi_v<T>), c = T(0.044715);
-      const T t = std::tanh(k * (x + c * x * x * x));
-      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
-    });
-  grad_map<kParallel>(ctx, [](auto dy, auto x) {
-    using T = decltype(x);
-    const T cdf = T(0.5) * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
-    const T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * std::numbers::pi_v<T>);
-    return dy * (cdf + x * pdf);
-  });
+template <bool kParallel, typename G>
+void unary_grad_kernel(KernelContext& ctx) {
+  grad_map<kParallel>(ctx, UnaryAttrs<G>::of(ctx.node));
 }
 
 // ---- Pow ----------------------------------------------------------------------

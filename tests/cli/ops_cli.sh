@@ -34,7 +34,7 @@ expect_row GlobalMaxPool ai.onnx "[0-9]+\+ \| >= 3 \(N-D\) \| yes \| yes \| yes 
 expect_row BatchNormalization ai.onnx "[0-9]+\+ \| >= 2 \(N,C,...\) \| yes \| yes \| yes \|"
 expect_row Relu ai.onnx "[0-9]+\+ \| spec \| yes \| yes \| yes \|"
 expect_row Constant ai.onnx "[0-9]+\+ \| spec \| no: non-differentiable \| yes \|"
-expect_row Neg ai.onnx "[0-9]+\+ \| spec \| yes \| yes \| reference fallback \|"
+expect_row LogSoftmaxGrad ai.trainrt "any \| spec \| no: internal op \| yes \| reference fallback \|"
 expect_row ConvGrad ai.trainrt "any \| 3-5 \(1-D, 2-D, 3-D; cuda: 2-D, others on the host\) \| no: internal op \| yes \| yes \|"
 expect_row Momentum ai.onnx.preview.training "any \| spec \| no: optimizer update \| yes \| reference fallback \|"
 

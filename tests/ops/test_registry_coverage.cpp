@@ -12,6 +12,7 @@
 
 #include "autodiff/gradient.h"
 #include "ops/core/register_all.h"
+#include "ops/unary_ops.h"
 #include "runtime/backend.h"
 
 using namespace trainrt;
@@ -20,19 +21,11 @@ namespace {
 
 // Backward ops: written by gradient rules (or fused from their output), so they
 // run only in a training graph's backward part; nothing differentiates them
-// (trainrt has no second-order gradients).
-const std::map<std::string, std::string> kBackwardOps{
-    {"ai.trainrt::ReluGrad", "Relu's rule"},
-    {"ai.trainrt::LeakyReluGrad", "LeakyRelu's rule"},
-    {"ai.trainrt::SigmoidGrad", "Sigmoid's rule"},
-    {"ai.trainrt::TanhGrad", "Tanh's rule"},
+// (trainrt has no second-order gradients). Those of the unary table (ops/unary_ops.h)
+// are added from the table by backward_ops().
+const std::map<std::string, std::string> kBackwardOpsByHand{
     {"ai.trainrt::SumToShape", "the broadcasting binary ops' rules"},
     {"ai.trainrt::ClipGrad", "Clip's rule"},
-    {"ai.trainrt::HardSigmoidGrad", "HardSigmoid's rule"},
-    {"ai.trainrt::HardSwishGrad", "HardSwish's rule"},
-    {"ai.trainrt::SqrtGrad", "Sqrt's rule"},
-    {"ai.trainrt::ErfGrad", "Erf's rule"},
-    {"ai.trainrt::GeluGrad", "Gelu's rule"},
     {"ai.trainrt::PowGrad", "Pow's rule"},
     {"ai.trainrt::ConvGrad", "Conv's rule"},
     {"ai.trainrt::ConvTransposeGrad", "ConvTranspose's rule"},
@@ -57,6 +50,14 @@ const std::map<std::string, std::string> kBackwardOps{
     {"ai.trainrt::ReduceSumGrad", "ReduceSum's rule"},
     {"ai.trainrt::ReduceMaxGrad", "ReduceMax's rule"},
 };
+
+std::map<std::string, std::string> backward_ops() {
+  std::map<std::string, std::string> out = kBackwardOpsByHand;
+  for (const UnaryOpInfo& u : unary_op_table())
+    if (u.grad) out[std::string(kTrainrtDomain) + "::" + u.grad] = std::string(u.op) + "'s rule (the unary table)";
+  return out;
+}
+const std::map<std::string, std::string> kBackwardOps = backward_ops();
 
 // Forward ops without a gradient rule, on purpose.
 const std::map<std::string, std::string> kNoGradientRule{
@@ -88,15 +89,11 @@ const std::map<std::string, std::string> kNoGradientRule{
 
 // Ops the cpu backend runs with the reference kernel (Backend::fallback_ops).
 const std::map<std::string, std::string> kCpuFallbacks{
-    {"Neg", "one plain elementwise pass (Sub's gradient rule negates with it)"},
     {"ai.onnx.preview.training::Momentum", "ONNX's preview optimizer, for conformance; train uses ai.trainrt::SGD"},
     {"ai.onnx.preview.training::Adam", "ONNX's preview optimizer, for conformance; train uses ai.trainrt::Adam"},
     {"ai.onnx.preview.training::Adagrad", "ONNX's preview optimizer, for conformance"},
     {"ai.trainrt::Increment", "the optimizer's scalar step counter"},
     {"ai.trainrt::Assign", "one copy, run once per state update"},
-    {"ai.trainrt::LeakyReluGrad", "backward of an activation the Wide ResNet does not use"},
-    {"ai.trainrt::SigmoidGrad", "backward of an activation the Wide ResNet does not use"},
-    {"ai.trainrt::TanhGrad", "backward of an activation the Wide ResNet does not use"},
     {"ai.trainrt::SoftmaxGrad", "backward of a Softmax outside SoftmaxCrossEntropyLoss (not in the Wide ResNet)"},
     {"ai.trainrt::LogSoftmaxGrad", "backward of a LogSoftmax outside SoftmaxCrossEntropyLoss (not in the Wide ResNet)"},
     {"ai.trainrt::ReduceMeanGrad", "backward of ReduceMean (not in the Wide ResNet)"},
