@@ -8,7 +8,8 @@
 //   Increment  step' = step + 1
 //   Assign     state' = value (any dtype: 4-byte words, or bytes when the size is odd)
 //
-// (AdamW's decay is applied as p - lr*wd*p, the same value, so a small lr*wd survives T.)
+// The per-element updates are ops/core/optimizer_math.h's, the reference's code, run in T
+// (AdamW's decay is applied as p - lr*wd*p there, so a small lr*wd survives T).
 // Why it reads lr and step on the device: both are values (a schedule changes lr, the
 // graph's Increment advances step), so reading them on the host would wait for the GPU
 // at every parameter. Adam's bias corrections are computed once per block from them, in
@@ -35,6 +36,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/optimizer_math.h"
 #include "ops/optimizer_args.h"
 
 namespace trainrt::cuda {
@@ -49,25 +51,16 @@ unsigned grid_for(int64_t n) { return std::min(blocks_for(n, kThreads), kMaxBloc
 // Whether the step's NaN/Inf checks lowered the skip flag: the update then writes nothing.
 __device__ bool flagged(const uint64_t* skip) { return skip != nullptr && *skip != ~uint64_t{0}; }
 
-// The node's attributes (SGD, MultiSGD).
+// The node's attributes (SGD, MultiSGD); lr and first come from the device scalars.
 template <typename T>
-struct SgdSettings {
-  T momentum, one_minus_dampening, wd;
-  bool nesterov;
-};
+using SgdSettings = optimizer_math::Sgd<T>;
 
-// Element i of one parameter; lr and first from the device scalars lr and step.
+// Element i of one parameter: the reference's update (ops/core/optimizer_math.h) in T.
 template <typename T>
-__device__ void sgd_at(const SgdTensors<T>& t, const SgdSettings<T>& s, T lr, bool first, int64_t i) {
-  const T p = t.p[i];
-  T d = t.g[i] + s.wd * p;
-  if (t.buf) {
-    // torch.optim.SGD: the buffer starts as the first step's d (no dampening).
-    const T b = first ? d : s.momentum * t.buf[i] + s.one_minus_dampening * d;
-    if (t.buf_out) t.buf_out[i] = b;
-    d = s.nesterov ? d + s.momentum * b : b;
-  }
-  t.out[i] = p - lr * d;
+__device__ void sgd_at(const SgdTensors<T>& t, SgdSettings<T> s, T lr, bool first, int64_t i) {
+  s.lr = lr;
+  s.first = first;
+  optimizer_math::sgd_element(s, t, i);
 }
 
 template <typename T>
@@ -95,45 +88,22 @@ struct AdamSettings {
 
 // Per launch constants of the update, from the device scalars lr and step.
 template <typename T>
-struct AdamStep {
-  T step_size;  // lr / (1 - beta1^t)
-  T sqrt_bc2;   // sqrt(1 - beta2^t)
-  // AdamW's lr*wd, not 1 - lr*wd: rounded to float, 1 - lr*wd keeps lr*wd only to a
-  // multiple of 2^-24 (lr*wd = 1e-8 rounds to 1, no decay at all; 1e-7 is off by 19%),
-  // while the reference multiplies by it in double. p - lr*wd*p keeps it to float rounding.
-  T lr_wd;
-};
+using AdamStep = optimizer_math::Adam<T>;
 
 // Thread 0 of the block derives the step's constants into `c`, in double as the reference
-// does; every thread of the block must call this (it waits at a barrier).
+// does (optimizer_math::adam_of); every thread of the block must call this (it waits at a
+// barrier).
 template <typename T>
 __device__ void adam_step(AdamStep<T>& c, const AdamSettings& s, const float* lr_in, const int64_t* step) {
-  if (threadIdx.x == 0) {
-    const double lr = static_cast<double>(*lr_in), t = static_cast<double>(*step + 1);
-    c.step_size = static_cast<T>(lr / (1.0 - pow(s.beta1, t)));
-    c.sqrt_bc2 = static_cast<T>(sqrt(1.0 - pow(s.beta2, t)));
-    c.lr_wd = static_cast<T>(lr * s.wd);
-  }
+  if (threadIdx.x == 0)
+    c = optimizer_math::adam_of<T>(static_cast<double>(*lr_in), *step, s.beta1, s.beta2, s.eps, s.wd, s.decoupled);
   __syncthreads();
 }
 
-// Element i of one parameter.
+// Element i of one parameter: the reference's update (ops/core/optimizer_math.h) in T.
 template <typename T>
-__device__ void adam_at(const AdamTensors<T>& a, const AdamSettings& s, const AdamStep<T>& c, int64_t i) {
-  const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
-  const T one_minus_b1 = static_cast<T>(1.0 - s.beta1), one_minus_b2 = static_cast<T>(1.0 - s.beta2);
-  const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.wd);
-  const T w = a.p[i];
-  T g = a.g[i], decay = T(0);
-  if (s.decoupled)
-    decay = c.lr_wd * w;  // AdamW: w * (1 - lr*wd) = w - lr*wd*w, subtracted with the step
-  else
-    g += wd * w;  // Adam: L2 penalty folded into the gradient
-  const T m = b1 * a.m[i] + one_minus_b1 * g;
-  const T v = b2 * a.v[i] + one_minus_b2 * g * g;
-  a.m_out[i] = m;
-  a.v_out[i] = v;
-  a.out[i] = w - (decay + c.step_size * m / (sqrt(v) / c.sqrt_bc2 + eps));
+__device__ void adam_at(const AdamTensors<T>& a, const AdamSettings&, const AdamStep<T>& c, int64_t i) {
+  optimizer_math::adam_element(c, a, i);
 }
 
 template <typename T>
@@ -258,10 +228,8 @@ __global__ void assign_kernel(const W* from, W* to, int64_t n, const uint64_t* s
 
 template <typename T>
 SgdSettings<T> sgd_settings(const Node& node) {
-  return {.momentum = static_cast<T>(node.attr_float("momentum", 0.f)),
-          .one_minus_dampening = static_cast<T>(1.0 - node.attr_float("dampening", 0.f)),
-          .wd = static_cast<T>(node.attr_float("weight_decay", 0.f)),
-          .nesterov = node.attr_int("nesterov", 0) != 0};
+  return optimizer_math::sgd_of<T>(0.0, node.attr_float("momentum", 0.f), node.attr_float("dampening", 0.f),
+                                   node.attr_float("weight_decay", 0.f), node.attr_int("nesterov", 0) != 0, false);
 }
 
 AdamSettings adam_settings(const Node& node) {

@@ -1,5 +1,6 @@
-// The update loops of SGD and Adam (ops/optimizer.cpp's header comment gives the rules),
-// one template each for both backends and for the single and multi-tensor ops: the
+// The update loops of SGD and Adam (the per-element update, shared with the cuda kernels:
+// ops/core/optimizer_math.h, in double here), one template each for both backends and for
+// the single and multi-tensor ops: the
 // reference kernels (ops/optimizer.cpp) instantiate kParallel=false, the cpu kernels
 // (ops/optimizer_cpu.cpp) kParallel=true, the same per-element update over parallel
 // chunks (ops/core/parallel.h). MultiSGD and MultiAdam run the same per-tensor update
@@ -14,77 +15,39 @@
 #include <vector>
 
 #include "ops/core/common.h"
+#include "ops/core/optimizer_math.h"
 #include "ops/core/parallel.h"
 #include "ops/optimizer_args.h"
 
 namespace trainrt::optimizer_loops {
 
-// The settings of one SGD or MultiSGD node: its attributes, lr and step (input slots
-// lr_slot and lr_slot + 1).
-struct SgdRule {
-  double lr, momentum, dampening, wd;
-  bool nesterov, first;
-};
-
+// The settings of one SGD or MultiSGD node in double: its attributes, lr and step
+// (input slots lr_slot and lr_slot + 1).
+using SgdRule = optimizer_math::Sgd<double>;
 inline SgdRule sgd_rule(const KernelContext& k, size_t lr_slot) {
-  return {.lr = k.in(lr_slot).data<float>()[0],
-          .momentum = k.node.attr_float("momentum", 0.f),
-          .dampening = k.node.attr_float("dampening", 0.f),
-          .wd = k.node.attr_float("weight_decay", 0.f),
-          .nesterov = k.node.attr_int("nesterov", 0) != 0,
-          .first = k.in(lr_slot + 1).data<int64_t>()[0] == 0};
+  return optimizer_math::sgd_of<double>(k.in(lr_slot).data<float>()[0], k.node.attr_float("momentum", 0.f),
+                                        k.node.attr_float("dampening", 0.f), k.node.attr_float("weight_decay", 0.f),
+                                        k.node.attr_int("nesterov", 0) != 0, k.in(lr_slot + 1).data<int64_t>()[0] == 0);
 }
 
 // Elements [begin, end) of one parameter.
 template <typename T>
 void sgd_update(const SgdRule& r, const SgdTensors<T>& t, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    double d = t.g[i] + r.wd * t.p[i];
-    if (t.buf) {
-      // torch.optim.SGD: the buffer starts as the first step's d_p (no dampening).
-      double b = r.first ? d : r.momentum * t.buf[i] + (1.0 - r.dampening) * d;
-      if (t.buf_out) t.buf_out[i] = static_cast<T>(b);
-      d = r.nesterov ? d + r.momentum * b : b;
-    }
-    t.out[i] = static_cast<T>(t.p[i] - r.lr * d);
-  }
+  for (int64_t i = begin; i < end; ++i) optimizer_math::sgd_element(r, t, i);
 }
 
-// The settings of one Adam or MultiAdam node, with the step's bias corrections.
-struct AdamRule {
-  double lr, b1, b2, eps, wd, bc1, bc2;
-  bool decoupled;
-};
-
+// The settings of one Adam or MultiAdam node in double, with the step's bias corrections.
+using AdamRule = optimizer_math::Adam<double>;
 inline AdamRule adam_rule(const KernelContext& k, size_t lr_slot) {
-  AdamRule r{.lr = k.in(lr_slot).data<float>()[0],
-             .b1 = k.node.attr_float("beta1", 0.9f),
-             .b2 = k.node.attr_float("beta2", 0.999f),
-             .eps = k.node.attr_float("epsilon", 1e-8f),
-             .wd = k.node.attr_float("weight_decay", 0.f),
-             .bc1 = 0,
-             .bc2 = 0,
-             .decoupled = k.node.attr_int("decoupled_weight_decay", 0) != 0};
-  const double t = static_cast<double>(k.in(lr_slot + 1).data<int64_t>()[0] + 1);
-  r.bc1 = 1.0 - std::pow(r.b1, t);
-  r.bc2 = 1.0 - std::pow(r.b2, t);
-  return r;
+  return optimizer_math::adam_of<double>(k.in(lr_slot).data<float>()[0], k.in(lr_slot + 1).data<int64_t>()[0],
+                                         k.node.attr_float("beta1", 0.9f), k.node.attr_float("beta2", 0.999f),
+                                         k.node.attr_float("epsilon", 1e-8f), k.node.attr_float("weight_decay", 0.f),
+                                         k.node.attr_int("decoupled_weight_decay", 0) != 0);
 }
 
 template <typename T>
 void adam_update(const AdamRule& r, const AdamTensors<T>& t, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    double w = t.p[i], g = t.g[i];
-    if (r.decoupled)
-      w *= 1.0 - r.lr * r.wd;  // AdamW
-    else
-      g += r.wd * w;  // Adam: L2 penalty folded into the gradient
-    double mi = r.b1 * t.m[i] + (1.0 - r.b1) * g;
-    double vi = r.b2 * t.v[i] + (1.0 - r.b2) * g * g;
-    t.m_out[i] = static_cast<T>(mi);
-    t.v_out[i] = static_cast<T>(vi);
-    t.out[i] = static_cast<T>(w - (r.lr / r.bc1) * mi / (std::sqrt(vi) / std::sqrt(r.bc2) + r.eps));
-  }
+  for (int64_t i = begin; i < end; ++i) optimizer_math::adam_element(r, t, i);
 }
 
 // f(tensor, begin, end) over every element of every tensor (counts[i] elements each):
