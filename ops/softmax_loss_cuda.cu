@@ -40,6 +40,7 @@
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
+#include "ops/core/softmax_math.h"
 
 namespace trainrt::cuda {
 
@@ -93,14 +94,8 @@ __global__ void sce_rows_kernel(const T* x, Labels labels, const T* w, T* log_pr
   TRAINRT_GRID_STRIDE(k, s.rows) {
     const int64_t n = k / s.D, d = k - n * s.D;
     const T* row = x + n * s.C * s.D + d;
-    double m = -INFINITY;
-    for (int64_t c = 0; c < s.C; ++c) {
-      const double v = static_cast<double>(row[c * s.D]);
-      m = m < v ? v : m;  // std::max's choice, NaN included
-    }
-    double sum = 0;
-    for (int64_t c = 0; c < s.C; ++c) sum += exp(static_cast<double>(row[c * s.D]) - m);
-    const double log_sum = log(sum);
+    double m, log_sum;
+    softmax_math::log_normaliser(row, s.C, s.D, m, log_sum);  // the reference's
     if (log_prob) {
       T* out = log_prob + n * s.C * s.D + d;
       for (int64_t c = 0; c < s.C; ++c) out[c * s.D] = static_cast<T>(static_cast<double>(row[c * s.D]) - m - log_sum);
@@ -165,7 +160,7 @@ __global__ void sce_grad_kernel(const T* dloss, const T* lp, Labels labels, cons
     }
     for (int64_t c = 0; c < s.C; ++c) {
       const int64_t i = at + c * s.D;
-      dx[i] = static_cast<T>(ignored ? 0.0 : g * (exp(static_cast<double>(lp[i])) - (c == l ? 1.0 : 0.0)));
+      dx[i] = static_cast<T>(ignored ? 0.0 : softmax_math::loss_grad(g, static_cast<double>(lp[i]), c == l));
     }
   }
 }

@@ -1,5 +1,6 @@
 // The loops of SoftmaxCrossEntropyLoss and its gradient (ops/softmax_loss.cpp's header
-// comment gives the maths), one template each for both backends: the reference kernels
+// comment gives the maths; the per-row math, shared with the cuda kernels, is
+// ops/core/softmax_math.h), one template each for both backends: the reference kernels
 // (ops/softmax_loss.cpp) instantiate kParallel=false, the cpu kernels
 // (ops/softmax_loss_cpu.cpp) kParallel=true, the independent rows over oneTBB chunks
 // (ops/core/parallel.h), so the two agree bit for bit.
@@ -14,6 +15,7 @@
 
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
+#include "ops/core/softmax_math.h"
 
 namespace trainrt::softmax_loops {
 
@@ -42,11 +44,8 @@ void log_softmax_into(const T* x, const AxisSplit& s, double* out) {
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t o = row / s.inner, i = row % s.inner;
       const int64_t base = o * s.len * s.inner + i;
-      double m = -INFINITY;
-      for (int64_t c = 0; c < s.len; ++c) m = std::max(m, static_cast<double>(x[base + c * s.inner]));
-      double sum = 0;
-      for (int64_t c = 0; c < s.len; ++c) sum += std::exp(static_cast<double>(x[base + c * s.inner]) - m);
-      const double log_sum = std::log(sum);
+      double m, log_sum;
+      softmax_math::log_normaliser(x + base, s.len, s.inner, m, log_sum);
       for (int64_t c = 0; c < s.len; ++c)
         out[base + c * s.inner] = static_cast<double>(x[base + c * s.inner]) - m - log_sum;
     }
@@ -144,7 +143,7 @@ void sce_grad_kernel(KernelContext& ctx) {
       }
       for (int64_t c = 0; c < C; ++c) {
         const int64_t at = (nn * C + c) * D + d;
-        dx[at] = static_cast<T>(ignored ? 0.0 : g * (std::exp(static_cast<double>(p[at])) - (c == l ? 1.0 : 0.0)));
+        dx[at] = static_cast<T>(ignored ? 0.0 : softmax_math::loss_grad(g, static_cast<double>(p[at]), c == l));
       }
     }
   });
