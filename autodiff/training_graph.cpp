@@ -9,8 +9,8 @@
 #include "autodiff/gradient.h"
 #include "graph/error.h"
 #include "graph/infer.h"
-#include "graph/passes.h"
 #include "ops/core/register_all.h"
+#include "passes/passes.h"
 
 namespace trainrt {
 

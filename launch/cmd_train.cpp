@@ -25,7 +25,6 @@
 
 #include "graph/error.h"
 #include "graph/onnx_io.h"
-#include "graph/passes.h"
 #include "launch/checkpoint.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
@@ -33,6 +32,7 @@
 #include "launch/train_config.h"
 #include "launch/train_util.h"
 #include "ops/core/register_all.h"
+#include "passes/passes.h"
 #include "runtime/data_parallel.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/nccl_communicator.h"

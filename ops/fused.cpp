@@ -1,4 +1,4 @@
-// Fused ops written by the graph passes (graph/passes.h), domain ai.trainrt.
+// Fused ops written by the graph passes (passes/passes.h), domain ai.trainrt.
 //
 //   FusedConv(X: N,C,H,W, W: M,C/group,kH,kW, [B: M], [Z: N,M,Ho,Wo]) -> Y: N,M,Ho,Wo
 //     attributes: Conv's, plus activation = "" (none) | "Relu"
@@ -14,7 +14,7 @@
 //     attributes: BatchNormalization's;  Y = Relu(BatchNormalization(...)), the other
 //     outputs and the training rule exactly BatchNormalization's (ops/norm.cpp).
 //
-// Why no gradient rules: fusion runs after autodiff (graph/passes.h), and every
+// Why no gradient rules: fusion runs after autodiff (passes/passes.h), and every
 // backward node reads values the fused node still writes under the same names.
 // The shape rules and reference kernels are Conv's, Gemm's and BatchNormalization's, taken
 // from the registry when these ops register (so they must register after them),

@@ -15,7 +15,7 @@
 //
 // DropoutReluGrad(dZ, Z, [ratio], [training_mode]) -> dX (domain ai.trainrt) is
 // ReluGrad(DropoutGrad(dZ, mask, ratio, training_mode), Y) for Z = Dropout(Y) with
-// that mask, written by the training fusion (graph/fuse_dropout.cpp) from Z alone:
+// that mask, written by the training fusion (passes/fuse_dropout.cpp) from Z alone:
 //   dX = Z > 0 ? dZ * scale : 0      scale as DropoutGrad's
 // Exact: where the mask kept an element Z = Y * scale (scale >= 1), so Z > 0 exactly
 // when Y > 0; where it dropped one the gradient is 0 either way. Under --precision

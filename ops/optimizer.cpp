@@ -14,7 +14,7 @@
 //
 // `step` counts completed steps before this one (0 on the first step); lr is a
 // float32 scalar input so schedules change it without rebuilding the graph.
-// The multi ops are what graph/fuse_optimizer.cpp makes of the per-parameter nodes that
+// The multi ops are what passes/fuse_optimizer.cpp makes of the per-parameter nodes that
 // share lr, step, attributes and dtype: one kernel for all parameters (one launch on a
 // GPU), each parameter's elements updated exactly as its own SGD/Adam node would. Every
 // parameter of a multi node has one dtype (float32 or float64); each parameter's tensors

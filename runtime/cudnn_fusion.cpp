@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "graph/fuse_util.h"
 #include "graph/tensor.h"
+#include "passes/fuse_util.h"
 
 namespace trainrt {
 
@@ -96,11 +96,11 @@ std::vector<FusionSite> cudnn_fusion_sites(const Graph& g) {
       out.push_back({n.name, n.op_type, "bn_relu_fwd",
                      first_of({value_reason(g, {n.inputs[0], n.outputs[0]}), channel_reason(g, n.inputs[0])})});
     } else if (is_trainrt(n, "ConvGrad") && n.attr_int("dx_relu", 0) != 0 && n.inputs.size() == 3 &&
-               n.has_output(0)) {  // fused by trainrt (graph/passes.h): the data pass with its ReLU gradient
+               n.has_output(0)) {  // fused by trainrt (passes/passes.h): the data pass with its ReLU gradient
       out.push_back({n.name, n.op_type, "dgrad_drelu",
                      first_of({conv_reason(n), value_reason(g, {n.inputs[0], n.inputs[2], n.outputs[0]})})});
     } else if (is_trainrt(n, "BatchNormalizationGrad") && n.inputs.size() > 5 && n.has_input(5)) {
-      // fused by trainrt (graph/passes.h): the ReLU's gradient read with the batch norm's
+      // fused by trainrt (passes/passes.h): the ReLU's gradient read with the batch norm's
       const bool saved = n.has_input(3) && n.has_input(4);
       out.push_back({n.name, n.op_type, "bn_relu_bwd",
                      first_of({saved ? "" : "no saved statistics (cuDNN's backward reads the forward's)",

@@ -6,7 +6,7 @@
 //   std::vector<FusionSite> s = cudnn_fusion_sites(fused_training_graph);
 //   for (const FusionRow& r : cudnn_fusion_table(s)) ...   // pattern, fused, unfused by reason
 //
-// Sites (graph after fuse_training_graph; graph/fuse_conv.cpp, graph/fuse_dropout.cpp):
+// Sites (graph after fuse_training_graph; passes/fuse_conv.cpp, passes/fuse_dropout.cpp):
 //   FusedConv(X, W, [B], [Z]; activation)  -> "conv[_bias][_relu][_add]"
 //        cuDNN generic runtime fusion: convolution fprop followed by a pointwise chain
 //        (bias add, ReLU, residual add); Y = act(conv + B) + Z as trainrt defines it.

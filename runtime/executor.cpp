@@ -14,7 +14,7 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
-#include "graph/passes.h"
+#include "passes/passes.h"
 #include "runtime/layout.h"
 #include "runtime/narrow.h"
 
@@ -90,31 +90,6 @@ Tensor Executor::in_backend_memory(const Tensor& t) const {
   copy.set_layout(t.layout());
   backend_.copy(copy.raw(), t.raw(), t.nbytes());
   return copy;
-}
-
-int64_t first_non_finite(const Tensor& t) {
-  const int64_t n = t.numel();
-  switch (t.dtype()) {
-    case DataType::Float32: {
-      const float* p = t.data<float>();
-      for (int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(p[i])) return i;
-      return -1;
-    }
-    case DataType::Float64: {
-      const double* p = t.data<double>();
-      for (int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(p[i])) return i;
-      return -1;
-    }
-    case DataType::Float16:
-    case DataType::BFloat16:
-      for (int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(t.get_as_double(i))) return i;
-      return -1;
-    default:
-      return -1;
-  }
 }
 
 // Asynchronous backends: the host memory of one run in flight (allocate_host: pinned for

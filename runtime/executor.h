@@ -56,6 +56,7 @@
 #include "graph/error.h"
 #include "runtime/backend.h"
 #include "runtime/host_pool.h"
+#include "runtime/non_finite.h"
 #include "runtime/plan.h"
 #include "runtime/trace.h"
 
@@ -132,16 +133,12 @@ class NumericalError : public Error {
   size_t node_index;
 };
 
-// Index of the first NaN/Inf element of a float tensor (row-major storage order), or -1;
-// -1 for other element types.
-int64_t first_non_finite(const Tensor& t);
-
 // Copies `g` with graph input shapes taken from `feeds` and re-infers all shapes.
 // A feed with the wrong dtype, rank or a fixed dimension that differs is BadInput.
 // A graph input read as a shape input (graph/infer.h shape_input_slots: Reshape's
 // shape, Pad's pads...) is specialised on its value too, as TensorRT does with shape
 // tensors: the copy holds it as an initializer as well, so the shape rules read it.
-// Shape computations then fold to initializers (graph/passes.h fold_shapes), except
+// Shape computations then fold to initializers (passes/passes.h fold_shapes), except
 // through the initializers in `variable` (training state).
 Graph specialize(const Graph& g, const TensorMap& feeds, const std::set<std::string>& variable = {});
 

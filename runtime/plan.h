@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "runtime/alignment.h"
 
 namespace trainrt {
 
@@ -134,11 +135,6 @@ struct Plan {
   // Arena values live at step s (their buffers' bytes, largest first).
   std::vector<int> live_at(int s) const;
 };
-
-constexpr size_t kPlanAlignment = 64;
-inline size_t align_up(size_t bytes) {
-  return bytes == 0 ? kPlanAlignment : (bytes + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment;
-}
 
 // `g` must be specialised (every value's shape known). Throws Internal otherwise.
 Plan build_plan(const Graph& g, const PlanOptions& o);

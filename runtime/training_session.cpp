@@ -6,9 +6,9 @@
 #include <new>
 
 #include "graph/error.h"
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
 #include "ops/core/register_all.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 namespace trainrt {
 

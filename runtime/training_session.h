@@ -14,7 +14,7 @@
 // loss and every gradient for NaN/Inf right after it is computed and stops before
 // any state is written (NumericalError); find_anomaly() reruns a step checking
 // every node's output, to name the first node that produced one.
-// The session runs the training graph after fuse_training_graph (graph/passes.h:
+// The session runs the training graph after fuse_training_graph (passes/passes.h:
 // BN+Relu, Conv+residual Add), unless `fuse` is off (for debugging, or to compare):
 // fusion keeps every value a caller sees — parameters, state, gradients, loss — under
 // its name, so checkpoints and trained_forward() do not depend on it. It changes

@@ -29,7 +29,7 @@
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
-#include "graph/passes.h"
 #include "ops/core/register_all.h"
+#include "passes/passes.h"
 #include "runtime/executor.h"
 #include "runtime/training_session.h"

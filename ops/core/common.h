@@ -25,7 +25,7 @@ Tensor math_input(const Tensor& t, MathPrecision m, bool parallel = false);
 // the cpu convolutions' rounded oneDNN copies (dnnl_util::math_rounded).
 void round_floats(const float* from, float* to, int64_t n, MathPrecision m, bool parallel);
 
-// ConvGrad with attribute dx_relu = 1 (graph/fuse_conv.cpp, fuse_dgrad_relu_grad): its
+// ConvGrad with attribute dx_relu = 1 (passes/fuse_conv.cpp, fuse_dgrad_relu_grad): its
 // dX then also goes through the ReLU gradient of X (dX = X > 0 ? dX : 0; X, the
 // convolution's input, is the Relu's output). `conv_grad` computes the gradients,
 // `relu_grad` (the same backend's ReluGrad kernel, alias-safe) masks dX in place:
@@ -39,7 +39,7 @@ Kernel with_dx_relu(std::function<bool(KernelContext&)> conv_grad, Kernel relu_g
 using ReluGradCall = std::function<void(const KernelContext& fused, const Tensor& dy, const Tensor& y, Tensor& out)>;
 ReluGradCall relu_grad_call(Kernel relu_grad, std::string name);
 
-// BatchNormalizationGrad with input 5, relu_y (graph/fuse_conv.cpp,
+// BatchNormalizationGrad with input 5, relu_y (passes/fuse_conv.cpp,
 // fuse_relu_grad_into_bn_grad): `bn_grad` runs on dY masked by `relu_grad` (the same
 // backend's ReluGrad kernel: the unfused node's own arithmetic, so fused and unfused
 // give the same bits) into a reused host buffer in dY's layout; without input 5 it runs

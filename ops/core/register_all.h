@@ -44,7 +44,7 @@ void register_softmax_loss(Registry& r);
 void register_misc(Registry& r);
 void register_optimizer(Registry& r);         // ai.trainrt SGD, Adam, Increment, Assign
 void register_preview_training(Registry& r);  // ai.onnx.preview.training Momentum, Adam, Adagrad
-void register_fused(Registry& r);             // ai.trainrt FusedConv, BatchNormalizationRelu (graph/passes.h)
+void register_fused(Registry& r);             // ai.trainrt FusedConv, BatchNormalizationRelu (passes/passes.h)
 // The cpu backend's kernels (oneDNN, oneTBB) and their layouts, after every schema:
 void register_elementwise_cpu(Registry& r);
 void register_conv_cpu(Registry& r);

@@ -9,14 +9,14 @@
 #include <sstream>
 
 #include "graph/error.h"
-#include "graph/fuse_util.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
-#include "graph/passes.h"
 #include "graph/schema.h"
 #include "graph/tensor.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 using namespace trainrt;
 
@@ -67,7 +67,7 @@ TEST_CASE("graph/infer.h and graph/schema.h: validate, infer, find a schema") {
   CHECK(s->op_type == "Conv");
 }
 
-TEST_CASE("graph/passes.h: dead nodes, simplify, inference and training rewrites") {
+TEST_CASE("passes/passes.h: dead nodes, simplify, inference and training rewrites") {
   const Graph forward = import_onnx_file(kModel, registry().schemas);
   Graph g = forward;
   eliminate_dead_nodes(g, {});
@@ -79,7 +79,7 @@ TEST_CASE("graph/passes.h: dead nodes, simplify, inference and training rewrites
   CHECK(describe_passes(forward, infer).find("BatchNormalization") != std::string::npos);
 }
 
-TEST_CASE("graph/fuse_util.h: the sole reader of a value") {
+TEST_CASE("passes/fuse_util.h: the sole reader of a value") {
   Graph g = import_onnx_file(kModel, registry().schemas);
   passes::Uses u(g);  // the header's example runs inside namespace passes
   size_t conv = 0;

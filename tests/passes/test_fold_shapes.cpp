@@ -5,8 +5,8 @@
 
 #include "autodiff/training_graph.h"
 #include "graph/infer.h"
-#include "graph/passes.h"
 #include "ops/core/register_all.h"
+#include "passes/passes.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 

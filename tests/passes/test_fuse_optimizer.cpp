@@ -1,4 +1,4 @@
-// fuse_optimizer (graph/fuse_optimizer.cpp): the per-parameter SGD/Adam nodes that share
+// fuse_optimizer (passes/fuse_optimizer.cpp): the per-parameter SGD/Adam nodes that share
 // lr, step, attributes and parameter dtype become one MultiSGD/MultiAdam node, value
 // names kept; differing attributes, dtypes, momentum buffers or lr split the groups; a
 // node whose output another node reads stays. On the Wide ResNet's training graph every
@@ -10,7 +10,7 @@
 
 #include "autodiff/training_graph.h"
 #include "graph/infer.h"
-#include "graph/passes.h"
+#include "passes/passes.h"
 #include "wrn_util.h"
 
 using namespace trainrt;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "graph/fuse_util.h"
 #include "ops/core/dnnl_util.h"
+#include "passes/fuse_util.h"
 #include "wrn_util.h"
 
 using namespace trainrt;

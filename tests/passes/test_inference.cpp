@@ -6,8 +6,8 @@
 
 #include "golden_files.h"
 #include "graph/onnx_io.h"
-#include "graph/passes.h"
 #include "ops/core/dnnl_util.h"
+#include "passes/passes.h"
 #include "wrn_util.h"
 
 using namespace trainrt;

@@ -1,7 +1,7 @@
 // Constant folding, dead-node elimination (simplify) and the pass report.
 #include <doctest/doctest.h>
 
-#include "graph/passes.h"
+#include "passes/passes.h"
 #include "test_util.h"
 
 using namespace trainrt;

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "autodiff/training_graph.h"
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 #include "runtime/cudnn_fusion.h"
 #include "runtime/training_session.h"
 #include "wrn_util.h"
@@ -26,7 +26,7 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   o.weight_decay = 5e-4f;
   const TrainingGraph t = build_training_graph(g, o);
   TrainingGraph f = t;
-  // 23 patterns, and the parameters' SGD nodes into one MultiSGD (graph/fuse_optimizer.cpp).
+  // 23 patterns, and the parameters' SGD nodes into one MultiSGD (passes/fuse_optimizer.cpp).
   const size_t removed = 23 + t.params.size() - 1;
   CHECK(fuse_training_graph(f.graph) == removed);
   const auto before = op_counts(t.graph), after = op_counts(f.graph);

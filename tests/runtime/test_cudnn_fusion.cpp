@@ -8,8 +8,8 @@
 #include <functional>
 #include <map>
 
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 #include "runtime/cudnn_fusion.h"
 #include "runtime_util.h"
 

@@ -24,9 +24,9 @@
 #include <set>
 #include <sstream>
 
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
 #include "graph/tsan.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 #include "runtime/data_parallel.h"
 #include "runtime_util.h"
 #include "standin_device.h"

@@ -10,8 +10,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 
-#include "graph/passes.h"
 #include "ops/core/dnnl_util.h"
+#include "passes/passes.h"
 #include "runtime/layout.h"
 #include "runtime_util.h"
 #include "standin_device.h"

@@ -1,4 +1,4 @@
-// Training steps with one multi-tensor optimizer node (graph/fuse_optimizer.cpp: MultiSGD,
+// Training steps with one multi-tensor optimizer node (passes/fuse_optimizer.cpp: MultiSGD,
 // MultiAdam) equal those with one SGD/Adam node per parameter, bit for bit, on the
 // reference and cpu backends and on the strict stand-in device (standin_device.h: queued
 // kernels, device memory, the skip flag the state writers read): losses and every state
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/passes.h"
+#include "passes/passes.h"
 #include "runtime/training_session.h"
 #include "runtime_util.h"
 #include "standin_device.h"

@@ -1,11 +1,11 @@
-// optimize_for_inference (graph/passes.h) and its inference-only rewrites:
+// optimize_for_inference (passes/passes.h) and its inference-only rewrites:
 // Identity / Dropout removal, BatchNormalization folded into Conv, MatMul + Add -> Gemm.
 #include <algorithm>
 #include <cmath>
 
 #include "graph/error.h"
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 namespace trainrt {
 namespace passes {

@@ -1,4 +1,4 @@
-#include "graph/passes.h"
+#include "passes/passes.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,11 +6,11 @@
 #include <unordered_set>
 
 #include "graph/error.h"
-#include "graph/fuse_util.h"
+#include "passes/fuse_util.h"
 
 namespace trainrt {
 
-// ---- helpers (graph/fuse_util.h) ------------------------------------------------
+// ---- helpers (passes/fuse_util.h) ------------------------------------------------
 
 namespace passes {
 

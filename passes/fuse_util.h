@@ -1,4 +1,4 @@
-// Helpers shared by the graph passes (graph/passes.cpp, fold_*.cpp, fuse_*.cpp).
+// Helpers shared by the graph passes (passes/passes.cpp, fold_*.cpp, fuse_*.cpp).
 //
 //   return sweep(g, [&](size_t j, const Uses& u, std::vector<bool>& dead) {
 //     size_t i = u.producer_of(g.nodes[j].inputs[0]);   // npos for inputs and initializers
@@ -81,7 +81,7 @@ const Shape* known_shape(const Graph& g, const std::string& v);
 
 namespace trainrt::passes {
 
-// The pattern rewrites (graph/fuse_inference.cpp, graph/fuse_conv.cpp). Each sweeps
+// The pattern rewrites (passes/fuse_inference.cpp, passes/fuse_conv.cpp). Each sweeps
 // the graph once and returns the number of rewrites; the graph must be typed.
 size_t remove_identities(Graph& g);            // Identity and inference Dropout
 size_t fold_batchnorm_into_conv(Graph& g);     // inference BN after Conv

@@ -18,8 +18,8 @@
 #include <string>
 
 #include "graph/error.h"
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 namespace trainrt {
 namespace passes {
@@ -251,9 +251,9 @@ size_t fuse_training_graph(Graph& g) {
   fused += passes::fuse_conv_add(g);
   fused += passes::fuse_gemm_relu(g);
   fused += passes::fuse_gemm_bias_grad(g);
-  fused += passes::fuse_dropout_relu_grad(g);  // graph/fuse_dropout.cpp
+  fused += passes::fuse_dropout_relu_grad(g);  // passes/fuse_dropout.cpp
   fused += passes::fuse_dgrad_relu_grad(g);
-  fused += fuse_optimizer(g);  // graph/fuse_optimizer.cpp
+  fused += fuse_optimizer(g);  // passes/fuse_optimizer.cpp
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
   return fused;
 }

@@ -1,4 +1,4 @@
-// Constant folding (graph/passes.h fold_constants): nodes of cheap ops whose inputs
+// Constant folding (passes/passes.h fold_constants): nodes of cheap ops whose inputs
 // are all constant become initializers.
 //
 // Constant means: an initializer that is neither a graph input (overridable) nor in
@@ -14,6 +14,8 @@
 // Transpose and Slice of a constant fold (PyTorch's F.pad export computes pads with them).
 // Cast folds only when every value converts exactly (no rounding, no truncation),
 // so the folded value is what any backend's Cast kernel would produce.
+// The values of ConstantOfShape, Range, Cast, Concat, Transpose, Slice and Gather are
+// computed by the ops' reference kernels (run_reference), not by copies of them here.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,10 +23,11 @@
 #include <set>
 
 #include "graph/error.h"
-#include "graph/fuse_util.h"
 #include "graph/infer.h"
-#include "graph/passes.h"
 #include "graph/schema.h"
+#include "ops/core/register_all.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 namespace trainrt {
 
@@ -61,67 +64,17 @@ bool cast_is_exact(const Tensor& x, DataType to) {
   return true;
 }
 
-// Concatenation of same-dtype tensors along `axis` (already normalised).
-Tensor concat(const std::vector<const Tensor*>& in, int64_t axis, const std::vector<int64_t>& out_dims) {
-  Tensor out(in[0]->dtype(), out_dims);
-  const size_t esize = dtype_size(out.dtype());
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= out_dims[static_cast<size_t>(d)];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < out_dims.size(); ++d) inner *= out_dims[d];
-  std::byte* dst = out.raw();
-  for (int64_t o = 0; o < outer; ++o)
-    for (const Tensor* t : in) {
-      const size_t chunk = static_cast<size_t>(t->dims()[static_cast<size_t>(axis)] * inner) * esize;
-      if (chunk == 0) continue;
-      std::memcpy(dst, t->raw() + static_cast<size_t>(o) * chunk, chunk);
-      dst += chunk;
-    }
-  return out;
-}
-
-// Gather(data, indices; axis) -> data[outer, indices..., inner]; nullopt on a bad index.
-std::optional<Tensor> gather(const Tensor& data, const Tensor& idx, int64_t axis,
-                             const std::vector<int64_t>& out_dims) {
-  if (idx.dtype() != DataType::Int64 && idx.dtype() != DataType::Int32) return std::nullopt;
-  Tensor out(data.dtype(), out_dims);
-  const size_t esize = dtype_size(data.dtype());
-  const int64_t dim = data.dims()[static_cast<size_t>(axis)];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= data.dims()[static_cast<size_t>(d)];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < data.dims().size(); ++d) inner *= data.dims()[d];
-  if (out.numel() != outer * idx.numel() * inner) return std::nullopt;
-  const size_t row = static_cast<size_t>(inner) * esize;
-  std::byte* dst = out.raw();
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t k = 0; k < idx.numel(); ++k) {
-      int64_t j = static_cast<int64_t>(idx.get_as_double(k));
-      if (j < 0) j += dim;
-      if (j < 0 || j >= dim) return std::nullopt;  // the kernel reports it at run time
-      if (row) std::memcpy(dst, data.raw() + static_cast<size_t>(o * dim + j) * row, row);
-      dst += row;
-    }
-  return out;
-}
-
-// y[i] = x[src(i)] for every multi-index i of out_dims, src mapping output to input
-// per axis as start[d] + i[d] * step[d] along input axis axis_of[d] (Transpose, Slice).
-Tensor strided_copy(const Tensor& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& axis_of,
-                    const std::vector<int64_t>& start, const std::vector<int64_t>& step) {
-  Tensor out(x.dtype(), out_dims);
-  const size_t esize = dtype_size(x.dtype());
-  const size_t r = out_dims.size();
-  std::vector<int64_t> in_stride(x.dims().size(), 1);
-  for (size_t d = x.dims().size(); d-- > 1;) in_stride[d - 1] = in_stride[d] * x.dims()[d];
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    int64_t off = 0;
-    for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d] * step[d]) * in_stride[static_cast<size_t>(axis_of[d])];
-    std::memcpy(out.raw() + static_cast<size_t>(i) * esize, x.raw() + static_cast<size_t>(off) * esize, esize);
-    for (size_t d = r; d-- > 0;) {
-      if (++idx[d] < out_dims[d]) break;
-      idx[d] = 0;
-    }
-  }
+// The value of node n computed by its reference kernel (ops/; the oracle every backend is
+// tested against), as a tensor of the inferred type: nullopt when the op has none. A
+// kernel that refuses its inputs (a Gather index out of range) throws, and the caller
+// leaves the node to be run, and reported, at run time.
+std::optional<Tensor> run_reference(const Node& n, const std::vector<const Tensor*>& in, DataType dtype,
+                                    const std::vector<int64_t>& dims) {
+  const Kernel* k = registry().kernels.find("reference", n.domain, n.op_type);
+  if (!k) return std::nullopt;
+  Tensor out(dtype, dims);
+  KernelContext ctx{.node = n, .inputs = in, .outputs = {&out}};
+  (*k)(ctx);
   return out;
 }
 
@@ -173,86 +126,28 @@ std::optional<Tensor> evaluate(const Graph& g, const Node& n, const std::vector<
     const int64_t start = clamp(n.attr_int("start", 0)), end = clamp(n.attr_int("end", rank));
     return int64_vector(std::vector<int64_t>(d->begin() + start, d->begin() + std::max(start, end)));
   }
-  if (is_onnx(n, "ConstantOfShape") && out_dims && all_const(0)) {
-    Tensor t(g.info(n.outputs[0]).dtype, *out_dims);
-    const Tensor* value = n.has_attr("value") ? n.attr_tensor("value") : nullptr;
-    const size_t esize = dtype_size(t.dtype());
-    if (value && value->nbytes() == esize)
-      for (int64_t i = 0; i < t.numel(); ++i)
-        std::memcpy(t.raw() + static_cast<size_t>(i) * esize, value->raw(), esize);
-    return t;
-  }
-  if (is_onnx(n, "Range") && out_dims && all_const(0) && in.size() == 3 && in[0]->dtype() != DataType::Float32) {
-    Tensor t(in[0]->dtype(), *out_dims);  // float32 is left to the kernel: its rounding of start + i*delta
-    const double start = in[0]->get_as_double(0), delta = in[2]->get_as_double(0);
-    for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, start + static_cast<double>(i) * delta);
-    return t;
-  }
+  const ValueInfo* out_info = g.find_info(n.outputs[0]);
+  auto run = [&](const std::vector<int64_t>& dims) {
+    return out_info ? run_reference(n, in, out_info->dtype, dims) : std::nullopt;
+  };
+  if (is_onnx(n, "ConstantOfShape") && out_dims && all_const(0)) return run(*out_dims);
+  // float32 Range is left to run time: the backends' rounding of start + i*delta.
+  if (is_onnx(n, "Range") && out_dims && all_const(0) && in.size() == 3 && in[0]->dtype() != DataType::Float32)
+    return run(*out_dims);
   if (!all_const(0) || in.empty() || !in[0]) return std::nullopt;
   const Tensor& x = *in[0];
   if (is_onnx(n, "Identity")) return x.clone();
-  if (is_onnx(n, "Cast")) {
+  if (is_onnx(n, "Cast")) {  // x's dims, the type `to`: no inferred type needed
     const DataType to = static_cast<DataType>(n.attr_int("to", 0));
-    if (!cast_is_exact(x, to)) return std::nullopt;
-    return x.dtype() == to ? x.clone() : x.cast(to);
+    return cast_is_exact(x, to) ? run_reference(n, in, to, x.dims()) : std::nullopt;
   }
   if (!out_dims) return std::nullopt;
   if (is_onnx(n, "Reshape") || is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze")) {
     if (element_count(*out_dims) != x.numel()) return std::nullopt;
     return x.clone().reshaped(*out_dims);
   }
-  if (is_onnx(n, "Concat")) {
-    std::vector<const Tensor*> parts;
-    for (const Tensor* t : in) {
-      if (!t || t->dtype() != x.dtype() || t->rank() != x.rank()) return std::nullopt;
-      parts.push_back(t);
-    }
-    int64_t axis = n.attr_int("axis", 0);
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis >= x.rank()) return std::nullopt;
-    return concat(parts, axis, *out_dims);
-  }
-  if (is_onnx(n, "Transpose") && x.rank() == static_cast<int64_t>(out_dims->size())) {
-    std::vector<int64_t> perm = n.attr_ints("perm");
-    if (perm.empty())
-      for (int64_t d = x.rank(); d-- > 0;) perm.push_back(d);
-    if (static_cast<int64_t>(perm.size()) != x.rank()) return std::nullopt;
-    for (int64_t& p : perm)
-      if (p < 0 || p >= x.rank() ||
-          (*out_dims)[static_cast<size_t>(&p - perm.data())] != x.dims()[static_cast<size_t>(p)])
-        return std::nullopt;
-    return strided_copy(x, *out_dims, perm, std::vector<int64_t>(perm.size(), 0), std::vector<int64_t>(perm.size(), 1));
-  }
-  if (is_onnx(n, "Slice") && in.size() >= 3 && x.rank() == static_cast<int64_t>(out_dims->size())) {
-    const size_t r = static_cast<size_t>(x.rank());
-    std::vector<int64_t> axis_of(r), start(r, 0), step(r, 1);
-    for (size_t d = 0; d < r; ++d) axis_of[d] = static_cast<int64_t>(d);
-    const int64_t na = in[1]->numel();
-    for (int64_t j = 0; j < na; ++j) {
-      int64_t a = in.size() > 3 && in[3] ? static_cast<int64_t>(in[3]->get_as_double(j)) : j;
-      if (a < 0) a += x.rank();
-      if (a < 0 || a >= x.rank()) return std::nullopt;
-      const int64_t dim = x.dims()[static_cast<size_t>(a)];
-      const int64_t st = in.size() > 4 && in[4] ? static_cast<int64_t>(in[4]->get_as_double(j)) : 1;
-      if (st == 0) return std::nullopt;
-      double b = in[1]->get_as_double(j);
-      if (b < 0) b += static_cast<double>(dim);
-      b = st > 0 ? std::clamp(b, 0.0, static_cast<double>(dim)) : std::clamp(b, 0.0, static_cast<double>(dim - 1));
-      start[static_cast<size_t>(a)] = static_cast<int64_t>(b);
-      step[static_cast<size_t>(a)] = st;
-    }
-    for (size_t d = 0; d < r; ++d) {  // every read inside x (the inferred dims say how many)
-      const int64_t last = start[d] + ((*out_dims)[d] - 1) * step[d];
-      if ((*out_dims)[d] > 0 && (last < 0 || last >= x.dims()[d] || start[d] >= x.dims()[d])) return std::nullopt;
-    }
-    return strided_copy(x, *out_dims, axis_of, start, step);
-  }
-  if (is_onnx(n, "Gather") && in.size() == 2) {
-    int64_t axis = n.attr_int("axis", 0);
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis >= x.rank()) return std::nullopt;
-    return gather(x, *in[1], axis, *out_dims);
-  }
+  for (const char* op : {"Concat", "Transpose", "Slice", "Gather"})
+    if (is_onnx(n, op)) return run(*out_dims);
   return std::nullopt;
 }
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 namespace trainrt {
 

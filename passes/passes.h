@@ -107,7 +107,7 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 //     BGRADB/BGRADA epilogue on cuda),
 //   Relu + Dropout's backward: ReluGrad(DropoutGrad(dZ, mask), Y) -> DropoutReluGrad(dZ, Z)
 //     for Z = Dropout(Y), which reads the Dropout's output instead of the Relu's, so
-//     Y dies after the Dropout and the mask is no longer written (graph/fuse_dropout.cpp).
+//     Y dies after the Dropout and the mask is no longer written (passes/fuse_dropout.cpp).
 //   a convolution's data gradient and the ReLU gradient of its input: ReluGrad(dX, X) of
 //     ConvGrad(dY, X, W) -> dX -> ConvGrad(...; dx_relu=1) (one cuDNN graph with a
 //     RELU_BWD epilogue on cuda; the backend's ReluGrad kernel after it elsewhere),
@@ -121,7 +121,7 @@ size_t fuse_training_graph(Graph& g);
 
 // The per-parameter optimizer nodes (ai.trainrt SGD, Adam) that share lr, step,
 // attributes and parameter dtype -> one MultiSGD / MultiAdam node each (ops/optimizer.cpp;
-// graph/fuse_optimizer.cpp), every value name kept, so the optimizer state, checkpoints
+// passes/fuse_optimizer.cpp), every value name kept, so the optimizer state, checkpoints
 // and exports do not change and each parameter's update is the same bit for bit. Part of
 // fuse_training_graph. Returns the number of nodes removed (a group of k nodes: k - 1).
 size_t fuse_optimizer(Graph& g);

@@ -12,8 +12,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "graph/fuse_util.h"
-#include "graph/passes.h"
+#include "passes/fuse_util.h"
+#include "passes/passes.h"
 
 namespace trainrt::passes {
 
