@@ -21,7 +21,8 @@
 // Cost: T * D steps of about 10-20 small nodes. Memory is linear in T: the forward keeps
 // XW, each step's gates and states for the backward (about (G+2)*N*H values a step and
 // direction), Split/Concat's gradients are one Concat/ConcatGrad over the T pieces, and
-// the T per-step gradients of R (one [G*H,H] each) are summed by one Sum node.
+// the T per-step gradients of R (one [G*H,H] each) are summed eight at a time as the
+// backward produces them (autodiff's partial Sums), so at most eight are alive at once.
 #include "graph/expand_recurrent.h"
 
 #include <algorithm>

@@ -138,7 +138,7 @@ void print_markdown(const Row& header, const std::vector<Row>& body) {
       "taken; activations Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Affine, ScaledTanh and\n"
       "ThresholdedRelu (Elu, Softsign and Softplus are refused). Memory grows linearly with the\n"
       "sequence length: the backward keeps each step's gates and states, and sums the T per-step\n"
-      "gradients of R in one Sum node. A sequence length that is not a number is refused.\n\n");
+      "gradients of R eight at a time as they arrive. A sequence length that is not a number is refused.\n\n");
   auto line = [](const Row& r) {
     std::string s = "|";
     for (const std::string& c : r) s += " " + c + " |";
