@@ -140,6 +140,27 @@ TEST_CASE("gradcheck: RNN layout 1 with HardSigmoid (alpha, beta) and ScaledTanh
   check(net, {"Y", "Y_h"});
 }
 
+TEST_CASE("gradcheck: GRU with Affine and ThresholdedRelu, LSTM with LeakyRelu, Tanh and Relu activations") {
+  auto strings = [](std::vector<std::string> v) {
+    Attribute a;
+    a.kind = Attribute::Kind::Strings;
+    a.strings = std::move(v);
+    return a;
+  };
+  Net gru;
+  gru.node("GRU", {gru.param("x", {3, 2, 2}), gru.param("W", {1, 6, 2}), gru.param("R", {1, 6, 2})}, {"Y", "Y_h"},
+           {{"hidden_size", Attribute::of_int(2)},
+            {"activations", strings({"Affine", "ThresholdedRelu"})},
+            {"activation_alpha", Attribute::of_floats({0.5f, 0.05f})},
+            {"activation_beta", Attribute::of_floats({0.25f})}});
+  check(gru, {"Y", "Y_h"});
+  Net lstm;
+  lstm.node(
+      "LSTM", {lstm.param("x", {3, 2, 2}), lstm.param("W", {1, 8, 2}), lstm.param("R", {1, 8, 2})}, {"Y", "Y_h", "Y_c"},
+      {{"activations", strings({"LeakyRelu", "Tanh", "Relu"})}, {"activation_alpha", Attribute::of_floats({0.1f})}});
+  check(lstm, {"Y", "Y_h", "Y_c"});
+}
+
 TEST_CASE("expand_recurrent: one MatMul per direction; a symbolic sequence length and Elu are refused") {
   Net net;
   net.node("LSTM", {net.param("x", {5, 2, 3}), net.param("W", {2, 8, 3}), net.param("R", {2, 8, 2})}, {"Y"},
