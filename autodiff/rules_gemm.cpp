@@ -10,6 +10,7 @@
 //     dY gets the dropped 1s back by Reshape; 2-D x 2-D uses Gemm's trans flags, batched
 //     operands MatMul with a Transpose of the last two axes:
 //     dA = SumToShape(dY @ B^T, A),  dB = SumToShape(A^T @ dY, B)   (sums the broadcast batch dims)
+//     and a 2-D B [K,N] under a batched A: dB = Gemm(A as [rows,K], dY as [rows,N]; transA = 1)
 #include "autodiff/gradient.h"
 
 namespace trainrt {
@@ -126,7 +127,15 @@ void matmul_grad(GradBuilder& g) {
   };
   if (g.needs_dx(0))
     finish_operand(g, 0, "MatMul", {dy, transpose_last2(g, b, pb, "b_t")}, {}, ra == 1 || !batch_equal(sa, ra));
-  if (g.needs_dx(1)) {
+  const bool shared_b = rb == 2 && ra > 2;
+  const Dim k = shared_b ? sa.back() : Dim{}, n = shared_b ? shape_of_value(g, g.output(0)).back() : Dim{};
+  if (g.needs_dx(1) && shared_b && k.known() && n.known()) {
+    // B [K,N] shared by every batch (a Linear layer on [N,T,C], an LSTM's X.W^T): the batch
+    // flattened into rows, dB = A[rows,K]^T dY[rows,N] in one Gemm, without the per-batch
+    // [...,K,N] products a batched MatMul would write before SumToShape.
+    g.add_onnx("Gemm", {reshape(g, a, {-1, k.value}, "a_rows"), reshape(g, dy, {-1, n.value}, "dy_rows")}, {g.dx(1)},
+               {{"transA", flag(true)}});
+  } else if (g.needs_dx(1)) {
     const std::string at = transpose_last2(g, a, pa, "a_t");
     if (rb == 1) {  // [...,K,1] -> [...,K], then sum the batch
       const std::string prod = g.tmp("d_1_col");

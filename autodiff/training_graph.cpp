@@ -198,13 +198,22 @@ std::unordered_set<std::string> values_needing_gradients(const Graph& g, const s
   return needs;
 }
 
+// Pending contributions to one value's gradient that are summed into one partial Sum at
+// once, where they arrive, instead of all waiting for the final Sum: a weight read by many
+// nodes (an unrolled LSTM's R, once per time step) would otherwise keep one gradient of
+// its size alive per reader. Fan-outs below it (residual branches, attention's q/k/v)
+// keep their single Sum.
+constexpr size_t kPartialSumEvery = 8;
+
 // The backward pass under construction. Rules add contributions to a value's gradient;
-// the driver sums them (one Sum node per fanned-out value) when the gradient is first read.
+// the driver sums them (one Sum node per fanned-out value, and a partial Sum every
+// kPartialSumEvery contributions) when the gradient is first read.
 struct BackwardPass {
   Graph& g;
   std::vector<Node> nodes;                  // appended to g once complete
   std::map<std::string, Tensor> constants;  // initializers the rules need
   std::unordered_map<std::string, std::vector<std::string>> contributions;
+  std::unordered_map<std::string, int> partial_sums;  // per value: partial Sums made so far
   std::unordered_map<std::string, std::string> final_grad;
   std::vector<std::pair<std::string, std::string>> grad_of;  // (gradient, value it belongs to)
 
@@ -226,6 +235,21 @@ struct BackwardPass {
     }
     final_grad[v] = name;
     return name;
+  }
+
+  // Adds `dv` to the gradient of `v`; every kPartialSumEvery pending ones become one.
+  void contribute(const std::string& v, const std::string& dv) {
+    auto& parts = contributions[v];
+    parts.push_back(dv);
+    if (parts.size() < kPartialSumEvery) return;
+    const std::string name = unique_name(g, v + "_grad_part" + std::to_string(partial_sums[v]++));
+    Node sum;
+    sum.name = name + "/Sum";
+    sum.op_type = "Sum";
+    sum.inputs = parts;
+    sum.outputs = {name};
+    nodes.push_back(std::move(sum));
+    parts = {name};
   }
 };
 
@@ -276,7 +300,7 @@ void reverse_pass(const TrainingGraph& t, BackwardPass& bp, const std::unordered
     for (auto& [k, v] : b.constants) bp.constants[k] = v;
     for (size_t i = 0; i < n.inputs.size(); ++i)
       if (want[i]) {
-        bp.contributions[n.inputs[i]].push_back(b.dx(i));
+        bp.contribute(n.inputs[i], b.dx(i));
         bp.grad_of.emplace_back(b.dx(i), n.inputs[i]);
       }
   }
@@ -420,7 +444,7 @@ TrainingGraph build_training_graph(const Graph& forward, const TrainingOptions& 
   std::erase_if(params, [&](const std::string& p) { return !forward.is_initializer(p); });
   const std::unordered_set<std::string> needs = values_needing_gradients(g, params);
 
-  BackwardPass bp{g, {}, {}, {}, {}, {}};
+  BackwardPass bp{g, {}, {}, {}, {}, {}, {}};
   seed_loss_gradient(t, bp, o);
   reverse_pass(t, bp, needs);
   collect_parameter_gradients(t, bp, params, needs);

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "graph/error.h"
+#include "graph/expand_recurrent.h"
 #include "graph/infer.h"
 
 namespace trainrt {
@@ -472,6 +473,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& where, cons
   validate_graph(g, reg, where);
   g.sort_topologically();
   infer_shapes(g, reg, where, declared);
+  // LSTM, GRU and RNN become existing ops here, before anything runs or differentiates them.
+  if (expand_recurrent(g, where) > 0) infer_shapes(g, reg, where, declared);
   return g;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autodiff/gradient.h"
+#include "graph/expand_recurrent.h"
 #include "graph/infer.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
@@ -56,6 +57,7 @@ std::string opsets(const OpSchema& s) {
 
 std::string gradient(const OpSchema& s) {
   const GradRegistry& gr = gradients();
+  if (is_recurrent_op(s.domain, s.op_type)) return "yes: expanded at import";
   if (gr.find(s.domain, s.op_type)) return "yes";
   if (gr.is_non_differentiable(s.domain, s.op_type)) return "no: non-differentiable";
   if (s.domain == "ai.onnx.preview.training") return "no: optimizer update";
@@ -67,6 +69,7 @@ std::string gradient(const OpSchema& s) {
 // takes instead, "no" when none runs it.
 std::string support(const BackendColumn& b, const OpSchema& s) {
   const KernelRegistry& k = registry().kernels;
+  if (is_recurrent_op(s.domain, s.op_type)) return "expanded";
   if (k.find(b.name, s.domain, s.op_type)) return "yes";
   for (const char* set : b.fallbacks)
     if (k.find(set, s.domain, s.op_type)) return std::string(set) + " fallback";
@@ -126,7 +129,16 @@ void print_markdown(const Row& header, const std::vector<Row>& body) {
       "its outputs carry no gradient on purpose; `no: internal op` for the ops trainrt writes itself\n"
       "(backward ops of gradient rules, optimizer updates, fusions), which are never differentiated.\n"
       "**reference / cpu / cuda**: `yes` when the backend has its own kernel, otherwise the kernel set\n"
-      "the executor falls back to (the cuda backend runs a fallback on the host).\n\n");
+      "the executor falls back to (the cuda backend runs a fallback on the host).\n\n"
+      "LSTM, GRU and RNN (`expanded`) have no kernels and no gradient rules: import unrolls each node\n"
+      "over its static sequence length into the ops above (X.W^T in one MatMul for all steps, then per\n"
+      "step a Gemm with R, Split, the activations, Mul and Add; Where masks with sequence_lens), so\n"
+      "autodiff and every backend run them as they run those ops (graph/expand_recurrent.cpp). All\n"
+      "directions, layouts, optional inputs and outputs, clip, input_forget and linear_before_reset are\n"
+      "taken; activations Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Affine, ScaledTanh and\n"
+      "ThresholdedRelu (Elu, Softsign and Softplus are refused). Memory grows linearly with the\n"
+      "sequence length: the backward keeps each step's gates and states, and sums the T per-step\n"
+      "gradients of R eight at a time as they arrive. A sequence length that is not a number is refused.\n\n");
   auto line = [](const Row& r) {
     std::string s = "|";
     for (const std::string& c : r) s += " " + c + " |";

@@ -1,6 +1,7 @@
 #include "ops/core/register_all.h"
 
 #include "ops/group_norm.h"
+#include "ops/recurrent.h"
 
 namespace trainrt {
 
@@ -13,6 +14,7 @@ void register_all(Registry& r) {
   register_norm(r);
   register_group_norm(r);
   register_gemm(r);
+  register_recurrent(r);  // schemas only: import expands them (graph/expand_recurrent.h)
   register_shape_ops(r);
   register_softmax_loss(r);
   register_misc(r);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "autodiff/gradient.h"
+#include "graph/expand_recurrent.h"
 #include "ops/core/register_all.h"
 #include "ops/unary_ops.h"
 #include "runtime/backend.h"
@@ -102,6 +103,10 @@ const std::map<std::string, std::string> kCpuFallbacks{
     {"ai.trainrt::ConcatGrad", "backward of Concat (not in the Wide ResNet)"},
 };
 
+// Ops import rewrites into other ops (graph/expand_recurrent.h): schemas and shape rules
+// only, never run nor differentiated themselves.
+const std::set<std::string> kExpandedAtImport{"LSTM", "GRU", "RNN"};
+
 std::string key(const std::string& domain, const std::string& op) {
   const std::string d = canonical_domain(domain);
   return d.empty() ? op : d + "::" + op;
@@ -128,6 +133,12 @@ TEST_CASE("registry: every op has a schema, a reference kernel, and a cpu kernel
   for (const std::string& op : schemas) {
     CAPTURE(op);
     const auto [domain, type] = split(op);
+    if (kExpandedAtImport.count(op)) {
+      CHECK(is_recurrent_op(domain, type));
+      for (const char* backend : {"reference", "cpu", "cuda"})
+        CHECK_MESSAGE(!r.kernels.find(backend, domain, type), op << " is expanded at import but has a kernel");
+      continue;
+    }
     CHECK_MESSAGE(r.kernels.find("reference", domain, type), "no reference kernel for " << op);
     const bool cpu = r.kernels.find("cpu", domain, type) != nullptr;
     if (kCpuFallbacks.count(op))
@@ -155,7 +166,9 @@ TEST_CASE("registry: every forward op has a gradient rule or a listed reason not
     CAPTURE(op);
     const auto [domain, type] = split(op);
     const bool rule = gr.find(domain, type) != nullptr;
-    if (kBackwardOps.count(op)) {
+    if (kExpandedAtImport.count(op)) {
+      CHECK_MESSAGE(!rule, op << " is expanded at import but has a gradient rule");
+    } else if (kBackwardOps.count(op)) {
       CHECK_MESSAGE(!rule, "backward op " << op << " has a gradient rule: remove it from kBackwardOps");
     } else if (kNoGradientRule.count(op)) {
       CHECK_MESSAGE(!rule, op << " has a gradient rule now: remove it from kNoGradientRule");
