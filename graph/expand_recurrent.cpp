@@ -49,7 +49,8 @@ struct ActivationSpec {
 constexpr ActivationSpec kActivations[] = {
     {"Sigmoid", false, false, 0, 0},         {"Tanh", false, false, 0, 0},           {"Relu", false, false, 0, 0},
     {"HardSigmoid", true, true, 0.2f, 0.5f}, {"LeakyRelu", true, false, 0.01f, 0},   {"Affine", true, true, 1, 0},
-    {"ScaledTanh", true, true, 1, 1},        {"ThresholdedRelu", true, false, 1, 0},
+    {"ScaledTanh", true, true, 1, 1},        {"ThresholdedRelu", true, false, 1, 0}, {"Elu", true, false, 1, 0},
+    {"Softsign", false, false, 0, 0},        {"Softplus", false, false, 0, 0},
 };
 
 struct Activation {
@@ -242,7 +243,9 @@ class Expansion {
 
   std::string act(const Activation& a, const std::string& x, const std::string& what = "act") {
     const std::string& f = a.name;
-    if (f == "Sigmoid" || f == "Tanh" || f == "Relu") return add(f, {x}, {}, what);
+    if (f == "Sigmoid" || f == "Tanh" || f == "Relu" || f == "Softsign" || f == "Softplus")
+      return add(f, {x}, {}, what);
+    if (f == "Elu") return add(f, {x}, {{"alpha", Attribute::of_float(a.alpha)}}, what);
     if (f == "HardSigmoid")
       return add(f, {x}, {{"alpha", Attribute::of_float(a.alpha)}, {"beta", Attribute::of_float(a.beta)}}, what);
     if (f == "LeakyRelu") return add(f, {x}, {{"alpha", Attribute::of_float(a.alpha)}}, what);

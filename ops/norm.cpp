@@ -161,7 +161,8 @@ void batchnorm_reference(const Tensor& x, const Tensor& scale, const Tensor& bia
     const double a = static_cast<double>(scale.data<T>()[c]) / std::sqrt(v + eps);
     const double b = static_cast<double>(bias.data<T>()[c]);
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t s = 0; s < S; ++s) yp[at(n, s)] = static_cast<T>((static_cast<double>(xp[at(n, s)]) - m) * a + b);
+      for (int64_t s = 0; s < S; ++s)
+        yp[at(n, s)] = static_cast<T>(batchnorm_stats::apply(static_cast<double>(xp[at(n, s)]), m, a, b));
   }
 }
 
@@ -284,13 +285,12 @@ void batchnorm_grad_reference(const Tensor& dy, const Tensor& x, const Tensor& s
     if (dbias) dbias->data<T>()[c] = static_cast<T>(g_bias);
     if (dscale) dscale->data<T>()[c] = static_cast<T>(g_scale);
     if (!dx) continue;
-    const double k = static_cast<double>(scale.data<T>()[c]) * r;
+    const double k = static_cast<double>(scale.data<T>()[c]) * r, bias_term = g_bias / M, x_term = r * g_scale / M;
     T* dxp = dx->data<T>();
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t s = 0; s < S; ++s) {
-        const double xh = (static_cast<double>(xp[at(n, s)]) - mean) * r;
-        dxp[at(n, s)] = static_cast<T>(k * (static_cast<double>(dyp[at(n, s)]) - g_bias / M - xh * g_scale / M));
-      }
+      for (int64_t s = 0; s < S; ++s)
+        dxp[at(n, s)] = static_cast<T>(batchnorm_stats::grad(
+            static_cast<double>(dyp[at(n, s)]), static_cast<double>(xp[at(n, s)]), mean, k, bias_term, x_term));
   }
 }
 

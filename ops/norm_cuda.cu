@@ -178,7 +178,7 @@ __global__ void forward_finish(ForwardArgs<T> a, Channels v, const double* sums,
 // per plane (TRAINRT_PLANES), four fp32 values per 16-byte access with kVec4.
 template <typename T, bool kRelu>
 __device__ T apply_one(T x, T shift, T mul, T add) {
-  T out = (x - shift) * mul + add;
+  T out = batchnorm_stats::apply(x, shift, mul, add);  // the reference's formula, in T
   if constexpr (kRelu) out = out > T(0) ? out : T(0);
   return out;
 }
@@ -271,12 +271,13 @@ __global__ void grad_apply(const T* dy, const T* x, Out dx, int64_t planes, int6
       auto* dx4 = reinterpret_cast<float4*>(dx + at);
       TRAINRT_GRID_STRIDE(i, S / 4) {
         const float4 g = masked_dy4(dy4, r4, i), v = x4[i];
-        dx4[i] = make_float4(k * (g.x - bt - (v.x - m) * xt), k * (g.y - bt - (v.y - m) * xt),
-                             k * (g.z - bt - (v.z - m) * xt), k * (g.w - bt - (v.w - m) * xt));
+        dx4[i] =
+            make_float4(batchnorm_stats::grad(g.x, v.x, m, k, bt, xt), batchnorm_stats::grad(g.y, v.y, m, k, bt, xt),
+                        batchnorm_stats::grad(g.z, v.z, m, k, bt, xt), batchnorm_stats::grad(g.w, v.w, m, k, bt, xt));
       }
     } else {
       TRAINRT_GRID_STRIDE(i, S) {
-        store_at(dx, at + i, static_cast<T>(k * (masked_dy(dy, a.relu_y, at + i) - bt - (x[at + i] - m) * xt)));
+        store_at(dx, at + i, batchnorm_stats::grad(masked_dy(dy, a.relu_y, at + i), x[at + i], m, k, bt, xt));
       }
     }
   }
@@ -285,7 +286,7 @@ __global__ void grad_apply(const T* dy, const T* x, Out dx, int64_t planes, int6
 // grad_apply for ChannelsLast, as forward_apply_last.
 template <typename T>
 __device__ T grad_one(T g, T v, const GradArgs<T>& a, int64_t c) {
-  return a.k[c] * (g - a.bias_term[c] - (v - a.mean[c]) * a.x_term[c]);
+  return batchnorm_stats::grad(g, v, a.mean[c], a.k[c], a.bias_term[c], a.x_term[c]);
 }
 template <typename T, bool kVec4, typename Out>
 __global__ void grad_apply_last(const T* dy, const T* x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {

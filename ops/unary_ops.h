@@ -42,7 +42,10 @@
   X(HardSwish, 14, 4, HardSwishGrad, input, 4, eltwise_hardswish) \
   X(Sqrt, 6, 1, SqrtGrad, output, 2, eltwise_sqrt)                \
   X(Erf, 9, 4, ErfGrad, input, 5, loop)                           \
-  X(Gelu, 20, 8, GeluGrad, input, 12, gelu)
+  X(Gelu, 20, 8, GeluGrad, input, 12, gelu)                       \
+  X(Elu, 6, 4, EluGrad, input, 4, loop)                           \
+  X(Softsign, 1, 3, SoftsignGrad, input, 4, loop)                 \
+  X(Softplus, 1, 5, SoftplusGrad, input, 5, loop)
 
 // X(Op, since, flops, cpu): Exp, Log, Reciprocal run the shared loop on the cpu
 // backend (libm's exp and log, not oneDNN's polynomial approximations), so cpu and
@@ -84,6 +87,16 @@ struct UnaryAttrs<unary_math::HardSigmoidGrad> {
   static unary_math::HardSigmoidGrad of(const Node& n) {
     return {n.attr_float("alpha", 0.2f), n.attr_float("beta", 0.5f)};
   }
+};
+template <>
+struct UnaryAttrs<unary_math::Elu> {
+  static std::vector<std::string> names() { return {"alpha"}; }
+  static unary_math::Elu of(const Node& n) { return {n.attr_float("alpha", 1.0f)}; }
+};
+template <>
+struct UnaryAttrs<unary_math::EluGrad> {
+  static std::vector<std::string> names() { return {"alpha"}; }
+  static unary_math::EluGrad of(const Node& n) { return {n.attr_float("alpha", 1.0f)}; }
 };
 template <>
 struct UnaryAttrs<unary_math::Gelu> {

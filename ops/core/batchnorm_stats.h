@@ -1,6 +1,9 @@
-// BatchNormalization's per-channel statistics, written once for the reference kernel
-// (ops/norm.cpp), the cuda kernels (ops/norm_cuda.cu) and the step that turns cuDNN's
-// saved statistics into trainrt's (ops/norm_graph_cuda.cu).
+// BatchNormalization's per-channel statistics and its per-element formulas, written once
+// for the reference kernel (ops/norm.cpp), the cuda kernels (ops/norm_cuda.cu) and the
+// step that turns cuDNN's saved statistics into trainrt's (ops/norm_graph_cuda.cu).
+//
+//   y  = apply(x, mean, scale / sqrt(var + eps), bias)                 // forward
+//   dx = grad(dy, x, mean, scale * r, sum(dy) / M, r * sum(dy * xhat) / M)   // backward
 //
 //   write_channel(outs, c, input_mean, input_var, batch_mean, batch_var, momentum);
 //   double var = variance_of_inv_std(r, eps);   // cuDNN saved r = 1/sqrt(var + eps)
@@ -58,6 +61,22 @@ TRAINRT_HOST_DEVICE void write_channel(const ChannelOutputs<T> &o, int64_t c, do
   if (o.batch_var) o.batch_var[c] = static_cast<T>(batch_var);
   if (o.saved_mean) o.saved_mean[c] = static_cast<T>(batch_mean);
   if (o.saved_var) o.saved_var[c] = static_cast<T>(batch_var);
+}
+
+// The forward's normalisation with the channel's coefficients: y = (x - shift) * mul + add,
+// shift = mean, mul = scale / sqrt(var + eps), add = bias. The reference runs it in
+// double, the cuda kernels in T (the coefficients computed in double, rounded once).
+template <typename A>
+TRAINRT_HOST_DEVICE A apply(A x, A shift, A mul, A add) {
+  return (x - shift) * mul + add;
+}
+
+// The backward's data gradient with the channel's coefficients: dx = k * (dy - bias_term -
+// (x - mean) * x_term), k = scale * r, bias_term = sum(dy) / M, x_term = r * sum(dy * xhat)
+// / M, r = 1 / sqrt(var + eps), xhat = (x - mean) * r, M the channel's element count.
+template <typename A>
+TRAINRT_HOST_DEVICE A grad(A dy, A x, A mean, A k, A bias_term, A x_term) {
+  return k * (dy - bias_term - (x - mean) * x_term);
 }
 
 }  // namespace trainrt::batchnorm_stats

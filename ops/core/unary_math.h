@@ -27,6 +27,9 @@
 //   Gelu         none: y = x/2 (1 + erf(x/sqrt2))         dX = dY (Phi(x) + x phi(x))  (X)
 //                tanh: y = x/2 (1 + tanh(k (x + c x^3))), k = sqrt(2/pi), c = 0.044715
 //                      dX = dY ((1+t)/2 + x/2 (1-t^2) k (1 + 3c x^2)), t = tanh(k (x + c x^3))
+//   Elu          y = x < 0 ? alpha (e^x - 1) : x          dX = x <= 0 ? alpha e^x dY : dY (X)
+//   Softsign     y = x / (1 + |x|)                        dX = dY / (1 + |x|)^2        (X)
+//   Softplus     y = log(1 + e^x), as max(x, 0) + log1p(e^-|x|)   dX = dY * sigmoid(x) (X)
 //   Neg, Exp, Log, Reciprocal   y = -x, e^x, log x, 1/x   (gradients are other ops)
 //
 // Plain C++ for g++; under nvcc the functors are __host__ __device__.
@@ -63,6 +66,14 @@ TRAINRT_HOST_DEVICE T tanh_of(T x) {
 template <typename T>
 TRAINRT_HOST_DEVICE T erf_of(T x) {
   return TRAINRT_MATH(erf)(x);
+}
+template <typename T>
+TRAINRT_HOST_DEVICE T expm1_of(T x) {
+  return TRAINRT_MATH(expm1)(x);
+}
+template <typename T>
+TRAINRT_HOST_DEVICE T log1p_of(T x) {
+  return TRAINRT_MATH(log1p)(x);
 }
 #undef TRAINRT_MATH
 
@@ -216,6 +227,50 @@ struct GeluGrad {  // (dY, X)
     const T cdf = T(0.5) * (T(1) + erf_of(x / sqrt2<T>()));
     const T pdf = exp_of(T(-0.5) * x * x) / sqrt_of(T(2) * pi<T>());
     return dy * (cdf + x * pdf);
+  }
+};
+
+// expm1: alpha (e^x - 1) keeps its digits for x near 0 (PyTorch's form).
+struct Elu {
+  double alpha = 1.0;
+  template <typename T>
+  TRAINRT_HOST_DEVICE T operator()(T x) const {
+    return x < T(0) ? static_cast<T>(alpha) * expm1_of(x) : x;
+  }
+};
+struct EluGrad {  // (dY, X); at x = 0 the negative side's alpha, as PyTorch's elu_backward
+  double alpha = 1.0;
+  template <typename T>
+  TRAINRT_HOST_DEVICE T operator()(T dy, T x) const {
+    return x <= T(0) ? dy * static_cast<T>(alpha) * exp_of(x) : dy;
+  }
+};
+
+struct Softsign {
+  template <typename T>
+  TRAINRT_HOST_DEVICE T operator()(T x) const {
+    return x / (T(1) + (x < T(0) ? -x : x));
+  }
+};
+struct SoftsignGrad {  // (dY, X)
+  template <typename T>
+  TRAINRT_HOST_DEVICE T operator()(T dy, T x) const {
+    const T d = T(1) + (x < T(0) ? -x : x);
+    return dy / (d * d);
+  }
+};
+
+// Never overflows: e^-|x| <= 1.
+struct Softplus {
+  template <typename T>
+  TRAINRT_HOST_DEVICE T operator()(T x) const {
+    return (x > T(0) ? x : T(0)) + log1p_of(exp_of(x < T(0) ? x : -x));
+  }
+};
+struct SoftplusGrad {  // (dY, X)
+  template <typename T>
+  TRAINRT_HOST_DEVICE T operator()(T dy, T x) const {
+    return dy * Sigmoid{}(x);
   }
 };
 

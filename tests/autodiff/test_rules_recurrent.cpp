@@ -161,7 +161,8 @@ TEST_CASE("gradcheck: GRU with Affine and ThresholdedRelu, LSTM with LeakyRelu, 
   check(lstm, {"Y", "Y_h", "Y_c"});
 }
 
-TEST_CASE("expand_recurrent: one MatMul per direction; a symbolic sequence length and Elu are refused") {
+TEST_CASE(
+    "expand_recurrent: one MatMul per direction; a symbolic sequence length and an unknown activation are refused") {
   Net net;
   net.node("LSTM", {net.param("x", {5, 2, 3}), net.param("W", {2, 8, 3}), net.param("R", {2, 8, 2})}, {"Y"},
            {{"direction", text("bidirectional")}});
@@ -188,9 +189,9 @@ TEST_CASE("expand_recurrent: one MatMul per direction; a symbolic sequence lengt
                     doctest::Contains("m.onnx: node 0 'lstm' (LSTM): needs a static sequence length: X is [T,2,3]"));
   Attribute acts;
   acts.kind = Attribute::Kind::Strings;
-  acts.strings = {"Sigmoid", "Elu", "Tanh"};
+  acts.strings = {"Sigmoid", "Swish", "Tanh"};
   g.nodes[0].inputs[0] = "x";
   g.nodes[0].attrs["direction"] = text("forward");
   g.nodes[0].attrs["activations"] = acts;
-  CHECK_THROWS_WITH(expand_recurrent(g, "m.onnx"), doctest::Contains("activation 'Elu' is not supported"));
+  CHECK_THROWS_WITH(expand_recurrent(g, "m.onnx"), doctest::Contains("activation 'Swish' is not supported"));
 }

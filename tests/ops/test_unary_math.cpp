@@ -68,7 +68,7 @@ TEST_CASE("unary table: every gradient functor is its forward's derivative (fp64
     TRAINRT_UNARY_OPS(TRAINRT_CHECK_OP)
 #undef TRAINRT_CHECK_OP
   }
-  CHECK(checked == 3 * 9);
+  CHECK(checked == 3 * 12);
 }
 
 TEST_CASE("unary table: attributes reach the functors as the node gives them") {
@@ -105,6 +105,12 @@ TEST_CASE("unary functors: PyTorch's conventions at the kinks, NaN, and no overf
   CHECK(um::Sigmoid{}(1000.0f) == 1.0f);
   CHECK(um::Sigmoid{}(-80.0f) > 0.0f);
   CHECK(um::Sigmoid{}(0.0) == 0.5);
+  CHECK(um::Softplus{}(1000.0f) == 1000.0f);  // no overflow on either side
+  CHECK(um::Softplus{}(-1000.0f) == 0.0f);
+  CHECK(um::Softplus{}(0.0) == doctest::Approx(std::log(2.0)).epsilon(1e-15));
+  CHECK(um::Elu{}(-1e-10) == doctest::Approx(-1e-10).epsilon(1e-9));  // expm1 keeps the digits near 0
+  CHECK(um::EluGrad{0.5}(1.0, 0.0) == 0.5);                           // x = 0: the negative side's alpha
+  CHECK(um::Softsign{}(-3.0) == -0.75);
   // The constants are T's: float math stays in float and agrees with double to float's rounding.
   for (double x : kPoints) {
     const float xf = static_cast<float>(x);
