@@ -29,6 +29,7 @@
 #include "ops/core/dnnl_util.h"
 #include "ops/core/engine_record.h"
 #include "ops/core/graph_fallback.h"
+#include "ops/core/winograd.h"
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
@@ -235,7 +236,8 @@ void print_run_report(const TrainingSession& session, const BenchConfig& c) {
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
-// cpu backend keeps every value plain and convolves directly (ops/core/dnnl_util.h).
+// cpu backend keeps every value plain (ops/core/dnnl_util.h) and runs its own Winograd
+// where the CPU has AVX2+FMA (ops/core/winograd.h), else direct.
 struct GraphSize {
   size_t nodes = 0, params = 0;  // nodes as built (before fusions), parameter tensors
   int64_t param_values = 0;
@@ -262,8 +264,8 @@ void print_setup(const BenchConfig& c, const BatchIo& io, const GraphSize& size,
                               : avx512              ? "blocked"
                                                     : "plain (blocked needs AVX-512)";
   const std::string convs = c.conv != ConvAlgorithm::winograd ? "direct"
-                            : avx512                          ? "winograd"
-                                                              : "direct (winograd needs AVX-512)";
+                            : avx512 || winograd::supported() ? "winograd"
+                                                              : "direct (winograd needs AVX2 and FMA)";
   // The session adds an Assign node per state update its producer cannot write in place.
   const Graph& run = session.training().graph;
   const auto assigns = static_cast<size_t>(std::count_if(run.nodes.begin(), run.nodes.end(), [](const Node& n) {

@@ -26,14 +26,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 TOL_LOSS=0.03
 TOL_ACC=0.08
 
-"$trainrt" model wrn --dataset fashion-mnist --widths 8,16,16,32 --blocks-per-stage 1 -o "$tmp/wrn.onnx" >/dev/null ||
+"$trainrt" model wrn --dataset fashion-mnist --widths 8,16,16,64 --blocks-per-stage 1 -o "$tmp/wrn.onnx" >/dev/null ||
   { echo "FAIL: model wrn"; exit 1; }
 expect_error 2 "--precision: expected one of fp32, bf16, fp16" -- "$trainrt" train "$tmp/wrn.onnx" --precision tf32
 
-# bf16 needs AVX-512 BF16 and is refused elsewhere; Winograd needs AVX-512 (without it
-# the run is direct, bit for bit, and would fail the "differs from fp32" check below);
-# fp16 is emulated on any CPU. trainrt --version says which of them oneDNN runs here
-# (ONEDNN_MAX_CPU_ISA=AVX2 turns both off on an AVX-512 BF16 CPU).
+# bf16 needs AVX-512 BF16 and is refused elsewhere; Winograd is oneDNN's on AVX-512 and
+# the cpu backend's own on AVX2+FMA (without either the run is direct, bit for bit, and
+# would fail the "differs from fp32" check below); fp16 is emulated on any CPU. trainrt
+# --version says which of them runs here (ONEDNN_MAX_CPU_ISA=AVX2 turns bf16 off on an
+# AVX-512 BF16 CPU and Winograd over to the backend's own).
 runs="fp32:direct fp16:direct"
 if cpu_path bf16; then
   runs="$runs bf16:direct"
@@ -45,7 +46,7 @@ fi
 if cpu_path Winograd; then
   runs="$runs fp32:winograd"
 else
-  echo "train_precision: no AVX-512, so no Winograd run"
+  echo "train_precision: no AVX2+FMA, so no Winograd run"
 fi
 
 for run in $runs; do
