@@ -58,7 +58,8 @@ const CommandSpec kSpec{
           "fp32, bf16 or fp16: convolutions read bf16 / half copies, accumulate in fp32 (bf16 on --device cpu needs "
           "AVX-512 BF16; fp16 adds dynamic loss scaling, emulated on cpu)"},
          {"conv-algorithm", "winograd",
-          "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+          "fp32 3x3 stride-1 convolutions: winograd (F(4x4,3x3): oneDNN's on AVX-512, the cpu backend's own on AVX2 "
+          "for >= 64 channels) or direct"},
          {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
          {"lr", "0.01", "learning rate"},
          {"seed", "0", "seed of the random batch and of Dropout"},
