@@ -116,8 +116,8 @@ void backward_data(const Geometry& g, const float* dy, const float* w, float* dx
   b.K = g.C, b.Ho = g.H, b.Wo = g.W;
   b.pad_top = 2 - g.pad_top, b.pad_left = 2 - g.pad_left;
   float* u = scratch(kFilters, kPositions * g.K * g.C);
-  parallel_ranges(g.K, grain_rows(36 * g.C),
-                  [&](int64_t k0, int64_t k1) { avx2::weights(w, g.K, g.C, true, k0, k1, u); });
+  parallel_ranges(g.C, grain_rows(36 * g.K),
+                  [&](int64_t c0, int64_t c1) { avx2::weights(w, g.K, g.C, true, c0, c1, u); });
   convolve(b, dy, u, Epilogue{}, dx);
 }
 

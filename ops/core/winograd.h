@@ -80,9 +80,9 @@ void backward_weights(const Geometry& g, const float* dy, const float* x, float*
 // arrays are 36 matrices, position a's element (row r, column q) at [(a*rows + r)*ld + q],
 // where the columns are tiles p0 + q of a block of `count` tiles.
 namespace avx2 {
-// U[a] (K x C), from W (K,C,3,3), for filters k in [k0, k1). rotate: the data gradient's
-// filters, U[a] (C x K) of W rotated by 180 degrees (columns k in [k0, k1)).
-void weights(const float* w, int64_t K, int64_t C, bool rotate, int64_t k0, int64_t k1, float* u);
+// U[a] (K x C), from W (K,C,3,3), rows [r0, r1). rotate: the data gradient's filters,
+// U[a] (C x K) of W rotated by 180 degrees.
+void weights(const float* w, int64_t K, int64_t C, bool rotate, int64_t r0, int64_t r1, float* u);
 // V[a] (C x count) = B^T d B of input channels [c0, c1).
 void input(const Geometry& g, const float* x, int64_t c0, int64_t c1, int64_t p0, int64_t count, float* v, int64_t ld);
 // y = epilogue(A^T M A) for output channels [k0, k1) (M[a]: K x count).

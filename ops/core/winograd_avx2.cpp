@@ -122,15 +122,16 @@ void gather(const Lanes& l, Plane plane, int64_t rows, int64_t cols, int64_t dr,
 
 }  // namespace
 
-void weights(const float* w, int64_t K, int64_t C, bool rotate, int64_t k0, int64_t k1, float* u) {
-  for (int64_t k = k0; k < k1; ++k)
-    for (int64_t c = 0; c < C; ++c) {
-      const float* src = w + (k * C + c) * 9;
+void weights(const float* w, int64_t K, int64_t C, bool rotate, int64_t r0, int64_t r1, float* u) {
+  // U[a] is K x C, or C x K for the rotated (data-gradient) filters; each row's columns
+  // are written in order (the filters are read out of order instead: 9 floats each).
+  const int64_t rows = rotate ? C : K, cols = rotate ? K : C;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t col = 0; col < cols; ++col) {
+      const float* src = rotate ? w + (col * C + r) * 9 : w + (r * C + col) * 9;
       float g[9], t[36];
       for (int e = 0; e < 9; ++e) g[e] = rotate ? src[8 - e] : src[e];
       two_d<3, 6>(g6<float>, g, t);
-      // U[a] is K x C, or C x K for the rotated (data-gradient) filters.
-      const int64_t rows = rotate ? C : K, cols = rotate ? K : C, r = rotate ? c : k, col = rotate ? k : c;
       for (int a = 0; a < 36; ++a) u[(a * rows + r) * cols + col] = t[a];
     }
 }
