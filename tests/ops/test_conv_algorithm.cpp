@@ -172,7 +172,7 @@ void check_close(const char* what, const Tensor& got, const Tensor& ref) {
 }
 }  // namespace
 
-TEST_CASE("own winograd: forward, data and weight gradients agree with the reference") {
+TEST_CASE("winograd: the backend's own, called directly: forward, data and weight gradients agree with the reference") {
   if (!winograd::supported()) {
     MESSAGE("no AVX2+FMA: the backend's own Winograd is not used here");
     return;
