@@ -29,6 +29,7 @@
 #include "ops/core/dnnl_util.h"
 #include "ops/core/engine_record.h"
 #include "ops/core/graph_fallback.h"
+#include "ops/core/winograd.h"
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
@@ -57,7 +58,8 @@ const CommandSpec kSpec{
           "fp32, bf16 or fp16: convolutions read bf16 / half copies, accumulate in fp32 (bf16 on --device cpu needs "
           "AVX-512 BF16; fp16 adds dynamic loss scaling, emulated on cpu)"},
          {"conv-algorithm", "winograd",
-          "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+          "fp32 3x3 stride-1 convolutions: winograd (F(4x4,3x3): oneDNN's on AVX-512, the cpu backend's own on AVX2 "
+          "for >= 64 channels) or direct"},
          {"optimizer", "sgd", "sgd (momentum 0.9, as the seed)"},
          {"lr", "0.01", "learning rate"},
          {"seed", "0", "seed of the random batch and of Dropout"},
@@ -235,7 +237,8 @@ void print_run_report(const TrainingSession& session, const BenchConfig& c) {
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
-// cpu backend keeps every value plain and convolves directly (ops/core/dnnl_util.h).
+// cpu backend keeps every value plain (ops/core/dnnl_util.h) and runs its own Winograd
+// where the CPU has AVX2+FMA (ops/core/winograd.h), else direct.
 struct GraphSize {
   size_t nodes = 0, params = 0;  // nodes as built (before fusions), parameter tensors
   int64_t param_values = 0;
@@ -262,8 +265,8 @@ void print_setup(const BenchConfig& c, const BatchIo& io, const GraphSize& size,
                               : avx512              ? "blocked"
                                                     : "plain (blocked needs AVX-512)";
   const std::string convs = c.conv != ConvAlgorithm::winograd ? "direct"
-                            : avx512                          ? "winograd"
-                                                              : "direct (winograd needs AVX-512)";
+                            : avx512 || winograd::supported() ? "winograd"
+                                                              : "direct (winograd needs AVX2 and FMA)";
   // The session adds an Assign node per state update its producer cannot write in place.
   const Graph& run = session.training().graph;
   const auto assigns = static_cast<size_t>(std::count_if(run.nodes.begin(), run.nodes.end(), [](const Node& n) {

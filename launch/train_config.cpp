@@ -95,7 +95,8 @@ const CommandSpec kSpec{
                  "fp32; bf16: mixed precision, convolutions in bf16 (cpu: AVX-512 BF16); fp16: with loss scaling "
                  "(emulated on cpu)"},
                 {"conv-algorithm", "winograd",
-                 "fp32 3x3 stride-1 convolutions: winograd (oneDNN F(4x4,3x3), where it applies) or direct"},
+                 "fp32 3x3 stride-1 convolutions: winograd (F(4x4,3x3): oneDNN's on AVX-512, the cpu backend's own on "
+                 "AVX2 for >= 64 channels) or direct"},
                 {"device", "cpu", "cpu or cuda (a CUDA build and a GPU: the local rank's GPU, NCCL between ranks)"},
                 {"backend", "cpu", "with --device cpu: cpu or reference"},
             },

@@ -29,6 +29,7 @@
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
+#include "ops/core/winograd.h"
 
 namespace trainrt {
 namespace du = dnnl_util;
@@ -42,8 +43,24 @@ struct ConvPlan {
   du::Md src_user, w_plain, dst_user, z_user, bias_plain;  // *_user: the tensors' own layouts
   du::Md src_md, w_md, dst_md;
   dnnl::reorder src_reorder, w_reorder, dst_reorder, z_reorder;
-  bool add_z_after = false;  // Z added by a loop after the primitive (see make_plan)
+  bool add_z_after = false;   // Z added by a loop after the primitive (see make_plan)
+  bool own_winograd = false;  // ops/core/winograd.h runs it (no primitive)
+  winograd::Geometry wino;
 };
+
+// The geometry of a 2-D convolution for the cpu backend's own Winograd (ops/core/
+// winograd.h), when it takes it: the CPU has AVX2+FMA, the channel counts are those it
+// is faster for (winograd::preferred) and every tensor is row-major.
+bool own_winograd_geometry(const Tensor& x, const Tensor& y, int64_t K, int64_t pad_top, int64_t pad_left,
+                           std::initializer_list<const Tensor*> others, winograd::Geometry* g) {
+  if (x.dims().size() != 4 || !winograd::preferred(x.dims()[1], K)) return false;
+  for (const Tensor* t : others)
+    if (t && t->layout() != Layout::Plain) return false;
+  if (x.layout() != Layout::Plain || y.layout() != Layout::Plain) return false;
+  const std::vector<int64_t>& xd = x.dims();
+  *g = winograd::Geometry{xd[0], xd[1], xd[2], xd[3], K, y.dims()[2], y.dims()[3], pad_top, pad_left};
+  return true;
+}
 
 // A blocked argument's own layout (the implementations for nChw16c are as fast as
 // the nhwc ones oneDNN otherwise picks for inference, and no reorder runs), else any.
@@ -124,6 +141,13 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
   if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
     ConvPlan p = make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_winograd);
     if (!p.use_reference) return p;
+    // No oneDNN Winograd (AVX2): our own.
+    const du::Window win = du::window_of(n, {x.dims()[2], x.dims()[3]}, {y.dims()[2], y.dims()[3]}, {3, 3});
+    ConvPlan own;
+    own.own_winograd = true;
+    if (x.dims().size() == 4 &&
+        own_winograd_geometry(x, y, w.dims()[0], win.pads_begin[0], win.pads_begin[1], {z}, &own.wino))
+      return own;
   }
   return make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_direct);
 }
@@ -147,6 +171,10 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
   auto plan =
       du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
+  if (plan->own_winograd) {
+    const winograd::Epilogue e{has_bias ? ctx.in(2).data<float>() : nullptr, relu, has_z ? z->data<float>() : nullptr};
+    return winograd::forward(plan->wino, x.data<float>(), w.data<float>(), e, y.data<float>());
+  }
 
   // Slots 0-2 hold the primitive's layouts, 3-4 the fp16 rounded copies (du::math_rounded).
   dnnl::memory src =
@@ -201,7 +229,9 @@ struct ConvGradPlan {
   dnnl::primitive wts_prim;
   du::Md bw_dy, bw_x, bw_dw;
   dnnl::reorder bw_dy_reorder, bw_x_reorder, bw_dw_reorder;
-  bool share_dy = false;  // both primitives read dY in one layout
+  bool share_dy = false;      // both primitives read dY in one layout
+  bool own_winograd = false;  // ops/core/winograd.h runs dX and dW (dB: bias_grad)
+  winograd::Geometry wino;
 };
 
 struct Want {
@@ -289,6 +319,16 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
   if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
     ConvGradPlan p = make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_winograd);
     if (!p.use_reference) return p;
+    // No oneDNN Winograd (AVX2): our own, for dX and dW.
+    ConvGradPlan own;
+    own.own_winograd = true;
+    if (x.dims().size() == 4 && (want.dx || want.dw)) {
+      Window win = read_window(n, 2, {3, 3}, "", {});
+      for (size_t i = 0; i < 2; ++i)
+        if (resolve_window_dim(win, i, x.dims()[2 + i], "") != dy.dims()[2 + i])
+          return make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_direct);
+      if (own_winograd_geometry(x, dy, w.dims()[0], win.pads[0], win.pads[1], {dx}, &own.wino)) return own;
+    }
   }
   return make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_direct);
 }
@@ -333,6 +373,12 @@ void conv_grad_cpu(KernelContext& ctx) {
               n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
   auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
+  if (plan->own_winograd) {
+    if (want.dx) winograd::backward_data(plan->wino, dy.data<float>(), w.data<float>(), ctx.out(0).data<float>());
+    if (want.dw) winograd::backward_weights(plan->wino, dy.data<float>(), x.data<float>(), ctx.out(1).data<float>());
+    if (want.db) bias_grad(dy, ctx.out(2), ctx.math);
+    return;
+  }
 
   // Slots 0-5 hold the primitives' layouts, 6-8 the fp16 rounded copies (du::math_rounded).
   const dnnl::memory dy_user = du::math_rounded(dy, plan->dy_user, ctx.math, 6);

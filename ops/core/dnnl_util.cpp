@@ -9,6 +9,7 @@
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/register_all.h"
+#include "ops/core/winograd.h"
 
 namespace trainrt::dnnl_util {
 
@@ -112,12 +113,13 @@ std::string cpu_isa_name() {
 }
 
 std::string cpu_paths() {
-  // Blocked layouts and Winograd both follow cpu_has_avx512_core (CpuBackend and the
-  // convolutions' fallback to direct); bf16 follows cpu_has_bf16.
+  // Blocked layouts follow cpu_has_avx512_core (CpuBackend); Winograd is oneDNN's on
+  // AVX-512 and the backend's own (ops/core/winograd.h) on AVX2+FMA; bf16 follows
+  // cpu_has_bf16.
   const auto on = [](bool b) { return b ? "on" : "off"; };
   const bool avx512 = cpu_has_avx512_core();
-  return cpu_isa_name() + ": blocked layouts " + on(avx512) + ", Winograd " + on(avx512) + ", bf16 " +
-         on(cpu_has_bf16());
+  return cpu_isa_name() + ": blocked layouts " + on(avx512) + ", Winograd " + on(avx512 || winograd::supported()) +
+         ", bf16 " + on(cpu_has_bf16());
 }
 
 dnnl::memory memory_of(const Tensor& t, const Md& md) {

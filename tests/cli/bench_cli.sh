@@ -59,13 +59,19 @@ PY
 }
 
 # What the cpu backend runs for "--layouts blocked --conv-algorithm winograd" (the
-# defaults): oneDNN has nChw16c kernels and Winograd on AVX-512 (avx512_core: F, BW, VL,
-# DQ) only, and bench says when it runs plain and direct instead (also on an AVX-512 CPU
+# defaults): oneDNN has nChw16c kernels on AVX-512 (avx512_core: F, BW, VL, DQ) only,
+# and bench says when it runs plain or direct instead (also on an AVX-512 CPU
 # under ONEDNN_MAX_CPU_ISA=AVX2, so the test asks trainrt, not /proc/cpuinfo).
-if cpu_path Winograd; then
-  avx512=1 blocked_re="blocked" winograd_re="winograd"
+if cpu_path "blocked layouts"; then
+  avx512=1 blocked_re="blocked"
 else
-  avx512=0 blocked_re="plain \(blocked needs AVX-512\)" winograd_re="direct \(winograd needs AVX-512\)"
+  avx512=0 blocked_re="plain \(blocked needs AVX-512\)"
+fi
+# Winograd: oneDNN's on AVX-512, the cpu backend's own on AVX2+FMA (ops/core/winograd.h).
+if cpu_path Winograd; then
+  winograd_re="winograd"
+else
+  winograd_re="direct \(winograd needs AVX2 and FMA\)"
 fi
 export blocked_re winograd_re
 

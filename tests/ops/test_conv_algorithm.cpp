@@ -10,13 +10,17 @@
 // reference; different from the direct cpu kernel's output (so the Winograd primitive
 // really ran); and for shapes Winograd does not take (stride 2, 1x1, bf16), asking for
 // it changes nothing: bit-identical to direct. oneDNN implements Winograd for AVX-512
-// only: on an AVX2 CPU every case must be bit-identical to direct instead.
+// only: on an AVX2+FMA CPU the cpu backend runs its own F(4x4,3x3) where it is faster
+// (winograd::preferred: at least 64 channels in and out; within kOwnBound below, and
+// different from direct), and the other cases are bit-identical to direct. The last test
+// calls the backend's own kernel directly, so AVX-512 CPUs test it too.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "ops/core/dnnl_util.h"
+#include "ops/core/winograd.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 
@@ -61,9 +65,20 @@ Tensor weights(std::vector<int64_t> dims, uint64_t seed) {
   return random_tensor(DataType::Float32, std::move(dims), seed, -a, a);
 }
 
+// The backend's own F(4x4,3x3) (ops/core/winograd.h, the kernels' choice on AVX2) is held
+// to kOwnBound of each output's rms. Derived from the tile size: an output of a 4x4 tile
+// is A^T (U . V) A with V = B^T d B, and the rounding of each fp32 step is amplified by
+// the transforms' entries, which grow with the tile: up to 8 (= 2^3, the point 2 cubed)
+// in A^T and 5 in B^T for 4x4 outputs (F(2x2,3x3): 1 and 1). Relative to the direct
+// sum's ~2e-6 of the rms (this test's |direct - ref|), a factor of ~40 (8 x 5) gives
+// ~8e-5; measured here at most ~5.4e-5 (forward, FusedConv, data and weight gradients
+// over the shapes below), so the bound is 2e-4. oneDNN's Winograd (AVX-512) keeps 1e-4.
+constexpr double kOwnBound = 2e-4;
+
 double g_worst = 0;  // largest |winograd - reference| / rms seen, for the message
 
-void check_winograd(const Node& n, const TensorMap& feeds) {
+// own_c, own_m: the convolution's input and output channels.
+void check_winograd(const Node& n, const TensorMap& feeds, int64_t own_c, int64_t own_m) {
   const TensorMap ref = run(n, feeds, "reference", ConvAlgorithm::direct);
   const TensorMap direct = run(n, feeds, "cpu", ConvAlgorithm::direct);
   const uint64_t before = dnnl_util::reference_fallbacks();
@@ -74,9 +89,10 @@ void check_winograd(const Node& n, const TensorMap& feeds) {
     g_worst = std::max(g_worst, diff / scale);
     INFO(n.op_type, " output '", name, "' ", dims_to_string(r.dims()), ": |winograd - ref| = ", diff, " (",
          diff / scale, " of the rms), |direct - ref| = ", max_abs_diff(direct.at(name), r));
-    CHECK(diff <= 1e-4 * scale);
-    // oneDNN has Winograd on AVX-512 only; elsewhere asking for it runs direct.
-    if (dnnl_util::cpu_has_avx512_core())
+    CHECK(diff <= (dnnl_util::cpu_has_avx512_core() ? 1e-4 : kOwnBound) * scale);
+    // oneDNN's Winograd on AVX-512, the backend's own (ops/core/winograd.h) on AVX2 where
+    // it is preferred; direct otherwise.
+    if (dnnl_util::cpu_has_avx512_core() || winograd::preferred(own_c, own_m))
       CHECK_FALSE(bit_equal(wino.at(name), direct.at(name)));
     else
       CHECK(bit_equal(wino.at(name), direct.at(name)));
@@ -101,21 +117,24 @@ TEST_CASE("winograd: Conv, FusedConv and ConvGrad agree with the reference and d
     CAPTURE(s.hw);
     const Tensor x = random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, ++seed, -1, 1);
     const Tensor w = weights({s.m, s.c, 3, 3}, ++seed);
-    check_winograd(conv_node("Conv", "", 3, 1, 1), {{"X", x}, {"W", w}});
+    check_winograd(conv_node("Conv", "", 3, 1, 1), {{"X", x}, {"W", w}}, s.c, s.m);
 
     Node fused = conv_node("FusedConv", kTrainrtDomain, 3, 1, 1);
     fused.inputs = {"X", "W", "B", "Z"};
     fused.attrs["activation"] = Attribute::of_string("Relu");
-    check_winograd(fused, {{"X", x},
-                           {"W", w},
-                           {"B", random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5)},
-                           {"Z", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}});
+    check_winograd(fused,
+                   {{"X", x},
+                    {"W", w},
+                    {"B", random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5)},
+                    {"Z", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}},
+                   s.c, s.m);
 
     Node grad = conv_node("ConvGrad", kTrainrtDomain, 3, 1, 1);
     grad.inputs = {"dY", "X", "W"};
     grad.outputs = {"dX", "dW", "dB"};
     check_winograd(
-        grad, {{"dY", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}, {"X", x}, {"W", w}});
+        grad, {{"dY", random_tensor(DataType::Float32, {s.n, s.m, s.hw, s.hw}, ++seed, -1, 1)}, {"X", x}, {"W", w}},
+        s.c, s.m);
   }
   MESSAGE("largest |winograd - reference| / rms: ", g_worst);
 }
@@ -135,4 +154,74 @@ TEST_CASE("winograd: shapes it does not take run the direct kernel, bit for bit"
     CHECK(bit_equal(run(n, feeds, "cpu", ConvAlgorithm::winograd, o.math).at("Y"),
                     run(n, feeds, "cpu", ConvAlgorithm::direct, o.math).at("Y")));
   }
+}
+
+// The backend's own F(4x4,3x3) (ops/core/winograd.h), called directly so that it is tested
+// on AVX-512 CPUs too (where the kernels pick oneDNN's): forward with each part of the
+// epilogue, data and weight gradients, against the reference backend, for the Wide
+// ResNet's layer shapes at batch 2, odd sizes and other paddings.
+//
+namespace {
+
+double g_own_worst = 0;
+void check_close(const char* what, const Tensor& got, const Tensor& ref) {
+  const double scale = rms(ref), diff = max_abs_diff(got, ref);
+  g_own_worst = std::max(g_own_worst, diff / scale);
+  INFO(what, " ", dims_to_string(ref.dims()), ": |own winograd - ref| = ", diff, " (", diff / scale, " of the rms)");
+  CHECK(diff <= kOwnBound * scale);
+}
+}  // namespace
+
+TEST_CASE("winograd: the backend's own, called directly: forward, data and weight gradients agree with the reference") {
+  if (!winograd::supported()) {
+    MESSAGE("no AVX2+FMA: the backend's own Winograd is not used here");
+    return;
+  }
+  struct Own {
+    int64_t n, c, m, hw, pad;
+  };
+  // The Wide ResNet's 3x3 layers (Fashion-MNIST 28x28 and CIFAR 32x32 shapes) at batch 1-2,
+  // sizes that are not multiples of the 4x4 tile or of 8 channels, and pads 0 and 2.
+  const Own cases[] = {{2, 1, 16, 28, 1},    {2, 3, 16, 32, 1},   {2, 16, 160, 28, 1}, {1, 160, 160, 32, 1},
+                       {2, 320, 320, 14, 1}, {1, 320, 640, 8, 1}, {1, 640, 640, 7, 1}, {3, 20, 36, 9, 1},
+                       {1, 5, 7, 5, 0},      {2, 9, 12, 11, 2}};
+  uint64_t seed = 900;
+  for (const Own& s : cases) {
+    CAPTURE(s.c);
+    CAPTURE(s.m);
+    CAPTURE(s.hw);
+    CAPTURE(s.pad);
+    const int64_t out = s.hw + 2 * s.pad - 2;
+    const Tensor x = random_tensor(DataType::Float32, {s.n, s.c, s.hw, s.hw}, ++seed, -1, 1);
+    const Tensor w = weights({s.m, s.c, 3, 3}, ++seed);
+    const Tensor b = random_tensor(DataType::Float32, {s.m}, ++seed, -0.5, 0.5);
+    const Tensor z = random_tensor(DataType::Float32, {s.n, s.m, out, out}, ++seed, -1, 1);
+    const Tensor dy = random_tensor(DataType::Float32, {s.n, s.m, out, out}, ++seed, -1, 1);
+    const winograd::Geometry g{s.n, s.c, s.hw, s.hw, s.m, out, out, s.pad, s.pad};
+
+    Node fused = conv_node("FusedConv", kTrainrtDomain, 3, 1, s.pad);
+    fused.inputs = {"X", "W", "B", "Z"};
+    fused.attrs["activation"] = Attribute::of_string("Relu");
+    const Tensor ref_fused =
+        run(fused, {{"X", x}, {"W", w}, {"B", b}, {"Z", z}}, "reference", ConvAlgorithm::direct).at("Y");
+    Tensor y(DataType::Float32, {s.n, s.m, out, out});
+    winograd::forward(g, x.data<float>(), w.data<float>(), {b.data<float>(), true, z.data<float>()}, y.data<float>());
+    check_close("forward, bias, relu and Z", y, ref_fused);
+
+    const Tensor ref_conv =
+        run(conv_node("Conv", "", 3, 1, s.pad), {{"X", x}, {"W", w}}, "reference", ConvAlgorithm::direct).at("Y");
+    winograd::forward(g, x.data<float>(), w.data<float>(), {}, y.data<float>());
+    check_close("forward", y, ref_conv);
+
+    Node grad = conv_node("ConvGrad", kTrainrtDomain, 3, 1, s.pad);
+    grad.inputs = {"dY", "X", "W"};
+    grad.outputs = {"dX", "dW"};
+    const TensorMap ref_grad = run(grad, {{"dY", dy}, {"X", x}, {"W", w}}, "reference", ConvAlgorithm::direct);
+    Tensor dx(DataType::Float32, x.dims()), dw(DataType::Float32, w.dims());
+    winograd::backward_data(g, dy.data<float>(), w.data<float>(), dx.data<float>());
+    winograd::backward_weights(g, dy.data<float>(), x.data<float>(), dw.data<float>());
+    check_close("data gradient", dx, ref_grad.at("dX"));
+    check_close("weight gradient", dw, ref_grad.at("dW"));
+  }
+  MESSAGE("largest |own winograd - reference| / rms: ", g_own_worst);
 }
