@@ -121,8 +121,6 @@ FlopRule per_output_element(double cost) {
 // The reference's loops are elementwise_loops' templates, serial (the cpu kernels run them
 // over oneTBB chunks).
 using elementwise_loops::broadcast_map;
-using elementwise_loops::grad_map;
-using elementwise_loops::unary_map;
 
 // Integer arithmetic is done in uint64_t and narrowed: wraps modulo 2^bits
 // without signed-overflow UB (C++20 defines the narrowing conversion).
