@@ -226,12 +226,7 @@ struct BackwardPass {
       name = parts[0];
     } else if (parts.size() > 1) {
       name = unique_name(g, v + "_grad");
-      Node sum;
-      sum.name = v + "/grad/Sum";
-      sum.op_type = "Sum";
-      sum.inputs = parts;
-      sum.outputs = {name};
-      nodes.push_back(std::move(sum));
+      add_sum(v + "/grad/Sum", parts, name);
     }
     final_grad[v] = name;
     return name;
@@ -243,13 +238,18 @@ struct BackwardPass {
     parts.push_back(dv);
     if (parts.size() < kPartialSumEvery) return;
     const std::string name = unique_name(g, v + "_grad_part" + std::to_string(partial_sums[v]++));
+    add_sum(name + "/Sum", parts, name);
+    parts = {name};
+  }
+
+  // Appends the node `out` = Sum(parts), named `node_name`.
+  void add_sum(const std::string& node_name, const std::vector<std::string>& parts, const std::string& out) {
     Node sum;
-    sum.name = name + "/Sum";
+    sum.name = node_name;
     sum.op_type = "Sum";
     sum.inputs = parts;
-    sum.outputs = {name};
+    sum.outputs = {out};
     nodes.push_back(std::move(sum));
-    parts = {name};
   }
 };
 
