@@ -25,7 +25,6 @@ import numpy as np
 import onnx
 import torch
 import torchvision
-from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cli"))
 import torchvision_models as tm  # noqa: E402
@@ -39,16 +38,8 @@ def measure(binaries, name, tmp, seed, threads):
     x = torch.randn(tm.BATCH, 3, tm.SIZE, tm.SIZE)
     y = torch.randint(0, tm.CLASSES, (tm.BATCH,))
     path32, path64 = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + "_fp64.onnx")
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.onnx.export(model, x, path32, input_names=["input"], output_names=["logits"], opset_version=opset,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    model.load_state_dict(state)
+    x_path, y_path = tm.export_for_training(model, x, y, path32, opset, tmp)
     onnx.save(tm.to_double(onnx.load(path32)), path64)
-    x_path, y_path = os.path.join(tmp, "x.pb"), os.path.join(tmp, "y.pb")
-    with open(x_path, "wb") as f:
-        f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
-    with open(y_path, "wb") as f:
-        f.write(numpy_helper.from_array(y.numpy().astype(np.int64), "labels").SerializeToString())
     _, g32 = tm.torch_gradients(model, x, y)
     _, g64 = tm.torch_gradients(model.double(), x.double(), y)
     def run(path, backend, out, trainrt=binaries[0]):

@@ -18,10 +18,8 @@ import sys
 import tempfile
 import warnings
 
-import numpy as np
 import torch
 import torchvision
-from onnx import numpy_helper
 
 import torchvision_models as tm
 
@@ -38,15 +36,7 @@ def main():
     y = torch.randint(0, tm.CLASSES, (tm.BATCH,))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        torch.onnx.export(model, x, path, input_names=["input"], output_names=["logits"], opset_version=13,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-        model.load_state_dict(state)  # the export's forward pass moved the running statistics
-        x_path, y_path = os.path.join(tmp, "x.pb"), os.path.join(tmp, "y.pb")
-        with open(x_path, "wb") as f:
-            f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
-        with open(y_path, "wb") as f:
-            f.write(numpy_helper.from_array(y.numpy().astype(np.int64), "labels").SerializeToString())
+        x_path, y_path = tm.export_for_training(model, x, y, path, 13, tmp)
         _, g32 = tm.torch_gradients(model, x, y)
         _, g64 = tm.torch_gradients(model.double(), x.double(), y)
         try:

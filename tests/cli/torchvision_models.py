@@ -174,6 +174,22 @@ def worst_param(got, want):
     return max(want, key=lambda k: np.linalg.norm(got[k] - want[k]) / max(np.linalg.norm(want[k]), 1e-30))
 
 
+def export_for_training(model, x, y, path, opset, tmp):
+    """Exports `model` in training mode to `path` and writes the batch as `tmp`/x.pb and
+    `tmp`/y.pb; returns (x_path, y_path). The export's forward pass updates BN running
+    statistics: they are restored (the gradients ignore them)."""
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.onnx.export(model, x, path, input_names=["input"], output_names=["logits"], opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    model.load_state_dict(state)
+    x_path, y_path = os.path.join(tmp, "x.pb"), os.path.join(tmp, "y.pb")
+    with open(x_path, "wb") as f:
+        f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
+    with open(y_path, "wb") as f:
+        f.write(numpy_helper.from_array(y.numpy().astype(np.int64), "labels").SerializeToString())
+    return x_path, y_path
+
+
 def check_model(trainrt, name, tmp):
     """Returns the result line's details; raises AssertionError/RuntimeError on failure."""
     make, opset = MODELS[name]
@@ -183,16 +199,8 @@ def check_model(trainrt, name, tmp):
     y = torch.randint(0, CLASSES, (BATCH,))
     path32 = os.path.join(tmp, name + ".onnx")
     path64 = os.path.join(tmp, name + "_fp64.onnx")
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.onnx.export(model, x, path32, input_names=["input"], output_names=["logits"], opset_version=opset,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    model.load_state_dict(state)  # the export's forward pass updated BN running statistics; gradients ignore them
+    x_path, y_path = export_for_training(model, x, y, path32, opset, tmp)
     onnx.save(to_double(onnx.load(path32)), path64)
-    x_path, y_path = os.path.join(tmp, "x.pb"), os.path.join(tmp, "y.pb")
-    with open(x_path, "wb") as f:
-        f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
-    with open(y_path, "wb") as f:
-        f.write(numpy_helper.from_array(y.numpy().astype(np.int64), "labels").SerializeToString())
 
     # Parameter count as PyTorch counts it.
     r = subprocess.run([trainrt, "inspect", path32, "--json"], capture_output=True, text=True)
