@@ -52,7 +52,8 @@
 //
 // Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
 // residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as
-// such (legacy descriptors' format, graph tensors' strides). Filters: w and ConvGrad's dw
+// such (legacy descriptors' format, graph tensors' strides); the legacy path convolves an
+// x stored in another layout than y from a copy in y's (ConvPlan::xp_last). Filters: w and ConvGrad's dw
 // are declared Converted, so the plan gives these kernels a KRSC copy of each weight
 // (ChannelsLast of K,C,R,S: an Identity node per weight and step, in 16 bits under
 // bf16/fp16) and takes a KRSC dw, which an Identity turns back into the parameter's KCRS
@@ -154,14 +155,14 @@ __global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int6
   }
 }
 
-// xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around. Each
-// position holds `inner` values: 1 for Plain (a plane per image and channel), C for
-// ChannelsLast (a plane per image, the channels innermost).
+// xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around, each
+// stored as its Planes say (Plain: a plane per image and channel; ChannelsLast: the
+// channels innermost), so the copy may also change the layout (ConvPlan::xp_last).
 template <typename T>
 __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
-                           int64_t count, int64_t inner) {
+                           int64_t count, channels_last::Planes xs, channels_last::Planes ps) {
   TRAINRT_GRID_STRIDE(i, count) {
-    const int64_t from = channels_last::padded_source(i, h, w, hp, wp, top, left, inner);
+    const int64_t from = channels_last::relaid_padded_source(i, h, w, hp, wp, top, left, xs, ps);
     xp[i] = from >= 0 ? x[from] : T(0);
   }
 }
@@ -169,12 +170,15 @@ __global__ void pad_planes(const T* x, T* xp, int64_t h, int64_t w, int64_t hp, 
 // x: the h x w planes at (top, left) of xp's hp x wp planes (undoes pad_planes).
 template <typename T>
 __global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp, int64_t wp, int64_t top, int64_t left,
-                            int64_t count, int64_t inner) {
-  TRAINRT_GRID_STRIDE(i, count) { x[i] = xp[channels_last::cropped_source(i, h, w, hp, wp, top, left, inner)]; }
+                            int64_t count, channels_last::Planes xs, channels_last::Planes ps) {
+  TRAINRT_GRID_STRIDE(i, count) { x[i] = xp[channels_last::relaid_cropped_source(i, h, w, hp, wp, top, left, xs, ps)]; }
 }
 
-// pad_planes' and crop_planes' `inner` for x.
-int64_t plane_inner(const Tensor& x) { return x.layout() == Layout::ChannelsLast ? x.dims()[1] : 1; }
+// pad_planes' and crop_planes' Planes of x, and of its padded copy `last` or not.
+channels_last::Planes planes_of(const Tensor& x) {
+  return channels_last::Planes{x.dims()[1], x.layout() == Layout::ChannelsLast};
+}
+channels_last::Planes planes_of(const Tensor& x, bool last) { return channels_last::Planes{x.dims()[1], last}; }
 cudnnTensorFormat_t format_of(Layout l) { return l == Layout::ChannelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
 
 // Which passes a plan picks algorithms for.
@@ -217,7 +221,8 @@ struct Choice {
 
 struct ConvPlan {
   bool use_reference = false;
-  bool padded = false;  // x goes through a zero-padded hp x wp copy, convolved unpadded
+  bool padded = false;   // x goes through a zero-padded hp x wp copy, convolved unpadded
+  bool xp_last = false;  // that copy is stored ChannelsLast (y's layout: x's may differ)
   int64_t top = 0, left = 0, hp = 0, wp = 0;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;  // x: also dx (padded dims if padded)
   cudnnFilterDescriptor_t w = nullptr;
@@ -311,6 +316,13 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
       !ok(cudnnSetTensor4dDescriptor(p.y, format_of(yl), type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, i(yd[1]), 1, 1)))
     return reference_plan();
+  // cuDNN's legacy API wants x, w and y in one layout (seen on cuDNN 9.19, H200: an NCHW
+  // x beside an NHWC y and KRSC w has no algorithm), so an x stored in another layout
+  // than y is convolved from a copy in y's: the padded copy's path, which pads it too.
+  // Where the two layouts are the same bytes (C == 1, or 1x1 planes) x is only described so.
+  const bool relaid = xl != yl && layout_fits(Layout::ChannelsLast, xd);
+  const Layout xs = xl != yl ? yl : xl;
+  p.xp_last = xs == Layout::ChannelsLast;
   // x (h x w planes) convolved with pads (ph, pw) on both sides: does cuDNN give y's size?
   auto geometry_fits = [&](int64_t ph, int64_t pw, int64_t h, int64_t w) {
     int n = 0, m = 0, ho = 0, wo = 0;
@@ -319,11 +331,11 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
                                               type)) &&
            ok(cudnnSetConvolutionGroupCount(p.conv, i(group))) &&
            ok(cudnnSetConvolutionMathType(p.conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)) &&
-           ok(cudnnSetTensor4dDescriptor(p.x, format_of(xl), type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
+           ok(cudnnSetTensor4dDescriptor(p.x, format_of(xs), type, i(xd[0]), i(xd[1]), i(h), i(w))) &&
            ok(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &m, &ho, &wo)) && n == yd[0] && m == yd[1] &&
            ho == yd[2] && wo == yd[3];
   };
-  if (!geometry_fits(p.top, p.left, xd[2], xd[3])) {
+  if (relaid || !geometry_fits(p.top, p.left, xd[2], xd[3])) {
     p.padded = true;
     if (!geometry_fits(0, 0, p.hp, p.wp)) return reference_plan();
   }
@@ -518,7 +530,8 @@ void conv_forward(KernelContext& ctx, bool fused) {
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
-            src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count, plane_inner(x));
+            src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count, planes_of(x),
+            planes_of(x, plan->xp_last));
         check_launch(n, "pad_planes");
         src = xp;
       }
@@ -730,7 +743,8 @@ bool conv_grad(KernelContext& ctx) {
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks, kThreads, 0, c.stream>>>(src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp,
-                                                         plan->top, plan->left, padded_count, plane_inner(x));
+                                                         plan->top, plan->left, padded_count, planes_of(x),
+                                                         planes_of(x, plan->xp_last));
         check_launch(n, "pad_planes");
         src = xp;
       }
@@ -753,7 +767,7 @@ bool conv_grad(KernelContext& ctx) {
       if (plan->padded) {
         crop_planes<T><<<blocks_for(dx->numel(), kThreads), kThreads, 0, c.stream>>>(
             dst, dx->data<T>(), x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, dx->numel(),
-            plane_inner(*dx));
+            planes_of(*dx), planes_of(*dx, plan->xp_last));
         check_launch(n, "crop_planes");
       }
     }

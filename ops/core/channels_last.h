@@ -124,4 +124,22 @@ TRAINRT_HOST_DEVICE inline int64_t cropped_source(int64_t i, int64_t h, int64_t 
   return ((p * hp + r + top) * wp + c + left) * inner + k;
 }
 
+// The same across a change of layout: x's planes stored as `x`, xp's as `xp` (Planes: C
+// and whether ChannelsLast). The cuda convolutions' legacy path convolves an x stored in
+// another layout than y from such a copy (cuDNN's legacy API wants one layout for x, w
+// and y); equal layouts give padded_source's and cropped_source's offsets.
+TRAINRT_HOST_DEVICE inline int64_t relaid_padded_source(int64_t i, int64_t h, int64_t w, int64_t hp, int64_t wp,
+                                                        int64_t top, int64_t left, const Planes& x, const Planes& xp) {
+  int64_t p = 0, pos = 0;
+  plane_of(xp, i, hp * wp, &p, &pos);
+  const int64_t r = pos / wp - top, c = pos % wp - left;
+  return r >= 0 && r < h && c >= 0 && c < w ? offset_of(x, p, r * w + c, h * w) : -1;
+}
+TRAINRT_HOST_DEVICE inline int64_t relaid_cropped_source(int64_t i, int64_t h, int64_t w, int64_t hp, int64_t wp,
+                                                         int64_t top, int64_t left, const Planes& x, const Planes& xp) {
+  int64_t p = 0, pos = 0;
+  plane_of(x, i, h * w, &p, &pos);
+  return offset_of(xp, p, (pos / w + top) * wp + pos % w + left, hp * wp);
+}
+
 }  // namespace trainrt::channels_last

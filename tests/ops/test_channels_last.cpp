@@ -119,6 +119,50 @@ TEST_CASE("padded_source and cropped_source pad and crop planes in both layouts"
   }
 }
 
+TEST_CASE("relaid_padded_source and relaid_cropped_source pad and crop across a change of layout") {
+  // Every pair of layouts: the copy, read back as Plain, is the row-major padding of x;
+  // cropping it into x's layout gives x back; equal layouts give the offsets above.
+  const int64_t N = 2, C = 3, h = 3, w = 2, top = 2, left = 1, bottom = 0, right = 2;
+  const int64_t hp = h + top + bottom, wp = w + left + right;
+  const std::vector<int64_t> xd{N, C, h, w}, pd{N, C, hp, wp};
+  for (bool x_last : {false, true})
+    for (bool p_last : {false, true}) {
+      CAPTURE(x_last);
+      CAPTURE(p_last);
+      const Layout xl = x_last ? Layout::ChannelsLast : Layout::Plain,
+                   pl = p_last ? Layout::ChannelsLast : Layout::Plain;
+      const cl::Planes xs{C, x_last}, ps{C, p_last};
+      Tensor x(DataType::Float32, xd);
+      x.set_layout(xl);
+      for (int64_t i = 0; i < x.numel(); ++i)
+        x.data<float>()[i] = static_cast<float>(storage_to_plain_index(xl, xd, i) + 1);
+      Tensor xp(DataType::Float32, pd);
+      xp.set_layout(pl);
+      for (int64_t i = 0; i < xp.numel(); ++i) {
+        const int64_t from = cl::relaid_padded_source(i, h, w, hp, wp, top, left, xs, ps);
+        if (x_last == p_last) REQUIRE(from == cl::padded_source(i, h, w, hp, wp, top, left, x_last ? C : 1));
+        xp.data<float>()[i] = from >= 0 ? x.data<float>()[from] : 0.f;
+      }
+      const Tensor padded = to_plain(xp);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t r = 0; r < hp; ++r)
+            for (int64_t q = 0; q < wp; ++q) {
+              const bool inside = r >= top && r < top + h && q >= left && q < left + w;
+              const float want = inside ? static_cast<float>(((n * C + c) * h + r - top) * w + q - left + 1) : 0.f;
+              REQUIRE(padded.data<float>()[((n * C + c) * hp + r) * wp + q] == want);
+            }
+      Tensor back(DataType::Float32, xd);
+      back.set_layout(xl);
+      for (int64_t i = 0; i < back.numel(); ++i) {
+        const int64_t from = cl::relaid_cropped_source(i, h, w, hp, wp, top, left, xs, ps);
+        if (x_last == p_last) REQUIRE(from == cl::cropped_source(i, h, w, hp, wp, top, left, x_last ? C : 1));
+        back.data<float>()[i] = xp.data<float>()[from];
+      }
+      CHECK(std::memcmp(back.raw(), x.raw(), x.nbytes()) == 0);
+    }
+}
+
 TEST_CASE("KCRS <-> KRSC: relayout_source transposes filters as a naive loop does, both ways") {
   // Filters K, C/G, R, S: odd sizes, 1x1, a grouped convolution's (C/G = 2) and a
   // depthwise one's (C/G = 1), and an activation-like shape.
