@@ -174,6 +174,13 @@ __global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp,
   TRAINRT_GRID_STRIDE(i, count) { x[i] = xp[channels_last::relaid_cropped_source(i, h, w, hp, wp, top, left, xs, ps)]; }
 }
 
+// dst = src in the other filter order (KCRS <-> KRSC: channels_last::relayout_source).
+template <typename T>
+__global__ void relayout_filter(const T* src, T* dst, int64_t count, int64_t C, int64_t hw, bool from_last,
+                                bool to_last) {
+  TRAINRT_GRID_STRIDE(i, count) { dst[i] = src[channels_last::relayout_source(i, C, hw, from_last, to_last)]; }
+}
+
 // pad_planes' and crop_planes' Planes of x, and of its padded copy `last` or not.
 channels_last::Planes planes_of(const Tensor& x) {
   return channels_last::Planes{x.dims()[1], x.layout() == Layout::ChannelsLast};
@@ -223,6 +230,9 @@ struct ConvPlan {
   bool use_reference = false;
   bool padded = false;   // x goes through a zero-padded hp x wp copy, convolved unpadded
   bool xp_last = false;  // that copy is stored ChannelsLast (y's layout: x's may differ)
+  // The filter is stored KRSC beside NCHW x and y: convolved from a KCRS copy (w), or
+  // written into one and then transposed (dw).
+  bool w_relaid = false;
   int64_t top = 0, left = 0, hp = 0, wp = 0;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;  // x: also dx (padded dims if padded)
   cudnnFilterDescriptor_t w = nullptr;
@@ -310,19 +320,23 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   check(cudnnCreateFilterDescriptor(&p.w), where);
   check(cudnnCreateConvolutionDescriptor(&p.conv), where);
   const cudnnDataType_t type = t == DataType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  // Dims K,C,R,S in either format; CUDNN_TENSOR_NHWC: stored KRSC.
-  const cudnnTensorFormat_t wf = w_krsc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  // cuDNN's legacy API wants x, w and y in one layout (seen on cuDNN 9.19, H200: an NCHW
+  // x beside an NHWC y and a KRSC w has no algorithm). An x stored in another layout than
+  // y is convolved from a copy in y's (the padded copy's path, which pads it too; where
+  // the two layouts are the same bytes, C == 1 or 1x1 planes, x is only described so).
+  // A KRSC filter (the plan's copy) beside NCHW x and y (a graph whose values stay NCHW,
+  // as selftest's node-by-node forward) goes through a KCRS copy, or is only described
+  // KCRS where the two orders are the same bytes.
+  const Layout xs = xl != yl ? yl : xl;
+  const bool relaid = xl != yl && layout_fits(Layout::ChannelsLast, xd);
+  p.xp_last = xs == Layout::ChannelsLast;
+  p.w_relaid = w_krsc && !p.xp_last && layout_fits(Layout::ChannelsLast, wd);
+  // Filter dims K,C,R,S in either format; CUDNN_TENSOR_NHWC: stored KRSC.
+  const cudnnTensorFormat_t wf = w_krsc && p.xp_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   if (!ok(cudnnSetFilter4dDescriptor(p.w, type, wf, i(wd[0]), i(wd[1]), i(wd[2]), i(wd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.y, format_of(yl), type, i(yd[0]), i(yd[1]), i(yd[2]), i(yd[3]))) ||
       !ok(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, i(yd[1]), 1, 1)))
     return reference_plan();
-  // cuDNN's legacy API wants x, w and y in one layout (seen on cuDNN 9.19, H200: an NCHW
-  // x beside an NHWC y and KRSC w has no algorithm), so an x stored in another layout
-  // than y is convolved from a copy in y's: the padded copy's path, which pads it too.
-  // Where the two layouts are the same bytes (C == 1, or 1x1 planes) x is only described so.
-  const bool relaid = xl != yl && layout_fits(Layout::ChannelsLast, xd);
-  const Layout xs = xl != yl ? yl : xl;
-  p.xp_last = xs == Layout::ChannelsLast;
   // x (h x w planes) convolved with pads (ph, pw) on both sides: does cuDNN give y's size?
   auto geometry_fits = [&](int64_t ph, int64_t pw, int64_t h, int64_t w) {
     int n = 0, m = 0, ho = 0, wo = 0;
@@ -524,9 +538,18 @@ void conv_forward(KernelContext& ctx, bool fused) {
       Carve carve{in.bytes};
       const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
       const size_t xp_at = carve.take(plan->padded ? static_cast<size_t>(padded_count) * sizeof(T) : 0);
+      const size_t wc_at = carve.take(plan->w_relaid ? w.nbytes() : 0);
       const size_t ws_at = carve.take(plan->cudnn_bytes);
       char* base = static_cast<char*>(workspace(carve.size));
       const T* src = x.data<T>();
+      const T* filter = w.data<T>();
+      if (plan->w_relaid) {
+        T* wc = reinterpret_cast<T*>(base + wc_at);
+        relayout_filter<T><<<blocks_for(w.numel(), kThreads), kThreads, 0, c.stream>>>(
+            filter, wc, w.numel(), w.dims()[1], w.dims()[2] * w.dims()[3], true, false);
+        check_launch(n, "relayout_filter");
+        filter = wc;
+      }
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
@@ -536,9 +559,8 @@ void conv_forward(KernelContext& ctx, bool fused) {
         src = xp;
       }
       auto forward = [&](size_t i) {
-        return cudnnConvolutionForward(c.cudnn, &one, plan->x, src, plan->w, w.data<T>(), plan->conv,
-                                       plan->forward.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->y,
-                                       y.data<T>());
+        return cudnnConvolutionForward(c.cudnn, &one, plan->x, src, plan->w, filter, plan->conv, plan->forward.algo[i],
+                                       base + ws_at, plan->cudnn_bytes, &zero, plan->y, y.data<T>());
       };
       check(forward(choose_algo(ctx, *plan, 0, "Conv.forward", plan->forward, forward)),
             what(n, "cudnnConvolutionForward"));
@@ -605,6 +627,7 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   Carve carve{rounded};
   carve.take(plan->padded ? static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype())
                           : 0);
+  carve.take(plan->w_relaid ? static_cast<size_t>(w.numel()) * dtype_size(x.dtype()) : 0);
   carve.take(plan->cudnn_bytes);
   return std::max(bytes, carve.size);
 }
@@ -656,6 +679,8 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   Carve carve{copies};
   carve.take(plan->padded && dw ? padded : 0);
   carve.take(plan->padded && dx ? padded : 0);
+  carve.take(plan->w_relaid && dx ? static_cast<size_t>(w.numel()) * dtype_size(x.dtype()) : 0);  // W's KCRS copy
+  carve.take(plan->w_relaid && dw ? static_cast<size_t>(w.numel()) * dtype_size(x.dtype()) : 0);  // dW's
   carve.take(plan->cudnn_bytes);
   return std::max(graph, carve.size);
 }
@@ -735,6 +760,8 @@ bool conv_grad(KernelContext& ctx) {
     Carve carve{in.bytes};
     const size_t xp_at = carve.take(plan->padded && dw ? padded_bytes : 0);
     const size_t dxp_at = carve.take(plan->padded && dx ? padded_bytes : 0);
+    const size_t wc_at = carve.take(plan->w_relaid && dx ? w.nbytes() : 0);
+    const size_t dwc_at = carve.take(plan->w_relaid && dw ? w.nbytes() : 0);
     const size_t ws_at = carve.take(plan->cudnn_bytes);
     char* base = static_cast<char*>(workspace(carve.size));
     const unsigned blocks = blocks_for(padded_count, kThreads);
@@ -748,18 +775,32 @@ bool conv_grad(KernelContext& ctx) {
         check_launch(n, "pad_planes");
         src = xp;
       }
+      T* dw_out = plan->w_relaid ? reinterpret_cast<T*>(base + dwc_at) : dw->data<T>();
       auto filter = [&](size_t i) {
         return cudnnConvolutionBackwardFilter(c.cudnn, &one, plan->x, src, plan->y, dy.data<T>(), plan->conv,
                                               plan->filter.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->w,
-                                              dw->data<T>());
+                                              dw_out);
       };
       check(filter(choose_algo(ctx, *plan, 2, "ConvGrad.filter", plan->filter, filter)),
             what(n, "cudnnConvolutionBackwardFilter"));
+      if (plan->w_relaid) {  // dW written KCRS: into the KRSC dw
+        relayout_filter<T><<<blocks_for(dw->numel(), kThreads), kThreads, 0, c.stream>>>(
+            dw_out, dw->data<T>(), dw->numel(), dw->dims()[1], dw->dims()[2] * dw->dims()[3], false, true);
+        check_launch(n, "relayout_filter");
+      }
     }
     if (dx) {
       T* dst = plan->padded ? reinterpret_cast<T*>(base + dxp_at) : dx->data<T>();
+      const T* filter = w.data<T>();
+      if (plan->w_relaid) {
+        T* wc = reinterpret_cast<T*>(base + wc_at);
+        relayout_filter<T><<<blocks_for(w.numel(), kThreads), kThreads, 0, c.stream>>>(
+            filter, wc, w.numel(), w.dims()[1], w.dims()[2] * w.dims()[3], true, false);
+        check_launch(n, "relayout_filter");
+        filter = wc;
+      }
       auto data = [&](size_t i) {
-        return cudnnConvolutionBackwardData(c.cudnn, &one, plan->w, w.data<T>(), plan->y, dy.data<T>(), plan->conv,
+        return cudnnConvolutionBackwardData(c.cudnn, &one, plan->w, filter, plan->y, dy.data<T>(), plan->conv,
                                             plan->data.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->x, dst);
       };
       check(data(choose_algo(ctx, *plan, 1, "ConvGrad.data", plan->data, data)),
@@ -778,18 +819,46 @@ bool conv_grad(KernelContext& ctx) {
   return masked;
 }
 
-// The kernels above take 2-D convolutions (rank 4) only: a 1-D or 3-D one (rank 3 or
-// 5) runs on the host (reference kernel, with the one-line notice), and needs no
-// device workspace.
-constexpr const char* kNot2d = "only 2-D convolutions (rank 4) have a cuda kernel; 1-D and 3-D run on the host";
+// The kernels above take 2-D convolutions (rank 4). A 1-D one (rank 3: N,C,L) runs as
+// the 2-D one over N,C,1,L: views of its rank-3 tensors with a unit height (the same
+// bytes: rank-3 values are Plain) and a copy of the node whose window has that height
+// (kernel, stride and dilation 1, no pads: ONNX's 1-D pads [b, e] become [0, b, 0, e]).
+// A 3-D one (rank 5) runs on the host (reference kernel, with the one-line notice) and
+// needs no device workspace.
+constexpr const char* kNot2d = "only 1-D and 2-D convolutions (rank 3, 4) have a cuda kernel; 3-D runs on the host";
+
+// Calls f with ctx's 1-D convolution seen as a 2-D one (above).
+template <typename F>
+auto as_two_d(const KernelContext& ctx, F&& f) {
+  const Node n = one_d_as_two_d(ctx.node);
+  std::vector<Tensor> views;  // every rank-3 argument as N,C,1,L (reserved: pointers into it stay)
+  views.reserve(ctx.inputs.size() + ctx.outputs.size());
+  auto view = [&](const Tensor* t) -> Tensor* {
+    if (!t || t->rank() != 3) return const_cast<Tensor*>(t);
+    views.push_back(t->reshaped({t->dims()[0], t->dims()[1], 1, t->dims()[2]}));
+    return &views.back();
+  };
+  KernelContext c = ctx_with_node(ctx, n);
+  for (auto& in : c.inputs) in = view(in);
+  for (auto& out : c.outputs) out = view(out);
+  return f(c);
+}
+
 Kernel two_d_only(Kernel k) {
   return [k = std::move(k)](KernelContext& ctx) {
-    if (ctx.in(0).rank() != 4) return run_reference(ctx, kNot2d);
-    k(ctx);
+    const int64_t rank = ctx.in(0).rank();
+    if (rank == 4) return k(ctx);
+    if (rank == 3) return as_two_d(ctx, [&](KernelContext& c) { k(c); });
+    run_reference(ctx, kNot2d);
   };
 }
 WorkspaceRule two_d_only_workspace(WorkspaceRule w) {
-  return [w = std::move(w)](const KernelContext& c) { return c.in(0).rank() == 4 ? w(c) : size_t{0}; };
+  return [w = std::move(w)](const KernelContext& c) {
+    const int64_t rank = c.in(0).rank();
+    if (rank == 4) return w(c);
+    if (rank == 3) return as_two_d(c, [&](const KernelContext& v) { return w(v); });
+    return size_t{0};
+  };
 }
 
 }  // namespace

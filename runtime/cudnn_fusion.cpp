@@ -139,8 +139,9 @@ std::vector<FusionSite> cudnn_conv16_sites(const Graph& g) {
       if (!info || !info->shape) return "shape of '" + v + "' unknown";
       if (info->dtype != DataType::Float32)
         return std::string("dtype ") + dtype_name(info->dtype) + " (16-bit copies are made of float32 values)";
-      if (info->shape->size() != 4)
-        return "rank " + std::to_string(info->shape->size()) + " (the graphs take 4-D N,C,H,W)";
+      // 1-D convolutions run as 2-D ones over N,C,1,L (ops/core/window.h one_d_as_two_d).
+      if (info->shape->size() != 4 && info->shape->size() != 3)
+        return "rank " + std::to_string(info->shape->size()) + " (the graphs take N,C,L and N,C,H,W)";
     }
     return "";
   };

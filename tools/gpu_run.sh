@@ -29,8 +29,10 @@
 #                       PyTorch defaults, bf16 autocast, cudnn.benchmark)
 #   d  selftest_strict  the default small selftest in strict fp32
 #   d  selftest_fp16    as selftest_bf16, in fp16
+#   d  selftest_seq_cnn 1-D convolutions, pooling and batch norm (tests/data/seq_cnn.onnx), fp32
 #   d  bench_b128_fp32, bench_b128_bf16, then pytorch_more (PyTorch at batch 128)
 #   f  selftest_nchw, selftest_{mlp_matmul,mobile_cnn}_{fp32,bf16,fp16} (tests/data models),
+#      selftest_seq_cnn_{bf16,fp16},
 #      bench_b32_bf16, bench_b1024_fp32, bench_b{32,128,1024}_fp16, pytorch_more's points
 # The budget counts from run.sh's start. A phase starts only with at least
 # TRAINRT_KIT_MIN_PHASE_S (20) of it left, and runs at most what is left less the kill
@@ -433,6 +435,7 @@ pytorch q pytorch 32:fp32,1024:bf16
 
 run_phase d selftest_strict "$t_selftest" "${trainrt[@]}" selftest --device cuda
 run_phase d selftest_fp16 "$t_selftest" "${trainrt[@]}" selftest --device cuda "${wide[@]}" --precision fp16
+run_phase d selftest_seq_cnn "$t_selftest" "${trainrt[@]}" selftest "$here/seq_cnn.onnx" --device cuda
 bench d 128 fp32
 bench d 128 bf16
 
@@ -441,6 +444,9 @@ for m in mlp_matmul mobile_cnn; do
   for p in fp32 bf16 fp16; do
     run_phase f "selftest_${m}_$p" "$t_selftest" "${trainrt[@]}" selftest "$here/$m.onnx" --device cuda --precision "$p"
   done
+done
+for p in bf16 fp16; do
+  run_phase f "selftest_seq_cnn_$p" "$t_selftest" "${trainrt[@]}" selftest "$here/seq_cnn.onnx" --device cuda --precision "$p"
 done
 bench f 32 bf16
 bench f 1024 fp32

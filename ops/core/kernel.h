@@ -136,6 +136,17 @@ struct KernelContext {
   Tensor& out(size_t i) const { return *outputs.at(i); }
 };
 
+// `ctx` for node `n` instead of its own: every other field copied (a kernel that runs
+// its node as another, e.g. a 1-D convolution as a 2-D one).
+inline KernelContext ctx_with_node(const KernelContext& ctx, const Node& n) {
+  KernelContext c{n, ctx.inputs, ctx.outputs, ctx.training, ctx.seed, ctx.math, ctx.conv, ctx.fp32, ctx.deterministic};
+  c.skip_if_flagged = ctx.skip_if_flagged;
+  c.run_seed = ctx.run_seed;
+  c.node_index = ctx.node_index;
+  c.chooser = ctx.chooser;
+  return c;
+}
+
 using Kernel = std::function<void(KernelContext&)>;
 
 // Runs `k`, a kernel that reads row-major data (a reference kernel), on `ctx`: directly

@@ -129,4 +129,23 @@ inline int64_t resolve_window_dim(Window& w, size_t i, int64_t in, const std::st
   return out;
 }
 
+// A 1-D convolution's or pooling's node (N,C,L) as the 2-D one over N,C,1,L: kernel_shape,
+// strides and dilations get a leading 1, ONNX's pads [b, e] become [0, b, 0, e]; auto_pad
+// and the rest as they are (SAME on a unit height with kernel 1 pads nothing). A kernel
+// that takes 2-D windows only then runs the 1-D op on rank-4 views of its tensors.
+inline Node one_d_as_two_d(const Node& n) {
+  Node m = n;
+  for (const char* key : {"kernel_shape", "strides", "dilations"})
+    if (n.has_attr(key)) {
+      std::vector<int64_t> v = n.attr_ints(key);
+      v.insert(v.begin(), 1);
+      m.attrs[key] = Attribute::of_ints(v);
+    }
+  if (n.has_attr("pads")) {
+    const std::vector<int64_t> p = n.attr_ints("pads");
+    if (p.size() == 2) m.attrs["pads"] = Attribute::of_ints({0, p[0], 0, p[1]});
+  }
+  return m;
+}
+
 }  // namespace trainrt

@@ -80,7 +80,7 @@ start=$SECONDS
 kit "$tmp/r1"
 took=$((SECONDS - start))
 [ "$rc" -eq 1 ] || fail "default run with a failed phase exited $rc, expected 1: $(tail -5 "$tmp/r1.out")"
-want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict selftest_fp16 bench_b128_fp32 bench_b128_bf16 pytorch_more"
+want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict selftest_fp16 selftest_seq_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
 [ "$(phases "$tmp/r1")" = "$want" ] || fail "default phases: '$(phases "$tmp/r1")', expected '$want'"
 [ "$took" -le 12 ] || fail "default run took $took s: the hang cost more than its phase's 2 s timeout"
 hung=$(sed -n 's/^===== bench_b1024_bf16: TIMED OUT (limit 2 s), \([0-9]*\) s$/\1/p' "$tmp/r1/run.log")

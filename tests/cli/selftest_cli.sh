@@ -94,6 +94,12 @@ for p in fp32 fp16; do
   grep "forward (inference" "$tmp/out" | grep -q " 27 values" ||
     fail "selftest mobile_cnn.onnx --precision $p: not every forward value compared: $(cat "$tmp/out")"
 done
+# tests/data/seq_cnn.onnx (tests/data/seq_cnn.py): 1-D convolutions (biased, grouped and
+# dilated, strided with SAME_UPPER), MaxPool, batch norm and a residual over N,C,L.
+"$trainrt" selftest "$src/tests/data/seq_cnn.onnx" --device cpu >"$tmp/out" 2>"$tmp/err" ||
+  fail "selftest seq_cnn.onnx exited $?: $(cat "$tmp/err")"
+grep "forward (inference" "$tmp/out" | grep -q " 11 values" ||
+  fail "selftest seq_cnn.onnx: not every forward value compared: $(cat "$tmp/out")"
 expect_error 2 "--widths: sizes the built-in Wide ResNet" -- \
   "$trainrt" selftest "$src/tests/data/mlp_matmul.onnx" --widths 4,8,12,16
 expect_error 2 "two_inputs.onnx: selftest needs one graph input (the images), the model has 2" -- \

@@ -173,6 +173,8 @@ TEST_CASE("cudnn fusion plan: convolution passes on 16-bit graphs") {
   // A 5-D dY: both passes read it.
   auto rank5 = reasons([](Graph& h, Node& n) { h.values[n.inputs[0]].shape->push_back(Dim::of(1)); });
   CHECK(rank5.size() == 2);
-  CHECK(rank5["conv_wgrad"] == "rank 5 (the graphs take 4-D N,C,H,W)");
+  CHECK(rank5["conv_wgrad"] == "rank 5 (the graphs take N,C,L and N,C,H,W)");
+  // A 3-D dY (a 1-D convolution's N,C,L): in scope, as the kernels run it over N,C,1,L.
+  CHECK(reasons([](Graph& h, Node& n) { h.values[n.inputs[0]].shape->pop_back(); }).empty());
   CHECK(reasons([](Graph&, Node&) {}).empty());
 }
