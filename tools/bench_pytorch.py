@@ -4,14 +4,16 @@
 Same model (tools/wrn_reference.py, the seed's model.py), same random-batch setup as
 `trainrt bench` (one batch of normal images and uniform labels reused every step),
 SGD momentum 0.9, cross-entropy loss, torch.set_num_threads(--threads). Both memory
-formats are timed, each in its own child process so that each has its own peak RSS:
-contiguous (NCHW) and channels_last (model and input converted). The best images/s
-is reported as PyTorch's figure.
+formats, contiguous (NCHW) and channels_last (model and input converted), are timed in
+each precision of --precisions (fp32; bf16: the step under CPU bf16 autocast, as a
+PyTorch user turns it on), each pair in its own child process so that each has its own
+peak RSS. The best images/s of them all is reported as PyTorch's figure.
 
-    /usr/bin/python3 tools/bench_pytorch.py --dataset fashion-mnist --batch 64 --threads 2 --steps 3 --warmup 1
+    python3 tools/bench_pytorch.py --dataset fashion-mnist --batch 64 --threads 2 --steps 3 --warmup 1 \
+        --precisions fp32,bf16
 
-Prints one line per format and a final 'best:' line; with --json, one JSON object
-per format and one for the best (used by tools/bench_compare.sh).
+Prints one line per format and precision and a final 'best:' line; with --json, one
+JSON object per run and one for the best (used by tools/bench_compare.sh).
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORMATS = ("channels_last", "contiguous")
+PRECISIONS = ("fp32", "bf16")
 
 
 def run_one(a):
@@ -106,8 +109,8 @@ def run_one(a):
 
 
 def describe(r):
-    return ("%-13s ms/step median %.1f mean %.1f, images/s %.2f, peak RSS %.1f MiB, loss %.4f -> %.4f (steps %s)" %
-            (r["format"], r["ms_median"], r["ms_mean"], r["images_per_s"], r["peak_rss_mib"], r["loss_first"],
+    return ("%-13s %s ms/step median %.1f mean %.1f, images/s %.2f, peak RSS %.1f MiB, loss %.4f -> %.4f (steps %s)" %
+            (r["format"], r.get("precision", "fp32"), r["ms_median"], r["ms_mean"], r["images_per_s"], r["peak_rss_mib"], r["loss_first"],
              r["loss_last"], " ".join("%.1f" % v for v in r["steps_ms"])))
 
 
@@ -122,6 +125,8 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=FORMATS + ("both",), default="both")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="with one --format: the run's precision")
+    p.add_argument("--precisions", default="fp32", help="with --format both: comma list of fp32, bf16")
     p.add_argument("--json", action="store_true", help="print JSON objects instead of text")
     a = p.parse_args()
     for name in ("batch", "threads", "steps"):
@@ -130,25 +135,30 @@ def main():
     if a.warmup < 0:
         p.error("--warmup must be >= 0")
 
+    precisions = [v for v in a.precisions.split(",") if v]
+    if not precisions or any(v not in PRECISIONS for v in precisions):
+        p.error("--precisions: a comma list of fp32, bf16, got '%s'" % a.precisions)
+
     if a.format != "both":
         print(json.dumps(run_one(a)))
         return 0
     results = []
-    for fmt in FORMATS:
-        cmd = [sys.executable, os.path.abspath(__file__), "--format", fmt] + [
-            "--%s=%s" % (k, getattr(a, k)) for k in ("dataset", "batch", "threads", "steps", "warmup", "widths", "lr",
-                                                     "seed")]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        results.append(r)
-        print(json.dumps(r) if a.json else "pytorch " + describe(r), flush=True)
+    for precision in precisions:
+        for fmt in FORMATS:
+            cmd = [sys.executable, os.path.abspath(__file__), "--format", fmt, "--precision", precision] + [
+                "--%s=%s" % (k, getattr(a, k))
+                for k in ("dataset", "batch", "threads", "steps", "warmup", "widths", "lr", "seed")]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            results.append(r)
+            print(json.dumps(r) if a.json else "pytorch " + describe(r), flush=True)
     best = max(results, key=lambda r: r["images_per_s"])
     if a.json:
         print(json.dumps(dict(best, best=True)))
     else:
-        print("pytorch best: %s, %.2f images/s, ms/step median %.1f, peak RSS %.1f MiB (torch %s, %d threads, %s %s)" %
-              (best["format"], best["images_per_s"], best["ms_median"], best["peak_rss_mib"], best["torch"],
-               best["threads"], a.dataset, best["input"]))
+        print("pytorch best: %s %s, %.2f images/s, ms/step median %.1f, peak RSS %.1f MiB (torch %s, %d threads, %s %s)" %
+              (best["format"], best["precision"], best["images_per_s"], best["ms_median"], best["peak_rss_mib"],
+               best["torch"], best["threads"], a.dataset, best["input"]))
     return 0
 
 
