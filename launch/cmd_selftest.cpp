@@ -94,6 +94,90 @@ struct Recorder {
   }
 };
 
+// Inference: the device's whole run, then every node alone on the reference. "" or
+// what failed.
+std::string selftest_inference(const Graph& g, Backend& backend, const BatchIo& io, MathPrecision math, double tol) {
+  const TensorMap feeds{{io.input, random_batch(io, "labels", 1).at(io.input)}};
+  RunOptions ro;
+  for (const Node& n : g.nodes)
+    for (const std::string& out : n.outputs)
+      if (!out.empty() && std::find(g.outputs.begin(), g.outputs.end(), out) == g.outputs.end())
+        ro.extra_outputs.push_back(out);
+  ExecutorOptions eo;
+  eo.plan.kept_outside = true;  // the results outlive the executor
+  eo.math = math;
+  const TensorMap got = Executor(g, backend, eo).run(feeds, ro);
+  TensorMap given = feeds;
+  for (const auto& [name, t] : g.initializers) given[name] = t;
+  SelftestWorst w;
+  const std::string failure = selftest_replay(g, given, got, math, /*training=*/false, tol, w);
+  report("forward (inference, node by node)", w, failure);
+  return failure;
+}
+
+// Training: step 1 node by node, then step 3 node by node from the state two steps
+// left (the optimizer's state carried across steps, as the device keeps it). "" or what
+// failed.
+std::string selftest_training(const Graph& g, std::unique_ptr<Backend> backend, const BatchIo& io, MathPrecision math,
+                              bool channels_last, double tol) {
+  std::string failure;
+  TrainingOptions t;
+  t.momentum = 0.9f;
+  t.weight_decay = 5e-4f;
+  // fp16 trains with dynamic loss scaling, as `trainrt train` does: unscaled gradients
+  // this small are half subnormals, where both backends' rounding would differ by whole
+  // units in the last place for differences of an fp32 ulp.
+  if (math == MathPrecision::fp16) t.loss_scale_name = "loss_scale";
+  TrainingSession dev(build_training_graph(g, t), std::move(backend),
+                      {.seed = 2, .blocked_layouts = channels_last, .math = math});
+  auto batch_of = [&](uint64_t seed) { return random_batch(io, dev.training().labels, seed); };
+  // What the device's step starts from: its state now, the batch, lr, the loss scale
+  // (and, added after the step, the constants the passes folded into its plan).
+  auto start_of = [&](const TensorMap& batch) {
+    TensorMap given = batch;
+    for (const auto& [name, t] : dev.training().graph.initializers) given[name] = to_plain(dev.state(name)).clone();
+    given[dev.training().lr] = Tensor(DataType::Float32, {});
+    given[dev.training().lr].data<float>()[0] = 0.05f;
+    if (dev.loss_scaling()) {
+      given[dev.training().loss_scale] = Tensor(DataType::Float32, {});
+      given[dev.training().loss_scale].data<float>()[0] = dev.loss_scale();
+    }
+    return given;
+  };
+  for (uint64_t step = 1; step <= 3 && failure.empty(); ++step) {
+    const TensorMap batch = batch_of(9 + step);
+    if (step == 2) {  // not compared: it moves the state step 3 starts from
+      dev.step(batch, 0.05f);
+      continue;
+    }
+    // Under fp16 the first steps may overflow at the loss scaler's starting scale: the
+    // step is skipped (nothing written) and the scale halves, as in `trainrt train`.
+    // The comparison takes the first step that ran through.
+    TensorMap given;
+    Recorder rd{dev, {}};
+    for (int attempt = 0;; ++attempt) {
+      given = start_of(batch);
+      rd.values.clear();
+      dev.set_after_step([&](int s) { rd(s); });
+      dev.step(batch, 0.05f);
+      dev.set_after_step(nullptr);
+      if (!dev.last_step_skipped()) break;
+      if (attempt == 30) {
+        failure = "training step " + std::to_string(step) + ": 30 tries in a row overflowed under loss scaling";
+        break;
+      }
+      std::printf("  training step %d skipped by the loss scaler (gradients not finite); again at scale %g\n",
+                  static_cast<int>(step), static_cast<double>(dev.loss_scale()));
+    }
+    if (!failure.empty()) break;
+    for (const auto& [name, t] : dev.plan().graph.initializers) given.emplace(name, t);
+    SelftestWorst w;
+    failure = selftest_replay(dev.plan().graph, given, rd.values, math, /*training=*/true, tol, w);
+    report(step == 1 ? "training step 1 (node by node)" : "training step 3 (node by node)", w, failure);
+  }
+  return failure;
+}
+
 }  // namespace
 
 int cmd_selftest(const Argv& argv) {
@@ -150,85 +234,9 @@ int cmd_selftest(const Argv& argv) {
     std::printf("  %s, input '%s'", model_path.c_str(), io.input.c_str());
   std::printf(" on %s, %lld classes; SGD momentum 0.9, weight decay 5e-4\n", dims_to_string(io.dims).c_str(),
               static_cast<long long>(io.classes));
-  std::string failure;
 
-  // Inference: the device's whole run, then every node alone on the reference.
-  const TensorMap feeds{{io.input, random_batch(io, "labels", 1).at(io.input)}};
-  RunOptions ro;
-  for (const Node& n : g.nodes)
-    for (const std::string& out : n.outputs)
-      if (!out.empty() && std::find(g.outputs.begin(), g.outputs.end(), out) == g.outputs.end())
-        ro.extra_outputs.push_back(out);
-  {
-    ExecutorOptions eo;
-    eo.plan.kept_outside = true;  // the results outlive the executor
-    eo.math = math;
-    const TensorMap got = Executor(g, *backend, eo).run(feeds, ro);
-    TensorMap given = feeds;
-    for (const auto& [name, t] : g.initializers) given[name] = t;
-    SelftestWorst w;
-    failure = selftest_replay(g, given, got, math, /*training=*/false, tol, w);
-    report("forward (inference, node by node)", w, failure);
-  }
-
-  // Training: step 1 node by node, then step 3 node by node from the state two steps
-  // left (the optimizer's state carried across steps, as the device keeps it).
-  if (failure.empty()) {
-    TrainingOptions t;
-    t.momentum = 0.9f;
-    t.weight_decay = 5e-4f;
-    // fp16 trains with dynamic loss scaling, as `trainrt train` does: unscaled gradients
-    // this small are half subnormals, where both backends' rounding would differ by whole
-    // units in the last place for differences of an fp32 ulp.
-    if (math == MathPrecision::fp16) t.loss_scale_name = "loss_scale";
-    TrainingSession dev(build_training_graph(g, t), std::move(backend),
-                        {.seed = 2, .blocked_layouts = channels_last, .math = math});
-    auto batch_of = [&](uint64_t seed) { return random_batch(io, dev.training().labels, seed); };
-    // What the device's step starts from: its state now, the batch, lr, the loss scale
-    // (and, added after the step, the constants the passes folded into its plan).
-    auto start_of = [&](const TensorMap& batch) {
-      TensorMap given = batch;
-      for (const auto& [name, t] : dev.training().graph.initializers) given[name] = to_plain(dev.state(name)).clone();
-      given[dev.training().lr] = Tensor(DataType::Float32, {});
-      given[dev.training().lr].data<float>()[0] = 0.05f;
-      if (dev.loss_scaling()) {
-        given[dev.training().loss_scale] = Tensor(DataType::Float32, {});
-        given[dev.training().loss_scale].data<float>()[0] = dev.loss_scale();
-      }
-      return given;
-    };
-    for (uint64_t step = 1; step <= 3 && failure.empty(); ++step) {
-      const TensorMap batch = batch_of(9 + step);
-      if (step == 2) {  // not compared: it moves the state step 3 starts from
-        dev.step(batch, 0.05f);
-        continue;
-      }
-      // Under fp16 the first steps may overflow at the loss scaler's starting scale: the
-      // step is skipped (nothing written) and the scale halves, as in `trainrt train`.
-      // The comparison takes the first step that ran through.
-      TensorMap given;
-      Recorder rd{dev, {}};
-      for (int attempt = 0;; ++attempt) {
-        given = start_of(batch);
-        rd.values.clear();
-        dev.set_after_step([&](int s) { rd(s); });
-        dev.step(batch, 0.05f);
-        dev.set_after_step(nullptr);
-        if (!dev.last_step_skipped()) break;
-        if (attempt == 30) {
-          failure = "training step " + std::to_string(step) + ": 30 tries in a row overflowed under loss scaling";
-          break;
-        }
-        std::printf("  training step %d skipped by the loss scaler (gradients not finite); again at scale %g\n",
-                    static_cast<int>(step), static_cast<double>(dev.loss_scale()));
-      }
-      if (!failure.empty()) break;
-      for (const auto& [name, t] : dev.plan().graph.initializers) given.emplace(name, t);
-      SelftestWorst w;
-      failure = selftest_replay(dev.plan().graph, given, rd.values, math, /*training=*/true, tol, w);
-      report(step == 1 ? "training step 1 (node by node)" : "training step 3 (node by node)", w, failure);
-    }
-  }
+  std::string failure = selftest_inference(g, *backend, io, math, tol);
+  if (failure.empty()) failure = selftest_training(g, std::move(backend), io, math, channels_last, tol);
   if (!failure.empty()) {
     std::printf("selftest FAILED: %s\n", failure.c_str());
     std::fflush(stdout);

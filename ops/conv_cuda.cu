@@ -685,27 +685,15 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   return std::max(graph, carve.size);
 }
 
-// ConvGrad(dy, x, w) -> (dx, dw, db), each optional; true when dx went through its ReLU
-// gradient too (dx_relu: the graph's RELU_BWD, or the reference on the host), else
-// with_dx_relu's ReluGrad kernel does it after.
-bool conv_grad(KernelContext& ctx) {
+// The passes of ConvGrad that run as cuDNN graphs before the legacy path: under bf16/fp16
+// each pass on 16-bit copies (and db from the 16-bit dy when both ran), in fp32 the data
+// pass with its ReLU gradient. Nulls the outputs it wrote; true when dx went through
+// the ReLU's gradient (relu_x: X, whose mask it reads).
+bool conv_grad_graphs(KernelContext& ctx, Tensor*& dx, Tensor*& dw, Tensor*& db, const Tensor* relu_x) {
   const Node& n = ctx.node;
   const Tensor& x0 = ctx.in(1);
   const Tensor& w0 = ctx.in(2);
-  Tensor* dx = ctx.has_output(0) ? &ctx.out(0) : nullptr;
-  Tensor* dw = ctx.has_output(1) ? &ctx.out(1) : nullptr;
-  Tensor* db = ctx.has_output(2) ? &ctx.out(2) : nullptr;
   Context& c = context();
-  // x or w empty (C == 0, or H/W == 0 with pads) while dy is not: dx and dw are sums over
-  // nothing, but db = sum of dy is not, so zeroing it would differ from the reference.
-  // Degenerate, so the host computes it.
-  if (db && ctx.in(0).numel() > 0 && (x0.numel() == 0 || w0.numel() == 0)) return run_reference(ctx), true;
-  if (ctx.in(0).numel() == 0 || x0.numel() == 0 || w0.numel() == 0) {  // sums over nothing: zeros, as the reference
-    for (Tensor* t : {dx, dw, db})
-      if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
-    return true;  // a zero dx stays zero
-  }
-  const Tensor* relu_x = dx && dx_relu(ctx) ? &x0 : nullptr;
   bool masked = false;
   if (!rounded_inputs(ctx).empty()) {
     // bf16/fp16: each pass's graph on 16-bit copies first; the passes it ran are done.
@@ -734,14 +722,38 @@ bool conv_grad(KernelContext& ctx) {
       check_launch(n, "channel_sums_finish");
       db = nullptr;
     }
-    if (!dx && !dw && !db) return masked;
   } else if (relu_x) {  // fp32: the data pass with its ReLU gradient as one graph first
     const Window win = conv_window(n, x0, w0, ctx.in(0).dims());
     if (conv_graph_backward(ctx, ConvGradGraphArgs{ConvPass::data, ctx.in(0), w0, *dx, win, n.attr_int("group", 1), 0,
                                                    nullptr, relu_x}))
       dx = nullptr, masked = true;
-    if (!dx && !dw && !db) return masked;
   }
+  return masked;
+}
+
+// ConvGrad(dy, x, w) -> (dx, dw, db), each optional; true when dx went through its ReLU
+// gradient too (dx_relu: the graph's RELU_BWD, or the reference on the host), else
+// with_dx_relu's ReluGrad kernel does it after.
+bool conv_grad(KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const Tensor& x0 = ctx.in(1);
+  const Tensor& w0 = ctx.in(2);
+  Tensor* dx = ctx.has_output(0) ? &ctx.out(0) : nullptr;
+  Tensor* dw = ctx.has_output(1) ? &ctx.out(1) : nullptr;
+  Tensor* db = ctx.has_output(2) ? &ctx.out(2) : nullptr;
+  Context& c = context();
+  // x or w empty (C == 0, or H/W == 0 with pads) while dy is not: dx and dw are sums over
+  // nothing, but db = sum of dy is not, so zeroing it would differ from the reference.
+  // Degenerate, so the host computes it.
+  if (db && ctx.in(0).numel() > 0 && (x0.numel() == 0 || w0.numel() == 0)) return run_reference(ctx), true;
+  if (ctx.in(0).numel() == 0 || x0.numel() == 0 || w0.numel() == 0) {  // sums over nothing: zeros, as the reference
+    for (Tensor* t : {dx, dw, db})
+      if (t) check(cudaMemsetAsync(t->raw(), 0, t->nbytes(), c.stream), what(n, "cudaMemsetAsync"));
+    return true;  // a zero dx stays zero
+  }
+  const Tensor* relu_x = dx && dx_relu(ctx) ? &x0 : nullptr;
+  const bool masked = conv_grad_graphs(ctx, dx, dw, db, relu_x);
+  if (!dx && !dw && !db) return masked;
   // What is left runs on cuDNN's legacy API (under bf16/fp16 on fp32 copies of the rounded
   // inputs, written over the 16-bit ones after the graphs that read them).
   const MathInputs in = math_inputs(ctx);

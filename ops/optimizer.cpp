@@ -86,9 +86,12 @@ std::vector<InPlacePair> multi_in_place(const Node& n, const InPlaceDims&, const
   return all;
 }
 
-}  // namespace
+std::vector<std::string> sgd_attributes() { return {"momentum", "dampening", "nesterov", "weight_decay"}; }
+std::vector<std::string> adam_attributes() {
+  return {"beta1", "beta2", "epsilon", "weight_decay", "decoupled_weight_decay"};
+}
 
-void register_optimizer(Registry& r) {
+void register_sgd(Registry& r) {
   OpSchema s;
   s.domain = kTrainrtDomain;
   s.op_type = "SGD";
@@ -96,7 +99,7 @@ void register_optimizer(Registry& r) {
   s.max_inputs = 5;
   s.min_outputs = 1;
   s.max_outputs = 2;
-  s.attributes = {"momentum", "dampening", "nesterov", "weight_decay"};
+  s.attributes = sgd_attributes();
   s.infer = [](InferContext& c) {
     require_float(c, 0);
     require_same_type(c, 0, 1);
@@ -113,13 +116,15 @@ void register_optimizer(Registry& r) {
   });
   // In place (here and for Adam, Increment): each element is read before it is written.
   r.kernels.set_in_place(kTrainrtDomain, "SGD", facts::in_place({{0, 0}, {1, 4}}));
+}
 
+void register_adam(Registry& r) {
   OpSchema a;
   a.domain = kTrainrtDomain;
   a.op_type = "Adam";
   a.min_inputs = a.max_inputs = 6;
   a.min_outputs = a.max_outputs = 3;
-  a.attributes = {"beta1", "beta2", "epsilon", "weight_decay", "decoupled_weight_decay"};
+  a.attributes = adam_attributes();
   a.infer = [](InferContext& c) {
     require_float(c, 0);
     require_same_type(c, 0, 1);
@@ -134,14 +139,17 @@ void register_optimizer(Registry& r) {
     dispatch_float(k.in(0).dtype(), [&](auto tag) { optimizer_loops::adam<decltype(tag), false>(k); });
   });
   r.kernels.set_in_place(kTrainrtDomain, "Adam", facts::in_place({{0, 0}, {1, 4}, {2, 5}}));
+}
 
+// The training graph's fusion of every SGD / Adam node of a step (passes/fuse_optimizer.cpp).
+void register_multi(Registry& r) {
   OpSchema ms;
   ms.domain = kTrainrtDomain;
   ms.op_type = "MultiSGD";
   ms.min_inputs = 4;
   ms.max_inputs = std::numeric_limits<int>::max();
   ms.max_outputs = std::numeric_limits<int>::max();
-  ms.attributes = s.attributes;
+  ms.attributes = sgd_attributes();
   ms.infer = [](InferContext& c) {
     const size_t ins = c.node().inputs.size(), outs = c.output_count();
     const bool buffers = multi_sgd_has_buffers(ins, outs);
@@ -172,7 +180,7 @@ void register_optimizer(Registry& r) {
   ma.max_inputs = std::numeric_limits<int>::max();
   ma.min_outputs = 3;
   ma.max_outputs = std::numeric_limits<int>::max();
-  ma.attributes = a.attributes;
+  ma.attributes = adam_attributes();
   ma.infer = [](InferContext& c) {
     const size_t ins = c.node().inputs.size(), outs = c.output_count();
     if ((ins - 2) % 4 != 0 || outs != (ins - 2) / 4 * 3)
@@ -191,7 +199,10 @@ void register_optimizer(Registry& r) {
     dispatch_float(k.in(2).dtype(), [&](auto tag) { optimizer_loops::multi_adam<decltype(tag), false>(k); });
   });
   r.kernels.set_in_place(kTrainrtDomain, "MultiAdam", multi_in_place);
+}
 
+// The step counter and the state writes of a training step.
+void register_state_ops(Registry& r) {
   OpSchema inc;
   inc.domain = kTrainrtDomain;
   inc.op_type = "Increment";
@@ -217,6 +228,15 @@ void register_optimizer(Registry& r) {
     if (k.out(0).raw() != k.in(1).raw()) std::memmove(k.out(0).raw(), k.in(1).raw(), k.in(1).nbytes());
   });
   r.kernels.set_in_place(kTrainrtDomain, "Assign", facts::in_place({{0, 0}}));
+}
+
+}  // namespace
+
+void register_optimizer(Registry& r) {
+  register_sgd(r);
+  register_adam(r);
+  register_multi(r);
+  register_state_ops(r);
 }
 
 }  // namespace trainrt

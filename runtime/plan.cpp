@@ -192,12 +192,9 @@ std::vector<size_t> schedule(const Plan& p, const PlanOptions& o, bool greedy, c
   return order;
 }
 
-// Lifetimes, in-place outputs and offsets for one order.
-Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions& o, const std::set<int>& kept) {
-  Plan p;
-  p.values = base.values;
-  p.index = base.index;
-  for (size_t i : order) p.steps.push_back(base.steps[i]);
+// Each value's defining and last step in p's order (kept values live to the end), and
+// the first step that writes state.
+void set_lifetimes(Plan& p, const std::set<int>& kept) {
   const int end = static_cast<int>(p.steps.size());
   for (PlannedValue& v : p.values) {
     v.def = -1;
@@ -215,59 +212,109 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
   for (int v : kept) p.values[static_cast<size_t>(v)].last = end;
   for (int s = 0; s < end; ++s)
     if (p.steps[static_cast<size_t>(s)].writes_state && p.first_state_write < 0) p.first_state_write = s;
+}
 
-  // Contiguous groups: arena values of this plan, each in one group at most; they live
-  // to the end of the run.
+// Contiguous groups (o.contiguous): arena values of this plan, each in one group at most;
+// they live to the end of the run. Returns each value's group (-1: none).
+std::vector<int> place_groups(Plan& p, const PlanOptions& o) {
+  const int end = static_cast<int>(p.steps.size());
   std::vector<int> group_of(p.values.size(), -1);
-  if (o.contiguous)
-    for (const ContiguousGroup& cg : o.contiguous(p)) {
-      PlannedGroup pg;
-      bool ok = !cg.values.empty();
-      for (const std::string& name : cg.values) {
-        auto it = p.index.find(name);
-        ok = ok && it != p.index.end() && p.values[static_cast<size_t>(it->second)].storage == Storage::Arena &&
-             group_of[static_cast<size_t>(it->second)] < 0 &&
-             std::find(pg.values.begin(), pg.values.end(), it->second) == pg.values.end();
-        if (ok) pg.values.push_back(it->second);
-      }
-      if (!ok) continue;
-      pg.def = end;
-      for (int v : pg.values) {
-        group_of[static_cast<size_t>(v)] = static_cast<int>(p.groups.size());
-        pg.def = std::min(pg.def, p.values[static_cast<size_t>(v)].def);
-        pg.bytes += align_up(p.values[static_cast<size_t>(v)].bytes);
-        p.values[static_cast<size_t>(v)].last = end;
-      }
-      pg.bytes += cg.tail_bytes ? align_up(cg.tail_bytes) : 0;
-      p.groups.push_back(std::move(pg));
+  if (!o.contiguous) return group_of;
+  for (const ContiguousGroup& cg : o.contiguous(p)) {
+    PlannedGroup pg;
+    bool ok = !cg.values.empty();
+    for (const std::string& name : cg.values) {
+      auto it = p.index.find(name);
+      ok = ok && it != p.index.end() && p.values[static_cast<size_t>(it->second)].storage == Storage::Arena &&
+           group_of[static_cast<size_t>(it->second)] < 0 &&
+           std::find(pg.values.begin(), pg.values.end(), it->second) == pg.values.end();
+      if (ok) pg.values.push_back(it->second);
     }
+    if (!ok) continue;
+    pg.def = end;
+    for (int v : pg.values) {
+      group_of[static_cast<size_t>(v)] = static_cast<int>(p.groups.size());
+      pg.def = std::min(pg.def, p.values[static_cast<size_t>(v)].def);
+      pg.bytes += align_up(p.values[static_cast<size_t>(v)].bytes);
+      p.values[static_cast<size_t>(v)].last = end;
+    }
+    pg.bytes += cg.tail_bytes ? align_up(cg.tail_bytes) : 0;
+    p.groups.push_back(std::move(pg));
+  }
+  return group_of;
+}
 
-  // In place: an output over an input that dies at this step.
-  if (o.in_place) {
-    for (int s = 0; s < end; ++s) {
-      PlanStep& st = p.steps[static_cast<size_t>(s)];
-      auto in = [&](size_t j) {
-        return j < st.inputs.size() && st.inputs[j] >= 0 ? &p.values[static_cast<size_t>(st.inputs[j])] : nullptr;
-      };
-      const PlannedValue* out0 =
-          !st.outputs.empty() && st.outputs[0] >= 0 ? &p.values[static_cast<size_t>(st.outputs[0])] : nullptr;
-      std::set<int> taken;
-      for (InPlacePair c : in_place_candidates(base.graph.nodes[st.node], in, out0)) {
-        if (c.out >= st.outputs.size() || c.in >= st.inputs.size()) continue;
-        int ov = st.outputs[c.out], iv = st.inputs[c.in];
-        if (ov < 0 || iv < 0 || taken.count(iv)) continue;
-        if (group_of[static_cast<size_t>(ov)] >= 0 || group_of[static_cast<size_t>(iv)] >= 0) continue;
-        PlannedValue &ov_ = p.values[static_cast<size_t>(ov)], &iv_ = p.values[static_cast<size_t>(iv)];
-        if (ov_.storage != Storage::Arena || iv_.storage != Storage::Arena || ov_.alias >= 0) continue;
-        if (iv_.last != s || occurrences(st, iv) != 1 || iv_.dtype != ov_.dtype || iv_.bytes != ov_.bytes) continue;
-        ov_.alias = iv;
-        taken.insert(iv);
-        ++p.in_place_count;
-      }
+// In place: an output over an input that dies at this step (the node's candidates).
+void choose_in_place(Plan& p, const Plan& base, const std::vector<int>& group_of) {
+  const int end = static_cast<int>(p.steps.size());
+  for (int s = 0; s < end; ++s) {
+    PlanStep& st = p.steps[static_cast<size_t>(s)];
+    auto in = [&](size_t j) {
+      return j < st.inputs.size() && st.inputs[j] >= 0 ? &p.values[static_cast<size_t>(st.inputs[j])] : nullptr;
+    };
+    const PlannedValue* out0 =
+        !st.outputs.empty() && st.outputs[0] >= 0 ? &p.values[static_cast<size_t>(st.outputs[0])] : nullptr;
+    std::set<int> taken;
+    for (InPlacePair c : in_place_candidates(base.graph.nodes[st.node], in, out0)) {
+      if (c.out >= st.outputs.size() || c.in >= st.inputs.size()) continue;
+      int ov = st.outputs[c.out], iv = st.inputs[c.in];
+      if (ov < 0 || iv < 0 || taken.count(iv)) continue;
+      if (group_of[static_cast<size_t>(ov)] >= 0 || group_of[static_cast<size_t>(iv)] >= 0) continue;
+      PlannedValue &ov_ = p.values[static_cast<size_t>(ov)], &iv_ = p.values[static_cast<size_t>(iv)];
+      if (ov_.storage != Storage::Arena || iv_.storage != Storage::Arena || ov_.alias >= 0) continue;
+      if (iv_.last != s || occurrences(st, iv) != 1 || iv_.dtype != ov_.dtype || iv_.bytes != ov_.bytes) continue;
+      ov_.alias = iv;
+      taken.insert(iv);
+      ++p.in_place_count;
     }
   }
+}
 
-  // Buffers: one per alias group, living from the root's def to the group's last use.
+// One arena buffer: an alias group's root value (-1: a contiguous group), its lifetime
+// in steps and its place.
+struct Buffer {
+  int root, def, last;
+  size_t size, offset = 0;
+};
+
+// Offsets for `bufs`; returns the arena's size. Without reuse one after the other; with
+// it largest first, each at the best-fitting gap among the placed buffers it overlaps
+// in time.
+size_t fit_buffers(std::vector<Buffer>& bufs, bool reuse) {
+  size_t arena = 0;
+  if (!reuse) {
+    for (Buffer& b : bufs) b.offset = arena, arena += b.size;
+    return arena;
+  }
+  std::vector<size_t> by_size(bufs.size());
+  for (size_t i = 0; i < bufs.size(); ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+    return bufs[a].size != bufs[b].size ? bufs[a].size > bufs[b].size : bufs[a].def < bufs[b].def;
+  });
+  std::vector<size_t> placed;
+  for (size_t bi : by_size) {
+    Buffer& b = bufs[bi];
+    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping buffers
+    for (size_t pi : placed)
+      if (bufs[pi].def <= b.last && b.def <= bufs[pi].last)
+        busy.push_back({bufs[pi].offset, bufs[pi].offset + bufs[pi].size});
+    std::sort(busy.begin(), busy.end());
+    size_t cursor = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+    for (auto [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= b.size && lo - cursor < best_gap) best = cursor, best_gap = lo - cursor;
+      cursor = std::max(cursor, hi);
+    }
+    b.offset = best != SIZE_MAX ? best : cursor;
+    arena = std::max(arena, b.offset + b.size);
+    placed.push_back(bi);
+  }
+  return arena;
+}
+
+// Buffers: one per alias group, living from the root's def to the group's last use, and
+// one per contiguous group; their offsets, every value's, the byte counts and the peak.
+void place_buffers(Plan& p, const PlanOptions& o, const std::vector<int>& group_of) {
+  const int end = static_cast<int>(p.steps.size());
   std::map<int, std::pair<int, int>> span;  // root -> [def, last]
   for (size_t v = 0; v < p.values.size(); ++v) {
     const PlannedValue& pv = p.values[v];
@@ -282,45 +329,13 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
       p.output_bytes += align_up(pv.bytes);
     }
   }
-  struct Buffer {
-    int root, def, last;
-    size_t size, offset = 0;
-  };
   std::vector<Buffer> bufs;
   for (const auto& [r, s] : span)
     if (group_of[static_cast<size_t>(r)] < 0)
       bufs.push_back({r, s.first, s.second, align_up(p.values[static_cast<size_t>(r)].bytes)});
   const size_t group_buf0 = bufs.size();  // bufs[group_buf0 + k] is group k's buffer
   for (const PlannedGroup& pg : p.groups) bufs.push_back({-1, pg.def, end, pg.bytes});
-  if (!o.reuse) {
-    size_t at = 0;
-    for (Buffer& b : bufs) b.offset = at, at += b.size;
-    p.arena_bytes = at;
-  } else {
-    // Largest first; each at the best-fitting gap among the placed buffers it overlaps in time.
-    std::vector<size_t> by_size(bufs.size());
-    for (size_t i = 0; i < bufs.size(); ++i) by_size[i] = i;
-    std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
-      return bufs[a].size != bufs[b].size ? bufs[a].size > bufs[b].size : bufs[a].def < bufs[b].def;
-    });
-    std::vector<size_t> placed;
-    for (size_t bi : by_size) {
-      Buffer& b = bufs[bi];
-      std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping buffers
-      for (size_t pi : placed)
-        if (bufs[pi].def <= b.last && b.def <= bufs[pi].last)
-          busy.push_back({bufs[pi].offset, bufs[pi].offset + bufs[pi].size});
-      std::sort(busy.begin(), busy.end());
-      size_t cursor = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
-      for (auto [lo, hi] : busy) {
-        if (lo > cursor && lo - cursor >= b.size && lo - cursor < best_gap) best = cursor, best_gap = lo - cursor;
-        cursor = std::max(cursor, hi);
-      }
-      b.offset = best != SIZE_MAX ? best : cursor;
-      p.arena_bytes = std::max(p.arena_bytes, b.offset + b.size);
-      placed.push_back(bi);
-    }
-  }
+  p.arena_bytes = fit_buffers(bufs, o.reuse);
   for (const Buffer& b : bufs)
     if (b.root >= 0) p.values[static_cast<size_t>(b.root)].offset = b.offset;
   for (size_t k = 0; k < p.groups.size(); ++k) {
@@ -342,6 +357,18 @@ Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions
       if (b.def <= s && s <= b.last) live += b.size;
     if (live > p.peak_live_bytes || p.peak_step < 0) p.peak_live_bytes = live, p.peak_step = s;
   }
+}
+
+// Lifetimes, in-place outputs and offsets for one order.
+Plan place(const Plan& base, const std::vector<size_t>& order, const PlanOptions& o, const std::set<int>& kept) {
+  Plan p;
+  p.values = base.values;
+  p.index = base.index;
+  for (size_t i : order) p.steps.push_back(base.steps[i]);
+  set_lifetimes(p, kept);
+  const std::vector<int> group_of = place_groups(p, o);
+  if (o.in_place) choose_in_place(p, base, group_of);
+  place_buffers(p, o, group_of);
   return p;
 }
 

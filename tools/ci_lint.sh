@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Lint as CI runs it: (a) clang-format (the committed .clang-format) over the C++
-# sources, (b) clang-tidy (the committed .clang-tidy) over the non-CUDA .cpp files
+# sources, and no function of the code (tests/ and fuzz/ aside) longer than 120 lines
+# (lizard, from PyPI: tools/setup.sh test installs it into the build folder's pydeps),
+# (b) clang-tidy (the committed .clang-tidy) over the non-CUDA .cpp files
 # of graph/ ops/ autodiff/ runtime/ launch/ with the build's compile_commands.json.
-# Any format difference or tidy warning fails it (exit 1); a setup problem exits 2.
+# Any format difference, long function or tidy warning fails it (exit 1); a setup
+# problem exits 2.
 #
 #   tools/ci_lint.sh                       # both parts, every file
 #   tools/ci_lint.sh --changed origin/main # only files changed since that commit (committed or not)
@@ -21,7 +24,7 @@ clang_format=${CLANG_FORMAT:-clang-format}
 clang_tidy=${CLANG_TIDY:-clang-tidy}
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 2
 }
 
@@ -63,6 +66,20 @@ if [ $run_format -eq 1 ]; then
       echo "clang-format: ${#files[@]} files formatted"
     else
       echo "FAIL clang-format: run $clang_format -i on the files above"
+      fails=$((fails + 1))
+    fi
+  fi
+  # A function longer than a screenful or two mixes several jobs: split it.
+  mapfile -t files < <(candidates '*.cpp' '*.h' '*.cu' | grep -E '\.(cpp|h|cu)$' | grep -v -E '^(tests|fuzz)/')
+  if [ ${#files[@]} -gt 0 ]; then
+    lizard=(env PYTHONPATH="$build/pydeps" /usr/bin/python3 -m lizard)
+    "${lizard[@]}" --version >/dev/null 2>&1 ||
+      { echo "ci_lint.sh: lizard not found in $build/pydeps (tools/setup.sh test installs it)" >&2 && exit 2; }
+    # Only the length counts here: the complexity and argument limits are set out of reach.
+    if "${lizard[@]}" -l cpp --CCN 100000 --arguments 100000 --length 120 --warnings_only "${files[@]}"; then
+      echo "function length: ${#files[@]} files, no function over 120 lines"
+    else
+      echo "FAIL function length: split the functions above (120 lines at most, tests aside)"
       fails=$((fails + 1))
     fi
   fi

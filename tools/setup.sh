@@ -107,13 +107,19 @@ build() {
   cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"
 }
 
-# ONNX Runtime (PyPI) checks exported models; Debian has no package of it. Installed
-# without dependencies into the build folder so Debian's numpy/onnx stay in use.
+# ONNX Runtime (PyPI) checks exported models, lizard measures the functions' length
+# (tools/ci_lint.sh); Debian has no package of either. Installed without dependencies
+# into the build folder so Debian's numpy/onnx stay in use.
 install_python_deps() {
   local target="$BUILD_DIR/pydeps"
-  [ -d "$target/onnxruntime" ] && return 0
-  echo "== installing onnxruntime into $target"
-  /usr/bin/python3 -m pip install -q --no-deps --target "$target" "onnxruntime==1.31.1"
+  if [ ! -d "$target/onnxruntime" ]; then
+    echo "== installing onnxruntime into $target"
+    /usr/bin/python3 -m pip install -q --no-deps --target "$target" "onnxruntime==1.31.1"
+  fi
+  if [ ! -d "$target/lizard_languages" ]; then
+    echo "== installing lizard into $target"
+    /usr/bin/python3 -m pip install -q --no-deps --target "$target" "lizard==1.21.2"
+  fi
 }
 
 phase_begin
@@ -125,7 +131,7 @@ phase_end "build ($mode)"
 if [ "$mode" = test ]; then
   phase_begin
   install_python_deps
-  phase_end "onnxruntime (pip)"
+  phase_end "onnxruntime, lizard (pip)"
 fi
 
 if [ "$mode" = test ]; then
