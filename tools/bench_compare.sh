@@ -58,6 +58,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$trainrt" ] || die "$trainrt is not an executable (pass --trainrt PATH or set TRAINRT)"
+if [[ " $precisions " == *" bf16 "* ]] && ! grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  precisions=$(echo "$precisions" | sed 's/\bbf16 //; s/ bf16$//')
+  echo "bench_compare.sh: trainrt bf16 left out (no AVX-512 BF16 on this CPU: trainrt refuses it there)"
+fi
 for v in "$threads" "$steps" "$warmup"; do [[ $v =~ ^[0-9]+$ ]] || die "not a count: '$v'"; done
 
 if [ -z "$py" ]; then
