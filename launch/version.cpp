@@ -29,6 +29,9 @@ std::string version_report() {
         : d->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
                                              : "other") +
        ")\n";
+  // PASSIVE unless the user set another (launch/main/trainrt.cpp prefer_passive_openmp).
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  r += std::string("  OpenMP     wait policy ") + (wait ? wait : "libgomp's default (spin, then sleep)") + "\n";
   r += "  oneTBB     " + std::string(TBB_VERSION_STRING) + "\n";
   // The CPU paths the cpu backend takes (CI logs print this line, so a green run says
   // which half of the AVX2 / AVX-512 kernels it checked).

@@ -65,9 +65,41 @@ std::vector<int64_t> data_dims(const Tensor& x) {
   return {d[0], d[1], s};
 }
 
+// Position s of a row goes to accumulator s % kStatWays; the ways are added in one fixed
+// tree. Independent accumulators let the loop run at the adder's throughput instead of
+// its latency (a single double sum was 80 % of a training BatchNormalization's time).
+// sums[j] += the row's sum for each of its `lanes` channels (Plain: 1, positions adjacent;
+// Blocked16c: 16 channels side by side), the same bits for a channel in either layout.
+constexpr int64_t kStatWays = 8;
+template <typename F>
+void add_row_sums(int64_t S, int64_t lanes, F&& value, double* sums) {
+  auto tree = [](const double* a, int64_t step) {
+    return ((a[0] + a[step]) + (a[2 * step] + a[3 * step])) +
+           ((a[4 * step] + a[5 * step]) + (a[6 * step] + a[7 * step]));
+  };
+  if (lanes == 1) {  // the ways side by side: the loop vectorises over them
+    double a[kStatWays] = {};
+    int64_t s = 0;
+    for (; s + kStatWays <= S; s += kStatWays)
+      for (int64_t k = 0; k < kStatWays; ++k) a[k] += value(s + k, 0);
+    for (int64_t k = 0; s < S; ++s, ++k) a[k] += value(s, 0);
+    sums[0] += tree(a, 1);
+    return;
+  }
+  double a[kStatWays][16] = {};  // the lanes side by side: the loop vectorises over them
+  int64_t s = 0;
+  for (; s + kStatWays <= S; s += kStatWays)
+    for (int64_t k = 0; k < kStatWays; ++k)
+      for (int64_t j = 0; j < lanes; ++j) a[k][j] += value((s + k) * lanes + j, j);
+  for (int64_t k = 0; s < S; ++s, ++k)
+    for (int64_t j = 0; j < lanes; ++j) a[k][j] += value(s * lanes + j, j);
+  for (int64_t j = 0; j < lanes; ++j) sums[j] += tree(&a[0][j], 16);
+}
+
 // x: N,C,S -> mean, var: C (biased variance), two passes per channel, each channel
-// summed in the same order (n, then s) whatever the layout, so both layouts give the
-// same bits. Blocked16c: 16 channels at once, interleaved (channel blocks in parallel).
+// summed in the same order (n, then s in kStatWays ways) whatever the layout, so both
+// layouts give the same bits. Blocked16c: 16 channels at once, interleaved (channel
+// blocks in parallel).
 void batch_stats(const Tensor& x, float* mean, float* var) {
   const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / (N * C);
   const double count = static_cast<double>(N * S);
@@ -81,19 +113,19 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
       double sum[16] = {}, sq[16] = {}, m[16];
       for (int64_t n = 0; n < N; ++n) {
         const float* r = row(n);
-        double part[16] = {};
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t j = 0; j < lanes; ++j) part[j] += r[s * lanes + j];
-        for (int64_t j = 0; j < lanes; ++j) sum[j] += part[j];
+        add_row_sums(
+            S, lanes, [&](int64_t i, int64_t) { return static_cast<double>(r[i]); }, sum);
       }
       for (int64_t j = 0; j < lanes; ++j) m[j] = sum[j] / count;
       for (int64_t n = 0; n < N; ++n) {
         const float* r = row(n);
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t j = 0; j < lanes; ++j) {
-            const double d = static_cast<double>(r[s * lanes + j]) - m[j];
-            sq[j] += d * d;
-          }
+        add_row_sums(
+            S, lanes,
+            [&](int64_t i, int64_t j) {
+              const double d = static_cast<double>(r[i]) - m[j];
+              return d * d;
+            },
+            sq);
       }
       for (int64_t j = 0; j < lanes; ++j) {
         mean[g * lanes + j] = static_cast<float>(m[j]);

@@ -68,6 +68,9 @@
 # Exit: 0 every phase ok (skipped ones included), 1 a phase failed or timed out, 2 no GPU
 # or libraries missing.
 set -uo pipefail
+# The bundle starts trainrt through its loader, where trainrt cannot set this itself
+# (launch/main/trainrt.cpp): oneDNN's OpenMP threads sleep between parallel regions.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
 t0=$(now_ms)  # the budget counts from here, the library check included
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,8 @@
 // trainrt: train ONNX models. `trainrt --help` lists the commands.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -34,9 +37,30 @@ void usage(FILE* to) {
   std::fprintf(to, "  %-10s %s\n", "--version", "print the version and the libraries compiled in");
 }
 
+// oneDNN's primitives (OpenMP threads) and trainrt's own loops (oneTBB threads) share the
+// cores. With libgomp's default wait policy the OpenMP threads spin after each parallel
+// region, holding the cores the next oneTBB loop needs: the Wide ResNet's step on 2 cores
+// ran 15 % slower (docs/status.md, "Speed"). libgomp reads OMP_WAIT_POLICY once, when it is
+// loaded, so where the user has not set it trainrt starts itself again with PASSIVE (same
+// process, same arguments; an exec that fails leaves it running as it is). Not when an
+// explicit dynamic loader runs it (the GPU bundle's run.sh), whose own arguments an exec
+// of /proc/self/exe would lose.
+void prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  const char* base = std::strrchr(self, '/');
+  if (std::strncmp(base ? base + 1 : self, "ld-", 3) == 0) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+  execv(self, argv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_passive_openmp(argv);
   if (argc < 2) return usage(stderr), 2;
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout), 0;

@@ -59,6 +59,12 @@ expect_error 2 "unknown flag --frobnicate" -- "$trainrt" inspect "$tmp/x.onnx" -
 expect_error 2 "usage" -- "$trainrt" inspect
 expect_error 2 "unknown command" -- "$trainrt" frobnicate
 "$trainrt" --version >"$tmp/version" || fail "--version exited $?"
+# trainrt starts itself again with OMP_WAIT_POLICY=PASSIVE unless the user set one (its
+# OpenMP threads would otherwise spin on the cores oneTBB's loops need).
+env -u OMP_WAIT_POLICY "$trainrt" --version | grep -q "^  OpenMP  *wait policy PASSIVE$" ||
+  fail "--version: OpenMP wait policy not PASSIVE: $(env -u OMP_WAIT_POLICY "$trainrt" --version)"
+OMP_WAIT_POLICY=ACTIVE "$trainrt" --version | grep -q "^  OpenMP  *wait policy ACTIVE$" ||
+  fail "--version: the user's OMP_WAIT_POLICY=ACTIVE was not kept"
 for lib in onnx oneDNN oneTBB MPI CUDA cuDNN cuBLASLt NCCL; do
   grep -q "^  $lib " "$tmp/version" || fail "--version does not report $lib"
 done
