@@ -181,6 +181,16 @@ __global__ void relayout_filter(const T* src, T* dst, int64_t count, int64_t C, 
   TRAINRT_GRID_STRIDE(i, count) { dst[i] = src[channels_last::relayout_source(i, C, hw, from_last, to_last)]; }
 }
 
+// Filter `w` (K,C,R,S) written into `dst` in the other order (KRSC -> KCRS when
+// `from_last`, else back), on the context's stream; returns dst.
+template <typename T>
+T* relayout_filter_into(const Node& n, const Tensor& w, const T* src, T* dst, bool from_last) {
+  relayout_filter<T><<<blocks_for(w.numel(), kThreads), kThreads, 0, context().stream>>>(
+      src, dst, w.numel(), w.dims()[1], w.dims()[2] * w.dims()[3], from_last, !from_last);
+  check_launch(n, "relayout_filter");
+  return dst;
+}
+
 // pad_planes' and crop_planes' Planes of x, and of its padded copy `last` or not.
 channels_last::Planes planes_of(const Tensor& x) {
   return channels_last::Planes{x.dims()[1], x.layout() == Layout::ChannelsLast};
@@ -542,14 +552,9 @@ void conv_forward(KernelContext& ctx, bool fused) {
       const size_t ws_at = carve.take(plan->cudnn_bytes);
       char* base = static_cast<char*>(workspace(carve.size));
       const T* src = x.data<T>();
-      const T* filter = w.data<T>();
-      if (plan->w_relaid) {
-        T* wc = reinterpret_cast<T*>(base + wc_at);
-        relayout_filter<T><<<blocks_for(w.numel(), kThreads), kThreads, 0, c.stream>>>(
-            filter, wc, w.numel(), w.dims()[1], w.dims()[2] * w.dims()[3], true, false);
-        check_launch(n, "relayout_filter");
-        filter = wc;
-      }
+      const T* filter = plan->w_relaid
+                            ? relayout_filter_into(n, w, w.data<T>(), reinterpret_cast<T*>(base + wc_at), true)
+                            : w.data<T>();
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
         pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
@@ -795,22 +800,14 @@ bool conv_grad(KernelContext& ctx) {
       };
       check(filter(choose_algo(ctx, *plan, 2, "ConvGrad.filter", plan->filter, filter)),
             what(n, "cudnnConvolutionBackwardFilter"));
-      if (plan->w_relaid) {  // dW written KCRS: into the KRSC dw
-        relayout_filter<T><<<blocks_for(dw->numel(), kThreads), kThreads, 0, c.stream>>>(
-            dw_out, dw->data<T>(), dw->numel(), dw->dims()[1], dw->dims()[2] * dw->dims()[3], false, true);
-        check_launch(n, "relayout_filter");
-      }
+      if (plan->w_relaid)  // dW written KCRS: into the KRSC dw
+        relayout_filter_into(n, *dw, static_cast<const T*>(dw_out), dw->data<T>(), false);
     }
     if (dx) {
       T* dst = plan->padded ? reinterpret_cast<T*>(base + dxp_at) : dx->data<T>();
-      const T* filter = w.data<T>();
-      if (plan->w_relaid) {
-        T* wc = reinterpret_cast<T*>(base + wc_at);
-        relayout_filter<T><<<blocks_for(w.numel(), kThreads), kThreads, 0, c.stream>>>(
-            filter, wc, w.numel(), w.dims()[1], w.dims()[2] * w.dims()[3], true, false);
-        check_launch(n, "relayout_filter");
-        filter = wc;
-      }
+      const T* filter = plan->w_relaid
+                            ? relayout_filter_into(n, w, w.data<T>(), reinterpret_cast<T*>(base + wc_at), true)
+                            : w.data<T>();
       auto data = [&](size_t i) {
         return cudnnConvolutionBackwardData(c.cudnn, &one, plan->w, filter, plan->y, dy.data<T>(), plan->conv,
                                             plan->data.algo[i], base + ws_at, plan->cudnn_bytes, &zero, plan->x, dst);
