@@ -18,26 +18,9 @@ kernels the Wide ResNet leaves out. Input 'images' [N,3,16,16], logits [N,6]:
 """
 import sys
 
-import numpy as np
-from onnx import TensorProto, helper, numpy_helper, save
+from onnx import TensorProto, helper, save
 
-rng = np.random.default_rng(0)
-inits = []
-
-
-def init(name, shape, scale=None, value=None):
-    if value is None:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        value = rng.normal(0, scale if scale is not None else np.sqrt(2.0 / fan_in), shape)
-    inits.append(numpy_helper.from_array(np.asarray(value, np.float32 if not isinstance(value, list) else np.int64),
-                                         name))
-    return name
-
-
-def bn(name, c):
-    return [init(name + ".scale", (c,), value=rng.uniform(0.5, 1.5, c)), init(name + ".bias", (c,), 0.1),
-            init(name + ".mean", (c,), value=np.zeros(c)), init(name + ".var", (c,), value=np.ones(c))]
-
+from onnx_inits import bn, init, inits
 
 N = helper.make_node
 nodes = [
