@@ -80,87 +80,54 @@ TEST_CASE("Planes: plane_of inverts offset_of in both layouts; ChannelsLast offs
   }
 }
 
-TEST_CASE("padded_source and cropped_source pad and crop planes in both layouts") {
-  const int64_t N = 2, C = 3, h = 2, w = 3, top = 1, left = 2, bottom = 1, right = 0;
-  const int64_t hp = h + top + bottom, wp = w + left + right;
-  const std::vector<int64_t> xd{N, C, h, w}, pd{N, C, hp, wp};
-  for (bool last : {false, true}) {
-    CAPTURE(last);
-    const Layout layout = last ? Layout::ChannelsLast : Layout::Plain;
-    const int64_t inner = last ? C : 1;
-    // x holds its own row-major index; the padded copy, made through padded_source in
-    // storage order, must be the row-major padding of x after conversion to Plain.
-    Tensor x(DataType::Float32, xd);
-    x.set_layout(layout);
-    for (int64_t i = 0; i < x.numel(); ++i)
-      x.data<float>()[i] = static_cast<float>(storage_to_plain_index(layout, xd, i) + 1);
-    Tensor xp(DataType::Float32, pd);
-    xp.set_layout(layout);
-    for (int64_t i = 0; i < xp.numel(); ++i) {
-      const int64_t from = cl::padded_source(i, h, w, hp, wp, top, left, inner);
-      xp.data<float>()[i] = from >= 0 ? x.data<float>()[from] : 0.f;
-    }
-    const Tensor padded = to_plain(xp);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t r = 0; r < hp; ++r)
-          for (int64_t q = 0; q < wp; ++q) {
-            const bool inside = r >= top && r < top + h && q >= left && q < left + w;
-            const float want = inside ? static_cast<float>(((n * C + c) * h + r - top) * w + q - left + 1) : 0.f;
-            REQUIRE(padded.data<float>()[((n * C + c) * hp + r) * wp + q] == want);
-          }
-    // Cropping the padded copy gives x back.
-    Tensor back(DataType::Float32, xd);
-    back.set_layout(layout);
-    for (int64_t i = 0; i < back.numel(); ++i)
-      back.data<float>()[i] = xp.data<float>()[cl::cropped_source(i, h, w, hp, wp, top, left, inner)];
-    const Tensor got = to_plain(back), want = to_plain(x);
-    CHECK(std::memcmp(got.raw(), want.raw(), want.nbytes()) == 0);
-  }
-}
-
-TEST_CASE("relaid_padded_source and relaid_cropped_source pad and crop across a change of layout") {
+TEST_CASE("padding and cropping planes, in both layouts and across a change of layout") {
   // Every pair of layouts: the copy, read back as Plain, is the row-major padding of x;
-  // cropping it into x's layout gives x back; equal layouts give the offsets above.
-  const int64_t N = 2, C = 3, h = 3, w = 2, top = 2, left = 1, bottom = 0, right = 2;
-  const int64_t hp = h + top + bottom, wp = w + left + right;
-  const std::vector<int64_t> xd{N, C, h, w}, pd{N, C, hp, wp};
-  for (bool x_last : {false, true})
-    for (bool p_last : {false, true}) {
-      CAPTURE(x_last);
-      CAPTURE(p_last);
-      const Layout xl = x_last ? Layout::ChannelsLast : Layout::Plain,
-                   pl = p_last ? Layout::ChannelsLast : Layout::Plain;
-      const cl::Planes xs{C, x_last}, ps{C, p_last};
-      Tensor x(DataType::Float32, xd);
-      x.set_layout(xl);
-      for (int64_t i = 0; i < x.numel(); ++i)
-        x.data<float>()[i] = static_cast<float>(storage_to_plain_index(xl, xd, i) + 1);
-      Tensor xp(DataType::Float32, pd);
-      xp.set_layout(pl);
-      for (int64_t i = 0; i < xp.numel(); ++i) {
-        const int64_t from = cl::relaid_padded_source(i, h, w, hp, wp, top, left, xs, ps);
-        if (x_last == p_last) REQUIRE(from == cl::padded_source(i, h, w, hp, wp, top, left, x_last ? C : 1));
-        xp.data<float>()[i] = from >= 0 ? x.data<float>()[from] : 0.f;
+  // cropping it into x's layout gives x back; with equal layouts relaid_padded_source and
+  // relaid_cropped_source give padded_source's and cropped_source's offsets.
+  struct Geometry {
+    int64_t h, w, top, left, bottom, right;
+  };
+  for (const Geometry& g : {Geometry{2, 3, 1, 2, 1, 0}, Geometry{3, 2, 2, 1, 0, 2}}) {
+    const int64_t N = 2, C = 3, h = g.h, w = g.w, top = g.top, left = g.left;
+    const int64_t hp = h + top + g.bottom, wp = w + left + g.right;
+    const std::vector<int64_t> xd{N, C, h, w}, pd{N, C, hp, wp};
+    for (bool x_last : {false, true})
+      for (bool p_last : {false, true}) {
+        CAPTURE(x_last);
+        CAPTURE(p_last);
+        const Layout xl = x_last ? Layout::ChannelsLast : Layout::Plain,
+                     pl = p_last ? Layout::ChannelsLast : Layout::Plain;
+        const cl::Planes xs{C, x_last}, ps{C, p_last};
+        Tensor x(DataType::Float32, xd);
+        x.set_layout(xl);
+        for (int64_t i = 0; i < x.numel(); ++i)
+          x.data<float>()[i] = static_cast<float>(storage_to_plain_index(xl, xd, i) + 1);
+        Tensor xp(DataType::Float32, pd);
+        xp.set_layout(pl);
+        for (int64_t i = 0; i < xp.numel(); ++i) {
+          const int64_t from = cl::relaid_padded_source(i, h, w, hp, wp, top, left, xs, ps);
+          if (x_last == p_last) REQUIRE(from == cl::padded_source(i, h, w, hp, wp, top, left, x_last ? C : 1));
+          xp.data<float>()[i] = from >= 0 ? x.data<float>()[from] : 0.f;
+        }
+        const Tensor padded = to_plain(xp);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t r = 0; r < hp; ++r)
+              for (int64_t q = 0; q < wp; ++q) {
+                const bool inside = r >= top && r < top + h && q >= left && q < left + w;
+                const float want = inside ? static_cast<float>(((n * C + c) * h + r - top) * w + q - left + 1) : 0.f;
+                REQUIRE(padded.data<float>()[((n * C + c) * hp + r) * wp + q] == want);
+              }
+        Tensor back(DataType::Float32, xd);
+        back.set_layout(xl);
+        for (int64_t i = 0; i < back.numel(); ++i) {
+          const int64_t from = cl::relaid_cropped_source(i, h, w, hp, wp, top, left, xs, ps);
+          if (x_last == p_last) REQUIRE(from == cl::cropped_source(i, h, w, hp, wp, top, left, x_last ? C : 1));
+          back.data<float>()[i] = xp.data<float>()[from];
+        }
+        CHECK(std::memcmp(back.raw(), x.raw(), x.nbytes()) == 0);
       }
-      const Tensor padded = to_plain(xp);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t r = 0; r < hp; ++r)
-            for (int64_t q = 0; q < wp; ++q) {
-              const bool inside = r >= top && r < top + h && q >= left && q < left + w;
-              const float want = inside ? static_cast<float>(((n * C + c) * h + r - top) * w + q - left + 1) : 0.f;
-              REQUIRE(padded.data<float>()[((n * C + c) * hp + r) * wp + q] == want);
-            }
-      Tensor back(DataType::Float32, xd);
-      back.set_layout(xl);
-      for (int64_t i = 0; i < back.numel(); ++i) {
-        const int64_t from = cl::relaid_cropped_source(i, h, w, hp, wp, top, left, xs, ps);
-        if (x_last == p_last) REQUIRE(from == cl::cropped_source(i, h, w, hp, wp, top, left, x_last ? C : 1));
-        back.data<float>()[i] = xp.data<float>()[from];
-      }
-      CHECK(std::memcmp(back.raw(), x.raw(), x.nbytes()) == 0);
-    }
+  }
 }
 
 TEST_CASE("KCRS <-> KRSC: relayout_source transposes filters as a naive loop does, both ways") {
