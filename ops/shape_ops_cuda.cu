@@ -1,10 +1,12 @@
 // The cuda backend's shape ops: Flatten, Reshape, Squeeze, Unsqueeze, ReshapeLike,
-// Concat, ConcatGrad, Pad, Transpose, Slice and SliceGrad, every dtype (they move bytes,
+// Concat, ConcatGrad, Split, Pad, Transpose, Slice and SliceGrad, every dtype (they move bytes,
 // as the reference kernels of ops/shape_ops.cpp).
 //
 //   Flatten, Reshape, Squeeze, Unsqueeze, ReshapeLike   y = x's bytes: one cudaMemcpyAsync
 //   Concat       each input's rows (the dims from axis on) into y: one cudaMemcpy2DAsync per input
 //   ConcatGrad   the inverse: each requested dX_i's rows out of dY
+//   Split        each output's rows out of x: one cudaMemcpy2DAsync per output (the row
+//                math is split_rows, ops/shape_ops.h, which a host test replays)
 //   Pad          one thread per output element: its source element (constant, edge,
 //                reflect, wrap as the reference) or the constant value
 //   Transpose    one thread per output element, reading x at its permuted offset
@@ -25,7 +27,7 @@
 // only fix the output's dims, which the host knows). Pad splits each output index over
 // the dims (one division per dim: the general-rank index).
 //
-// Host fallbacks (reference kernel after a stream synchronisation): Concat/ConcatGrad
+// Host fallbacks (reference kernel after a stream synchronisation): Concat/ConcatGrad/Split
 // rows wider than cudaMemcpy2DAsync's pitch limit (2^31 bytes); Pad above
 // rank 8 or of elements not 4 or 8 bytes wide; Transpose, Slice and SliceGrad above rank
 // 8, of elements wider than 8 bytes, or with int32 bounds.
@@ -37,6 +39,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
@@ -103,6 +106,26 @@ void concat_grad(KernelContext& ctx) {
     const size_t bytes = row_bytes(ctx.in(i), static_cast<size_t>(axis));
     if (ctx.has_output(i - 1)) copy_rows(ctx, ctx.out(i - 1).raw(), bytes, dy.raw() + offset, in_row, bytes, outer);
     offset += bytes;
+  }
+}
+
+// Split: each output's rows out of x (split_rows, ops/shape_ops.h), the part sizes read
+// off the outputs' dims (the split input or attribute, or num_outputs, fixed them at
+// shape inference; the split input is not read).
+void split(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  int64_t axis = ctx.node.attr_int("axis", 0);
+  if (axis < 0) axis += x.rank();
+  std::vector<int64_t> parts;
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    if (!ctx.has_output(i)) return run_reference(ctx, "an omitted output leaves its part's size unknown");
+    parts.push_back(ctx.out(i).dims()[static_cast<size_t>(axis)]);
+  }
+  const std::vector<RowCopy> rows = split_rows(x.dims(), static_cast<size_t>(axis), parts, dtype_size(x.dtype()));
+  if (!rows.empty() && rows[0].src_pitch > kMaxPitch) return run_reference(ctx);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowCopy& c = rows[i];
+    copy_rows(ctx, ctx.out(i).raw(), c.width, x.raw() + c.src_offset, c.src_pitch, c.width, c.outer);
   }
 }
 
@@ -371,6 +394,7 @@ void register_shape_ops_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "ReshapeLike", copy_bytes);
   add_if_schema(r, "cuda", "", "Concat", concat);
   add_if_schema(r, "cuda", kTrainrtDomain, "ConcatGrad", concat_grad);
+  add_if_schema(r, "cuda", "", "Split", split);
 }
 
 }  // namespace trainrt::cuda
