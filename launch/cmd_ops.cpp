@@ -80,7 +80,7 @@ std::string support(const BackendColumn& b, const OpSchema& s) {
 // or whose spatial rank matters to users (ops/conv.cpp, ops/pool.cpp, ops/norm.cpp,
 // ops/fused.cpp); every other op takes the ranks its ONNX spec allows.
 std::string ranks(const OpSchema& s) {
-  static const char* kConvRanks = "3-5 (1-D, 2-D, 3-D; cuda: 2-D, others on the host)";
+  static const char* kConvRanks = "3-5 (1-D, 2-D, 3-D; cuda: all three, 1-D as 2-D over a unit height)";
   static const std::map<std::string, std::string> known = {
       {"Conv", kConvRanks},
       {"ConvGrad", kConvRanks},

@@ -5,6 +5,14 @@
 //   FusedConv  y = act(Conv(x, w, b)) + z        act: none | Relu, z: N,M,Ho,Wo (optional)
 //   ConvGrad   (dy: N,M,Ho,Wo, x, w) -> (dx: like x, dw: like w, db: M), each only if requested
 //
+// 3-D convolutions (rank 5: x N,C,D,H,W, w M,C/G,kT,kR,kS) take the same calls through
+// cuDNN's N-d descriptors (cudnnSetTensorNdDescriptor, cudnnSetFilterNdDescriptor,
+// cudnnSetConvolutionNdDescriptor; dims and strides from ops/core/conv_descriptor.h),
+// NCDHW and KCTRS only: the cuda backend keeps rank-5 values Plain (ChannelsLast is a
+// rank-4 layout), so no KRSC copy or relayout is involved; the cuDNN graph's scope is
+// 4-D, so they always take the legacy path. Compiled, not run on a GPU. 1-D ones
+// (rank 3) run as 2-D ones over a unit height (as_two_d, below).
+//
 // cuDNN calls: cudnnConvolutionForward, cudnnConvolutionBackwardData and
 // cudnnConvolutionBackwardFilter with algorithms from the cudnnGet*Algorithm_v7
 // heuristics, and cudnnConvolutionBackwardBias for db. Without a chooser each pass runs
@@ -29,7 +37,8 @@
 // depends only on the begin pads, so the convolution runs as is whenever cuDNN's output
 // size with the begin pads on both sides is the ONNX one. Otherwise (SAME_UPPER/LOWER or
 // explicit end pads that change the size) x is copied zero-padded into the workspace and
-// convolved unpadded; ConvGrad then computes dx padded and crops it.
+// convolved unpadded; ConvGrad then computes dx padded and crops it (pad_planes and
+// crop_planes for 2-D, pad_volumes and crop_volumes for 3-D).
 //
 // fp32 and fp64 (CUDNN_DATA_DOUBLE). Falls back to the host reference kernel (after
 // synchronising the stream) when a tensor has 2^31 or more elements (cuDNN's int
@@ -84,6 +93,7 @@
 #include "ops/conv_graph_cuda.h"
 #include "ops/core/channel_slices.h"
 #include "ops/core/common.h"
+#include "ops/core/conv_descriptor.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/window.h"
@@ -100,7 +110,8 @@ namespace slices = channel_slices;
 
 constexpr size_t kMaxCudnnWorkspace = size_t{256} << 20;
 
-// y[n,m,:] = act(y[n,m,:] + b[m]) + z[n,m,:]  (b, z may be null; plane = Ho*Wo), per
+// y[n,m,:] = act(y[n,m,:] + b[m]) + z[n,m,:]  (b, z may be null; plane = Ho*Wo, or
+// Do*Ho*Wo for a 3-D convolution), per
 // plane (TRAINRT_PLANES); V: T, or float4 for fp32 planes of a multiple of 4 elements.
 template <typename T>
 __device__ T epilogue_one(T v, T bias, const T* z, int64_t i, bool relu) {
@@ -174,6 +185,20 @@ __global__ void crop_planes(const T* xp, T* x, int64_t h, int64_t w, int64_t hp,
   TRAINRT_GRID_STRIDE(i, count) { x[i] = xp[channels_last::relaid_cropped_source(i, h, w, hp, wp, top, left, xs, ps)]; }
 }
 
+// xp: x's Plain volumes zero-padded as v says, and back (a 3-D convolution's padded copy:
+// ops/core/conv_descriptor.h).
+template <typename T>
+__global__ void pad_volumes(const T* x, T* xp, int64_t count, conv_descriptor::VolumeCopy v) {
+  TRAINRT_GRID_STRIDE(i, count) {
+    const int64_t from = conv_descriptor::padded_volume_source(i, v);
+    xp[i] = from >= 0 ? x[from] : T(0);
+  }
+}
+template <typename T>
+__global__ void crop_volumes(const T* xp, T* x, int64_t count, conv_descriptor::VolumeCopy v) {
+  TRAINRT_GRID_STRIDE(i, count) { x[i] = xp[conv_descriptor::cropped_volume_source(i, v)]; }
+}
+
 // dst = src in the other filter order (KCRS <-> KRSC: channels_last::relayout_source).
 template <typename T>
 __global__ void relayout_filter(const T* src, T* dst, int64_t count, int64_t C, int64_t hw, bool from_last,
@@ -243,7 +268,10 @@ struct ConvPlan {
   // The filter is stored KRSC beside NCHW x and y: convolved from a KCRS copy (w), or
   // written into one and then transposed (dw).
   bool w_relaid = false;
-  int64_t top = 0, left = 0, hp = 0, wp = 0;
+  int64_t top = 0, left = 0, hp = 0, wp = 0;  // 2-D: the padded copy's begin pads and planes
+  // 3-D (rank 5, NCDHW, described by N-d descriptors): the padded copy's volumes.
+  conv_descriptor::VolumeCopy volume;
+  int64_t padded_count = 0;  // elements of the padded copy (N*C times its planes or volumes)
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;  // x: also dx (padded dims if padded)
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
@@ -268,6 +296,36 @@ ConvPlan reference_plan() {
 }
 
 bool ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
+
+// x (data src) copied zero-padded into xp as plan p says: planes (2-D, either layout) or
+// volumes (3-D, Plain).
+template <typename T>
+void pad_input(const Node& n, const ConvPlan& p, const Tensor& x, const T* src, T* xp) {
+  const unsigned blocks = blocks_for(p.padded_count, kThreads);
+  if (x.rank() == 5) {
+    pad_volumes<T><<<blocks, kThreads, 0, context().stream>>>(src, xp, p.padded_count, p.volume);
+    check_launch(n, "pad_volumes");
+    return;
+  }
+  pad_planes<T><<<blocks, kThreads, 0, context().stream>>>(src, xp, x.dims()[2], x.dims()[3], p.hp, p.wp, p.top, p.left,
+                                                           p.padded_count, planes_of(x), planes_of(x, p.xp_last));
+  check_launch(n, "pad_planes");
+}
+
+// dx (data dst) cropped out of the padded dxp (pad_input's inverse).
+template <typename T>
+void crop_output(const Node& n, const ConvPlan& p, Tensor& dx, const T* dxp) {
+  const unsigned blocks = blocks_for(dx.numel(), kThreads);
+  if (dx.rank() == 5) {
+    crop_volumes<T><<<blocks, kThreads, 0, context().stream>>>(dxp, dx.data<T>(), dx.numel(), p.volume);
+    check_launch(n, "crop_volumes");
+    return;
+  }
+  crop_planes<T><<<blocks, kThreads, 0, context().stream>>>(dxp, dx.data<T>(), dx.dims()[2], dx.dims()[3], p.hp, p.wp,
+                                                            p.top, p.left, dx.numel(), planes_of(dx),
+                                                            planes_of(dx, p.xp_last));
+  check_launch(n, "crop_planes");
+}
 
 // The heuristic results within the workspace cap whose math the plan allows (FMA; with
 // TF32 also the default math, never a down-conversion to fp16); with `deterministic` the
@@ -301,7 +359,98 @@ bool candidates(const std::vector<Perf>& perf, int returned, bool tf32, bool det
   return false;
 }
 
-// x: N,C,H,W  w: M,C/G,kH,kW  y: N,M,Ho,Wo with `win` resolved for x.
+// The algorithms of each wanted pass for p's descriptors (candidates above); false where
+// a pass has none.
+bool with_algorithms(const Node& n, ConvPlan& p, Want want, bool tf32, bool deterministic, bool timed) {
+  Context& c = context();
+  const std::string heuristics = what(n, "cuDNN convolution heuristics");
+  int count = 0, returned = 0;
+  if (want.forward) {
+    check(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &count), heuristics);
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(count));
+    auto bytes = [&](cudnnConvolutionFwdAlgo_t a) -> std::optional<size_t> {
+      size_t b = 0;
+      if (!ok(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x, p.w, p.conv, p.y, a, &b))) return std::nullopt;
+      return b;
+    };
+    if (!ok(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x, p.w, p.conv, p.y, count, &returned, perf.data())) ||
+        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.forward, &p.cudnn_bytes))
+      return false;
+  }
+  if (want.data) {
+    check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.cudnn, &count), heuristics);
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(count));
+    auto bytes = [&](cudnnConvolutionBwdDataAlgo_t a) -> std::optional<size_t> {
+      size_t b = 0;
+      if (!ok(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, p.w, p.y, p.conv, p.x, a, &b))) return std::nullopt;
+      return b;
+    };
+    if (!ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w, p.y, p.conv, p.x, count, &returned,
+                                                        perf.data())) ||
+        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.data, &p.cudnn_bytes))
+      return false;
+  }
+  if (want.filter) {
+    check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.cudnn, &count), heuristics);
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(count));
+    auto bytes = [&](cudnnConvolutionBwdFilterAlgo_t a) -> std::optional<size_t> {
+      size_t b = 0;
+      if (!ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, p.x, p.y, p.conv, p.w, a, &b)))
+        return std::nullopt;
+      return b;
+    };
+    if (!ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x, p.y, p.conv, p.w, count, &returned,
+                                                          perf.data())) ||
+        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.filter, &p.cudnn_bytes))
+      return false;
+  }
+  return true;
+}
+
+// "a,b,c,d" (the engine log's problem words).
+std::string joined(const std::vector<int64_t>& d) {
+  std::string s;
+  for (int64_t v : d) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
+
+// A 3-D convolution's descriptors (NCDHW x and y, KCTRS w, 1,M,1,1,1 bias: ops/core/
+// conv_descriptor.h) through cuDNN's N-d calls; the convolution descriptor is set by
+// nd_geometry_fits. False where cuDNN (or an int) turns them down.
+bool set_nd_descriptors(ConvPlan& p, cudnnDataType_t type, const std::vector<int64_t>& wd,
+                        const std::vector<int64_t>& yd) {
+  namespace cd = conv_descriptor;
+  const cd::NdDims w = cd::filter_nd(wd), y = cd::tensor_nd(yd, false), b = cd::bias_nd(yd);
+  return w.ok && y.ok && b.ok && ok(cudnnSetFilterNdDescriptor(p.w, type, CUDNN_TENSOR_NCHW, w.rank, w.dims)) &&
+         ok(cudnnSetTensorNdDescriptor(p.y, type, y.rank, y.dims, y.strides)) &&
+         ok(cudnnSetTensorNdDescriptor(p.bias, type, b.rank, b.dims, b.strides));
+}
+
+// A 3-D convolution of x (dims xd; its padded copy's when `padded`, convolved with zero
+// pads) with p.w: sets p.conv and p.x and says whether cuDNN's output dims are y's.
+bool nd_geometry_fits(ConvPlan& p, const Window& win, int64_t group, std::vector<int64_t> xd,
+                      const std::vector<int64_t>& yd, cudnnDataType_t type, bool tf32, bool padded) {
+  namespace cd = conv_descriptor;
+  if (padded)
+    for (int k = 0; k < p.volume.spatial; ++k) xd[static_cast<size_t>(k) + 2] = p.volume.out[k];
+  const cd::ConvNd c = cd::conv_nd(win, padded);
+  const cd::NdDims x = cd::tensor_nd(xd, false);
+  std::vector<int> out(yd.size(), 0);
+  if (!c.ok || !x.ok || group > INT_MAX ||
+      !ok(cudnnSetConvolutionNdDescriptor(p.conv, c.spatial, c.pads, c.strides, c.dilations, CUDNN_CROSS_CORRELATION,
+                                          type)) ||
+      !ok(cudnnSetConvolutionGroupCount(p.conv, static_cast<int>(group))) ||
+      !ok(cudnnSetConvolutionMathType(p.conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)) ||
+      !ok(cudnnSetTensorNdDescriptor(p.x, type, x.rank, x.dims, x.strides)) ||
+      !ok(cudnnGetConvolutionNdForwardOutputDim(p.conv, p.x, p.w, x.rank, out.data())))
+    return false;
+  for (size_t k = 0; k < yd.size(); ++k)
+    if (out[k] != yd[k]) return false;
+  return true;
+}
+
+// x: N,C,spatial...  w: M,C/G,kernel...  y: N,M,out... with `win` resolved for x: 2-D
+// (rank 4) through the 4-d descriptors, 3-D (rank 5, Plain only) through the N-d ones.
 // cuDNN's legacy API takes int dims and indexes tensors of fewer than 2^31 elements.
 ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const std::vector<int64_t>& xd,
                         const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, Layout xl, Layout yl,
@@ -309,17 +458,26 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
                         const std::string& key) {
   ConvPlan p;
   p.key = key;
-  p.flops = 2.0 * static_cast<double>(element_count(yd)) * static_cast<double>(wd[1] * wd[2] * wd[3]);
-  p.problem = "x " + std::to_string(xd[0]) + "," + std::to_string(xd[1]) + "," + std::to_string(xd[2]) + "," +
-              std::to_string(xd[3]) + " w " + std::to_string(wd[0]) + "," + std::to_string(wd[1]) + "," +
-              std::to_string(wd[2]) + "," + std::to_string(wd[3]) + ", " + (tf32 ? "tf32" : dtype_name(t));
+  const std::vector<int64_t> filter_volume(wd.begin() + 1, wd.end());
+  p.flops = 2.0 * static_cast<double>(element_count(yd)) * static_cast<double>(element_count(filter_volume));
+  p.problem = "x " + joined(xd) + " w " + joined(wd) + ", " + (tf32 ? "tf32" : dtype_name(t));
   p.precision = t == DataType::Float64 ? "fp64" : tf32 ? "tf32" : "fp32";
-  const int64_t pb = win.pads[2], pr = win.pads[3];  // end pads (bottom, right)
-  p.top = win.pads[0], p.left = win.pads[1];
-  p.hp = xd[2] + p.top + pb, p.wp = xd[3] + p.left + pr;
-  for (int64_t v : {element_count(xd), element_count(wd), element_count(yd), xd[0] * xd[1] * p.hp * p.wp,
-                    win.strides[0], win.strides[1], win.dilations[0], win.dilations[1], group})
+  const size_t sp = xd.size() - 2;
+  const bool nd = sp == 3;
+  // Rank 5 stays NCDHW with KCTRS filters (ChannelsLast is a rank-4 layout): anything
+  // else is a caller's own tensor the N-d path does not describe.
+  if (nd && (xl != Layout::Plain || yl != Layout::Plain || w_krsc)) return reference_plan();
+  std::vector<int64_t> padded_spatial(sp), begin(sp);
+  for (size_t k = 0; k < sp; ++k)
+    begin[k] = win.pads[k], padded_spatial[k] = xd[k + 2] + win.pads[k] + win.pads[k + sp];
+  p.volume = conv_descriptor::volume_copy(xd, padded_spatial, begin);
+  p.padded_count = xd[0] * xd[1] * element_count(padded_spatial);
+  p.top = begin[0], p.left = begin[1];
+  p.hp = padded_spatial[0], p.wp = padded_spatial[1];
+  for (int64_t v : {element_count(xd), element_count(wd), element_count(yd), p.padded_count, group})
     if (v > INT_MAX) return reference_plan();
+  for (size_t k = 0; k < sp; ++k)
+    if (win.strides[k] > INT_MAX || win.dilations[k] > INT_MAX) return reference_plan();
   auto i = [](int64_t v) { return static_cast<int>(v); };
 
   Context& c = context();
@@ -330,6 +488,14 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
   check(cudnnCreateFilterDescriptor(&p.w), where);
   check(cudnnCreateConvolutionDescriptor(&p.conv), where);
   const cudnnDataType_t type = t == DataType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  if (nd) {
+    if (!set_nd_descriptors(p, type, wd, yd)) return reference_plan();
+    if (!nd_geometry_fits(p, win, group, xd, yd, type, tf32, false)) {
+      p.padded = true;
+      if (!nd_geometry_fits(p, win, group, xd, yd, type, tf32, true)) return reference_plan();
+    }
+    return with_algorithms(n, p, want, tf32, deterministic, timed) ? p : reference_plan();
+  }
   // cuDNN's legacy API wants x, w and y in one layout (seen on cuDNN 9.19, H200: an NCHW
   // x beside an NHWC y and a KRSC w has no algorithm). An x stored in another layout than
   // y is convolved from a copy in y's (the padded copy's path, which pads it too; where
@@ -363,55 +529,14 @@ ConvPlan make_conv_plan(const Node& n, const Window& win, int64_t group, const s
     p.padded = true;
     if (!geometry_fits(0, 0, p.hp, p.wp)) return reference_plan();
   }
-
-  const std::string heuristics = what(n, "cuDNN convolution heuristics");
-  int count = 0, returned = 0;
-  if (want.forward) {
-    check(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &count), heuristics);
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(count));
-    auto bytes = [&](cudnnConvolutionFwdAlgo_t a) -> std::optional<size_t> {
-      size_t b = 0;
-      if (!ok(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x, p.w, p.conv, p.y, a, &b))) return std::nullopt;
-      return b;
-    };
-    if (!ok(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x, p.w, p.conv, p.y, count, &returned, perf.data())) ||
-        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.forward, &p.cudnn_bytes))
-      return reference_plan();
-  }
-  if (want.data) {
-    check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.cudnn, &count), heuristics);
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(count));
-    auto bytes = [&](cudnnConvolutionBwdDataAlgo_t a) -> std::optional<size_t> {
-      size_t b = 0;
-      if (!ok(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, p.w, p.y, p.conv, p.x, a, &b))) return std::nullopt;
-      return b;
-    };
-    if (!ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w, p.y, p.conv, p.x, count, &returned,
-                                                        perf.data())) ||
-        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.data, &p.cudnn_bytes))
-      return reference_plan();
-  }
-  if (want.filter) {
-    check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.cudnn, &count), heuristics);
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(count));
-    auto bytes = [&](cudnnConvolutionBwdFilterAlgo_t a) -> std::optional<size_t> {
-      size_t b = 0;
-      if (!ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, p.x, p.y, p.conv, p.w, a, &b)))
-        return std::nullopt;
-      return b;
-    };
-    if (!ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x, p.y, p.conv, p.w, count, &returned,
-                                                          perf.data())) ||
-        !candidates(perf, returned, tf32, deterministic, timed, bytes, p.filter, &p.cudnn_bytes))
-      return reference_plan();
-  }
-  return p;
+  return with_algorithms(n, p, want, tf32, deterministic, timed) ? p : reference_plan();
 }
 
 // Node n's window, resolved for x (explicit pads) and checked against y's dims yd.
 Window conv_window(const Node& n, const Tensor& x, const Tensor& w, const std::vector<int64_t>& yd) {
-  Window win = read_window(n, 2, {w.dims()[2], w.dims()[3]}, "", {});
-  for (size_t i = 0; i < 2; ++i) TRAINRT_ASSERT(resolve_window_dim(win, i, x.dims()[2 + i], "") == yd[2 + i]);
+  const size_t sp = static_cast<size_t>(w.rank() - 2);
+  Window win = read_window(n, sp, std::vector<int64_t>(w.dims().begin() + 2, w.dims().end()), "", {});
+  for (size_t i = 0; i < sp; ++i) TRAINRT_ASSERT(resolve_window_dim(win, i, x.dims()[2 + i], "") == yd[2 + i]);
   return win;
 }
 
@@ -546,8 +671,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       check(cudaMemsetAsync(y.raw(), 0, y.nbytes(), c.stream), what(n, "cudaMemsetAsync"));
     } else {
       Carve carve{in.bytes};
-      const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
-      const size_t xp_at = carve.take(plan->padded ? static_cast<size_t>(padded_count) * sizeof(T) : 0);
+      const size_t xp_at = carve.take(plan->padded ? static_cast<size_t>(plan->padded_count) * sizeof(T) : 0);
       const size_t wc_at = carve.take(plan->w_relaid ? w.nbytes() : 0);
       const size_t ws_at = carve.take(plan->cudnn_bytes);
       char* base = static_cast<char*>(workspace(carve.size));
@@ -557,10 +681,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
                             : w.data<T>();
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
-        pad_planes<T><<<blocks_for(padded_count, kThreads), kThreads, 0, c.stream>>>(
-            src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, padded_count, planes_of(x),
-            planes_of(x, plan->xp_last));
-        check_launch(n, "pad_planes");
+        pad_input(n, *plan, x, src, xp);
         src = xp;
       }
       auto forward = [&](size_t i) {
@@ -586,7 +707,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
             <<<blocks_for(count), kThreads, 0, c.stream>>>(y.data<T>(), bd, zd, relu, count, channels);
       check_launch(n, "conv_epilogue_last");
     } else if (b || z || relu) {
-      const int64_t plane = y.dims()[2] * y.dims()[3], planes = y.dims()[0] * y.dims()[1];
+      const int64_t planes = y.dims()[0] * y.dims()[1], plane = planes > 0 ? y.numel() / planes : 0;
       const T* zd = z ? z->data<T>() : nullptr;
       const auto launch = [&](auto kernel, int64_t per_plane) {
         kernel<<<planes_grid(planes, per_plane), kThreads, 0, c.stream>>>(y.data<T>(), b ? b->data<T>() : nullptr, zd,
@@ -630,8 +751,7 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   const auto plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true}, forward_krsc(x, w, y.layout()));
   if (plan->use_reference) return bytes;
   Carve carve{rounded};
-  carve.take(plan->padded ? static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype())
-                          : 0);
+  carve.take(plan->padded ? static_cast<size_t>(plan->padded_count) * dtype_size(x.dtype()) : 0);
   carve.take(plan->w_relaid ? static_cast<size_t>(w.numel()) * dtype_size(x.dtype()) : 0);
   carve.take(plan->cudnn_bytes);
   return std::max(bytes, carve.size);
@@ -680,7 +800,7 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   if (!krsc) return graph;  // runs on the host
   const auto plan = conv_plan(ctx, x, w, dy.dims(), dy.layout(), Want{.data = dx, .filter = dw}, *krsc);
   if (plan->use_reference) return graph;
-  const size_t padded = static_cast<size_t>(x.dims()[0] * x.dims()[1] * plan->hp * plan->wp) * dtype_size(x.dtype());
+  const size_t padded = static_cast<size_t>(plan->padded_count) * dtype_size(x.dtype());
   Carve carve{copies};
   carve.take(plan->padded && dw ? padded : 0);
   carve.take(plan->padded && dx ? padded : 0);
@@ -772,8 +892,7 @@ bool conv_grad(KernelContext& ctx) {
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T one = 1, zero = 0;
-    const int64_t padded_count = x.dims()[0] * x.dims()[1] * plan->hp * plan->wp;
-    const size_t padded_bytes = static_cast<size_t>(padded_count) * sizeof(T);
+    const size_t padded_bytes = static_cast<size_t>(plan->padded_count) * sizeof(T);
     Carve carve{in.bytes};
     const size_t xp_at = carve.take(plan->padded && dw ? padded_bytes : 0);
     const size_t dxp_at = carve.take(plan->padded && dx ? padded_bytes : 0);
@@ -781,15 +900,11 @@ bool conv_grad(KernelContext& ctx) {
     const size_t dwc_at = carve.take(plan->w_relaid && dw ? w.nbytes() : 0);
     const size_t ws_at = carve.take(plan->cudnn_bytes);
     char* base = static_cast<char*>(workspace(carve.size));
-    const unsigned blocks = blocks_for(padded_count, kThreads);
     if (dw) {
       const T* src = x.data<T>();
       if (plan->padded) {
         T* xp = reinterpret_cast<T*>(base + xp_at);
-        pad_planes<T><<<blocks, kThreads, 0, c.stream>>>(src, xp, x.dims()[2], x.dims()[3], plan->hp, plan->wp,
-                                                         plan->top, plan->left, padded_count, planes_of(x),
-                                                         planes_of(x, plan->xp_last));
-        check_launch(n, "pad_planes");
+        pad_input(n, *plan, x, src, xp);
         src = xp;
       }
       T* dw_out = plan->w_relaid ? reinterpret_cast<T*>(base + dwc_at) : dw->data<T>();
@@ -814,12 +929,7 @@ bool conv_grad(KernelContext& ctx) {
       };
       check(data(choose_algo(ctx, *plan, 1, "ConvGrad.data", plan->data, data)),
             what(n, "cudnnConvolutionBackwardData"));
-      if (plan->padded) {
-        crop_planes<T><<<blocks_for(dx->numel(), kThreads), kThreads, 0, c.stream>>>(
-            dst, dx->data<T>(), x.dims()[2], x.dims()[3], plan->hp, plan->wp, plan->top, plan->left, dx->numel(),
-            planes_of(*dx), planes_of(*dx, plan->xp_last));
-        check_launch(n, "crop_planes");
-      }
+      if (plan->padded) crop_output(n, *plan, *dx, static_cast<const T*>(dst));
     }
     if (db)
       check(cudnnConvolutionBackwardBias(c.cudnn, &one, plan->y, dy.data<T>(), &zero, plan->bias, db->data<T>()),
@@ -828,13 +938,11 @@ bool conv_grad(KernelContext& ctx) {
   return masked;
 }
 
-// The kernels above take 2-D convolutions (rank 4). A 1-D one (rank 3: N,C,L) runs as
+// The kernels above take 2-D convolutions (rank 4) and 3-D ones (rank 5, NCDHW: cuDNN's
+// N-d descriptors). A 1-D one (rank 3: N,C,L) runs as
 // the 2-D one over N,C,1,L: views of its rank-3 tensors with a unit height (the same
 // bytes: rank-3 values are Plain) and a copy of the node whose window has that height
 // (kernel, stride and dilation 1, no pads: ONNX's 1-D pads [b, e] become [0, b, 0, e]).
-// A 3-D one (rank 5) runs on the host (reference kernel, with the one-line notice) and
-// needs no device workspace.
-constexpr const char* kNot2d = "only 1-D and 2-D convolutions (rank 3, 4) have a cuda kernel; 3-D runs on the host";
 
 // Calls f with ctx's 1-D convolution seen as a 2-D one (above).
 template <typename F>
@@ -853,20 +961,16 @@ auto as_two_d(const KernelContext& ctx, F&& f) {
   return f(c);
 }
 
-Kernel two_d_only(Kernel k) {
+Kernel one_d_as_2d(Kernel k) {
   return [k = std::move(k)](KernelContext& ctx) {
-    const int64_t rank = ctx.in(0).rank();
-    if (rank == 4) return k(ctx);
-    if (rank == 3) return as_two_d(ctx, [&](KernelContext& c) { k(c); });
-    run_reference(ctx, kNot2d);
+    if (ctx.in(0).rank() != 3) return k(ctx);
+    as_two_d(ctx, [&](KernelContext& c) { k(c); });
   };
 }
-WorkspaceRule two_d_only_workspace(WorkspaceRule w) {
+WorkspaceRule one_d_as_2d_workspace(WorkspaceRule w) {
   return [w = std::move(w)](const KernelContext& c) {
-    const int64_t rank = c.in(0).rank();
-    if (rank == 4) return w(c);
-    if (rank == 3) return as_two_d(c, [&](const KernelContext& v) { return w(v); });
-    return size_t{0};
+    if (c.in(0).rank() != 3) return w(c);
+    return as_two_d(c, [&](const KernelContext& v) { return w(v); });
   };
 }
 
@@ -877,14 +981,14 @@ void register_conv_cuda(Registry& r) {
   // Filters Converted: the plan hands these kernels KRSC weights and takes KRSC weight
   // gradients (runtime/layout.h add_layout_copies); ConvGrad reads W only for dX.
   using facts::A, facts::C, facts::P, facts::S;
-  add_if_schema(r, "cuda", "", "Conv", two_d_only([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }),
+  add_if_schema(r, "cuda", "", "Conv", one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }),
                 facts::fixed({{A, C, P}, {A}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv",
-                two_d_only([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }),
+                one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }),
                 facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", two_d_only(with_dx_relu(conv_grad, *relu_grad)),
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", one_d_as_2d(with_dx_relu(conv_grad, *relu_grad)),
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
@@ -901,15 +1005,15 @@ void register_conv_cuda(Registry& r) {
       return s;
     });
   if (r.kernels.find("cuda", "", "Conv"))
-    r.kernels.set_workspace("cuda", "", "Conv", two_d_only_workspace([](const KernelContext& c) {
+    r.kernels.set_workspace("cuda", "", "Conv", one_d_as_2d_workspace([](const KernelContext& c) {
                               return conv_forward_workspace(c, false);
                             }));
   if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", two_d_only_workspace([](const KernelContext& c) {
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", one_d_as_2d_workspace([](const KernelContext& c) {
                               return conv_forward_workspace(c, true);
                             }));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", two_d_only_workspace(conv_grad_workspace));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", one_d_as_2d_workspace(conv_grad_workspace));
 }
 
 }  // namespace trainrt::cuda

@@ -28,14 +28,14 @@ expect_row() {  # op domain pattern-of-the-rest
   echo "$r" | grep -Eq "^\| $1 \| $2 \| $3" || fail "row of $2 $1 is '$r', expected '$3'"
 }
 # op | domain | opsets | ranks | gradient | reference | cpu [| cuda]
-expect_row Conv ai.onnx "[0-9]+\+ \| 3-5 \(1-D, 2-D, 3-D; cuda: 2-D, others on the host\) \| yes \| yes \| yes \|"
+expect_row Conv ai.onnx "[0-9]+\+ \| 3-5 \(1-D, 2-D, 3-D; cuda: all three, 1-D as 2-D over a unit height\) \| yes \| yes \| yes \|"
 expect_row MaxPool ai.onnx "[0-9]+\+ \| 3-5 \(1-D, 2-D, 3-D\) \| yes \| yes \| yes \|"
 expect_row GlobalMaxPool ai.onnx "[0-9]+\+ \| >= 3 \(N-D\) \| yes \| yes \| yes \|"
 expect_row BatchNormalization ai.onnx "[0-9]+\+ \| >= 2 \(N,C,...\) \| yes \| yes \| yes \|"
 expect_row Relu ai.onnx "[0-9]+\+ \| spec \| yes \| yes \| yes \|"
 expect_row Constant ai.onnx "[0-9]+\+ \| spec \| no: non-differentiable \| yes \|"
 expect_row LogSoftmaxGrad ai.trainrt "any \| spec \| no: internal op \| yes \| reference fallback \|"
-expect_row ConvGrad ai.trainrt "any \| 3-5 \(1-D, 2-D, 3-D; cuda: 2-D, others on the host\) \| no: internal op \| yes \| yes \|"
+expect_row ConvGrad ai.trainrt "any \| 3-5 \(1-D, 2-D, 3-D; cuda: all three, 1-D as 2-D over a unit height\) \| no: internal op \| yes \| yes \|"
 expect_row Momentum ai.onnx.preview.training "any \| spec \| no: optimizer update \| yes \| reference fallback \|"
 
 # Rows sorted by domain, then op; every op once; the text table has the same rows.
