@@ -53,6 +53,7 @@ chmod +x "$out.tmp/run.sh"
 cp tests/data/mlp_matmul.onnx "$out.tmp/"  # run.sh's selftest of the matrix products (MatMul, Gemm)
 cp tests/data/mobile_cnn.onnx "$out.tmp/"  # and of the mobile networks' blocks (depthwise, SE, shuffle, SiLU)
 cp tests/data/seq_cnn.onnx "$out.tmp/"     # and of 1-D convolutions (run as 2-D over a unit height)
+cp tests/data/video_cnn.onnx "$out.tmp/"   # and of 3-D convolutions (cuDNN's N-d descriptors)
 cp tools/bench_pytorch_gpu.py tools/bench_pytorch.py tools/wrn_reference.py "$out.tmp/"  # PyTorch on the same GPU
 "$bin" --version >"$out.tmp/BUILD"
 # `trainrt --version` names the GPU architectures the kernels were compiled for: setup.sh

@@ -30,9 +30,11 @@
 #   d  selftest_strict  the default small selftest in strict fp32
 #   d  selftest_fp16    as selftest_bf16, in fp16
 #   d  selftest_seq_cnn 1-D convolutions, pooling and batch norm (tests/data/seq_cnn.onnx), fp32
+#   d  selftest_video_cnn 3-D convolutions (cuDNN's N-d descriptors), pooling and batch norm
+#                       (tests/data/video_cnn.onnx), fp32
 #   d  bench_b128_fp32, bench_b128_bf16, then pytorch_more (PyTorch at batch 128)
 #   f  selftest_nchw, selftest_{mlp_matmul,mobile_cnn}_{fp32,bf16,fp16} (tests/data models),
-#      selftest_seq_cnn_{bf16,fp16},
+#      selftest_seq_cnn_{bf16,fp16}, selftest_video_cnn_{bf16,fp16},
 #      bench_b32_bf16, bench_b1024_fp32, bench_b{32,128,1024}_fp16, pytorch_more's points
 # The budget counts from run.sh's start. A phase starts only with at least
 # TRAINRT_KIT_MIN_PHASE_S (20) of it left, and runs at most what is left less the kill
@@ -439,6 +441,7 @@ pytorch q pytorch 32:fp32,1024:bf16
 run_phase d selftest_strict "$t_selftest" "${trainrt[@]}" selftest --device cuda
 run_phase d selftest_fp16 "$t_selftest" "${trainrt[@]}" selftest --device cuda "${wide[@]}" --precision fp16
 run_phase d selftest_seq_cnn "$t_selftest" "${trainrt[@]}" selftest "$here/seq_cnn.onnx" --device cuda
+run_phase d selftest_video_cnn "$t_selftest" "${trainrt[@]}" selftest "$here/video_cnn.onnx" --device cuda
 bench d 128 fp32
 bench d 128 bf16
 
@@ -450,6 +453,7 @@ for m in mlp_matmul mobile_cnn; do
 done
 for p in bf16 fp16; do
   run_phase f "selftest_seq_cnn_$p" "$t_selftest" "${trainrt[@]}" selftest "$here/seq_cnn.onnx" --device cuda --precision "$p"
+  run_phase f "selftest_video_cnn_$p" "$t_selftest" "${trainrt[@]}" selftest "$here/video_cnn.onnx" --device cuda --precision "$p"
 done
 bench f 32 bf16
 bench f 1024 fp32

@@ -27,7 +27,7 @@ grep -q "^trainrt " "$tmp/version.log" || fail "bundled --version printed no ver
 # The carried libraries run real work: the cpu kernels against the reference backend.
 "$bundle/run.sh" trainrt selftest --widths 4,4,4,4 --batch 2 >"$tmp/selftest.log" 2>&1 ||
   fail "bundled selftest --device cpu: $(tail -3 "$tmp/selftest.log")"
-for model in mlp_matmul mobile_cnn seq_cnn; do
+for model in mlp_matmul mobile_cnn seq_cnn video_cnn; do
   "$bundle/run.sh" trainrt selftest "$bundle/$model.onnx" >"$tmp/selftest_$model.log" 2>&1 ||
     fail "bundled selftest of $model.onnx: $(tail -3 "$tmp/selftest_$model.log")"
 done

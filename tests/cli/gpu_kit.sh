@@ -80,7 +80,7 @@ start=$SECONDS
 kit "$tmp/r1"
 took=$((SECONDS - start))
 [ "$rc" -eq 1 ] || fail "default run with a failed phase exited $rc, expected 1: $(tail -5 "$tmp/r1.out")"
-want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict selftest_fp16 selftest_seq_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
+want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
 [ "$(phases "$tmp/r1")" = "$want" ] || fail "default phases: '$(phases "$tmp/r1")', expected '$want'"
 [ "$took" -le 12 ] || fail "default run took $took s: the hang cost more than its phase's 2 s timeout"
 hung=$(sed -n 's/^===== bench_b1024_bf16: TIMED OUT (limit 2 s), \([0-9]*\) s$/\1/p' "$tmp/r1/run.log")
@@ -129,7 +129,7 @@ want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 
 [ "$(phases "$tmp/r2")" = "$want" ] || fail "--quick phases: '$(phases "$tmp/r2")', expected '$want'"
 grep -q -- "--points 32:fp32,1024:bf16 " "$tmp/r2.calls" || fail "--quick: PyTorch not at the two points"
 T_BENCH=1 kit "$tmp/r3" --full
-for p in selftest_nchw selftest_mlp_matmul_fp16 selftest_mobile_cnn_bf16 bench_b32_bf16 bench_b1024_fp32 bench_b1024_fp16 pytorch_more; do
+for p in selftest_nchw selftest_mlp_matmul_fp16 selftest_mobile_cnn_bf16 selftest_video_cnn_fp16 bench_b32_bf16 bench_b1024_fp32 bench_b1024_fp16 pytorch_more; do
   phases "$tmp/r3" | grep -qw "$p" || fail "--full lacks $p: $(phases "$tmp/r3")"
 done
 phases "$tmp/r3" | grep -q "^version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict" ||

@@ -104,6 +104,17 @@ grep -q "^cuda host fallbacks of the model graph: Cast (1)$" "$tmp/sm" ||
 /usr/bin/python3 -c 'import json, sys; f = json.load(open(sys.argv[1]))["cuda_host_fallbacks"]; assert f["model"] == ["Cast (1)"], f' \
   "$tmp/sm.json" || fail "inspect --json lacks Cast: $(head -c 300 "$tmp/sm.json")"
 
+# tests/data/video_cnn.onnx (3-D convolutions, BatchNorm, MaxPool, GlobalAveragePool):
+# every op of its graphs has a cuda kernel. (The list names ops without one; the rank-5
+# convolutions, which ran on the host by rank before they had an N-d path, were never on
+# it: the kernel's own rank test decided that at run time.)
+"$trainrt" inspect "$src/tests/data/video_cnn.onnx" --training --device cuda >"$tmp/video" ||
+  fail "inspect --training --device cuda of video_cnn.onnx exited $?"
+for g in "model graph" "evaluation graph" "fused training graph"; do
+  grep -q "^cuda host fallbacks of the $g: none$" "$tmp/video" ||
+    fail "video_cnn $g has host fallbacks: $(grep "host fallbacks of the $g" "$tmp/video")"
+done
+
 # An unrolled LSTM: its Splits (X.W^T over the time steps, each step's gates) have a cuda
 # kernel, so Split is not on the list.
 /usr/bin/python3 - "$tmp/lstm.onnx" <<'PY'

@@ -100,6 +100,12 @@ done
   fail "selftest seq_cnn.onnx exited $?: $(cat "$tmp/err")"
 grep "forward (inference" "$tmp/out" | grep -q " 11 values" ||
   fail "selftest seq_cnn.onnx: not every forward value compared: $(cat "$tmp/out")"
+# tests/data/video_cnn.onnx (tests/data/video_cnn.py): 3-D convolutions (biased, grouped
+# and dilated, strided with SAME_UPPER's uneven pads), batch norm, MaxPool over N,C,D,H,W.
+"$trainrt" selftest "$src/tests/data/video_cnn.onnx" --device cpu >"$tmp/out" 2>"$tmp/err" ||
+  fail "selftest video_cnn.onnx exited $?: $(cat "$tmp/err")"
+grep "forward (inference" "$tmp/out" | grep -q " 10 values" ||
+  fail "selftest video_cnn.onnx: not every forward value compared: $(cat "$tmp/out")"
 expect_error 2 "--widths: sizes the built-in Wide ResNet" -- \
   "$trainrt" selftest "$src/tests/data/mlp_matmul.onnx" --widths 4,8,12,16
 expect_error 2 "two_inputs.onnx: selftest needs one graph input (the images), the model has 2" -- \
