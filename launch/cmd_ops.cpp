@@ -135,10 +135,10 @@ void print_markdown(const Row& header, const std::vector<Row>& body) {
       "step a Gemm with R, Split, the activations, Mul and Add; Where masks with sequence_lens), so\n"
       "autodiff and every backend run them as they run those ops (graph/expand_recurrent.cpp). All\n"
       "directions, layouts, optional inputs and outputs, clip, input_forget and linear_before_reset are\n"
-      "taken; activations Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Affine, ScaledTanh and\n"
-      "ThresholdedRelu (Elu, Softsign and Softplus are refused). Memory grows linearly with the\n"
-      "sequence length: the backward keeps each step's gates and states, and sums the T per-step\n"
-      "gradients of R eight at a time as they arrive. A sequence length that is not a number is refused.\n\n");
+      "taken; every activation the spec lists: Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Affine,\n"
+      "ScaledTanh, ThresholdedRelu, Elu, Softsign and Softplus. Memory grows linearly with the sequence\n"
+      "length: the backward keeps each step's gates and states, and sums the T per-step gradients of R\n"
+      "eight at a time as they arrive. A sequence length that is not a number is refused.\n\n");
   auto line = [](const Row& r) {
     std::string s = "|";
     for (const std::string& c : r) s += " " + c + " |";
