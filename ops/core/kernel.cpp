@@ -74,6 +74,13 @@ void KernelRegistry::add(const std::string& backend, const std::string& domain, 
   auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
   if (kernels_.count(key)) throw_internal("KernelRegistry", backend + " kernel for '" + op_type + "' registered twice");
   kernels_.emplace(key, std::move(k));
+  if (!source_.empty()) sources_[key] = source_;
+}
+
+std::string KernelRegistry::source(const std::string& backend, const std::string& domain,
+                                   const std::string& op_type) const {
+  auto it = sources_.find(std::make_tuple(backend, canonical_domain(domain), op_type));
+  return it == sources_.end() ? std::string() : it->second;
 }
 
 const Kernel* KernelRegistry::find(const std::string& backend, const std::string& domain,

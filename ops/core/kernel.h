@@ -216,6 +216,11 @@ class KernelRegistry {
   void add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k);
   const Kernel* find(const std::string& backend, const std::string& domain, const std::string& op_type) const;
   std::vector<std::string> ops_of(const std::string& backend) const;  // "domain::op" or "op"
+  // The source file whose registration function adds the kernels that follow (set by
+  // register_all before each family's function), and the file each kernel came from
+  // ("" where none was set): `trainrt ops --kernels` groups a backend's kernels by it.
+  void set_source(std::string file) { source_ = std::move(file); }
+  std::string source(const std::string& backend, const std::string& domain, const std::string& op_type) const;
   // Declares which arguments the backend's kernel for the op takes in Blocked16c.
   void set_layouts(const std::string& backend, const std::string& domain, const std::string& op_type, LayoutRule r);
   // The declared layouts of `n`'s kernel on `backend`; all Plain when none was declared.
@@ -245,6 +250,8 @@ class KernelRegistry {
   std::map<std::pair<std::string, std::string>, InPlaceRule> in_place_;
   std::set<std::tuple<std::string, std::string, std::string>> skips_;
   std::map<std::tuple<std::string, std::string, std::string>, WorkspaceRule> workspace_;
+  std::map<std::tuple<std::string, std::string, std::string>, std::string> sources_;
+  std::string source_;
 };
 
 }  // namespace trainrt
