@@ -1,5 +1,5 @@
-// Pooling: MaxPool (opset 12 semantics), AveragePool (opset 11), GlobalAveragePool,
-// GlobalMaxPool.
+// Pooling: MaxPool (opset 12 semantics), AveragePool (opset 19: opset 11's with
+// dilations), GlobalAveragePool, GlobalMaxPool.
 //
 //   MaxPool      x: N,C,spatial... -> y: N,C,out...  (+ Indices: int64, same shape)
 //   AveragePool  x: N,C,spatial... -> y: N,C,out...
@@ -13,9 +13,11 @@
 // MaxPool ignores padded positions; Indices are ONNX's flattened indices into x
 // (they include the N and C offsets, never the padding): row-major for
 // storage_order 0, column-major (d + h*D + w*D*H) for storage_order 1.
-// AveragePool divides by the number of real input elements in the window
-// (count_include_pad 0) or by the window positions inside input plus pads
-// (count_include_pad 1; the part of a ceil_mode window past the end pad is not counted).
+// AveragePool divides by the number of the window's taps on real input elements
+// (count_include_pad 0) or by its taps inside input plus pads (count_include_pad 1; the
+// taps of a ceil_mode window past the end pad are not counted); its taps are dilations
+// apart (opset 19's attribute, taken whatever opset the model imports), and a dilated
+// window whose taps all miss the input averages nothing: NaN (count_include_pad 0).
 // FLOPs: one per window element and output (a compare or an add); Global: one per input.
 //
 // Backward ops (ai.trainrt), attributes copied from the forward node:
@@ -171,13 +173,13 @@ void averagepool_reference(const Pool3& g, const T* x, T* y, bool count_include_
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
           double sum = 0;
           for (int64_t a = 0; a < g.k[0]; ++a) {
-            const int64_t id = od * g.s[0] - g.pb[0] + a;
+            const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
             if (id < 0 || id >= D) continue;
             for (int64_t b = 0; b < g.k[1]; ++b) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + b;
+              const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
               if (ih < 0 || ih >= H) continue;
               for (int64_t c = 0; c < g.k[2]; ++c) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + c;
+                const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
                 if (iw < 0 || iw >= W) continue;
                 sum += static_cast<double>(x[((p * D + id) * H + ih) * W + iw]);
               }
@@ -202,13 +204,13 @@ void averagepool_grad_reference(const Pool3& g, const T* dy, T* dx, bool count_i
           const double share = static_cast<double>(dy[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow]) /
                                static_cast<double>(average_divisor(g, o[0], o[1], o[2], count_include_pad));
           for (int64_t a = 0; a < g.k[0]; ++a) {
-            const int64_t id = od * g.s[0] - g.pb[0] + a;
+            const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
             if (id < 0 || id >= D) continue;
             for (int64_t b = 0; b < g.k[1]; ++b) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + b;
+              const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
               if (ih < 0 || ih >= H) continue;
               for (int64_t c = 0; c < g.k[2]; ++c) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + c;
+                const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
                 if (iw < 0 || iw >= W) continue;
                 acc[static_cast<size_t>(((p * D + id) * H + ih) * W + iw)] += share;
               }
@@ -394,7 +396,7 @@ void register_pool(Registry& r) {
   avg.since_version = 11;
   avg.infer = [](InferContext& ctx) { pool_infer(ctx, false); };
   avg.flops = pool_flops;
-  avg.attributes = {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"};
+  avg.attributes = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"};
   r.schemas.add(std::move(avg));
   r.kernels.add("reference", "", "AveragePool", averagepool_kernel);
 
@@ -429,8 +431,9 @@ void register_pool(Registry& r) {
       grad_schema("MaxPoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, true); },
                   {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}));
   r.kernels.add("reference", kTrainrtDomain, "MaxPoolGrad", maxpool_grad_kernel);
-  r.schemas.add(grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
-                            {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
+  r.schemas.add(
+      grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
+                  {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}));
   r.kernels.add("reference", kTrainrtDomain, "AveragePoolGrad", averagepool_grad_kernel);
   r.schemas.add(grad_schema("GlobalAveragePoolGrad",
                             [](InferContext& ctx) { global_pool_grad_infer(ctx, "GlobalAveragePool"); }, {}));

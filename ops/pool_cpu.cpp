@@ -6,7 +6,10 @@
 // ONNX and oneDNN agree on the window; they differ in how the output size is
 // stated. oneDNN needs padding_r such that out = (in + pb + pr - extent)/s + 1
 // exactly, so pr is derived from the output size the shape rule computed
-// (ceil_mode makes it larger than the ONNX end pad). Falls back to the reference
+// (ceil_mode makes it larger than the ONNX end pad). Dilations go to pooling_v2 for
+// AveragePool (opset 19) as for MaxPool: its divisors count a dilated window's taps on
+// real elements (exclude padding) or all of them (include padding: exact where pr is at
+// most the ONNX end pad, as below). Falls back to the reference
 // kernel for: MaxPool's Indices output, AveragePool counting padding when that
 // derived pr exceeds the ONNX end pad (the divisor rules differ there), and
 // windows oneDNN rejects. X and Y are row-major or Blocked16c (runtime/layout.h):

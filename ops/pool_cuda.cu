@@ -6,7 +6,7 @@
 // Registered by register_all (ops/core/register_all.cpp).
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
-//   AveragePool      x: N,C,spatial... -> y: N,C,out...
+//   AveragePool      x: N,C,spatial... -> y: N,C,out... (dilations: opset 19)
 //   MaxPoolGrad      (dY, X) -> dX: dY to its window's argmax, recomputed from X (each
 //                    window's argmax tap in the workspace: 1 byte up to 256 taps, else 4)
 //   AveragePoolGrad  (dY, X) -> dX: dY / divisor to every real element of its window
@@ -77,7 +77,7 @@ __global__ void maxpool_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ly, const T* x, 
   POOL_LOOP(I, o, count) pool_index::maxpool_at(g, lx, ly, x, o, lowest, column_major, y, idx);
 }
 
-// x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each window (AveragePool has no dilations).
+// x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each (dilated) window.
 template <typename T, typename I>
 __global__ void averagepool_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ly, const T* x, T* y, bool include_pad) {
   const I count = g.planes * g.out_size();

@@ -213,7 +213,7 @@ TEST_CASE("gradcheck: MaxPool with its Indices output requested (Indices carries
   check(net, y);
 }
 
-TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAME, 1-D and 3-D") {
+TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAME, dilations, 1-D and 3-D") {
   struct Case {
     std::string what;
     std::vector<int64_t> x;
@@ -256,6 +256,28 @@ TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAM
         {"3-D",
          {1, 1, 4, 4, 4},
          {{"kernel_shape", ints({2, 3, 2})}, {"pads", ints({0, 1, 1, 1, 1, 0})}, {"count_include_pad", c}}});
+    // opset 19's dilations: overlapping dilated windows, a ceil window's taps past the end pad
+    cases.push_back({"dilation 2, stride 2, pads 1, ceil_mode",
+                     {1, 2, 9, 8},
+                     {{"kernel_shape", ints({3, 3})},
+                      {"strides", ints({2, 2})},
+                      {"dilations", ints({2, 2})},
+                      {"pads", ints({1, 1, 1, 1})},
+                      {"ceil_mode", Attribute::of_int(1)},
+                      {"count_include_pad", c}}});
+    cases.push_back({"1-D dilation 3, SAME_UPPER",
+                     {2, 2, 10},
+                     {{"kernel_shape", ints({3})},
+                      {"dilations", ints({3})},
+                      {"auto_pad", Attribute::of_string("SAME_UPPER")},
+                      {"count_include_pad", c}}});
+    cases.push_back({"3-D dilations 1,2,3",
+                     {1, 1, 4, 5, 7},
+                     {{"kernel_shape", ints({2, 2, 2})},
+                      {"strides", ints({1, 2, 2})},
+                      {"dilations", ints({1, 2, 3})},
+                      {"pads", ints({1, 0, 1, 0, 1, 1})},
+                      {"count_include_pad", c}}});
   }
   cases.push_back({"7x7 stride 7 on 8x8 (the reference model's CIFAR quirk)",
                    {2, 3, 8, 8},

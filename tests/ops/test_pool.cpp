@@ -2,8 +2,11 @@
 // count_include_pad, Indices), a padded-copy oracle in fp64, errors, symbolic batch.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 
+#include "golden_files.h"
 #include "graph/error.h"
 #include "test_util.h"
 
@@ -190,6 +193,127 @@ TEST_CASE("AveragePool: pads with and without count_include_pad, ceil overhang")
   CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 3}, {1.5, 3.5, 5})) == 0);
 }
 
+namespace {
+
+// tests/data/avgpool_dilations.txt (tools/golden_avgpool_dilations.py): AveragePool-19
+// cases with dilations, computed tap by tap from the spec's definition in float64.
+struct DilatedCase {
+  std::string what;
+  std::map<std::string, Attribute> attrs;
+  Tensor x, y, dy, dx;
+};
+
+std::vector<DilatedCase> load_dilated_cases() {
+  std::ifstream in(golden_file(std::string(TRAINRT_TEST_DATA) + "/avgpool_dilations.txt"));
+  REQUIRE(in);
+  std::vector<DilatedCase> cases;
+  std::vector<int64_t> x_shape, y_shape;
+  const auto ints_of = [](const std::string& csv) {
+    std::vector<int64_t> v;
+    std::istringstream ss(csv);
+    for (std::string t; std::getline(ss, t, ',');) v.push_back(std::stoll(t));
+    return v;
+  };
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    if (kind.empty() || kind[0] == '#') continue;
+    if (kind == "case") {
+      cases.emplace_back();
+      cases.back().what = line.substr(5);
+      for (std::string kv; ls >> kv;) {
+        const std::string key = kv.substr(0, kv.find('=')), value = kv.substr(kv.find('=') + 1);
+        if (key == "auto_pad")
+          cases.back().attrs[key] = Attribute::of_string(value);
+        else if (key == "ceil_mode" || key == "count_include_pad")
+          cases.back().attrs[key] = Attribute::of_int(std::stoll(value));
+        else
+          cases.back().attrs[key] = Attribute::of_ints(ints_of(value));
+      }
+      continue;
+    }
+    std::vector<double> v;
+    for (double d; ls >> d;) v.push_back(d);
+    if (kind == "x_shape" || kind == "y_shape") {
+      (kind == "x_shape" ? x_shape : y_shape).assign(v.begin(), v.end());
+      continue;
+    }
+    REQUIRE(!cases.empty());
+    Tensor t = tensor_of(DataType::Float64, kind == "x" || kind == "dx" ? x_shape : y_shape, v);
+    if (kind == "x") cases.back().x = t;
+    if (kind == "y") cases.back().y = t;
+    if (kind == "dy") cases.back().dy = t;
+    if (kind == "dx") cases.back().dx = t;
+  }
+  return cases;
+}
+
+Tensor as_f32(const Tensor& t) {
+  Tensor r(DataType::Float32, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) r.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("AveragePool-19 dilations: reference and cpu against the spec's tap-by-tap golden data, with the gradient") {
+  const std::vector<DilatedCase> cases = load_dilated_cases();
+  REQUIRE(cases.size() == 12);
+  for (const DilatedCase& c : cases) {
+    CAPTURE(c.what);
+    const Node fwd = make_node("AveragePool", {"x"}, {"y"}, c.attrs);
+    const Node bwd = make_node("AveragePoolGrad", {"dy", "x"}, {"dx"}, c.attrs, kTrainrtDomain);
+    // fp64 on the reference backend: the golden values to rounding.
+    CHECK(max_abs_diff(run_node(fwd, {{"x", c.x}}, "reference").at("y"), c.y) < 1e-12);
+    CHECK(max_abs_diff(run_node(bwd, {{"dy", c.dy}, {"x", c.x}}, "reference").at("dx"), c.dx) < 1e-12);
+    // fp32 on both backends (the cpu one's oneDNN pooling_v2 with dilation).
+    const Tensor x32 = as_f32(c.x), dy32 = as_f32(c.dy);
+    for (const char* backend : {"reference", "cpu"}) {
+      CAPTURE(std::string(backend));
+      CHECK(max_abs_diff(run_node(fwd, {{"x", x32}}, backend).at("y"), c.y) < 1e-5);
+      CHECK(max_abs_diff(run_node(bwd, {{"dy", dy32}, {"x", x32}}, backend).at("dx"), c.dx) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("AveragePool-19 dilations by hand: taps past the end pad and taps that skip the input") {
+  // 1-D, 11 values 1..11, k2 dilation 3 stride 2, pads 1,1, ceil_mode: windows start at
+  // -1, 1, ..., 9 with taps (start, start + 3); the last one's tap 12 lies past the end
+  // pad, so it never counts; the first one's tap -1 is padding.
+  Tensor x = iota(DataType::Float64, {1, 1, 11});
+  Node n = make_node("AveragePool", {"x"}, {"y"},
+                     {{"kernel_shape", Attribute::of_ints({2})},
+                      {"strides", Attribute::of_ints({2})},
+                      {"dilations", Attribute::of_ints({3})},
+                      {"pads", Attribute::of_ints({1, 1})},
+                      {"ceil_mode", Attribute::of_int(1)}});
+  TensorMap out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 6}, {3, 3.5, 5.5, 7.5, 9.5, 10})) == 0);
+  n.attrs["count_include_pad"] = Attribute::of_int(1);
+  out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 6}, {1.5, 3.5, 5.5, 7.5, 9.5, 10})) == 0);
+  // Its gradient, dY = 1: every tap on x gets 1/2, x[9] (the last window's only
+  // counted tap) 1, x[0] (no window's tap) 0.
+  Tensor dy = tensor_of(DataType::Float64, {1, 1, 6}, {1, 1, 1, 1, 1, 1});
+  Node g = make_node("AveragePoolGrad", {"dy", "x"}, {"dx"}, n.attrs, kTrainrtDomain);
+  CHECK(max_abs_diff(run_node(g, {{"dy", dy}, {"x", x}}, "reference").at("dx"),
+                     tensor_of(DataType::Float64, {1, 1, 11}, {0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 0.5})) ==
+        0);
+
+  // One value, k2 dilation 2, pads 1,1: the one window's taps -1 and 1 both miss x. Its
+  // mean over real elements is 0/0 (NaN); with count_include_pad it is 0/2.
+  Node e = make_node("AveragePool", {"x"}, {"y"},
+                     {{"kernel_shape", Attribute::of_ints({2})},
+                      {"dilations", Attribute::of_ints({2})},
+                      {"pads", Attribute::of_ints({1, 1})}});
+  const Tensor one = iota(DataType::Float64, {1, 1, 1});
+  CHECK(std::isnan(run_node(e, {{"x", one}}, "reference").at("y").data<double>()[0]));
+  e.attrs["count_include_pad"] = Attribute::of_int(1);
+  CHECK(run_node(e, {{"x", one}}, "reference").at("y").data<double>()[0] == 0);
+}
+
 TEST_CASE("MaxPool and AveragePool: fp64 against the padded-copy oracle, fp32 alike") {
   struct Case {
     std::vector<int64_t> k, s, pads;
@@ -326,12 +450,19 @@ TEST_CASE("Pooling: bad attributes give one-line errors naming the node") {
     CHECK(msg.find(c.want) != std::string::npos);
     CHECK(kind == ErrorKind::BadInput);
   }
-  // AveragePool dilations (opset 19) are not implemented
-  ErrorKind kind = ErrorKind::Internal;
-  std::string msg = error_of(
-      make_node("AveragePool", {"x"}, {"y"}, {{"kernel_shape", k({2, 2})}, {"dilations", k({2, 2})}}), ok, &kind);
-  CHECK(kind == ErrorKind::Unsupported);
-  CHECK(msg.find("attribute 'dilations' is not supported") != std::string::npos);
+  // AveragePool's dilations (opset 19) are checked as MaxPool's
+  for (const auto& [d, want] : std::vector<std::pair<std::vector<int64_t>, std::string>>{
+           {{0, 1}, "attribute 'dilations' must be >= 1, got [0,1]"},
+           {{2, 2, 2}, "attribute 'dilations' has 3 values, expected 2 for 2 spatial dims"}}) {
+    ErrorKind kind = ErrorKind::Internal;
+    const std::string msg =
+        error_of(make_node("AveragePool", {"x"}, {"y"}, {{"kernel_shape", k({2, 2})}, {"dilations", k(d)}}), ok, &kind);
+    CAPTURE(msg);
+    CHECK(kind == ErrorKind::BadInput);
+    CHECK(msg.find("(AveragePool)") != std::string::npos);
+    CHECK(msg.find(want) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
 }
 
 TEST_CASE("Pooling: symbolic batch propagates through shape inference; FLOPs") {

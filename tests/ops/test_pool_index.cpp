@@ -1,7 +1,8 @@
 // The cuda pooling kernels' per-element functions (ops/core/pool_index.h), run on the
 // host for every element of several shapes, NCHW and NHWC, in int32_t and int64_t index
 // math, general and tiled (kernel == stride) windows, against the reference backend's
-// MaxPool, AveragePool and their gradients: what the GPU computes, element by element.
+// MaxPool, AveragePool (dilated too) and their gradients: what the GPU computes, element by
+// element.
 //
 // The values are small integers (many tied maxima) and dY multiples of 1/4, so every sum
 // is exact whatever its order and the comparisons are bit for bit, except
@@ -143,8 +144,20 @@ const std::vector<Case> kCases = {
     {"k3 s2 pads 1 count_include_pad", {1, 4, 9, 7}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {}, false, true},
     {"k3 s2 ceil_mode (overlap, ceil)", {2, 3, 8, 8}, {3, 3}, {2, 2}, {}, {}, true},
     {"k2x3 s1x2 pads 1,0,0,1 include_pad ceil", {2, 2, 6, 7}, {2, 3}, {1, 2}, {1, 0, 0, 1}, {}, true, true},
-    {"k3 s1 dilation 2 pads 2 (MaxPool)", {1, 3, 6, 6}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, false, false, true},
-    {"k2 s2 dilation 2 (MaxPool, not tiled)", {1, 2, 9, 9}, {2, 2}, {2, 2}, {}, {2, 2}, false, false, true},
+    {"k3 s1 dilation 2 pads 2", {1, 3, 6, 6}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}},
+    {"k3 s1 dilation 2 pads 2 count_include_pad", {1, 3, 6, 6}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, false, true},
+    {"k2 s2 dilation 2 (not tiled)", {1, 2, 9, 9}, {2, 2}, {2, 2}, {}, {2, 2}},
+    {"k3 s2 dilation 2 pads 1 ceil include_pad (taps past the end pad)",
+     {2, 3, 9, 8},
+     {3, 3},
+     {2, 2},
+     {1, 1, 1, 1},
+     {2, 2},
+     true,
+     true},
+    {"k3 s2 dilation 2 pads 1 ceil", {2, 3, 9, 8}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}, true},
+    {"3-D dilations 1,2,3 pads", {1, 2, 5, 6, 8}, {2, 2, 2}, {1, 2, 2}, {1, 0, 1, 0, 1, 1}, {1, 2, 3}, false, true},
+    {"1-D k2 dilation 3 pad 1 ceil include_pad", {2, 3, 11}, {2}, {2}, {1, 1}, {3}, true, true},
     {"17x17 window (int32 argmax)", {1, 2, 20, 20}, {17, 17}, {3, 3}, {1, 1, 1, 1}},
     {"3-D k2 s2", {1, 2, 4, 6, 4}, {2, 2, 2}, {2, 2, 2}},
     {"1-D k3 s2 pad 1 ceil", {2, 3, 10}, {3}, {2}, {1, 1}, {}, true},
@@ -222,10 +235,10 @@ TEST_CASE("pool index: tiled windows are exactly the kernel == stride, unpadded,
   for (int32_t h = 0; h < 32; ++h)
     for (int32_t w = 0; w < 32; ++w) {
       std::vector<int32_t> a, b;
-      for_windows_of<true>(gi, int32_t{0}, h, w, true, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
+      for_windows_of<true>(gi, int32_t{0}, h, w, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
         a.insert(a.end(), {od, oh, ow, tap});
       });
-      for_windows_of<false>(gi, int32_t{0}, h, w, true, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
+      for_windows_of<false>(gi, int32_t{0}, h, w, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
         b.insert(b.end(), {od, oh, ow, tap});
       });
       wrong += a != b || a.size() != 4;
