@@ -7,6 +7,8 @@
 //   y[o] = averagepool_at(gi, lx, ly, x, o, include_pad);    // per output storage offset o
 //   arg[o] = argmax_tap_at<uint8_t>(gi, lx, ldy, x, o);      // MaxPoolGrad's scratch
 //   dx[i] = maxpool_grad_at<tiled>(gi, ldy, ldx, dy, arg, i);
+//   PlaneMax<T, I> m = plane_max_scan(plane, size, t, threads, step);  // GlobalMaxPool: thread t
+//   plane_max_merge(m, other); at = plane_max_pos(plane, m);           // the reference's position
 //
 // Why: one thread per element, so what costs is the index math per element. In int32_t
 // (every tensor here has fewer than about 2^31 elements: fits_int32) a division is a few
@@ -222,6 +224,44 @@ TRAINRT_HOST_DEVICE T averagepool_grad_at(const PoolDims<I>& g, const Lay<I>& ld
     acc += dy[o] / static_cast<T>(average_divisor(g, od, oh, ow, include_pad));
   });
   return acc;
+}
+
+// GlobalMaxPool and its gradient (ops/pool_cuda.cu): a plane's maximum and its position by
+// the reference's rule (ops/pool.cpp plane_argmax: the first maximum; a NaN never compares
+// greater, so a plane whose first element is NaN keeps position 0 and any later NaN is
+// passed over), found by several threads. Each scans positions first, first + stride, ...
+// (plane_max_scan); partial results merge in any order and grouping (plane_max_merge: the
+// larger value, the lower position between equal ones: one total order, so every
+// reduction tree picks the same element); plane_max_pos then applies the NaN-first rule.
+template <typename T, typename I>
+struct PlaneMax {
+  T v;
+  I at;  // < 0: no non-NaN element seen
+};
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE PlaneMax<T, I> plane_max_none() {
+  return PlaneMax<T, I>{T(0), I(-1)};
+}
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE void plane_max_take(PlaneMax<T, I>& m, T v, I at) {
+  if (!(v == v)) return;  // NaN
+  if (m.at < 0 || v > m.v || (v == m.v && at < m.at)) m = PlaneMax<T, I>{v, at};
+}
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE void plane_max_merge(PlaneMax<T, I>& m, const PlaneMax<T, I>& other) {
+  if (other.at >= 0) plane_max_take(m, other.v, other.at);
+}
+// Positions first, first + stride, ... below size of a plane whose elements are `step` apart.
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE PlaneMax<T, I> plane_max_scan(const T* plane, I size, I first, I stride, I step) {
+  PlaneMax<T, I> m = plane_max_none<T, I>();
+  for (I i = first; i < size; i += stride) plane_max_take(m, plane[i * step], i);
+  return m;
+}
+// The reference's position from the merged result of every position of a non-empty plane.
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE I plane_max_pos(const T* plane, const PlaneMax<T, I>& m) {
+  return !(plane[0] == plane[0]) || m.at < 0 ? I(0) : m.at;
 }
 
 }  // namespace trainrt::pool_index

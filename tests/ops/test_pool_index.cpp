@@ -1,8 +1,8 @@
 // The cuda pooling kernels' per-element functions (ops/core/pool_index.h), run on the
 // host for every element of several shapes, NCHW and NHWC, in int32_t and int64_t index
 // math, general and tiled (kernel == stride) windows, against the reference backend's
-// MaxPool, AveragePool (dilated too) and their gradients: what the GPU computes, element by
-// element.
+// MaxPool, AveragePool (dilated too) and their gradients, and GlobalMaxPool's merged plane
+// maxima against its reference: what the GPU computes, element by element.
 //
 // The values are small integers (many tied maxima) and dY multiples of 1/4, so every sum
 // is exact whatever its order and the comparisons are bit for bit, except
@@ -286,4 +286,73 @@ TEST_CASE("pool index: split is channels_last::plane_of's inverse of offset_of, 
     }
   }
   CHECK(wrong == 0);
+}
+
+namespace {
+
+// GlobalMaxPool's plane maximum as the cuda kernels find it: `threads` partial scans
+// (thread t: positions t, t + threads, ...), merged pairwise in halves as a block does
+// (threads a power of 2) or one after another from the last (otherwise), in a plane whose
+// positions are `step` apart.
+int64_t merged_plane_max(const double* plane, int64_t size, int64_t threads, int64_t step) {
+  std::vector<PlaneMax<double, int64_t>> part;
+  for (int64_t t = 0; t < threads; ++t) part.push_back(plane_max_scan(plane, size, t, threads, step));
+  if ((threads & (threads - 1)) == 0) {
+    for (int64_t half = threads / 2; half > 0; half /= 2)
+      for (int64_t t = 0; t < half; ++t) plane_max_merge(part[t], part[t + half]);
+  } else {
+    for (int64_t t = threads - 2; t >= 0; --t) plane_max_merge(part[t], part[t + 1]);
+  }
+  return plane_max_pos(plane, part[0]);
+}
+
+}  // namespace
+
+TEST_CASE("pool index: GlobalMaxPool's merged partial maxima are the reference's first maximum") {
+  // NaN-free planes of small integers (ties in every plane), NCHW and NHWC, against the
+  // reference backend's GlobalMaxPool and the position its gradient writes dY to.
+  const Tensor x = small_values({2, 5, 7, 9}, 11, 1.0);
+  const TensorMap ref = run_node(make_node("GlobalMaxPool", {"x"}, {"y"}), {{"x", x}}, "reference");
+  Tensor dy(DataType::Float64, {2, 5, 1, 1});
+  for (int64_t i = 0; i < dy.numel(); ++i) dy.data<double>()[i] = 1.0;
+  const Tensor dx = run_node(make_node("GlobalMaxPoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain),
+                             {{"dy", dy}, {"x", x}}, "reference")
+                        .at("dx");
+  const int64_t planes = 10, size = 63;
+  int64_t wrong = 0, checked = 0;
+  for (const bool nhwc : {false, true}) {
+    const std::vector<double> xs = stored(x, nhwc);
+    const Lay<int64_t> l = lay<int64_t>(x, nhwc);
+    for (int64_t p = 0; p < planes; ++p) {
+      int64_t expect = -1;
+      for (int64_t i = 0; i < size; ++i)
+        if (dx.data<double>()[p * size + i] != 0) expect = i;
+      REQUIRE(expect >= 0);
+      const double* plane = xs.data() + offset_of(l, p, int64_t{0}, size);
+      for (const int64_t threads : {1, 2, 3, 7, 32, 64, 256}) {
+        const int64_t at = merged_plane_max(plane, size, threads, plane_step(l));
+        wrong += at != expect || plane[at * plane_step(l)] != ref.at("y").data<double>()[p];
+        ++checked;
+      }
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(checked == 140);
+
+  // NaNs, by the reference's rule (a NaN never compares greater): a leading NaN keeps
+  // position 0, later ones are passed over; -0 and 0 tie (the first wins).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Plane {
+    std::vector<double> v;
+    int64_t at;
+  };
+  const std::vector<Plane> hand = {
+      {{nan, 5, 7, 7}, 0},  {{1, nan, 3, nan, 3}, 2},        {{nan, nan, nan}, 0},
+      {{-0.0, 0.0, -1}, 0}, {{-3, nan, -3, -2, nan, -2}, 3}, {{4}, 0},
+  };
+  for (const Plane& h : hand)
+    for (const int64_t threads : {1, 2, 3, 4, 256}) {
+      CAPTURE(threads);
+      CHECK(merged_plane_max(h.v.data(), static_cast<int64_t>(h.v.size()), threads, 1) == h.at);
+    }
 }
