@@ -1,8 +1,11 @@
 // Pooling: MaxPool (opset 12 semantics), AveragePool (opset 19: opset 11's with
-// dilations), GlobalAveragePool, GlobalMaxPool.
+// dilations), LpPool (opset 18: opset 11's with ceil_mode and dilations),
+// GlobalAveragePool, GlobalMaxPool.
 //
 //   MaxPool      x: N,C,spatial... -> y: N,C,out...  (+ Indices: int64, same shape)
 //   AveragePool  x: N,C,spatial... -> y: N,C,out...
+//   LpPool       x: N,C,spatial... -> y: N,C,out...: (sum of |x|^p over the window)^(1/p),
+//                p >= 1 (default 2); padding adds 0 (ops/pool_loops.h)
 //   GlobalAveragePool, GlobalMaxPool  x: N,C,spatial... -> y: N,C,1,...,1 (any number
 //                of spatial dims: a plane is all of them)
 //
@@ -26,6 +29,8 @@
 //   AveragePoolGrad(dY, X) -> dX  dY / divisor to every real element of its window
 //   GlobalAveragePoolGrad(dY, X) -> dX   dY / plane size to every element of the plane
 //   GlobalMaxPoolGrad(dY, X) -> dX       dY to the plane's first maximum, 0 elsewhere
+//   LpPoolGrad(dY, X, Y) -> dX   dY * sign(x) |x|^(p-1) / Y^(p-1) to every real element of
+//                                its window (nothing from a window whose Y is 0)
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -35,6 +40,7 @@
 #include "ops/core/pool_geometry.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
+#include "ops/pool_loops.h"
 
 namespace trainrt {
 
@@ -119,6 +125,30 @@ void check_pool_dy(InferContext& ctx, const Shape& y, const char* forward) {
 void pool_grad_infer(InferContext& ctx, bool is_max) {
   const Shape y = pool_output_shape(ctx, 1, is_max, /*allow_int=*/false);
   check_pool_dy(ctx, y, is_max ? "MaxPool" : "AveragePool");
+  ctx.set_output(0, ctx.input(1));
+}
+
+// LpPool's p: an integer >= 1.
+void check_lp(InferContext& ctx) {
+  const int64_t p = ctx.node().attr_int("p", 2);
+  if (p < 1) ctx.fail("attribute 'p' must be >= 1, got " + std::to_string(p));
+}
+
+void lp_pool_infer(InferContext& ctx) {
+  check_lp(ctx);
+  ctx.set_output(0, ctx.input(0).dtype, pool_output_shape(ctx, 0, /*is_max=*/false, /*allow_int=*/false));
+}
+
+// LpPoolGrad (dY, X, Y) -> dX: Y is the forward's output, shaped like dY.
+void lp_pool_grad_infer(InferContext& ctx) {
+  check_lp(ctx);
+  const Shape y = pool_output_shape(ctx, 1, /*is_max=*/false, /*allow_int=*/false);
+  check_pool_dy(ctx, y, "LpPool");
+  require_same_dtype(ctx, 2, 1);
+  const ValueInfo& yv = ctx.input(2);
+  if (yv.shape && shape_is_known(*yv.shape) && shape_is_known(y) && shape_dims(*yv.shape) != shape_dims(y))
+    ctx.fail("input 2 '" + ctx.node().inputs[2] + "' (Y) has shape " + shape_to_string(*yv.shape) +
+             " but the forward LpPool's output is " + shape_to_string(y));
   ctx.set_output(0, ctx.input(1));
 }
 
@@ -400,6 +430,15 @@ void register_pool(Registry& r) {
   r.schemas.add(std::move(avg));
   r.kernels.add("reference", "", "AveragePool", averagepool_kernel);
 
+  OpSchema lp;
+  lp.op_type = "LpPool";
+  lp.since_version = 11;
+  lp.infer = lp_pool_infer;
+  lp.flops = pool_flops;
+  lp.attributes = {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"};
+  r.schemas.add(std::move(lp));
+  r.kernels.add("reference", "", "LpPool", lp_pool_loops::forward_kernel<false>);
+
   OpSchema global;
   global.op_type = "GlobalAveragePool";
   global.since_version = 1;
@@ -435,6 +474,11 @@ void register_pool(Registry& r) {
       grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
                   {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}));
   r.kernels.add("reference", kTrainrtDomain, "AveragePoolGrad", averagepool_grad_kernel);
+  OpSchema lp_grad = grad_schema("LpPoolGrad", lp_pool_grad_infer,
+                                 {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"});
+  lp_grad.min_inputs = lp_grad.max_inputs = 3;
+  r.schemas.add(std::move(lp_grad));
+  r.kernels.add("reference", kTrainrtDomain, "LpPoolGrad", lp_pool_loops::backward_kernel<false>);
   r.schemas.add(grad_schema("GlobalAveragePoolGrad",
                             [](InferContext& ctx) { global_pool_grad_infer(ctx, "GlobalAveragePool"); }, {}));
   r.kernels.add("reference", kTrainrtDomain, "GlobalAveragePoolGrad", [](KernelContext& ctx) {

@@ -290,6 +290,39 @@ TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAM
   }
 }
 
+TEST_CASE("gradcheck: LpPool with p 1 to 4, pads, strides, dilations, ceil_mode, SAME, 1-D and 3-D") {
+  struct Case {
+    std::string what;
+    std::vector<int64_t> x;
+    Attrs attrs;
+  };
+  const auto p = [](int64_t v) { return Attribute::of_int(v); };
+  const std::vector<Case> cases = {
+      {"2x2, p 2", {2, 2, 4, 4}, {{"kernel_shape", ints({2, 2})}}},
+      {"3x3 stride 2 pads 1, p 1",
+       {1, 2, 6, 6},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"p", p(1)}}},
+      {"3x3 stride 2 pads 1, p 3",
+       {1, 2, 7, 7},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"p", p(3)}}},
+      {"dilation 2, ceil_mode, p 4",
+       {1, 2, 8, 7},
+       {{"kernel_shape", ints({2, 2})},
+        {"strides", ints({2, 2})},
+        {"dilations", ints({2, 2})},
+        {"ceil_mode", Attribute::of_int(1)},
+        {"p", p(4)}}},
+      {"SAME_LOWER", {1, 2, 5, 5}, {{"kernel_shape", ints({2, 3})}, {"auto_pad", Attribute::of_string("SAME_LOWER")}}},
+      {"1-D", {2, 2, 9}, {{"kernel_shape", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 1})}}},
+      {"3-D", {1, 1, 4, 4, 4}, {{"kernel_shape", ints({2, 2, 2})}, {"strides", ints({1, 2, 2})}, {"p", p(3)}}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    Net net;
+    check(net, net.node("LpPool", {net.param("x", c.x)}, c.attrs));
+  }
+}
+
 TEST_CASE("gradcheck: GlobalAveragePool over 1, 2 and 3 spatial dims") {
   for (std::vector<int64_t> x : {std::vector<int64_t>{2, 3, 5}, {2, 3, 4, 5}, {1, 2, 2, 3, 4}}) {
     CAPTURE(dims_to_string(x));
