@@ -93,6 +93,8 @@ std::string ranks(const OpSchema& s) {
       {"MaxPoolGrad", "3-5 (1-D, 2-D, 3-D)"},
       {"AveragePool", "3-5 (1-D, 2-D, 3-D)"},
       {"AveragePoolGrad", "3-5 (1-D, 2-D, 3-D)"},
+      {"LpPool", "3-5 (1-D, 2-D, 3-D)"},
+      {"LpPoolGrad", "3-5 (1-D, 2-D, 3-D)"},
       {"GlobalAveragePool", ">= 3 (N-D)"},
       {"GlobalAveragePoolGrad", ">= 3 (N-D)"},
       {"GlobalMaxPool", ">= 3 (N-D)"},
