@@ -9,7 +9,8 @@
 // Every N-D spatial rank is one loop: the (input, kernel, output) offset triples of the
 // spatial dims are listed once per call, so a pass is a loop over rows (an output plane,
 // an input plane, a weight slice) and over the triples. Sums are in double, in a fixed
-// order per row, then rounded once.
+// order per row, then rounded once. Under bf16/fp16 math the kernels read X, W and dY
+// rounded to that type (math_input, as Conv and ConvGrad do; math_rounded_inputs).
 #pragma once
 
 #include <array>
@@ -20,6 +21,7 @@
 #include "graph/error.h"
 #include "graph/ir.h"
 #include "ops/core/common.h"
+#include "ops/core/kernel.h"
 #include "ops/core/parallel.h"
 
 namespace trainrt {
@@ -211,8 +213,8 @@ inline ConvTransposeGeometry geometry_of(const KernelContext& ctx, size_t x_slot
 // ConvTranspose(X, W, [B]) -> Y.
 template <bool kParallel>
 void forward_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.in(0);
-  const Tensor& w = ctx.in(1);
+  const Tensor x = math_input(ctx.in(0), ctx.math, kParallel);
+  const Tensor w = math_input(ctx.in(1), ctx.math, kParallel);
   const ConvTransposeGeometry g = geometry_of(ctx, 0, 1);
   const int64_t group = ctx.node.attr_int("group", 1);
   dispatch_float(x.dtype(), [&](auto tag) {
@@ -225,9 +227,10 @@ void forward_kernel(KernelContext& ctx) {
 // ConvTransposeGrad(dY, X, W) -> (dX, dW, dB), each optional.
 template <bool kParallel>
 void backward_kernel(KernelContext& ctx) {
-  const Tensor& dy = ctx.in(0);
-  const Tensor& x = ctx.in(1);
-  const Tensor& w = ctx.in(2);
+  // X is read only for dW and W only for dX: each is rounded only where it is read.
+  const Tensor dy = math_input(ctx.in(0), ctx.math, kParallel);
+  const Tensor x = ctx.has_output(1) ? math_input(ctx.in(1), ctx.math, kParallel) : ctx.in(1);
+  const Tensor w = ctx.has_output(0) ? math_input(ctx.in(2), ctx.math, kParallel) : ctx.in(2);
   const ConvTransposeGeometry g = geometry_of(ctx, 1, 2);
   const int64_t group = ctx.node.attr_int("group", 1);
   dispatch_float(x.dtype(), [&](auto tag) {

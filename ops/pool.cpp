@@ -1,8 +1,11 @@
-// Pooling: MaxPool (opset 12 semantics), AveragePool (opset 11), GlobalAveragePool,
-// GlobalMaxPool.
+// Pooling: MaxPool (opset 12 semantics), AveragePool (opset 19: opset 11's with
+// dilations), LpPool (opset 18: opset 11's with ceil_mode and dilations),
+// GlobalAveragePool, GlobalMaxPool.
 //
 //   MaxPool      x: N,C,spatial... -> y: N,C,out...  (+ Indices: int64, same shape)
 //   AveragePool  x: N,C,spatial... -> y: N,C,out...
+//   LpPool       x: N,C,spatial... -> y: N,C,out...: (sum of |x|^p over the window)^(1/p),
+//                p >= 1 (default 2); padding adds 0 (ops/pool_loops.h)
 //   GlobalAveragePool, GlobalMaxPool  x: N,C,spatial... -> y: N,C,1,...,1 (any number
 //                of spatial dims: a plane is all of them)
 //
@@ -13,9 +16,11 @@
 // MaxPool ignores padded positions; Indices are ONNX's flattened indices into x
 // (they include the N and C offsets, never the padding): row-major for
 // storage_order 0, column-major (d + h*D + w*D*H) for storage_order 1.
-// AveragePool divides by the number of real input elements in the window
-// (count_include_pad 0) or by the window positions inside input plus pads
-// (count_include_pad 1; the part of a ceil_mode window past the end pad is not counted).
+// AveragePool divides by the number of the window's taps on real input elements
+// (count_include_pad 0) or by its taps inside input plus pads (count_include_pad 1; the
+// taps of a ceil_mode window past the end pad are not counted); its taps are dilations
+// apart (opset 19's attribute, taken whatever opset the model imports), and a dilated
+// window whose taps all miss the input averages nothing: NaN (count_include_pad 0).
 // FLOPs: one per window element and output (a compare or an add); Global: one per input.
 //
 // Backward ops (ai.trainrt), attributes copied from the forward node:
@@ -24,6 +29,8 @@
 //   AveragePoolGrad(dY, X) -> dX  dY / divisor to every real element of its window
 //   GlobalAveragePoolGrad(dY, X) -> dX   dY / plane size to every element of the plane
 //   GlobalMaxPoolGrad(dY, X) -> dX       dY to the plane's first maximum, 0 elsewhere
+//   LpPoolGrad(dY, X, Y) -> dX   dY * sign(x) |x|^(p-1) / Y^(p-1) to every real element of
+//                                its window (nothing from a window whose Y is 0)
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -33,6 +40,7 @@
 #include "ops/core/pool_geometry.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
+#include "ops/pool_loops.h"
 
 namespace trainrt {
 
@@ -120,6 +128,30 @@ void pool_grad_infer(InferContext& ctx, bool is_max) {
   ctx.set_output(0, ctx.input(1));
 }
 
+// LpPool's p: an integer >= 1.
+void check_lp(InferContext& ctx) {
+  const int64_t p = ctx.node().attr_int("p", 2);
+  if (p < 1) ctx.fail("attribute 'p' must be >= 1, got " + std::to_string(p));
+}
+
+void lp_pool_infer(InferContext& ctx) {
+  check_lp(ctx);
+  ctx.set_output(0, ctx.input(0).dtype, pool_output_shape(ctx, 0, /*is_max=*/false, /*allow_int=*/false));
+}
+
+// LpPoolGrad (dY, X, Y) -> dX: Y is the forward's output, shaped like dY.
+void lp_pool_grad_infer(InferContext& ctx) {
+  check_lp(ctx);
+  const Shape y = pool_output_shape(ctx, 1, /*is_max=*/false, /*allow_int=*/false);
+  check_pool_dy(ctx, y, "LpPool");
+  require_same_dtype(ctx, 2, 1);
+  const ValueInfo& yv = ctx.input(2);
+  if (yv.shape && shape_is_known(*yv.shape) && shape_is_known(y) && shape_dims(*yv.shape) != shape_dims(y))
+    ctx.fail("input 2 '" + ctx.node().inputs[2] + "' (Y) has shape " + shape_to_string(*yv.shape) +
+             " but the forward LpPool's output is " + shape_to_string(y));
+  ctx.set_output(0, ctx.input(1));
+}
+
 double pool_flops(const Graph& g, const Node& n) {
   const ValueInfo* y = g.find_info(n.outputs[0]);
   if (!y || !y->shape || !shape_is_known(*y->shape)) return 0;
@@ -171,13 +203,13 @@ void averagepool_reference(const Pool3& g, const T* x, T* y, bool count_include_
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
           double sum = 0;
           for (int64_t a = 0; a < g.k[0]; ++a) {
-            const int64_t id = od * g.s[0] - g.pb[0] + a;
+            const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
             if (id < 0 || id >= D) continue;
             for (int64_t b = 0; b < g.k[1]; ++b) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + b;
+              const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
               if (ih < 0 || ih >= H) continue;
               for (int64_t c = 0; c < g.k[2]; ++c) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + c;
+                const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
                 if (iw < 0 || iw >= W) continue;
                 sum += static_cast<double>(x[((p * D + id) * H + ih) * W + iw]);
               }
@@ -202,13 +234,13 @@ void averagepool_grad_reference(const Pool3& g, const T* dy, T* dx, bool count_i
           const double share = static_cast<double>(dy[((p * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow]) /
                                static_cast<double>(average_divisor(g, o[0], o[1], o[2], count_include_pad));
           for (int64_t a = 0; a < g.k[0]; ++a) {
-            const int64_t id = od * g.s[0] - g.pb[0] + a;
+            const int64_t id = od * g.s[0] - g.pb[0] + a * g.d[0];
             if (id < 0 || id >= D) continue;
             for (int64_t b = 0; b < g.k[1]; ++b) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + b;
+              const int64_t ih = oh * g.s[1] - g.pb[1] + b * g.d[1];
               if (ih < 0 || ih >= H) continue;
               for (int64_t c = 0; c < g.k[2]; ++c) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + c;
+                const int64_t iw = ow * g.s[2] - g.pb[2] + c * g.d[2];
                 if (iw < 0 || iw >= W) continue;
                 acc[static_cast<size_t>(((p * D + id) * H + ih) * W + iw)] += share;
               }
@@ -394,9 +426,18 @@ void register_pool(Registry& r) {
   avg.since_version = 11;
   avg.infer = [](InferContext& ctx) { pool_infer(ctx, false); };
   avg.flops = pool_flops;
-  avg.attributes = {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"};
+  avg.attributes = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"};
   r.schemas.add(std::move(avg));
   r.kernels.add("reference", "", "AveragePool", averagepool_kernel);
+
+  OpSchema lp;
+  lp.op_type = "LpPool";
+  lp.since_version = 11;
+  lp.infer = lp_pool_infer;
+  lp.flops = pool_flops;
+  lp.attributes = {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"};
+  r.schemas.add(std::move(lp));
+  r.kernels.add("reference", "", "LpPool", lp_pool_loops::forward_kernel<false>);
 
   OpSchema global;
   global.op_type = "GlobalAveragePool";
@@ -429,9 +470,15 @@ void register_pool(Registry& r) {
       grad_schema("MaxPoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, true); },
                   {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}));
   r.kernels.add("reference", kTrainrtDomain, "MaxPoolGrad", maxpool_grad_kernel);
-  r.schemas.add(grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
-                            {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
+  r.schemas.add(
+      grad_schema("AveragePoolGrad", [](InferContext& ctx) { pool_grad_infer(ctx, false); },
+                  {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}));
   r.kernels.add("reference", kTrainrtDomain, "AveragePoolGrad", averagepool_grad_kernel);
+  OpSchema lp_grad = grad_schema("LpPoolGrad", lp_pool_grad_infer,
+                                 {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"});
+  lp_grad.min_inputs = lp_grad.max_inputs = 3;
+  r.schemas.add(std::move(lp_grad));
+  r.kernels.add("reference", kTrainrtDomain, "LpPoolGrad", lp_pool_loops::backward_kernel<false>);
   r.schemas.add(grad_schema("GlobalAveragePoolGrad",
                             [](InferContext& ctx) { global_pool_grad_infer(ctx, "GlobalAveragePool"); }, {}));
   r.kernels.add("reference", kTrainrtDomain, "GlobalAveragePoolGrad", [](KernelContext& ctx) {

@@ -1,12 +1,17 @@
 // MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool (fp32) on oneDNN's
-// pooling_v2_forward (1 to 3 spatial dims: ncw, nchw, ncdhw; Blocked16c for 2-D).
+// pooling_v2_forward (1 to 3 spatial dims: ncw, nchw, ncdhw; Blocked16c for 2-D); LpPool
+// and LpPoolGrad (float32/64, row-major) the reference's loops over parallel planes
+// (ops/pool_loops.h: the two backends agree bit for bit).
 //
 //   Y[N,C,*out] = max / mean over the window at *(out*s - pb + k*d) of X[N,C,*]
 //
 // ONNX and oneDNN agree on the window; they differ in how the output size is
 // stated. oneDNN needs padding_r such that out = (in + pb + pr - extent)/s + 1
 // exactly, so pr is derived from the output size the shape rule computed
-// (ceil_mode makes it larger than the ONNX end pad). Falls back to the reference
+// (ceil_mode makes it larger than the ONNX end pad). Dilations go to pooling_v2 for
+// AveragePool (opset 19) as for MaxPool: its divisors count a dilated window's taps on
+// real elements (exclude padding) or all of them (include padding: exact where pr is at
+// most the ONNX end pad, as below). Falls back to the reference
 // kernel for: MaxPool's Indices output, AveragePool counting padding when that
 // derived pr exceeds the ONNX end pad (the divisor rules differ there), and
 // windows oneDNN rejects. X and Y are row-major or Blocked16c (runtime/layout.h):
@@ -22,6 +27,7 @@
 #include "ops/core/pool_geometry.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
+#include "ops/pool_loops.h"
 
 namespace trainrt {
 namespace du = dnnl_util;
@@ -318,6 +324,9 @@ void register_pool_cpu(Registry& r) {
   add_if_schema(r, "cpu", kTrainrtDomain, "GlobalAveragePoolGrad", global_average_pool_grad_cpu);
   add_if_schema(r, "cpu", "", "GlobalMaxPool", pool_cpu<PoolKind::GlobalMax>, facts::fixed({{A}, {A}}));
   add_if_schema(r, "cpu", kTrainrtDomain, "GlobalMaxPoolGrad", global_max_pool_grad_cpu);
+  // LpPool: oneDNN has no Lp pooling; the reference's loops over parallel planes.
+  add_if_schema(r, "cpu", "", "LpPool", lp_pool_loops::forward_kernel<true>);
+  add_if_schema(r, "cpu", kTrainrtDomain, "LpPoolGrad", lp_pool_loops::backward_kernel<true>);
 }
 
 }  // namespace trainrt

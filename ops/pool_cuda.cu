@@ -1,23 +1,28 @@
-// MaxPool, AveragePool, GlobalAveragePool and their gradients on the cuda backend: own
-// kernels, one thread per output element (forward) or per dX element (backward, a gather,
-// so no atomics and the same sums on every run); the global ones one block per N,C plane
-// (Plain), or per image and tile of 32 channels (ChannelsLast: a warp reads 32
-// neighbouring channels of one position, coalesced).
+// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool and their gradients on the cuda
+// backend: own kernels, one thread per output element (forward) or per dX element
+// (backward, a gather, so no atomics and the same sums on every run); the global ones one
+// block per N,C plane (Plain), or per image and tile of 32 channels (GlobalAveragePool on
+// ChannelsLast: a warp reads 32 neighbouring channels of one position, coalesced), or one
+// thread per plane (GlobalMaxPool on ChannelsLast: neighbouring threads, neighbouring
+// channels).
 // Registered by register_all (ops/core/register_all.cpp).
 //
 //   MaxPool          x: N,C,spatial... -> y: N,C,out... (+ Indices: int64, same shape)
-//   AveragePool      x: N,C,spatial... -> y: N,C,out...
+//   AveragePool      x: N,C,spatial... -> y: N,C,out... (dilations: opset 19)
 //   MaxPoolGrad      (dY, X) -> dX: dY to its window's argmax, recomputed from X (each
 //                    window's argmax tap in the workspace: 1 byte up to 256 taps, else 4)
 //   AveragePoolGrad  (dY, X) -> dX: dY / divisor to every real element of its window
 //   GlobalAveragePool      x: N,C,spatial... -> y: N,C,1,...: each plane's mean, summed in
 //                          double over the block (a fixed tree, so the same bits every run)
 //   GlobalAveragePoolGrad  (dY, X) -> dX: dY / plane size to every element of the plane
+//   GlobalMaxPool          x: N,C,spatial... -> y: N,C,1,...: each plane's first maximum
+//   GlobalMaxPoolGrad      (dY, X) -> dX: dY at that maximum, 0 elsewhere
 //
 // Why not cuDNN's pooling: it pads symmetrically, has no dilations, no ceil_mode, no
 // Indices output, and its backward's choice among tied maxima (common after a Relu: a
 // window of zeros) is undocumented, while MaxPoolGrad must pick the reference's element
-// (the first maximum in window order). These kernels are ops/pool.cpp's loops run per
+// (the first maximum in window order), and GlobalMaxPoolGrad the first maximum of its
+// plane. These kernels are ops/pool.cpp's loops run per
 // element, with the same geometry, argmax rule and AveragePool divisor (ops/core/pool_geometry.h:
 // one copy for both) and Indices (storage_order), so no case falls
 // back to the host; they sum in the value's own type (the reference sums in double).
@@ -77,7 +82,7 @@ __global__ void maxpool_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ly, const T* x, 
   POOL_LOOP(I, o, count) pool_index::maxpool_at(g, lx, ly, x, o, lowest, column_major, y, idx);
 }
 
-// x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each window (AveragePool has no dilations).
+// x: P,D,H,W -> y: P,Do,Ho,Wo, the mean of each (dilated) window.
 template <typename T, typename I>
 __global__ void averagepool_kernel(PoolDims<I> g, Lay<I> lx, Lay<I> ly, const T* x, T* y, bool include_pad) {
   const I count = g.planes * g.out_size();
@@ -321,6 +326,122 @@ void global_averagepool_grad(KernelContext& ctx) {
   check_launch(ctx.node, "global_average_pool_grad_kernel");
 }
 
+// GlobalMaxPool and its gradient: each plane's maximum by the reference's rule (its first
+// maximum; ops/core/pool_index.h plane_max_*). A Plain plane (positions adjacent) is one
+// block's: thread t scans positions t, t + kThreads, ..., the partial results merge in
+// shared memory (any tree gives the same element); a ChannelsLast plane (positions C
+// apart) is one thread's, so neighbouring threads read neighbouring channels. The
+// gradient writes dy[p] at the plane's maximum and 0 elsewhere, by the same threads.
+template <typename T>
+__device__ int64_t block_plane_max(const T* plane, int64_t size, int64_t step) {
+  __shared__ T val[kThreads];
+  __shared__ int64_t pos[kThreads];
+  const pool_index::PlaneMax<T, int64_t> m =
+      pool_index::plane_max_scan(plane, size, static_cast<int64_t>(threadIdx.x), int64_t{kThreads}, step);
+  __syncthreads();  // the previous plane's readers are done
+  val[threadIdx.x] = m.v;
+  pos[threadIdx.x] = m.at;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) {
+      pool_index::PlaneMax<T, int64_t> a{val[threadIdx.x], pos[threadIdx.x]};
+      pool_index::plane_max_merge(a,
+                                  pool_index::PlaneMax<T, int64_t>{val[threadIdx.x + half], pos[threadIdx.x + half]});
+      val[threadIdx.x] = a.v;
+      pos[threadIdx.x] = a.at;
+    }
+    __syncthreads();
+  }
+  return pool_index::plane_max_pos(plane, pool_index::PlaneMax<T, int64_t>{val[0], pos[0]});
+}
+
+// One block per plane (grid-stride): y[p] = the maximum of x's plane p; dx (grad): dy[p]
+// there, 0 elsewhere. x and dx each Plain or ChannelsLast (lx, ldx).
+template <typename T>
+__global__ void global_max_pool_block(const T* x, T* y, Lay<int64_t> lx, int64_t planes, int64_t size) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const T* plane = x + pool_index::offset_of(lx, p, int64_t{0}, size);
+    const int64_t step = pool_index::plane_step(lx);
+    const int64_t at = block_plane_max(plane, size, step);
+    if (threadIdx.x == 0) y[p] = plane[at * step];
+  }
+}
+template <typename T>
+__global__ void global_max_pool_grad_block(const T* dy, const T* x, T* dx, Lay<int64_t> lx, Lay<int64_t> ldx,
+                                           int64_t planes, int64_t size) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const int64_t at =
+        block_plane_max(x + pool_index::offset_of(lx, p, int64_t{0}, size), size, pool_index::plane_step(lx));
+    T* plane = dx + pool_index::offset_of(ldx, p, int64_t{0}, size);
+    const int64_t step = pool_index::plane_step(ldx);
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) plane[i * step] = i == at ? dy[p] : T(0);
+  }
+}
+
+// One thread per plane (ChannelsLast x: thread p reads channel p % C of every position).
+template <typename T>
+__device__ int64_t thread_plane_max(const T* plane, int64_t size, int64_t step) {
+  return pool_index::plane_max_pos(plane, pool_index::plane_max_scan(plane, size, int64_t{0}, int64_t{1}, step));
+}
+template <typename T>
+__global__ void global_max_pool_thread(const T* x, T* y, Lay<int64_t> lx, int64_t planes, int64_t size) {
+  POOL_LOOP(int64_t, p, planes) {
+    const T* plane = x + pool_index::offset_of(lx, p, int64_t{0}, size);
+    const int64_t step = pool_index::plane_step(lx);
+    y[p] = plane[thread_plane_max(plane, size, step) * step];
+  }
+}
+template <typename T>
+__global__ void global_max_pool_grad_thread(const T* dy, const T* x, T* dx, Lay<int64_t> lx, Lay<int64_t> ldx,
+                                            int64_t planes, int64_t size) {
+  POOL_LOOP(int64_t, p, planes) {
+    const int64_t at =
+        thread_plane_max(x + pool_index::offset_of(lx, p, int64_t{0}, size), size, pool_index::plane_step(lx));
+    T* plane = dx + pool_index::offset_of(ldx, p, int64_t{0}, size);
+    const int64_t step = pool_index::plane_step(ldx);
+    for (int64_t i = 0; i < size; ++i) plane[i * step] = i == at ? dy[p] : T(0);
+  }
+}
+
+void global_maxpool(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  const int64_t planes = x.dims()[0] * x.dims()[1];
+  if (planes == 0 || x.numel() == 0) return;
+  const int64_t size = x.numel() / planes;
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const Lay<int64_t> lx = lay_of<int64_t>(x);
+    if (lx.last)
+      global_max_pool_thread<T>
+          <<<blocks_for(planes, kThreads), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), lx, planes, size);
+    else
+      global_max_pool_block<T>
+          <<<capped(planes), kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), lx, planes, size);
+  });
+  check_launch(ctx.node, "global_max_pool_kernel");
+}
+
+void global_maxpool_grad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  Tensor& dx = ctx.out(0);
+  const int64_t planes = dx.dims()[0] * dx.dims()[1];
+  if (planes == 0 || dx.numel() == 0) return;
+  const int64_t size = dx.numel() / planes;
+  dispatch_float(dx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const Lay<int64_t> lx = lay_of<int64_t>(x), ldx = lay_of<int64_t>(dx);
+    if (lx.last)
+      global_max_pool_grad_thread<T><<<blocks_for(planes, kThreads), kThreads, 0, context().stream>>>(
+          dy.data<T>(), x.data<T>(), dx.data<T>(), lx, ldx, planes, size);
+    else
+      global_max_pool_grad_block<T><<<capped(planes), kThreads, 0, context().stream>>>(
+          dy.data<T>(), x.data<T>(), dx.data<T>(), lx, ldx, planes, size);
+  });
+  check_launch(ctx.node, "global_max_pool_grad_kernel");
+}
+
 }  // namespace
 
 void register_pool_cuda(Registry& r) {
@@ -337,6 +458,8 @@ void register_pool_cuda(Registry& r) {
                                    : pool_index::argmax_scratch_bytes(pool_geometry(c.node, c.in(1), c.in(0)));
     });
   add_if_schema(r, "cuda", kTrainrtDomain, "AveragePoolGrad", averagepool_grad, facts::fixed({{A, A}, {A}}));
+  add_if_schema(r, "cuda", "", "GlobalMaxPool", global_maxpool, facts::fixed({{A}, {A}}));
+  add_if_schema(r, "cuda", kTrainrtDomain, "GlobalMaxPoolGrad", global_maxpool_grad, facts::fixed({{A, A}, {A}}));
 }
 
 }  // namespace trainrt::cuda

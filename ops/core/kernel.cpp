@@ -60,9 +60,10 @@ void round_floats(const float* from, float* to, int64_t n, MathPrecision m, bool
 
 std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted) {
   const std::string& op = n.op_type;
-  if (op == "Conv" || op == "FusedConv" || op == "Gemm" || op == "FusedGemm" || op == "MatMul") return {0, 1};
+  if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "Gemm" || op == "FusedGemm" || op == "MatMul")
+    return {0, 1};
   if (op == "DropoutReluGrad") return {1};  // Z's sign, as a 16-bit Z reads (ops/misc.cpp)
-  if (op != "ConvGrad") return {};
+  if (op != "ConvGrad" && op != "ConvTransposeGrad") return {};
   auto want = [&](size_t i) { return i < wanted.size() && wanted[i]; };
   std::vector<size_t> in{0};
   if (want(1)) in.push_back(1);  // X for dW
@@ -74,6 +75,13 @@ void KernelRegistry::add(const std::string& backend, const std::string& domain, 
   auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
   if (kernels_.count(key)) throw_internal("KernelRegistry", backend + " kernel for '" + op_type + "' registered twice");
   kernels_.emplace(key, std::move(k));
+  if (!source_.empty()) sources_[key] = source_;
+}
+
+std::string KernelRegistry::source(const std::string& backend, const std::string& domain,
+                                   const std::string& op_type) const {
+  auto it = sources_.find(std::make_tuple(backend, canonical_domain(domain), op_type));
+  return it == sources_.end() ? std::string() : it->second;
 }
 
 const Kernel* KernelRegistry::find(const std::string& backend, const std::string& domain,

@@ -29,7 +29,8 @@
 
 namespace trainrt {
 
-// Arithmetic of the convolutions (Conv, FusedConv, ConvGrad) and matrix products (Gemm,
+// Arithmetic of the convolutions (Conv, FusedConv, ConvGrad, ConvTranspose and its
+// gradient) and matrix products (Gemm,
 // FusedGemm, MatMul). bf16: each reads bfloat16 copies of its fp32 inputs (round to
 // nearest even) and accumulates in fp32 into fp32 outputs, as mixed-precision training
 // does (PyTorch's autocast runs exactly these ops in 16 bits). fp16: the same with IEEE
@@ -53,15 +54,13 @@ TRAINRT_HOST_DEVICE inline float round_to_math(float v, MathPrecision m) {
   return v;
 }
 // The inputs of node `n` its kernels read rounded by round_to_math under bf16/fp16, when
-// `wanted[i]` says whether output i is computed: Conv and FusedConv x and w (never the
-// bias or the residual); ConvGrad dY, X when dW is wanted and W when dX is (X and W are
-// read for nothing else); Gemm, FusedGemm and MatMul A and B (never Gemm's C). FusedGemm's
-// sums (sum_of) read their operand unrounded, as the SumToShape they replace: the
-// rounding is the product's. DropoutReluGrad's Z, whose sign it tests (a positive Z
-// below half the smallest 16-bit subnormal counts as 0, as a Z stored in 16 bits does).
-// No input of any other op. The cuda kernels round exactly
-// these (ops/conv_cuda.cu, ops/gemm_cuda.cu), and tests/ops/test_math_precision.cpp
-// checks the list against the reference's results.
+// `wanted[i]` says whether output i is computed: Conv, FusedConv and ConvTranspose x and
+// w (never the bias or the residual); ConvGrad and ConvTransposeGrad dY, X when dW is
+// wanted and W when dX is (X and W are read for nothing else); Gemm, FusedGemm and MatMul A and B (never Gemm's C).
+// FusedGemm's sums (sum_of) read their operand unrounded, as the SumToShape they replace: the rounding is the
+// product's. DropoutReluGrad's Z, whose sign it tests (a positive Z below half the smallest 16-bit subnormal counts as
+// 0, as a Z stored in 16 bits does). No input of any other op. The cuda kernels round exactly these (ops/conv_cuda.cu,
+// ops/gemm_cuda.cu), and tests/ops/test_math_precision.cpp checks the list against the reference's results.
 std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& wanted);
 
 // The algorithm of fp32 3x3 stride-1 convolutions on the cpu backend. winograd:
@@ -216,6 +215,11 @@ class KernelRegistry {
   void add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k);
   const Kernel* find(const std::string& backend, const std::string& domain, const std::string& op_type) const;
   std::vector<std::string> ops_of(const std::string& backend) const;  // "domain::op" or "op"
+  // The source file whose registration function adds the kernels that follow (set by
+  // register_all before each family's function), and the file each kernel came from
+  // ("" where none was set): `trainrt ops --kernels` groups a backend's kernels by it.
+  void set_source(std::string file) { source_ = std::move(file); }
+  std::string source(const std::string& backend, const std::string& domain, const std::string& op_type) const;
   // Declares which arguments the backend's kernel for the op takes in Blocked16c.
   void set_layouts(const std::string& backend, const std::string& domain, const std::string& op_type, LayoutRule r);
   // The declared layouts of `n`'s kernel on `backend`; all Plain when none was declared.
@@ -245,6 +249,8 @@ class KernelRegistry {
   std::map<std::pair<std::string, std::string>, InPlaceRule> in_place_;
   std::set<std::tuple<std::string, std::string, std::string>> skips_;
   std::map<std::tuple<std::string, std::string, std::string>, WorkspaceRule> workspace_;
+  std::map<std::tuple<std::string, std::string, std::string>, std::string> sources_;
+  std::string source_;
 };
 
 }  // namespace trainrt

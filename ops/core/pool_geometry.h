@@ -78,8 +78,25 @@ TRAINRT_HOST_DEVICE ArgmaxOf<I> window_argmax(const PoolDims<I>& g, const T* pla
   return at;
 }
 
-// Number AveragePool divides window (od,oh,ow) by: its real input elements
-// (count_include_pad 0) or its positions inside input + pads (count_include_pad 1).
+// The taps j in [first, last) of one dim of a window starting at `start` with k taps
+// `d` apart whose positions start + j*d lie in [lo, hi); last == first when none does.
+template <typename I>
+struct TapRange {
+  I first, last;
+};
+template <typename I>
+TRAINRT_HOST_DEVICE TapRange<I> taps_within(I start, I k, I d, I lo, I hi) {
+  const I first = start >= lo ? I(0) : (lo - start + d - 1) / d;
+  I last = start >= hi ? I(0) : (hi - start + d - 1) / d;
+  if (last > k) last = k;
+  return TapRange<I>{first, last > first ? last : first};
+}
+
+// Number AveragePool divides window (od,oh,ow) by: its taps (dilations apart, opset 19)
+// on real input elements (count_include_pad 0), or inside input + pads
+// (count_include_pad 1: taps of a ceil_mode window past the end pad are not counted,
+// as ONNX Runtime and PyTorch count). 0 for a dilated window whose taps all miss the
+// input (count_include_pad 0): its mean is 0/0, NaN.
 template <typename I>
 TRAINRT_HOST_DEVICE I average_divisor(const PoolDims<I>& g, PoolIndexOf<I> od, PoolIndexOf<I> oh, PoolIndexOf<I> ow,
                                       bool count_include_pad) {
@@ -87,9 +104,9 @@ TRAINRT_HOST_DEVICE I average_divisor(const PoolDims<I>& g, PoolIndexOf<I> od, P
   I count = 1;
   for (int i = 0; i < 3; ++i) {
     const I start = o[i] * g.s[i] - g.pb[i];
-    const I end = start + g.k[i], limit = count_include_pad ? g.in[i] + g.pe[i] : g.in[i];
-    const I lo = count_include_pad || start > 0 ? start : 0;
-    count *= (end < limit ? end : limit) - lo;
+    const TapRange<I> r = count_include_pad ? taps_within(start, g.k[i], g.d[i], -g.pb[i], g.in[i] + g.pe[i])
+                                            : taps_within(start, g.k[i], g.d[i], I(0), g.in[i]);
+    count *= r.last - r.first;
   }
   return count;
 }

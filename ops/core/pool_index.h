@@ -7,6 +7,8 @@
 //   y[o] = averagepool_at(gi, lx, ly, x, o, include_pad);    // per output storage offset o
 //   arg[o] = argmax_tap_at<uint8_t>(gi, lx, ldy, x, o);      // MaxPoolGrad's scratch
 //   dx[i] = maxpool_grad_at<tiled>(gi, ldy, ldx, dy, arg, i);
+//   PlaneMax<T, I> m = plane_max_scan(plane, size, t, threads, step);  // GlobalMaxPool: thread t
+//   plane_max_merge(m, other); at = plane_max_pos(plane, m);           // the reference's position
 //
 // Why: one thread per element, so what costs is the index math per element. In int32_t
 // (every tensor here has fewer than about 2^31 elements: fits_int32) a division is a few
@@ -132,7 +134,8 @@ TRAINRT_HOST_DEVICE void maxpool_at(const PoolDims<I>& g, const Lay<I>& lx, cons
 }
 
 // AveragePool at output offset o: the window's sum in T (taps in window order) over its
-// divisor. AveragePool has no dilations; its window's in-range taps are one range per dim.
+// divisor. The window's taps on real elements are one range of taps per dim
+// (taps_within), their positions dilations apart.
 template <typename T, typename I>
 TRAINRT_HOST_DEVICE T averagepool_at(const PoolDims<I>& g, const Lay<I>& lx, const Lay<I>& ly, const T* x, I o,
                                      bool include_pad) {
@@ -140,16 +143,20 @@ TRAINRT_HOST_DEVICE T averagepool_at(const PoolDims<I>& g, const Lay<I>& lx, con
   const At<I> t = split(o, g.out, ly);
   const T* plane = x + offset_of(lx, t.p, I(0), g.in_size());
   const I o3[3] = {t.a, t.b, t.c};
-  I lo[3], hi[3];
+  I start[3];
+  TapRange<I> r[3];
   for (int i = 0; i < 3; ++i) {
-    const I start = o3[i] * g.s[i] - g.pb[i], end = start + g.k[i];
-    lo[i] = start > 0 ? start : 0;
-    hi[i] = end < g.in[i] ? end : g.in[i];
+    start[i] = o3[i] * g.s[i] - g.pb[i];
+    r[i] = taps_within(start[i], g.k[i], g.d[i], I(0), g.in[i]);
   }
   T sum = 0;
-  for (I id = lo[0]; id < hi[0]; ++id)
-    for (I ih = lo[1]; ih < hi[1]; ++ih)
-      for (I iw = lo[2]; iw < hi[2]; ++iw) sum += plane[((id * H + ih) * W + iw) * step];
+  for (I a = r[0].first; a < r[0].last; ++a) {
+    const I id = start[0] + a * g.d[0];
+    for (I b = r[1].first; b < r[1].last; ++b) {
+      const I ih = start[1] + b * g.d[1];
+      for (I c = r[2].first; c < r[2].last; ++c) sum += plane[((id * H + ih) * W + start[2] + c * g.d[2]) * step];
+    }
+  }
   return sum / static_cast<T>(average_divisor(g, t.a, t.b, t.c, include_pad));
 }
 
@@ -165,16 +172,16 @@ TRAINRT_HOST_DEVICE A argmax_tap_at(const PoolDims<I>& g, const Lay<I>& lx, cons
 }
 
 // Calls f(od, oh, ow, tap) for every window of g that holds input element (id, ih, iw),
-// in tap order, with kernel offsets spaced by `dilated` ? g.d : 1 (AveragePool's windows
-// are never dilated). kTiled (is_tiled(g)): the one window, if any, by a division per dim.
+// in tap order, kernel offsets g.d apart. kTiled (is_tiled(g)): the one window, if any,
+// by a division per dim.
 template <bool kTiled, typename I, typename F>
-TRAINRT_HOST_DEVICE void for_windows_of(const PoolDims<I>& g, I id, I ih, I iw, bool dilated, F&& f) {
+TRAINRT_HOST_DEVICE void for_windows_of(const PoolDims<I>& g, I id, I ih, I iw, F&& f) {
   if constexpr (kTiled) {
     const I od = id / g.k[0], oh = ih / g.k[1], ow = iw / g.k[2];
     if (od >= g.out[0] || oh >= g.out[1] || ow >= g.out[2]) return;  // past the last window (floor mode)
     f(od, oh, ow, ((id - od * g.k[0]) * g.k[1] + ih - oh * g.k[1]) * g.k[2] + iw - ow * g.k[2]);
   } else {
-    const I dd = dilated ? g.d[0] : 1, dh = dilated ? g.d[1] : 1, dw = dilated ? g.d[2] : 1;
+    const I dd = g.d[0], dh = g.d[1], dw = g.d[2];
     for (I a = 0; a < g.k[0]; ++a) {
       const I sd = id + g.pb[0] - a * dd;  // = od * stride for the window that puts tap a on id
       if (sd < 0 || sd % g.s[0] != 0 || sd / g.s[0] >= g.out[0]) continue;
@@ -198,7 +205,7 @@ TRAINRT_HOST_DEVICE T maxpool_grad_at(const PoolDims<I>& g, const Lay<I>& ldy, c
                                       const A* arg, I i) {
   const At<I> t = split(i, g.in, ldx);
   T acc = 0;
-  for_windows_of<kTiled>(g, t.a, t.b, t.c, /*dilated=*/true, [&](I od, I oh, I ow, I tap) {
+  for_windows_of<kTiled>(g, t.a, t.b, t.c, [&](I od, I oh, I ow, I tap) {
     const I o = offset_of(ldy, t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size());
     if (static_cast<I>(arg[o]) == tap) acc += dy[o];
   });
@@ -212,11 +219,49 @@ TRAINRT_HOST_DEVICE T averagepool_grad_at(const PoolDims<I>& g, const Lay<I>& ld
                                           bool include_pad) {
   const At<I> t = split(i, g.in, ldx);
   T acc = 0;
-  for_windows_of<kTiled>(g, t.a, t.b, t.c, /*dilated=*/false, [&](I od, I oh, I ow, I) {
+  for_windows_of<kTiled>(g, t.a, t.b, t.c, [&](I od, I oh, I ow, I) {
     const I o = offset_of(ldy, t.p, (od * g.out[1] + oh) * g.out[2] + ow, g.out_size());
     acc += dy[o] / static_cast<T>(average_divisor(g, od, oh, ow, include_pad));
   });
   return acc;
+}
+
+// GlobalMaxPool and its gradient (ops/pool_cuda.cu): a plane's maximum and its position by
+// the reference's rule (ops/pool.cpp plane_argmax: the first maximum; a NaN never compares
+// greater, so a plane whose first element is NaN keeps position 0 and any later NaN is
+// passed over), found by several threads. Each scans positions first, first + stride, ...
+// (plane_max_scan); partial results merge in any order and grouping (plane_max_merge: the
+// larger value, the lower position between equal ones: one total order, so every
+// reduction tree picks the same element); plane_max_pos then applies the NaN-first rule.
+template <typename T, typename I>
+struct PlaneMax {
+  T v;
+  I at;  // < 0: no non-NaN element seen
+};
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE PlaneMax<T, I> plane_max_none() {
+  return PlaneMax<T, I>{T(0), I(-1)};
+}
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE void plane_max_take(PlaneMax<T, I>& m, T v, I at) {
+  if (!(v == v)) return;  // NaN
+  if (m.at < 0 || v > m.v || (v == m.v && at < m.at)) m = PlaneMax<T, I>{v, at};
+}
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE void plane_max_merge(PlaneMax<T, I>& m, const PlaneMax<T, I>& other) {
+  if (other.at >= 0) plane_max_take(m, other.v, other.at);
+}
+// Positions first, first + stride, ... below size of a plane whose elements are `step` apart.
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE PlaneMax<T, I> plane_max_scan(const T* plane, I size, I first, I stride, I step) {
+  PlaneMax<T, I> m = plane_max_none<T, I>();
+  for (I i = first; i < size; i += stride) plane_max_take(m, plane[i * step], i);
+  return m;
+}
+// The reference's position from the merged result of every position of a non-empty plane.
+template <typename T, typename I>
+TRAINRT_HOST_DEVICE I plane_max_pos(const T* plane, const PlaneMax<T, I>& m) {
+  return !(plane[0] == plane[0]) || m.at < 0 ? I(0) : m.at;
 }
 
 }  // namespace trainrt::pool_index

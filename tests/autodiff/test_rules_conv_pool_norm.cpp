@@ -213,7 +213,7 @@ TEST_CASE("gradcheck: MaxPool with its Indices output requested (Indices carries
   check(net, y);
 }
 
-TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAME, 1-D and 3-D") {
+TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAME, dilations, 1-D and 3-D") {
   struct Case {
     std::string what;
     std::vector<int64_t> x;
@@ -256,6 +256,28 @@ TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAM
         {"3-D",
          {1, 1, 4, 4, 4},
          {{"kernel_shape", ints({2, 3, 2})}, {"pads", ints({0, 1, 1, 1, 1, 0})}, {"count_include_pad", c}}});
+    // opset 19's dilations: overlapping dilated windows, a ceil window's taps past the end pad
+    cases.push_back({"dilation 2, stride 2, pads 1, ceil_mode",
+                     {1, 2, 9, 8},
+                     {{"kernel_shape", ints({3, 3})},
+                      {"strides", ints({2, 2})},
+                      {"dilations", ints({2, 2})},
+                      {"pads", ints({1, 1, 1, 1})},
+                      {"ceil_mode", Attribute::of_int(1)},
+                      {"count_include_pad", c}}});
+    cases.push_back({"1-D dilation 3, SAME_UPPER",
+                     {2, 2, 10},
+                     {{"kernel_shape", ints({3})},
+                      {"dilations", ints({3})},
+                      {"auto_pad", Attribute::of_string("SAME_UPPER")},
+                      {"count_include_pad", c}}});
+    cases.push_back({"3-D dilations 1,2,3",
+                     {1, 1, 4, 5, 7},
+                     {{"kernel_shape", ints({2, 2, 2})},
+                      {"strides", ints({1, 2, 2})},
+                      {"dilations", ints({1, 2, 3})},
+                      {"pads", ints({1, 0, 1, 0, 1, 1})},
+                      {"count_include_pad", c}}});
   }
   cases.push_back({"7x7 stride 7 on 8x8 (the reference model's CIFAR quirk)",
                    {2, 3, 8, 8},
@@ -265,6 +287,39 @@ TEST_CASE("gradcheck: AveragePool with count_include_pad 0 and 1, ceil_mode, SAM
     CAPTURE(c.attrs.at("count_include_pad").i);
     Net net;
     check(net, net.node("AveragePool", {net.param("x", c.x)}, c.attrs));
+  }
+}
+
+TEST_CASE("gradcheck: LpPool with p 1 to 4, pads, strides, dilations, ceil_mode, SAME, 1-D and 3-D") {
+  struct Case {
+    std::string what;
+    std::vector<int64_t> x;
+    Attrs attrs;
+  };
+  const auto p = [](int64_t v) { return Attribute::of_int(v); };
+  const std::vector<Case> cases = {
+      {"2x2, p 2", {2, 2, 4, 4}, {{"kernel_shape", ints({2, 2})}}},
+      {"3x3 stride 2 pads 1, p 1",
+       {1, 2, 6, 6},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"p", p(1)}}},
+      {"3x3 stride 2 pads 1, p 3",
+       {1, 2, 7, 7},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"p", p(3)}}},
+      {"dilation 2, ceil_mode, p 4",
+       {1, 2, 8, 7},
+       {{"kernel_shape", ints({2, 2})},
+        {"strides", ints({2, 2})},
+        {"dilations", ints({2, 2})},
+        {"ceil_mode", Attribute::of_int(1)},
+        {"p", p(4)}}},
+      {"SAME_LOWER", {1, 2, 5, 5}, {{"kernel_shape", ints({2, 3})}, {"auto_pad", Attribute::of_string("SAME_LOWER")}}},
+      {"1-D", {2, 2, 9}, {{"kernel_shape", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 1})}}},
+      {"3-D", {1, 1, 4, 4, 4}, {{"kernel_shape", ints({2, 2, 2})}, {"strides", ints({1, 2, 2})}, {"p", p(3)}}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    Net net;
+    check(net, net.node("LpPool", {net.param("x", c.x)}, c.attrs));
   }
 }
 

@@ -233,7 +233,7 @@ void random_pool_grads(const char* op, uint64_t seed) {
     for (int64_t j = 0; j < sp; ++j) {
       k.push_back(pick(rng, 1, sp == 3 ? 2 : 3));
       s.push_back(pick(rng, 1, 3));
-      d.push_back(max ? pick(rng, 1, 2) : 1);  // AveragePool has no dilations before opset 19
+      d.push_back(pick(rng, 1, 2));  // AveragePool's dilations: opset 19
     }
     for (int64_t j = 0; j < sp; ++j) {
       dims.push_back(pick(rng, d[static_cast<size_t>(j)] * (k[static_cast<size_t>(j)] - 1) + 1, sp == 3 ? 6 : 11));
@@ -241,7 +241,7 @@ void random_pool_grads(const char* op, uint64_t seed) {
       pads[static_cast<size_t>(j + sp)] = pick(rng, 0, k[static_cast<size_t>(j)] - 1);
     }
     std::map<std::string, Attribute> attrs{{"kernel_shape", Attribute::of_ints(k)}, {"strides", Attribute::of_ints(s)}};
-    if (max) attrs["dilations"] = Attribute::of_ints(d);
+    attrs["dilations"] = Attribute::of_ints(d);
     const int64_t mode = pick(rng, 0, 4);
     if (mode == 0)
       attrs["auto_pad"] = Attribute::of_string("SAME_UPPER");

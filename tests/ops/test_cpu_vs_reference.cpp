@@ -247,13 +247,13 @@ std::map<std::string, Attribute> random_pool_attrs(std::mt19937_64& rng, size_t 
   for (size_t i = 0; i < spatial; ++i) {
     k.push_back(pick(rng, 1, 3));
     s.push_back(pick(rng, 1, 3));
-    d.push_back(max ? pick(rng, 1, 2) : 1);
+    d.push_back(pick(rng, 1, 2));  // AveragePool's dilations: opset 19
     pads[i] = pick(rng, 0, k[i] - 1);
     pads[i + spatial] = pick(rng, 0, k[i] - 1);
     in.push_back(pick(rng, (k[i] - 1) * d[i] + 1, 9));
   }
   std::map<std::string, Attribute> a{{"kernel_shape", Attribute::of_ints(k)}, {"strides", Attribute::of_ints(s)}};
-  if (max) a["dilations"] = Attribute::of_ints(d);
+  a["dilations"] = Attribute::of_ints(d);
   int64_t mode = pick(rng, 0, 4);
   if (mode == 0)
     a["auto_pad"] = Attribute::of_string(pick(rng, 0, 1) ? "SAME_UPPER" : "SAME_LOWER");
@@ -292,6 +292,37 @@ void random_pools(const char* op, uint64_t seed) {
 
 TEST_CASE("cpu vs reference: MaxPool, random windows") { random_pools("MaxPool", 77); }
 TEST_CASE("cpu vs reference: AveragePool, random windows") { random_pools("AveragePool", 78); }
+
+TEST_CASE("cpu vs reference: AveragePool-19 dilations on oneDNN, 1-D to 3-D, pads, ceil_mode, both divisors") {
+  require_cpu_kernel("AveragePool");
+  struct Case {
+    const char* what;
+    std::vector<int64_t> dims, k, s, d, pads;
+    bool ceil;
+    bool on_dnnl[2];  // count_include_pad 0, 1
+  };
+  const std::vector<Case> cases = {
+      {"1-D k3 d2", {2, 3, 11}, {3}, {1}, {2}, {0, 0}, false, {true, true}},
+      {"1-D k2 d3 s2 pads 1 ceil", {2, 3, 12}, {2}, {2}, {3}, {1, 1}, true, {true, true}},
+      {"2-D k3 d2 s2 pads 1", {2, 4, 9, 8}, {3, 3}, {2, 2}, {2, 2}, {1, 1, 1, 1}, false, {true, true}},
+      // the last window's taps pass the end pad: oneDNN would count them, the reference runs
+      {"2-D k3 d2 s2 pads 1 ceil (overhang)", {1, 3, 9, 8}, {3, 3}, {2, 2}, {2, 2}, {1, 1, 1, 1}, true, {true, false}},
+      {"2-D k2x3 d3x2 pads 1,0,0,1", {2, 2, 7, 7}, {2, 3}, {1, 2}, {3, 2}, {1, 0, 0, 1}, false, {true, true}},
+      {"3-D d1,2,3 pads", {1, 2, 5, 6, 7}, {2, 2, 2}, {1, 2, 2}, {1, 2, 3}, {1, 0, 1, 0, 1, 1}, false, {true, true}},
+  };
+  for (const Case& c : cases)
+    for (const int64_t include_pad : {0, 1}) {
+      CAPTURE(c.what);
+      CAPTURE(include_pad);
+      const std::map<std::string, Attribute> a{
+          {"kernel_shape", Attribute::of_ints(c.k)},        {"strides", Attribute::of_ints(c.s)},
+          {"dilations", Attribute::of_ints(c.d)},           {"pads", Attribute::of_ints(c.pads)},
+          {"ceil_mode", Attribute::of_int(c.ceil ? 1 : 0)}, {"count_include_pad", Attribute::of_int(include_pad)}};
+      const RunInfo info = check_same(make_node("AveragePool", {"x"}, {"y"}, a),
+                                      {{"x", random_tensor(DataType::Float32, c.dims, 19)}}, kPoolTol);
+      CHECK((info.fallbacks == 0) == c.on_dnnl[include_pad]);
+    }
+}
 
 TEST_CASE("cpu vs reference: pools at the Wide ResNet's shapes") {
   require_cpu_kernel("MaxPool");

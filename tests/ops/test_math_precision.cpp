@@ -169,6 +169,33 @@ TEST_CASE("bf16/fp16 math: ConvGrad (dX, dW, dB) on cpu equals the reference's e
   }
 }
 
+// A decoder's upsampling: ConvTranspose (stride 2, 4x4 kernel, bias; grouped) and its
+// gradient. Both backends run the same loops (ops/conv_transpose_loops.h).
+TEST_CASE(
+    "bf16/fp16 math: ConvTranspose and its gradient on cpu equal the reference's emulation, and differ from fp32") {
+  for (int64_t group : {1, 2}) {
+    CAPTURE(group);
+    const int64_t n = 2, c = 16, m = 12, hw = 7, k = 4, ho = (hw - 1) * 2 + k - 2;
+    Node fwd = make_node("ConvTranspose", {"X", "W", "B"}, {"Y"},
+                         {{"kernel_shape", Attribute::of_ints({k, k})},
+                          {"strides", Attribute::of_ints({2, 2})},
+                          {"pads", Attribute::of_ints({1, 1, 1, 1})},
+                          {"group", Attribute::of_int(group)}});
+    TensorMap feeds{{"X", random_tensor(DataType::Float32, {n, c, hw, hw}, 61 + group, -1, 1)},
+                    {"W", weights({c, m / group, k, k}, 63 + group)},
+                    {"B", random_tensor(DataType::Float32, {m}, 65, -0.5, 0.5)}};
+    check_both(fwd, feeds, {{"Y", c / group * k * k}});
+    Node grad = fwd;
+    grad.op_type = "ConvTransposeGrad";
+    grad.domain = kTrainrtDomain;
+    grad.inputs = {"dY", "X", "W"};
+    grad.outputs = {"dX", "dW", "dB"};
+    feeds.erase("B");
+    feeds["dY"] = random_tensor(DataType::Float32, {n, m, ho, ho}, 67 + group, -1, 1);
+    check_both(grad, feeds, {{"dX", m / group * k * k}, {"dW", n * hw * hw}, {"dB", n * ho * ho}});
+  }
+}
+
 // A Linear layer's three products at batch 8 (640 features, 100 classes: the Wide
 // ResNet's classifier) and a batched MatMul.
 TEST_CASE("bf16/fp16 math: Gemm, FusedGemm and MatMul on cpu equal the reference's emulation, and differ from fp32") {
@@ -309,6 +336,28 @@ TEST_CASE("bf16/fp16 math: math_rounded_inputs names exactly the inputs the refe
                                                                                {{"", "", "dB"}, {0}}}) {
       grad.outputs = outs;
       check(grad, only(feeds, {"dY", "X", "W"}), read, m);
+    }
+  }
+  // ConvTranspose and its gradient as Conv and ConvGrad (W is [C, M, k, k]).
+  Node deconv = make_node("ConvTranspose", {"X", "W", "B"}, {"Y"},
+                          {{"kernel_shape", Attribute::of_ints({3, 3})}, {"strides", Attribute::of_ints({2, 2})}});
+  Node deconv_grad = deconv;
+  deconv_grad.op_type = "ConvTransposeGrad";
+  deconv_grad.domain = kTrainrtDomain;
+  deconv_grad.inputs = {"dY", "X", "W"};
+  const TensorMap dfeeds{{"X", random_tensor(DataType::Float32, {2, 4, 5, 5}, 36, -1, 1)},
+                         {"W", weights({4, 3, 3, 3}, 37)},
+                         {"B", random_tensor(DataType::Float32, {3}, 38, -0.5, 0.5)},
+                         {"dY", random_tensor(DataType::Float32, {2, 3, 11, 11}, 39, -1, 1)}};
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    check(deconv, only(dfeeds, {"X", "W", "B"}), {0, 1, 2}, m);
+    for (const auto& [outs, read] :
+         std::vector<std::pair<std::vector<std::string>, std::vector<size_t>>>{{{"dX", "dW", "dB"}, {0, 1, 2}},
+                                                                               {{"dX", "", ""}, {0, 2}},
+                                                                               {{"", "dW", ""}, {0, 1}},
+                                                                               {{"", "", "dB"}, {0}}}) {
+      deconv_grad.outputs = outs;
+      check(deconv_grad, only(dfeeds, {"dY", "X", "W"}), read, m);
     }
   }
   // Gemm's C is added unrounded; MatMul has A and B only.

@@ -2,8 +2,11 @@
 // count_include_pad, Indices), a padded-copy oracle in fp64, errors, symbolic batch.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 
+#include "golden_files.h"
 #include "graph/error.h"
 #include "test_util.h"
 
@@ -190,6 +193,250 @@ TEST_CASE("AveragePool: pads with and without count_include_pad, ceil overhang")
   CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 3}, {1.5, 3.5, 5})) == 0);
 }
 
+namespace {
+
+// Golden pooling cases, computed tap by tap from the spec's definition in float64:
+// tests/data/avgpool_dilations.txt (tools/golden_avgpool_dilations.py: AveragePool-19 with
+// dilations) and tests/data/lppool.txt (tools/golden_lppool.py: LpPool-18).
+struct GoldenPool {
+  std::string what;
+  std::map<std::string, Attribute> attrs;
+  Tensor x, y, dy, dx;
+};
+
+std::vector<GoldenPool> load_golden_pools(const std::string& file) {
+  std::ifstream in(golden_file(std::string(TRAINRT_TEST_DATA) + "/" + file));
+  REQUIRE(in);
+  std::vector<GoldenPool> cases;
+  std::vector<int64_t> x_shape, y_shape;
+  const auto ints_of = [](const std::string& csv) {
+    std::vector<int64_t> v;
+    std::istringstream ss(csv);
+    for (std::string t; std::getline(ss, t, ',');) v.push_back(std::stoll(t));
+    return v;
+  };
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    if (kind.empty() || kind[0] == '#') continue;
+    if (kind == "case") {
+      cases.emplace_back();
+      cases.back().what = line.substr(5);
+      for (std::string kv; ls >> kv;) {
+        const std::string key = kv.substr(0, kv.find('=')), value = kv.substr(kv.find('=') + 1);
+        if (key == "auto_pad")
+          cases.back().attrs[key] = Attribute::of_string(value);
+        else if (key == "ceil_mode" || key == "count_include_pad" || key == "p")
+          cases.back().attrs[key] = Attribute::of_int(std::stoll(value));
+        else
+          cases.back().attrs[key] = Attribute::of_ints(ints_of(value));
+      }
+      continue;
+    }
+    std::vector<double> v;
+    for (double d; ls >> d;) v.push_back(d);
+    if (kind == "x_shape" || kind == "y_shape") {
+      (kind == "x_shape" ? x_shape : y_shape).assign(v.begin(), v.end());
+      continue;
+    }
+    REQUIRE(!cases.empty());
+    Tensor t = tensor_of(DataType::Float64, kind == "x" || kind == "dx" ? x_shape : y_shape, v);
+    if (kind == "x") cases.back().x = t;
+    if (kind == "y") cases.back().y = t;
+    if (kind == "dy") cases.back().dy = t;
+    if (kind == "dx") cases.back().dx = t;
+  }
+  return cases;
+}
+
+Tensor as_f32(const Tensor& t) {
+  Tensor r(DataType::Float32, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) r.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("AveragePool-19 dilations: reference and cpu against the spec's tap-by-tap golden data, with the gradient") {
+  const std::vector<GoldenPool> cases = load_golden_pools("avgpool_dilations.txt");
+  REQUIRE(cases.size() == 12);
+  for (const GoldenPool& c : cases) {
+    CAPTURE(c.what);
+    const Node fwd = make_node("AveragePool", {"x"}, {"y"}, c.attrs);
+    const Node bwd = make_node("AveragePoolGrad", {"dy", "x"}, {"dx"}, c.attrs, kTrainrtDomain);
+    // fp64 on the reference backend: the golden values to rounding.
+    CHECK(max_abs_diff(run_node(fwd, {{"x", c.x}}, "reference").at("y"), c.y) < 1e-12);
+    CHECK(max_abs_diff(run_node(bwd, {{"dy", c.dy}, {"x", c.x}}, "reference").at("dx"), c.dx) < 1e-12);
+    // fp32 on both backends (the cpu one's oneDNN pooling_v2 with dilation).
+    const Tensor x32 = as_f32(c.x), dy32 = as_f32(c.dy);
+    for (const char* backend : {"reference", "cpu"}) {
+      CAPTURE(std::string(backend));
+      CHECK(max_abs_diff(run_node(fwd, {{"x", x32}}, backend).at("y"), c.y) < 1e-5);
+      CHECK(max_abs_diff(run_node(bwd, {{"dy", dy32}, {"x", x32}}, backend).at("dx"), c.dx) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("AveragePool-19 dilations by hand: taps past the end pad and taps that skip the input") {
+  // 1-D, 11 values 1..11, k2 dilation 3 stride 2, pads 1,1, ceil_mode: windows start at
+  // -1, 1, ..., 9 with taps (start, start + 3); the last one's tap 12 lies past the end
+  // pad, so it never counts; the first one's tap -1 is padding.
+  Tensor x = iota(DataType::Float64, {1, 1, 11});
+  Node n = make_node("AveragePool", {"x"}, {"y"},
+                     {{"kernel_shape", Attribute::of_ints({2})},
+                      {"strides", Attribute::of_ints({2})},
+                      {"dilations", Attribute::of_ints({3})},
+                      {"pads", Attribute::of_ints({1, 1})},
+                      {"ceil_mode", Attribute::of_int(1)}});
+  TensorMap out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 6}, {3, 3.5, 5.5, 7.5, 9.5, 10})) == 0);
+  n.attrs["count_include_pad"] = Attribute::of_int(1);
+  out = run_node(n, {{"x", x}}, "reference");
+  CHECK(max_abs_diff(out["y"], tensor_of(DataType::Float64, {1, 1, 6}, {1.5, 3.5, 5.5, 7.5, 9.5, 10})) == 0);
+  // Its gradient, dY = 1: every tap on x gets 1/2, x[9] (the last window's only
+  // counted tap) 1, x[0] (no window's tap) 0.
+  Tensor dy = tensor_of(DataType::Float64, {1, 1, 6}, {1, 1, 1, 1, 1, 1});
+  Node g = make_node("AveragePoolGrad", {"dy", "x"}, {"dx"}, n.attrs, kTrainrtDomain);
+  CHECK(max_abs_diff(run_node(g, {{"dy", dy}, {"x", x}}, "reference").at("dx"),
+                     tensor_of(DataType::Float64, {1, 1, 11}, {0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 0.5})) ==
+        0);
+
+  // One value, k2 dilation 2, pads 1,1: the one window's taps -1 and 1 both miss x. Its
+  // mean over real elements is 0/0 (NaN); with count_include_pad it is 0/2.
+  Node e = make_node("AveragePool", {"x"}, {"y"},
+                     {{"kernel_shape", Attribute::of_ints({2})},
+                      {"dilations", Attribute::of_ints({2})},
+                      {"pads", Attribute::of_ints({1, 1})}});
+  const Tensor one = iota(DataType::Float64, {1, 1, 1});
+  CHECK(std::isnan(run_node(e, {{"x", one}}, "reference").at("y").data<double>()[0]));
+  e.attrs["count_include_pad"] = Attribute::of_int(1);
+  CHECK(run_node(e, {{"x", one}}, "reference").at("y").data<double>()[0] == 0);
+}
+
+TEST_CASE("LpPool-18: reference and cpu against the spec's tap-by-tap golden data, with the gradient") {
+  const std::vector<GoldenPool> cases = load_golden_pools("lppool.txt");
+  REQUIRE(cases.size() == 10);
+  for (const GoldenPool& c : cases) {
+    CAPTURE(c.what);
+    const Node fwd = make_node("LpPool", {"x"}, {"y"}, c.attrs);
+    const Node bwd = make_node("LpPoolGrad", {"dy", "x", "y"}, {"dx"}, c.attrs, kTrainrtDomain);
+    // fp64, both backends (the cpu one runs the reference's loops over parallel planes).
+    for (const char* backend : {"reference", "cpu"}) {
+      CAPTURE(std::string(backend));
+      CHECK(max_abs_diff(run_node(fwd, {{"x", c.x}}, backend).at("y"), c.y) < 1e-12);
+      CHECK(max_abs_diff(run_node(bwd, {{"dy", c.dy}, {"x", c.x}, {"y", c.y}}, backend).at("dx"), c.dx) < 1e-12);
+    }
+    const Tensor x32 = as_f32(c.x);
+    CHECK(max_abs_diff(run_node(fwd, {{"x", x32}}, "cpu").at("y"), c.y) < 1e-5);
+  }
+}
+
+TEST_CASE("LpPool: p 1, 2 and 3 by hand; a window of zeros sends no gradient; cpu equals the reference bit for bit") {
+  // 1-D [3, -4, 0, 0], k2 s2: windows (3, -4) and (0, 0).
+  const Tensor x = tensor_of(DataType::Float64, {1, 1, 4}, {3, -4, 0, 0});
+  const Tensor dy = tensor_of(DataType::Float64, {1, 1, 2}, {1, 1});
+  struct Case {
+    int64_t p;
+    double y0;
+    std::vector<double> dx;  // dY * sign(x) |x|^(p-1) / Y^(p-1); nothing from the zero window
+  };
+  for (const Case& c : {Case{1, 7, {1, -1, 0, 0}}, Case{2, 5, {0.6, -0.8, 0, 0}},
+                        Case{3, std::cbrt(91.0), {9 / std::pow(91.0, 2.0 / 3), -16 / std::pow(91.0, 2.0 / 3), 0, 0}}}) {
+    CAPTURE(c.p);
+    const std::map<std::string, Attribute> a{
+        {"kernel_shape", Attribute::of_ints({2})}, {"strides", Attribute::of_ints({2})}, {"p", Attribute::of_int(c.p)}};
+    const Tensor y = run_node(make_node("LpPool", {"x"}, {"y"}, a), {{"x", x}}, "reference").at("y");
+    CHECK(std::fabs(y.data<double>()[0] - c.y0) < 1e-12);
+    CHECK(y.data<double>()[1] == 0);
+    const Tensor dx = run_node(make_node("LpPoolGrad", {"dy", "x", "y"}, {"dx"}, a, kTrainrtDomain),
+                               {{"dy", dy}, {"x", x}, {"y", y}}, "reference")
+                          .at("dx");
+    CHECK(max_abs_diff(dx, tensor_of(DataType::Float64, {1, 1, 4}, c.dx)) < 1e-12);
+  }
+  // Planes enough for the cpu kernel to split them across threads: the same bits.
+  const Tensor big = random_tensor(DataType::Float32, {4, 16, 20, 20}, 5);
+  const std::map<std::string, Attribute> a{{"kernel_shape", Attribute::of_ints({3, 3})},
+                                           {"strides", Attribute::of_ints({2, 2})},
+                                           {"pads", Attribute::of_ints({1, 1, 1, 1})},
+                                           {"p", Attribute::of_int(3)}};
+  const Node fwd = make_node("LpPool", {"x"}, {"y"}, a);
+  const Tensor y = run_node(fwd, {{"x", big}}, "reference").at("y");
+  CHECK(max_abs_diff(run_node(fwd, {{"x", big}}, "cpu").at("y"), y) == 0);
+  const Tensor dy2 = random_tensor(DataType::Float32, y.dims(), 6);
+  const Node bwd = make_node("LpPoolGrad", {"dy", "x", "y"}, {"dx"}, a, kTrainrtDomain);
+  CHECK(max_abs_diff(run_node(bwd, {{"dy", dy2}, {"x", big}, {"y", y}}, "cpu").at("dx"),
+                     run_node(bwd, {{"dy", dy2}, {"x", big}, {"y", y}}, "reference").at("dx")) == 0);
+}
+
+TEST_CASE("ONNX's newer node tests with spelled-out values: AveragePool-19 and LpPool-18 dilations, a ceil window") {
+  // The inputs and expected outputs of test_averagepool_2d_dilations,
+  // test_averagepool_3d_dilations_small, test_averagepool_2d_ceil_last_window_starts_on_pad
+  // (expected values given to 4 digits) and test_lppool_2d_dilations: opsets newer than the
+  // ONNX 1.12 data the conformance runner reads.
+  std::vector<double> ramp;
+  for (int i = 1; i <= 16; ++i) ramp.push_back(i);
+  std::vector<double> cube;
+  for (int d = 0; d < 4; ++d) cube.insert(cube.end(), ramp.begin(), ramp.end());
+  const auto ints = [](std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); };
+  struct Case {
+    const char* name;
+    const char* op;
+    std::map<std::string, Attribute> attrs;
+    Tensor x, y;
+    double tol;
+  };
+  const std::vector<Case> cases = {
+      {"test_averagepool_2d_dilations",
+       "AveragePool",
+       {{"kernel_shape", ints({2, 2})},
+        {"strides", ints({1, 1})},
+        {"dilations", ints({2, 2})},
+        {"ceil_mode", Attribute::of_int(1)}},
+       tensor_of(DataType::Float32, {1, 1, 4, 4}, ramp),
+       tensor_of(DataType::Float32, {1, 1, 2, 2}, {6, 7, 10, 11}),
+       0},
+      {"test_averagepool_3d_dilations_small",
+       "AveragePool",
+       {{"kernel_shape", ints({2, 2, 2})},
+        {"strides", ints({1, 1, 1})},
+        {"dilations", ints({2, 2, 2})},
+        {"ceil_mode", Attribute::of_int(1)}},
+       tensor_of(DataType::Float32, {1, 1, 4, 4, 4}, cube),
+       tensor_of(DataType::Float32, {1, 1, 2, 2, 2}, {6, 7, 10, 11, 6, 7, 10, 11}),
+       0},
+      {"test_averagepool_2d_ceil_last_window_starts_on_pad",
+       "AveragePool",
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({3, 3})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"ceil_mode", Attribute::of_int(1)},
+        {"count_include_pad", Attribute::of_int(1)}},
+       tensor_of(DataType::Float32, {1, 3, 2, 2},
+                 {0.8580, 0.0786, 0.2692, 0.1537, 0.8816, 0.4353, 0.5772, 0.6623, 0.9067, 0.9483, 0.5970, 0.7630}),
+       tensor_of(DataType::Float32, {1, 3, 1, 1}, {0.1511, 0.2841, 0.3572}),
+       1e-4},
+      {"test_lppool_2d_dilations",
+       "LpPool",
+       {{"kernel_shape", ints({2, 2})},
+        {"strides", ints({1, 1})},
+        {"dilations", ints({2, 2})},
+        {"p", Attribute::of_int(2)}},
+       tensor_of(DataType::Float32, {1, 1, 4, 4}, ramp),
+       tensor_of(DataType::Float32, {1, 1, 2, 2},
+                 {14.560219778561036, 16.24807680927192, 21.633307652783937, 23.49468024894146}),
+       1e-5},
+  };
+  for (const Case& c : cases)
+    for (const char* backend : {"reference", "cpu"}) {
+      CAPTURE(std::string(c.name));
+      CAPTURE(std::string(backend));
+      const Tensor y = run_node(make_node(c.op, {"x"}, {"y"}, c.attrs), {{"x", c.x}}, backend).at("y");
+      CHECK(max_abs_diff(y, c.y) <= c.tol);
+    }
+}
+
 TEST_CASE("MaxPool and AveragePool: fp64 against the padded-copy oracle, fp32 alike") {
   struct Case {
     std::vector<int64_t> k, s, pads;
@@ -316,6 +563,12 @@ TEST_CASE("Pooling: bad attributes give one-line errors naming the node") {
        {{"x", Tensor(DataType::UInt8, {1, 1, 5, 5})}},
        "must be float32 or float64, got uint8"},
       {"GlobalAveragePool", {}, {{"x", Tensor(DataType::Float32, {2, 5})}}, "must have rank >= 3"},
+      {"LpPool", {{"kernel_shape", k({2, 2})}, {"p", Attribute::of_int(0)}}, ok, "attribute 'p' must be >= 1, got 0"},
+      {"LpPool", {{"kernel_shape", k({2, 2})}, {"pads", k({0, 2, 0, 0})}}, ok, "must be smaller than 'kernel_shape'"},
+      {"LpPool",
+       {{"kernel_shape", k({2, 2})}},
+       {{"x", Tensor(DataType::Int8, {1, 1, 5, 5})}},
+       "must be float32 or float64, got int8"},
   };
   for (const Bad& c : cases) {
     Node n = make_node(c.op, {"x"}, {"y"}, c.attrs);
@@ -326,12 +579,19 @@ TEST_CASE("Pooling: bad attributes give one-line errors naming the node") {
     CHECK(msg.find(c.want) != std::string::npos);
     CHECK(kind == ErrorKind::BadInput);
   }
-  // AveragePool dilations (opset 19) are not implemented
-  ErrorKind kind = ErrorKind::Internal;
-  std::string msg = error_of(
-      make_node("AveragePool", {"x"}, {"y"}, {{"kernel_shape", k({2, 2})}, {"dilations", k({2, 2})}}), ok, &kind);
-  CHECK(kind == ErrorKind::Unsupported);
-  CHECK(msg.find("attribute 'dilations' is not supported") != std::string::npos);
+  // AveragePool's dilations (opset 19) are checked as MaxPool's
+  for (const auto& [d, want] : std::vector<std::pair<std::vector<int64_t>, std::string>>{
+           {{0, 1}, "attribute 'dilations' must be >= 1, got [0,1]"},
+           {{2, 2, 2}, "attribute 'dilations' has 3 values, expected 2 for 2 spatial dims"}}) {
+    ErrorKind kind = ErrorKind::Internal;
+    const std::string msg =
+        error_of(make_node("AveragePool", {"x"}, {"y"}, {{"kernel_shape", k({2, 2})}, {"dilations", k(d)}}), ok, &kind);
+    CAPTURE(msg);
+    CHECK(kind == ErrorKind::BadInput);
+    CHECK(msg.find("(AveragePool)") != std::string::npos);
+    CHECK(msg.find(want) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
 }
 
 TEST_CASE("Pooling: symbolic batch propagates through shape inference; FLOPs") {

@@ -1,7 +1,8 @@
 // The cuda pooling kernels' per-element functions (ops/core/pool_index.h), run on the
 // host for every element of several shapes, NCHW and NHWC, in int32_t and int64_t index
 // math, general and tiled (kernel == stride) windows, against the reference backend's
-// MaxPool, AveragePool and their gradients: what the GPU computes, element by element.
+// MaxPool, AveragePool (dilated too) and their gradients, and GlobalMaxPool's merged plane
+// maxima against its reference: what the GPU computes, element by element.
 //
 // The values are small integers (many tied maxima) and dY multiples of 1/4, so every sum
 // is exact whatever its order and the comparisons are bit for bit, except
@@ -28,7 +29,7 @@ struct Case {
   const char* what;
   std::vector<int64_t> dims;  // N,C,spatial...
   std::vector<int64_t> k = {}, s = {}, pads = {}, dil = {};
-  bool ceil = false, include_pad = false, max_only = false;
+  bool ceil = false, include_pad = false;
 };
 
 // Integers in [-2, 2] (x: ties in most windows) or quarters in [-2, 2] (dy).
@@ -119,7 +120,6 @@ Diffs compare(const Case& c, const Pool3& g64, const TensorMap& ref, bool x_nhwc
       const double f = averagepool_grad_at<false>(g, ly, lx, dys.data(), i, c.include_pad);
       return a != b || std::signbit(a) != std::signbit(b) || e != f;
     });
-  if (c.max_only) return d;
   for (I o = 0; o < static_cast<I>(y.numel()); ++o)
     d.avg += averagepool_at(g, lx, ly, xs.data(), o, c.include_pad) !=
              ref.at("y_avg").data<double>()[plain_of(y, o, y_nhwc)];
@@ -143,8 +143,20 @@ const std::vector<Case> kCases = {
     {"k3 s2 pads 1 count_include_pad", {1, 4, 9, 7}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {}, false, true},
     {"k3 s2 ceil_mode (overlap, ceil)", {2, 3, 8, 8}, {3, 3}, {2, 2}, {}, {}, true},
     {"k2x3 s1x2 pads 1,0,0,1 include_pad ceil", {2, 2, 6, 7}, {2, 3}, {1, 2}, {1, 0, 0, 1}, {}, true, true},
-    {"k3 s1 dilation 2 pads 2 (MaxPool)", {1, 3, 6, 6}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, false, false, true},
-    {"k2 s2 dilation 2 (MaxPool, not tiled)", {1, 2, 9, 9}, {2, 2}, {2, 2}, {}, {2, 2}, false, false, true},
+    {"k3 s1 dilation 2 pads 2", {1, 3, 6, 6}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}},
+    {"k3 s1 dilation 2 pads 2 count_include_pad", {1, 3, 6, 6}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, false, true},
+    {"k2 s2 dilation 2 (not tiled)", {1, 2, 9, 9}, {2, 2}, {2, 2}, {}, {2, 2}},
+    {"k3 s2 dilation 2 pads 1 ceil include_pad (taps past the end pad)",
+     {2, 3, 9, 8},
+     {3, 3},
+     {2, 2},
+     {1, 1, 1, 1},
+     {2, 2},
+     true,
+     true},
+    {"k3 s2 dilation 2 pads 1 ceil", {2, 3, 9, 8}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}, true},
+    {"3-D dilations 1,2,3 pads", {1, 2, 5, 6, 8}, {2, 2, 2}, {1, 2, 2}, {1, 0, 1, 0, 1, 1}, {1, 2, 3}, false, true},
+    {"1-D k2 dilation 3 pad 1 ceil include_pad", {2, 3, 11}, {2}, {2}, {1, 1}, {3}, true, true},
     {"17x17 window (int32 argmax)", {1, 2, 20, 20}, {17, 17}, {3, 3}, {1, 1, 1, 1}},
     {"3-D k2 s2", {1, 2, 4, 6, 4}, {2, 2, 2}, {2, 2, 2}},
     {"1-D k3 s2 pad 1 ceil", {2, 3, 10}, {3}, {2}, {1, 1}, {}, true},
@@ -164,12 +176,10 @@ TEST_CASE("pool index: the cuda kernels' per-element functions equal the referen
     ref["dx_max"] = run_node(pool_node(c, "MaxPoolGrad", kTrainrtDomain, {"dy", "x"}, {"dx"}),
                              {{"dy", ref.at("dy")}, {"x", x}}, "reference")
                         .at("dx");
-    if (!c.max_only) {
-      ref["y_avg"] = run_node(pool_node(c, "AveragePool", "", {"x"}, {"y"}), {{"x", x}}, "reference").at("y");
-      ref["dx_avg"] = run_node(pool_node(c, "AveragePoolGrad", kTrainrtDomain, {"dy", "x"}, {"dx"}),
-                               {{"dy", ref.at("dy")}, {"x", x}}, "reference")
-                          .at("dx");
-    }
+    ref["y_avg"] = run_node(pool_node(c, "AveragePool", "", {"x"}, {"y"}), {{"x", x}}, "reference").at("y");
+    ref["dx_avg"] = run_node(pool_node(c, "AveragePoolGrad", kTrainrtDomain, {"dy", "x"}, {"dx"}),
+                             {{"dy", ref.at("dy")}, {"x", x}}, "reference")
+                        .at("dx");
     const Pool3 g = pool_geometry(pool_node(c, "MaxPool", "", {"x"}, {"y"}), x, ref.at("y"));
     CHECK(fits_int32(g));
     CHECK(argmax_bytes(g) == (c.k.size() == 2 && c.k[0] == 17 ? 4u : 1u));
@@ -222,10 +232,10 @@ TEST_CASE("pool index: tiled windows are exactly the kernel == stride, unpadded,
   for (int32_t h = 0; h < 32; ++h)
     for (int32_t w = 0; w < 32; ++w) {
       std::vector<int32_t> a, b;
-      for_windows_of<true>(gi, int32_t{0}, h, w, true, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
+      for_windows_of<true>(gi, int32_t{0}, h, w, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
         a.insert(a.end(), {od, oh, ow, tap});
       });
-      for_windows_of<false>(gi, int32_t{0}, h, w, true, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
+      for_windows_of<false>(gi, int32_t{0}, h, w, [&](int32_t od, int32_t oh, int32_t ow, int32_t tap) {
         b.insert(b.end(), {od, oh, ow, tap});
       });
       wrong += a != b || a.size() != 4;
@@ -273,4 +283,73 @@ TEST_CASE("pool index: split is channels_last::plane_of's inverse of offset_of, 
     }
   }
   CHECK(wrong == 0);
+}
+
+namespace {
+
+// GlobalMaxPool's plane maximum as the cuda kernels find it: `threads` partial scans
+// (thread t: positions t, t + threads, ...), merged pairwise in halves as a block does
+// (threads a power of 2) or one after another from the last (otherwise), in a plane whose
+// positions are `step` apart.
+int64_t merged_plane_max(const double* plane, int64_t size, int64_t threads, int64_t step) {
+  std::vector<PlaneMax<double, int64_t>> part;
+  for (int64_t t = 0; t < threads; ++t) part.push_back(plane_max_scan(plane, size, t, threads, step));
+  if ((threads & (threads - 1)) == 0) {
+    for (int64_t half = threads / 2; half > 0; half /= 2)
+      for (int64_t t = 0; t < half; ++t) plane_max_merge(part[t], part[t + half]);
+  } else {
+    for (int64_t t = threads - 2; t >= 0; --t) plane_max_merge(part[t], part[t + 1]);
+  }
+  return plane_max_pos(plane, part[0]);
+}
+
+}  // namespace
+
+TEST_CASE("pool index: GlobalMaxPool's merged partial maxima are the reference's first maximum") {
+  // NaN-free planes of small integers (ties in every plane), NCHW and NHWC, against the
+  // reference backend's GlobalMaxPool and the position its gradient writes dY to.
+  const Tensor x = small_values({2, 5, 7, 9}, 11, 1.0);
+  const TensorMap ref = run_node(make_node("GlobalMaxPool", {"x"}, {"y"}), {{"x", x}}, "reference");
+  Tensor dy(DataType::Float64, {2, 5, 1, 1});
+  for (int64_t i = 0; i < dy.numel(); ++i) dy.data<double>()[i] = 1.0;
+  const Tensor dx = run_node(make_node("GlobalMaxPoolGrad", {"dy", "x"}, {"dx"}, {}, kTrainrtDomain),
+                             {{"dy", dy}, {"x", x}}, "reference")
+                        .at("dx");
+  const int64_t planes = 10, size = 63;
+  int64_t wrong = 0, checked = 0;
+  for (const bool nhwc : {false, true}) {
+    const std::vector<double> xs = stored(x, nhwc);
+    const Lay<int64_t> l = lay<int64_t>(x, nhwc);
+    for (int64_t p = 0; p < planes; ++p) {
+      int64_t expect = -1;
+      for (int64_t i = 0; i < size; ++i)
+        if (dx.data<double>()[p * size + i] != 0) expect = i;
+      REQUIRE(expect >= 0);
+      const double* plane = xs.data() + offset_of(l, p, int64_t{0}, size);
+      for (const int64_t threads : {1, 2, 3, 7, 32, 64, 256}) {
+        const int64_t at = merged_plane_max(plane, size, threads, plane_step(l));
+        wrong += at != expect || plane[at * plane_step(l)] != ref.at("y").data<double>()[p];
+        ++checked;
+      }
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(checked == 140);
+
+  // NaNs, by the reference's rule (a NaN never compares greater): a leading NaN keeps
+  // position 0, later ones are passed over; -0 and 0 tie (the first wins).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Plane {
+    std::vector<double> v;
+    int64_t at;
+  };
+  const std::vector<Plane> hand = {
+      {{nan, 5, 7, 7}, 0},  {{1, nan, 3, nan, 3}, 2},        {{nan, nan, nan}, 0},
+      {{-0.0, 0.0, -1}, 0}, {{-3, nan, -3, -2, nan, -2}, 3}, {{4}, 0},
+  };
+  for (const Plane& h : hand)
+    for (const int64_t threads : {1, 2, 3, 4, 256}) {
+      CAPTURE(threads);
+      CHECK(merged_plane_max(h.v.data(), static_cast<int64_t>(h.v.size()), threads, 1) == h.at);
+    }
 }

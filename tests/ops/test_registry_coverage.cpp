@@ -38,6 +38,7 @@ const std::map<std::string, std::string> kBackwardOpsByHand{
     {"ai.trainrt::AveragePoolGrad", "AveragePool's rule"},
     {"ai.trainrt::GlobalAveragePoolGrad", "GlobalAveragePool's rule"},
     {"ai.trainrt::GlobalMaxPoolGrad", "GlobalMaxPool's rule"},
+    {"ai.trainrt::LpPoolGrad", "LpPool's rule"},
     {"ai.trainrt::DropoutGrad", "Dropout's rule"},
     {"ai.trainrt::DropoutReluGrad", "the training fusion of DropoutGrad and ReluGrad"},
     {"ai.trainrt::ReshapeLike", "Flatten's and Reshape's rule"},
