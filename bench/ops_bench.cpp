@@ -26,8 +26,8 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/register_all.h"
+#include "ops/onednn/dnnl_util.h"
 #include "runtime/backend.h"
 
 using namespace trainrt;

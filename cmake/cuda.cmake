@@ -39,14 +39,14 @@ if(TRAINRT_BUILD_CUDA)
   find_library(TRAINRT_CUDNN cudnn HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)
   find_library(TRAINRT_NCCL nccl HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)
   # Two object libraries folded into the folder libraries they belong to (the top-level
-  # CMakeLists.txt does it): ops/*.cu and ops/core/*.cu are kernels of ops/ (registered by register_all),
+  # CMakeLists.txt does it): ops/*.cu and ops/cuda/*.cu are kernels of ops/ (registered by register_all),
   # runtime/cuda/* is the cuda Backend, its memory and the NCCL communicator.
   # --compress-mode=size: the smallest fatbinary (decompressed once, when the module loads).
   set(_cuda_flags
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter --compress-mode=size>
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-unused-parameter>)
   file(GLOB _cuda_ops_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/ops/*.cu
-       ${CMAKE_CURRENT_SOURCE_DIR}/ops/core/*.cu)
+       ${CMAKE_CURRENT_SOURCE_DIR}/ops/cuda/*.cu)
   file(GLOB _cuda_runtime_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cu
        ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cpp)
   add_library(trainrt_cuda_ops OBJECT ${_cuda_ops_srcs})

@@ -26,10 +26,10 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/engine_record.h"
-#include "ops/core/graph_fallback.h"
-#include "ops/core/winograd.h"
+#include "ops/cuda/graph_fallback.h"
+#include "ops/onednn/dnnl_util.h"
+#include "ops/onednn/winograd.h"
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
@@ -215,7 +215,7 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
 }
 
 // How the run ran, one line per item: CUDA-graph capture (Executor::capture_status), each
-// fallback (ops/core/graph_fallback.h FallbackLog), the engine of each convolution pass
+// fallback (ops/cuda/graph_fallback.h FallbackLog), the engine of each convolution pass
 // and matrix product and the convolutions' TFLOP/s (ops/core/engine_record.h).
 void print_run_report(const TrainingSession& session, const BenchConfig& c) {
   std::printf("%s\n", capture_line(session.capture_status()).c_str());
@@ -237,8 +237,8 @@ void print_run_report(const TrainingSession& session, const BenchConfig& c) {
 }
 
 // What runs: without AVX-512 oneDNN has neither nChw16c kernels nor Winograd, so the
-// cpu backend keeps every value plain (ops/core/dnnl_util.h) and runs its own Winograd
-// where the CPU has AVX2+FMA (ops/core/winograd.h), else direct.
+// cpu backend keeps every value plain (ops/onednn/dnnl_util.h) and runs its own Winograd
+// where the CPU has AVX2+FMA (ops/onednn/winograd.h), else direct.
 struct GraphSize {
   size_t nodes = 0, params = 0;  // nodes as built (before fusions), parameter tensors
   int64_t param_values = 0;

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "launch/commands.h"
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 
 #ifdef TRAINRT_HAVE_MPI
 #include <mpi.h>

@@ -23,13 +23,13 @@
 
 #include "graph/error.h"
 #include "ops/core/common.h"
-#include "ops/core/dnnl_grad_util.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
-#include "ops/core/winograd.h"
+#include "ops/onednn/dnnl_grad_util.h"
+#include "ops/onednn/dnnl_util.h"
+#include "ops/onednn/winograd.h"
 
 namespace trainrt {
 namespace du = dnnl_util;
@@ -44,7 +44,7 @@ struct ConvPlan {
   du::Md src_md, w_md, dst_md;
   dnnl::reorder src_reorder, w_reorder, dst_reorder, z_reorder;
   bool add_z_after = false;   // Z added by a loop after the primitive (see make_plan)
-  bool own_winograd = false;  // ops/core/winograd.h runs it (no primitive)
+  bool own_winograd = false;  // ops/onednn/winograd.h runs it (no primitive)
   winograd::Geometry wino;
 };
 
@@ -230,7 +230,7 @@ struct ConvGradPlan {
   du::Md bw_dy, bw_x, bw_dw;
   dnnl::reorder bw_dy_reorder, bw_x_reorder, bw_dw_reorder;
   bool share_dy = false;      // both primitives read dY in one layout
-  bool own_winograd = false;  // ops/core/winograd.h runs dX and dW (dB: bias_grad)
+  bool own_winograd = false;  // ops/onednn/winograd.h runs dX and dW (dB: bias_grad)
   winograd::Geometry wino;
 };
 

@@ -53,7 +53,7 @@
 // those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's
 // other scratch): tensor-core math at the 16-bit rate, products exact, fp32 accumulation
 // into fp32 outputs, the reference's numerics. ConvGrad's db is then a sum per channel of
-// the 16-bit dy (slice_sums over ops/core/channel_slices.h's slices, as batch-norm
+// the 16-bit dy (slice_sums over ops/cuda/channel_slices.h's slices, as batch-norm
 // statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32
 // copies of the rounded values instead (same place in the workspace); their products are
 // exact in TF32, so the tensor cores run them whatever --fp32-math says (tf32_allowed):
@@ -91,12 +91,12 @@
 
 #include "graph/error.h"
 #include "ops/conv_graph_cuda.h"
-#include "ops/core/channel_slices.h"
 #include "ops/core/common.h"
 #include "ops/core/conv_descriptor.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/window.h"
+#include "ops/cuda/channel_slices.h"
+#include "ops/cuda/cuda_util.h"
 
 // cuDNN 9 marks this convolution API deprecated (when CUDNN_WARN_DEPRECATED is defined);
 // it is still the only one that needs no graph/engine plumbing, so use it on purpose.

@@ -12,8 +12,8 @@
 
 #include "graph/error.h"
 #include "ops/conv_graph_cuda.h"
-#include "ops/core/cudnn_graph.h"
-#include "ops/core/graph_fallback.h"
+#include "ops/cuda/cudnn_graph.h"
+#include "ops/cuda/graph_fallback.h"
 
 namespace trainrt::cuda {
 

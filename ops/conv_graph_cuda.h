@@ -42,7 +42,7 @@
 // Outside it these return false at once and say nothing. Inside it, a problem cuDNN
 // turns down (no engine, a plan that does not finalize, NOT_SUPPORTED when it executes)
 // runs the legacy path from then on and is reported once on stderr
-// (ops/core/graph_fallback.h). Every call records into fusion_tally() whether its node
+// (ops/cuda/graph_fallback.h). Every call records into fusion_tally() whether its node
 // ran a graph, under the label of graph_label().
 //
 // Filters: w (dw) is described as it is stored, KCRS (Plain) or KRSC (ChannelsLast, the
@@ -58,8 +58,8 @@
 #include <functional>
 #include <string>
 
-#include "ops/core/cuda_util.h"
 #include "ops/core/window.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda {
 

@@ -22,11 +22,11 @@
 
 #include "graph/error.h"
 #include "ops/core/common.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/elementwise_loops.h"
+#include "ops/onednn/dnnl_util.h"
 
 namespace trainrt {
 namespace {

@@ -46,8 +46,8 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/cuda/cuda_util.h"
 #include "ops/unary_ops.h"
 
 namespace trainrt::cuda {

@@ -22,8 +22,8 @@
 
 #include "graph/error.h"
 #include "ops/core/common.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/register_all.h"
+#include "ops/onednn/dnnl_util.h"
 
 namespace trainrt {
 namespace {

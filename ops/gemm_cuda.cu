@@ -53,10 +53,10 @@
 
 #include "graph/error.h"
 #include "ops/core/common.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/engine_choice.h"
-#include "ops/core/graph_fallback.h"
 #include "ops/core/matmul_shape.h"
+#include "ops/cuda/cuda_util.h"
+#include "ops/cuda/graph_fallback.h"
 
 namespace trainrt::cuda {
 
@@ -258,7 +258,7 @@ GemmPlan make_gemm_plan(const Node& node, DataType t, int64_t m, int64_t n, int6
   return p;
 }
 
-// The algorithm a call runs (chosen_candidate, ops/core/cuda_util.h): `call(i)` runs
+// The algorithm a call runs (chosen_candidate, ops/cuda/cuda_util.h): `call(i)` runs
 // algorithm i on this call's buffers and returns cuBLASLt's status; `repeatable`: a call
 // writes the same outputs when run again (its D is not also its C).
 template <typename Call>

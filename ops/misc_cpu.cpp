@@ -23,11 +23,11 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "ops/core/cast.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/misc_loops.h"
+#include "ops/onednn/dnnl_util.h"
 
 namespace trainrt {
 namespace {

@@ -36,9 +36,9 @@
 
 #include "graph/error.h"
 #include "ops/core/channels_last.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda {
 

@@ -17,7 +17,7 @@
 // reads 128 contiguous bytes (coalesced); the rows' sums are added in row order. apply
 // walks the values with their channel (TRAINRT_CHANNELS_LAST), fp32 four channels per
 // 16-byte access where C % 4 == 0. The slicing (grids, slices, row sums, slice_sums) is
-// ops/core/channel_slices.h's, which ConvGrad's 16-bit bias gradient uses too.
+// ops/cuda/channel_slices.h's, which ConvGrad's 16-bit bias gradient uses too.
 // BatchNormalizationGrad's input 5, relu_y (the training fusion's ReLU gradient): every
 // read of dy is masked as ReluGrad masks it, relu_y > 0 ? dy : 0, no copy made.
 // Inference runs finish (from input_mean/input_var) and apply only. The gradient with
@@ -27,7 +27,7 @@
 // Why this shape: the statistics are two passes like the reference (mean first, then
 // squared deviations: no cancellation), accumulated in double and combined in a fixed
 // order, so they match the reference's to double rounding and repeat bit for bit run to
-// run on one device. G (slices a channel: ops/core/channel_grid.h, from the tensor's shape
+// run on one device. G (slices a channel: ops/cuda/channel_grid.h, from the tensor's shape
 // and the device's SM count, at least 8 blocks an SM where each block still gets 2048
 // values) fills the GPU at every layer; partial sums live in cuda::workspace. Only apply works
 // in T (with coefficients rounded to T), which is where results differ by rounding.
@@ -53,9 +53,9 @@
 
 #include "graph/error.h"
 #include "ops/core/batchnorm_stats.h"
-#include "ops/core/channel_slices.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/cuda/channel_slices.h"
+#include "ops/cuda/cuda_util.h"
 #include "ops/norm_graph_cuda.h"
 
 namespace trainrt::cuda {

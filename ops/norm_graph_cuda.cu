@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/core/cudnn_graph.h"
-#include "ops/core/graph_fallback.h"
+#include "ops/cuda/cudnn_graph.h"
+#include "ops/cuda/graph_fallback.h"
 #include "ops/norm_graph_cuda.h"
 
 namespace trainrt::cuda {

@@ -21,7 +21,7 @@
 // normalization reads dy. These are the shapes of cuDNN's BnAddRelu and DReluForkDBn
 // runtime fusion engines (without the residual add, which trainrt's graph does not fuse
 // here). Engines, timing cache and the per-problem fallback with its one-line notice are
-// ops/core/cudnn_graph.h's.
+// ops/cuda/cudnn_graph.h's.
 //
 // Scope: float32, 4-D, every activation-shaped tensor ChannelsLast (those engines take
 // NHWC), C a multiple of 4, non-empty (runtime/cudnn_fusion.cpp's rule for a fusable
@@ -36,7 +36,7 @@
 #include <functional>
 #include <string>
 
-#include "ops/core/cuda_util.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda {
 

@@ -21,12 +21,12 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/pool_geometry.h"
 #include "ops/core/register_all.h"
 #include "ops/core/window.h"
+#include "ops/onednn/dnnl_util.h"
 #include "ops/pool_loops.h"
 
 namespace trainrt {

@@ -51,10 +51,10 @@
 
 #include "graph/error.h"
 #include "ops/core/common.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/pool_geometry.h"
 #include "ops/core/pool_index.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda {
 

@@ -22,9 +22,9 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/onednn/dnnl_util.h"
 #include "ops/shape_ops.h"
 
 namespace trainrt {

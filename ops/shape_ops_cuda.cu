@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/core/cuda_util.h"
+#include "ops/cuda/cuda_util.h"
 #include "ops/shape_ops.h"
 
 namespace trainrt::cuda {

@@ -17,9 +17,9 @@
 #include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/onednn/dnnl_util.h"
 #include "ops/softmax_loss_loops.h"
 
 namespace trainrt {

@@ -39,8 +39,8 @@
 #include <string>
 
 #include "graph/error.h"
-#include "ops/core/cuda_util.h"
 #include "ops/core/softmax_math.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda {
 

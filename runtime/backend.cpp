@@ -9,8 +9,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
+#include "ops/onednn/dnnl_util.h"
 #include "runtime/alignment.h"
 #include "runtime/non_finite.h"
 

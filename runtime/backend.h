@@ -169,7 +169,7 @@ class Backend {
   int threads = 0;
   // Whether layouts() reports the kernels' blocked slots. The cpu backend turns it off
   // where oneDNN has no nChw16c kernels (no AVX-512: they would run on its reference
-  // implementations, ops/core/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
+  // implementations, ops/onednn/dnnl_util.h cpu_has_avx512_core); tests turn it on to check
   // the layout choice and the blocked kernels on any CPU.
   bool blocked_layouts = true;
   // Whether narrow() reports the kernels' 16-bit slots (cuda, under --precision bf16/fp16).

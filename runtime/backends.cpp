@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
+#include "ops/onednn/dnnl_util.h"
 #include "runtime/backend.h"
 #ifdef TRAINRT_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"

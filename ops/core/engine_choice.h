@@ -56,7 +56,7 @@ struct EngineKey {
 // Warm-up calls and timed calls per candidate; the callback follows it.
 // max_candidates bounds the autotuning: only the heuristics' first few are timed (the
 // CLI's --autotune N), as a short GPU allocation cannot time every engine config cuDNN
-// lists; the cuDNN graphs do not even finalize the others (ops/core/cudnn_graph.h).
+// lists; the cuDNN graphs do not even finalize the others (ops/cuda/cudnn_graph.h).
 struct TimingPolicy {
   int warmup = 2;
   int repeats = 5;

@@ -10,7 +10,7 @@
 //   // conv TFLOP/s: 7.1 (1 of 1 convolution passes timed, 1.50 GFLOP in 0.210 ms)
 //
 // Why a process-wide log in ops/core: the kernels that choose (ops/conv_cuda.cu,
-// ops/conv_graph_cuda.cu through ops/core/cudnn_graph.cu, ops/gemm_cuda.cu) must not
+// ops/conv_graph_cuda.cu through ops/cuda/cudnn_graph.cu, ops/gemm_cuda.cu) must not
 // depend on runtime/ or launch/, and the choice is made once per problem deep inside
 // them; the command reads the log once at its end. One record per (op, pass, problem):
 // a later record of the same problem replaces the earlier one (the last choice is what

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/core/cuda_util.h"
-#include "ops/core/gpu_reason.h"
+#include "ops/cuda/cuda_util.h"
+#include "ops/cuda/gpu_reason.h"
 #include "runtime/communicator.h"
 #include "runtime/cuda/non_finite.h"
 

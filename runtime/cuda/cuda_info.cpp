@@ -5,7 +5,7 @@
 #include <cudnn.h>
 #include <nccl.h>
 
-#include "ops/core/gpu_reason.h"
+#include "ops/cuda/gpu_reason.h"
 
 namespace trainrt {
 

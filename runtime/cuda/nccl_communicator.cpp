@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "graph/error.h"
-#include "ops/core/cuda_util.h"
+#include "ops/cuda/cuda_util.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "the NCCL communicator needs NCCL 2.14 or newer (non-blocking communicators, ncclCommFinalize)"

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "ops/core/cuda_util.h"
+#include "ops/cuda/cuda_util.h"
 #include "runtime/cuda/non_finite.h"
 
 namespace trainrt::cuda {

@@ -67,7 +67,7 @@ if cpu_path "blocked layouts"; then
 else
   avx512=0 blocked_re="plain \(blocked needs AVX-512\)"
 fi
-# Winograd: oneDNN's on AVX-512, the cpu backend's own on AVX2+FMA (ops/core/winograd.h).
+# Winograd: oneDNN's on AVX-512, the cpu backend's own on AVX2+FMA (ops/onednn/winograd.h).
 if cpu_path Winograd; then
   winograd_re="winograd"
 else

@@ -116,7 +116,7 @@ if "$trainrt" --version | grep -q "GPU  *available"; then
   echo "a GPU is available: --device cuda runs in the gpu-labelled tests"
 elif ! "$trainrt" --version | grep -q "^  CUDA  *not built"; then
   expect_error 2 "--device cuda: no usable GPU here" -- "$trainrt" selftest --device cuda
-  # ... and says which cause (ops/core/gpu_reason.h; tests/ops/test_gpu_reason.cpp has each).
+  # ... and says which cause (ops/cuda/gpu_reason.h; tests/ops/test_gpu_reason.cpp has each).
   grep -Eq "no usable GPU here \((no NVIDIA driver|NVIDIA driver too old|no CUDA device|libcuda.so found is the CUDA toolkit's stub)" "$tmp/err" ||
     fail "--device cuda without a GPU does not name its cause: $(cat "$tmp/err")"
   expect_error 2 "--device cuda: no usable GPU here" -- \

@@ -1,18 +1,18 @@
 // The grid of the cuda backend's per-channel sums (batch-norm statistics, ConvGrad's
-// 16-bit bias gradient): ops/core/channel_grid.h, the host function the kernels are
+// 16-bit bias gradient): ops/cuda/channel_grid.h, the host function the kernels are
 // launched with, over the Wide ResNet's shapes for H100, A100 and an 80-SM GPU.
 #include <doctest/doctest.h>
 
 #include <cstdio>
 #include <vector>
 
-#include "ops/core/channel_grid.h"
+#include "ops/cuda/channel_grid.h"
 
 using namespace trainrt::cuda::channel_slices;
 
 namespace {
 
-constexpr int kThreads = 256, kRows = kThreads / kLanes;  // the kernels' blocks (ops/core/cuda_util.h)
+constexpr int kThreads = 256, kRows = kThreads / kLanes;  // the kernels' blocks (ops/cuda/cuda_util.h)
 
 struct Shape {
   int64_t C, hw;  // channels, map side

@@ -19,8 +19,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/core/dnnl_util.h"
-#include "ops/core/winograd.h"
+#include "ops/onednn/dnnl_util.h"
+#include "ops/onednn/winograd.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 
@@ -65,7 +65,7 @@ Tensor weights(std::vector<int64_t> dims, uint64_t seed) {
   return random_tensor(DataType::Float32, std::move(dims), seed, -a, a);
 }
 
-// The backend's own F(4x4,3x3) (ops/core/winograd.h, the kernels' choice on AVX2) is held
+// The backend's own F(4x4,3x3) (ops/onednn/winograd.h, the kernels' choice on AVX2) is held
 // to kOwnBound of each output's rms. Derived from the tile size: an output of a 4x4 tile
 // is A^T (U . V) A with V = B^T d B, and the rounding of each fp32 step is amplified by
 // the transforms' entries, which grow with the tile: up to 8 (= 2^3, the point 2 cubed)
@@ -90,7 +90,7 @@ void check_winograd(const Node& n, const TensorMap& feeds, int64_t own_c, int64_
     INFO(n.op_type, " output '", name, "' ", dims_to_string(r.dims()), ": |winograd - ref| = ", diff, " (",
          diff / scale, " of the rms), |direct - ref| = ", max_abs_diff(direct.at(name), r));
     CHECK(diff <= (dnnl_util::cpu_has_avx512_core() ? 1e-4 : kOwnBound) * scale);
-    // oneDNN's Winograd on AVX-512, the backend's own (ops/core/winograd.h) on AVX2 where
+    // oneDNN's Winograd on AVX-512, the backend's own (ops/onednn/winograd.h) on AVX2 where
     // it is preferred; direct otherwise.
     if (dnnl_util::cpu_has_avx512_core() || winograd::preferred(own_c, own_m))
       CHECK_FALSE(bit_equal(wino.at(name), direct.at(name)));
@@ -156,7 +156,7 @@ TEST_CASE("winograd: shapes it does not take run the direct kernel, bit for bit"
   }
 }
 
-// The backend's own F(4x4,3x3) (ops/core/winograd.h), called directly so that it is tested
+// The backend's own F(4x4,3x3) (ops/onednn/winograd.h), called directly so that it is tested
 // on AVX-512 CPUs too (where the kernels pick oneDNN's): forward with each part of the
 // epilogue, data and weight gradients, against the reference backend, for the Wide
 // ResNet's layer shapes at batch 2, odd sizes and other paddings.

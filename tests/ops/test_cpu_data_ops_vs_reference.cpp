@@ -27,7 +27,7 @@
 #include <iterator>
 #include <random>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <random>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;

@@ -29,7 +29,7 @@
 #include <limits>
 #include <random>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;

@@ -25,7 +25,7 @@
 #include <random>
 #include <thread>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "test_util.h"
 
 using namespace trainrt;

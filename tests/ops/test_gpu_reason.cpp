@@ -1,10 +1,10 @@
-// no_gpu_reason (ops/core/gpu_reason.h): each cause of "no usable GPU" has its own words,
+// no_gpu_reason (ops/cuda/gpu_reason.h): each cause of "no usable GPU" has its own words,
 // which tools/gpu_run.sh and a user on a new node rely on.
 #include <doctest/doctest.h>
 
 #include <set>
 
-#include "ops/core/gpu_reason.h"
+#include "ops/cuda/gpu_reason.h"
 
 using namespace trainrt;
 

@@ -1,4 +1,4 @@
-// GraphFallback (ops/core/graph_fallback.h): the cuda FusedConv's "try the cuDNN graph,
+// GraphFallback (ops/cuda/graph_fallback.h): the cuda FusedConv's "try the cuDNN graph,
 // remember an unsupported problem, run the legacy path, say so once" logic, driven by
 // fake builders and executors on the CPU.
 #include <doctest/doctest.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "ops/core/graph_fallback.h"
+#include "ops/cuda/graph_fallback.h"
 
 using namespace trainrt;
 

@@ -24,7 +24,7 @@
 #include <cmath>
 #include <set>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 

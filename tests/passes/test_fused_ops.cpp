@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "passes/fuse_util.h"
 #include "wrn_util.h"
 

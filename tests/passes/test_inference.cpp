@@ -6,7 +6,7 @@
 
 #include "golden_files.h"
 #include "graph/onnx_io.h"
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "passes/passes.h"
 #include "wrn_util.h"
 

@@ -10,7 +10,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 #include "passes/passes.h"
 #include "runtime/layout.h"
 #include "runtime_util.h"

@@ -1,4 +1,4 @@
-// The CUDA context, error checks and kernel helpers of ops/core/cuda_util.h. Compiled and linked in CI;
+// The CUDA context, error checks and kernel helpers of ops/cuda/cuda_util.h. Compiled and linked in CI;
 // run only where a GPU exists.
 #include <algorithm>
 #include <cstdio>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "graph/error.h"
-#include "ops/core/cuda_util.h"
-#include "ops/core/gpu_reason.h"
-#include "ops/core/graph_fallback.h"
+#include "ops/cuda/cuda_util.h"
+#include "ops/cuda/gpu_reason.h"
+#include "ops/cuda/graph_fallback.h"
 
 namespace trainrt::cuda {
 

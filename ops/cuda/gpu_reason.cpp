@@ -1,4 +1,4 @@
-#include "ops/core/gpu_reason.h"
+#include "ops/cuda/gpu_reason.h"
 
 namespace trainrt {
 

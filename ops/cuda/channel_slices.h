@@ -1,7 +1,7 @@
 // A tensor's values summed per channel on the device, in slices: the layout of the
 // work that batch normalization's statistics (ops/norm_cuda.cu) and ConvGrad's 16-bit
 // bias gradient (ops/conv_cuda.cu) share. Device code: include from .cu files only; the
-// grid itself (how many slices, of how many values) is ops/core/channel_grid.h's host
+// grid itself (how many slices, of how many values) is ops/cuda/channel_grid.h's host
 // function of the shape and the device's SM count, tested on the CPU.
 //
 //   x: N,C,S (S = product of spatial dims); each channel has M = N*S values, the j-th
@@ -22,8 +22,8 @@
 #include <cstdint>
 
 #include "graph/float16.h"
-#include "ops/core/channel_grid.h"
-#include "ops/core/cuda_util.h"
+#include "ops/cuda/channel_grid.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda::channel_slices {
 

@@ -1,4 +1,4 @@
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 #include "graph/error.h"
 #include "ops/core/common.h"
 #include "ops/core/register_all.h"
-#include "ops/core/winograd.h"
+#include "ops/onednn/winograd.h"
 
 namespace trainrt::dnnl_util {
 
@@ -114,7 +114,7 @@ std::string cpu_isa_name() {
 
 std::string cpu_paths() {
   // Blocked layouts follow cpu_has_avx512_core (CpuBackend); Winograd is oneDNN's on
-  // AVX-512 and the backend's own (ops/core/winograd.h) on AVX2+FMA; bf16 follows
+  // AVX-512 and the backend's own (ops/onednn/winograd.h) on AVX2+FMA; bf16 follows
   // cpu_has_bf16.
   const auto on = [](bool b) { return b ? "on" : "off"; };
   const bool avx512 = cpu_has_avx512_core();

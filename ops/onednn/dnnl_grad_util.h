@@ -1,5 +1,5 @@
 // Small helpers the backward cpu kernels (ops/*_cpu.cpp) share on top of
-// ops/core/dnnl_util.h.
+// ops/onednn/dnnl_util.h.
 //
 //   dnnl::memory dy = grad_util::to_layout(plan->dy_reorder, du::memory_of(t, plain), plan->dy_md, /*slot=*/0);
 //   dnnl::memory dx = grad_util::out_memory(plan->dx_reorder, user_dx, plan->dx_md, /*slot=*/2);
@@ -12,7 +12,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "ops/core/dnnl_util.h"
+#include "ops/onednn/dnnl_util.h"
 
 namespace trainrt::grad_util {
 

@@ -8,7 +8,7 @@
 // Why: cudaGetDeviceCount answers cudaErrorInsufficientDriver both when the driver
 // library is missing and when it is older than the CUDA runtime; a user on a new node
 // needs to know which (a library path to fix, or a driver to update), and no device at
-// all is a third case. The probe is filled by ops/core/cuda_util.cu (cudaGetDeviceCount,
+// all is a third case. The probe is filled by ops/cuda/cuda_util.cu (cudaGetDeviceCount,
 // cudaDriverGetVersion, CUDART_VERSION); the wording is plain code, tested on the host
 // (tests/ops/test_gpu_reason.cpp), and every "no usable GPU" message of the cuda backend,
 // `trainrt --version` and tools/gpu_run.sh carries it.
@@ -38,7 +38,7 @@ std::string no_gpu_reason(const GpuProbe& p);
 
 namespace cuda {
 // cudaGetDeviceCount, cudaDriverGetVersion and this build's CUDART_VERSION. Defined in
-// ops/core/cuda_util.cu: a CUDA build only.
+// ops/cuda/cuda_util.cu: a CUDA build only.
 GpuProbe probe_gpu();
 }  // namespace cuda
 

@@ -1,4 +1,4 @@
-// The transforms of Winograd F(4x4, 3x3) (ops/core/winograd.h), compiled with -mavx2
+// The transforms of Winograd F(4x4, 3x3) (ops/onednn/winograd.h), compiled with -mavx2
 // -mfma (CMakeLists.txt): only winograd::supported() callers reach them.
 //
 // The 1-D transforms below are the standard F(4x4,3x3) matrices (interpolation points
@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "ops/core/winograd.h"
+#include "ops/onednn/winograd.h"
 
 namespace trainrt::winograd::avx2 {
 namespace {

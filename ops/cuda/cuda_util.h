@@ -100,7 +100,7 @@ struct Carve {
 const std::string& gpu_name();
 const std::string& cudnn_version();
 // The device's number of SMs (cudaDevAttrMultiProcessorCount), read once: what the grids
-// of ops/core/channel_grid.h are sized by.
+// of ops/cuda/channel_grid.h are sized by.
 int sm_count();
 // Mean ms per call of `call` on the context's stream: `p.warmup` untimed calls, then
 // `p.repeats` calls between two events (waits for the second one: never while the
@@ -170,7 +170,7 @@ std::string what(const Node& n, const char* call);
 void check_launch(const Node& n, const char* kernel);
 // For what a cuda kernel does not cover: the op's host reference kernel, run once the
 // stream is synchronised (queued kernels may still be writing its inputs). Says so on
-// stderr once per node, with `why` (ops/core/graph_fallback.h, HostFallbackNotices).
+// stderr once per node, with `why` (ops/cuda/graph_fallback.h, HostFallbackNotices).
 void run_reference(KernelContext& ctx, const char* why = "this call is outside the device kernel's scope");
 // Whether `p` points into device memory (cudaMalloc); false for host memory and for a
 // pointer CUDA does not know (the error is cleared).

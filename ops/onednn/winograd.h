@@ -22,7 +22,7 @@
 //
 // Numerics: the transforms' constants (up to 8 in A, 5 in B) amplify fp32 rounding; the
 // error bound the tests hold is in tests/ops/test_conv_algorithm.cpp and docs/reliability.md.
-// The transforms (ops/core/winograd_avx2.cpp) are compiled for AVX2+FMA; supported()
+// The transforms (ops/onednn/winograd_avx2.cpp) are compiled for AVX2+FMA; supported()
 // checks the CPU at run time and callers fall back to the direct convolution.
 #pragma once
 
@@ -76,7 +76,7 @@ void backward_data(const Geometry& g, const float* dy, const float* w, float* dx
 void backward_weights(const Geometry& g, const float* dy, const float* x, float* dw);
 
 // The transforms, over ranges so that callers split them across threads (defined in
-// ops/core/winograd_avx2.cpp, AVX2+FMA code; call only when supported()). Transformed
+// ops/onednn/winograd_avx2.cpp, AVX2+FMA code; call only when supported()). Transformed
 // arrays are 36 matrices, position a's element (row r, column q) at [(a*rows + r)*ld + q],
 // where the columns are tiles p0 + q of a block of `count` tiles.
 namespace avx2 {

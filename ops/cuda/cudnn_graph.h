@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/core/cuda_util.h"
+#include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda::cudnn_graph {
 

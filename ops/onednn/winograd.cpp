@@ -1,7 +1,7 @@
-// Winograd F(4x4, 3x3) on the cpu backend (ops/core/winograd.h): blocks of tiles, the
+// Winograd F(4x4, 3x3) on the cpu backend (ops/onednn/winograd.h): blocks of tiles, the
 // transforms over oneTBB ranges (ops/core/parallel.h) and the 36 products as one batched
 // oneDNN matmul per block, its primitives cached by shape (dnnl_util's plan cache).
-#include "ops/core/winograd.h"
+#include "ops/onednn/winograd.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,8 +9,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
-#include "ops/core/dnnl_util.h"
 #include "ops/core/parallel.h"
+#include "ops/onednn/dnnl_util.h"
 
 namespace trainrt::winograd {
 namespace du = dnnl_util;

@@ -1,5 +1,5 @@
 // How a per-channel sum over a tensor is split into blocks on the GPU: the host-side
-// geometry of ops/core/channel_slices.h (batch-norm statistics, ConvGrad's 16-bit bias
+// geometry of ops/cuda/channel_slices.h (batch-norm statistics, ConvGrad's 16-bit bias
 // gradient), plain C++ so the CPU tests include it without CUDA.
 //
 //   const Channels v = channel_grid(N, C, S, last, sm_count);  // the device's SM count

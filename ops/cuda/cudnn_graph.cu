@@ -1,4 +1,4 @@
-// The cuDNN graph machinery the cuda backend's graphs share: ops/core/cudnn_graph.h.
+// The cuDNN graph machinery the cuda backend's graphs share: ops/cuda/cudnn_graph.h.
 // Host code only. Compiled in CI, never run on a GPU.
 #include <cuda_runtime.h>
 
@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "graph/error.h"
-#include "ops/core/cudnn_graph.h"
-#include "ops/core/graph_fallback.h"
+#include "ops/cuda/cudnn_graph.h"
+#include "ops/cuda/graph_fallback.h"
 
 // cuDNN 9.x marks the HANDLE attributes of the operation graph and execution plan
 // deprecated (when CUDNN_WARN_DEPRECATED is defined) in favour of device-property
