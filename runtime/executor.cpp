@@ -666,13 +666,14 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
     }
     if (ro.skip_state_writes && plan.steps[s].writes_state) break;  // paired steps never write state
     for (size_t k = s; k < s + count; ++k) {
-      if (ro.before_step) ro.before_step(static_cast<int>(k));
+      if (ro.hooks) ro.hooks->before_step(static_cast<int>(k));
       KernelContext& ctx = p.contexts[k];
       ctx.training = ro.training;
       ctx.seed = node_seed(ro.seed, plan.steps[k].node);  // device kernels read it from run_seed
       ctx.skip_if_flagged = !plan.steps[k].writes_state ? nullptr
                             : skip_on_device            ? reinterpret_cast<const uint64_t*>(p.flags.get()) + p.any_flag
-                                                        : ro.skip_flag;
+                            : ro.hooks                  ? ro.hooks->skip_flag()
+                                                        : nullptr;
     }
     NodeEvent ev[2];
     if (count == 2)
@@ -684,8 +685,8 @@ void Executor::run_steps(Prepared& p, const RunOptions& ro, bool checking) {
       for (size_t k = 0; k < count; ++k) ro.profile->events.push_back(std::move(ev[k]));
     if (checking)
       for (size_t k = s; k < s + count; ++k) deferred ? flag_outputs(p, k) : check_outputs(p, k);
-    if (ro.after_step)
-      for (size_t k = s; k < s + count; ++k) ro.after_step(static_cast<int>(k));
+    if (ro.hooks)
+      for (size_t k = s; k < s + count; ++k) ro.hooks->after_step(static_cast<int>(k));
     s += count;
   }
 }
@@ -751,11 +752,14 @@ void Executor::issue_outputs(Prepared& p, const RunOptions& ro, bool checking) {
 // A run: inputs, the steps (captured once and replayed where capturable()), outputs.
 void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fresh) {
   issue_inputs(p, checking, fresh);
-  if (ro.before_steps) ro.before_steps();
+  // Decided before the hooks' per-run work, which may change what they say (the
+  // data-parallel code chooses its path for a new plan there).
   std::string key;
+  const std::string_view why = capture_refusal(p, ro, key);
+  if (ro.hooks) ro.hooks->before_steps();
   CaptureStatus& cs = p.capture;
   ++cs.runs;
-  if (const std::string_view why = capture_refusal(p, ro, key); !why.empty()) {
+  if (!why.empty()) {
     cs.reason = why;  // the same reason run after run: no allocation after the first
     cs.uncaptured += p.runs > 0;
     run_steps(p, ro, checking);
@@ -782,7 +786,7 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
     }
     if (p.captured) backend_.replay(p.captured);
   }
-  if (ro.after_steps) ro.after_steps();
+  if (ro.hooks) ro.hooks->after_steps();
   issue_outputs(p, ro, checking);
   ++p.runs;
 }
@@ -790,7 +794,7 @@ void Executor::issue(Prepared& p, const RunOptions& ro, bool checking, bool fres
 // Whether this run may be captured (Backend::begin_capture) or replay a capture, and the
 // options a capture depends on (`key`): device memory the host never sees, no step on
 // the host, every feed staged through pinned memory, no step hook unless it only queues
-// work (RunOptions::hooks_queue_only), no profile or early stop, and a run of this plan
+// work (StepHooks::queue_only), no profile or early stop, and a run of this plan
 // before (the kernels' own one-time set-up, and the hooks' for the plan, not captured).
 // Returns "" when it may, else why not (Executor::CaptureStatus::reason): a literal or a
 // string of the plan, so that asking allocates nothing.
@@ -810,7 +814,7 @@ std::string_view Executor::capture_refusal(const Prepared& p, const RunOptions& 
     return "a feed the backend reads in place (not staged)";
   key = std::string(ro.training ? "training" : "inference") + (ro.detect_anomaly ? " anomaly" : "");
   for (const std::string& c : ro.check_finite) key += " " + c;
-  if (ro.has_hooks()) key += " hooks " + std::to_string(reinterpret_cast<uintptr_t>(ro.skip_flag));
+  if (ro.has_hooks()) key += " hooks " + std::to_string(reinterpret_cast<uintptr_t>(ro.hooks->skip_flag()));
   return "";
 }
 

@@ -294,8 +294,9 @@ TEST_CASE("device backend: training steps equal the reference backend's bit for 
       if (p.values[static_cast<size_t>(v)].def == step) seen = s.backend().to_host(s.value(grad)).clone();
     };
   };
-  device.set_after_step(hook(device, seen_device));
-  ref.set_after_step(hook(ref, seen_ref));
+  AfterEachStep device_hooks(hook(device, seen_device)), ref_hooks(hook(ref, seen_ref));
+  device.set_step_hooks(&device_hooks);
+  ref.set_step_hooks(&ref_hooks);
   for (int step = 0; step < 3; ++step) {
     const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 1));  // host memory: staged
     const double a = device.step(b, 0.05f), c = ref.step(b, 0.05f);

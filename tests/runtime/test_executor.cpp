@@ -251,12 +251,13 @@ TEST_CASE("after_step: at each bucket's ready step its gradients are final (equa
 
   std::map<std::string, Tensor> seen;
   std::vector<int> calls;
-  s.set_after_step([&](int step) {
+  AfterEachStep hooks([&](int step) {
     calls.push_back(step);
     for (const GradientBucket& bk : buckets)
       if (bk.ready_after_step == step)
         for (const std::string& p : bk.params) seen[p] = s.value(t.gradients.at(p)).clone();
   });
+  s.set_step_hooks(&hooks);
   s.step(wrn_batch(3, 2), 0.05f);
   REQUIRE(calls.size() == s.plan().steps.size());
   for (size_t i = 0; i < calls.size(); ++i) CHECK(calls[i] == static_cast<int>(i));
