@@ -9,8 +9,8 @@
 #include "graph/error.h"
 #include "ops/core/cuda_util.h"
 #include "ops/core/gpu_reason.h"
-#include "runtime/communicator.h"
 #include "runtime/cuda/non_finite.h"
+#include "runtime/rank_environment.h"
 
 namespace trainrt {
 

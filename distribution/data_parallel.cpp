@@ -1,4 +1,4 @@
-#include "runtime/data_parallel.h"
+#include "distribution/data_parallel.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 //   double loss = dp.step(my_shard, lr); // mean loss over the ranks
 //
 // How a step runs (PyTorch DDP's scheme, on the plan instead of autograd hooks):
-//   - the buckets (runtime/buckets.h) group the gradients in the order the plan writes
+//   - the buckets (distribution/buckets.h) group the gradients in the order the plan writes
 //     them, about 25 MB each, the first one small so communication starts early;
 //   - the planner lays each bucket's gradients out back to back in the arena
 //     (PlanOptions::contiguous; bucket 0 with room for the loss and stop flag after
@@ -71,8 +71,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/buckets.h"
-#include "runtime/communicator.h"
+#include "distribution/buckets.h"
+#include "distribution/communicator.h"
 #include "runtime/step_hooks.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
