@@ -38,9 +38,9 @@ if(TRAINRT_BUILD_CUDA)
   get_filename_component(_cuda_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
   find_library(TRAINRT_CUDNN cudnn HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)
   find_library(TRAINRT_NCCL nccl HINTS ${_cuda_root}/lib64 ${_cuda_root}/lib REQUIRED)
-  # Two object libraries folded into the folder libraries they belong to (the top-level
+  # Three object libraries folded into the folder libraries they belong to (the top-level
   # CMakeLists.txt does it): ops/*.cu and ops/cuda/*.cu are kernels of ops/ (registered by register_all),
-  # runtime/cuda/* is the cuda Backend, its memory and the NCCL communicator.
+  # runtime/cuda/* is the cuda Backend and its memory, distribution/cuda/* the NCCL communicator.
   # --compress-mode=size: the smallest fatbinary (decompressed once, when the module loads).
   set(_cuda_flags
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter --compress-mode=size>
@@ -49,9 +49,12 @@ if(TRAINRT_BUILD_CUDA)
        ${CMAKE_CURRENT_SOURCE_DIR}/ops/cuda/*.cu)
   file(GLOB _cuda_runtime_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cu
        ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/*.cpp)
+  file(GLOB _cuda_distribution_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/distribution/cuda/*.cu
+       ${CMAKE_CURRENT_SOURCE_DIR}/distribution/cuda/*.cpp)
   add_library(trainrt_cuda_ops OBJECT ${_cuda_ops_srcs})
   add_library(trainrt_cuda_runtime OBJECT ${_cuda_runtime_srcs})
-  foreach(t trainrt_cuda_ops trainrt_cuda_runtime)
+  add_library(trainrt_cuda_distribution OBJECT ${_cuda_distribution_srcs})
+  foreach(t trainrt_cuda_ops trainrt_cuda_runtime trainrt_cuda_distribution)
     target_include_directories(${t} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
     target_link_libraries(${t} PUBLIC CUDA::cudart CUDA::cublasLt ${TRAINRT_CUDNN} ${TRAINRT_NCCL})
     target_compile_definitions(${t} PUBLIC TRAINRT_HAVE_CUDA=1)

@@ -19,7 +19,7 @@ enum class ErrorKind {
   BadInput,     // malformed or hostile file, bad flag, wrong shape: exit 2
   Unsupported,  // valid ONNX that trainrt does not implement yet: exit 2
   Internal,     // a trainrt bug or a library failure: exit 1
-  Peer,         // another rank died, hung or disagrees (runtime/communicator.h): exit 3,
+  Peer,         // another rank died, hung or disagrees (distribution/communicator.h): exit 3,
                 // so a job script can tell it from bad input and requeue
 };
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "autodiff/training_graph.h"
+#include "distribution/buckets.h"
 #include "graph/error.h"
 #include "graph/infer.h"
 #include "graph/onnx_io.h"
@@ -18,7 +19,6 @@
 #include "launch/commands.h"
 #include "ops/core/register_all.h"
 #include "passes/passes.h"
-#include "runtime/buckets.h"
 #include "runtime/cudnn_fusion.h"
 #include "runtime/training_session.h"
 

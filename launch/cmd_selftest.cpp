@@ -80,10 +80,11 @@ void report(const char* what, const SelftestWorst& w, const std::string& failure
 }
 
 // Every output of every step of one training step, by value name (as the host sees it).
-struct Recorder {
+struct Recorder : StepHooks {
+  explicit Recorder(TrainingSession& session) : s(session) {}
   TrainingSession& s;
   TensorMap values;
-  void operator()(int step) {
+  void after_step(int step) override {
     const Plan& p = s.plan();
     const PlanStep& st = p.steps[static_cast<size_t>(step)];
     const Node& n = p.graph.nodes[st.node];
@@ -154,13 +155,13 @@ std::string selftest_training(const Graph& g, std::unique_ptr<Backend> backend, 
     // step is skipped (nothing written) and the scale halves, as in `trainrt train`.
     // The comparison takes the first step that ran through.
     TensorMap given;
-    Recorder rd{dev, {}};
+    Recorder rd(dev);
     for (int attempt = 0;; ++attempt) {
       given = start_of(batch);
       rd.values.clear();
-      dev.set_after_step([&](int s) { rd(s); });
+      dev.set_step_hooks(&rd);
       dev.step(batch, 0.05f);
-      dev.set_after_step(nullptr);
+      dev.set_step_hooks(nullptr);
       if (!dev.last_step_skipped()) break;
       if (attempt == 30) {
         failure = "training step " + std::to_string(step) + ": 30 tries in a row overflowed under loss scaling";

@@ -12,7 +12,7 @@
 //
 // Where the pieces the manual names live: checkpoints launch/checkpoint.h; the fused
 // training step runtime/training_session.h; --precision ops/core/kernel.h (MathPrecision)
-// and runtime/loss_scaler.h; ranks runtime/communicator.h and runtime/data_parallel.h.
+// and runtime/loss_scaler.h; ranks distribution/communicator.h and distribution/data_parallel.h.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 
+#include "distribution/data_parallel.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "launch/checkpoint.h"
@@ -33,9 +34,8 @@
 #include "launch/train_util.h"
 #include "ops/core/register_all.h"
 #include "passes/passes.h"
-#include "runtime/data_parallel.h"
 #ifdef TRAINRT_HAVE_CUDA
-#include "runtime/cuda/nccl_communicator.h"
+#include "distribution/cuda/nccl_communicator.h"
 #endif
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"

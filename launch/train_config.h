@@ -17,7 +17,7 @@
 #include "launch/cli.h"
 #include "launch/train_util.h"
 #include "ops/core/kernel.h"
-#include "runtime/communicator.h"
+#include "runtime/rank_environment.h"
 
 namespace trainrt {
 

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "distribution/communicator.h"
 #include "launch/cli.h"
 #include "launch/dataset.h"
 #include "ops/core/engine_choice.h"
 #include "runtime/backend.h"
-#include "runtime/communicator.h"
 #include "runtime/executor.h"
 
 namespace trainrt {

@@ -6,7 +6,7 @@
 //        = splitmix64(ctx.seed ^ splitmix64(attr seed))  (with one)
 //   u_i  = (splitmix64(key + i * 0x9E3779B97F4A7C15) >> 11) * 2^-53   in [0, 1)
 //   keep_i = u_i >= ratio;   y_i = keep_i ? x_i / (1 - ratio) : 0
-// ctx.seed differs per node and step (runtime/executor.cpp), so masks do too.
+// ctx.seed differs per node and step (runtime/executor_issue.cpp), so masks do too.
 //
 // Backward (domain ai.trainrt): DropoutGrad(dY, mask, [ratio], [training_mode]) -> dX,
 // dX = dY * mask / (1 - ratio) in training (ctx.training or training_mode true, the

@@ -34,7 +34,7 @@
 // buffer, the learning rate as a feed, Dropout's seed from device memory
 // (KernelContext::run_seed). Not captured: a plan with a step on the host, feeds the
 // backend reaches directly (their addresses change), runs with step hooks that do more
-// than queue work (RunOptions::hooks_queue_only: the data-parallel steps on a host
+// than queue work (StepHooks::queue_only: the data-parallel steps on a host
 // communicator), profiling or skip_state_writes, and a plan whose capture the backend
 // refused once (it then runs as issued).
 //
@@ -58,6 +58,7 @@
 #include "runtime/host_pool.h"
 #include "runtime/non_finite.h"
 #include "runtime/plan.h"
+#include "runtime/step_hooks.h"
 #include "runtime/trace.h"
 
 namespace trainrt {
@@ -83,30 +84,9 @@ struct RunOptions {
   // data-parallel buckets): counted with the arena, the outputs and the staged feeds in
   // that refusal, so a run that would not fit stops before its first step.
   size_t reserve_bytes = 0;
-  // Called after each plan step (index into Plan::steps) with its outputs written:
-  // where a gradient bucket's all-reduce starts (GradientBucket::ready_after_step).
-  // Executor::value() reads any live value from inside the callback (on an asynchronous
-  // backend it synchronises first; a hook that reads nothing costs no synchronisation).
-  std::function<void(int step)> after_step;
-  // Called before each plan step runs: where an optimizer step waits for the all-reduce
-  // of the gradients it reads (runtime/data_parallel.h). An exception stops the run there.
-  std::function<void(int step)> before_step;
-  // A flag in the backend's memory (8 bytes, Backend::kAllFinite while all is well) that
-  // the caller's own device-side checks lower: every state writer gets it as
-  // KernelContext::skip_if_flagged (the data-parallel checks of averaged gradients), unless
-  // this run's own checks give them theirs. The caller checks Backend::skips_when_flagged.
-  const uint64_t* skip_flag = nullptr;
-  // Called once per run around its steps: before the first is issued and after the last
-  // (or around the replay of a captured run, which calls no step hook), outside any
-  // capture: where a caller does per-run work a captured step cannot (a copy from
-  // pageable memory, a watch of the run's events).
-  std::function<void()> before_steps, after_steps;
-  // The step hooks above (and skip_flag) only issue work in stream order (kernels,
-  // copies, events, collectives on the backend's streams), never wait for the device or
-  // read its memory on the host, and issue the same work every run of a plan: the run
-  // may then go ahead of the host (Executor::launch) and be captured and replayed, the
-  // hooks called only while it is captured, as the data-parallel steps ordered by events.
-  bool hooks_queue_only = false;
+  // The caller's work between the steps (runtime/step_hooks.h: the data-parallel
+  // all-reduces), its skip flag, and whether it only queues work in stream order.
+  StepHooks* hooks = nullptr;
   // Tensors in the backend's memory besides the plan's values (the data-parallel check
   // flags, mean loss and stop flag) that the run copies into host memory at its end and
   // returns with its results under their names, as it returns the loss. Read when the
@@ -114,10 +94,10 @@ struct RunOptions {
   // caller keeps it alive while the run is in flight.
   const std::vector<std::pair<std::string, Tensor>>* copy_out = nullptr;
 
-  // Whether the run has step hooks or a skip flag, and whether they need the host between
-  // the steps (not hooks_queue_only): such a run is neither launched ahead nor captured.
-  bool has_hooks() const { return after_step || before_step || skip_flag; }
-  bool hooks_need_host() const { return has_hooks() && !hooks_queue_only; }
+  // Whether the run has step hooks, and whether they need the host between the steps (not
+  // StepHooks::queue_only): such a run is neither launched ahead nor captured.
+  bool has_hooks() const { return hooks != nullptr; }
+  bool hooks_need_host() const { return hooks && !hooks->queue_only(); }
 };
 
 // A NaN or Inf in a checked value; BadInput (exit 2): the data or the settings caused it.
@@ -206,7 +186,7 @@ class Executor {
   // the runs launched after it wrote no state (the "any check failed" flag stays lowered
   // until a collect()), so the state is the state before the failed run.
   // A run that cannot go ahead of the host (a host backend, an op on the host, step hooks
-  // or skip_flag unless hooks_queue_only, profiling, skip_state_writes, or checks where a
+  // unless they only queue work, profiling, skip_state_writes, or checks where a
   // state writer cannot skip on the device) runs at its launch, after the runs before it; its results are kept in
   // the same list. run() while runs are in flight is an InternalError.
   void launch(const TensorMap& feeds, const RunOptions& ro = {});

@@ -37,7 +37,7 @@ struct Plan;
 
 // Arena values laid out back to back in one buffer, in this order (each 64-byte
 // aligned), with `tail_bytes` more after the last: a gradient bucket that the
-// all-reduce reads and writes in place (runtime/data_parallel.h).
+// all-reduce reads and writes in place (distribution/data_parallel.h).
 struct ContiguousGroup {
   std::vector<std::string> values;
   size_t tail_bytes = 0;

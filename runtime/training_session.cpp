@@ -113,12 +113,7 @@ RunOptions TrainingSession::run_options() const {
   ro.profile = profile_;
   ro.memory_limit_bytes = memory_limit_;
   ro.reserve_bytes = memory_reserve_;
-  ro.after_step = after_step_;
-  ro.before_step = before_step_;
-  ro.skip_flag = skip_flag_;
-  ro.hooks_queue_only = hooks_queue_only_;
-  ro.before_steps = before_steps_;
-  ro.after_steps = after_steps_;
+  ro.hooks = hooks_;
   ro.copy_out = copy_out_;
   return ro;
 }
@@ -245,12 +240,8 @@ TrainingSession::Finished TrainingSession::finish_steps() {
 std::optional<NumericalError> TrainingSession::find_anomaly(const TensorMap& batch, float lr) {
   RunOptions ro = run_options();
   ro.check_finite.clear();
-  ro.after_step = nullptr;  // a diagnostic rerun on this process alone: no step hooks
-  ro.before_step = nullptr;
-  ro.before_steps = nullptr;
-  ro.after_steps = nullptr;
+  ro.hooks = nullptr;  // a diagnostic rerun on this process alone: no step hooks
   ro.copy_out = nullptr;
-  ro.skip_flag = nullptr;
   ro.detect_anomaly = true;
   ro.skip_state_writes = true;
   try {

@@ -123,13 +123,12 @@ class TrainingSession {
   std::optional<NumericalError> find_anomaly(const TensorMap& batch, float lr);
   // Per-node events of the following steps are appended here (nullptr: off).
   void set_profile(ProfileCollector* p) { profile_ = p; }
-  // Called after each plan step of the following steps (RunOptions::after_step); value()
-  // reads a live value from inside it, e.g. a bucket's gradients at its ready_after_step.
-  void set_after_step(std::function<void(int step)> f) { after_step_ = std::move(f); }
-  // Called before each plan step (RunOptions::before_step): an optimizer step waits there
-  // for the all-reduce of its gradients; a NumericalError thrown there (a non-finite
-  // reduced gradient) stops the step like the session's own checks.
-  void set_before_step(std::function<void(int step)> f) { before_step_ = std::move(f); }
+  // The step hooks of the following steps (RunOptions::hooks; null: none; the caller keeps
+  // them alive). value() reads a live value from inside StepHooks::after_step, e.g. a
+  // bucket's gradients at its ready_after_step; a NumericalError thrown by before_step (a
+  // non-finite reduced gradient) stops the step like the session's own checks. Where the
+  // hooks only queue work (StepHooks::queue_only), queue_step() launches steps with them.
+  void set_step_hooks(StepHooks* h) { hooks_ = h; }
   // A live value's buffer (Executor::value): device memory where !backend().host_visible().
   const Tensor& value(const std::string& name) const { return exec_->value(name); }
   // Refuse plans needing more bytes than this (0: MemAvailable).
@@ -137,8 +136,6 @@ class TrainingSession {
   // Bytes to count beside each new plan in that refusal (RunOptions::reserve_bytes).
   void set_memory_reserve(size_t bytes) { memory_reserve_ = bytes; }
   size_t memory_reserve() const { return memory_reserve_; }
-  // RunOptions::skip_flag for the steps (the data-parallel checks on the device); null: none.
-  void set_skip_flag(const uint64_t* flag) { skip_flag_ = flag; }
   // Called once per step after its run has ended, with the run's results (host copies
   // where the host cannot see the backend's memory; RunOptions::copy_out among them),
   // before the updates not written in place are copied into the state; it returns the
@@ -146,14 +143,6 @@ class TrainingSession {
   // the step as a failed check does. For queued steps it is called by finish_steps(), in
   // order, up to the first that throws.
   void set_after_run(std::function<double(const TensorMap& results)> f) { after_run_ = std::move(f); }
-  // The step hooks and skip flag only issue work in stream order and never wait on the
-  // host (RunOptions::hooks_queue_only): queue_step() may then launch steps with them.
-  void set_hooks_queue_only(bool on) { hooks_queue_only_ = on; }
-  // RunOptions::before_steps and after_steps of the following steps.
-  void set_run_hooks(std::function<void()> before, std::function<void()> after) {
-    before_steps_ = std::move(before);
-    after_steps_ = std::move(after);
-  }
   // RunOptions::copy_out of the following steps (the caller keeps the vector alive).
   void set_copy_out(const std::vector<std::pair<std::string, Tensor>>* v) { copy_out_ = v; }
   // Groups of values the plans lay out contiguously (Executor::set_contiguous): the
@@ -192,11 +181,8 @@ class TrainingSession {
   ProfileCollector* profile_ = nullptr;
   size_t memory_limit_ = 0;
   size_t memory_reserve_ = 0;
-  std::function<void(int)> after_step_, before_step_;
-  const uint64_t* skip_flag_ = nullptr;
+  StepHooks* hooks_ = nullptr;
   std::function<double(const TensorMap&)> after_run_;
-  bool hooks_queue_only_ = false;
-  std::function<void()> before_steps_, after_steps_;
   const std::vector<std::pair<std::string, Tensor>>* copy_out_ = nullptr;
   LossScaler scaler_;
   mutable Tensor scaler_scale_, scaler_good_;  // the scaler's state as tensors, refreshed by state()

@@ -3,7 +3,7 @@
 # sources, and no function of the code (tests/ and fuzz/ aside) longer than 120 lines
 # (lizard, from PyPI: tools/setup.sh test installs it into the build folder's pydeps),
 # (b) clang-tidy (the committed .clang-tidy) over the non-CUDA .cpp files
-# of graph/ ops/ autodiff/ runtime/ launch/ with the build's compile_commands.json.
+# of graph/ ops/ autodiff/ runtime/ distribution/ launch/ with the build's compile_commands.json.
 # Any format difference, long function or tidy warning fails it (exit 1); a setup
 # problem exits 2.
 #
@@ -89,9 +89,10 @@ if [ $run_tidy -eq 1 ]; then
   command -v "$clang_tidy" >/dev/null || { echo "ci_lint.sh: $clang_tidy not found" >&2 && exit 2; }
   db=$build/compile_commands.json
   [ -f "$db" ] || { echo "ci_lint.sh: no $db: configure the build first (cmake -S . -B $build)" >&2 && exit 2; }
-  # Non-CUDA sources of the core that this build compiles (runtime/cuda/ needs the CUDA headers).
-  mapfile -t files < <(candidates 'graph/*.cpp' 'ops/*.cpp' 'autodiff/*.cpp' 'runtime/*.cpp' 'launch/*.cpp' |
-    grep -E '^(graph|ops|autodiff|runtime|launch)/.*\.cpp$' | grep -v -E '(^runtime/cuda/|_cuda\.cpp$)')
+  # Non-CUDA sources of the core that this build compiles (runtime/cuda/ and distribution/cuda/
+  # need the CUDA headers).
+  mapfile -t files < <(candidates 'graph/*.cpp' 'ops/*.cpp' 'autodiff/*.cpp' 'runtime/*.cpp' 'distribution/*.cpp' 'launch/*.cpp' |
+    grep -E '^(graph|ops|autodiff|runtime|distribution|launch)/.*\.cpp$' | grep -v -E '(^(runtime|distribution)/cuda/|_cuda\.cpp$)')
   if [ ${#files[@]} -gt 0 ]; then
     missing=$(/usr/bin/python3 - "$db" "${files[@]}" <<'PY'
 import json, os, sys

@@ -9,8 +9,8 @@
 #include "graph/error.h"
 #include "ops/cuda/cuda_util.h"
 #include "ops/cuda/gpu_reason.h"
-#include "runtime/communicator.h"
 #include "runtime/cuda/non_finite.h"
+#include "runtime/rank_environment.h"
 
 namespace trainrt {
 

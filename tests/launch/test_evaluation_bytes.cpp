@@ -67,7 +67,7 @@ TEST_CASE("evaluation_bytes covers what validation allocates in the backend, and
     CHECK(b.peak <= reserved);
     CHECK(reserved <= 2 * b.peak);
     // An asynchronous backend lands each batch in two buffers taking turns besides the
-    // staged one (runtime/executor.cpp): two more batches of float32 images.
+    // staged one (runtime/executor_plan_cache.cpp): two more batches of float32 images.
     const size_t batch_bytes = static_cast<size_t>(std::min<int64_t>(batch, 10)) * 28 * 28 * sizeof(float);
     CHECK(evaluation_bytes(g, io, d, batch, 3) == reserved + 2 * batch_bytes);
   }

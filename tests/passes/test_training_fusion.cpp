@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <memory>
 #include <set>
 
 #include "autodiff/training_graph.h"
@@ -149,13 +150,15 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     // Parameters, optimizer state and running statistics keep their names: checkpoints fit both.
     CHECK(fused.state_names() == plain.state_names());
     // Every gradient of the last step, read when its node has written it.
+    std::vector<std::unique_ptr<AfterEachStep>> hooks;
     auto capture = [&](TrainingSession& s, std::map<std::string, Tensor>& grads) {
-      s.set_after_step([&s, &grads, &t](int step) {
+      hooks.push_back(std::make_unique<AfterEachStep>([&s, &grads, &t](int step) {
         const Plan& p = s.plan();
         for (const std::string& out : p.graph.nodes[p.steps[static_cast<size_t>(step)].node].outputs)
           for (const std::string& param : t.params)
             if (out == t.gradients.at(param)) grads[param] = s.value(out).clone();
-      });
+      }));
+      s.set_step_hooks(hooks.back().get());
     };
     std::map<std::string, Tensor> ga, gb;
     for (uint64_t step = 0; step < 3; ++step) {

@@ -51,7 +51,6 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/communicator.h"
 
 namespace trainrt::test {
 
@@ -180,36 +179,6 @@ class StandinDevice : public Backend {
   std::shared_ptr<Pool> pool_;
   mutable std::mutex kernels_mu_;
   mutable std::map<const Kernel*, std::unique_ptr<Kernel>> kernels_;
-};
-
-// NCCL's part on the stand-in: ranks of one group (threads of this process, each with
-// its own StandinDevice) average buffers of their devices on their comm streams, ordered
-// by events (Communicator::all_reduce_average_after); host sums and broadcasts go through
-// a LocalGroup, as NCCL hands them to its bootstrap communicator. The k-th collective of
-// every rank meets on the ranks' comm-stream threads while they synchronise; it sums in
-// rank order and multiplies by 1/world, as the data-parallel host path does, so results
-// are bit for bit those of the host path. A rank that never arrives ends the others'
-// wait after the timeout with a Peer error, reported by synchronize().
-class StandinCollectives {
- public:
-  explicit StandinCollectives(int world) : host_(world), world_(world) {}
-  std::unique_ptr<Communicator> communicator(int rank, const StandinDevice& dev, CommOptions o = {});
-
-  struct Meeting {
-    std::mutex mu;
-    std::condition_variable cv;
-    struct Call {
-      std::vector<void*> data;
-      int arrived = 0, left = 0;
-      bool done = false;
-    };
-    std::map<int64_t, Call> calls;
-  };
-
- private:
-  LocalGroup host_;
-  int world_;
-  std::shared_ptr<Meeting> meeting_ = std::make_shared<Meeting>();
 };
 
 }  // namespace trainrt::test

@@ -43,11 +43,16 @@ TEST_CASE("capture status: a refused capture keeps the backend's message, and th
   const TensorMap want = run_graph(g, feeds, *make_backend("reference"));
   StandinDevice dev(std::set<std::string>{});
   Executor ex(g, dev);
+  struct Hooks : StepHooks {
+    StandinDevice& dev;
+    explicit Hooks(StandinDevice& d) : dev(d) {}
+    bool queue_only() const override { return true; }
+    void before_step(int step) override {
+      if (step == 0 && dev.capturing()) dev.synchronize();
+    }
+  } hooks(dev);
   RunOptions ro;
-  ro.hooks_queue_only = true;
-  ro.before_step = [&](int step) {
-    if (step == 0 && dev.capturing()) dev.synchronize();
-  };
+  ro.hooks = &hooks;
   for (int run = 0; run < 4; ++run) {
     CAPTURE(run);
     const TensorMap& got = ex.run(feeds, ro);

@@ -1,6 +1,6 @@
 // Communicators: sums and broadcasts across the ranks of a data-parallel job.
 //
-//   RankEnvironment env = rank_environment();          // SLURM_*, OMPI_COMM_WORLD_*, RANK/WORLD_SIZE
+//   RankEnvironment env = rank_environment();          // runtime/rank_environment.h
 //   std::unique_ptr<Communicator> c = make_communicator(env, {.timeout_seconds = 300});   // MPI when world > 1
 //   auto r = c->all_reduce_sum_async(grads, n, DataType::Float32, "bucket 0");   // returns at once
 //   ... more backward work ...
@@ -16,7 +16,7 @@
 // will issue the same calls on a communication stream).
 //
 // LocalGroup runs N ranks as threads of one process over shared memory: the tests of
-// the bucketed all-reduce (runtime/data_parallel.h) use it to run several ranks without
+// the bucketed all-reduce (distribution/data_parallel.h) use it to run several ranks without
 // a launcher, and sums in rank order so results are reproducible.
 #pragma once
 
@@ -32,20 +32,9 @@
 
 #include "graph/tensor.h"
 #include "runtime/backend.h"
+#include "runtime/rank_environment.h"
 
 namespace trainrt {
-
-// Which rank this process is, from the launcher's environment.
-struct RankEnvironment {
-  int rank = 0, world = 1, local_rank = 0, local_world = 1;
-  std::string launcher = "none";  // "srun", "mpirun", "env" (RANK/WORLD_SIZE) or "none"
-};
-// Reads SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun; not the batch script itself, which
-// has no SLURM_STEP_ID), OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (mpirun) or
-// RANK/WORLD_SIZE/LOCAL_RANK (in that order). `get` reads a variable ("" when unset); the
-// default reads the process environment. BadInput naming the variable when a value is not
-// a number or out of range.
-RankEnvironment rank_environment(const std::function<std::string(const char*)>& get = {});
 
 struct CommOptions {
   double timeout_seconds = 300;  // how long a wait may take before a peer is declared dead

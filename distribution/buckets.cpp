@@ -1,4 +1,4 @@
-#include "runtime/buckets.h"
+#include "distribution/buckets.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/data_parallel.h"
+#include "distribution/data_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -70,7 +70,6 @@ DataParallel::DataParallel(TrainingSession& s, Communicator& c, DataParallelOpti
   if (staged() && comm_.orders_by_events()) {
     any_ = s_.backend().allocate(sizeof(uint64_t));
     s_.backend().copy(any_.get(), &Backend::kAllFinite, sizeof(uint64_t));  // host memory read at the call
-    s_.set_skip_flag(reinterpret_cast<const uint64_t*>(any_.get()));
   }
   // The buckets are ranges of the arena, counted with it.
   s_.set_contiguous([this](const Plan& p) { return bucket_groups(p); });
@@ -95,12 +94,7 @@ size_t DataParallel::packed_buckets() const {
 }
 
 void DataParallel::set_hooks(bool on) {
-  if (on)
-    s_.set_run_hooks([this] { before_run(); }, [this] { after_steps(); });
-  else
-    s_.set_run_hooks(nullptr, nullptr);
-  s_.set_before_step(on ? std::function<void(int)>([this](int step) { on_before(step); }) : nullptr);
-  s_.set_after_step(on ? std::function<void(int)>([this](int step) { on_after(step); }) : nullptr);
+  s_.set_step_hooks(on ? this : nullptr);
   s_.set_after_run(on ? std::function<double(const TensorMap&)>([this](const TensorMap& r) { return after_run(r); })
                       : nullptr);
 }
@@ -115,9 +109,7 @@ DataParallel::~DataParallel() {
   set_hooks(false);
   s_.set_contiguous(nullptr);
   s_.set_check_finite(true);
-  s_.set_skip_flag(nullptr);
   s_.set_copy_out(nullptr);
-  s_.set_hooks_queue_only(false);
   // A bucket still in flight writes into our buffers: wait for it (it completes unless a
   // peer died, in which case the communicator is broken and returns at once).
   std::vector<std::shared_ptr<CommRequest>> pending;
@@ -220,7 +212,7 @@ void DataParallel::choose_events(const Plan& plan) {
   for (const PlanStep& st : plan.steps)
     events_ = events_ && (!st.writes_state || dev.skips_when_flagged(plan.graph.nodes[st.node]));
   events_ = events_ && any_;
-  s_.set_hooks_queue_only(false);
+  queue_only_ = false;
   checks_.clear();
   if (!events_) return;
   size_t n = 0;
@@ -233,7 +225,7 @@ void DataParallel::choose_events(const Plan& plan) {
   // which the run copies out, then this rank's stop flag, written before each run.
   flags_ = dev.allocate((n + 3) * sizeof(uint64_t));
   checks_ = {{"data_parallel.checks", Tensor(DataType::UInt64, {static_cast<int64_t>(n + 2)}, flags_)}};
-  s_.set_hooks_queue_only(true);
+  queue_only_ = true;
 }
 
 // Points the in-place buckets at their range of the current arena (it may have moved
@@ -484,10 +476,10 @@ void DataParallel::drain() {
   }
 }
 
-// Before each run's steps, outside a capture (RunOptions::before_steps): the buckets of a
+// Before each run's steps, outside a capture (StepHooks::before_steps): the buckets of a
 // new plan, and on the device path the flags' reset and this rank's stop flag, from host
 // memory read at the call (a captured step reads them from device memory).
-void DataParallel::before_run() {
+void DataParallel::before_steps() {
   if (plan_ != &s_.plan()) prepare();
   // Nothing of an earlier (failed) step may still write into the buffers. On the device
   // path stream order sees to that: the step before waited for every average before
@@ -515,7 +507,7 @@ void DataParallel::after_steps() {
   watches_.push_back(comm_.watch_device(dev, dev.record(Backend::Stream::compute), "the step's gradient all-reduces"));
 }
 
-void DataParallel::on_before(int step) {
+void DataParallel::before_step(int step) {
   if (events_ && step == s_.plan().first_state_write) {
     // Every bucket's average and checks before the first state write, so the skip flag
     // the writers read is complete; then the mean loss and stop flag beside the flags,
@@ -530,7 +522,7 @@ void DataParallel::on_before(int step) {
     for (size_t b : need_at_[static_cast<size_t>(step)]) finish(b, true);
 }
 
-void DataParallel::on_after(int step) {
+void DataParallel::after_step(int step) {
   if (static_cast<size_t>(step) < ready_at_.size())
     for (size_t b : ready_at_[static_cast<size_t>(step)]) start(b);
 }

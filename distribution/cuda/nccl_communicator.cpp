@@ -1,4 +1,4 @@
-#include "runtime/cuda/nccl_communicator.h"
+#include "distribution/cuda/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -26,7 +26,7 @@ Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// The wording of runtime/communicator.cpp's timeouts.
+// The wording of distribution/communicator.cpp's timeouts.
 std::string no_answer(double timeout_seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g s", timeout_seconds);

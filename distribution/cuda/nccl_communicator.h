@@ -33,7 +33,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/communicator.h"
+#include "distribution/communicator.h"
 
 // Plain C++ header: the handles' types are those of nccl.h (ncclComm_t) and
 // cuda_runtime_api.h (cudaStream_t), declared here so that includers need neither.

@@ -9,7 +9,7 @@
 //   double loss = dp.step(my_shard, lr); // mean loss over the ranks
 //
 // How a step runs (PyTorch DDP's scheme, on the plan instead of autograd hooks):
-//   - the buckets (runtime/buckets.h) group the gradients in the order the plan writes
+//   - the buckets (distribution/buckets.h) group the gradients in the order the plan writes
 //     them, about 25 MB each, the first one small so communication starts early;
 //   - the planner lays each bucket's gradients out back to back in the arena
 //     (PlanOptions::contiguous; bucket 0 with room for the loss and stop flag after
@@ -27,7 +27,7 @@
 // bucket's ncclAvg all-reduce on the communication stream, in place in the arena, and
 // before the first state write the compute stream waits for every bucket's event and
 // checks the averages on the device into flags; the optimizer kernels skip
-// on a lowered flag (RunOptions::skip_flag). The run copies the flags, the mean loss and
+// on a lowered flag (StepHooks::skip_flag). The run copies the flags, the mean loss and
 // the stop flag out at its end (RunOptions::copy_out); the host reads them once the run
 // has ended (TrainingSession's after-run hook), and reports the same NumericalError as
 // below. The averages are waited for all at
@@ -36,7 +36,7 @@
 // as DDP's optimizer step waits for every bucket).
 // The hooks issue the same stream work every step, so the executor captures the step with
 // its collectives as a CUDA graph and replays it; what a replay cannot do runs around
-// it (before_run: the flags' reset and this rank's stop flag into device memory;
+// it (before_steps: the flags' reset and this rank's stop flag into device memory;
 // after_steps: one watch of the step's collectives, Communicator::watch_device).
 // On that path steps can also be queued ahead of the host (queue_step, finish_steps), as
 // TrainingSession::queue_step queues them on one rank: the hooks only issue work in
@@ -71,8 +71,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/buckets.h"
-#include "runtime/communicator.h"
+#include "distribution/buckets.h"
+#include "distribution/communicator.h"
+#include "runtime/step_hooks.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
 
@@ -92,12 +93,14 @@ struct BucketTiming {
   int64_t wait_ns = 0;               // how long the optimizer waited for it (not hidden by backward work)
 };
 
-class DataParallel {
+// The step hooks it installs on the session (StepHooks, private: only the session calls
+// them) start and finish the buckets' all-reduces.
+class DataParallel : private StepHooks {
  public:
   // Installs the session's step hooks (removed again by the destructor) and turns off its
   // per-rank NaN checks: they run on the averaged values here instead.
   DataParallel(TrainingSession& s, Communicator& c, DataParallelOptions o = {});
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
@@ -171,12 +174,15 @@ class DataParallel {
   void pack(Bucket& st);
   NumericalError numerical_fault(const Plan& plan, const std::string& value, const std::string& what) const;
   bool staged() const;  // the backend's memory is not the host's (Bucket)
-  void on_after(int step);
-  void before_run();
-  void after_steps();
+  // StepHooks: the buckets of a new plan, the starts and finishes of the all-reduces.
+  void before_steps() override;
+  void after_steps() override;
+  void before_step(int step) override;
+  void after_step(int step) override;
+  bool queue_only() const override { return queue_only_; }
+  const uint64_t* skip_flag() const override { return reinterpret_cast<const uint64_t*>(any_.get()); }
   double after_run(const TensorMap& results);
-  void set_hooks(bool on);  // install (or remove) the session's before/after-step hooks
-  void on_before(int step);
+  void set_hooks(bool on);  // install (or remove) the session's step hooks and after-run hook
   std::vector<std::string> buffer_names() const;
   void broadcast_names(const std::vector<std::string>& names, int root, const std::string& what);
 
@@ -197,6 +203,7 @@ class DataParallel {
   // stop flag (8 bytes each), in the backend's memory, copied out at each run's end as
   // `checks_` (RunOptions::copy_out); "any" apart, allocated with this object.
   bool events_ = false;
+  bool queue_only_ = false;  // StepHooks::queue_only: the device path's hooks only queue stream work
   std::vector<uint64_t> flags_init_;
   std::shared_ptr<std::byte[]> flags_;
   std::shared_ptr<std::byte[]> any_;  // "some check failed": the state writers' skip flag
