@@ -36,9 +36,9 @@ target_link_libraries(fuzz_onnx_import PRIVATE trainrt_autodiff)
 trainrt_fuzz_target(fuzz_tensor_proto)
 target_link_libraries(fuzz_tensor_proto PRIVATE trainrt_graph)
 
-# The readers alone (launch/dataset.cpp needs only graph/ and zlib), not all of
+# The readers alone (datasets/dataset.cpp needs only graph/ and zlib), not all of
 # trainrt_launch with its runtime and OpenMP.
-trainrt_fuzz_target(fuzz_dataset ${CMAKE_CURRENT_SOURCE_DIR}/launch/dataset.cpp)
+trainrt_fuzz_target(fuzz_dataset ${CMAKE_CURRENT_SOURCE_DIR}/datasets/dataset.cpp)
 target_link_libraries(fuzz_dataset PRIVATE trainrt_graph ZLIB::ZLIB)
 
 # The checkpoint reader (launch/checkpoint.cpp: graph/, protobuf, zlib).
@@ -47,10 +47,10 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/launch/checkpoint.cpp)
   target_link_libraries(fuzz_checkpoint PRIVATE trainrt_graph ZLIB::ZLIB)
 endif()
 
-# The image decoders (launch/image.cpp: libjpeg-turbo, libpng), one target each from
+# The image decoders (datasets/image.cpp: libjpeg-turbo, libpng), one target each from
 # one source that FUZZ_IMAGE_PNG points at one decoder.
 foreach(_fmt jpeg png)
-  trainrt_fuzz_target(fuzz_image_${_fmt} SOURCE fuzz_image.cpp ${CMAKE_CURRENT_SOURCE_DIR}/launch/image.cpp)
+  trainrt_fuzz_target(fuzz_image_${_fmt} SOURCE fuzz_image.cpp ${CMAKE_CURRENT_SOURCE_DIR}/datasets/image.cpp)
   target_link_libraries(fuzz_image_${_fmt} PRIVATE trainrt_graph JPEG::JPEG PNG::PNG)
   target_compile_definitions(fuzz_image_${_fmt} PRIVATE FUZZ_IMAGE_PNG=$<STREQUAL:${_fmt},png>)
 endforeach()

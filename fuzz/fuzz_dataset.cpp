@@ -1,4 +1,4 @@
-// Fuzz target: bytes -> the dataset readers of launch/dataset.h.
+// Fuzz target: bytes -> the dataset readers of datasets/dataset.h.
 //
 //   build-fz/fuzz/fuzz_dataset -max_total_time=60 corpus/dataset
 //
@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <string>
 
+#include "datasets/dataset.h"
 #include "fuzz/fuzz_util.h"
-#include "launch/dataset.h"
 
 using namespace trainrt;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// Fuzz target: bytes -> launch/image.h's JPEG or PNG decoder, then both transforms.
+// Fuzz target: bytes -> datasets/image.h's JPEG or PNG decoder, then both transforms.
 // One source, two executables: cmake/fuzz.cmake compiles it with FUZZ_IMAGE_PNG=0
 // (fuzz_image_jpeg) and FUZZ_IMAGE_PNG=1 (fuzz_image_png).
 //
@@ -9,8 +9,8 @@
 // so that odd sizes (1 x N, very wide) reach the resampling too.
 #include <string>
 
+#include "datasets/image.h"
 #include "fuzz/fuzz_util.h"
-#include "launch/image.h"
 
 #ifndef FUZZ_IMAGE_PNG
 #error "FUZZ_IMAGE_PNG must be 0 (the JPEG decoder) or 1 (the PNG decoder): see cmake/fuzz.cmake"

@@ -23,13 +23,13 @@
 #include <optional>
 #include <set>
 
+#include "datasets/pipeline.h"
 #include "distribution/data_parallel.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "launch/checkpoint.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
-#include "launch/pipeline.h"
 #include "launch/train_config.h"
 #include "launch/train_util.h"
 #include "ops/core/register_all.h"

@@ -19,9 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "datasets/pipeline.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
-#include "launch/pipeline.h"
 #include "runtime/executor.h"
 #include "runtime/timing_cache.h"
 

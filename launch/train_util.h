@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "datasets/dataset.h"
 #include "distribution/communicator.h"
 #include "launch/cli.h"
-#include "launch/dataset.h"
 #include "ops/core/engine_choice.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"

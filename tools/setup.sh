@@ -61,7 +61,7 @@ install_packages() {
     libonnx-dev libprotobuf-dev protobuf-compiler
     libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
     doctest-dev libopenmpi-dev openmpi-bin zlib1g-dev nlohmann-json3-dev
-    libjpeg62-turbo-dev libpng-dev  # image-folder datasets: JPEG and PNG decoding (launch/image.cpp)
+    libjpeg62-turbo-dev libpng-dev  # image-folder datasets: JPEG and PNG decoding (datasets/image.cpp)
     dataset-fashion-mnist gnuplot-nox
     ccache  # the compiler launcher of every build folder (cmake/ccache.cmake)
   )

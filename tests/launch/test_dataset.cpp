@@ -20,10 +20,10 @@
 // clang-format on
 #include <png.h>
 
+#include "datasets/dataset.h"
+#include "datasets/image.h"
+#include "datasets/pipeline.h"
 #include "graph/error.h"
-#include "launch/dataset.h"
-#include "launch/image.h"
-#include "launch/pipeline.h"
 
 namespace fs = std::filesystem;
 using namespace trainrt;

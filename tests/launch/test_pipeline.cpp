@@ -12,8 +12,8 @@
 #include <thread>
 #include <utility>
 
+#include "datasets/pipeline.h"
 #include "graph/error.h"
-#include "launch/pipeline.h"
 
 using namespace trainrt;
 

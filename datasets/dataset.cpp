@@ -1,4 +1,4 @@
-#include "launch/dataset.h"
+#include "datasets/dataset.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "launch/pipeline.h"
+#include "datasets/pipeline.h"
 
 #include <oneapi/tbb/task_group.h>
 
@@ -11,10 +11,10 @@
 #include <mutex>
 #include <random>
 
+#include "datasets/image.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "graph/tsan.h"
-#include "launch/image.h"
 #include "ops/core/parallel.h"
 
 namespace trainrt {

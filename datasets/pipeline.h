@@ -15,7 +15,7 @@
 // mix(seed, epoch) (splitmix64) and an unbiased bounded draw written here, so it is
 // the same on every platform and standard library.
 //
-// Image folders (launch/dataset.h) are decoded here, each sample by a task of its own
+// Image folders (datasets/dataset.h) are decoded here, each sample by a task of its own
 // within its batch's task: see prepare_file_sample.
 //
 // Augmentation (the seed's RandomHorizontalFlip then RandomCrop(32, padding=4)):
@@ -44,8 +44,8 @@
 #include <optional>
 #include <vector>
 
+#include "datasets/dataset.h"
 #include "graph/tensor.h"
-#include "launch/dataset.h"
 
 namespace trainrt {
 
@@ -99,7 +99,7 @@ Augment draw_augment(uint64_t seed, int64_t epoch, int64_t sample, int64_t pad);
 void prepare_sample(const Dataset& d, int64_t i, const Augment* aug, int64_t pad, float* out);
 // Image folders: decodes d.files[i] and writes it as float32 3 x S x S (S = d.image_size):
 // augment: RandomResizedCrop(S) + RandomHorizontalFlip drawn from (seed, epoch, i);
-// else Resize(round(S/0.875)) + CenterCrop(S) (launch/image.h). Then (x/255-mean)/std.
+// else Resize(round(S/0.875)) + CenterCrop(S) (datasets/image.h). Then (x/255-mean)/std.
 void prepare_file_sample(const Dataset& d, int64_t i, bool augment, uint64_t seed, int64_t epoch, float* out,
                          uint64_t max_file_bytes = uint64_t{1} << 30);
 

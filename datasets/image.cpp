@@ -1,4 +1,4 @@
-#include "launch/image.h"
+#include "datasets/image.h"
 
 // clang-format off
 #include <cstdio>   // jpeglib.h needs FILE and size_t first

@@ -19,7 +19,7 @@
 //     sorted by name (class index = position), files sorted by name, extensions
 //     .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp case-insensitively (torchvision's
 //     IMG_EXTENSIONS; only JPEG and PNG content decodes). Only the file list is read
-//     here: images are decoded when their batch is prepared (launch/pipeline.h).
+//     here: images are decoded when their batch is prepared (datasets/pipeline.h).
 //     A class folder without images, or a val/ class that train/ lacks, is an error.
 //   npz (numpy.savez / savez_compressed): arrays x (float32, float64 or uint8, shape
 //     N x ... of any rank: [N,C,H,W] images, [N,C,L] audio, [N,C,D,H,W] video; or signed
@@ -29,7 +29,7 @@
 //     normalised or augmented: the model's input must then be int64).
 //
 // Why in memory as uint8: the largest set (CIFAR, 50000x3x32x32) is 150 MB as
-// bytes; the pipeline (launch/pipeline.h) converts to normalised float32 per batch.
+// bytes; the pipeline (datasets/pipeline.h) converts to normalised float32 per batch.
 // Mean/std are per channel in [0,1] units, the values of the seed's transforms.
 #pragma once
 
