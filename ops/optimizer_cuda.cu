@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "ops/core/optimizer_args.h"
 #include "ops/core/optimizer_math.h"
 #include "ops/cuda/cuda_util.h"
-#include "ops/optimizer_args.h"
 
 namespace trainrt::cuda {
 

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "ops/core/common.h"
+#include "ops/core/optimizer_args.h"
 #include "ops/core/optimizer_math.h"
 #include "ops/core/parallel.h"
-#include "ops/optimizer_args.h"
 
 namespace trainrt::optimizer_loops {
 

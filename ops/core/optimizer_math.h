@@ -28,8 +28,8 @@
 #include <cstdint>
 
 #include "graph/float16.h"  // TRAINRT_HOST_DEVICE
+#include "ops/core/optimizer_args.h"
 #include "ops/core/unary_math.h"
-#include "ops/optimizer_args.h"
 
 namespace trainrt::optimizer_math {
 
