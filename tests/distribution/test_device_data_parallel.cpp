@@ -18,20 +18,6 @@
 using namespace trainrt;
 using namespace trainrt::test;
 
-namespace {
-
-// Plan steps of `p` whose op runs on the host on `dev`, per op.
-std::map<std::string, size_t> host_steps(const Plan& p, const StandinDevice& dev) {
-  std::map<std::string, size_t> out;
-  for (const PlanStep& st : p.steps) {
-    const Node& n = p.graph.nodes[st.node];
-    if (dev.runs_on_host(n.domain, n.op_type)) ++out[n.op_type];
-  }
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("device backend: data-parallel ranks equal reference ranks bit for bit (buckets in backend memory)") {
   // Variants: 0 the stand-in with a host communicator (the MPI path: a synchronisation per
   // bucket), 1 the reference backend, 2 the stand-in with stand-in collectives ordered by

@@ -573,4 +573,13 @@ bool StandinDevice::is_protected(const void* p) const {
   return it != pool_->regions.end() && it->second.protect;
 }
 
+std::map<std::string, size_t> host_steps(const Plan& p, const StandinDevice& dev) {
+  std::map<std::string, size_t> out;
+  for (const PlanStep& st : p.steps) {
+    const Node& n = p.graph.nodes[st.node];
+    if (dev.runs_on_host(n.domain, n.op_type)) ++out[n.op_type];
+  }
+  return out;
+}
+
 }  // namespace trainrt::test

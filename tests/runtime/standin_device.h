@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/plan.h"
 
 namespace trainrt::test {
 
@@ -180,5 +181,9 @@ class StandinDevice : public Backend {
   mutable std::mutex kernels_mu_;
   mutable std::map<const Kernel*, std::unique_ptr<Kernel>> kernels_;
 };
+
+// Plan steps of `p` whose op runs on the host on `dev`, per op (the host calls a run of
+// the plan should count).
+std::map<std::string, size_t> host_steps(const Plan& p, const StandinDevice& dev);
 
 }  // namespace trainrt::test

@@ -67,16 +67,6 @@ std::string mapping_permissions(const void* p) {
   return "";
 }
 
-// Plan steps of `p` whose op runs on the host on `dev`, per op.
-std::map<std::string, size_t> host_steps(const Plan& p, const StandinDevice& dev) {
-  std::map<std::string, size_t> out;
-  for (const PlanStep& st : p.steps) {
-    const Node& n = p.graph.nodes[st.node];
-    if (dev.runs_on_host(n.domain, n.op_type)) ++out[n.op_type];
-  }
-  return out;
-}
-
 }  // namespace
 
 namespace {
