@@ -26,62 +26,11 @@ namespace {
 
 constexpr double kTol = 1e-6;
 
-using Attrs = std::map<std::string, Attribute>;
+using Attrs = GradAttrs;
 
-// A forward graph under construction: parameters are initializers, feeds are
-// graph inputs; finish(y) appends loss = ReduceMean(y * r).
-struct Net {
-  Graph g;
-  TensorMap feeds;
-  uint64_t seed = 1;
-  DataType dtype = DataType::Float64;
+using Net = GradNet;
 
-  explicit Net(int64_t opset = 17) {
-    g.name = "gradcheck";
-    g.opsets[""] = opset;
-  }
-  std::string param(const std::string& name, std::vector<int64_t> dims, double lo = -1, double hi = 1) {
-    Tensor t = random_tensor(dtype, std::move(dims), seed++, lo, hi);
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers[name] = t;
-    return name;
-  }
-  std::string feed(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.inputs.push_back(name);
-    feeds[name] = std::move(t);
-    return name;
-  }
-  // Appends a node; outputs default to one fresh name. Returns output 0.
-  std::string node(const std::string& op, std::vector<std::string> ins, Attrs attrs = {},
-                   std::vector<std::string> outs = {}) {
-    if (outs.empty()) outs = {"v" + std::to_string(g.nodes.size())};
-    Node n = make_node(op, std::move(ins), std::move(outs), std::move(attrs));
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    g.nodes.push_back(n);
-    return n.outputs[0];
-  }
-  void infer() {
-    validate_graph(g, registry().schemas, "test");
-    infer_shapes(g, registry().schemas, "test");
-  }
-  Graph& finish(const std::string& y) {
-    infer();
-    const ValueInfo& v = g.info(y);
-    const std::string r = feed("r", random_tensor(v.dtype, shape_dims(*v.shape), seed++));
-    node("ReduceMean", {node("Mul", {y, r})}, {{"keepdims", Attribute::of_int(0)}}, {"loss"});
-    g.outputs = {"loss"};
-    infer();
-    return g;
-  }
-};
-
-void check(Net& net, const std::string& y, int samples = 12) {
-  GradCheck r = check_gradients(net.finish(y), net.feeds, samples);
-  CAPTURE(r.worst);
-  CHECK(r.checked > 0);
-  CHECK(r.max_error < kTol);
-}
+void check(Net& net, const std::string& y, int samples = 12) { check_net(net, y, samples, kTol); }
 
 Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
 
@@ -208,8 +157,8 @@ TEST_CASE("gradcheck: MaxPool 1-D, 2-D, 3-D with pads, strides, dilations, ceil_
 
 TEST_CASE("gradcheck: MaxPool with its Indices output requested (Indices carries no gradient)") {
   Net net;
-  const std::string y = net.node("MaxPool", {net.param("x", {2, 2, 4, 4})},
-                                 {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}}, {"y", "indices"});
+  const std::string y = net.node_outs("MaxPool", {net.param("x", {2, 2, 4, 4})},
+                                      {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}}, {"y", "indices"})[0];
   check(net, y);
 }
 
@@ -438,11 +387,11 @@ TEST_CASE("BatchNormalizationGrad with the forward's saved statistics equals the
 
 TEST_CASE("gradcheck: BatchNormalization's opset-13 five-output form as PyTorch exports it") {
   Net net(13);
-  const std::string y =
-      net.node("BatchNormalization",
-               {net.param("x", {4, 2, 2, 2}), net.param("scale", {2}, 0.5, 1.5), net.param("bias", {2}),
-                net.param("mean", {2}), net.param("var", {2}, 0.5, 1.5)},
-               {{"momentum", Attribute::of_float(0.9f)}}, {"y", "bn_mean", "bn_var", "saved_mean", "saved_var"});
+  const std::string y = net.node_outs("BatchNormalization",
+                                      {net.param("x", {4, 2, 2, 2}), net.param("scale", {2}, 0.5, 1.5),
+                                       net.param("bias", {2}), net.param("mean", {2}), net.param("var", {2}, 0.5, 1.5)},
+                                      {{"momentum", Attribute::of_float(0.9f)}},
+                                      {"y", "bn_mean", "bn_var", "saved_mean", "saved_var"})[0];
   GradCheck r = check_gradients(net.finish(y), net.feeds, 16);
   CAPTURE(r.worst);
   CHECK(r.max_error < kTol);
@@ -476,9 +425,9 @@ TEST_CASE("gradcheck: LayerNormalization over the last dims, a non-last axis, br
     Net net;
     std::vector<std::string> ins{net.param("x", c.x, -2, 2), net.param("scale", c.scale, 0.5, 1.5)};
     if (!c.bias.empty()) ins.push_back(net.param("bias", c.bias));
-    const std::string y = net.node("LayerNormalization", ins,
-                                   {{"axis", Attribute::of_int(c.axis)}, {"epsilon", Attribute::of_float(c.eps)}},
-                                   {"y", "mean", "inv_std"});
+    const std::string y = net.node_outs("LayerNormalization", ins,
+                                        {{"axis", Attribute::of_int(c.axis)}, {"epsilon", Attribute::of_float(c.eps)}},
+                                        {"y", "mean", "inv_std"})[0];
     check(net, y, 24);
   }
 }
@@ -497,7 +446,7 @@ TEST_CASE("LayerNormalization: Mean and InvStdDev on known values; they carry no
   }
   Net net;
   const std::string x = net.param("x", {2, 3});
-  net.node("LayerNormalization", {x, net.param("s", {3})}, {}, {"y", "mean"});
+  net.node_outs("LayerNormalization", {x, net.param("s", {3})}, {}, {"y", "mean"});
   const std::string y = net.node("Add", {"y", "mean"});
   ErrorKind kind = ErrorKind::Internal;
   const std::string msg = error_of([&] { check_gradients(net.finish(y), net.feeds, 4); }, &kind);
@@ -510,10 +459,10 @@ TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated ou
   REQUIRE(prepare);
   {
     Net net(17);
-    net.node("BatchNormalization",
-             {net.feed("x", Tensor(DataType::Float64, {2, 3, 2, 2})), net.param("s", {3}), net.param("b", {3}),
-              net.param("rm", {3}), net.param("rv", {3})},
-             {}, {"y"});
+    net.node_outs("BatchNormalization",
+                  {net.feed("x", Tensor(DataType::Float64, {2, 3, 2, 2})), net.param("s", {3}), net.param("b", {3}),
+                   net.param("rm", {3}), net.param("rv", {3})},
+                  {}, {"y"});
     net.infer();
     Graph g = net.g;
     prepare(g.nodes[0], g);
@@ -527,10 +476,10 @@ TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated ou
   }
   {
     Net net(13);  // running statistics fed, not initializers: outputs get fresh names
-    net.node("BatchNormalization",
-             {net.feed("x", Tensor(DataType::Float64, {2, 3})), net.param("s", {3}), net.param("b", {3}),
-              net.feed("rm", Tensor(DataType::Float64, {3})), net.feed("rv", Tensor(DataType::Float64, {3}))},
-             {}, {"y"});
+    net.node_outs("BatchNormalization",
+                  {net.feed("x", Tensor(DataType::Float64, {2, 3})), net.param("s", {3}), net.param("b", {3}),
+                   net.feed("rm", Tensor(DataType::Float64, {3})), net.feed("rv", Tensor(DataType::Float64, {3}))},
+                  {}, {"y"});
     net.infer();
     Graph g = net.g;
     prepare(g.nodes[0], g);
@@ -542,12 +491,12 @@ TEST_CASE("BatchNormalization prepare: training_mode at opset >= 14, .updated ou
   }
   {
     Net net(13);  // five outputs whose old names other nodes read
-    net.node("BatchNormalization",
-             {net.feed("x", Tensor(DataType::Float64, {2, 3, 2, 2})), net.param("s", {3}), net.param("b", {3}),
-              net.param("rm", {3}), net.param("rv", {3})},
-             {}, {"y", "m_out", "v_out", "sm", "sv"});
-    net.node("Add", {"m_out", "v_out"}, {}, {"stats"});
-    net.node("Identity", {"sm"}, {}, {"sm_copy"});
+    net.node_outs("BatchNormalization",
+                  {net.feed("x", Tensor(DataType::Float64, {2, 3, 2, 2})), net.param("s", {3}), net.param("b", {3}),
+                   net.param("rm", {3}), net.param("rv", {3})},
+                  {}, {"y", "m_out", "v_out", "sm", "sv"});
+    net.node("Add", {"m_out", "v_out"}, {}, "stats");
+    net.node("Identity", {"sm"}, {}, "sm_copy");
     net.infer();
     Graph g = net.g;
     prepare(g.nodes[0], g);
@@ -809,7 +758,7 @@ TEST_CASE("gradcheck: Wide-ResNet-like chain to Flatten -> Gemm logits, loss att
   const std::string mp = net.node("MaxPool", {sum}, {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}});
   const std::string flat = net.node("Flatten", {net.node("GlobalAveragePool", {mp})});
   const std::string logits = net.node("Gemm", {flat, net.param("fc.weight", {5, 4}), net.param("fc.bias", {5})},
-                                      {{"transB", Attribute::of_int(1)}}, {"logits"});
+                                      {{"transB", Attribute::of_int(1)}}, "logits");
   net.g.outputs = {logits};
   net.infer();
   GradCheck r = check_gradients(net.g, net.feeds, 16);

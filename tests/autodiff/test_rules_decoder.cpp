@@ -15,62 +15,14 @@ using namespace trainrt::test;
 namespace {
 
 constexpr double kTol = 1e-6;
-using Attrs = std::map<std::string, Attribute>;
+using Attrs = GradAttrs;
 
-struct Net {
-  Graph g;
-  TensorMap feeds;
-  uint64_t seed = 1;
-
-  explicit Net(int64_t opset = 13) {
-    g.name = "gradcheck";
-    g.opsets[""] = opset;
-  }
-  std::string param(const std::string& name, std::vector<int64_t> dims) {
-    Tensor t = random_tensor(DataType::Float64, std::move(dims), seed++);
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers[name] = t;
-    return name;
-  }
-  std::string constant(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers[name] = std::move(t);
-    return name;
-  }
-  std::string feed(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.inputs.push_back(name);
-    feeds[name] = std::move(t);
-    return name;
-  }
-  std::string node(const std::string& op, std::vector<std::string> ins, Attrs attrs = {}, std::string out = "") {
-    if (out.empty()) out = "v" + std::to_string(g.nodes.size());
-    Node n = make_node(op, std::move(ins), {out}, std::move(attrs));
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    g.nodes.push_back(n);
-    return out;
-  }
-  void infer() {
-    validate_graph(g, registry().schemas, "test");
-    infer_shapes(g, registry().schemas, "test");
-  }
-  Graph& finish(const std::string& y) {
-    infer();
-    const ValueInfo& v = g.info(y);
-    const std::string r = feed("r", random_tensor(v.dtype, shape_dims(*v.shape), seed++));
-    node("ReduceMean", {node("Mul", {y, r})}, {{"keepdims", Attribute::of_int(0)}}, "loss");
-    g.outputs = {"loss"};
-    infer();
-    return g;
-  }
+// The decoder tests' graphs are opset 13 unless a test names another.
+struct Net : GradNet {
+  explicit Net(int64_t opset = 13) : GradNet(opset) {}
 };
 
-void check(Net& net, const std::string& y, int samples = 16) {
-  GradCheck r = check_gradients(net.finish(y), net.feeds, samples);
-  CAPTURE(r.worst);
-  CHECK(r.checked > 0);
-  CHECK(r.max_error < kTol);
-}
+void check(Net& net, const std::string& y, int samples = 16) { check_net(net, y, samples, kTol); }
 
 Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
 

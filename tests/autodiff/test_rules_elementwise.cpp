@@ -34,57 +34,9 @@ std::vector<int64_t> random_dims(std::mt19937_64& rng, int min_rank = 1, int max
   return d;
 }
 
-// A float64 forward graph under construction: parameters are initializers,
-// feeds are graph inputs; finish(y) appends loss = ReduceMean(y * r).
-struct GraphBuilder {
-  Graph g;
-  TensorMap feeds;
-  uint64_t seed = 1;
+using GraphBuilder = GradNet;
 
-  GraphBuilder() {
-    g.name = "gradcheck";
-    g.opsets[""] = 17;
-  }
-  std::string param(const std::string& name, std::vector<int64_t> dims, double lo = -1, double hi = 1) {
-    Tensor t = random_tensor(DataType::Float64, std::move(dims), seed++, lo, hi);
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers[name] = t;
-    return name;
-  }
-  std::string feed(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.inputs.push_back(name);
-    feeds[name] = std::move(t);
-    return name;
-  }
-  std::string node(const std::string& op, std::vector<std::string> ins, std::map<std::string, Attribute> attrs = {},
-                   const std::string& out_name = "") {
-    Node n = make_node(op, std::move(ins), {out_name.empty() ? "v" + std::to_string(g.nodes.size()) : out_name},
-                       std::move(attrs));
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    g.nodes.push_back(n);
-    return n.outputs[0];
-  }
-  Graph& finish(const std::string& y) {
-    validate_graph(g, registry().schemas, "test");
-    infer_shapes(g, registry().schemas, "test");
-    const ValueInfo& v = g.info(y);
-    REQUIRE(v.dtype == DataType::Float64);
-    const std::string r = feed("r", random_tensor(DataType::Float64, shape_dims(*v.shape), seed++));
-    const std::string weighted = node("Mul", {y, r});
-    node("ReduceMean", {weighted}, {{"keepdims", Attribute::of_int(0)}}, "loss");
-    g.outputs = {"loss"};
-    infer_shapes(g, registry().schemas, "test");
-    return g;
-  }
-};
-
-void check(GraphBuilder& b, const std::string& y) {
-  GradCheck r = check_gradients(b.finish(y), b.feeds);
-  CAPTURE(r.worst);
-  CHECK(r.checked > 0);
-  CHECK(r.max_error < kTol);
-}
+void check(GraphBuilder& b, const std::string& y) { check_net(b, y, 12, kTol); }
 
 bool has_node(const Graph& g, const std::string& op, const std::string& output = "") {
   for (const Node& n : g.nodes)

@@ -13,53 +13,12 @@ using namespace trainrt::test;
 
 namespace {
 
-using Attrs = std::map<std::string, Attribute>;
+using Attrs = GradAttrs;
 
-struct Net {
-  Graph g;
-  TensorMap feeds;
-  uint64_t seed = 11;
-
-  explicit Net(int64_t opset) {
-    g.name = "gradcheck";
-    g.opsets[""] = opset;
-  }
-  std::string param(const std::string& name, std::vector<int64_t> dims, double lo = -1, double hi = 1) {
-    return constant(name, random_tensor(DataType::Float64, std::move(dims), seed++, lo, hi));
-  }
-  std::string constant(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers[name] = std::move(t);
-    return name;
-  }
-  std::string node(const std::string& op, std::vector<std::string> ins, Attrs attrs = {}) {
-    Node n = make_node(op, std::move(ins), {"v" + std::to_string(g.nodes.size())}, std::move(attrs));
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    g.nodes.push_back(n);
-    return n.outputs[0];
-  }
-  void infer() {
-    validate_graph(g, registry().schemas, "test");
-    infer_shapes(g, registry().schemas, "test");
-  }
-  // Appends loss = ReduceMean(y * r) and checks every parameter's gradient.
-  void check(const std::string& y, int samples = 16) {
-    infer();
-    const ValueInfo& v = g.info(y);
-    Tensor r = random_tensor(v.dtype, shape_dims(*v.shape), seed++);
-    g.values["r"] = ValueInfo{r.dtype(), shape_of(r.dims())};
-    g.inputs.push_back("r");
-    feeds["r"] = r;
-    Node loss = make_node("ReduceMean", {node("Mul", {y, "r"})}, {"loss"}, {{"keepdims", Attribute::of_int(0)}});
-    loss.name = "loss";
-    g.nodes.push_back(loss);
-    g.outputs = {"loss"};
-    infer();
-    GradCheck c = check_gradients(g, feeds, samples);
-    CAPTURE(c.worst);
-    CHECK(c.checked > 0);
-    CHECK(c.max_error < 1e-6);
-  }
+// The group-norm tests' random values start at seed 11; check(y) appends the loss and checks.
+struct Net : GradNet {
+  explicit Net(int64_t opset) : GradNet(opset, 11) {}
+  void check(const std::string& y, int samples = 16) { check_net(*this, y, samples); }
 };
 
 }  // namespace

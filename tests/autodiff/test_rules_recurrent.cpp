@@ -16,57 +16,32 @@ using namespace trainrt::test;
 namespace {
 
 constexpr double kTol = 1e-6;
-using Attrs = std::map<std::string, Attribute>;
 
-struct Net {
-  Graph g;
-  TensorMap feeds;
-  uint64_t seed = 1;
-
-  Net() {
-    g.name = "gradcheck";
-    g.opsets[""] = 14;
-  }
-  std::string param(const std::string& name, std::vector<int64_t> dims) {
-    Tensor t = random_tensor(DataType::Float64, std::move(dims), seed++, -0.8, 0.8);
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers[name] = t;
-    return name;
-  }
-  std::string feed(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.inputs.push_back(name);
-    feeds[name] = std::move(t);
-    return name;
+// Parameters in [-0.8, 0.8) keep the gates away from saturation; lens() adds sequence_lens.
+struct Net : GradNet {
+  Net() : GradNet(14) {
+    lo = -0.8;
+    hi = 0.8;
   }
   std::string lens(std::vector<int32_t> v) {
     Tensor t(DataType::Int32, {static_cast<int64_t>(v.size())});
     for (size_t i = 0; i < v.size(); ++i) t.data<int32_t>()[i] = v[i];
-    g.values["lens"] = ValueInfo{t.dtype(), shape_of(t.dims())};
-    g.initializers["lens"] = t;
-    return "lens";
+    return constant("lens", t);
   }
-  void node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs, Attrs attrs) {
-    Node n = make_node(op, std::move(ins), std::move(outs), std::move(attrs));
-    n.name = op + "_" + std::to_string(g.nodes.size());
-    g.nodes.push_back(n);
+  // A recurrent node, its outputs named before its attributes as in the op's signature.
+  void layer(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs, GradAttrs attrs) {
+    node_outs(op, std::move(ins), std::move(attrs), std::move(outs));
   }
   // Validates, infers, expands the recurrent nodes and appends the loss over `outs`.
   Graph& finish(const std::vector<std::string>& outs) {
-    validate_graph(g, registry().schemas, "test");
-    infer_shapes(g, registry().schemas, "test");
+    infer();
     REQUIRE(expand_recurrent(g, "test") > 0);
     infer_shapes(g, registry().schemas, "test");
     for (const Node& n : g.nodes) REQUIRE(!is_recurrent_op(n.domain, n.op_type));
     std::vector<std::string> terms;
-    for (size_t k = 0; k < outs.size(); ++k) {
-      const ValueInfo& v = g.info(outs[k]);
-      const std::string r = feed("r" + std::to_string(k), random_tensor(v.dtype, shape_dims(*v.shape), seed++));
-      node("Mul", {outs[k], r}, {"m" + std::to_string(k)}, {});
-      node("ReduceMean", {"m" + std::to_string(k)}, {"t" + std::to_string(k)}, {{"keepdims", Attribute::of_int(0)}});
-      terms.push_back("t" + std::to_string(k));
-    }
-    node("Sum", terms, {"loss"}, {});
+    for (size_t k = 0; k < outs.size(); ++k)
+      terms.push_back(weighted_mean(outs[k], "t" + std::to_string(k), -1, 1, "r" + std::to_string(k)));
+    node("Sum", terms, {}, "loss");
     g.outputs = {"loss"};
     infer_shapes(g, registry().schemas, "test");
     return g;
@@ -88,7 +63,7 @@ TEST_CASE("gradcheck: LSTM bidirectional with B, sequence_lens, initial_h, initi
   const int64_t t = 4, n = 3, i = 2, h = 3;
   Net net;
   const std::string x = net.param("x", {t, n, i});
-  net.node(
+  net.layer(
       "LSTM",
       {x, net.param("W", {2, 4 * h, i}), net.param("R", {2, 4 * h, h}), net.param("B", {2, 8 * h}), net.lens({4, 2, 1}),
        net.param("h0", {2, n, h}), net.param("c0", {2, n, h}), net.param("P", {2, 3 * h})},
@@ -100,8 +75,8 @@ TEST_CASE("gradcheck: LSTM bidirectional with B, sequence_lens, initial_h, initi
 TEST_CASE("gradcheck: LSTM reverse, input_forget, layout 1, no bias, Y_c only") {
   Net net;
   const std::string x = net.param("x", {2, 3, 2});  // [N,T,I]
-  net.node("LSTM", {x, net.param("W", {1, 8, 2}), net.param("R", {1, 8, 2})}, {"", "", "Y_c"},
-           {{"direction", text("reverse")}, {"input_forget", Attribute::of_int(1)}, {"layout", Attribute::of_int(1)}});
+  net.layer("LSTM", {x, net.param("W", {1, 8, 2}), net.param("R", {1, 8, 2})}, {"", "", "Y_c"},
+            {{"direction", text("reverse")}, {"input_forget", Attribute::of_int(1)}, {"layout", Attribute::of_int(1)}});
   check(net, {"Y_c"});
 }
 
@@ -110,13 +85,13 @@ TEST_CASE("gradcheck: GRU with linear_before_reset 0 and 1, both directions, seq
     CAPTURE(before_reset);
     Net net;
     const std::string x = net.param("x", {3, 2, 2});
-    net.node("GRU",
-             {x, net.param("W", {2, 9, 2}), net.param("R", {2, 9, 3}), net.param("B", {2, 18}), net.lens({3, 1}),
-              net.param("h0", {2, 2, 3})},
-             {"Y", "Y_h"},
-             {{"hidden_size", Attribute::of_int(3)},
-              {"direction", text("bidirectional")},
-              {"linear_before_reset", Attribute::of_int(before_reset)}});
+    net.layer("GRU",
+              {x, net.param("W", {2, 9, 2}), net.param("R", {2, 9, 3}), net.param("B", {2, 18}), net.lens({3, 1}),
+               net.param("h0", {2, 2, 3})},
+              {"Y", "Y_h"},
+              {{"hidden_size", Attribute::of_int(3)},
+               {"direction", text("bidirectional")},
+               {"linear_before_reset", Attribute::of_int(before_reset)}});
     check(net, {"Y", "Y_h"});
   }
 }
@@ -124,19 +99,19 @@ TEST_CASE("gradcheck: GRU with linear_before_reset 0 and 1, both directions, seq
 TEST_CASE("gradcheck: RNN layout 1 with HardSigmoid (alpha, beta) and ScaledTanh activations") {
   Net net;
   const std::string x = net.param("x", {2, 3, 2});  // [N,T,I]
-  net.node("RNN", {x, net.param("W", {2, 3, 2}), net.param("R", {2, 3, 3}), net.param("B", {2, 6})}, {"Y", "Y_h"},
-           {{"hidden_size", Attribute::of_int(3)},
-            {"direction", text("bidirectional")},
-            {"layout", Attribute::of_int(1)},
-            {"activations",
-             [] {
-               Attribute a;
-               a.kind = Attribute::Kind::Strings;
-               a.strings = {"HardSigmoid", "ScaledTanh"};
-               return a;
-             }()},
-            {"activation_alpha", Attribute::of_floats({0.3f, 0.7f})},
-            {"activation_beta", Attribute::of_floats({0.4f, 1.5f})}});
+  net.layer("RNN", {x, net.param("W", {2, 3, 2}), net.param("R", {2, 3, 3}), net.param("B", {2, 6})}, {"Y", "Y_h"},
+            {{"hidden_size", Attribute::of_int(3)},
+             {"direction", text("bidirectional")},
+             {"layout", Attribute::of_int(1)},
+             {"activations",
+              [] {
+                Attribute a;
+                a.kind = Attribute::Kind::Strings;
+                a.strings = {"HardSigmoid", "ScaledTanh"};
+                return a;
+              }()},
+             {"activation_alpha", Attribute::of_floats({0.3f, 0.7f})},
+             {"activation_beta", Attribute::of_floats({0.4f, 1.5f})}});
   check(net, {"Y", "Y_h"});
 }
 
@@ -148,14 +123,14 @@ TEST_CASE("gradcheck: GRU with Affine and ThresholdedRelu, LSTM with LeakyRelu, 
     return a;
   };
   Net gru;
-  gru.node("GRU", {gru.param("x", {3, 2, 2}), gru.param("W", {1, 6, 2}), gru.param("R", {1, 6, 2})}, {"Y", "Y_h"},
-           {{"hidden_size", Attribute::of_int(2)},
-            {"activations", strings({"Affine", "ThresholdedRelu"})},
-            {"activation_alpha", Attribute::of_floats({0.5f, 0.05f})},
-            {"activation_beta", Attribute::of_floats({0.25f})}});
+  gru.layer("GRU", {gru.param("x", {3, 2, 2}), gru.param("W", {1, 6, 2}), gru.param("R", {1, 6, 2})}, {"Y", "Y_h"},
+            {{"hidden_size", Attribute::of_int(2)},
+             {"activations", strings({"Affine", "ThresholdedRelu"})},
+             {"activation_alpha", Attribute::of_floats({0.5f, 0.05f})},
+             {"activation_beta", Attribute::of_floats({0.25f})}});
   check(gru, {"Y", "Y_h"});
   Net lstm;
-  lstm.node(
+  lstm.layer(
       "LSTM", {lstm.param("x", {3, 2, 2}), lstm.param("W", {1, 8, 2}), lstm.param("R", {1, 8, 2})}, {"Y", "Y_h", "Y_c"},
       {{"activations", strings({"LeakyRelu", "Tanh", "Relu"})}, {"activation_alpha", Attribute::of_floats({0.1f})}});
   check(lstm, {"Y", "Y_h", "Y_c"});
@@ -164,8 +139,8 @@ TEST_CASE("gradcheck: GRU with Affine and ThresholdedRelu, LSTM with LeakyRelu, 
 TEST_CASE(
     "expand_recurrent: one MatMul per direction; a symbolic sequence length and an unknown activation are refused") {
   Net net;
-  net.node("LSTM", {net.param("x", {5, 2, 3}), net.param("W", {2, 8, 3}), net.param("R", {2, 8, 2})}, {"Y"},
-           {{"direction", text("bidirectional")}});
+  net.layer("LSTM", {net.param("x", {5, 2, 3}), net.param("W", {2, 8, 3}), net.param("R", {2, 8, 2})}, {"Y"},
+            {{"direction", text("bidirectional")}});
   validate_graph(net.g, registry().schemas, "test");
   infer_shapes(net.g, registry().schemas, "test");
   CHECK(expand_recurrent(net.g, "m.onnx") == 1);
