@@ -41,9 +41,9 @@ target_link_libraries(fuzz_tensor_proto PRIVATE trainrt_graph)
 trainrt_fuzz_target(fuzz_dataset ${CMAKE_CURRENT_SOURCE_DIR}/datasets/dataset.cpp)
 target_link_libraries(fuzz_dataset PRIVATE trainrt_graph ZLIB::ZLIB)
 
-# The checkpoint reader (launch/checkpoint.cpp: graph/, protobuf, zlib).
-if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/launch/checkpoint.cpp)
-  trainrt_fuzz_target(fuzz_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/launch/checkpoint.cpp)
+# The checkpoint reader (training/checkpoint.cpp: graph/, protobuf, zlib).
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/training/checkpoint.cpp)
+  trainrt_fuzz_target(fuzz_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/training/checkpoint.cpp)
   target_link_libraries(fuzz_checkpoint PRIVATE trainrt_graph ZLIB::ZLIB)
 endif()
 

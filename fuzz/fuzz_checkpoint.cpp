@@ -1,4 +1,4 @@
-// Fuzz target: bytes -> parse_checkpoint (launch/checkpoint.h), the reader behind
+// Fuzz target: bytes -> parse_checkpoint (training/checkpoint.h), the reader behind
 // `trainrt train --resume`.
 //
 //   build-fz/fuzz/fuzz_checkpoint -max_total_time=60 corpus/checkpoint
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "launch/checkpoint.h"
+#include "training/checkpoint.h"
 
 using namespace trainrt;
 

@@ -122,7 +122,7 @@ def cifar(n, label_bytes, rng):
 
 
 def checkpoints():
-    """Checkpoint payloads as launch/checkpoint.h lays them out (fuzz_checkpoint: odd first
+    """Checkpoint payloads as training/checkpoint.h lays them out (fuzz_checkpoint: odd first
     byte = payload, the target adds the header; even = whole file)."""
     try:
         import numpy as np

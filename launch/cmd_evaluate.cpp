@@ -54,7 +54,7 @@ int cmd_evaluate(const Argv& argv) {
   std::unique_ptr<EngineChooser> chooser = make_engine_chooser(backend_name, cache_path, autotune_for_device(a));
   auto backend = make_backend(backend_name, static_cast<int>(threads));
   if (backend_name == "cuda") backend->blocked_layouts = channels_last;
-  const DataFlags data = data_flags(a);
+  const DataSource data = data_flags(a);
   Graph g = import_onnx_file(a.positional[0], registry().schemas);
   const Dataset test = load_split(data, g, /*train=*/false, limit);
   Evaluation e = evaluate(g, model_io(g, test, a.positional[0]), test, batch, *backend, {}, chooser.get());

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "graph/error.h"
-#include "launch/checkpoint.h"
+#include "training/checkpoint.h"
 
 namespace trainrt {
 

@@ -3,7 +3,7 @@
 # sources, and no function of the code (tests/ and fuzz/ aside) longer than 120 lines
 # (lizard, from PyPI: tools/setup.sh test installs it into the build folder's pydeps),
 # (b) clang-tidy (the committed .clang-tidy) over the non-CUDA .cpp files
-# of graph/ ops/ autodiff/ runtime/ distribution/ datasets/ launch/ with the build's compile_commands.json.
+# of graph/ ops/ autodiff/ runtime/ distribution/ datasets/ training/ launch/ with the build's compile_commands.json.
 # Any format difference, long function or tidy warning fails it (exit 1); a setup
 # problem exits 2.
 #
@@ -91,8 +91,8 @@ if [ $run_tidy -eq 1 ]; then
   [ -f "$db" ] || { echo "ci_lint.sh: no $db: configure the build first (cmake -S . -B $build)" >&2 && exit 2; }
   # Non-CUDA sources of the core that this build compiles (runtime/cuda/ and distribution/cuda/
   # need the CUDA headers).
-  mapfile -t files < <(candidates 'graph/*.cpp' 'ops/*.cpp' 'autodiff/*.cpp' 'runtime/*.cpp' 'distribution/*.cpp' 'datasets/*.cpp' 'launch/*.cpp' |
-    grep -E '^(graph|ops|autodiff|runtime|distribution|datasets|launch)/.*\.cpp$' | grep -v -E '(^(runtime|distribution)/cuda/|_cuda\.cpp$)')
+  mapfile -t files < <(candidates 'graph/*.cpp' 'ops/*.cpp' 'autodiff/*.cpp' 'runtime/*.cpp' 'distribution/*.cpp' 'datasets/*.cpp' 'training/*.cpp' 'launch/*.cpp' |
+    grep -E '^(graph|ops|autodiff|runtime|distribution|datasets|training|launch)/.*\.cpp$' | grep -v -E '(^(runtime|distribution)/cuda/|_cuda\.cpp$)')
   if [ ${#files[@]} -gt 0 ]; then
     missing=$(/usr/bin/python3 - "$db" "${files[@]}" <<'PY'
 import json, os, sys

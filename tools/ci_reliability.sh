@@ -194,8 +194,9 @@ run_asan() {
 
 # ---------------------------------------------------------------- TSan
 # The code where trainrt itself shares state between threads: the input pipeline
-# (oneTBB task_group, tests/launch; its handoffs are annotated, graph/tsan.h), the
-# executor (tests/runtime), the data-parallel ranks and their communicators' threads
+# (oneTBB task_group, tests/datasets; its handoffs are annotated, graph/tsan.h) and the
+# training run that drives it (tests/training), the executor (tests/runtime), the
+# data-parallel ranks and their communicators' threads
 # (tests/distribution) and the kernels (tests/ops): in a TSan build every parallel loop of the
 # cpu kernels forks plain std::threads (ops/core/parallel.h parallel_ranges) instead of
 # calling the uninstrumented oneTBB, and oneDNN's OpenMP (uninstrumented libgomp) runs
@@ -213,7 +214,7 @@ declare -A tsan_skip=(
 tsan_dir=${prefix}ts
 run_tsan() {
   local dir=$tsan_dir
-  local targets=(test_runtime test_ops test_distribution test_launch)  # longest first: JOBS of them run at once
+  local targets=(test_runtime test_ops test_distribution test_training test_datasets)  # longest first: JOBS of them run at once
   begin "tsan build"
   local st=ok
   configure "$dir" -DTRAINRT_SANITIZE=thread -DCMAKE_C_COMPILER="$CLANG_CC" -DCMAKE_CXX_COMPILER="$CLANG_CXX" &&
@@ -231,7 +232,7 @@ run_tsan() {
 tsan_one() {  # tsan_one TARGET: runs it into TARGET.tsan.log; fails on a report or a failed test
   # OpenMP threads only where the test has no oneDNN primitives of its own to run.
   local omp=2
-  [ "$1" = test_launch ] || omp=1
+  [ "$1" = test_datasets ] || omp=1
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/fuzz/tsan.supp" OMP_NUM_THREADS=$omp \
     "$tsan_dir/tests/$1" ${tsan_skip[$1]:+"-tce=${tsan_skip[$1]}"} >"$tsan_dir/$1.tsan.log" 2>&1
 }

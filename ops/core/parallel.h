@@ -12,7 +12,7 @@
 // and the cpu kernel run the same code and agree bit for bit however the range is
 // split. Chunks of at least kGrain elements keep each one vectorisable and the task
 // overhead small. Threads are oneTBB's, limited by `--threads` through
-// tbb::global_control (launch/train_util.cpp).
+// tbb::global_control (training/run_setup.cpp).
 //
 // Every parallel loop of the cpu kernels goes through parallel_ranges(). In a TSan
 // build it forks std::threads and joins them instead of calling oneTBB: Debian's

@@ -1,4 +1,4 @@
-#include "launch/checkpoint.h"
+#include "training/checkpoint.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/onnx_pb.h>

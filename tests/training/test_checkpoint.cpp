@@ -14,8 +14,8 @@
 
 #include "graph/error.h"
 #include "graph/onnx_io.h"
-#include "launch/checkpoint.h"
 #include "test_util.h"
+#include "training/checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace trainrt;

@@ -400,7 +400,7 @@ TEST_CASE("stopping early does not hang or leak") {
 }
 
 // Throughput on the real Fashion-MNIST files; run with
-//   ./build-ds/tests/test_launch -ts='*bench*' --no-skip
+//   ./build-ds/tests/test_datasets -ts='*bench*' --no-skip
 TEST_CASE("bench: pipeline batches/s on Fashion-MNIST, batch 128" * doctest::skip()) {
   DatasetOptions dopt;
   if (!std::filesystem::exists(default_data_dir("fashion-mnist"))) return;

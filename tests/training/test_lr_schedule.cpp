@@ -1,4 +1,4 @@
-// LrSchedule (launch/train_util.h) against values worked out by hand from the
+// LrSchedule (training/lr_schedule.h) against values worked out by hand from the
 // formulas of PyTorch's schedulers, stepped once per batch (t = epoch*S + step,
 // S steps per epoch, T = epochs*S):
 //   step:    StepLR          lr = base * 0.1^floor(epoch / step_epochs)
@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "launch/train_util.h"
+#include "training/lr_schedule.h"
 
 using namespace trainrt;
 

@@ -6,8 +6,8 @@
 #include <map>
 #include <mutex>
 
-#include "launch/train_util.h"
 #include "runtime/runtime_util.h"
+#include "training/evaluation.h"
 
 using namespace trainrt;
 using trainrt::test::small_wrn;
