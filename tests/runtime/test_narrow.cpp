@@ -5,8 +5,10 @@
 // for bit while the arena shrinks. The cuda kernels' own 16-bit reads and writes are
 // compiled, not run.
 #include <cstring>
+#include <map>
 #include <set>
 
+#include "ops/core/rounded_outputs.h"
 #include "runtime/narrow.h"
 #include "runtime_util.h"
 #include "standin_device.h"
@@ -138,6 +140,48 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
   CHECK(choose_narrowed(s, keep, {}, dev, MathPrecision::bf16).empty());
 }
 
+// The second way to qualify: a value its writer rounds (math_rounded_outputs) is a 16-bit
+// number already, so a reader that declared the slot takes it stored in 16 bits even where
+// it does not round that input itself; a value its writer does not round still needs every
+// reader to round it.
+TEST_CASE("choose_narrowed: a value its writer rounds needs only declared readers") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without CUDA kernels declares no 16-bit slots: nothing to choose");
+    return;
+  }
+  Graph g = small_wrn();
+  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
+  device.step(wrn_batch(2, 1), 0.05f);
+  const Graph& s = device.plan().graph;
+  StandinDevice dev;
+  const std::vector<std::string> keep(s.outputs.begin(), s.outputs.end());
+  const auto chosen = choose_narrowed(s, keep, {}, dev, MathPrecision::bf16);
+  std::string rounded_value, dropout_value;  // a chosen BatchNormalizationGrad dX, a Dropout output
+  for (const Node& n : s.nodes) {
+    if (n.op_type == "BatchNormalizationGrad" && chosen.count(n.outputs[0])) rounded_value = n.outputs[0];
+    if (n.op_type == "Dropout" && chosen.count(n.outputs[0])) dropout_value = n.outputs[0];
+  }
+  REQUIRE(!rounded_value.empty());
+  REQUIRE(!dropout_value.empty());
+  // One more reader of each: a ConvGrad asked for dX only, which declares X (input 1) but
+  // does not round it (math_rounded_inputs rounds X for dW only). Its W: any weight.
+  const Node* conv = nullptr;
+  for (const Node& n : s.nodes)
+    if (n.op_type == "ConvGrad" && n.attr_int("dx_relu", 0) == 0) conv = &n;
+  REQUIRE(conv != nullptr);
+  for (const std::string& v : {rounded_value, dropout_value}) {
+    CAPTURE(v);
+    Graph extra = s;
+    Node reader = *conv;
+    reader.name = "extra_grad";
+    reader.inputs = {conv->inputs[0], v, conv->inputs[2]};
+    reader.outputs = {"extra_dx", "", ""};
+    extra.nodes.push_back(reader);
+    const auto with_reader = choose_narrowed(extra, keep, {}, dev, MathPrecision::bf16);
+    CHECK(with_reader.count(v) == (v == rounded_value ? 1u : 0u));
+  }
+}
+
 TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the reference's bit for bit, in a smaller arena") {
   Graph g = small_wrn();
   for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
@@ -169,5 +213,53 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
     }
     CHECK(narrowed_count(wide.plan(), t) == 0);
     CHECK(dev.counts().launched > 0);
+  }
+}
+
+// What the Wide ResNet's step rounds under bf16 (math_rounded_outputs), and which of those
+// values the cuda kernels' declarations let the stand-in store in 16 bits: a rounded value
+// stays float32 while one of its readers has not declared the slot (listed).
+TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the readers that keep them float32") {
+  Graph g = small_wrn();
+  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
+  device.step(wrn_batch(2, 1), 0.05f);
+  const Plan& plan = device.plan();
+  const Graph& s = plan.graph;
+  StandinDevice dev;
+  const std::vector<std::string> keep(s.outputs.begin(), s.outputs.end());
+  const auto chosen = choose_narrowed(s, keep, {}, dev, MathPrecision::bf16);
+  std::map<std::string, std::string> rounded;  // value -> its writer's op
+  for (const Node& n : s.nodes)
+    for (size_t k : math_rounded_outputs(n))
+      if (!n.outputs[k].empty()) rounded[n.outputs[k]] = n.op_type;
+  std::set<std::string> writers;
+  for (const auto& [v, op] : rounded) writers.insert(op);
+  // The training graph's convolutions (fused or not), batch norms (with their ReLU) and
+  // the gradients between them.
+  CHECK(writers.count("ConvGrad"));
+  CHECK(writers.count("BatchNormalizationGrad"));
+  CHECK((writers.count("Conv") || writers.count("FusedConv")));
+  CHECK((writers.count("BatchNormalization") || writers.count("BatchNormalizationRelu")));
+  std::map<std::string, std::set<std::string>> blocking;  // writer op -> readers that did not declare
+  size_t stored = 0;
+  for (const auto& [v, op] : rounded) {
+    stored += chosen.count(v);
+    for (const Node& r : s.nodes)
+      for (size_t j = 0; j < r.inputs.size(); ++j)
+        if (r.inputs[j] == v && !dev.narrow(s, r).input(j)) blocking[op].insert(r.op_type + "#" + std::to_string(j));
+  }
+  for (const auto& [op, readers] : blocking) {
+    std::string list;
+    for (const std::string& r : readers) list += " " + r;
+    MESSAGE(op << " outputs stay float32 where read by (op#input):" << list);
+  }
+  MESSAGE(rounded.size() << " values rounded by their writers, " << stored << " of them stored in 16 bits; "
+                         << chosen.size() << " values in 16 bits in all");
+  // Each 16-bit value is one its writer rounds, or a Dropout output every reader rounds.
+  for (const auto& [v, t] : chosen) {
+    CAPTURE(v);
+    bool dropout = false;
+    for (const Node& n : s.nodes) dropout = dropout || (n.op_type == "Dropout" && n.outputs[0] == v);
+    CHECK((rounded.count(v) || dropout));
   }
 }
