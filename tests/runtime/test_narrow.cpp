@@ -88,15 +88,29 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       if (chosen.count(in)) readers.insert(n.op_type);
   }
   // The batch norms' data gradients (the dY of the convolution before each, read by its
-  // ConvGrad only), Dropout's outputs (read by the next convolution, its filter
-  // gradient and DropoutReluGrad's sign test, all rounded) and the weights' KRSC copies
+  // ConvGrad only), Dropout's outputs (read by the next convolution, its filter gradient
+  // and DropoutReluGrad's sign test, all rounded), the outputs of the batch norms with
+  // ReLU that only convolutions, Dropout and the batch-norm gradient's ReLU mask read
+  // (rounded by their writer: math_rounded_outputs) and the weights' KRSC copies
   // (runtime/layout.h add_layout_copies: Identity nodes, read by the convolution and its
   // data gradient, both rounding them).
-  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "Dropout", "Identity"});
-  CHECK(readers == std::set<std::string>{"Conv", "ConvGrad", "DropoutReluGrad"});
-  size_t bn_grads = 0, dropouts = 0, weight_copies = 0;
+  std::string names;
+  for (const std::string& r : readers) names += " " + r;
+  CAPTURE(names);
+  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "BatchNormalizationRelu", "Dropout", "Identity"});
+  CHECK(readers ==
+        std::set<std::string>{"BatchNormalizationGrad", "Conv", "ConvGrad", "Dropout", "DropoutReluGrad", "FusedConv"});
+  size_t bn_grads = 0, dropouts = 0, bn_outputs = 0, weight_copies = 0;
   const auto producers = s.producers();
   for (const Node& n : s.nodes) {
+    if (n.op_type == "BatchNormalizationRelu") {
+      bool declared = true;  // every reader's kernel declared the slot
+      for (const Node& r : s.nodes)
+        for (size_t j = 0; j < r.inputs.size(); ++j)
+          declared = declared && (r.inputs[j] != n.outputs[0] || dev.narrow(s, r).input(j));
+      bn_outputs += declared;
+      CHECK(chosen.count(n.outputs[0]) == (declared ? 1u : 0u));
+    }
     if (n.op_type == "BatchNormalizationGrad" && !n.outputs[0].empty()) {
       bool conv_only = true;
       for (const Node& r : s.nodes)
@@ -116,7 +130,10 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
   }
   CHECK(dropouts > 0);
   CHECK(weight_copies == 12);  // the 3x3 filters over more than one channel
-  CHECK(bn_grads + dropouts + weight_copies == chosen.size());
+  CHECK(bn_outputs > 0);
+  CHECK(bn_grads + dropouts + bn_outputs + weight_copies == chosen.size());
+  MESSAGE(bn_grads << " batch-norm data gradients, " << dropouts << " Dropout outputs, " << bn_outputs
+                   << " batch-norm outputs, " << weight_copies << " KRSC weight copies in 16 bits");
   for (const auto& [name, type] : chosen) {
     CHECK(type == DataType::BFloat16);
     CHECK(!s.is_initializer(name));
