@@ -159,6 +159,14 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
                                    : nullptr;
       const MathPrecision r = rounded || residual ? math : MathPrecision::fp32;
       auto dev = got.find(value), w = want.find(value);
+      if (rounded && dev != got.end() && dev->second.dtype() == DataType::Float32) {
+        // The device must have rounded it, as the reference did (one step apart is allowed below).
+        const Tensor t = to_plain(dev->second);
+        for (int64_t i = 0; i < t.numel(); ++i)
+          if (const float v = t.data<float>()[i]; std::isfinite(v) && round_to_math(v, math) != v)
+            return describe(n) + " output '" + value + "' is not rounded to " + math_precision_name(math) +
+                   " (element " + std::to_string(i) + ")";
+      }
       if (dev == got.end() || w == want.end() || !dtype_is_float(w->second.dtype())) continue;
       // Stored in 16 bits on the device: the reference's value rounded the same way.
       const auto as_stored = [&](const Tensor& t) { return dev->second.narrowed() ? t.cast(dev->second.dtype()) : t; };
