@@ -215,7 +215,7 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
       const TensorMap b = wrn_batch(4, static_cast<uint64_t>(step + 1));
       const double a = device.step(b, 0.05f), c = ref.step(b, 0.05f);
       CHECK(a == c);
-      wide.step(b, 0.05f);
+      CHECK(wide.step(b, 0.05f) == c);  // the numerics do not depend on what is stored narrow
     }
     for (const std::string& name : ref.state_names()) {
       CAPTURE(name);
@@ -225,6 +225,13 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
     if (StandinDevice::have_cuda_kernels()) {
       CHECK(narrowed_count(device.plan(), t) > 0);
       CHECK(device.plan().arena_bytes < wide.plan().arena_bytes);
+      // The 38 values test "choose_narrowed: a value is stored in 16 bits only where..."
+      // counts (13 batch-norm data gradients, 6 Dropout outputs, 7 batch-norm+ReLU
+      // outputs, 12 KRSC weight copies): 1,518,656 bytes against 1,731,264 all fp32; with
+      // the batch-norm outputs left fp32 (stored narrow only where every reader rounds)
+      // the peak was 1,546,432.
+      CHECK(narrowed_count(device.plan(), t) == 38);
+      CHECK(device.plan().arena_bytes <= 1518656);
       MESSAGE(name << ": " << narrowed_count(device.plan(), t) << " values in 16 bits, arena "
                    << device.plan().arena_bytes << " bytes against " << wide.plan().arena_bytes);
     }
@@ -272,11 +279,13 @@ TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the reade
   }
   MESSAGE(rounded.size() << " values rounded by their writers, " << stored << " of them stored in 16 bits; "
                          << chosen.size() << " values in 16 bits in all");
-  // Each 16-bit value is one its writer rounds, or a Dropout output every reader rounds.
+  // Each 16-bit value is one its writer rounds, or a Dropout output or a weight's KRSC
+  // copy (an Identity) every reader rounds.
   for (const auto& [v, t] : chosen) {
     CAPTURE(v);
-    bool dropout = false;
-    for (const Node& n : s.nodes) dropout = dropout || (n.op_type == "Dropout" && n.outputs[0] == v);
-    CHECK((rounded.count(v) || dropout));
+    bool read_rounded = false;
+    for (const Node& n : s.nodes)
+      read_rounded = read_rounded || ((n.op_type == "Dropout" || n.op_type == "Identity") && n.outputs[0] == v);
+    CHECK((rounded.count(v) || read_rounded));
   }
 }
