@@ -153,10 +153,10 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
       bool rounded = false;
       for (size_t k : rounds) rounded = rounded || (k < n.outputs.size() && n.outputs[k] == value);
       // FusedConv's Y with Z under bf16/fp16: act(conv + B) rounded, then Z added in fp32.
-      const Tensor* residual = math != MathPrecision::fp32 && n.op_type == "FusedConv" && n.has_input(3) &&
-                                       value == n.outputs[0]
-                                   ? &feeds.at(n.inputs[3])
-                                   : nullptr;
+      const Tensor* residual =
+          math != MathPrecision::fp32 && n.op_type == "FusedConv" && n.has_input(3) && value == n.outputs[0]
+              ? &feeds.at(n.inputs[3])
+              : nullptr;
       const MathPrecision r = rounded || residual ? math : MathPrecision::fp32;
       auto dev = got.find(value), w = want.find(value);
       if (rounded && dev != got.end() && dev->second.dtype() == DataType::Float32) {
