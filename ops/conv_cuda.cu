@@ -641,7 +641,7 @@ MathInputs math_inputs(const KernelContext& ctx) {
 }
 
 // Conv and FusedConv: y = act(conv(x, w) + b) + z. Under bf16/fp16 a float32 z is added
-// after the rest by round_add_residual, to act(conv + b) rounded (fused_residual).
+// after the rest by round_add_residual, to act(conv + b) rounded (ops/fused.cpp).
 bool conv_forward_unrounded(KernelContext& ctx, bool fused, const Tensor* z);
 void conv_forward(KernelContext& ctx, bool fused) {
   const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
