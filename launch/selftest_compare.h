@@ -31,7 +31,13 @@ struct SelftestDifference {
   double diff = 0, scale = 0;
   double error() const { return diff / std::max(scale, 1e-6); }
 };
-SelftestDifference selftest_difference(const Tensor& got, const Tensor& want);
+// `rounded` (bf16/fp16): both are outputs that each side rounded to that precision
+// (math_rounded_outputs); an fp32 difference within the tolerance may round to
+// neighbouring 16-bit numbers, so each element's difference counts less one 16-bit
+// spacing at its magnitude; `residual`: a value added in fp32 after that rounding
+// (FusedConv's Z), so the spacing is taken at the magnitude of the element less it.
+SelftestDifference selftest_difference(const Tensor& got, const Tensor& want,
+                                       MathPrecision rounded = MathPrecision::fp32, const Tensor* residual = nullptr);
 
 // The default --tolerance of `trainrt selftest`, derived from the arithmetic the run
 // uses (u: unit roundoff, half a last place: TF32 and fp16 2^-11, bf16 2^-8):

@@ -14,6 +14,8 @@
 // The fused FusedConv (ops/fused.cpp) runs here too, with post-ops: eltwise_relu when
 // its activation is Relu, then sum (dst = act(conv) + dst) when Z is given; dst starts
 // as Z (reordered into the primitive's layout), so the residual add costs no extra pass.
+// Under bf16/fp16 Z is added after the primitive instead, to its rounded output (the
+// unfused Conv's rounding, ops/fused.cpp).
 #include "ops/conv_cpu.h"
 
 #include <algorithm>
@@ -111,10 +113,13 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
       a.set_post_ops(po);
       return dnnl::convolution_forward::primitive_desc(d, a, du::engine());
     };
-    dnnl::convolution_forward::primitive_desc pd = make_pd(has_z);
+    // bf16/fp16: act(conv + B) is rounded before Z is added (ops/fused.cpp), which no
+    // post-op does: Z is added by the loop below.
+    p.add_z_after = has_z && math != MathPrecision::fp32;
+    dnnl::convolution_forward::primitive_desc pd = make_pd(has_z && !p.add_z_after);
     // Some implementations (the gemm-based one used for grouped convolutions) take
     // relu-then-sum only in oneDNN's slow ref:any; then Z is added by a loop instead.
-    if (has_z && relu && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+    if (has_z && relu && !p.add_z_after && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
       pd = make_pd(false);
       p.add_z_after = true;
     }
@@ -196,6 +201,7 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
     float* py = y.data<float>();
     const float* pz = z->data<float>();
     const int64_t count = y.numel();
+    if (ctx.math != MathPrecision::fp32) round_floats(py, py, count, ctx.math, true);  // conv + B rounded, then + Z
     for (int64_t i = 0; i < count; ++i) py[i] += pz[i];
   }
 }

@@ -166,6 +166,13 @@ __global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int6
   }
 }
 
+// FusedConv's residual under bf16/fp16: y = round_to_math(y) + z over n values (y and z
+// in one layout), after the graph or the epilogue wrote act(conv + b) without z: the
+// unfused Conv's output is rounded (ops/core/rounded_outputs.h), the Add's is not.
+__global__ void round_add_residual(float* y, const float* z, int64_t n, MathPrecision m) {
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = round_to_math(y[i], m) + z[i]; }
+}
+
 // xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around, each
 // stored as its Planes say (Plain: a plane per image and channel; ChannelsLast: the
 // channels innermost), so the copy may also change the layout (ConvPlan::xp_last).
@@ -633,13 +640,30 @@ MathInputs math_inputs(const KernelContext& ctx) {
   return r;
 }
 
-// Conv and FusedConv: y = act(conv(x, w) + b) + z.
+// Conv and FusedConv: y = act(conv(x, w) + b) + z. Under bf16/fp16 a float32 z is added
+// after the rest by round_add_residual, to act(conv + b) rounded (ops/fused.cpp).
+bool conv_forward_unrounded(KernelContext& ctx, bool fused, const Tensor* z);
 void conv_forward(KernelContext& ctx, bool fused) {
+  const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
+  if (!z || ctx.math == MathPrecision::fp32 || ctx.out(0).dtype() != DataType::Float32) {
+    conv_forward_unrounded(ctx, fused, z);
+    return;
+  }
+  if (!conv_forward_unrounded(ctx, fused, nullptr)) return;  // the reference kernel ran the node
+  const int64_t count = ctx.out(0).numel();
+  if (count == 0) return;
+  round_add_residual<<<blocks_for(count), kThreads, 0, context().stream>>>(ctx.out(0).data<float>(), z->data<float>(),
+                                                                           count, ctx.math);
+  check_launch(ctx.node, "round_add_residual");
+}
+
+// conv_forward with the residual `z` (null: none) added in the epilogue or the graph.
+// False where the reference kernel ran the whole node instead (no cuDNN plan).
+bool conv_forward_unrounded(KernelContext& ctx, bool fused, const Tensor* z) {
   const Node& n = ctx.node;
   Tensor& y = ctx.out(0);
-  if (y.numel() == 0) return;
+  if (y.numel() == 0) return true;
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
-  const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
   const bool relu = fused && n.attr_string("activation", "") == "Relu";
   const int64_t group = n.attr_int("group", 1);
   if (ctx.in(0).numel() > 0 && ctx.in(1).numel() > 0 && !rounded_inputs(ctx).empty()) {
@@ -649,7 +673,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
     const Window win = conv_window(n, narrow.t[0], narrow.t[1], y.dims());
     if (conv_graph_forward(ctx,
                            ConvGraphArgs{narrow.t[0], narrow.t[1], b, z, y, win, group, relu, copies, &narrow.prepare}))
-      return;
+      return true;
   }
   const MathInputs in = math_inputs(ctx);
   const Tensor& x = in.t[0];
@@ -658,10 +682,13 @@ void conv_forward(KernelContext& ctx, bool fused) {
   if (x.numel() > 0 && w.numel() > 0) {
     if (fused) {
       const Window win = conv_window(n, x, w, y.dims());
-      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu, in.bytes})) return;
+      if (conv_graph_forward(ctx, ConvGraphArgs{x, w, b, z, y, win, group, relu, in.bytes})) return true;
     }
     plan = conv_plan(ctx, x, w, y.dims(), y.layout(), Want{.forward = true}, forward_krsc(x, w, y.layout()));
-    if (plan->use_reference) return run_reference(ctx, kNoCudnnPlan);
+    if (plan->use_reference) {
+      run_reference(ctx, kNoCudnnPlan);
+      return false;
+    }
   }
   Context& c = context();
   dispatch_float(x.dtype(), [&](auto tag) {
@@ -722,6 +749,7 @@ void conv_forward(KernelContext& ctx, bool fused) {
       check_launch(n, "conv_epilogue");
     }
   });
+  return true;
 }
 
 // The workspace of a Conv / FusedConv call (KernelRegistry::set_workspace), asked at plan
@@ -735,7 +763,9 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   const size_t rounded = math_bytes(ctx);
   size_t bytes = 0;
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
-  const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
+  // Under bf16/fp16 the graphs run without the residual (conv_forward adds it after).
+  const bool residual_after = ctx.math != MathPrecision::fp32 && y.dtype() == DataType::Float32;
+  const Tensor* z = fused && ctx.has_input(3) && !residual_after ? &ctx.in(3) : nullptr;
   const bool relu = fused && n.attr_string("activation", "") == "Relu";
   const int64_t group = n.attr_int("group", 1);
   const Window win = conv_window(n, x, w, y.dims());

@@ -3,6 +3,8 @@
 //   FusedConv(X: N,C,H,W, W: M,C/group,kH,kW, [B: M], [Z: N,M,Ho,Wo]) -> Y: N,M,Ho,Wo
 //     attributes: Conv's, plus activation = "" (none) | "Relu"
 //     Y = act(Conv(X, W, B)) + Z                       (Z, a residual, is optional)
+//     Under bf16/fp16 with Z: act(round(Conv(X, W, B))) + Z, the sum in fp32 (the unfused
+//     Conv's output is rounded, ops/core/rounded_outputs.h, the Add's is not).
 //   FusedGemm(A, B, [C]) -> (Y: M,N, [S])
 //     attributes: Gemm's, plus activation = "" (none) | "Relu", sum_of = "" | "A" | "B"
 //     Y = act(Gemm(A, B, C))                           (a Linear layer and its ReLU)
@@ -84,6 +86,13 @@ void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
   conv(c);
   const bool relu = ctx.node.attr_string("activation", "") == "Relu";
   const Tensor* z = ctx.has_input(3) ? &ctx.in(3) : nullptr;
+  // bf16/fp16 with a residual: conv + B rounded before Z is added, as the unfused graph's
+  // Conv output is (math_rounded_outputs; the ReLU commutes with the rounding). Without Z
+  // the executor rounds Y after the kernel, as it does Conv's.
+  if (z && ctx.math != MathPrecision::fp32 && ctx.out(0).dtype() == DataType::Float32) {
+    float* p = ctx.out(0).data<float>();
+    round_floats(p, p, ctx.out(0).numel(), ctx.math, true);
+  }
   dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), z, relu); });
 }
 

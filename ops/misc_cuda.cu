@@ -38,6 +38,7 @@
 #include "ops/core/channels_last.h"
 #include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
 
 namespace trainrt::cuda {
@@ -113,9 +114,10 @@ __device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) 
 // Element i's mask is drawn from its row-major index: C, hw of a ChannelsLast x (y,
 // mask alike), walked without a division per element (channels_last::PlainWalk); C = hw
 // = 1 for Plain, where the walk's row-major index is i itself.
-// y: a T*, or a Store16 where y is stored in 16 bits (runtime/narrow.h).
-template <typename T, typename Out>
-__global__ void dropout_kernel(const T* x, Out y, uint8_t* mask, int64_t n, int64_t C, int64_t hw, DropoutOptions o) {
+// x: a const T*, or a Load16 where x is stored in 16 bits; y: a T*, or a Store16 where y is
+// (runtime/narrow.h).
+template <typename T, typename In, typename Out>
+__global__ void dropout_kernel(In x, Out y, uint8_t* mask, int64_t n, int64_t C, int64_t hw, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
   const uint64_t key = c.key;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -124,12 +126,12 @@ __global__ void dropout_kernel(const T* x, Out y, uint8_t* mask, int64_t n, int6
   for (channels_last::PlainWalk w(first, step, C, hw); (w.index) < n; w.next(step)) {
     const int64_t i = w.index;
     if (!c.training) {  // inference: identity, mask all true
-      store_at(y, i, x[i]);
+      store_at(y, i, static_cast<T>(load_at(x, i)));
       if (mask) mask[i] = 1;
       continue;
     }
     const bool keep = c.valid && dropout_mask::keep(key, w.plain(), c.threshold);
-    store_at(y, i, keep ? x[i] * c.scale : c.valid ? T(0) : c.scale);
+    store_at(y, i, keep ? static_cast<T>(load_at(x, i)) * c.scale : c.valid ? T(0) : c.scale);
     if (mask) mask[i] = keep ? 1 : 0;
   }
 }
@@ -248,7 +250,9 @@ void dropout(KernelContext& ctx) {
   o.seed = ctx.seed;
   if (ctx.node.has_attr("seed")) o.attr_mix = splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)));
   uint8_t* mask = ctx.has_output(1) ? ctx.out(1).data<uint8_t>() : nullptr;
-  if (!dropout_options(ctx, 1, o) || !with_float(x.dtype(), [&](auto tag) {
+  // A float32 x stored in 16 bits still runs the float kernels (they read its bits).
+  const DataType type = stored_narrow(ctx, x) ? DataType::Float32 : x.dtype();
+  if (!dropout_options(ctx, 1, o) || !with_float(type, [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = x.numel();
         if (n == 0) return;  // nothing to draw (and PlainWalk divides by C and hw)
@@ -259,7 +263,8 @@ void dropout(KernelContext& ctx) {
         if constexpr (std::is_same_v<T, float>) {
           const int64_t step = dropout_mask::lane_step(last, C, hw);
           const bool mask_aligned = !mask || reinterpret_cast<std::uintptr_t>(mask) % 4 == 0;
-          if (step > 0 && !stored_narrow(ctx, y) && aligned16(x.raw()) && aligned16(y.raw()) && mask_aligned) {
+          if (step > 0 && !stored_narrow(ctx, x) && !stored_narrow(ctx, y) && aligned16(x.raw()) &&
+              aligned16(y.raw()) && mask_aligned) {
             const int64_t groups = n / 4, tail = n - 4 * groups;  // tail: Plain only (C % 4 == 0 otherwise)
             const float* tx = x.data<float>() + 4 * groups;
             float* ty = y.data<float>() + 4 * groups;
@@ -272,12 +277,19 @@ void dropout(KernelContext& ctx) {
             return;
           }
         }
-        if (std::is_same_v<T, float> && stored_narrow(ctx, y))  // y stored in 16 bits: rounded as written
-          dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), store16(y, ctx.math), mask, n, C, hw,
-                                                                    o);
-        else
-          dropout_kernel<<<blocks, kThreads, 0, context().stream>>>(x.data<T>(), y.data<T>(), mask, n, C, hw, o);
-        check_launch(ctx.node, "dropout_kernel");
+        auto launch = [&](auto in) {
+          if (std::is_same_v<T, float> && stored_narrow(ctx, y))  // y stored in 16 bits: rounded as written
+            dropout_kernel<T><<<blocks, kThreads, 0, context().stream>>>(in, store16(y, ctx.math), mask, n, C, hw, o);
+          else
+            dropout_kernel<T><<<blocks, kThreads, 0, context().stream>>>(in, y.data<T>(), mask, n, C, hw, o);
+          check_launch(ctx.node, "dropout_kernel");
+        };
+        if constexpr (std::is_same_v<T, float>)
+          if (stored_narrow(ctx, x)) {  // x stored in 16 bits: its exact widening
+            launch(load16(x, ctx.math));
+            return;
+          }
+        launch(x.data<T>());
       }))
     run_reference(ctx);
 }
@@ -366,8 +378,8 @@ void register_misc_cuda(Registry& r) {
   if (r.kernels.find("cuda", "", "Identity"))
     r.kernels.set_narrow("cuda", "", "Identity", facts::narrow_float_outputs({0}));
   add_if_schema(r, "cuda", "", "Dropout", dropout, facts::dropout);
-  if (r.kernels.find("cuda", "", "Dropout"))
-    r.kernels.set_narrow("cuda", "", "Dropout", facts::narrow_float_outputs({0}));
+  if (r.kernels.find("cuda", "", "Dropout"))  // x read, y written in 16 bits where stored so
+    r.kernels.set_narrow("cuda", "", "Dropout", facts::narrow({0}, {0}));
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>, facts::dropout_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>, facts::dropout_grad);
   if (r.kernels.find("cuda", kTrainrtDomain, "DropoutReluGrad"))  // Z (its sign) from 16-bit storage

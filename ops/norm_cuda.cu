@@ -55,6 +55,7 @@
 #include "ops/core/batchnorm_stats.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/cuda/channel_slices.h"
+#include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
 #include "ops/norm_graph_cuda.h"
 
@@ -74,10 +75,19 @@ bool node_trains(const Node& n, bool executor_training) {
   return false;
 }
 
+// relu_y as the mask reads it: float32 (p), or its 16-bit bits (p16) where it is stored
+// so (runtime/narrow.h; its widening is exact, so the test is the same); neither: no mask.
+template <typename T>
+struct ReluY {
+  const T* p = nullptr;
+  const uint16_t* p16 = nullptr;
+  bool bf16 = false;
+};
 // dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select.
 template <typename T>
-__device__ T masked_dy(const T* dy, const T* relu_y, int64_t i) {
-  return relu_y && !(relu_y[i] > T(0)) ? T(0) : dy[i];
+__device__ T masked_dy(const T* dy, const ReluY<T>& relu_y, int64_t i) {
+  if (relu_y.p16) return load_at(Load16{relu_y.p16, relu_y.bf16}, i) > 0.f ? dy[i] : T(0);
+  return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : dy[i];
 }
 __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) {
   float4 g = dy[i];
@@ -89,7 +99,7 @@ __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) 
 // Pass 2: devs[c, g, :] = sums over the slice of (x - mean)^2 and, for the gradient
 // (K = 3, dy given), dy and dy * (x - mean).
 template <typename T, int K>
-__global__ void slice_deviations(const T* x, const T* dy, const T* relu_y, Channels v, const double* sums,
+__global__ void slice_deviations(const T* x, const T* dy, ReluY<T> relu_y, Channels v, const double* sums,
                                  double* devs) {
   __shared__ double block_mean;
   const int64_t c = v.last ? last_channel() : blockIdx.x;
@@ -125,7 +135,7 @@ __global__ void slice_deviations(const T* x, const T* dy, const T* relu_y, Chann
 // The gradient's one pass with saved statistics: grads[c, g, :] = sums over the slice of
 // dy and dy * (x - mean[c]).
 template <typename T>
-__global__ void slice_grad_sums(const T* x, const T* dy, const T* relu_y, Channels v, const T* mean, double* grads) {
+__global__ void slice_grad_sums(const T* x, const T* dy, ReluY<T> relu_y, Channels v, const T* mean, double* grads) {
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   const double m = c < v.C ? static_cast<double>(mean[c]) : 0.0;
   double acc[2] = {};
@@ -182,8 +192,9 @@ __device__ T apply_one(T x, T shift, T mul, T add) {
   if constexpr (kRelu) out = out > T(0) ? out : T(0);
   return out;
 }
-template <typename T, bool kRelu, bool kVec4>
-__global__ void forward_apply(const T* x, T* y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
+// y: a T* (the float4 path too) or a Store16 (Y stored in 16 bits, scalar path only).
+template <typename T, bool kRelu, bool kVec4, typename Out>
+__global__ void forward_apply(const T* x, Out y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
                               const T* add) {
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
@@ -198,16 +209,16 @@ __global__ void forward_apply(const T* x, T* y, int64_t planes, int64_t C, int64
       }
     } else {
       const T* xp = x + p * S;
-      T* yp = y + p * S;
-      TRAINRT_GRID_STRIDE(i, S) { yp[i] = apply_one<T, kRelu>(xp[i], sh, mu, ad); }
+      TRAINRT_GRID_STRIDE(i, S) { store_at(y, p * S + i, apply_one<T, kRelu>(xp[i], sh, mu, ad)); }
     }
   }
 }
 
 // forward_apply for ChannelsLast: n values (kVec4: n/4 groups of four channels, C in
 // groups) with their channels.
-template <typename T, bool kRelu, bool kVec4>
-__global__ void forward_apply_last(const T* x, T* y, int64_t n, int64_t C, const T* shift, const T* mul, const T* add) {
+template <typename T, bool kRelu, bool kVec4, typename Out>
+__global__ void forward_apply_last(const T* x, Out y, int64_t n, int64_t C, const T* shift, const T* mul,
+                                   const T* add) {
   if constexpr (kVec4) {
     const auto* x4 = reinterpret_cast<const float4*>(x);
     auto* y4 = reinterpret_cast<float4*>(y);
@@ -220,7 +231,7 @@ __global__ void forward_apply_last(const T* x, T* y, int64_t n, int64_t C, const
                           apply_one<float, kRelu>(v.w, shift[c + 3], mul[c + 3], add[c + 3]));
     }
   } else {
-    TRAINRT_CHANNELS_LAST(i, c, n, C) { y[i] = apply_one<T, kRelu>(x[i], shift[c], mul[c], add[c]); }
+    TRAINRT_CHANNELS_LAST(i, c, n, C) { store_at(y, i, apply_one<T, kRelu>(x[i], shift[c], mul[c], add[c])); }
   }
 }
 
@@ -230,8 +241,9 @@ __global__ void forward_apply_last(const T* x, T* y, int64_t n, int64_t C, const
 // or nullptr (recomputed from sums and devs, K = 3).
 template <typename T>
 struct GradArgs {
-  const T *scale, *saved_mean, *saved_var, *relu_y;  // relu_y: nullptr unless input 5
-  T *dscale, *dbias;                                 // nullptr when not requested
+  const T *scale, *saved_mean, *saved_var;
+  ReluY<T> relu_y;    // none unless input 5; 16-bit: scalar paths only
+  T *dscale, *dbias;  // nullptr when not requested
   T *mean, *k, *bias_term, *x_term;
   double eps;
 };
@@ -266,7 +278,7 @@ __global__ void grad_apply(const T* dy, const T* x, Out dx, int64_t planes, int6
     const int64_t at = p * S;
     if constexpr (kVec4) {
       const auto* dy4 = reinterpret_cast<const float4*>(dy + at);
-      const auto* r4 = a.relu_y ? reinterpret_cast<const float4*>(a.relu_y + at) : nullptr;
+      const auto* r4 = a.relu_y.p ? reinterpret_cast<const float4*>(a.relu_y.p + at) : nullptr;
       const auto* x4 = reinterpret_cast<const float4*>(x + at);
       auto* dx4 = reinterpret_cast<float4*>(dx + at);
       TRAINRT_GRID_STRIDE(i, S / 4) {
@@ -292,7 +304,7 @@ template <typename T, bool kVec4, typename Out>
 __global__ void grad_apply_last(const T* dy, const T* x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {
   if constexpr (kVec4) {
     const auto* dy4 = reinterpret_cast<const float4*>(dy);
-    const auto* r4 = reinterpret_cast<const float4*>(a.relu_y);
+    const auto* r4 = reinterpret_cast<const float4*>(a.relu_y.p);
     const auto* x4 = reinterpret_cast<const float4*>(x);
     auto* dx4 = reinterpret_cast<float4*>(dx);
     TRAINRT_CHANNELS_LAST(i, g, n / 4, C / 4) {
@@ -452,15 +464,20 @@ void batchnorm(KernelContext& ctx) {
   const Channels v = channels_of(x);
   if (v.C == 0) return;
   const bool training = node_trains(node, ctx.training);
-  if constexpr (std::is_same_v<T, float>)
-    if (training && forward_on_graph(ctx)) return;
+  // Y stored in 16 bits (runtime/narrow.h): the own kernels, which write it rounded; the
+  // cuDNN graph's scope is float32.
+  [[maybe_unused]] bool y16 = false;
+  if constexpr (std::is_same_v<T, float>) {
+    y16 = stored_narrow(ctx, ctx.out(0));
+    if (training && !y16 && forward_on_graph(ctx)) return;
+  }
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
     const dim3 grid = slice_grid(v);
     slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
     check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, nullptr, v, s.sums, s.devs);
+    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, ReluY<T>{}, v, s.sums, s.devs);
     check_launch(ctx.node, "slice_deviations");
   }
   auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<T>() : nullptr; };
@@ -481,6 +498,18 @@ void batchnorm(KernelContext& ctx) {
   const int64_t n = x.numel();
   if (n == 0) return;
   const int64_t planes = n / v.S;
+  if constexpr (std::is_same_v<T, float>)
+    if (y16) {
+      const Store16 y = store16(ctx.out(0), ctx.math);
+      if (v.last)
+        forward_apply_last<T, kRelu, false>
+            <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), y, n, v.C, a.shift, a.mul, a.add);
+      else
+        forward_apply<T, kRelu, false><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(x.data<T>(), y, planes, v.C,
+                                                                                          v.S, a.shift, a.mul, a.add);
+      check_launch(ctx.node, v.last ? "forward_apply_last" : "forward_apply");
+      return;
+    }
   T* y = ctx.out(0).data<T>();
   if (v.last) {
     bool vec4 = false;
@@ -513,13 +542,21 @@ void batchnorm_grad(KernelContext& ctx) {
   const Tensor &dy = ctx.in(0), &x = ctx.in(1);
   const Channels v = channels_of(x);
   if (v.C == 0) return;
+  // relu_y stored in 16 bits (runtime/narrow.h): the own kernels read its bits; the cuDNN
+  // graph's scope is float32.
+  ReluY<T> relu_y;
+  if (ctx.has_input(5)) {
+    if (stored_narrow(ctx, ctx.in(5)))
+      relu_y = ReluY<T>{nullptr, ctx.in(5).data<uint16_t>(), ctx.math == MathPrecision::bf16};
+    else
+      relu_y.p = ctx.in(5).data<T>();  // same layout as dy (declared Shared)
+  }
   if constexpr (std::is_same_v<T, float>)
-    if (grad_on_graph(ctx)) return;
+    if (!relu_y.p16 && grad_on_graph(ctx)) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid = slice_grid(v);
   const bool saved = ctx.has_input(3) && ctx.has_input(4);
-  const T* relu_y = ctx.has_input(5) ? ctx.in(5).data<T>() : nullptr;  // same layout as dy (declared Shared)
   if (saved) {
     slice_grad_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), relu_y, v, ctx.in(3).data<T>(), s.devs);
     check_launch(ctx.node, "slice_grad_sums");
@@ -561,8 +598,8 @@ void batchnorm_grad(KernelContext& ctx) {
   if (v.last) {
     bool vec4 = false;
     if constexpr (std::is_same_v<T, float>) {
-      vec4 =
-          v.C % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && (!relu_y || aligned16(relu_y));
+      vec4 = v.C % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
+             (!relu_y.p || aligned16(relu_y.p));
       if (vec4)
         grad_apply_last<T, true><<<blocks_for(n / 4), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, n, v.C, a);
     }
@@ -573,7 +610,8 @@ void batchnorm_grad(KernelContext& ctx) {
   }
   bool vec4 = false;
   if constexpr (std::is_same_v<T, float>)
-    vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && (!relu_y || aligned16(relu_y));
+    vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
+           (!relu_y.p || aligned16(relu_y.p));
   if constexpr (std::is_same_v<T, float>)
     if (vec4)
       grad_apply<T, true>
@@ -601,10 +639,13 @@ void register_norm_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>, facts::fixed({{S}, {S}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel,
                 facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));  // and relu_y (input 5)
-  // dX of float32 activations may be stored in 16 bits (the graph's scope is float32: such
-  // a node runs the own kernels).
+  // Y (the forward) and dX and relu_y (the gradient) of float32 activations may be stored
+  // in 16 bits (the graphs' scope is float32: such a node runs the own kernels).
   if (r.kernels.find("cuda", kTrainrtDomain, "BatchNormalizationGrad"))
-    r.kernels.set_narrow("cuda", kTrainrtDomain, "BatchNormalizationGrad", facts::narrow_float_outputs({0}));
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "BatchNormalizationGrad", facts::narrow({5}, {0}));
+  for (const auto& [domain, op] :
+       {std::pair<std::string, std::string>{"", "BatchNormalization"}, {kTrainrtDomain, "BatchNormalizationRelu"}})
+    if (r.kernels.find("cuda", domain, op)) r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_outputs({0}));
   for (const char* op : {"BatchNormalization", "BatchNormalizationRelu", "BatchNormalizationGrad"}) {
     const std::string domain = std::string(op) == "BatchNormalization" ? "" : kTrainrtDomain;
     const bool grad = std::string(op) == "BatchNormalizationGrad";

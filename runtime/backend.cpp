@@ -9,6 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
+#include "ops/core/common.h"
 #include "ops/core/parallel.h"
 #include "ops/onednn/dnnl_util.h"
 #include "runtime/alignment.h"
@@ -94,6 +95,13 @@ void Backend::flag_non_finite(const Tensor& t, uint64_t* flag) const {
   if (bad < 0) return;
   const uint64_t key = non_finite_key(static_cast<uint64_t>(bad), !std::isnan(t.get_as_double(bad)));
   *flag = std::min(*flag, key);
+}
+
+void Backend::round_outputs(const KernelContext& ctx, const std::vector<size_t>& outs) const {
+  for (size_t i : outs) {
+    float* p = ctx.out(i).data<float>();
+    round_floats(p, p, static_cast<int64_t>(ctx.out(i).nbytes() / sizeof(float)), ctx.math, true);
+  }
 }
 
 bool Backend::skips_when_flagged(const Node& n) const {

@@ -105,6 +105,12 @@ class Backend {
   // host reads it after synchronize(). Other dtypes leave it alone. Default: a host scan
   // at once (after synchronize() on an asynchronous backend); cuda: a kernel on its stream.
   virtual void flag_non_finite(const Tensor& t, uint64_t* flag) const;
+  // Rounds float32 outputs `outs` of the kernel call `ctx` just made (math_rounded_outputs,
+  // those not stored in 16 bits) to ctx.math's bf16 or half values in place, every element
+  // of their storage, in order with the kernels issued so far: the executor's step after
+  // such a kernel under bf16/fp16, the same for every backend. Default: on the host at once;
+  // cuda: a kernel on the current stream.
+  virtual void round_outputs(const KernelContext& ctx, const std::vector<size_t>& outs) const;
   static constexpr uint64_t kAllFinite = ~uint64_t{0};
   static constexpr uint64_t non_finite_key(uint64_t element, bool inf) { return element * 2 + (inf ? 1 : 0); }
   // Streams. An asynchronous backend runs kernels, copy() and flag_non_finite() on its

@@ -20,6 +20,7 @@ void Executor::run_kernel(Prepared& p, size_t s, NodeEvent* ev) const {
   if (async) queued_ = true;
   try {
     (*p.kernels[s])(ctx);
+    if (!p.rounded[s].empty()) backend_.round_outputs(ctx, p.rounded[s]);
   } catch (const Error& e) {
     throw Error(e.kind(), describe_node(n, st.node) + ": " + e.what());
   } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "graph/error.h"
+#include "ops/core/rounded_outputs.h"
 #include "runtime/executor_prepared.h"
 #include "runtime/layout.h"
 #include "runtime/narrow.h"
@@ -216,6 +217,19 @@ void Executor::build_contexts(Prepared& p) const {
     KernelContext& c = p.contexts.emplace_back(context_of(plan, st, p.slots));
     c.run_seed = p.seed_device ? reinterpret_cast<const uint64_t*>(p.seed_device.get()) : nullptr;
     c.node_index = st.node;
+  }
+  // Under bf16/fp16 the outputs math_rounded_outputs names, where float32 and not stored in
+  // 16 bits (a kernel writing a 16-bit value rounds it as it writes).
+  p.rounded.assign(plan.steps.size(), {});
+  if (opts_.math == MathPrecision::fp32) return;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const PlanStep& st = plan.steps[s];
+    for (size_t k : math_rounded_outputs(plan.graph.nodes[st.node])) {
+      const int v = k < st.outputs.size() ? st.outputs[k] : -1;
+      if (v >= 0 && plan.values[static_cast<size_t>(v)].dtype == DataType::Float32 &&
+          !p.narrowed[static_cast<size_t>(v)])
+        p.rounded[s].push_back(k);
+    }
   }
 }
 

@@ -51,6 +51,7 @@ struct Executor::Prepared {
   std::vector<std::array<Tensor, 2>> landing;
   std::vector<const Kernel*> kernels;
   std::vector<KernelContext> contexts;                     // per step, built once: a run only sets training and seed
+  std::vector<std::vector<size_t>> rounded;                // per step: outputs rounded after the kernel (bf16/fp16)
   std::vector<int> feed_values;                            // plan value of each graph input
   std::vector<std::pair<std::string, int>> result_values;  // returned name -> plan value
   std::vector<double> flops;                               // per step, for profiles

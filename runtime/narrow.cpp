@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "ops/core/rounded_outputs.h"
 namespace trainrt {
 
 std::map<std::string, DataType> choose_narrowed(const Graph& g, const std::vector<std::string>& keep,
@@ -29,8 +30,11 @@ std::map<std::string, DataType> choose_narrowed(const Graph& g, const std::vecto
   }
   // A value qualifies when its writer declared it and no reader refuses it.
   std::map<std::string, bool> candidate;  // name -> still qualifies (and has a reader)
+  std::set<std::string> exact;            // rounded by their writer: any declared reader takes them
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
+    for (size_t k : math_rounded_outputs(n))
+      if (k < n.outputs.size() && !n.outputs[k].empty()) exact.insert(n.outputs[k]);
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const std::string& v = n.outputs[k];
       if (v.empty() || outside.count(v) || g.is_initializer(v) || !slots[i].output(k)) continue;
@@ -45,7 +49,7 @@ std::map<std::string, DataType> choose_narrowed(const Graph& g, const std::vecto
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       auto it = candidate.find(n.inputs[j]);
       if (it == candidate.end()) continue;
-      if (slots[i].input(j) && rounded[i].count(j))
+      if (slots[i].input(j) && (rounded[i].count(j) || exact.count(it->first)))
         it->second = true;
       else
         refused.insert(it->first);

@@ -12,8 +12,13 @@
 //   - it is a float32 value a node of the step writes, not a feed, state, initializer or
 //     kept output (the caller and the NaN/Inf checks see float32; a fetched value is kept);
 //   - its writer's kernel declared the output (Backend::narrow, ops/core/kernel.h NodeSlots);
-//   - it has readers, and every reader's kernel declared the input slot and rounds that
-//     input in this precision (math_rounded_inputs: a convolution's x, dY or X).
+//   - it has readers, and every reader's kernel declared the input slot, and either its
+//     writer rounds it in this precision (math_rounded_outputs: a convolution's Y or dX, a
+//     batch norm's Y or dX; the float32 value is then a 16-bit number, so any reader gets
+//     the same bits) or every reader rounds that input (math_rounded_inputs: a
+//     convolution's x, dY or X).
+// A value with an undeclared reader stays float32, still rounded by its writer, so the
+// numerics do not depend on what is stored narrow.
 // Values the host reads in between (a host fallback) are widened on the way
 // (run_on_plain_copies). The reference and cpu backends declare nothing: they keep float32.
 #pragma once

@@ -8,6 +8,7 @@
 #include "graph/schema.h"
 #include "ops/core/common.h"
 #include "ops/core/parallel.h"
+#include "ops/core/rounded_outputs.h"
 
 namespace trainrt {
 
@@ -69,6 +70,21 @@ std::vector<size_t> math_rounded_inputs(const Node& n, const std::vector<bool>& 
   if (want(1)) in.push_back(1);  // X for dW
   if (want(0)) in.push_back(2);  // W for dX
   return in;
+}
+
+std::vector<size_t> math_rounded_outputs(const Node& n) {
+  static const std::set<std::string> kY{"Conv",
+                                        "FusedConv",
+                                        "ConvGrad",
+                                        "BatchNormalization",
+                                        "BatchNormalizationRelu",
+                                        "BatchNormalizationGrad",
+                                        "DropoutReluGrad"};
+  if (!kY.count(n.op_type) || n.outputs.empty()) return {};
+  // FusedConv with a residual: act(conv + B) is rounded inside its kernels and Z added in
+  // fp32 after it (the unfused graph's Add), so Y is no 16-bit number.
+  if (n.op_type == "FusedConv" && n.has_input(3)) return {};
+  return {0};
 }
 
 void KernelRegistry::add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k) {

@@ -36,10 +36,13 @@ namespace trainrt {
 // does (PyTorch's autocast runs exactly these ops in 16 bits). fp16: the same with IEEE
 // half copies (overflow to Inf, subnormals kept); on the cpu backend fp16, and bf16
 // products, are emulated (rounded fp32 copies, fp32 kernels), so that a GPU run's
-// numerics and dynamic loss scaling can be checked on a CPU. Values stay fp32 in memory,
-// parameters included (the fp32 master weights), except on a backend whose kernels
-// declare 16-bit slots (cuda): a value every reader rounds anyway is stored rounded
-// (runtime/narrow.h), with the same bits. Other kernels ignore it, but for
+// numerics and dynamic loss scaling can be checked on a CPU. The activations and their
+// gradients that autocast keeps in 16 bits are rounded after the kernel that writes
+// them, on every backend (math_rounded_outputs, ops/core/rounded_outputs.h; FusedConv
+// with a residual rounds act(conv + B) in its kernels, before adding Z). Values stay
+// fp32 in memory, parameters included (the fp32 master weights), except on a backend
+// whose kernels declare 16-bit slots (cuda): a value its writer or every reader rounds
+// is stored rounded (runtime/narrow.h), with the same bits. Other kernels ignore it, but for
 // DropoutReluGrad's sign test (math_rounded_inputs). The reference kernels round the same
 // way, so they stay the oracle.
 enum class MathPrecision : uint8_t { fp32, bf16, fp16 };
@@ -185,8 +188,9 @@ using LayoutRule = std::function<NodeLayouts(const Graph& g, const Node& n)>;
 // Which float32 arguments a kernel takes stored in 16 bits (Tensor::narrowed: the
 // KernelContext::math type, Float16 or BFloat16): an input it reads from the 16-bit
 // elements, an output it writes rounded to nearest even. runtime/narrow.h stores a value
-// so only where its writer and every reader declared it and every reader rounds it
-// anyway (math_rounded_inputs), so the results are the same bits.
+// so only where its writer and every reader declared it and its writer rounds it
+// (math_rounded_outputs) or every reader rounds it anyway (math_rounded_inputs), so the
+// results are the same bits.
 struct NodeSlots {
   std::vector<bool> inputs, outputs;  // missing entries: false
   bool input(size_t i) const { return i < inputs.size() && inputs[i]; }

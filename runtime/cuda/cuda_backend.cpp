@@ -174,6 +174,12 @@ class CudaBackend : public Backend {
 
   // On the stream, into device memory the executor copies out before the step's synchronisation.
   void flag_non_finite(const Tensor& t, uint64_t* flag) const override { cuda::flag_non_finite(t, flag); }
+  void round_outputs(const KernelContext& ctx, const std::vector<size_t>& outs) const override {
+    for (size_t i : outs) {  // in place, on the stream the kernel ran on
+      float* p = ctx.out(i).data<float>();
+      cuda::round_to_math(p, p, static_cast<int64_t>(ctx.out(i).nbytes() / sizeof(float)), ctx.math, ctx.node);
+    }
+  }
 
  private:
   cudaStream_t stream(Stream s) const {

@@ -170,3 +170,30 @@ TEST_CASE("selftest_default_tolerance: derived from the unit roundoff of the run
                          selftest_default_tolerance(MathPrecision::bf16, false), w)
              .empty());
 }
+
+// An output every backend rounds under bf16 (math_rounded_outputs: a Conv's Y) may land
+// one 16-bit step from the reference's; a device value that is not a bf16 number at all
+// (a kernel or backend that skipped the rounding) fails, naming the output.
+TEST_CASE("selftest_replay: a rounded output may be one 16-bit step off, and must be rounded") {
+  Node conv = make_node("Conv", {"x", "w"}, {"y"}, {{"kernel_shape", Attribute::of_ints({1, 1})}});
+  conv.name = "conv";
+  const TensorMap feeds{{"x", random_tensor(DataType::Float32, {1, 3, 4, 4}, 5)},
+                        {"w", random_tensor(DataType::Float32, {2, 3, 1, 1}, 6)}};
+  const Graph g = single_node_graph(conv, feeds);
+  const TensorMap ref = reference_run(g, feeds, MathPrecision::bf16);
+  SelftestWorst w;
+  CHECK(selftest_replay(g, feeds, ref, MathPrecision::bf16, false, 1e-4, w).empty());
+  // One element on the neighbouring bf16 number: agreement.
+  TensorMap step{{"y", ref.at("y").clone()}};
+  const float v = step.at("y").data<float>()[3];
+  const float next = bfloat16_to_float(static_cast<uint16_t>(float_to_bfloat16(v) + 1));
+  step.at("y").data<float>()[3] = next;
+  SelftestWorst w2;
+  CHECK(selftest_replay(g, feeds, step, MathPrecision::bf16, false, 1e-4, w2).empty());
+  // Halfway to it: not a bf16 number.
+  TensorMap unrounded{{"y", ref.at("y").clone()}};
+  unrounded.at("y").data<float>()[3] = v + (next - v) / 4;
+  SelftestWorst w3;
+  CHECK(selftest_replay(g, feeds, unrounded, MathPrecision::bf16, false, 1e-4, w3)
+            .find("node 'conv' (Conv) output 'y' is not rounded to bf16") != std::string::npos);
+}

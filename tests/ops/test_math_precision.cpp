@@ -24,6 +24,7 @@
 #include <cmath>
 #include <set>
 
+#include "ops/core/rounded_outputs.h"
 #include "ops/onednn/dnnl_util.h"
 #include "runtime/executor.h"
 #include "test_util.h"
@@ -32,6 +33,32 @@ using namespace trainrt;
 using namespace trainrt::test;
 
 namespace {
+
+// The distance between neighbouring 16-bit numbers of `m` at magnitude |v|.
+double spacing_16(double v, MathPrecision m) {
+  int e = 0;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
+  if (m == MathPrecision::bf16) return std::ldexp(1.0, e - 1 - 7);
+  return std::ldexp(1.0, std::max(e - 1, -14) - 10);
+}
+
+// The largest |a - b| less one 16-bit spacing at each element: two fp32 sums that agree
+// to their last places may round to neighbouring 16-bit numbers. `z`: a residual added
+// in fp32 after the rounding (FusedConv's), so the spacing is that of a - z.
+double max_diff_rounded(const Tensor& a, const Tensor& b, MathPrecision m, const Tensor* z = nullptr) {
+  double d = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.get_as_double(i), y = b.get_as_double(i), r = z ? z->get_as_double(i) : 0;
+    d = std::max(d, std::fabs(x - y) - spacing_16(std::max(std::fabs(x - r), std::fabs(y - r)), m));
+  }
+  return std::max(d, 0.0);
+}
+
+bool all_16_bit(const Tensor& t, MathPrecision m) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (round_to_math(t.data<float>()[i], m) != t.data<float>()[i]) return false;
+  return true;
+}
 
 double rms(const Tensor& t) {
   double s = 0;
@@ -67,11 +94,18 @@ void check_math(const Node& n, const TensorMap& feeds, const std::map<std::strin
   const uint64_t before = dnnl_util::reference_fallbacks();
   const TensorMap cpu16 = run(n, feeds, "cpu", math);
   CHECK_MESSAGE(dnnl_util::reference_fallbacks() == before, n.op_type, " fell back to the reference kernel");
+  const std::vector<size_t> rounds = math_rounded_outputs(n);
   for (const auto& [name, r16] : ref16) {
     const int64_t L = reduction.at(name);
     const double scale = rms(r16);
     const double fp32_bound = 32 * std::sqrt(static_cast<double>(L)) * std::ldexp(1.0, -24) * scale;
-    const double same = max_abs_diff(cpu16.at(name), r16);
+    bool rounded = false;
+    for (size_t k : rounds) rounded = rounded || n.outputs[k] == name;
+    // FusedConv's Y with Z: act(conv + B) rounded, then Z added.
+    const bool residual = n.op_type == "FusedConv" && n.has_input(3) && name == n.outputs[0];
+    const double same = rounded || residual
+                            ? max_diff_rounded(cpu16.at(name), r16, math, residual ? &feeds.at(n.inputs[3]) : nullptr)
+                            : max_abs_diff(cpu16.at(name), r16);
     const double rounding = max_abs_diff(cpu16.at(name), ref32.at(name));
     INFO(n.op_type, " output '", name, "' ", dims_to_string(r16.dims()), ": |cpu - ref| = ", same,
          ", |cpu - ref fp32| = ", rounding, ", fp32 bound ", fp32_bound, ", rms ", scale);
@@ -286,7 +320,19 @@ TEST_CASE("bf16/fp16 math: math_rounded_inputs names exactly the inputs the refe
     auto with_rounded = [&](const std::vector<size_t>& which) {
       TensorMap f = feeds;
       for (size_t i : which) f[n.inputs[i]] = rounded(feeds.at(n.inputs[i]), m);
-      return run(n, f, "reference", MathPrecision::fp32);
+      if (n.op_type == "FusedConv" && n.has_input(3)) {  // act(conv + B) rounded, then Z added in fp32
+        Node no_z = n;
+        no_z.inputs.pop_back();
+        const Tensor z = f.at(n.inputs[3]);
+        f.erase(n.inputs[3]);
+        Tensor y = rounded(run(no_z, f, "reference", MathPrecision::fp32).at(n.outputs[0]), m);
+        for (int64_t i = 0; i < y.numel(); ++i) y.data<float>()[i] += z.data<float>()[i];
+        return TensorMap{{n.outputs[0], y}};
+      }
+      TensorMap r = run(n, f, "reference", MathPrecision::fp32);
+      for (size_t k : math_rounded_outputs(n))  // and the outputs it rounds (checked below)
+        if (k < n.outputs.size() && r.count(n.outputs[k])) r[n.outputs[k]] = rounded(r.at(n.outputs[k]), m);
+      return r;
     };
     auto same = [](const TensorMap& a, const TensorMap& b) {
       for (const auto& [name, t] : a)
@@ -378,7 +424,9 @@ TEST_CASE("bf16/fp16 math: math_rounded_inputs names exactly the inputs the refe
   for (int64_t i = 0; i < z.numel(); i += 7) z.data<float>()[i] = std::ldexp(1.0f, i % 2 ? -140 : -30);
   const TensorMap drop{{"dZ", random_tensor(DataType::Float32, {3, 40}, 52, -1, 1)}, {"Zd", z}};
   const Node drop_grad = make_node("DropoutReluGrad", {"dZ", "Zd"}, {"dX"}, {}, kTrainrtDomain);
-  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) check(drop_grad, drop, {0, 1}, m);
+  // dZ passes unchanged into dX, which is rounded (math_rounded_outputs): rounding dZ
+  // first changes nothing, so only Z is checked.
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) check(drop_grad, drop, {1}, m);
   CHECK(math_rounded_inputs(make_node("Relu", {"A"}, {"Y"}), {true}).empty());
   CHECK(math_rounded_inputs(make_node("BatchNormalization", {"A", "s", "b", "m", "v"}, {"Y"}), {true}).empty());
 }
@@ -419,4 +467,83 @@ TEST_CASE("bf16/fp16 math: FusedGemm's sums read the operand unrounded, its prod
     CHECK(max_abs_diff(got.at("dW"), run(n, pre, "reference", MathPrecision::fp32).at("dW")) == 0);
     CHECK(max_abs_diff(got.at("dW"), fp32.at("dW")) > 0);
   }
+}
+
+// math_rounded_outputs (ops/core/kernel.h): under bf16/fp16 every backend rounds the
+// activations and activation gradients it lists, and nothing else. On the reference and
+// cpu backends: each listed float output holds only 16-bit numbers, equal to the fp32
+// result rounded once (the reference, where that result is its own fp32 run on the
+// rounded inputs); each other float output (filter and bias gradients, batch statistics,
+// dScale, dBias) holds values a 16-bit type cannot (it was not rounded). A kernel or an
+// executor that skips the rounding, or rounds one output more, fails.
+TEST_CASE("bf16/fp16 math: the reference and cpu backends round exactly math_rounded_outputs") {
+  const TensorMap feeds{{"X", random_tensor(DataType::Float32, {2, 4, 6, 6}, 71, -1, 1)},
+                        {"W", weights({5, 4, 3, 3}, 72)},
+                        {"B", random_tensor(DataType::Float32, {5}, 73, -0.5, 0.5)},
+                        {"Z", random_tensor(DataType::Float32, {2, 5, 6, 6}, 74, -1, 1)},
+                        {"dY", random_tensor(DataType::Float32, {2, 5, 6, 6}, 75, -1, 1)},
+                        {"s", random_tensor(DataType::Float32, {5}, 76, 0.5, 1.5)},
+                        {"b", random_tensor(DataType::Float32, {5}, 77, -0.5, 0.5)},
+                        {"m", random_tensor(DataType::Float32, {5}, 78, -0.5, 0.5)},
+                        {"v", random_tensor(DataType::Float32, {5}, 79, 0.5, 1.5)},
+                        {"Xn", random_tensor(DataType::Float32, {2, 5, 6, 6}, 80, -1.5, 2.5)}};
+  auto only = [&](std::vector<std::string> names) {
+    TensorMap r;
+    for (const std::string& s : names) r[s] = feeds.at(s);
+    return r;
+  };
+  Node fused = conv_node(3, 1, 1, true, kTrainrtDomain, "FusedConv");
+  fused.inputs.push_back("Z");
+  fused.attrs["activation"] = Attribute::of_string("Relu");
+  Node grad = conv_node(3, 1, 1, false, kTrainrtDomain, "ConvGrad");
+  grad.inputs = {"dY", "X", "W"};
+  grad.outputs = {"dX", "dW", "dB"};
+  Node fused_no_z = fused;
+  fused_no_z.inputs.pop_back();
+  const std::vector<std::pair<Node, TensorMap>> cases{
+      {conv_node(3, 1, 1, true), only({"X", "W", "B"})},
+      {fused, only({"X", "W", "B", "Z"})},  // Y = relu(round(conv + B)) + Z: not listed (test_fused_ops.cpp)
+      {fused_no_z, only({"X", "W", "B"})},
+      {grad, only({"dY", "X", "W"})},
+      {make_node("BatchNormalization", {"Xn", "s", "b", "m", "v"}, {"Y", "rm", "rv"},
+                 {{"training_mode", Attribute::of_int(1)}}),
+       only({"Xn", "s", "b", "m", "v"})},
+      {make_node("BatchNormalizationRelu", {"Xn", "s", "b", "m", "v"}, {"Y", "rm", "rv"},
+                 {{"training_mode", Attribute::of_int(1)}}, kTrainrtDomain),
+       only({"Xn", "s", "b", "m", "v"})},
+      {make_node("BatchNormalizationGrad", {"dY", "Xn", "s"}, {"dX", "ds", "db"}, {}, kTrainrtDomain),
+       only({"dY", "Xn", "s"})},
+      {make_node("DropoutReluGrad", {"dY", "Xn"}, {"dX"}, {}, kTrainrtDomain), only({"dY", "Xn"})},
+  };
+  for (const auto& [n, f] : cases) {
+    CAPTURE(n.op_type);
+    const std::vector<size_t> listed = math_rounded_outputs(n);
+    const bool residual = n.op_type == "FusedConv" && n.has_input(3);
+    CHECK(listed == (residual ? std::vector<size_t>{} : std::vector<size_t>{0}));
+    const TensorMap fp32 = run(n, f, "reference", MathPrecision::fp32);
+    for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+      CAPTURE(math_precision_name(m));
+      for (const std::string backend : {"reference", "cpu"}) {
+        CAPTURE(backend);
+        if (backend == "cpu" && m == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16()) continue;
+        const TensorMap got = run(n, f, backend, m);
+        for (size_t k = 0; k < n.outputs.size(); ++k) {
+          if (n.outputs[k].empty()) continue;
+          CAPTURE(n.outputs[k]);
+          const Tensor& t = got.at(n.outputs[k]);
+          CHECK(all_16_bit(t, m) == (k == 0 && !residual));
+        }
+      }
+      // Ops that round no input: the reference's result is its fp32 one rounded once.
+      if (!math_rounded_inputs(n, std::vector<bool>(n.outputs.size(), true)).empty()) continue;
+      const TensorMap ref = run(n, f, "reference", m);
+      Tensor want = fp32.at(n.outputs[0]).clone();
+      for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] = round_to_math(want.data<float>()[i], m);
+      CHECK(max_abs_diff(ref.at(n.outputs[0]), want) == 0);
+    }
+  }
+  // Ops outside the list round no output.
+  CHECK(math_rounded_outputs(make_node("Gemm", {"A", "B"}, {"Y"})).empty());
+  CHECK(math_rounded_outputs(make_node("Relu", {"A"}, {"Y"})).empty());
+  CHECK(math_rounded_outputs(make_node("Dropout", {"A"}, {"Y", "mask"})).empty());
 }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "graph/error.h"
+#include "ops/core/common.h"
 #include "runtime/executor.h"
 
 namespace trainrt::test {
@@ -334,6 +335,20 @@ void StandinDevice::flag_non_finite(const Tensor& t, uint64_t* flag) const {
           *flag = std::min(*flag, non_finite_key(static_cast<uint64_t>(bad), !std::isnan(t.get_as_double(bad))));
       },
       {t.raw(), flag}, issue_);
+}
+
+void StandinDevice::round_outputs(const KernelContext& ctx, const std::vector<size_t>& outs) const {
+  for (size_t i : outs) {
+    Tensor t = ctx.out(i);
+    if (!t.nbytes()) continue;
+    if (!owns(t.raw())) throw_internal("standin-device", "rounding of an output in host memory");
+    enqueue(
+        [t, m = ctx.math]() mutable {
+          auto* p = reinterpret_cast<float*>(t.raw());
+          round_floats(p, p, static_cast<int64_t>(t.nbytes() / sizeof(float)), m, false);
+        },
+        {t.raw()}, issue_);
+  }
 }
 
 void StandinDevice::enqueue(std::function<void()> f, const std::vector<const void*>& touched, Stream s) const {

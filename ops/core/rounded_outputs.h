@@ -1,0 +1,31 @@
+// The outputs each backend rounds to 16-bit numbers under --precision bf16/fp16.
+//
+//   for (size_t k : math_rounded_outputs(n)) ...   // n.outputs[k] is rounded (bf16/fp16)
+//
+// Why: autocast keeps activations and their gradients in 16 bits (a convolution's output,
+// a batch norm's output, the gradients between them); here they stay float32 in memory
+// unless stored narrow (runtime/narrow.h), but every backend rounds them with
+// round_to_math (ops/core/kernel.h) right after the kernel that writes them (the
+// executor's step, Backend::round_outputs), so the reference, cpu, stand-in and cuda
+// runs agree, and a rounded value can be stored in 16 bits with the same bits whatever
+// its readers do. The counterpart of math_rounded_inputs.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace trainrt {
+
+// Under bf16/fp16: Conv Y, and FusedConv Y without a residual Z (with Z its kernels round
+// act(conv + B) before adding Z in fp32, as the unfused Conv and Add do; so Y is not
+// listed: it is no 16-bit number); ConvGrad dX (never dW or dB: the fp32 master
+// weights' gradients); BatchNormalization and BatchNormalizationRelu Y (never the
+// running or saved statistics); BatchNormalizationGrad dX (never dScale or dBias);
+// DropoutReluGrad dX. Nothing else: state, parameters, their gradients, and what a loss
+// reads (the logits come from a Gemm) stay fp32. Only float32 outputs are rounded (the
+// executor checks); an output stored in 16 bits is rounded as its kernel writes it.
+std::vector<size_t> math_rounded_outputs(const Node& n);
+
+}  // namespace trainrt
