@@ -10,6 +10,9 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "ops/core/common.h"
 #include "ops/core/dropout_mask.h"
@@ -103,7 +106,20 @@ void dropout_relu_grad_kernel(KernelContext& ctx) {
     // to 0 in 16 bits passes no gradient, as when Z is stored in 16 bits.
     const MathPrecision m = std::is_same_v<T, float> ? ctx.math : MathPrecision::fp32;
     for_range<kParallel>(dz.numel(), [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
+      int64_t i = begin;
+#ifdef __SSE2__
+      // fp32, 4 at a time without a branch: Z's sign is random, and GCC's -O2 left the
+      // loop below a mispredicted branch per element. The same bits: dz * scale or +0.
+      if constexpr (std::is_same_v<T, float>)
+        if (m == MathPrecision::fp32) {
+          const __m128 s4 = _mm_set1_ps(scale), zero = _mm_setzero_ps();
+          for (; i + 4 <= end; i += 4) {
+            const __m128 on = _mm_cmpgt_ps(_mm_loadu_ps(pz + i), zero);
+            _mm_storeu_ps(pdx + i, _mm_and_ps(on, _mm_mul_ps(_mm_loadu_ps(pdz + i), s4)));
+          }
+        }
+#endif
+      for (; i < end; ++i) {
         const bool on = m == MathPrecision::fp32 ? pz[i] > T(0) : round_to_math(static_cast<float>(pz[i]), m) > 0.f;
         pdx[i] = on ? pdz[i] * scale : T(0);
       }
