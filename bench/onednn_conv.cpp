@@ -38,9 +38,9 @@ struct Layer {
 
 // The seed's Wide ResNet (widths 16, 160, 320, 640; two blocks per stage), 3x3 stride 1 pad 1.
 std::vector<Layer> layers(int64_t in_channels, int64_t image) {
-  return {{"input_block", in_channels, 16, image, 1},   {"stage1_16->160", 16, 160, image, 1},
-          {"stage1_160->160", 160, 160, image, 3},       {"stage2_160->320", 160, 320, image / 2, 1},
-          {"stage2_320->320", 320, 320, image / 2, 3},   {"stage3_320->640", 320, 640, image / 4, 1},
+  return {{"input_block", in_channels, 16, image, 1},  {"stage1_16->160", 16, 160, image, 1},
+          {"stage1_160->160", 160, 160, image, 3},     {"stage2_160->320", 160, 320, image / 2, 1},
+          {"stage2_320->320", 320, 320, image / 2, 3}, {"stage3_320->640", 320, 640, image / 4, 1},
           {"stage3_640->640", 640, 640, image / 4, 3}};
 }
 
@@ -119,8 +119,7 @@ std::vector<Pass> time_layer(dnnl::engine& eng, dnnl::stream& s, const Layer& l,
 #if DNNL_VERSION_MAJOR >= 3
     dnnl::convolution_forward::primitive_desc fwd(eng, prop_kind::forward_training, algo, src_any, wei_any, dst_any,
                                                   strides, pad, pad);
-    dnnl::convolution_backward_data::primitive_desc bwd_d(eng, algo, src_any, wei_any, dst_any, strides, pad, pad,
-                                                          fwd);
+    dnnl::convolution_backward_data::primitive_desc bwd_d(eng, algo, src_any, wei_any, dst_any, strides, pad, pad, fwd);
     dnnl::convolution_backward_weights::primitive_desc bwd_w(eng, algo, src_any, wei_any, dst_any, strides, pad, pad,
                                                              fwd);
 #else
@@ -128,10 +127,11 @@ std::vector<Pass> time_layer(dnnl::engine& eng, dnnl::stream& s, const Layer& l,
         {prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides, pad, pad}, eng);
     dnnl::convolution_backward_data::primitive_desc bwd_d({algo, src_any, wei_any, dst_any, strides, pad, pad}, eng,
                                                           fwd);
-    dnnl::convolution_backward_weights::primitive_desc bwd_w({algo, src_any, wei_any, dst_any, strides, pad, pad},
-                                                             eng, fwd);
+    dnnl::convolution_backward_weights::primitive_desc bwd_w({algo, src_any, wei_any, dst_any, strides, pad, pad}, eng,
+                                                             fwd);
 #endif
-    const std::string fl = layout(fwd.src_desc()) + "/" + layout(fwd.weights_desc(), true) + "/" + layout(fwd.dst_desc());
+    const std::string fl =
+        layout(fwd.src_desc()) + "/" + layout(fwd.weights_desc(), true) + "/" + layout(fwd.dst_desc());
     out.push_back(run(eng, s, dnnl::convolution_forward(fwd), fwd.impl_info_str(),
                       {{DNNL_ARG_SRC, fwd.src_desc()},
                        {DNNL_ARG_WEIGHTS, fwd.weights_desc()},
@@ -164,23 +164,30 @@ int main(int argc, char** argv) {
   int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--dataset") dataset = value;
-    else if (flag == "--batch") batch = std::atoll(value.c_str());
-    else if (flag == "--reps") reps = std::atoi(value.c_str());
-    else if (flag == "--algorithm") algo = value;
+    if (flag == "--dataset")
+      dataset = value;
+    else if (flag == "--batch")
+      batch = std::atoll(value.c_str());
+    else if (flag == "--reps")
+      reps = std::atoi(value.c_str());
+    else if (flag == "--algorithm")
+      algo = value;
     else {
       std::fprintf(stderr, "onednn_conv: unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
   if ((argc - 1) % 2 != 0 || batch <= 0 || reps <= 0 || (dataset != "fashion-mnist" && dataset != "cifar100")) {
-    std::fprintf(stderr, "onednn_conv: usage: [--dataset fashion-mnist|cifar100] [--batch N] [--reps N] [--algorithm A]\n");
+    std::fprintf(stderr,
+                 "onednn_conv: usage: [--dataset fashion-mnist|cifar100] [--batch N] [--reps N] [--algorithm A]\n");
     return 2;
   }
   const bool fm = dataset == "fashion-mnist";
   const dnnl_version_t* v = dnnl_version();
   std::printf("# oneDNN %d.%d.%d (%s), %s batch %lld, algorithm %s, median of %d\n", v->major, v->minor, v->patch,
-              v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB" : "other",
+              v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+              : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
+                                                   : "other",
               dataset.c_str(), static_cast<long long>(batch), algo.c_str(), reps);
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream s(eng);

@@ -3,10 +3,8 @@
 // Debian Fashion-MNIST files when installed; image folders (JPEG/PNG decoding and
 // torchvision's transforms) and npz arrays.
 #include <doctest/doctest.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,26 +22,14 @@
 #include "datasets/image.h"
 #include "datasets/pipeline.h"
 #include "graph/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace trainrt;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("trainrt_test_dataset_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using trainrt::test::TempDir;
 
 using Bytes = std::string;
 
@@ -117,12 +103,12 @@ void expect_bad(const std::function<void()>& f, const std::string& file, const s
 
 TEST_CASE("IDX images and labels read back exactly, raw and gzipped") {
   TempDir dir;
-  write(dir / "train-images-idx3-ubyte", idx_images(3, 2, 3));
-  write(dir / "train-labels-idx1-ubyte", idx_labels({0, 9, 5}));
-  write(dir / "t10k-images-idx3-ubyte.gz", gzip(idx_images(2, 4, 4)));
-  write(dir / "t10k-labels-idx1-ubyte.gz", gzip(idx_labels({7, 1})));
+  write(dir.file("train-images-idx3-ubyte"), idx_images(3, 2, 3));
+  write(dir.file("train-labels-idx1-ubyte"), idx_labels({0, 9, 5}));
+  write(dir.file("t10k-images-idx3-ubyte.gz"), gzip(idx_images(2, 4, 4)));
+  write(dir.file("t10k-labels-idx1-ubyte.gz"), gzip(idx_labels({7, 1})));
 
-  Tensor raw = read_idx_images(dir / "train-images-idx3-ubyte", 1 << 20);
+  Tensor raw = read_idx_images(dir.file("train-images-idx3-ubyte"), 1 << 20);
   CHECK(raw.dtype() == DataType::UInt8);
   CHECK(raw.dims() == std::vector<int64_t>{3, 1, 2, 3});
   for (int64_t i = 0; i < 3; ++i)
@@ -138,7 +124,7 @@ TEST_CASE("IDX images and labels read back exactly, raw and gzipped") {
   CHECK(train.labels.data<int64_t>()[1] == 9);
   CHECK(train.labels.data<int64_t>()[2] == 5);
   CHECK(train.mean.size() == 1);
-  CHECK(train.source == dir / "train-images-idx3-ubyte");
+  CHECK(train.source == dir.file("train-images-idx3-ubyte"));
 
   o.name = "fashion-mnist";
   o.train = false;
@@ -160,29 +146,29 @@ TEST_CASE("IDX images and labels read back exactly, raw and gzipped") {
 TEST_CASE("gzip: concatenated members are one stream, corrupt and truncated data are errors") {
   TempDir dir;
   Bytes raw = idx_images(2, 3, 3);
-  write(dir / "two.gz", gzip(raw.substr(0, 10)) + gzip(raw.substr(10)));
-  CHECK(read_maybe_gzip(dir / "two.gz", 1 << 20) == raw);
+  write(dir.file("two.gz"), gzip(raw.substr(0, 10)) + gzip(raw.substr(10)));
+  CHECK(read_maybe_gzip(dir.file("two.gz"), 1 << 20) == raw);
 
   Bytes gz = gzip(raw);
-  write(dir / "cut.gz", gz.substr(0, gz.size() / 2));
-  expect_bad([&] { read_maybe_gzip(dir / "cut.gz", 1 << 20); }, dir / "cut.gz", "truncated gzip");
+  write(dir.file("cut.gz"), gz.substr(0, gz.size() / 2));
+  expect_bad([&] { read_maybe_gzip(dir.file("cut.gz"), 1 << 20); }, dir.file("cut.gz"), "truncated gzip");
   Bytes bad = gz;
   for (size_t i = 10; i < bad.size() - 8; ++i) bad[i] = static_cast<char>(0xff);
-  write(dir / "bad.gz", bad);
-  expect_bad([&] { read_maybe_gzip(dir / "bad.gz", 1 << 20); }, dir / "bad.gz", "corrupt gzip");
-  write(dir / "tail.gz", gz + "xyz");
-  expect_bad([&] { read_maybe_gzip(dir / "tail.gz", 1 << 20); }, dir / "tail.gz", "after the end");
+  write(dir.file("bad.gz"), bad);
+  expect_bad([&] { read_maybe_gzip(dir.file("bad.gz"), 1 << 20); }, dir.file("bad.gz"), "corrupt gzip");
+  write(dir.file("tail.gz"), gz + "xyz");
+  expect_bad([&] { read_maybe_gzip(dir.file("tail.gz"), 1 << 20); }, dir.file("tail.gz"), "after the end");
   // A small file that inflates past the limit (a "gzip bomb") stops at the limit.
-  write(dir / "bomb.gz", gzip(Bytes(1 << 16, '\0')));
-  expect_bad([&] { read_maybe_gzip(dir / "bomb.gz", 1000); }, dir / "bomb.gz", "more than the limit of 1000");
-  write(dir / "exact.gz", gzip(Bytes(1000, 'a')));
-  CHECK(read_maybe_gzip(dir / "exact.gz", 1000) == Bytes(1000, 'a'));
-  expect_bad([&] { read_maybe_gzip(dir / "exact.gz", 999); }, dir / "exact.gz", "more than the limit of 999");
+  write(dir.file("bomb.gz"), gzip(Bytes(1 << 16, '\0')));
+  expect_bad([&] { read_maybe_gzip(dir.file("bomb.gz"), 1000); }, dir.file("bomb.gz"), "more than the limit of 1000");
+  write(dir.file("exact.gz"), gzip(Bytes(1000, 'a')));
+  CHECK(read_maybe_gzip(dir.file("exact.gz"), 1000) == Bytes(1000, 'a'));
+  expect_bad([&] { read_maybe_gzip(dir.file("exact.gz"), 999); }, dir.file("exact.gz"), "more than the limit of 999");
 }
 
 TEST_CASE("IDX bad files are BadInput errors naming the file") {
   TempDir dir;
-  const std::string img = dir / "i", lab = dir / "l";
+  const std::string img = dir.file("i"), lab = dir.file("l");
   auto images = [&](const Bytes& b) {
     write(img, b);
     return [p = img] { read_idx_images(p, 1 << 20); };
@@ -237,14 +223,14 @@ TEST_CASE("IDX dataset: count mismatch, missing files, unknown names") {
   DatasetOptions o;
   o.name = "fashion-mnist";
   o.data_dir = dir.path.string();
-  expect_bad([&] { load_dataset(o); }, dir / "train-images-idx3-ubyte.gz", "file not found");
-  write(dir / "train-images-idx3-ubyte.gz", gzip(idx_images(3, 2, 2)));
-  expect_bad([&] { load_dataset(o); }, dir / "train-labels-idx1-ubyte.gz", "file not found");
-  write(dir / "train-labels-idx1-ubyte", idx_labels({1, 2}));
-  expect_bad([&] { load_dataset(o); }, dir / "train-images-idx3-ubyte.gz",
-             "3 images but " + dir / "train-labels-idx1-ubyte" + " has 2 labels");
-  o.data_dir = dir / "nope";
-  expect_bad([&] { load_dataset(o); }, dir / "nope", "data folder not found");
+  expect_bad([&] { load_dataset(o); }, dir.file("train-images-idx3-ubyte.gz"), "file not found");
+  write(dir.file("train-images-idx3-ubyte.gz"), gzip(idx_images(3, 2, 2)));
+  expect_bad([&] { load_dataset(o); }, dir.file("train-labels-idx1-ubyte.gz"), "file not found");
+  write(dir.file("train-labels-idx1-ubyte"), idx_labels({1, 2}));
+  expect_bad([&] { load_dataset(o); }, dir.file("train-images-idx3-ubyte.gz"),
+             "3 images but " + dir.file("train-labels-idx1-ubyte") + " has 2 labels");
+  o.data_dir = dir.file("nope");
+  expect_bad([&] { load_dataset(o); }, dir.file("nope"), "data folder not found");
   o.name = "imagenet";
   expect_bad([&] { load_dataset(o); }, "--dataset", "unknown dataset 'imagenet'");
   o.name = "cifar10";
@@ -254,7 +240,7 @@ TEST_CASE("IDX dataset: count mismatch, missing files, unknown names") {
 
 TEST_CASE("CIFAR-10 binary batches, from the folder or its cifar-10-batches-bin subfolder") {
   TempDir dir;
-  const std::string sub = dir / "cifar-10-batches-bin";
+  const std::string sub = dir.file("cifar-10-batches-bin");
   for (int f = 1; f <= 5; ++f)
     write(sub + "/data_batch_" + std::to_string(f) + ".bin",
           cifar_record({f}, f * 10) + cifar_record({9 - f}, f * 10 + 1));
@@ -295,12 +281,12 @@ TEST_CASE("CIFAR-10 binary batches, from the folder or its cifar-10-batches-bin 
   fs::remove(sub + "/data_batch_3.bin");
   expect_bad([&] { load_dataset(o); }, sub + "/data_batch_3.bin", "file not found");
   fs::remove(sub + "/data_batch_1.bin");
-  expect_bad([&] { load_dataset(o); }, dir / "data_batch_1.bin", "also looked in " + sub);
+  expect_bad([&] { load_dataset(o); }, dir.file("data_batch_1.bin"), "also looked in " + sub);
 }
 
 TEST_CASE("CIFAR-100 binary: fine labels, 100 classes") {
   TempDir dir;
-  write(dir / "train.bin", cifar_record({19, 99}, 5) + cifar_record({0, 42}, 6));
+  write(dir.file("train.bin"), cifar_record({19, 99}, 5) + cifar_record({0, 42}, 6));
   DatasetOptions o;
   o.name = "cifar100";
   o.data_dir = dir.path.string();
@@ -313,17 +299,17 @@ TEST_CASE("CIFAR-100 binary: fine labels, 100 classes") {
   CHECK(d.mean == std::vector<float>{0.5071f, 0.4867f, 0.4408f});
   CHECK(d.std == std::vector<float>{0.2675f, 0.2565f, 0.2761f});
 
-  write(dir / "train.bin", cifar_record({1, 100}, 0));
-  expect_bad([&] { load_dataset(o); }, dir / "train.bin", "label 100 is out of range [0, 100)");
-  write(dir / "train.bin", cifar_record({20, 1}, 0));
-  expect_bad([&] { load_dataset(o); }, dir / "train.bin", "coarse label 20");
-  write(dir / "train.bin", cifar_record({1, 1}, 0).substr(1));
-  expect_bad([&] { load_dataset(o); }, dir / "train.bin", "3074-byte record");
-  write(dir / "train.bin", "");
-  expect_bad([&] { load_dataset(o); }, dir / "train.bin", "size 0");
+  write(dir.file("train.bin"), cifar_record({1, 100}, 0));
+  expect_bad([&] { load_dataset(o); }, dir.file("train.bin"), "label 100 is out of range [0, 100)");
+  write(dir.file("train.bin"), cifar_record({20, 1}, 0));
+  expect_bad([&] { load_dataset(o); }, dir.file("train.bin"), "coarse label 20");
+  write(dir.file("train.bin"), cifar_record({1, 1}, 0).substr(1));
+  expect_bad([&] { load_dataset(o); }, dir.file("train.bin"), "3074-byte record");
+  write(dir.file("train.bin"), "");
+  expect_bad([&] { load_dataset(o); }, dir.file("train.bin"), "size 0");
   o.train = false;
-  expect_bad([&] { load_dataset(o); }, dir / "test.bin", "file not found");
-  write(dir / "cifar-100-binary/test.bin", cifar_record({1, 7}, 0));
+  expect_bad([&] { load_dataset(o); }, dir.file("test.bin"), "file not found");
+  write(dir.file("cifar-100-binary/test.bin"), cifar_record({1, 7}, 0));
   CHECK(load_dataset(o).label(0) == 7);
 }
 
@@ -643,7 +629,7 @@ TEST_CASE("npz: stored and deflated members, dtypes, the validation split, bad f
   const std::vector<uint8_t> yv{3};
   for (bool deflated : {false, true}) {
     CAPTURE(deflated);
-    const std::string path = dir / (deflated ? "c.npz" : "s.npz");
+    const std::string path = dir.file(deflated ? "c.npz" : "s.npz");
     write(path, zip({{"x.npy", npy("<f4", {3, 2, 2}, raw_bytes(x))},
                      {"y.npy", npy("<i8", {3}, raw_bytes(y))},
                      {"x_val.npy", npy("<f8", {1, 2, 2}, raw_bytes(xv))},
@@ -667,7 +653,7 @@ TEST_CASE("npz: stored and deflated members, dtypes, the validation split, bad f
     CHECK(val.classes == 4);
   }
   // Without x_val/y_val the test split is x/y; uint8 samples stay uint8.
-  const std::string plain = dir / "u.npz";
+  const std::string plain = dir.file("u.npz");
   write(plain, zip({{"x.npy", npy("|u1", {2, 3}, Bytes{'\x01', '\x02', '\x03', '\x04', '\x05', '\x06'})},
                     {"y.npy", npy("<i4", {2}, raw_bytes(std::vector<int32_t>{1, 0}))}},
                    false));
@@ -681,35 +667,35 @@ TEST_CASE("npz: stored and deflated members, dtypes, the validation split, bad f
   CHECK(d.classes == 2);
 
   auto load = [&](const Bytes& file) {
-    write(dir / "bad.npz", file);
+    write(dir.file("bad.npz"), file);
     DatasetOptions b;
     b.name = "npz";
-    b.data_dir = dir / "bad.npz";
+    b.data_dir = dir.file("bad.npz");
     return [b] { (void)load_dataset(b); };
   };
   const Bytes xs = npy("<f4", {3, 2, 2}, raw_bytes(x)), ys = npy("<i8", {3}, raw_bytes(y));
-  expect_bad(load("not a zip at all, just some text"), dir / "bad.npz", "not a .npz (zip) file");
-  expect_bad(load(zip({{"x.npy", xs}}, false)), dir / "bad.npz", "has no array 'y'");
+  expect_bad(load("not a zip at all, just some text"), dir.file("bad.npz"), "not a .npz (zip) file");
+  expect_bad(load(zip({{"x.npy", xs}}, false)), dir.file("bad.npz"), "has no array 'y'");
   expect_bad(load(zip({{"x.npy", xs}, {"y.npy", npy("<i8", {2}, raw_bytes(std::vector<int64_t>{0, 1}))}}, false)),
-             dir / "bad.npz:y", "labels must have shape [3]");
-  expect_bad(load(zip({{"x.npy", xs.substr(0, xs.size() - 4)}, {"y.npy", ys}}, false)), dir / "bad.npz:x.npy",
+             dir.file("bad.npz:y"), "labels must have shape [3]");
+  expect_bad(load(zip({{"x.npy", xs.substr(0, xs.size() - 4)}, {"y.npy", ys}}, false)), dir.file("bad.npz:x.npy"),
              "needs 48 bytes");
-  expect_bad(load(zip({{"x.npy", npy("<c8", {3}, Bytes(24, '\0'))}, {"y.npy", ys}}, false)), dir / "bad.npz:x.npy",
+  expect_bad(load(zip({{"x.npy", npy("<c8", {3}, Bytes(24, '\0'))}, {"y.npy", ys}}, false)), dir.file("bad.npz:x.npy"),
              "unsupported dtype '<c8'");
   expect_bad(load(zip({{"x.npy", xs}, {"y.npy", npy("<f4", {3}, raw_bytes(std::vector<float>{0, 1, 2}))}}, false)),
-             dir / "bad.npz:y", "labels must be integers");
+             dir.file("bad.npz:y"), "labels must be integers");
   Bytes cut = zip({{"x.npy", xs}, {"y.npy", ys}}, true);
-  expect_bad(load(cut.substr(0, cut.size() / 2)), dir / "bad.npz", "not a .npz (zip) file");
+  expect_bad(load(cut.substr(0, cut.size() / 2)), dir.file("bad.npz"), "not a .npz (zip) file");
 }
 
 TEST_CASE("npz beyond images: token ids [N,T], audio [N,C,L], video [N,C,D,H,W], batched as they are") {
   TempDir dir;
   const std::vector<int64_t> y{1, 0, 2, 1};
   auto load = [&](const std::string& name, const Bytes& x, const Bytes& labels) {
-    write(dir / name, zip({{"x.npy", x}, {"y.npy", labels}}, true));
+    write(dir.file(name), zip({{"x.npy", x}, {"y.npy", labels}}, true));
     DatasetOptions o;
     o.name = "npz";
-    o.data_dir = dir / name;
+    o.data_dir = dir.file(name);
     return load_dataset(o);
   };
   const Bytes ys = npy("<i8", {4}, raw_bytes(y));
@@ -736,10 +722,10 @@ TEST_CASE("npz beyond images: token ids [N,T], audio [N,C,L], video [N,C,D,H,W],
   // Shuffled with augmentation asked for: refused (no augmentation for non-image data).
   PipelineOptions aug = po;
   aug.augment = true;
-  expect_bad([&] { BatchStream bad(tok, aug); }, dir / "tok.npz", "augmentation (flip + crop) needs uint8 images");
+  expect_bad([&] { BatchStream bad(tok, aug); }, dir.file("tok.npz"), "augmentation (flip + crop) needs uint8 images");
   Dataset normalised = tok;
   normalised.mean = {0.5f};
-  expect_bad([&] { BatchStream bad(normalised, po); }, dir / "tok.npz", "--mean/--std do not apply");
+  expect_bad([&] { BatchStream bad(normalised, po); }, dir.file("tok.npz"), "--mean/--std do not apply");
 
   // Float arrays of any rank: audio N,C,L and video N,C,D,H,W, batched as float32 N x sample.
   std::vector<float> audio(4 * 2 * 6), video(4 * 1 * 2 * 3 * 3);
@@ -760,19 +746,19 @@ TEST_CASE("npz beyond images: token ids [N,T], audio [N,C,L], video [N,C,D,H,W],
       [&] {
         load("u2.npz", npy("<u2", {4, 5}, Bytes(40, '\0')), ys);
       },
-      dir / "u2.npz:x", "int8..int64 (token ids), got uint16");
-  expect_bad([&] { load("r1.npz", npy("<i8", {4}, raw_bytes(y)), ys); }, dir / "r1.npz:x",
+      dir.file("u2.npz:x"), "int8..int64 (token ids), got uint16");
+  expect_bad([&] { load("r1.npz", npy("<i8", {4}, raw_bytes(y)), ys); }, dir.file("r1.npz:x"),
              "must be N x ... with N >= 1 and a sample shape");
   const Bytes good = zip({{"x.npy", npy("<i8", {4, 5}, raw_bytes(ids))}, {"y.npy", ys}}, true);
-  write(dir / "cut.npz", good.substr(0, good.size() - 30));
+  write(dir.file("cut.npz"), good.substr(0, good.size() - 30));
   DatasetOptions o;
   o.name = "npz";
-  o.data_dir = dir / "cut.npz";
-  expect_bad([&] { (void)load_dataset(o); }, dir / "cut.npz", "");
+  o.data_dir = dir.file("cut.npz");
+  expect_bad([&] { (void)load_dataset(o); }, dir.file("cut.npz"), "");
   Dataset wrong = tok;
   wrong.classes = 2;  // label 2 of sample 2 is out of range
   BatchStream sw(wrong, eval_options(4));
-  expect_bad([&] { (void)sw.next(); }, dir / "tok.npz", "sample 2: label 2 is out of range [0, 2)");
+  expect_bad([&] { (void)sw.next(); }, dir.file("tok.npz"), "sample 2: label 2 is out of range [0, 2)");
 }
 
 TEST_CASE("image folder: torchvision's class order, file order, extensions, and bad folders") {
@@ -780,8 +766,8 @@ TEST_CASE("image folder: torchvision's class order, file order, extensions, and 
   const Bytes png = make_png(4, 4, PNG_COLOR_TYPE_RGB, 8, solid_rgb(4, 4, 9, 9, 9));
   for (const char* f : {"train/dog/b.png", "train/dog/A.PNG", "train/dog/sub/a.jpg", "train/dog/z.jpeg",
                         "train/cat/1.png", "train/ant/x.Png", "val/dog/v.png", "val/ant/w.png"})
-    write(dir / f, png);
-  write(dir / "train/dog/notes.txt", "not an image");
+    write(dir.file(f), png);
+  write(dir.file("train/dog/notes.txt"), "not an image");
   DatasetOptions o;
   o.name = "imagefolder";
   o.data_dir = dir.path.string();
@@ -794,7 +780,7 @@ TEST_CASE("image folder: torchvision's class order, file order, extensions, and 
   // os.walk order: the class folder's files sorted (upper case first), then its subfolders'.
   const std::vector<std::string> want{"train/ant/x.Png", "train/cat/1.png",  "train/dog/A.PNG",
                                       "train/dog/b.png", "train/dog/z.jpeg", "train/dog/sub/a.jpg"};
-  for (size_t i = 0; i < want.size(); ++i) CHECK(d.files[i] == dir / want[i]);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(d.files[i] == dir.file(want[i]));
   CHECK(std::vector<int64_t>(d.labels.data<int64_t>(), d.labels.data<int64_t>() + 6) ==
         std::vector<int64_t>{0, 1, 2, 2, 2, 2});
   o.train = false;
@@ -806,30 +792,30 @@ TEST_CASE("image folder: torchvision's class order, file order, extensions, and 
   CHECK(load_dataset(o).size() == 1);
 
   SUBCASE("a val class that train lacks") {
-    write(dir / "val/emu/e.png", png);
-    expect_bad([&] { (void)load_dataset(o); }, dir / "val/emu", "class 'emu' is not a class of");
+    write(dir.file("val/emu/e.png"), png);
+    expect_bad([&] { (void)load_dataset(o); }, dir.file("val/emu"), "class 'emu' is not a class of");
   }
   SUBCASE("an empty class folder") {
     fs::create_directories(dir.path / "train" / "bee");
     o.train = true;
-    expect_bad([&] { (void)load_dataset(o); }, dir / "train/bee", "class folder has no images");
+    expect_bad([&] { (void)load_dataset(o); }, dir.file("train/bee"), "class folder has no images");
   }
   SUBCASE("no train folder") {
     fs::remove_all(dir.path / "train");
-    expect_bad([&] { (void)load_dataset(o); }, dir / "train", "folder not found");
+    expect_bad([&] { (void)load_dataset(o); }, dir.file("train"), "folder not found");
   }
 }
 
 TEST_CASE("image folder batches: decoded in the pipeline, the eval transform exact, augmentation seeded") {
   TempDir dir;
   // Solid colours survive every crop and resize unchanged.
-  write(dir / "train/a/1.png", make_png(40, 30, PNG_COLOR_TYPE_RGB, 8, solid_rgb(40, 30, 255, 0, 51)));
-  write(dir / "train/b/2.png", make_png(20, 50, PNG_COLOR_TYPE_GRAY, 8, Bytes(1000, '\x66')));
+  write(dir.file("train/a/1.png"), make_png(40, 30, PNG_COLOR_TYPE_RGB, 8, solid_rgb(40, 30, 255, 0, 51)));
+  write(dir.file("train/b/2.png"), make_png(20, 50, PNG_COLOR_TYPE_GRAY, 8, Bytes(1000, '\x66')));
   Bytes grad;  // a horizontal gradient shows flips and crops
   for (int y = 0; y < 24; ++y)
     for (int x = 0; x < 48; ++x) grad += {static_cast<char>(x * 5), static_cast<char>(y * 10), '\0'};
-  write(dir / "train/b/3.png", make_png(48, 24, PNG_COLOR_TYPE_RGB, 8, grad));
-  write(dir / "train/b/4.png", "truncated");
+  write(dir.file("train/b/3.png"), make_png(48, 24, PNG_COLOR_TYPE_RGB, 8, grad));
+  write(dir.file("train/b/4.png"), "truncated");
   DatasetOptions o;
   o.name = "imagefolder";
   o.data_dir = dir.path.string();
@@ -879,5 +865,5 @@ TEST_CASE("image folder batches: decoded in the pipeline, the eval transform exa
         while (s.next()) {
         }
       },
-      dir / "train/b/4.png", "not a JPEG or PNG image");
+      dir.file("train/b/4.png"), "not a JPEG or PNG image");
 }

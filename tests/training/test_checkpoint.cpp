@@ -2,10 +2,8 @@
 // single-byte corruption and every truncation refused (BadInput naming the file),
 // folder listing/pruning by step, and the resume-flag comparison.
 #include <doctest/doctest.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -24,20 +22,7 @@ using trainrt::test::random_tensor;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("trainrt_test_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using trainrt::test::TempDir;
 
 Checkpoint sample_checkpoint() {
   Checkpoint c;
@@ -152,8 +137,8 @@ TEST_CASE("checkpoint folder: newest by step, pruning keeps the last K, temporar
   TempDir dir;
   Checkpoint c = sample_checkpoint();
   for (int64_t step : {5, 100, 20, 7}) write_checkpoint(c, checkpoint_path(dir.path.string(), step));
-  std::ofstream(dir / ".checkpoint-0000000999.ckpt.tmp.abcdef") << "partial";
-  std::ofstream(dir / "notes.txt") << "x";
+  std::ofstream(dir.file(".checkpoint-0000000999.ckpt.tmp.abcdef")) << "partial";
+  std::ofstream(dir.file("notes.txt")) << "x";
   auto all = list_checkpoints(dir.path.string());
   REQUIRE(all.size() == 4);
   CHECK(fs::path(all.front()).filename() == "checkpoint-0000000005.ckpt");
@@ -163,7 +148,7 @@ TEST_CASE("checkpoint folder: newest by step, pruning keeps the last K, temporar
   REQUIRE(all.size() == 2);
   CHECK(fs::path(all[0]).filename() == "checkpoint-0000000020.ckpt");
   CHECK(fs::path(all[1]).filename() == "checkpoint-0000000100.ckpt");
-  CHECK(fs::exists(dir / "notes.txt"));
+  CHECK(fs::exists(dir.file("notes.txt")));
   CHECK(latest_checkpoint((dir.path / "missing").string()).empty());
 }
 

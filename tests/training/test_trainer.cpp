@@ -5,9 +5,7 @@
 // run's weights and validation figures; Trainer::evaluate() must be the epoch's
 // validation; a checkpoint written with other settings is refused.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -17,6 +15,7 @@
 #include "passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/runtime_util.h"
+#include "test_util.h"
 #include "training/trainer.h"
 
 namespace fs = std::filesystem;
@@ -25,19 +24,7 @@ using trainrt::test::small_wrn;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("trainrt_test_trainer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using trainrt::test::TempDir;
 
 // n Fashion-MNIST-shaped samples: uint8 1x28x28 images, labels in 0..9.
 Dataset synthetic(int64_t n, uint64_t seed) {
