@@ -155,7 +155,7 @@ if [ "$mode" = test ]; then
       phase_begin
       ONEDNN_MAX_CPU_ISA=AVX2 ctest --test-dir "$BUILD_DIR" --output-on-failure -LE gpu -j "$JOBS"
       phase_end "ctest (ONEDNN_MAX_CPU_ISA=AVX2)" ;;
-    *) echo "== this CPU has no AVX-512: blocked layouts, Winograd and bf16 were not exercised" ;;
+    *) echo "== this CPU has no AVX-512: oneDNN's blocked layouts, Winograd and bf16 were not exercised (trainrt's own AVX2 Winograd was)" ;;
   esac
   # Fuzzing of the readers, the whole suite under ASan+UBSan, TSan over the pipeline,
   # executor and kernels (docs/reliability.md: phases and time budget);
