@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "ops/core/batchnorm_stats.h"
 #include "ops/core/common.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
@@ -160,17 +161,18 @@ void apply_plain(const Tensor& x, const float* scale, const float* shift, const 
       float* yr = yp + r * S;
       int64_t i = 0;
 #ifdef __SSE2__
-      // 4 at a time (GCC's -O2 leaves the loop below scalar); the same operations per
-      // element, ReLU as v <= 0 ? 0 : v (NaN kept, -0 to +0).
+      // 4 at a time (GCC's -O2 leaves the loop below scalar): the reference's formula
+      // (batchnorm_stats::apply) on GCC's vector arithmetic, ReLU as v <= 0 ? 0 : v (NaN
+      // kept, -0 to +0).
       const __m128 a4 = _mm_set1_ps(ac), m4 = _mm_set1_ps(mc), b4 = _mm_set1_ps(bc), zero = _mm_setzero_ps();
       for (; i + 4 <= S; i += 4) {
-        __m128 v = _mm_add_ps(_mm_mul_ps(a4, _mm_sub_ps(_mm_loadu_ps(xr + i), m4)), b4);
+        __m128 v = batchnorm_stats::apply(_mm_loadu_ps(xr + i), m4, a4, b4);
         if (relu) v = _mm_andnot_ps(_mm_cmple_ps(v, zero), v);
         _mm_storeu_ps(yr + i, v);
       }
 #endif
       for (; i < S; ++i) {
-        const float v = ac * (xr[i] - mc) + bc;
+        const float v = batchnorm_stats::apply(xr[i], mc, ac, bc);
         yr[i] = relu && v <= 0.f ? 0.f : v;
       }
     }
