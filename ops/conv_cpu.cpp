@@ -28,6 +28,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/core/rounded_outputs.h"
 #include "ops/core/window.h"
 #include "ops/onednn/dnnl_grad_util.h"
 #include "ops/onednn/dnnl_util.h"
@@ -115,7 +116,7 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
     };
     // bf16/fp16: act(conv + B) is rounded before Z is added (ops/fused.cpp), which no
     // post-op does: Z is added by the loop below.
-    p.add_z_after = has_z && math != MathPrecision::fp32;
+    p.add_z_after = has_z && rounds_before_residual(math, y.dtype());
     dnnl::convolution_forward::primitive_desc pd = make_pd(has_z && !p.add_z_after);
     // Some implementations (the gemm-based one used for grouped convolutions) take
     // relu-then-sum only in oneDNN's slow ref:any; then Z is added by a loop instead.

@@ -94,6 +94,7 @@
 #include "ops/core/common.h"
 #include "ops/core/conv_descriptor.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/core/rounded_outputs.h"
 #include "ops/core/window.h"
 #include "ops/cuda/channel_slices.h"
 #include "ops/cuda/cuda_util.h"
@@ -645,7 +646,7 @@ MathInputs math_inputs(const KernelContext& ctx) {
 bool conv_forward_unrounded(KernelContext& ctx, bool fused, const Tensor* z);
 void conv_forward(KernelContext& ctx, bool fused) {
   const Tensor* z = fused && ctx.has_input(3) ? &ctx.in(3) : nullptr;
-  if (!z || ctx.math == MathPrecision::fp32 || ctx.out(0).dtype() != DataType::Float32) {
+  if (!z || !rounds_before_residual(ctx.math, ctx.out(0).dtype())) {
     conv_forward_unrounded(ctx, fused, z);
     return;
   }
@@ -764,7 +765,7 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   size_t bytes = 0;
   const Tensor* b = ctx.has_input(2) ? &ctx.in(2) : nullptr;
   // Under bf16/fp16 the graphs run without the residual (conv_forward adds it after).
-  const bool residual_after = ctx.math != MathPrecision::fp32 && y.dtype() == DataType::Float32;
+  const bool residual_after = rounds_before_residual(ctx.math, y.dtype());
   const Tensor* z = fused && ctx.has_input(3) && !residual_after ? &ctx.in(3) : nullptr;
   const bool relu = fused && n.attr_string("activation", "") == "Relu";
   const int64_t group = n.attr_int("group", 1);

@@ -27,6 +27,7 @@
 
 #include "ops/core/common.h"
 #include "ops/core/register_all.h"
+#include "ops/core/rounded_outputs.h"
 
 namespace trainrt {
 
@@ -89,7 +90,7 @@ void fused_conv_reference(KernelContext& ctx, const Kernel& conv) {
   // bf16/fp16 with a residual: conv + B rounded before Z is added, as the unfused graph's
   // Conv output is (math_rounded_outputs; the ReLU commutes with the rounding). Without Z
   // the executor rounds Y after the kernel, as it does Conv's.
-  if (z && ctx.math != MathPrecision::fp32 && ctx.out(0).dtype() == DataType::Float32) {
+  if (z && rounds_before_residual(ctx.math, ctx.out(0).dtype())) {
     float* p = ctx.out(0).data<float>();
     round_floats(p, p, ctx.out(0).numel(), ctx.math, true);
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "ops/core/kernel.h"
 
 namespace trainrt {
 
@@ -27,5 +28,11 @@ namespace trainrt {
 // reads (the logits come from a Gemm) stay fp32. Only float32 outputs are rounded (the
 // executor checks); an output stored in 16 bits is rounded as its kernel writes it.
 std::vector<size_t> math_rounded_outputs(const Node& n);
+
+// Whether a FusedConv with a residual Z and output dtype `y` rounds act(conv + B) and then
+// adds Z (in fp32) under `m`: every backend's kernel asks this one question.
+inline bool rounds_before_residual(MathPrecision m, DataType y) {
+  return m != MathPrecision::fp32 && y == DataType::Float32;
+}
 
 }  // namespace trainrt
