@@ -97,6 +97,7 @@
 #include "ops/core/rounded_outputs.h"
 #include "ops/core/window.h"
 #include "ops/cuda/channel_slices.h"
+#include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
 
 // cuDNN 9 marks this convolution API deprecated (when CUDNN_WARN_DEPRECATED is defined);
@@ -170,8 +171,10 @@ __global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int6
 // FusedConv's residual under bf16/fp16: y = round_to_math(y) + z over n values (y and z
 // in one layout), after the graph or the epilogue wrote act(conv + b) without z: the
 // unfused Conv's output is rounded (ops/core/rounded_outputs.h), the Add's is not.
-__global__ void round_add_residual(float* y, const float* z, int64_t n, MathPrecision m) {
-  TRAINRT_GRID_STRIDE(i, n) { y[i] = round_to_math(y[i], m) + z[i]; }
+// z: a float* or a Load16 (z stored in 16 bits: a rounded value, read as its widening).
+template <typename Z>
+__global__ void round_add_residual(float* y, Z z, int64_t n, MathPrecision m) {
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = round_to_math(y[i], m) + load_at(z, i); }
 }
 
 // xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around, each
@@ -653,8 +656,12 @@ void conv_forward(KernelContext& ctx, bool fused) {
   if (!conv_forward_unrounded(ctx, fused, nullptr)) return;  // the reference kernel ran the node
   const int64_t count = ctx.out(0).numel();
   if (count == 0) return;
-  round_add_residual<<<blocks_for(count), kThreads, 0, context().stream>>>(ctx.out(0).data<float>(), z->data<float>(),
-                                                                           count, ctx.math);
+  float* y = ctx.out(0).data<float>();
+  cudaStream_t stream = context().stream;
+  if (stored_narrow(ctx, *z))  // z stored in 16 bits (runtime/narrow.h): its exact widening
+    round_add_residual<<<blocks_for(count), kThreads, 0, stream>>>(y, load16(*z, ctx.math), count, ctx.math);
+  else
+    round_add_residual<<<blocks_for(count), kThreads, 0, stream>>>(y, z->data<float>(), count, ctx.math);
   check_launch(ctx.node, "round_add_residual");
 }
 
@@ -1005,6 +1012,47 @@ WorkspaceRule one_d_as_2d_workspace(WorkspaceRule w) {
   };
 }
 
+// Output 0 (Conv and FusedConv's Y, ConvGrad's dX) stored in 16 bits (runtime/narrow.h):
+// the kernel writes it in float32 past its own workspace and one pass rounds that to
+// nearest even into the 16-bit storage (narrow_to_math), the rounding the executor's
+// step gives a float32 Y, so the bits are the same. Why not the graphs' own 16-bit
+// output tensors: one path for the graphs, the legacy API, the epilogue and the host
+// fallback; the price is Y's float32 write and read in the workspace.
+KernelContext with_wide_output(const KernelContext& ctx, Tensor& wide) {
+  wide = wide_shape(ctx.out(0));  // dims and layout, float32, no memory yet
+  KernelContext c = ctx_with_node(ctx, ctx.node);
+  c.outputs[0] = &wide;
+  return c;
+}
+WorkspaceRule narrow_output_workspace(WorkspaceRule inner) {
+  return [inner = std::move(inner)](const KernelContext& ctx) {
+    if (!ctx.has_output(0) || !ctx.out(0).narrowed()) return inner(ctx);
+    Tensor wide;
+    const KernelContext c = with_wide_output(ctx, wide);
+    Carve carve;
+    carve.take(inner(c));
+    carve.take(static_cast<size_t>(wide.numel()) * sizeof(float));
+    return carve.size;
+  };
+}
+Kernel narrow_output(Kernel k, WorkspaceRule inner) {
+  return [k = std::move(k), inner = std::move(inner)](KernelContext& ctx) {
+    if (!ctx.has_output(0) || !stored_narrow(ctx, ctx.out(0))) return k(ctx);
+    Tensor& y16 = ctx.out(0);
+    Tensor wide;
+    KernelContext c = with_wide_output(ctx, wide);
+    Carve carve;
+    carve.take(inner(c));
+    const size_t at = carve.take(static_cast<size_t>(wide.numel()) * sizeof(float));
+    auto* base = static_cast<std::byte*>(workspace(carve.size));
+    wide =
+        Tensor(DataType::Float32, y16.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), base + at));
+    wide.set_layout(y16.layout());
+    k(c);  // a larger workspace it might take is another buffer: the old one stays allocated
+    narrow_to_math(wide.data<float>(), y16.data<uint16_t>(), wide.numel(), c.math, ctx.node);
+  };
+}
+
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
@@ -1012,39 +1060,52 @@ void register_conv_cuda(Registry& r) {
   // Filters Converted: the plan hands these kernels KRSC weights and takes KRSC weight
   // gradients (runtime/layout.h add_layout_copies); ConvGrad reads W only for dX.
   using facts::A, facts::C, facts::P, facts::S;
-  add_if_schema(r, "cuda", "", "Conv", one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }),
+  const WorkspaceRule conv_ws =
+      one_d_as_2d_workspace([](const KernelContext& c) { return conv_forward_workspace(c, false); });
+  const WorkspaceRule fused_ws =
+      one_d_as_2d_workspace([](const KernelContext& c) { return conv_forward_workspace(c, true); });
+  const WorkspaceRule grad_ws = one_d_as_2d_workspace(conv_grad_workspace);
+  add_if_schema(r, "cuda", "", "Conv",
+                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }), conv_ws),
                 facts::fixed({{A, C, P}, {A}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv",
-                one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }),
+                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }), fused_ws),
                 facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", one_d_as_2d(with_dx_relu(conv_grad, *relu_grad)),
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad",
+                narrow_output(one_d_as_2d(with_dx_relu(conv_grad, *relu_grad)), grad_ws),
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
   // Under bf16/fp16 x and w (ConvGrad: dY, X unless its ReLU mask is read too, and W) may
   // be stored in 16 bits (runtime/narrow.h): the graphs read them as they are, the legacy
   // path widened. The weights' KRSC copies are so stored: every convolution rounds them.
-  for (const auto& [domain, op] : {std::pair<std::string, std::string>{"", "Conv"}, {kTrainrtDomain, "FusedConv"}})
-    if (r.kernels.find("cuda", domain, op))
-      r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_inputs({0, 1}));
+  // Y (ConvGrad: dX) where the kernel rounds it (math_rounded_outputs): Conv's, and
+  // FusedConv's without a residual (with Z, act(conv + B) is rounded before Z is added, so
+  // Y is no 16-bit number); written through narrow_output. FusedConv's residual Z, which
+  // round_add_residual reads as its exact widening (a value stored so is rounded by its
+  // writer).
+  if (r.kernels.find("cuda", "", "Conv")) r.kernels.set_narrow("cuda", "", "Conv", facts::narrow({0, 1}, {0}));
+  if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "FusedConv", [](const Graph&, const Node& n) {
+      NodeSlots s;
+      s.inputs = {true, true, false, true};
+      s.outputs = {!n.has_input(3)};
+      return s;
+    });
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
     r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph&, const Node& n) {
       NodeSlots s;
       s.inputs = {true, n.attr_int("dx_relu", 0) == 0, true};
+      s.outputs = {true};
       return s;
     });
-  if (r.kernels.find("cuda", "", "Conv"))
-    r.kernels.set_workspace("cuda", "", "Conv", one_d_as_2d_workspace([](const KernelContext& c) {
-                              return conv_forward_workspace(c, false);
-                            }));
+  if (r.kernels.find("cuda", "", "Conv")) r.kernels.set_workspace("cuda", "", "Conv", narrow_output_workspace(conv_ws));
   if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", one_d_as_2d_workspace([](const KernelContext& c) {
-                              return conv_forward_workspace(c, true);
-                            }));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", narrow_output_workspace(fused_ws));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", one_d_as_2d_workspace(conv_grad_workspace));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", narrow_output_workspace(grad_ws));
 }
 
 }  // namespace trainrt::cuda
