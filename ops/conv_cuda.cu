@@ -48,16 +48,18 @@
 // live as long as the process.
 //
 // --precision bf16/fp16 (KernelContext::math): as the reference (ops/conv.cpp), the
-// convolution reads x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half; bias,
-// residual and outputs stay fp32. Each pass first tries a cuDNN graph on 16-bit copies of
-// those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's
-// other scratch): tensor-core math at the 16-bit rate, products exact, fp32 accumulation
-// into fp32 outputs, the reference's numerics. ConvGrad's db is then a sum per channel of
-// the 16-bit dy (slice_sums over ops/cuda/channel_slices.h's slices, as batch-norm
-// statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32
-// copies of the rounded values instead (same place in the workspace); their products are
-// exact in TF32, so the tensor cores run them whatever --fp32-math says (tf32_allowed):
-// the reference's numerics at TF32 speed. Activations stay fp32 in memory either way.
+// convolution reads x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half; bias
+// and residual unrounded; Y and dX are rounded (ops/core/rounded_outputs.h). Each pass first tries a cuDNN graph on
+// 16-bit copies of those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's other scratch):
+// tensor-core math at the 16-bit rate, products exact, fp32 accumulation into fp32 outputs, the reference's numerics.
+// ConvGrad's db is then a sum per channel of the 16-bit dy (slice_sums over ops/cuda/channel_slices.h's slices, as
+// batch-norm statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32 copies of the rounded
+// values instead (same place in the workspace); their products are exact in TF32, so the tensor cores run them whatever
+// --fp32-math says (tf32_allowed): the reference's numerics at TF32 speed. Inputs and outputs are fp32 in memory unless
+// the plan stores them in 16 bits (runtime/narrow.h): such inputs are read as they are
+// (the graphs) or widened (the legacy path); such a Y or dX is written by narrow_output
+// (the forward's graph with a 16-bit y, else float32 in the workspace and one rounding
+// pass), FusedConv's residual Z read from its bits.
 //
 // Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
 // residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as
@@ -1012,32 +1014,39 @@ WorkspaceRule one_d_as_2d_workspace(WorkspaceRule w) {
   };
 }
 
-// Output 0 (Conv and FusedConv's Y, ConvGrad's dX) stored in 16 bits (runtime/narrow.h):
-// the kernel writes it in float32 past its own workspace and one pass rounds that to
-// nearest even into the 16-bit storage (narrow_to_math), the rounding the executor's
-// step gives a float32 Y, so the bits are the same. Why not the graphs' own 16-bit
-// output tensors: one path for the graphs, the legacy API, the epilogue and the host
-// fallback; the price is Y's float32 write and read in the workspace.
+// Output 0 (Conv and FusedConv's Y, ConvGrad's dX) stored in 16 bits (runtime/narrow.h).
+// First `direct` where given (the forward's graph writing the 16-bit Y itself); where it
+// does not run, the kernel writes output 0 in float32 past its own workspace and one
+// pass rounds that to nearest even into the 16-bit storage (narrow_to_math), the
+// rounding the executor's step gives a float32 Y, so the bits are the same either way.
+// The float32 way serves every path (the graphs, the legacy API, the epilogue, the host
+// fallback) at the price of Y's float32 write and read in the workspace.
+struct Direct16 {
+  std::function<bool(KernelContext&)> run;                 // false: did not run; empty: none
+  std::function<int64_t(const KernelContext&)> workspace;  // its bytes; -1: would not run
+};
 KernelContext with_wide_output(const KernelContext& ctx, Tensor& wide) {
   wide = wide_shape(ctx.out(0));  // dims and layout, float32, no memory yet
   KernelContext c = ctx_with_node(ctx, ctx.node);
   c.outputs[0] = &wide;
   return c;
 }
-WorkspaceRule narrow_output_workspace(WorkspaceRule inner) {
-  return [inner = std::move(inner)](const KernelContext& ctx) {
+WorkspaceRule narrow_output_workspace(WorkspaceRule inner, Direct16 direct = {}) {
+  return [inner = std::move(inner), direct = std::move(direct)](const KernelContext& ctx) {
     if (!ctx.has_output(0) || !ctx.out(0).narrowed()) return inner(ctx);
     Tensor wide;
     const KernelContext c = with_wide_output(ctx, wide);
     Carve carve;
     carve.take(inner(c));
     carve.take(static_cast<size_t>(wide.numel()) * sizeof(float));
-    return carve.size;
+    const int64_t d = direct.workspace ? direct.workspace(ctx) : -1;
+    return std::max(carve.size, d < 0 ? size_t{0} : static_cast<size_t>(d));
   };
 }
-Kernel narrow_output(Kernel k, WorkspaceRule inner) {
-  return [k = std::move(k), inner = std::move(inner)](KernelContext& ctx) {
+Kernel narrow_output(Kernel k, WorkspaceRule inner, Direct16 direct = {}) {
+  return [k = std::move(k), inner = std::move(inner), direct = std::move(direct)](KernelContext& ctx) {
     if (!ctx.has_output(0) || !stored_narrow(ctx, ctx.out(0))) return k(ctx);
+    if (direct.run && direct.run(ctx)) return;
     Tensor& y16 = ctx.out(0);
     Tensor wide;
     KernelContext c = with_wide_output(ctx, wide);
@@ -1053,6 +1062,49 @@ Kernel narrow_output(Kernel k, WorkspaceRule inner) {
   };
 }
 
+// Conv, and FusedConv without a residual, whose Y is stored in 16 bits: the graph on the
+// 16-bit copies of x and w writes Y's 16 bits itself (fp32 accumulation and epilogue,
+// rounded to nearest even as written, as the float32 way rounds), no float32 Y at all.
+// 2-D only (a 1-D or 3-D convolution takes the float32 way).
+bool forward16_scope(const KernelContext& ctx, bool fused) {
+  return ctx.in(0).rank() == 4 && ctx.in(0).numel() > 0 && ctx.in(1).numel() > 0 && !(fused && ctx.has_input(3)) &&
+         !rounded_inputs(ctx).empty();
+}
+ConvGraphArgs forward16_args(const KernelContext& ctx, bool fused, const NarrowInputs& narrow, const Window& win,
+                             size_t copies) {
+  const Node& n = ctx.node;
+  return ConvGraphArgs{narrow.t[0],
+                       narrow.t[1],
+                       ctx.has_input(2) ? &ctx.in(2) : nullptr,
+                       nullptr,
+                       ctx.out(0),
+                       win,
+                       n.attr_int("group", 1),
+                       fused && n.attr_string("activation", "") == "Relu",
+                       copies};
+}
+int64_t forward16_workspace(const KernelContext& ctx, bool fused) {
+  if (!forward16_scope(ctx, fused)) return -1;
+  const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
+  const Window win = conv_window(ctx.node, narrow.t[0], narrow.t[1], ctx.out(0).dims());
+  const int64_t g = conv_graph_workspace(ctx, forward16_args(ctx, fused, narrow, win, 0));
+  return g < 0 ? -1 : static_cast<int64_t>(math_bytes(ctx)) + g;
+}
+bool forward16(KernelContext& ctx, bool fused) {
+  if (!forward16_scope(ctx, fused)) return false;
+  const size_t copies = math_bytes(ctx);
+  const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(copies)));
+  const Window win = conv_window(ctx.node, narrow.t[0], narrow.t[1], ctx.out(0).dims());
+  ConvGraphArgs a = forward16_args(ctx, fused, narrow, win, copies);
+  a.prepare = &narrow.prepare;
+  a.instead = "the graph writing float32 Y, rounded into 16 bits after";
+  return conv_graph_forward(ctx, a);
+}
+Direct16 forward16_direct(bool fused) {
+  return {[fused](KernelContext& c) { return forward16(c, fused); },
+          [fused](const KernelContext& c) { return forward16_workspace(c, fused); }};
+}
+
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
@@ -1066,10 +1118,12 @@ void register_conv_cuda(Registry& r) {
       one_d_as_2d_workspace([](const KernelContext& c) { return conv_forward_workspace(c, true); });
   const WorkspaceRule grad_ws = one_d_as_2d_workspace(conv_grad_workspace);
   add_if_schema(r, "cuda", "", "Conv",
-                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }), conv_ws),
+                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }), conv_ws,
+                              forward16_direct(false)),
                 facts::fixed({{A, C, P}, {A}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv",
-                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }), fused_ws),
+                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }), fused_ws,
+                              forward16_direct(true)),
                 facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
@@ -1101,9 +1155,11 @@ void register_conv_cuda(Registry& r) {
       s.outputs = {true};
       return s;
     });
-  if (r.kernels.find("cuda", "", "Conv")) r.kernels.set_workspace("cuda", "", "Conv", narrow_output_workspace(conv_ws));
+  if (r.kernels.find("cuda", "", "Conv"))
+    r.kernels.set_workspace("cuda", "", "Conv", narrow_output_workspace(conv_ws, forward16_direct(false)));
   if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", narrow_output_workspace(fused_ws));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv",
+                            narrow_output_workspace(fused_ws, forward16_direct(true)));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
     r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", narrow_output_workspace(grad_ws));
 }
