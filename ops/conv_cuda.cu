@@ -58,8 +58,8 @@
 // --fp32-math says (tf32_allowed): the reference's numerics at TF32 speed. Inputs and outputs are fp32 in memory unless
 // the plan stores them in 16 bits (runtime/narrow.h): such inputs are read as they are
 // (the graphs) or widened (the legacy path); such a Y or dX is written by narrow_output
-// (the forward's graph with a 16-bit y, else float32 in the workspace and one rounding
-// pass), FusedConv's residual Z read from its bits.
+// (the forward's or data pass's graph with a 16-bit y / dx, else float32 in the
+// workspace and one rounding pass), FusedConv's residual Z read from its bits.
 //
 // Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
 // residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as
@@ -1015,10 +1015,11 @@ WorkspaceRule one_d_as_2d_workspace(WorkspaceRule w) {
 }
 
 // Output 0 (Conv and FusedConv's Y, ConvGrad's dX) stored in 16 bits (runtime/narrow.h).
-// First `direct` where given (the forward's graph writing the 16-bit Y itself); where it
-// does not run, the kernel writes output 0 in float32 past its own workspace and one
-// pass rounds that to nearest even into the 16-bit storage (narrow_to_math), the
-// rounding the executor's step gives a float32 Y, so the bits are the same either way.
+// First `direct` where given (the forward's or data pass's graph writing the 16-bit
+// output itself: forward16, grad16); where it does not run, the kernel writes output 0
+// in float32 past its own workspace and one pass rounds that to nearest even into the
+// 16-bit storage (narrow_to_math), the rounding the executor's step gives a float32 Y,
+// so the bits are the same either way (cuDNN's conversion taken to be nearest even).
 // The float32 way serves every path (the graphs, the legacy API, the epilogue, the host
 // fallback) at the price of Y's float32 write and read in the workspace.
 struct Direct16 {
@@ -1105,6 +1106,47 @@ Direct16 forward16_direct(bool fused) {
           [fused](const KernelContext& c) { return forward16_workspace(c, fused); }};
 }
 
+// ConvGrad whose dX is stored in 16 bits (without dx_relu, whose mask reads fp32 X): the
+// data pass's graph on the 16-bit copies writes dX's 16 bits itself; then `k` (the
+// ConvGrad kernel) computes the node's other outputs on a context without dX. 2-D only.
+bool grad16_scope(const KernelContext& ctx) {
+  return ctx.in(0).rank() == 4 && ctx.node.attr_int("dx_relu", 0) == 0 && ctx.in(0).numel() > 0 &&
+         ctx.in(1).numel() > 0 && ctx.in(2).numel() > 0 && !rounded_inputs(ctx).empty();
+}
+ConvGradGraphArgs grad16_args(const KernelContext& ctx, const NarrowInputs& narrow, const Window& win, size_t copies) {
+  return ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], ctx.out(0), win, ctx.node.attr_int("group", 1),
+                           copies};
+}
+KernelContext without_dx(const KernelContext& ctx) {
+  KernelContext c = ctx_with_node(ctx, ctx.node);
+  c.outputs[0] = nullptr;
+  return c;
+}
+int64_t grad16_workspace(const KernelContext& ctx, const WorkspaceRule& inner) {
+  if (!grad16_scope(ctx)) return -1;
+  const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
+  const Window win = conv_window(ctx.node, ctx.in(1), ctx.in(2), ctx.in(0).dims());
+  const int64_t g = conv_graph_backward_workspace(ctx, grad16_args(ctx, narrow, win, 0));
+  if (g < 0) return -1;
+  // The rest runs after the data pass, from the workspace's start too.
+  const size_t rest = ctx.has_output(1) || ctx.has_output(2) ? inner(without_dx(ctx)) : 0;
+  return static_cast<int64_t>(std::max(math_bytes(ctx) + static_cast<size_t>(g), rest));
+}
+bool grad16(KernelContext& ctx, const Kernel& k) {
+  if (!grad16_scope(ctx)) return false;
+  const size_t copies = math_bytes(ctx);
+  const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(copies)));
+  const Window win = conv_window(ctx.node, ctx.in(1), ctx.in(2), ctx.in(0).dims());
+  ConvGradGraphArgs a = grad16_args(ctx, narrow, win, copies);
+  a.prepare = &narrow.prepare;
+  a.instead = "the data pass writing float32 dX, rounded into 16 bits after";
+  if (!conv_graph_backward(ctx, a)) return false;
+  if (!ctx.has_output(1) && !ctx.has_output(2)) return true;
+  KernelContext rest = without_dx(ctx);  // its copies reuse the workspace after the data pass, in stream order
+  k(rest);
+  return true;
+}
+
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
@@ -1127,8 +1169,10 @@ void register_conv_cuda(Registry& r) {
                 facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad",
-                narrow_output(one_d_as_2d(with_dx_relu(conv_grad, *relu_grad)), grad_ws),
+  const Kernel grad_kernel = one_d_as_2d(with_dx_relu(conv_grad, *relu_grad));
+  const Direct16 grad_direct{[grad_kernel](KernelContext& c) { return grad16(c, grad_kernel); },
+                             [grad_ws](const KernelContext& c) { return grad16_workspace(c, grad_ws); }};
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", narrow_output(grad_kernel, grad_ws, grad_direct),
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
@@ -1161,7 +1205,7 @@ void register_conv_cuda(Registry& r) {
     r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv",
                             narrow_output_workspace(fused_ws, forward16_direct(true)));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", narrow_output_workspace(grad_ws));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", narrow_output_workspace(grad_ws, grad_direct));
 }
 
 }  // namespace trainrt::cuda

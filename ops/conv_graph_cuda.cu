@@ -34,7 +34,8 @@ enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kReluX, kConvOut = 101, kBiasOut, k
 struct Problem {
   ConvPass pass = ConvPass::forward;
   cudnnDataType_t in = CUDNN_DATA_FLOAT;  // the dtype of the pass's inputs
-  // The forward's y: fp32, or the inputs' 16-bit type where Y is stored so (runtime/narrow.h;
+  // The forward's y (the data pass's dx): fp32, or the inputs' 16-bit type where it is
+  // stored so (runtime/narrow.h;
   // fp32 accumulation and epilogue, converted as cuDNN writes it: taken to be nearest
   // even, the rounding of every backend; not checked on a GPU yet).
   cudnnDataType_t out = CUDNN_DATA_FLOAT;
@@ -115,7 +116,7 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
   const bool data = p.pass == ConvPass::data;
   const bool relu = data && p.relu;
   cudnnBackendDescriptor_t x = relu ? tensor(b, kConvOut, p.x, 16, true, CUDNN_DATA_FLOAT, p.x_last)
-                                    : tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in, p.x_last);
+                                    : tensor(b, kX, p.x, p.align[0], false, data ? p.out : p.in, p.x_last);
   cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT, p.w_last);
   cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in, p.y_last);
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
@@ -252,10 +253,14 @@ bool forward_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_
 }
 
 // A backward pass's call: x, w, y of the forward's shapes from the pass's tensors.
+// The data pass's dx may be 16-bit like dy and w (without relu_x).
 bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const int64_t align[5], ConvCall& c) {
-  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() || a.out.dtype() != DataType::Float32)
-    return false;
   const bool data = a.pass == ConvPass::data;
+  const bool out16 = a.out.dtype() != DataType::Float32;
+  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() ||
+      (out16 && (!data || a.relu_x || a.out.dtype() != a.dy.dtype())))
+    return false;
+  if (out16 && !cudnn_graph::graph_dtype(a.out.dtype(), &c.p.out)) return false;
   if (a.relu_x && (!data || a.relu_x->dtype() != DataType::Float32 || a.relu_x->dims() != a.out.dims() ||
                    a.relu_x->layout() != a.out.layout()))
     return false;
@@ -263,6 +268,10 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   const Tensor& w = data ? a.other : a.out;
   c.p.relu = a.relu_x != nullptr;
   if (!graph_call(ctx, a.pass, a.dy.dtype(), x, w, a.dy, a.win, a.group, align, c)) return false;
+  if (out16) {
+    c.g.key += std::string("|dx") + dtype_word(a.out.dtype());
+    c.g.problem += std::string(", ") + dtype_word(a.out.dtype()) + " dx";
+  }
   c.g.bufs.add(kX, x.raw());
   c.g.bufs.add(kW, w.raw());
   c.g.bufs.add(kY, a.dy.raw());
@@ -306,7 +315,7 @@ bool conv_graph_backward(const KernelContext& ctx, const ConvGradGraphArgs& a) {
                           ctx.node.name, false);
     return false;
   }
-  return cudnn_graph::run(ctx, c.g, a.prepare, "cuDNN's legacy convolution API on fp32 copies");
+  return cudnn_graph::run(ctx, c.g, a.prepare, a.instead);
 }
 
 int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a) {
