@@ -307,8 +307,9 @@ TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the reade
 // The other side of the declarations: a cuda kernel declares an output 16-bit only where
 // it rounds it in the precision (math_rounded_outputs: the bits stored are the value), or
 // where every reader rounds it anyway (Dropout's output, a weight's KRSC copy). A FusedConv
-// with a residual Z adds Z after rounding act(conv + B): its Y is no 16-bit number, and
-// declaring it would store a value its readers (a batch norm's X) take as it is.
+// with a residual Z adds Z after rounding act(conv + B): its Y is no 16-bit number, so
+// its kernel must not declare it (choose_narrowed would still refuse it for readers
+// that do not round it, but a reader that does, or a later rule, would take it).
 TEST_CASE("cuda declarations: a kernel declares a 16-bit output only where it rounds it") {
   if (!StandinDevice::have_cuda_kernels()) {
     MESSAGE("a build without CUDA kernels declares no 16-bit slots");
