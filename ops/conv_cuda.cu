@@ -48,16 +48,18 @@
 // live as long as the process.
 //
 // --precision bf16/fp16 (KernelContext::math): as the reference (ops/conv.cpp), the
-// convolution reads x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half; bias,
-// residual and outputs stay fp32. Each pass first tries a cuDNN graph on 16-bit copies of
-// those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's
-// other scratch): tensor-core math at the 16-bit rate, products exact, fp32 accumulation
-// into fp32 outputs, the reference's numerics. ConvGrad's db is then a sum per channel of
-// the 16-bit dy (slice_sums over ops/cuda/channel_slices.h's slices, as batch-norm
-// statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32
-// copies of the rounded values instead (same place in the workspace); their products are
-// exact in TF32, so the tensor cores run them whatever --fp32-math says (tf32_allowed):
-// the reference's numerics at TF32 speed. Activations stay fp32 in memory either way.
+// convolution reads x and w (ConvGrad: dy, x, w) rounded to bfloat16 / IEEE half; bias
+// and residual unrounded; Y and dX are rounded (ops/core/rounded_outputs.h). Each pass first tries a cuDNN graph on
+// 16-bit copies of those inputs (ops/conv_graph_cuda.h; the copies in the workspace ahead of the call's other scratch):
+// tensor-core math at the 16-bit rate, products exact, fp32 accumulation into fp32 outputs, the reference's numerics.
+// ConvGrad's db is then a sum per channel of the 16-bit dy (slice_sums over ops/cuda/channel_slices.h's slices, as
+// batch-norm statistics are summed: coalesced on NHWC). A pass cuDNN turns down runs here on fp32 copies of the rounded
+// values instead (same place in the workspace); their products are exact in TF32, so the tensor cores run them whatever
+// --fp32-math says (tf32_allowed): the reference's numerics at TF32 speed. Inputs and outputs are fp32 in memory unless
+// the plan stores them in 16 bits (runtime/narrow.h): such inputs are read as they are
+// (the graphs) or widened (the legacy path); such a Y or dX is written by narrow_output
+// (the forward's or data pass's graph with a 16-bit y / dx, else float32 in the
+// workspace and one rounding pass), FusedConv's residual Z read from its bits.
 //
 // Layouts (runtime/layout.h): x (ConvGrad: x and dx, one layout) and y (y and the
 // residual z; ConvGrad's dy) are each Plain or ChannelsLast (NHWC), described to cuDNN as
@@ -97,6 +99,7 @@
 #include "ops/core/rounded_outputs.h"
 #include "ops/core/window.h"
 #include "ops/cuda/channel_slices.h"
+#include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
 
 // cuDNN 9 marks this convolution API deprecated (when CUDNN_WARN_DEPRECATED is defined);
@@ -170,8 +173,10 @@ __global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int6
 // FusedConv's residual under bf16/fp16: y = round_to_math(y) + z over n values (y and z
 // in one layout), after the graph or the epilogue wrote act(conv + b) without z: the
 // unfused Conv's output is rounded (ops/core/rounded_outputs.h), the Add's is not.
-__global__ void round_add_residual(float* y, const float* z, int64_t n, MathPrecision m) {
-  TRAINRT_GRID_STRIDE(i, n) { y[i] = round_to_math(y[i], m) + z[i]; }
+// z: a float* or a Load16 (z stored in 16 bits: a rounded value, read as its widening).
+template <typename Z>
+__global__ void round_add_residual(float* y, Z z, int64_t n, MathPrecision m) {
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = round_to_math(y[i], m) + load_at(z, i); }
 }
 
 // xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around, each
@@ -653,8 +658,12 @@ void conv_forward(KernelContext& ctx, bool fused) {
   if (!conv_forward_unrounded(ctx, fused, nullptr)) return;  // the reference kernel ran the node
   const int64_t count = ctx.out(0).numel();
   if (count == 0) return;
-  round_add_residual<<<blocks_for(count), kThreads, 0, context().stream>>>(ctx.out(0).data<float>(), z->data<float>(),
-                                                                           count, ctx.math);
+  float* y = ctx.out(0).data<float>();
+  cudaStream_t stream = context().stream;
+  if (stored_narrow(ctx, *z))  // z stored in 16 bits (runtime/narrow.h): its exact widening
+    round_add_residual<<<blocks_for(count), kThreads, 0, stream>>>(y, load16(*z, ctx.math), count, ctx.math);
+  else
+    round_add_residual<<<blocks_for(count), kThreads, 0, stream>>>(y, z->data<float>(), count, ctx.math);
   check_launch(ctx.node, "round_add_residual");
 }
 
@@ -1005,6 +1014,139 @@ WorkspaceRule one_d_as_2d_workspace(WorkspaceRule w) {
   };
 }
 
+// Output 0 (Conv and FusedConv's Y, ConvGrad's dX) stored in 16 bits (runtime/narrow.h).
+// First `direct` where given (the forward's or data pass's graph writing the 16-bit
+// output itself: forward16, grad16); where it does not run, the kernel writes output 0
+// in float32 past its own workspace and one pass rounds that to nearest even into the
+// 16-bit storage (narrow_to_math), the rounding the executor's step gives a float32 Y,
+// so the bits are the same either way (cuDNN's conversion taken to be nearest even).
+// The float32 way serves every path (the graphs, the legacy API, the epilogue, the host
+// fallback) at the price of Y's float32 write and read in the workspace.
+struct Direct16 {
+  std::function<bool(KernelContext&)> run;                 // false: did not run; empty: none
+  std::function<int64_t(const KernelContext&)> workspace;  // its bytes; -1: would not run
+};
+KernelContext with_wide_output(const KernelContext& ctx, Tensor& wide) {
+  wide = wide_shape(ctx.out(0));  // dims and layout, float32, no memory yet
+  KernelContext c = ctx_with_node(ctx, ctx.node);
+  c.outputs[0] = &wide;
+  return c;
+}
+WorkspaceRule narrow_output_workspace(WorkspaceRule inner, Direct16 direct = {}) {
+  return [inner = std::move(inner), direct = std::move(direct)](const KernelContext& ctx) {
+    if (!ctx.has_output(0) || !ctx.out(0).narrowed()) return inner(ctx);
+    Tensor wide;
+    const KernelContext c = with_wide_output(ctx, wide);
+    Carve carve;
+    carve.take(inner(c));
+    carve.take(static_cast<size_t>(wide.numel()) * sizeof(float));
+    const int64_t d = direct.workspace ? direct.workspace(ctx) : -1;
+    return std::max(carve.size, d < 0 ? size_t{0} : static_cast<size_t>(d));
+  };
+}
+Kernel narrow_output(Kernel k, WorkspaceRule inner, Direct16 direct = {}) {
+  return [k = std::move(k), inner = std::move(inner), direct = std::move(direct)](KernelContext& ctx) {
+    if (!ctx.has_output(0) || !stored_narrow(ctx, ctx.out(0))) return k(ctx);
+    if (direct.run && direct.run(ctx)) return;
+    Tensor& y16 = ctx.out(0);
+    Tensor wide;
+    KernelContext c = with_wide_output(ctx, wide);
+    Carve carve;
+    carve.take(inner(c));
+    const size_t at = carve.take(static_cast<size_t>(wide.numel()) * sizeof(float));
+    auto* base = static_cast<std::byte*>(workspace(carve.size));
+    wide =
+        Tensor(DataType::Float32, y16.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), base + at));
+    wide.set_layout(y16.layout());
+    k(c);  // a larger workspace it might take is another buffer: the old one stays allocated
+    narrow_to_math(wide.data<float>(), y16.data<uint16_t>(), wide.numel(), c.math, ctx.node);
+  };
+}
+
+// Conv, and FusedConv without a residual, whose Y is stored in 16 bits: the graph on the
+// 16-bit copies of x and w writes Y's 16 bits itself (fp32 accumulation and epilogue,
+// rounded to nearest even as written, as the float32 way rounds), no float32 Y at all.
+// 2-D only (a 1-D or 3-D convolution takes the float32 way).
+bool forward16_scope(const KernelContext& ctx, bool fused) {
+  return ctx.in(0).rank() == 4 && ctx.in(0).numel() > 0 && ctx.in(1).numel() > 0 && !(fused && ctx.has_input(3)) &&
+         !rounded_inputs(ctx).empty();
+}
+ConvGraphArgs forward16_args(const KernelContext& ctx, bool fused, const NarrowInputs& narrow, const Window& win,
+                             size_t copies) {
+  const Node& n = ctx.node;
+  return ConvGraphArgs{narrow.t[0],
+                       narrow.t[1],
+                       ctx.has_input(2) ? &ctx.in(2) : nullptr,
+                       nullptr,
+                       ctx.out(0),
+                       win,
+                       n.attr_int("group", 1),
+                       fused && n.attr_string("activation", "") == "Relu",
+                       copies};
+}
+int64_t forward16_workspace(const KernelContext& ctx, bool fused) {
+  if (!forward16_scope(ctx, fused)) return -1;
+  const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
+  const Window win = conv_window(ctx.node, narrow.t[0], narrow.t[1], ctx.out(0).dims());
+  const int64_t g = conv_graph_workspace(ctx, forward16_args(ctx, fused, narrow, win, 0));
+  return g < 0 ? -1 : static_cast<int64_t>(math_bytes(ctx)) + g;
+}
+bool forward16(KernelContext& ctx, bool fused) {
+  if (!forward16_scope(ctx, fused)) return false;
+  const size_t copies = math_bytes(ctx);
+  const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(copies)));
+  const Window win = conv_window(ctx.node, narrow.t[0], narrow.t[1], ctx.out(0).dims());
+  ConvGraphArgs a = forward16_args(ctx, fused, narrow, win, copies);
+  a.prepare = &narrow.prepare;
+  a.instead = "the graph writing float32 Y, rounded into 16 bits after";
+  return conv_graph_forward(ctx, a);
+}
+Direct16 forward16_direct(bool fused) {
+  return {[fused](KernelContext& c) { return forward16(c, fused); },
+          [fused](const KernelContext& c) { return forward16_workspace(c, fused); }};
+}
+
+// ConvGrad whose dX is stored in 16 bits (without dx_relu, whose mask reads fp32 X): the
+// data pass's graph on the 16-bit copies writes dX's 16 bits itself; then `k` (the
+// ConvGrad kernel) computes the node's other outputs on a context without dX. 2-D only.
+bool grad16_scope(const KernelContext& ctx) {
+  return ctx.in(0).rank() == 4 && ctx.node.attr_int("dx_relu", 0) == 0 && ctx.in(0).numel() > 0 &&
+         ctx.in(1).numel() > 0 && ctx.in(2).numel() > 0 && !rounded_inputs(ctx).empty();
+}
+ConvGradGraphArgs grad16_args(const KernelContext& ctx, const NarrowInputs& narrow, const Window& win, size_t copies) {
+  return ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], ctx.out(0), win, ctx.node.attr_int("group", 1),
+                           copies};
+}
+KernelContext without_dx(const KernelContext& ctx) {
+  KernelContext c = ctx_with_node(ctx, ctx.node);
+  c.outputs[0] = nullptr;
+  return c;
+}
+int64_t grad16_workspace(const KernelContext& ctx, const WorkspaceRule& inner) {
+  if (!grad16_scope(ctx)) return -1;
+  const NarrowInputs narrow = narrow_inputs(ctx, nullptr);
+  const Window win = conv_window(ctx.node, ctx.in(1), ctx.in(2), ctx.in(0).dims());
+  const int64_t g = conv_graph_backward_workspace(ctx, grad16_args(ctx, narrow, win, 0));
+  if (g < 0) return -1;
+  // The rest runs after the data pass, from the workspace's start too.
+  const size_t rest = ctx.has_output(1) || ctx.has_output(2) ? inner(without_dx(ctx)) : 0;
+  return static_cast<int64_t>(std::max(math_bytes(ctx) + static_cast<size_t>(g), rest));
+}
+bool grad16(KernelContext& ctx, const Kernel& k) {
+  if (!grad16_scope(ctx)) return false;
+  const size_t copies = math_bytes(ctx);
+  const NarrowInputs narrow = narrow_inputs(ctx, static_cast<std::byte*>(workspace(copies)));
+  const Window win = conv_window(ctx.node, ctx.in(1), ctx.in(2), ctx.in(0).dims());
+  ConvGradGraphArgs a = grad16_args(ctx, narrow, win, copies);
+  a.prepare = &narrow.prepare;
+  a.instead = "the data pass writing float32 dX, rounded into 16 bits after";
+  if (!conv_graph_backward(ctx, a)) return false;
+  if (!ctx.has_output(1) && !ctx.has_output(2)) return true;
+  KernelContext rest = without_dx(ctx);  // its copies reuse the workspace after the data pass, in stream order
+  k(rest);
+  return true;
+}
+
 }  // namespace
 
 void register_conv_cuda(Registry& r) {
@@ -1012,39 +1154,58 @@ void register_conv_cuda(Registry& r) {
   // Filters Converted: the plan hands these kernels KRSC weights and takes KRSC weight
   // gradients (runtime/layout.h add_layout_copies); ConvGrad reads W only for dX.
   using facts::A, facts::C, facts::P, facts::S;
-  add_if_schema(r, "cuda", "", "Conv", one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }),
+  const WorkspaceRule conv_ws =
+      one_d_as_2d_workspace([](const KernelContext& c) { return conv_forward_workspace(c, false); });
+  const WorkspaceRule fused_ws =
+      one_d_as_2d_workspace([](const KernelContext& c) { return conv_forward_workspace(c, true); });
+  const WorkspaceRule grad_ws = one_d_as_2d_workspace(conv_grad_workspace);
+  add_if_schema(r, "cuda", "", "Conv",
+                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/false); }), conv_ws,
+                              forward16_direct(false)),
                 facts::fixed({{A, C, P}, {A}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "FusedConv",
-                one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }),
+                narrow_output(one_d_as_2d([](KernelContext& ctx) { conv_forward(ctx, /*fused=*/true); }), fused_ws,
+                              forward16_direct(true)),
                 facts::fixed({{A, C, P, S}, {S}}));
   const Kernel* relu_grad = r.kernels.find("cuda", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_conv_cuda", "the cuda ReluGrad must be registered first");
-  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", one_d_as_2d(with_dx_relu(conv_grad, *relu_grad)),
+  const Kernel grad_kernel = one_d_as_2d(with_dx_relu(conv_grad, *relu_grad));
+  const Direct16 grad_direct{[grad_kernel](KernelContext& c) { return grad16(c, grad_kernel); },
+                             [grad_ws](const KernelContext& c) { return grad16_workspace(c, grad_ws); }};
+  add_if_schema(r, "cuda", kTrainrtDomain, "ConvGrad", narrow_output(grad_kernel, grad_ws, grad_direct),
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
   // Under bf16/fp16 x and w (ConvGrad: dY, X unless its ReLU mask is read too, and W) may
   // be stored in 16 bits (runtime/narrow.h): the graphs read them as they are, the legacy
   // path widened. The weights' KRSC copies are so stored: every convolution rounds them.
-  for (const auto& [domain, op] : {std::pair<std::string, std::string>{"", "Conv"}, {kTrainrtDomain, "FusedConv"}})
-    if (r.kernels.find("cuda", domain, op))
-      r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_inputs({0, 1}));
+  // Y (ConvGrad: dX) where the kernel rounds it (math_rounded_outputs): Conv's, and
+  // FusedConv's without a residual (with Z, act(conv + B) is rounded before Z is added, so
+  // Y is no 16-bit number); written through narrow_output. FusedConv's residual Z, which
+  // round_add_residual reads as its exact widening (a value stored so is rounded by its
+  // writer).
+  if (r.kernels.find("cuda", "", "Conv")) r.kernels.set_narrow("cuda", "", "Conv", facts::narrow({0, 1}, {0}));
+  if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "FusedConv", [](const Graph&, const Node& n) {
+      NodeSlots s;
+      s.inputs = {true, true, false, true};
+      s.outputs = {!n.has_input(3)};
+      return s;
+    });
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
     r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph&, const Node& n) {
       NodeSlots s;
       s.inputs = {true, n.attr_int("dx_relu", 0) == 0, true};
+      s.outputs = {true};
       return s;
     });
   if (r.kernels.find("cuda", "", "Conv"))
-    r.kernels.set_workspace("cuda", "", "Conv", one_d_as_2d_workspace([](const KernelContext& c) {
-                              return conv_forward_workspace(c, false);
-                            }));
+    r.kernels.set_workspace("cuda", "", "Conv", narrow_output_workspace(conv_ws, forward16_direct(false)));
   if (r.kernels.find("cuda", kTrainrtDomain, "FusedConv"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv", one_d_as_2d_workspace([](const KernelContext& c) {
-                              return conv_forward_workspace(c, true);
-                            }));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "FusedConv",
+                            narrow_output_workspace(fused_ws, forward16_direct(true)));
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", one_d_as_2d_workspace(conv_grad_workspace));
+    r.kernels.set_workspace("cuda", kTrainrtDomain, "ConvGrad", narrow_output_workspace(grad_ws, grad_direct));
 }
 
 }  // namespace trainrt::cuda

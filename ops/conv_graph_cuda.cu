@@ -33,7 +33,12 @@ enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kReluX, kConvOut = 101, kBiasOut, k
 // the pass (data writes x's shape from y and w; filter writes w's from x and y).
 struct Problem {
   ConvPass pass = ConvPass::forward;
-  cudnnDataType_t in = CUDNN_DATA_FLOAT;  // the dtype of the pass's inputs (outputs are fp32)
+  cudnnDataType_t in = CUDNN_DATA_FLOAT;  // the dtype of the pass's inputs
+  // The forward's y (the data pass's dx): fp32, or the inputs' 16-bit type where it is
+  // stored so (runtime/narrow.h;
+  // fp32 accumulation and epilogue, converted as cuDNN writes it: taken to be nearest
+  // even, the rounding of every backend; not checked on a GPU yet).
+  cudnnDataType_t out = CUDNN_DATA_FLOAT;
   std::vector<int64_t> x, w, y, strides, dilations, pre, post;
   bool bias = false, relu = false, residual = false, tf32 = false;
   // x-shaped (x, dx, relu_x) and y-shaped (y, z, dy) tensors stored ChannelsLast; w (dw)
@@ -73,7 +78,7 @@ std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) 
   int stage = 0;
   auto out = [&](int64_t uid) {
     ++stage;
-    return stage == stages ? tensor(b, kY, p.y, p.align[4], false, CUDNN_DATA_FLOAT, p.y_last)
+    return stage == stages ? tensor(b, kY, p.y, p.align[4], false, p.out, p.y_last)
                            : tensor(b, uid, p.y, 16, true, CUDNN_DATA_FLOAT, p.y_last);
   };
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
@@ -111,7 +116,7 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
   const bool data = p.pass == ConvPass::data;
   const bool relu = data && p.relu;
   cudnnBackendDescriptor_t x = relu ? tensor(b, kConvOut, p.x, 16, true, CUDNN_DATA_FLOAT, p.x_last)
-                                    : tensor(b, kX, p.x, p.align[0], false, data ? CUDNN_DATA_FLOAT : p.in, p.x_last);
+                                    : tensor(b, kX, p.x, p.align[0], false, data ? p.out : p.in, p.x_last);
   cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT, p.w_last);
   cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in, p.y_last);
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
@@ -221,12 +226,20 @@ void set_build(ConvCall& c) {
   c.g.build = [p = c.p](const cudnn_graph::PlanChoice& choice, std::string* why) { return build_plan(p, choice, why); };
 }
 
-// The forward's call for `a` with pointer alignments `align` (x, w, b, z, y).
+// The forward's call for `a` with pointer alignments `align` (x, w, b, z, y). y is fp32,
+// or 16-bit like x and w (then without a residual: the graph rounds only at its end).
 bool forward_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_t align[5], ConvCall& c) {
-  if (a.x.dtype() != a.w.dtype() || a.y.dtype() != DataType::Float32 || (a.b && a.b->dtype() != DataType::Float32) ||
+  const bool y16 = a.y.dtype() != DataType::Float32;
+  if (a.x.dtype() != a.w.dtype() || (y16 && (a.y.dtype() != a.x.dtype() || a.z)) ||
+      (a.b && a.b->dtype() != DataType::Float32) ||
       (a.z && (a.z->dtype() != DataType::Float32 || a.z->layout() != a.y.layout())))
     return false;
+  if (y16 && !cudnn_graph::graph_dtype(a.y.dtype(), &c.p.out)) return false;
   if (!graph_call(ctx, ConvPass::forward, a.x.dtype(), a.x, a.w, a.y, a.win, a.group, align, c)) return false;
+  if (y16) {
+    c.g.key += std::string("|y") + dtype_word(a.y.dtype());
+    c.g.problem += std::string(", ") + dtype_word(a.y.dtype()) + " y";
+  }
   forward_epilogue(c, a.b != nullptr, a.relu, a.z != nullptr);
   c.g.bufs.add(kX, a.x.raw());
   c.g.bufs.add(kW, a.w.raw());
@@ -240,10 +253,14 @@ bool forward_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_
 }
 
 // A backward pass's call: x, w, y of the forward's shapes from the pass's tensors.
+// The data pass's dx may be 16-bit like dy and w (without relu_x).
 bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const int64_t align[5], ConvCall& c) {
-  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() || a.out.dtype() != DataType::Float32)
-    return false;
   const bool data = a.pass == ConvPass::data;
+  const bool out16 = a.out.dtype() != DataType::Float32;
+  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() ||
+      (out16 && (!data || a.relu_x || a.out.dtype() != a.dy.dtype())))
+    return false;
+  if (out16 && !cudnn_graph::graph_dtype(a.out.dtype(), &c.p.out)) return false;
   if (a.relu_x && (!data || a.relu_x->dtype() != DataType::Float32 || a.relu_x->dims() != a.out.dims() ||
                    a.relu_x->layout() != a.out.layout()))
     return false;
@@ -251,6 +268,10 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   const Tensor& w = data ? a.other : a.out;
   c.p.relu = a.relu_x != nullptr;
   if (!graph_call(ctx, a.pass, a.dy.dtype(), x, w, a.dy, a.win, a.group, align, c)) return false;
+  if (out16) {
+    c.g.key += std::string("|dx") + dtype_word(a.out.dtype());
+    c.g.problem += std::string(", ") + dtype_word(a.out.dtype()) + " dx";
+  }
   c.g.bufs.add(kX, x.raw());
   c.g.bufs.add(kW, w.raw());
   c.g.bufs.add(kY, a.dy.raw());
@@ -278,7 +299,7 @@ bool conv_graph_forward(const KernelContext& ctx, const ConvGraphArgs& a) {
     fusion_tally().record(graph_label(ctx.node.op_type, ConvPass::forward, a.x.dtype()), ctx.node.name, false);
     return false;
   }
-  return cudnn_graph::run(ctx, c.g, a.prepare, "the unfused convolution + epilogue");
+  return cudnn_graph::run(ctx, c.g, a.prepare, a.instead);
 }
 
 bool conv_graph_backward(const KernelContext& ctx, const ConvGradGraphArgs& a) {
@@ -294,7 +315,7 @@ bool conv_graph_backward(const KernelContext& ctx, const ConvGradGraphArgs& a) {
                           ctx.node.name, false);
     return false;
   }
-  return cudnn_graph::run(ctx, c.g, a.prepare, "cuDNN's legacy convolution API on fp32 copies");
+  return cudnn_graph::run(ctx, c.g, a.prepare, a.instead);
 }
 
 int64_t conv_graph_workspace(const KernelContext& ctx, const ConvGraphArgs& a) {

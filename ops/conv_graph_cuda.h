@@ -38,7 +38,10 @@
 // 16-bit rate (with half the input bytes of fp32 copies).
 //
 // Scope: 4-D, ungrouped, undilated, inputs of one dtype (above), fp32 outputs
-// (runtime/cudnn_fusion.h's rule for a fusable FusedConv site; keep the two alike).
+// (runtime/cudnn_fusion.h's rule for a fusable FusedConv site; keep the two alike), and
+// a forward without z (a data pass without relu_x) whose y (dx) is of its 16-bit inputs'
+// type: a Y (dX) stored in 16 bits (runtime/narrow.h; ops/conv_cuda.cu forward16,
+// grad16), the fp32 result converted as cuDNN writes it (part of the cache key).
 // Outside it these return false at once and say nothing. Inside it, a problem cuDNN
 // turns down (no engine, a plan that does not finalize, NOT_SUPPORTED when it executes)
 // runs the legacy path from then on and is reported once on stderr
@@ -86,6 +89,8 @@ struct ConvGraphArgs {
   // Queued just before the graph first runs in this call, only when it runs (writes
   // the 16-bit copies x and w point at); null: nothing to prepare.
   const std::function<void()>* prepare = nullptr;
+  // What runs where cuDNN turns the graph down (the fallback notice's words).
+  const char* instead = "the unfused convolution + epilogue";
 };
 
 enum class ConvPass { forward, data, filter };
@@ -103,6 +108,8 @@ struct ConvGradGraphArgs {
   // Data pass only: the fp32 tensor (like dx) whose ReLU gradient dx also goes through
   // (ConvGrad's dx_relu: X itself); null: none.
   const Tensor* relu_x = nullptr;
+  // What runs where cuDNN turns the graph down (the fallback notice's words).
+  const char* instead = "cuDNN's legacy convolution API on fp32 copies";
 };
 
 // True when the output was computed by the graph (queued on the context's stream);

@@ -47,6 +47,7 @@
 
 #include "graph/error.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
 #include "ops/unary_ops.h"
 
@@ -121,6 +122,12 @@ struct DivOp {
 template <typename T, typename Op>
 __global__ void binary_kernel(const T* a, DeviceIndex ia, const T* b, DeviceIndex ib, T* y, int64_t n, Op op) {
   TRAINRT_GRID_STRIDE(i, n) { y[i] = op(a[ia(i)], b[ib(i)]); }
+}
+// The same where an operand is a float32 value stored in 16 bits (A or B a Load16, its
+// exact widening; Add only: runtime/narrow.h).
+template <typename A, typename B, typename Op>
+__global__ void binary16_kernel(A a, DeviceIndex ia, B b, DeviceIndex ib, float* y, int64_t n, Op op) {
+  TRAINRT_GRID_STRIDE(i, n) { y[i] = op(static_cast<float>(load_at(a, ia(i))), static_cast<float>(load_at(b, ib(i)))); }
 }
 
 // ---- activations and their gradients --------------------------------------------
@@ -225,9 +232,13 @@ struct ClipGradOp {  // (dY, X)
 };
 
 constexpr int kSumInputs = 8;  // per launch; more inputs take further launches over y
+// x16[k]: input k's 16-bit bits where it is a float32 value stored so (runtime/narrow.h:
+// a gradient its writer rounded, read as its exact widening), else null and x[k] reads it.
 template <typename T>
 struct SumInputs {
   const T* x[kSumInputs];
+  const uint16_t* x16[kSumInputs];
+  bool bf16;
   int count;
 };
 
@@ -236,7 +247,8 @@ template <typename T>
 __global__ void sum_kernel(SumInputs<T> in, bool first, T* y, int64_t n) {
   TRAINRT_GRID_STRIDE(i, n) {
     T acc = first ? T(0) : y[i];
-    for (int k = 0; k < in.count; ++k) acc += in.x[k][i];
+    for (int k = 0; k < in.count; ++k)
+      acc += in.x16[k] ? static_cast<T>(load_at(Load16{in.x16[k], in.bf16}, i)) : in.x[k][i];
     y[i] = acc;
   }
 }
@@ -255,6 +267,17 @@ void binary(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   DeviceIndex ia, ib;
   const bool ok = device_index(a.dims(), y.dims(), ia) && device_index(b.dims(), y.dims(), ib);
+  const bool a16 = stored_narrow(ctx, a), b16 = stored_narrow(ctx, b);
+  if (ok && (a16 || b16)) {  // float32 math on the 16-bit operands' widenings
+    const int64_t n = y.numel();
+    auto launch = [&](auto at, auto bt) {
+      binary16_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(at, ia, bt, ib, y.data<float>(), n, Op{});
+      check_launch(ctx.node, "binary16_kernel");
+    };
+    if (a16 && b16) return launch(load16(a, ctx.math), load16(b, ctx.math));
+    if (a16) return launch(load16(a, ctx.math), b.data<float>());
+    return launch(a.data<float>(), load16(b, ctx.math));
+  }
   if (!ok || !with_float_if<kFp64>(a.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = y.numel();
@@ -332,7 +355,14 @@ void sum(KernelContext& ctx) {
         for (size_t k0 = 0; k0 < ctx.inputs.size(); k0 += kSumInputs) {
           SumInputs<T> in{};
           in.count = static_cast<int>(std::min<size_t>(kSumInputs, ctx.inputs.size() - k0));
-          for (int k = 0; k < in.count; ++k) in.x[k] = ctx.in(k0 + static_cast<size_t>(k)).data<T>();
+          in.bf16 = ctx.math == MathPrecision::bf16;
+          for (int k = 0; k < in.count; ++k) {
+            const Tensor& x = ctx.in(k0 + static_cast<size_t>(k));
+            if (stored_narrow(ctx, x))
+              in.x16[k] = x.data<uint16_t>();
+            else
+              in.x[k] = x.data<T>();
+          }
           sum_kernel<<<blocks_for(n), kThreads, 0, context().stream>>>(in, k0 == 0, y.data<T>(), n);
           check_launch(ctx.node, "sum_kernel");
         }
@@ -463,13 +493,23 @@ void register_elementwise_cuda(Registry& r) {
 #undef TRAINRT_CUDA_UNARY_GRAD
 #undef TRAINRT_CUDA_UNARY
   add_if_schema(r, "cuda", "", "Add", binary<AddOp, true>, facts::elementwise);
+  if (r.kernels.find("cuda", "", "Add"))  // a residual sum's rounded operands stored in 16 bits (binary16_kernel)
+    r.kernels.set_narrow("cuda", "", "Add", facts::narrow_float_inputs({0, 1}));
   add_if_schema(r, "cuda", "", "Mul", binary<MulOp>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Sub", binary<SubOp>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Div", binary<DivOp>, facts::elementwise);
   add_if_schema(r, "cuda", "", "Clip", clip, facts::clip);
   add_if_schema(r, "cuda", kTrainrtDomain, "ClipGrad", clip_grad, facts::clip);
   add_if_schema(r, "cuda", "", "Sum", sum, facts::elementwise);
+  if (r.kernels.find("cuda", "", "Sum"))  // every input may be a rounded gradient stored in 16 bits (sum_kernel)
+    r.kernels.set_narrow("cuda", "", "Sum", [](const Graph&, const Node& n) {
+      NodeSlots s;
+      s.inputs.assign(n.inputs.size(), true);
+      return s;
+    });
   add_if_schema(r, "cuda", kTrainrtDomain, "SumToShape", sum_to_shape, facts::sum_to_shape);
+  if (r.kernels.find("cuda", kTrainrtDomain, "SumToShape"))  // `like` lends only its dims: any storage
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "SumToShape", facts::narrow_float_inputs({1}));
 }
 
 }  // namespace trainrt::cuda

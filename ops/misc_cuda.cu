@@ -191,8 +191,9 @@ __device__ bool relu_kept(const T* z, int64_t i, const DropoutOptions& o) {
 
 // DropoutGrad (kRelu false): dX = mask ? dY * scale : 0.
 // DropoutReluGrad (kRelu true, `keep` is Z): dX = Z > 0 ? dZ * scale : 0.
-template <typename T, bool kRelu>
-__global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_t n, DropoutOptions o) {
+// dy: a const T* or a Load16, dx: a T* or a Store16 (stored in 16 bits, runtime/narrow.h).
+template <typename T, bool kRelu, typename Dy, typename Dx>
+__global__ void dropout_grad_kernel(Dy dy, const void* keep, Dx dx, int64_t n, DropoutOptions o) {
   const DropoutConstants<T> c = block_dropout_constants<T>(o);
   TRAINRT_GRID_STRIDE(i, n) {
     bool kept;
@@ -200,7 +201,7 @@ __global__ void dropout_grad_kernel(const T* dy, const void* keep, T* dx, int64_
       kept = relu_kept(static_cast<const T*>(keep), i, o);
     else
       kept = static_cast<const uint8_t*>(keep)[i] != 0;
-    dx[i] = dropout_grad_value(c, dy[i], kept);
+    store_at(dx, i, dropout_grad_value(c, static_cast<T>(load_at(dy, i)), kept));
   }
 }
 
@@ -298,16 +299,32 @@ template <bool kRelu>
 void dropout_grad(KernelContext& ctx) {
   DropoutOptions o;
   const Tensor& dy = ctx.in(0);
-  if (!dropout_options(ctx, 2, o) || !with_float(dy.dtype(), [&](auto tag) {
+  // DropoutReluGrad's dY and dX may be float32 values stored in 16 bits: the float kernels
+  // read and write their bits (the scalar path).
+  const bool dy16 = stored_narrow(ctx, dy), dx16 = stored_narrow(ctx, ctx.out(0));
+  if (!dropout_options(ctx, 2, o) || !with_float(dy16 ? DataType::Float32 : dy.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const int64_t n = dy.numel();
         const void* keep = ctx.in(1).raw();
-        T* dx = ctx.out(0).data<T>();
-        const bool keep_aligned = kRelu ? aligned16(keep) : reinterpret_cast<std::uintptr_t>(keep) % 4 == 0;
+        const unsigned blocks = std::min(blocks_for(n), kMaxBlocks);
+        auto launch = [&](auto dy_at, auto dx_at) {
+          dropout_grad_kernel<T, kRelu><<<blocks, kThreads, 0, context().stream>>>(dy_at, keep, dx_at, n, o);
+          check_launch(ctx.node, "dropout_grad_kernel");
+        };
         if constexpr (kRelu) {
           o.z_math = std::is_same_v<T, float> ? ctx.math : MathPrecision::fp32;
           o.z16 = stored_narrow(ctx, ctx.in(1));
         }
+        if constexpr (std::is_same_v<T, float>)
+          if (dy16 || dx16) {
+            const Load16 dy_bits = dy16 ? load16(dy, ctx.math) : Load16{};
+            const Store16 dx_bits = dx16 ? store16(ctx.out(0), ctx.math) : Store16{};
+            if (dy16 && dx16) return launch(dy_bits, dx_bits);
+            if (dy16) return launch(dy_bits, ctx.out(0).data<float>());
+            return launch(dy.data<float>(), dx_bits);
+          }
+        T* dx = ctx.out(0).data<T>();
+        const bool keep_aligned = kRelu ? aligned16(keep) : reinterpret_cast<std::uintptr_t>(keep) % 4 == 0;
         if constexpr (std::is_same_v<T, float>) {  // the float4 path reads fp32 Z with its sign as it is
           if (n % 4 == 0 && aligned16(dy.raw()) && aligned16(dx) && keep_aligned && o.z_math == MathPrecision::fp32 &&
               !o.z16) {
@@ -317,9 +334,7 @@ void dropout_grad(KernelContext& ctx) {
             return;
           }
         }
-        dropout_grad_kernel<T, kRelu>
-            <<<std::min(blocks_for(n), kMaxBlocks), kThreads, 0, context().stream>>>(dy.data<T>(), keep, dx, n, o);
-        check_launch(ctx.node, "dropout_grad_kernel");
+        launch(dy.data<T>(), dx);
       }))
     run_reference(ctx);
 }
@@ -382,8 +397,10 @@ void register_misc_cuda(Registry& r) {
     r.kernels.set_narrow("cuda", "", "Dropout", facts::narrow({0}, {0}));
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutGrad", dropout_grad<false>, facts::dropout_grad);
   add_if_schema(r, "cuda", kTrainrtDomain, "DropoutReluGrad", dropout_grad<true>, facts::dropout_grad);
-  if (r.kernels.find("cuda", kTrainrtDomain, "DropoutReluGrad"))  // Z (its sign) from 16-bit storage
-    r.kernels.set_narrow("cuda", kTrainrtDomain, "DropoutReluGrad", facts::narrow_float_inputs({1}));
+  // DropoutReluGrad: Z (its sign) from 16-bit storage, dY (a convolution's data gradient,
+  // rounded by it) read and dX (rounded: math_rounded_outputs) written in 16 bits.
+  if (r.kernels.find("cuda", kTrainrtDomain, "DropoutReluGrad"))
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "DropoutReluGrad", facts::narrow({0, 1}, {0}));
 }
 
 }  // namespace trainrt::cuda

@@ -83,9 +83,25 @@ struct ReluY {
   const uint16_t* p16 = nullptr;
   bool bf16 = false;
 };
+// x or dy as the kernels read it: float32 or float64 (p), or a float32 value's 16-bit
+// bits (p16) where it is stored so (runtime/narrow.h; its writer rounded it, so the
+// widening is the value itself). The float4 paths take p only.
+template <typename T>
+struct In {
+  const T* p = nullptr;
+  const uint16_t* p16 = nullptr;
+  bool bf16 = false;
+  __device__ T operator[](int64_t i) const { return p16 ? static_cast<T>(load_at(Load16{p16, bf16}, i)) : p[i]; }
+};
+template <typename T>
+In<T> in_of(const KernelContext& ctx, const Tensor& t) {
+  if (stored_narrow(ctx, t)) return In<T>{nullptr, t.data<uint16_t>(), ctx.math == MathPrecision::bf16};
+  return In<T>{t.data<T>()};
+}
+
 // dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select.
 template <typename T>
-__device__ T masked_dy(const T* dy, const ReluY<T>& relu_y, int64_t i) {
+__device__ T masked_dy(const In<T>& dy, const ReluY<T>& relu_y, int64_t i) {
   if (relu_y.p16) return load_at(Load16{relu_y.p16, relu_y.bf16}, i) > 0.f ? dy[i] : T(0);
   return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : dy[i];
 }
@@ -99,8 +115,7 @@ __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) 
 // Pass 2: devs[c, g, :] = sums over the slice of (x - mean)^2 and, for the gradient
 // (K = 3, dy given), dy and dy * (x - mean).
 template <typename T, int K>
-__global__ void slice_deviations(const T* x, const T* dy, ReluY<T> relu_y, Channels v, const double* sums,
-                                 double* devs) {
+__global__ void slice_deviations(In<T> x, In<T> dy, ReluY<T> relu_y, Channels v, const double* sums, double* devs) {
   __shared__ double block_mean;
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   double mean = 0;
@@ -135,7 +150,7 @@ __global__ void slice_deviations(const T* x, const T* dy, ReluY<T> relu_y, Chann
 // The gradient's one pass with saved statistics: grads[c, g, :] = sums over the slice of
 // dy and dy * (x - mean[c]).
 template <typename T>
-__global__ void slice_grad_sums(const T* x, const T* dy, ReluY<T> relu_y, Channels v, const T* mean, double* grads) {
+__global__ void slice_grad_sums(In<T> x, In<T> dy, ReluY<T> relu_y, Channels v, const T* mean, double* grads) {
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   const double m = c < v.C ? static_cast<double>(mean[c]) : 0.0;
   double acc[2] = {};
@@ -194,13 +209,13 @@ __device__ T apply_one(T x, T shift, T mul, T add) {
 }
 // y: a T* (the float4 path too) or a Store16 (Y stored in 16 bits, scalar path only).
 template <typename T, bool kRelu, bool kVec4, typename Out>
-__global__ void forward_apply(const T* x, Out y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
+__global__ void forward_apply(In<T> x, Out y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
                               const T* add) {
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
     const T sh = shift[c], mu = mul[c], ad = add[c];
     if constexpr (kVec4) {
-      const auto* x4 = reinterpret_cast<const float4*>(x + p * S);
+      const auto* x4 = reinterpret_cast<const float4*>(x.p + p * S);
       auto* y4 = reinterpret_cast<float4*>(y + p * S);
       TRAINRT_GRID_STRIDE(i, S / 4) {
         const float4 v = x4[i];
@@ -208,8 +223,7 @@ __global__ void forward_apply(const T* x, Out y, int64_t planes, int64_t C, int6
                             apply_one<float, kRelu>(v.z, sh, mu, ad), apply_one<float, kRelu>(v.w, sh, mu, ad));
       }
     } else {
-      const T* xp = x + p * S;
-      TRAINRT_GRID_STRIDE(i, S) { store_at(y, p * S + i, apply_one<T, kRelu>(xp[i], sh, mu, ad)); }
+      TRAINRT_GRID_STRIDE(i, S) { store_at(y, p * S + i, apply_one<T, kRelu>(x[p * S + i], sh, mu, ad)); }
     }
   }
 }
@@ -217,10 +231,9 @@ __global__ void forward_apply(const T* x, Out y, int64_t planes, int64_t C, int6
 // forward_apply for ChannelsLast: n values (kVec4: n/4 groups of four channels, C in
 // groups) with their channels.
 template <typename T, bool kRelu, bool kVec4, typename Out>
-__global__ void forward_apply_last(const T* x, Out y, int64_t n, int64_t C, const T* shift, const T* mul,
-                                   const T* add) {
+__global__ void forward_apply_last(In<T> x, Out y, int64_t n, int64_t C, const T* shift, const T* mul, const T* add) {
   if constexpr (kVec4) {
-    const auto* x4 = reinterpret_cast<const float4*>(x);
+    const auto* x4 = reinterpret_cast<const float4*>(x.p);
     auto* y4 = reinterpret_cast<float4*>(y);
     TRAINRT_CHANNELS_LAST(i, g, n / 4, C / 4) {
       const int64_t c = 4 * g;
@@ -271,15 +284,15 @@ __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const
 // dX per plane (TRAINRT_PLANES), as forward_apply.
 // dx: a T* (the float4 path too) or a Store16 (dX stored in 16 bits, scalar path only).
 template <typename T, bool kVec4, typename Out>
-__global__ void grad_apply(const T* dy, const T* x, Out dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
+__global__ void grad_apply(In<T> dy, In<T> x, Out dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
     const T k = a.k[c], bt = a.bias_term[c], m = a.mean[c], xt = a.x_term[c];
     const int64_t at = p * S;
     if constexpr (kVec4) {
-      const auto* dy4 = reinterpret_cast<const float4*>(dy + at);
+      const auto* dy4 = reinterpret_cast<const float4*>(dy.p + at);
       const auto* r4 = a.relu_y.p ? reinterpret_cast<const float4*>(a.relu_y.p + at) : nullptr;
-      const auto* x4 = reinterpret_cast<const float4*>(x + at);
+      const auto* x4 = reinterpret_cast<const float4*>(x.p + at);
       auto* dx4 = reinterpret_cast<float4*>(dx + at);
       TRAINRT_GRID_STRIDE(i, S / 4) {
         const float4 g = masked_dy4(dy4, r4, i), v = x4[i];
@@ -301,11 +314,11 @@ __device__ T grad_one(T g, T v, const GradArgs<T>& a, int64_t c) {
   return batchnorm_stats::grad(g, v, a.mean[c], a.k[c], a.bias_term[c], a.x_term[c]);
 }
 template <typename T, bool kVec4, typename Out>
-__global__ void grad_apply_last(const T* dy, const T* x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {
+__global__ void grad_apply_last(In<T> dy, In<T> x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {
   if constexpr (kVec4) {
-    const auto* dy4 = reinterpret_cast<const float4*>(dy);
+    const auto* dy4 = reinterpret_cast<const float4*>(dy.p);
     const auto* r4 = reinterpret_cast<const float4*>(a.relu_y.p);
-    const auto* x4 = reinterpret_cast<const float4*>(x);
+    const auto* x4 = reinterpret_cast<const float4*>(x.p);
     auto* dx4 = reinterpret_cast<float4*>(dx);
     TRAINRT_CHANNELS_LAST(i, g, n / 4, C / 4) {
       const int64_t c = 4 * g;
@@ -410,7 +423,8 @@ size_t batchnorm_workspace(const KernelContext& ctx, bool grad) {
   if (x.rank() < 2) return 0;
   const Channels v = channels_of(x);
   if (v.C == 0) return 0;
-  const size_t own = scratch_bytes(v, grad ? 3 : 1, grad ? 4 : 3, dtype_size(x.dtype()));
+  // Coefficients in the compute type: float32 where x is stored in 16 bits.
+  const size_t own = scratch_bytes(v, grad ? 3 : 1, grad ? 4 : 3, dtype_size(wide_shape(x).dtype()));
   size_t stats = 0;
   int64_t graph = -1;
   if (!grad) {
@@ -464,20 +478,21 @@ void batchnorm(KernelContext& ctx) {
   const Channels v = channels_of(x);
   if (v.C == 0) return;
   const bool training = node_trains(node, ctx.training);
-  // Y stored in 16 bits (runtime/narrow.h): the own kernels, which write it rounded; the
-  // cuDNN graph's scope is float32.
+  // X or Y stored in 16 bits (runtime/narrow.h): the own kernels, which read X's bits
+  // (In) and write Y rounded; the cuDNN graph's scope is float32.
+  const In<T> xin = in_of<T>(ctx, x);
   [[maybe_unused]] bool y16 = false;
   if constexpr (std::is_same_v<T, float>) {
     y16 = stored_narrow(ctx, ctx.out(0));
-    if (training && !y16 && forward_on_graph(ctx)) return;
+    if (training && !y16 && !xin.p16 && forward_on_graph(ctx)) return;
   }
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
     const dim3 grid = slice_grid(v);
-    slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
+    slice_sums<<<grid, kThreads, 0, stream>>>(xin, v, s.sums);
     check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(x.data<T>(), nullptr, ReluY<T>{}, v, s.sums, s.devs);
+    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(xin, In<T>{}, ReluY<T>{}, v, s.sums, s.devs);
     check_launch(ctx.node, "slice_deviations");
   }
   auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<T>() : nullptr; };
@@ -503,10 +518,10 @@ void batchnorm(KernelContext& ctx) {
       const Store16 y = store16(ctx.out(0), ctx.math);
       if (v.last)
         forward_apply_last<T, kRelu, false>
-            <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), y, n, v.C, a.shift, a.mul, a.add);
+            <<<blocks_for(n), kThreads, 0, stream>>>(xin, y, n, v.C, a.shift, a.mul, a.add);
       else
-        forward_apply<T, kRelu, false><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(x.data<T>(), y, planes, v.C,
-                                                                                          v.S, a.shift, a.mul, a.add);
+        forward_apply<T, kRelu, false>
+            <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(xin, y, planes, v.C, v.S, a.shift, a.mul, a.add);
       check_launch(ctx.node, v.last ? "forward_apply_last" : "forward_apply");
       return;
     }
@@ -514,26 +529,26 @@ void batchnorm(KernelContext& ctx) {
   if (v.last) {
     bool vec4 = false;
     if constexpr (std::is_same_v<T, float>) {
-      vec4 = v.C % 4 == 0 && aligned16(x.raw()) && aligned16(y);
+      vec4 = v.C % 4 == 0 && !xin.p16 && aligned16(x.raw()) && aligned16(y);
       if (vec4)
         forward_apply_last<T, kRelu, true>
-            <<<blocks_for(n / 4), kThreads, 0, stream>>>(x.data<T>(), y, n, v.C, a.shift, a.mul, a.add);
+            <<<blocks_for(n / 4), kThreads, 0, stream>>>(xin, y, n, v.C, a.shift, a.mul, a.add);
     }
     if (!vec4)
       forward_apply_last<T, kRelu, false>
-          <<<blocks_for(n), kThreads, 0, stream>>>(x.data<T>(), y, n, v.C, a.shift, a.mul, a.add);
+          <<<blocks_for(n), kThreads, 0, stream>>>(xin, y, n, v.C, a.shift, a.mul, a.add);
     check_launch(ctx.node, "forward_apply_last");
     return;
   }
   bool vec4 = false;
-  if constexpr (std::is_same_v<T, float>) vec4 = v.S % 4 == 0 && aligned16(x.raw()) && aligned16(y);
+  if constexpr (std::is_same_v<T, float>) vec4 = v.S % 4 == 0 && !xin.p16 && aligned16(x.raw()) && aligned16(y);
   if constexpr (std::is_same_v<T, float>)
     if (vec4)
-      forward_apply<T, kRelu, true><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(x.data<T>(), y, planes, v.C,
-                                                                                           v.S, a.shift, a.mul, a.add);
+      forward_apply<T, kRelu, true>
+          <<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(xin, y, planes, v.C, v.S, a.shift, a.mul, a.add);
   if (!vec4)
     forward_apply<T, kRelu, false>
-        <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(x.data<T>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);
+        <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(xin, y, planes, v.C, v.S, a.shift, a.mul, a.add);
   check_launch(ctx.node, "forward_apply");
 }
 
@@ -551,19 +566,22 @@ void batchnorm_grad(KernelContext& ctx) {
     else
       relu_y.p = ctx.in(5).data<T>();  // same layout as dy (declared Shared)
   }
+  // dY or X stored in 16 bits: read as their bits (In), by the own kernels too.
+  const In<T> dyin = in_of<T>(ctx, dy), xin = in_of<T>(ctx, x);
+  const bool wide = !dyin.p16 && !xin.p16;  // the float4 paths and the graph read float32
   if constexpr (std::is_same_v<T, float>)
-    if (!relu_y.p16 && grad_on_graph(ctx)) return;
+    if (!relu_y.p16 && wide && grad_on_graph(ctx)) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid = slice_grid(v);
   const bool saved = ctx.has_input(3) && ctx.has_input(4);
   if (saved) {
-    slice_grad_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), relu_y, v, ctx.in(3).data<T>(), s.devs);
+    slice_grad_sums<<<grid, kThreads, 0, stream>>>(xin, dyin, relu_y, v, ctx.in(3).data<T>(), s.devs);
     check_launch(ctx.node, "slice_grad_sums");
   } else {
-    slice_sums<<<grid, kThreads, 0, stream>>>(x.data<T>(), v, s.sums);
+    slice_sums<<<grid, kThreads, 0, stream>>>(xin, v, s.sums);
     check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(x.data<T>(), dy.data<T>(), relu_y, v, s.sums, s.devs);
+    slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(xin, dyin, relu_y, v, s.sums, s.devs);
     check_launch(ctx.node, "slice_deviations");
   }
   T* coef = static_cast<T*>(s.coefficients);
@@ -587,10 +605,9 @@ void batchnorm_grad(KernelContext& ctx) {
     if (stored_narrow(ctx, ctx.out(0))) {  // dX stored in 16 bits (runtime/narrow.h): rounded as written
       const Store16 dx16 = store16(ctx.out(0), ctx.math);
       if (v.last)
-        grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx16, n, v.C, a);
+        grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dyin, xin, dx16, n, v.C, a);
       else
-        grad_apply<T, false>
-            <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx16, planes, v.C, v.S, a);
+        grad_apply<T, false><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dyin, xin, dx16, planes, v.C, v.S, a);
       check_launch(ctx.node, v.last ? "grad_apply_last" : "grad_apply");
       return;
     }
@@ -598,37 +615,40 @@ void batchnorm_grad(KernelContext& ctx) {
   if (v.last) {
     bool vec4 = false;
     if constexpr (std::is_same_v<T, float>) {
-      vec4 = v.C % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
+      vec4 = v.C % 4 == 0 && wide && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
              (!relu_y.p || aligned16(relu_y.p));
-      if (vec4)
-        grad_apply_last<T, true><<<blocks_for(n / 4), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, n, v.C, a);
+      if (vec4) grad_apply_last<T, true><<<blocks_for(n / 4), kThreads, 0, stream>>>(dyin, xin, dx, n, v.C, a);
     }
-    if (!vec4)
-      grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, n, v.C, a);
+    if (!vec4) grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dyin, xin, dx, n, v.C, a);
     check_launch(ctx.node, "grad_apply_last");
     return;
   }
   bool vec4 = false;
   if constexpr (std::is_same_v<T, float>)
-    vec4 = v.S % 4 == 0 && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
+    vec4 = v.S % 4 == 0 && wide && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
            (!relu_y.p || aligned16(relu_y.p));
   if constexpr (std::is_same_v<T, float>)
     if (vec4)
-      grad_apply<T, true>
-          <<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, planes, v.C, v.S, a);
+      grad_apply<T, true><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(dyin, xin, dx, planes, v.C, v.S, a);
   if (!vec4)
-    grad_apply<T, false>
-        <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(), dx, planes, v.C, v.S, a);
+    grad_apply<T, false><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dyin, xin, dx, planes, v.C, v.S, a);
   check_launch(ctx.node, "grad_apply");
+}
+
+// The dtype the kernels compute in: a value stored in 16 bits is a float32 one.
+DataType compute_type(const KernelContext& ctx, const Tensor& t) {
+  return stored_narrow(ctx, t) ? DataType::Float32 : t.dtype();
 }
 
 template <bool kRelu>
 void batchnorm_kernel(KernelContext& ctx) {
-  if (!with_float(ctx.in(0).dtype(), [&](auto tag) { batchnorm<decltype(tag), kRelu>(ctx); })) run_reference(ctx);
+  if (!with_float(compute_type(ctx, ctx.in(0)), [&](auto tag) { batchnorm<decltype(tag), kRelu>(ctx); }))
+    run_reference(ctx);
 }
 
 void batchnorm_grad_kernel(KernelContext& ctx) {
-  if (!with_float(ctx.in(1).dtype(), [&](auto tag) { batchnorm_grad<decltype(tag)>(ctx); })) run_reference(ctx);
+  if (!with_float(compute_type(ctx, ctx.in(1)), [&](auto tag) { batchnorm_grad<decltype(tag)>(ctx); }))
+    run_reference(ctx);
 }
 
 }  // namespace
@@ -639,13 +659,15 @@ void register_norm_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationRelu", batchnorm_kernel<true>, facts::fixed({{S}, {S}}));
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel,
                 facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));  // and relu_y (input 5)
-  // Y (the forward) and dX and relu_y (the gradient) of float32 activations may be stored
-  // in 16 bits (the graphs' scope is float32: such a node runs the own kernels).
+  // X and Y (the forward), dY, X, relu_y and dX (the gradient) of float32 activations may
+  // be stored in 16 bits (the graphs' scope is float32: such a node runs the own kernels).
+  // None of them rounds an input, so an input is stored so only where its writer rounded
+  // it (a convolution's Y or dX: runtime/narrow.h), and the widening is the same value.
   if (r.kernels.find("cuda", kTrainrtDomain, "BatchNormalizationGrad"))
-    r.kernels.set_narrow("cuda", kTrainrtDomain, "BatchNormalizationGrad", facts::narrow({5}, {0}));
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "BatchNormalizationGrad", facts::narrow({0, 1, 5}, {0}));
   for (const auto& [domain, op] :
        {std::pair<std::string, std::string>{"", "BatchNormalization"}, {kTrainrtDomain, "BatchNormalizationRelu"}})
-    if (r.kernels.find("cuda", domain, op)) r.kernels.set_narrow("cuda", domain, op, facts::narrow_float_outputs({0}));
+    if (r.kernels.find("cuda", domain, op)) r.kernels.set_narrow("cuda", domain, op, facts::narrow({0}, {0}));
   for (const char* op : {"BatchNormalization", "BatchNormalizationRelu", "BatchNormalizationGrad"}) {
     const std::string domain = std::string(op) == "BatchNormalization" ? "" : kTrainrtDomain;
     const bool grad = std::string(op) == "BatchNormalizationGrad";

@@ -87,36 +87,37 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
     for (const std::string& in : n.inputs)
       if (chosen.count(in)) readers.insert(n.op_type);
   }
-  // The batch norms' data gradients (the dY of the convolution before each, read by its
-  // ConvGrad only), Dropout's outputs (read by the next convolution, its filter gradient
-  // and DropoutReluGrad's sign test, all rounded), the outputs of the batch norms with
-  // ReLU that only convolutions, Dropout and the batch-norm gradient's ReLU mask read
-  // (rounded by their writer: math_rounded_outputs) and the weights' KRSC copies
+  // Every value the step rounds (math_rounded_outputs: convolution outputs, batch-norm
+  // outputs, the data gradients between them), now that their readers (batch norms'
+  // X and dY, ConvGrad's X and dY, DropoutReluGrad's dY, the gradient Sums, the residual
+  // Add, FusedConv's residual Z, SumToShape's `like`) declare 16-bit reads, plus the two
+  // kinds every reader rounds: Dropout's outputs (read by the next convolution, its
+  // filter gradient and DropoutReluGrad's sign test) and the weights' KRSC copies
   // (runtime/layout.h add_layout_copies: Identity nodes, read by the convolution and its
-  // data gradient, both rounding them).
-  std::string names;
+  // data gradient).
+  std::string names, writer_names;
   for (const std::string& r : readers) names += " " + r;
+  for (const std::string& w : writers) writer_names += " " + w;
   CAPTURE(names);
-  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "BatchNormalizationRelu", "Dropout", "Identity"});
-  CHECK(readers ==
-        std::set<std::string>{"BatchNormalizationGrad", "Conv", "ConvGrad", "Dropout", "DropoutReluGrad", "FusedConv"});
-  size_t bn_grads = 0, dropouts = 0, bn_outputs = 0, weight_copies = 0;
+  CAPTURE(writer_names);
+  // No FusedConv: the Wide ResNet's are the ones with a residual (their Y is not rounded).
+  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "BatchNormalizationRelu", "Conv", "ConvGrad",
+                                         "Dropout", "DropoutReluGrad", "Identity"});
+  CHECK(readers == std::set<std::string>{"Add", "BatchNormalizationGrad", "BatchNormalizationRelu", "Conv", "ConvGrad",
+                                         "Dropout", "DropoutReluGrad", "FusedConv", "Sum", "SumToShape"});
+  size_t rounded = 0, dropouts = 0, weight_copies = 0, fused_residual = 0;
+  std::map<std::string, size_t> by_writer;  // rounded values stored in 16 bits, per writer op
   const auto producers = s.producers();
   for (const Node& n : s.nodes) {
-    if (n.op_type == "BatchNormalizationRelu") {
-      bool declared = true;  // every reader's kernel declared the slot
-      for (const Node& r : s.nodes)
-        for (size_t j = 0; j < r.inputs.size(); ++j)
-          declared = declared && (r.inputs[j] != n.outputs[0] || dev.narrow(s, r).input(j));
-      bn_outputs += declared;
-      CHECK(chosen.count(n.outputs[0]) == (declared ? 1u : 0u));
+    for (size_t k : math_rounded_outputs(n)) {
+      if (!n.has_output(k)) continue;
+      ++rounded;
+      by_writer[n.op_type] += chosen.count(n.outputs[k]);
+      CHECK(chosen.count(n.outputs[k]));  // every reader declared the slot
     }
-    if (n.op_type == "BatchNormalizationGrad" && !n.outputs[0].empty()) {
-      bool conv_only = true;
-      for (const Node& r : s.nodes)
-        for (const std::string& in : r.inputs) conv_only = conv_only && (in != n.outputs[0] || r.op_type == "ConvGrad");
-      bn_grads += conv_only;
-      CHECK(chosen.count(n.outputs[0]) == (conv_only ? 1u : 0u));
+    if (n.op_type == "FusedConv" && n.has_input(3)) {  // act(conv + B) + Z is no 16-bit number
+      ++fused_residual;
+      CHECK(!chosen.count(n.outputs[0]));
     }
     if (n.op_type == "Dropout") {
       ++dropouts;
@@ -128,12 +129,22 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       CHECK(chosen.count(n.outputs[0]) == (copy ? 1u : 0u));  // a gradient stays float32
     }
   }
-  CHECK(dropouts > 0);
+  CHECK(dropouts == 6);
   CHECK(weight_copies == 12);  // the 3x3 filters over more than one channel
-  CHECK(bn_outputs > 0);
-  CHECK(bn_grads + dropouts + bn_outputs + weight_copies == chosen.size());
-  MESSAGE(bn_grads << " batch-norm data gradients, " << dropouts << " Dropout outputs, " << bn_outputs
-                   << " batch-norm outputs, " << weight_copies << " KRSC weight copies in 16 bits");
+  CHECK(fused_residual > 0);
+  CHECK(rounded == 60);
+  CHECK(rounded + dropouts + weight_copies == chosen.size());
+  // 13 batch-norm outputs and 13 data gradients, 6 Dropout gradients, the outputs of the
+  // 13 convolutions without a residual and 15 convolutions' data gradients (the input
+  // convolution's is not computed).
+  CHECK(by_writer["Conv"] == 13);
+  CHECK(by_writer["ConvGrad"] == 15);
+  CHECK(by_writer["BatchNormalizationRelu"] == 13);
+  CHECK(by_writer["BatchNormalizationGrad"] == 13);
+  CHECK(by_writer["DropoutReluGrad"] == 6);
+  std::string counts;
+  for (const auto& [op, count] : by_writer) counts += " " + op + " " + std::to_string(count);
+  MESSAGE("16-bit values by writer:" << counts << ", Dropout " << dropouts << ", Identity (KRSC) " << weight_copies);
   for (const auto& [name, type] : chosen) {
     CHECK(type == DataType::BFloat16);
     CHECK(!s.is_initializer(name));
@@ -225,13 +236,14 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
     if (StandinDevice::have_cuda_kernels()) {
       CHECK(narrowed_count(device.plan(), t) > 0);
       CHECK(device.plan().arena_bytes < wide.plan().arena_bytes);
-      // The 38 values test "choose_narrowed: a value is stored in 16 bits only where..."
-      // counts (13 batch-norm data gradients, 6 Dropout outputs, 7 batch-norm+ReLU
-      // outputs, 12 KRSC weight copies): 1,518,656 bytes against 1,731,264 all fp32; with
-      // the batch-norm outputs left fp32 (stored narrow only where every reader rounds)
-      // the peak was 1,546,432.
-      CHECK(narrowed_count(device.plan(), t) == 38);
-      CHECK(device.plan().arena_bytes <= 1518656);
+      // The 78 values test "choose_narrowed: a value is stored in 16 bits only where..."
+      // counts (the 60 the step rounds, 6 Dropout outputs, 12 KRSC weight copies):
+      // 1,046,144 bytes against 1,731,264 all fp32. Before the convolutions wrote 16-bit
+      // outputs and the batch norms, sums and DropoutReluGrad read them (38 values: 13
+      // batch-norm data gradients, 6 Dropout outputs, 7 batch-norm+ReLU outputs, 12 KRSC
+      // weight copies) the peak was 1,518,656.
+      CHECK(narrowed_count(device.plan(), t) == 78);
+      CHECK(device.plan().arena_bytes <= 1046144);
       MESSAGE(name << ": " << narrowed_count(device.plan(), t) << " values in 16 bits, arena "
                    << device.plan().arena_bytes << " bytes against " << wide.plan().arena_bytes);
     }
@@ -242,7 +254,7 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
 
 // What the Wide ResNet's step rounds under bf16 (math_rounded_outputs), and which of those
 // values the cuda kernels' declarations let the stand-in store in 16 bits: a rounded value
-// stays float32 while one of its readers has not declared the slot (listed).
+// stays float32 while one of its readers has not declared the slot (listed; none now).
 TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the readers that keep them float32") {
   Graph g = small_wrn();
   TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
@@ -279,6 +291,8 @@ TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the reade
   }
   MESSAGE(rounded.size() << " values rounded by their writers, " << stored << " of them stored in 16 bits; "
                          << chosen.size() << " values in 16 bits in all");
+  CHECK(blocking.empty());
+  CHECK(stored == rounded.size());
   // Each 16-bit value is one its writer rounds, or a Dropout output or a weight's KRSC
   // copy (an Identity) every reader rounds.
   for (const auto& [v, t] : chosen) {
@@ -288,4 +302,42 @@ TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the reade
       read_rounded = read_rounded || ((n.op_type == "Dropout" || n.op_type == "Identity") && n.outputs[0] == v);
     CHECK((rounded.count(v) || read_rounded));
   }
+}
+
+// The other side of the declarations: a cuda kernel declares an output 16-bit only where
+// it rounds it in the precision (math_rounded_outputs: the bits stored are the value), or
+// where every reader rounds it anyway (Dropout's output, a weight's KRSC copy). A FusedConv
+// with a residual Z adds Z after rounding act(conv + B): its Y is no 16-bit number, so
+// its kernel must not declare it (choose_narrowed would still refuse it for readers
+// that do not round it, but a reader that does, or a later rule, would take it).
+TEST_CASE("cuda declarations: a kernel declares a 16-bit output only where it rounds it") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without CUDA kernels declares no 16-bit slots");
+    return;
+  }
+  Graph g = small_wrn();
+  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
+  device.step(wrn_batch(2, 1), 0.05f);
+  const Graph& s = device.plan().graph;
+  StandinDevice dev;
+  size_t declared = 0, residuals = 0;
+  for (const Node& n : s.nodes) {
+    const NodeSlots slots = dev.narrow(s, n);
+    const std::vector<size_t> r = math_rounded_outputs(n);
+    const std::set<size_t> rounded(r.begin(), r.end());
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (!slots.output(k)) continue;
+      CAPTURE(n.name);
+      CAPTURE(k);
+      ++declared;
+      CHECK((rounded.count(k) || n.op_type == "Dropout" || n.op_type == "Identity"));
+    }
+    if (n.op_type == "FusedConv" && n.has_input(3)) {
+      ++residuals;
+      CHECK(!slots.output(0));
+      CHECK(slots.input(3));  // Z, a rounded value, read 16-bit
+    }
+  }
+  CHECK(residuals > 0);
+  CHECK(declared >= 78);
 }
