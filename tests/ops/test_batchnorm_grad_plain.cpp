@@ -16,8 +16,10 @@
 // NaN in dY or X poisons the channel's sums, so its dBias/dScale/dX are NaN on both
 // backends; a NaN relu_y masks dY to 0 (y > 0 is false), as ReluGrad does.
 #include <doctest/doctest.h>
+#include <oneapi/tbb/global_control.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -154,5 +156,21 @@ TEST_CASE("cpu BatchNormalizationGrad, row-major: NaN in dY, X and relu_y as the
     CHECK(std::isnan(cpu.at("dscale").data<float>()[1]));
     CHECK(std::isnan(cpu.at("dx").data<float>()[3 * 15]));
     if (relu) CHECK(!std::isnan(cpu.at("dbias").data<float>()[4]));
+  }
+}
+
+TEST_CASE("cpu BatchNormalizationGrad, row-major: the same bits on 1 thread and on several") {
+  // Each channel is one task summed in one order, so the thread count cannot change a bit.
+  const std::vector<int64_t> dims{4, 6, 28, 28};
+  const Feeds f = bn_grad_feeds(dims, 120, /*relu=*/true);
+  TensorMap one;
+  {
+    tbb::global_control single(tbb::global_control::max_allowed_parallelism, 1);
+    one = run_node(bn_grad_node(true), f.map, "cpu");
+  }
+  const TensorMap many = run_node(bn_grad_node(true), f.map, "cpu");
+  for (const auto& [name, t] : one) {
+    CAPTURE(name);
+    CHECK(std::memcmp(t.raw(), many.at(name).raw(), t.nbytes()) == 0);
   }
 }
