@@ -31,6 +31,7 @@
 #include <emmintrin.h>
 #endif
 #include <oneapi/dnnl/dnnl.hpp>
+#include <utility>
 #include <vector>
 
 #include "graph/error.h"
@@ -39,6 +40,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
+#include "ops/core/unary_math.h"
 #include "ops/norm_loops.h"
 #include "ops/onednn/dnnl_util.h"
 
@@ -257,7 +259,8 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
     for (int64_t c = 0; c < channels; ++c) ctx.out(2).data<float>()[c] = iv[c] * momentum + bv[c] * (1 - momentum);
 }
 
-// BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward.
+// BatchNormalizationGrad (fp32) on oneDNN's batch_normalization_backward in the blocked
+// layout; the row-major one runs own loops (batchnorm_grad_plain, below).
 //
 //   dY, X: N,C,spatial...   scale: C   [saved_mean, saved_var: C]
 //     ->   dX: like X, dScale: C, dBias: C
@@ -301,6 +304,137 @@ void run_norm_backward(KernelContext& ctx, const dnnl::primitive& prim, const du
                      {DNNL_ARG_DIFF_SRC, out_or_temp(0, data, 2)},
                      {DNNL_ARG_DIFF_SCALE, out_or_temp(1, channel, 3)},
                      {DNNL_ARG_DIFF_SHIFT, out_or_temp(2, channel, 4)}});
+}
+
+// ---- the row-major (Plain) fp32 backward, own loops --------------------------------
+// Why: oneDNN 2.6 runs the ncsp layout with its generic scalar loop (~5 % of the Wide
+// ResNet's AVX2 step, where activations are row-major). These loops compute what the
+// reference does (ops/norm.cpp batchnorm_grad_reference), in double, with the same
+// coefficients and the same per-element formulas (batchnorm_stats::grad; the products
+// g * (x - mean) * r of dScale's sum are the reference's bits too): only the order of the
+// two sums differs (4 lanes of double, then the scalar tail, against the reference's one
+// running sum), so dScale, dBias are the reference's up to float rounding of a double
+// sum that moved by its summation error, and dX by that error through bias_term/x_term.
+// A channel is one task (channels in parallel with oneTBB), summed in one fixed order:
+// the bits do not depend on the thread count. SSE2 is x86-64's baseline (no dispatch);
+// with relu_y (the fused ReLU gradient) dY is masked as ReluGrad masks it, y > 0 ? dY : 0,
+// while it is read, without the masked copy with_dy_relu writes.
+
+// One channel's planes: row n of the channel starts at n * stride; ry null without ReLU.
+struct ChannelPlanes {
+  const float *dy, *x, *ry;
+  int64_t N, S, stride;
+};
+
+// sum(dY), sum(dY * (x - mean) * r) over the channel, dY masked by ry.
+std::pair<double, double> channel_grad_sums(const ChannelPlanes& p, double mean, double r) {
+  double tail_b = 0, tail_s = 0;
+#ifdef __SSE2__
+  // dY's and the products' 4 positions in 4 double lanes (2 registers each).
+  const __m128d m2 = _mm_set1_pd(mean), r2 = _mm_set1_pd(r);
+  const __m128 zero = _mm_setzero_ps();
+  __m128d b_lo = _mm_setzero_pd(), b_hi = b_lo, s_lo = b_lo, s_hi = b_lo;
+#endif
+  for (int64_t n = 0; n < p.N; ++n) {
+    const float *dy = p.dy + n * p.stride, *x = p.x + n * p.stride, *ry = p.ry ? p.ry + n * p.stride : nullptr;
+    int64_t i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= p.S; i += 4) {
+      __m128 g4 = _mm_loadu_ps(dy + i);
+      if (ry) g4 = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(ry + i), zero), g4);
+      const __m128 x4 = _mm_loadu_ps(x + i);
+      const __m128d g_lo = _mm_cvtps_pd(g4), g_hi = _mm_cvtps_pd(_mm_movehl_ps(g4, g4));
+      const __m128d x_lo = _mm_cvtps_pd(x4), x_hi = _mm_cvtps_pd(_mm_movehl_ps(x4, x4));
+      b_lo += g_lo;
+      b_hi += g_hi;
+      s_lo += g_lo * (x_lo - m2) * r2;
+      s_hi += g_hi * (x_hi - m2) * r2;
+    }
+#endif
+    for (; i < p.S; ++i) {
+      const double g = ry ? unary_math::ReluGrad{}(dy[i], ry[i]) : dy[i];
+      tail_b += g;
+      tail_s += g * (static_cast<double>(x[i]) - mean) * r;
+    }
+  }
+#ifdef __SSE2__
+  return {((b_lo[0] + b_lo[1]) + (b_hi[0] + b_hi[1])) + tail_b, ((s_lo[0] + s_lo[1]) + (s_hi[0] + s_hi[1])) + tail_s};
+#else
+  return {tail_b, tail_s};
+#endif
+}
+
+// dX of the channel: batchnorm_stats::grad in double with its coefficients, rounded once.
+void channel_dx(const ChannelPlanes& p, double mean, double k, double bias_term, double x_term, float* dx) {
+#ifdef __SSE2__
+  const __m128d m2 = _mm_set1_pd(mean), k2 = _mm_set1_pd(k), b2 = _mm_set1_pd(bias_term), t2 = _mm_set1_pd(x_term);
+  const __m128 zero = _mm_setzero_ps();
+#endif
+  for (int64_t n = 0; n < p.N; ++n) {
+    const float *dy = p.dy + n * p.stride, *x = p.x + n * p.stride, *ry = p.ry ? p.ry + n * p.stride : nullptr;
+    float* out = dx + n * p.stride;
+    int64_t i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= p.S; i += 4) {
+      __m128 g4 = _mm_loadu_ps(dy + i);
+      if (ry) g4 = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(ry + i), zero), g4);
+      const __m128 x4 = _mm_loadu_ps(x + i);
+      const __m128d lo = batchnorm_stats::grad(_mm_cvtps_pd(g4), _mm_cvtps_pd(x4), m2, k2, b2, t2);
+      const __m128d hi = batchnorm_stats::grad(_mm_cvtps_pd(_mm_movehl_ps(g4, g4)), _mm_cvtps_pd(_mm_movehl_ps(x4, x4)),
+                                               m2, k2, b2, t2);
+      _mm_storeu_ps(out + i, _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi)));
+    }
+#endif
+    for (; i < p.S; ++i) {
+      const double g = ry ? unary_math::ReluGrad{}(dy[i], ry[i]) : dy[i];
+      out[i] = static_cast<float>(batchnorm_stats::grad(g, static_cast<double>(x[i]), mean, k, bias_term, x_term));
+    }
+  }
+}
+
+// The row-major fp32 BatchNormalizationGrad (relu_y, input 5, read when given); false
+// (nothing written) where it does not apply: another dtype or layout, an empty tensor.
+bool batchnorm_grad_plain(KernelContext& ctx) {
+  const bool relu = ctx.has_input(5);
+  if (!du::all_f32(ctx) || ctx.in(1).numel() == 0) return false;
+  for (size_t i : {size_t{0}, size_t{1}, size_t{5}})
+    if (ctx.has_input(i) && ctx.in(i).layout() != Layout::Plain) return false;
+  if (ctx.has_output(0) && ctx.out(0).layout() != Layout::Plain) return false;
+  const Tensor& x = ctx.in(1);
+  const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / (N * C);
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f), M = static_cast<double>(N * S);
+  // The forward's saved statistics, else batch_stats' (the same bits: the forward's own).
+  std::vector<float> stats;
+  const float *mean = nullptr, *var = nullptr;
+  if (ctx.has_input(3) && ctx.has_input(4)) {
+    mean = ctx.in(3).data<float>();
+    var = ctx.in(4).data<float>();
+  } else {
+    stats.resize(static_cast<size_t>(2 * C));
+    batch_stats(x, stats.data(), stats.data() + C);
+    mean = stats.data();
+    var = stats.data() + C;
+  }
+  const float* scale = ctx.in(2).data<float>();
+  float* dx = ctx.has_output(0) ? ctx.out(0).data<float>() : nullptr;
+  float* dscale = ctx.has_output(1) ? ctx.out(1).data<float>() : nullptr;
+  float* dbias = ctx.has_output(2) ? ctx.out(2).data<float>() : nullptr;
+  parallel_ranges(C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const ChannelPlanes p{ctx.in(0).data<float>() + c * S,
+                            x.data<float>() + c * S,
+                            relu ? ctx.in(5).data<float>() + c * S : nullptr,
+                            N,
+                            S,
+                            C * S};
+      const double m = static_cast<double>(mean[c]), r = batchnorm_stats::inv_std(static_cast<double>(var[c]), eps);
+      const std::pair<double, double> sums = channel_grad_sums(p, m, r);
+      if (dbias) dbias[c] = static_cast<float>(sums.first);
+      if (dscale) dscale[c] = static_cast<float>(sums.second);
+      if (dx) channel_dx(p, m, static_cast<double>(scale[c]) * r, sums.first / M, r * sums.second / M, dx + c * S);
+    }
+  });
+  return true;
 }
 
 void batchnorm_grad_cpu(KernelContext& ctx) {
@@ -461,8 +595,14 @@ void register_norm_cpu(Registry& r) {
   // dY, X, relu_y (input 5) and dX in one layout (ReluGrad masks dY elementwise).
   const Kernel* relu_grad = r.kernels.find("cpu", kTrainrtDomain, "ReluGrad");
   if (!relu_grad) throw_internal("register_norm_cpu", "the cpu ReluGrad must be registered first");
-  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationGrad", with_dy_relu(batchnorm_grad_cpu, *relu_grad),
-                facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));
+  // Row-major fp32: the own loops (relu_y read by them); else oneDNN after the masked copy.
+  Kernel dnnl_grad = with_dy_relu(batchnorm_grad_cpu, *relu_grad);
+  add_if_schema(
+      r, "cpu", kTrainrtDomain, "BatchNormalizationGrad",
+      [dnnl_grad](KernelContext& ctx) {
+        if (!batchnorm_grad_plain(ctx)) dnnl_grad(ctx);
+      },
+      facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));
   add_if_schema(r, "cpu", "", "LayerNormalization", layernorm_cpu);
   add_if_schema(r, "cpu", kTrainrtDomain, "LayerNormalizationGrad", layernorm_grad_cpu);
 }

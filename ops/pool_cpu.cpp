@@ -1,5 +1,6 @@
 // MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool (fp32) on oneDNN's
-// pooling_v2_forward (1 to 3 spatial dims: ncw, nchw, ncdhw; Blocked16c for 2-D); LpPool
+// pooling_v2_forward (1 to 3 spatial dims: ncw, nchw, ncdhw; Blocked16c for 2-D), but a
+// row-major MaxPool with the 2x2 stride-2 unpadded window on own loops (below); LpPool
 // and LpPoolGrad (float32/64, row-major) the reference's loops over parallel planes
 // (ops/pool_loops.h: the two backends agree bit for bit).
 //
@@ -18,6 +19,9 @@
 // the primitive works in X's layout and Y is reordered out when its layout differs.
 #include <algorithm>
 #include <cstring>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/error.h"
@@ -99,12 +103,91 @@ PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Ten
   return p;
 }
 
+// ---- MaxPool and MaxPoolGrad, 2x2 stride 2 unpadded, row-major: own loops -----------
+// Why: oneDNN 2.6 runs the plain (ncsp) layout's pooling with its generic scalar loop,
+// and MaxPoolGrad's general window walk (below) recomputes each argmax element by
+// element; together ~5 % of the Wide ResNet's AVX2 step, whose pools are all 2x2 stride 2
+// on row-major activations. The window of output (oh, ow) is a = X[2oh][2ow], b = the
+// one right of it, c, d the two below; window_argmax (ops/core/pool_geometry.h) takes a,
+// then b, c, d each only if greater than the best so far: the first maximum wins a tie,
+// and a NaN wins only as a (nothing compares greater than it; a later one never does).
+// The SSE2 loops (x86-64's baseline: no dispatch) keep exactly that rule: _mm_max_ps(v,
+// best) is v > best ? v : best, bit for bit, NaN and signed zeros included.
+
+// Whether g is that window on a 2-D plane with every window inside X (no padding, ceil
+// windows excluded).
+bool is_2x2_stride_2(const Pool3& g) {
+  return g.in[0] == 1 && g.out[0] == 1 && g.k[0] == 1 && g.k[1] == 2 && g.k[2] == 2 && g.s[1] == 2 && g.s[2] == 2 &&
+         g.d[1] == 1 && g.d[2] == 1 && g.pb[1] == 0 && g.pb[2] == 0 && 2 * g.out[1] <= g.in[1] &&
+         2 * g.out[2] <= g.in[2];
+}
+
+#ifdef __SSE2__
+// Windows ow..ow+3 of the rows top, bottom: a, b, c, d of each as 4 lanes.
+struct Quad {
+  __m128 a, b, c, d;
+};
+Quad load_quad(const float* top, const float* bottom, int64_t ow) {
+  const __m128 t0 = _mm_loadu_ps(top + 2 * ow), t1 = _mm_loadu_ps(top + 2 * ow + 4);
+  const __m128 b0 = _mm_loadu_ps(bottom + 2 * ow), b1 = _mm_loadu_ps(bottom + 2 * ow + 4);
+  return {_mm_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)),
+          _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))};
+}
+#endif
+
+// Which of a, b, c, d (0..3) window_argmax picks.
+int argmax_of_4(const float* top, const float* bottom, int64_t ow) {
+  const float v[4] = {top[2 * ow], top[2 * ow + 1], bottom[2 * ow], bottom[2 * ow + 1]};
+  int at = 0;
+  for (int j = 1; j < 4; ++j)
+    if (v[j] > v[at]) at = j;
+  return at;
+}
+
+// Y of one plane.
+void maxpool_2x2_plane(const Pool3& g, const float* x, float* y) {
+  const int64_t W = g.in[2], Wo = g.out[2];
+  for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+    const float *top = x + 2 * oh * W, *bottom = top + W;
+    float* out = y + oh * Wo;
+    int64_t ow = 0;
+#ifdef __SSE2__
+    for (; ow + 4 <= Wo; ow += 4) {
+      const Quad q = load_quad(top, bottom, ow);
+      _mm_storeu_ps(out + ow, _mm_max_ps(q.d, _mm_max_ps(q.c, _mm_max_ps(q.b, q.a))));
+    }
+#endif
+    for (; ow < Wo; ++ow) {
+      const int at = argmax_of_4(top, bottom, ow);
+      out[ow] = (at < 2 ? top : bottom)[2 * ow + (at & 1)];
+    }
+  }
+}
+
+// MaxPool of a row-major fp32 X with that window; false (nothing written) otherwise.
+bool maxpool_2x2_plain(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (x.rank() != 4 || x.layout() != Layout::Plain || y.layout() != Layout::Plain) return false;
+  const Pool3 g = pool_geometry(ctx.node, x, y);
+  if (!is_2x2_stride_2(g)) return false;
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t in_size = g.in_size(), out_size = g.out_size();
+  parallel_ranges(g.planes, std::max<int64_t>(1, kGrain / in_size), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) maxpool_2x2_plane(g, xp + p * in_size, yp + p * out_size);
+  });
+  return true;
+}
+
 template <PoolKind kind>
 void pool_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx) || ctx.has_output(1)) return du::run_reference(ctx);  // Indices: reference
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (y.numel() == 0) return;
+  if constexpr (kind == PoolKind::Max)
+    if (maxpool_2x2_plain(ctx)) return;
   const Node& n = ctx.node;
   std::string key =
       du::key("Pool", static_cast<int>(kind), x.dims(), y.dims(), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
@@ -127,6 +210,8 @@ void pool_cpu(KernelContext& ctx) {
 //     recomputed from X with the forward's tie rule (first maximum in window order,
 //     padding ignored) and gets the window's dY; overlapping windows add up. Exactly
 //     the reference's choice of element, without running the forward for a workspace.
+//     Row-major with the 2x2 stride-2 unpadded window: the forward's own loops' rule
+//     (above), four windows at a time.
 //   AveragePoolGrad(dY, X) -> dX
 //     oneDNN's pooling_v2_backward (avg include/exclude padding), with a
 //     forward_training hint of the same geometry. As in the forward kernel
@@ -179,6 +264,41 @@ void maxpool_grad_plane(const Pool3& g, const float* dy, const float* x, float* 
       }
 }
 
+// dX of one plane: each window's dY at its argmax, +0 elsewhere and where no window
+// reads (an odd last row or column). dY + 0 as the reference's double sum 0 + dY: -0 -> +0.
+void maxpool_grad_2x2_plane(const Pool3& g, const float* dy, const float* x, float* dx) {
+  const int64_t H = g.in[1], W = g.in[2], Ho = g.out[1], Wo = g.out[2];
+  for (int64_t oh = 0; oh < Ho; ++oh) {
+    const float *top = x + 2 * oh * W, *bottom = top + W, *gr = dy + oh * Wo;
+    float *dtop = dx + 2 * oh * W, *dbottom = dtop + W;
+    int64_t ow = 0;
+#ifdef __SSE2__
+    const __m128 zero = _mm_setzero_ps();
+    for (; ow + 4 <= Wo; ow += 4) {
+      const Quad q = load_quad(top, bottom, ow);
+      const __m128 g4 = _mm_loadu_ps(gr + ow);
+      // b, c, d win where greater than the best before them; a where none did.
+      const __m128 mb = _mm_cmpgt_ps(q.b, q.a), best = _mm_max_ps(q.b, q.a);
+      const __m128 mc = _mm_cmpgt_ps(q.c, best), md = _mm_cmpgt_ps(q.d, _mm_max_ps(q.c, best));
+      const __m128 gd = _mm_and_ps(md, g4), gc = _mm_andnot_ps(md, _mm_and_ps(mc, g4));
+      const __m128 gb = _mm_andnot_ps(_mm_or_ps(mc, md), _mm_and_ps(mb, g4));
+      const __m128 ga = _mm_andnot_ps(_mm_or_ps(_mm_or_ps(mb, mc), md), g4);
+      _mm_storeu_ps(dtop + 2 * ow, _mm_add_ps(_mm_unpacklo_ps(ga, gb), zero));
+      _mm_storeu_ps(dtop + 2 * ow + 4, _mm_add_ps(_mm_unpackhi_ps(ga, gb), zero));
+      _mm_storeu_ps(dbottom + 2 * ow, _mm_add_ps(_mm_unpacklo_ps(gc, gd), zero));
+      _mm_storeu_ps(dbottom + 2 * ow + 4, _mm_add_ps(_mm_unpackhi_ps(gc, gd), zero));
+    }
+#endif
+    for (; ow < Wo; ++ow) {
+      const int at = argmax_of_4(top, bottom, ow);
+      for (int j = 0; j < 4; ++j) (j < 2 ? dtop : dbottom)[2 * ow + (j & 1)] = j == at ? gr[ow] + 0.f : 0.f;
+    }
+    std::fill(dtop + 2 * Wo, dtop + W, 0.f);
+    std::fill(dbottom + 2 * Wo, dbottom + W, 0.f);
+  }
+  std::fill(dx + 2 * Ho * W, dx + H * W, 0.f);
+}
+
 void maxpool_grad_cpu(KernelContext& ctx) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Tensor& dy = ctx.in(0);
@@ -195,6 +315,11 @@ void maxpool_grad_cpu(KernelContext& ctx) {
   const float* dyp = dy.data<float>();
   const float* xp = x.data<float>();
   float* dxp = dx.data<float>();
+  if (lanes == 1 && x.rank() == 4 && is_2x2_stride_2(g))
+    return parallel_ranges(groups, std::max<int64_t>(1, kGrain / in_size), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        maxpool_grad_2x2_plane(g, dyp + p * out_size, xp + p * in_size, dxp + p * in_size);
+    });
   parallel_ranges(groups, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t j = 0; j < lanes; ++j)
