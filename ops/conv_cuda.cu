@@ -67,14 +67,16 @@
 // x stored in another layout than y from a copy in y's (ConvPlan::xp_last). Filters: w and ConvGrad's dw
 // are declared Converted, so the plan gives these kernels a KRSC copy of each weight
 // (ChannelsLast of K,C,R,S: an Identity node per weight and step, in 16 bits under
-// bf16/fp16) and takes a KRSC dw, which an Identity turns back into the parameter's KCRS
-// gradient (runtime/layout.h add_layout_copies). Why KRSC: cuDNN's NHWC engines and its
-// runtime-fusion engines read filters KRSC, and the legacy API has one filter descriptor
-// per call, for w and dw alike; PyTorch's channels_last path likewise asks cuDNN for dw in
-// the input's memory format, so a dw described KCRS beside NHWC x and dy would be a
-// problem outside what those engines are built for (at best a transposing engine). The
-// filter descriptor's format (CUDNN_TENSOR_NHWC) and the graph's strides say which
-// (filter_krsc, ops/conv_graph_cuda.h); biases stay Plain. The own kernels (epilogue,
+// bf16/fp16; under bf16/fp16 a 1x1 or depthwise filter, the same bytes in both orders,
+// gets a Plain 16-bit copy too, so no call converts a float32 filter) and takes a KRSC
+// dw, which an Identity turns back into the parameter's KCRS gradient (runtime/layout.h
+// add_layout_copies). Why KRSC: cuDNN's NHWC engines and its runtime-fusion engines read
+// filters KRSC, and the legacy API has one filter descriptor per call, for w and dw
+// alike; PyTorch's channels_last path likewise asks cuDNN for dw in the input's memory
+// format, so a dw described KCRS beside NHWC x and dy would be a problem outside what
+// those engines are built for (at best a transposing engine). The filter descriptor's
+// format (CUDNN_TENSOR_NHWC) and the graph's strides say which (filter_krsc,
+// ops/conv_graph_cuda.h); biases stay Plain. The own kernels (epilogue,
 // padding, channel sums) follow the layout; the plan and graph keys hold it.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda).
@@ -1178,7 +1180,8 @@ void register_conv_cuda(Registry& r) {
                 });
   // Under bf16/fp16 x and w (ConvGrad: dY, X unless its ReLU mask is read too, and W) may
   // be stored in 16 bits (runtime/narrow.h): the graphs read them as they are, the legacy
-  // path widened. The weights' KRSC copies are so stored: every convolution rounds them.
+  // path widened. The weights' copies (KRSC, or Plain 16-bit ones of 1x1 and depthwise
+  // filters) are so stored: every convolution rounds them.
   // Y (ConvGrad: dX) where the kernel rounds it (math_rounded_outputs): Conv's, and
   // FusedConv's without a residual (with Z, act(conv + B) is rounded before Z is added, so
   // Y is no 16-bit number); written through narrow_output. FusedConv's residual Z, which

@@ -48,7 +48,8 @@ Executor::Prepared& Executor::prepare(const TensorMap& feeds, const RunOptions& 
   }
   auto p = std::make_unique<Prepared>();
   Graph s = specialize(graph_, feeds, state_);
-  if (opts_.blocked_layouts) add_layout_copies(s, backend_);  // before the 16-bit choice: copies may be narrowed
+  if (opts_.blocked_layouts)
+    add_layout_copies(s, backend_, opts_.math);  // before the 16-bit choice: copies may be narrowed
   for (const std::string& in : shape_feeds_) p->shape_values.push_back(feeds.at(in).clone());
   PlanOptions po = opts_.plan;
   po.pair_branches = po.pair_branches || opts_.concurrent_branches;

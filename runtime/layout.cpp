@@ -1,7 +1,10 @@
 #include "runtime/layout.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
+
+#include "ops/core/rounded_outputs.h"
 
 namespace trainrt {
 
@@ -70,7 +73,27 @@ std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend) {
   return out;
 }
 
-size_t add_layout_copies(Graph& g, const Backend& backend) {
+namespace {
+
+// Under bf16/fp16, whether parameter input j of n, whose layout needs no copy (a 1x1 or
+// depthwise filter, one input channel), still gets one: stored in 16 bits
+// (runtime/narrow.h), it is rounded once per step instead of converted again by every
+// convolution pass that reads it. Only where choose_narrowed will take the copy: n
+// declares the slot 16-bit and rounds it, and the Identity declares its output.
+bool narrow_copy_pays(const Graph& g, const Backend& backend, const Node& n, size_t j, DataType t, MathPrecision m) {
+  if (m == MathPrecision::fp32 || t != DataType::Float32 || !backend.narrow(g, n).input(j)) return false;
+  std::vector<bool> wanted(n.outputs.size());
+  for (size_t k = 0; k < wanted.size(); ++k) wanted[k] = !n.outputs[k].empty();
+  const std::vector<size_t> rounded = math_rounded_inputs(n, wanted);
+  if (std::find(rounded.begin(), rounded.end(), j) == rounded.end()) return false;
+  Node probe;
+  probe.op_type = "Identity", probe.inputs = {n.inputs[j]}, probe.outputs = {n.inputs[j]};
+  return backend.narrow(g, probe).output(0);
+}
+
+}  // namespace
+
+size_t add_layout_copies(Graph& g, const Backend& backend, MathPrecision m) {
   const Layout layout = backend.blocked_layout;
   const std::unordered_map<std::string, size_t> producers = g.producers();
   // The dims of value v, when known.
@@ -88,7 +111,7 @@ size_t add_layout_copies(Graph& g, const Backend& backend) {
     return dims_of(v, d, t) && dtype_size(*t) > 0 && layout_fits(layout, *d);
   };
   std::vector<Node> nodes, copies_made;       // the graph's nodes; the conversions, appended after them
-  std::map<std::string, std::string> copies;  // parameter -> its blocked copy
+  std::map<std::string, std::string> copies;  // parameter -> its blocked or 16-bit copy
   nodes.reserve(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const NodeLayouts r = backend.layouts(g, g.nodes[i]);
@@ -97,8 +120,11 @@ size_t add_layout_copies(Graph& g, const Backend& backend) {
       const std::string v = n.inputs[j];
       std::vector<int64_t> d;
       DataType t{};
-      if (r.inputs[j] != SlotLayout::Converted || v.empty() || producers.count(v) || !fits(v, &d, &t)) continue;
-      auto [it, fresh] = copies.emplace(v, v + "/blocked");
+      if (r.inputs[j] != SlotLayout::Converted || v.empty() || producers.count(v) || !dims_of(v, &d, &t)) continue;
+      const bool blocked = fits(v, &d, &t);
+      if (!blocked && !narrow_copy_pays(g, backend, n, j, t, m)) continue;
+      // "/narrow": a copy in the parameter's own layout, there to be stored in 16 bits.
+      auto [it, fresh] = copies.emplace(v, v + (blocked ? "/blocked" : "/narrow"));
       if (fresh) {  // one copy per step, whatever the number of readers
         g.values[it->second] = ValueInfo(t, shape_of(d));
         Node c;

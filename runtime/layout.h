@@ -29,7 +29,10 @@
 // kernel writes "V/blocked", an Identity converts it into V for V's readers (a weight
 // gradient reaches the optimizer and the buckets Plain). Only where the value's shape
 // fits the backend's blocked layout (layout_fits: a 1x1 or depthwise filter is the same
-// bytes in both orders, so it needs no copy). The nodes are appended to the graph, so
+// bytes in both orders, so it needs no copy), except under bf16/fp16: there such a
+// parameter gets a copy "W/narrow" in its own layout where its readers take it in 16 bits
+// (runtime/narrow.h stores it so), rounded once per step instead of by every convolution
+// pass; its gradient needs no conversion and gets none. The nodes are appended to the graph, so
 // every other node keeps its index (messages name nodes by it; Dropout's masks derive
 // from it); the plan's topological order places them: in file order a copy just before
 // its first reader, a gradient's conversion once no earlier node is ready.
@@ -45,7 +48,8 @@ namespace trainrt {
 std::vector<Layout> choose_layouts(const Plan& plan, const Backend& backend);
 
 // Adds the conversions of Converted slots to `g` (specialised: shapes known); returns how
-// many Identity nodes it added. Nothing where the backend reports no blocked slots.
-size_t add_layout_copies(Graph& g, const Backend& backend);
+// many Identity nodes it added. Nothing where the backend reports no blocked slots. `m`:
+// the step's precision (the "W/narrow" copies under bf16/fp16).
+size_t add_layout_copies(Graph& g, const Backend& backend, MathPrecision m = MathPrecision::fp32);
 
 }  // namespace trainrt

@@ -199,8 +199,8 @@ const Kernel& StandinDevice::kernel(const Node& n) const {
         for (const Tensor* w :
              {op == "ConvGrad" ? (ctx.has_input(2) && ctx.has_output(0) ? ctx.inputs[2] : nullptr) : ctx.inputs[1],
               static_cast<const Tensor*>(op == "ConvGrad" && ctx.has_output(1) ? ctx.outputs[1] : nullptr)})
-          if (laid_out(w)) {
-            ++pool_->counts.krsc_filters;
+          if (w) {
+            pool_->counts.krsc_filters += laid_out(w);
             pool_->counts.narrow_filters += w->narrowed();
           }
     }

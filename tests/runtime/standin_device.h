@@ -116,7 +116,7 @@ class StandinDevice : public Backend {
     size_t pairs = 0;                           // run_pair() calls that used the side stream
     size_t laid_out = 0;                        // queued kernels given a ChannelsLast argument
     // Filter arguments of queued convolutions (Conv and FusedConv w, ConvGrad's W and dW)
-    // that were ChannelsLast (KRSC), and of those stored in 16 bits.
+    // that were ChannelsLast (KRSC), and those stored in 16 bits (KRSC or not).
     size_t krsc_filters = 0, narrow_filters = 0;
     std::map<std::string, size_t> host_calls;  // host kernel calls per op
     size_t host_total() const;

@@ -309,8 +309,11 @@ TEST_CASE("device backend: convolutions launched with KRSC weight copies made on
   // The cuda convolutions declare their filters Converted: the plan copies each 3x3
   // weight into a KRSC (ChannelsLast) value once per step, 16-bit under bf16, and turns
   // the KRSC weight gradients back into the parameters' row-major gradients, both by
-  // Identity nodes. On the stand-in the Identity is the reference's copy between layouts,
-  // so the steps equal the reference backend's bit for bit, in fp32 and bf16.
+  // Identity nodes. Under bf16 the filters whose layout needs no copy (the first
+  // convolution's, one input channel; the 1x1 skips') get a Plain 16-bit copy too
+  // ("W/narrow"), so every convolution reads a weight rounded once per step. On the
+  // stand-in the Identity is the reference's copy between layouts, so the steps equal the
+  // reference backend's bit for bit, in fp32 and bf16.
   const Graph g = small_wrn();
   for (MathPrecision m : {MathPrecision::fp32, MathPrecision::bf16}) {
     const std::string precision = math_precision_name(m);
@@ -326,29 +329,46 @@ TEST_CASE("device backend: convolutions launched with KRSC weight copies made on
       CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
       if (!StandinDevice::have_cuda_kernels()) continue;
       const Plan& p = device.plan();
-      size_t copies = 0, w_reads = 0, dw_writes = 0;
-      auto blocked = [](const std::string& v) { return v.size() > 8 && v.compare(v.size() - 8, 8, "/blocked") == 0; };
+      const bool narrow = m != MathPrecision::fp32;
+      size_t copies = 0, narrow_copies = 0, w_reads = 0, narrow_reads = 0, param_reads = 0, dw_writes = 0;
+      auto ends = [](const std::string& v, const std::string& tail) {
+        return v.size() > tail.size() && v.compare(v.size() - tail.size(), tail.size(), tail) == 0;
+      };
+      auto count_read = [&](const std::string& w) {
+        w_reads += ends(w, "/blocked");
+        narrow_reads += ends(w, "/narrow");
+        param_reads += params.count(w);
+      };
       for (const PlanStep& st : p.steps) {
         const Node& n = p.graph.nodes[st.node];
         if (n.op_type == "Identity" && params.count(n.inputs[0])) {
+          const bool plain = ends(n.outputs[0], "/narrow");
           ++copies;
-          CHECK(device.value(n.outputs[0]).layout() == Layout::ChannelsLast);
-          CHECK(device.value(n.outputs[0]).narrowed() == (m != MathPrecision::fp32));
+          narrow_copies += plain;
+          CHECK(device.value(n.outputs[0]).layout() == (plain ? Layout::Plain : Layout::ChannelsLast));
+          CHECK(device.value(n.outputs[0]).narrowed() == narrow);
         }
-        if (n.op_type == "Conv" || n.op_type == "FusedConv") w_reads += blocked(n.inputs[1]);
+        if (n.op_type == "Conv" || n.op_type == "FusedConv") count_read(n.inputs[1]);
         if (n.op_type == "ConvGrad") {
-          w_reads += n.has_output(0) && blocked(n.inputs[2]);
-          dw_writes += n.has_output(1) && blocked(n.outputs[1]);
+          if (n.has_output(0)) count_read(n.inputs[2]);
+          dw_writes += n.has_output(1) && ends(n.outputs[1], "/blocked");
         }
       }
-      CHECK(copies == 12);     // one per 3x3 weight over C > 1, not one per reader
-      CHECK(w_reads == 24);    // their 12 forward convolutions and 12 data gradients read them
+      // One per 3x3 weight over C > 1, not one per reader; under bf16 also one per filter
+      // whose layout needs no copy (the first convolution's and the three 1x1 skips').
+      CHECK(copies == (narrow ? 16u : 12u));
+      CHECK(narrow_copies == (narrow ? 4u : 0u));
+      CHECK(w_reads == 24);  // their 12 forward convolutions and 12 data gradients read them
+      // The first convolution (no data gradient) and the skips' forwards and data
+      // gradients: under bf16 from the 16-bit copy, in fp32 from the parameter.
+      CHECK(narrow_reads == (narrow ? 7u : 0u));
+      CHECK(param_reads == (narrow ? 0u : 7u));
       CHECK(dw_writes == 12);  // and as many filter gradients are written KRSC
       const StandinDevice::Counts c = dev.counts();
       if (step == 0) {  // issued kernel by kernel (the second run is captured, later ones replayed)
-        CHECK(c.krsc_filters == w_reads + dw_writes);  // launched so
-        CHECK(c.narrow_filters == (m == MathPrecision::fp32 ? 0 : w_reads));
-        CHECK(c.launched + c.host_total() == p.steps.size());  // each copy ran once this step
+        CHECK(c.krsc_filters == w_reads + dw_writes);                      // launched so
+        CHECK(c.narrow_filters == (narrow ? w_reads + narrow_reads : 0));  // every filter read, 16-bit
+        CHECK(c.launched + c.host_total() == p.steps.size());              // each copy ran once this step
       }
       // What the optimizer, the buckets and checkpoints read: row-major gradients.
       for (const std::string& param : device.training().params) {

@@ -13,6 +13,7 @@
 #include "ops/onednn/dnnl_util.h"
 #include "passes/passes.h"
 #include "runtime/layout.h"
+#include "runtime/narrow.h"
 #include "runtime_util.h"
 #include "standin_device.h"
 
@@ -263,6 +264,88 @@ TEST_CASE("the cuda convolutions read KRSC weight copies made once per step and 
   Graph again = specialize(t.graph, step_feeds(t, 2));
   dev.blocked_layouts = false;
   CHECK(add_layout_copies(again, dev) == 0);
+}
+
+// Under bf16/fp16 a filter whose two orders are the same bytes (the first convolution's,
+// one input channel; the 1x1 skips') gets a copy too, "W/narrow" in the parameter's own
+// (Plain) layout, stored in 16 bits: rounded once per step, not by every convolution pass.
+TEST_CASE("under bf16/fp16 the filters that need no KRSC copy get a 16-bit copy made once per step") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without the cuda backend declares no cuda layouts: nothing to check");
+    return;
+  }
+  TrainingGraph t = wrn_training(small_wrn());  // channel counts 4, 8, 12, 16
+  fuse_training_graph(t.graph);
+  const Graph base = specialize(t.graph, step_feeds(t, 2));
+  StandinDevice dev;
+  Graph fp32 = base;
+  CHECK(add_layout_copies(fp32, dev, MathPrecision::fp32) == 24);  // as before: 12 KRSC copies, 12 dW back
+  const std::set<std::string> params(t.params.begin(), t.params.end());
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    const std::string precision = math_precision_name(m);
+    CAPTURE(precision);
+    Graph s = base;
+    const size_t added = add_layout_copies(s, dev, m);
+    CHECK(added == 28);  // and one 16-bit copy per first-convolution and 1x1 filter
+    CHECK(s.nodes.size() == base.nodes.size() + added);
+    PlanOptions o = training_plan_options(t);
+    for (const std::string& out : s.outputs) o.keep.push_back(out);
+    std::vector<std::string> updates;
+    for (const auto& [produced, state] : o.state_updates) updates.push_back(produced);
+    o.narrowed = choose_narrowed(s, o.keep, updates, dev, m);
+    const Plan plan = build_plan(s, o);
+    const std::vector<Layout> l = choose_layouts(plan, dev);
+    check_declared_layouts(plan, dev, l);
+    const DataType narrow = m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+    auto value = [&](const std::string& v) -> const PlannedValue& {
+      return plan.values[static_cast<size_t>(plan.index.at(v))];
+    };
+    std::set<std::string> narrow_copies;
+    size_t reads = 0, plain_dw = 0;
+    for (const PlanStep& st : plan.steps) {
+      const Node& n = plan.graph.nodes[st.node];
+      CAPTURE(n.name);
+      if (n.op_type == "Identity" && params.count(n.inputs[0])) {
+        const std::string& c = n.outputs[0];
+        CHECK(value(c).dtype == narrow);  // every copy stored in 16 bits
+        if (c != n.inputs[0] + "/narrow") continue;
+        CHECK(narrow_copies.insert(n.inputs[0]).second);  // once per step
+        CHECK(!layout_fits(Layout::ChannelsLast, value(n.inputs[0]).dims));
+        CHECK(l[static_cast<size_t>(plan.index.at(c))] == Layout::Plain);
+        CHECK(value(n.inputs[0]).dtype == DataType::Float32);  // the parameter stays fp32
+      }
+      if (n.op_type != "Conv" && n.op_type != "FusedConv" && n.op_type != "ConvGrad") continue;
+      const bool grad = n.op_type == "ConvGrad";
+      if (!grad || n.has_output(0)) {  // every convolution's filter is a copy, none the parameter
+        const std::string& w = n.inputs[grad ? 2 : 1];
+        CHECK(!params.count(w));
+        CHECK(value(w).dtype == narrow);
+        if (w.size() > 7 && w.compare(w.size() - 7, 7, "/narrow") == 0) ++reads;
+      }
+      if (grad && n.has_output(1)) {  // dW: the parameter's fp32 gradient itself where no KRSC
+        std::string param = n.inputs[2];
+        for (const std::string tail : {"/narrow", "/blocked"})
+          if (param.size() > tail.size() && param.compare(param.size() - tail.size(), tail.size(), tail) == 0)
+            param.resize(param.size() - tail.size());
+        REQUIRE(params.count(param));
+        if (!layout_fits(Layout::ChannelsLast, value(param).dims)) {
+          ++plain_dw;
+          CHECK(n.outputs[1] == t.gradients.at(param));
+          CHECK(value(n.outputs[1]).dtype == DataType::Float32);
+        }
+      }
+    }
+    CHECK(narrow_copies.size() == 4);  // the first convolution's and the three skips'
+    CHECK(reads == 7);                 // 4 forwards, the skips' 3 data gradients
+    CHECK(plain_dw == 4);              // their gradients: written as before, no conversion back
+    // The reference declares nothing; without 16-bit storage the copies would stay fp32: none.
+    Graph ref = base;
+    CHECK(add_layout_copies(ref, *make_backend("reference"), m) == 0);
+    Graph wide = base;
+    StandinDevice no16;
+    no16.narrow_storage = false;
+    CHECK(add_layout_copies(wide, no16, m) == 24);
+  }
 }
 
 TEST_CASE("choose_layouts on the WRN training graph: activations blocked, everything a caller sees Plain") {
