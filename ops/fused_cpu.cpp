@@ -6,12 +6,17 @@
 //     (sum_of) by ops/fused.h's loop, the reference's.
 //   BatchNormalizationRelu: ops/norm_cpu.cpp's batch-normalization forward with
 //     oneDNN's fuse_norm_relu flag.
+//   BatchNormalizationReluDropout: that, writing Z, then the cpu Dropout's loop
+//     (ops/misc_loops.h) in place over Z in oneTBB chunks: the unfused pair's kernels,
+//     so the same bits (the node's X and Z share a layout, as BatchNormalizationRelu's
+//     X and Y, and the Dropout draws by row-major index in any layout).
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include "ops/conv_cpu.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/register_all.h"
 #include "ops/fused.h"
 #include "ops/gemm_cpu.h"
+#include "ops/misc_loops.h"
 #include "ops/norm_cpu.h"
 
 namespace trainrt {
@@ -31,6 +36,13 @@ void register_fused_cpu(Registry& r) {
   add_if_schema(
       r, "cpu", kTrainrtDomain, "BatchNormalizationRelu",
       [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true); }, facts::fixed({{S}, {S}}));
+  add_if_schema(
+      r, "cpu", kTrainrtDomain, "BatchNormalizationReluDropout",
+      [](KernelContext& ctx) {
+        run_as_bn_relu(ctx, [](KernelContext& bn) { batchnorm_forward_dnnl(bn, /*fuse_relu=*/true); });
+        apply_dropout_in_place(ctx, misc_loops::dropout_kernel<true>);
+      },
+      facts::fixed({{S}, {S}}));
 }
 
 }  // namespace trainrt

@@ -361,6 +361,62 @@ TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inf
     }
 }
 
+TEST_CASE("BatchNormalizationReluDropout = Dropout(BatchNormalizationRelu) with the Dropout's mask (dropout_node)") {
+  // [BatchNormalizationRelu (node 0), Dropout (node 1)] and the one fused node carrying
+  // dropout_node = 1: the same Z and running statistics bit for bit on both backends, in
+  // a training run with a seed. Carrying 0 (the fused node's own index) draws another mask.
+  const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 8, 5, 5}, 1, -2, 2)}};
+  Tensor ratio(DataType::Float32, {});
+  ratio.data<float>()[0] = 0.3f;
+  TensorMap inits{{"scale", random_tensor(DataType::Float32, {8}, 2, 0.5, 1.5)},
+                  {"bias", random_tensor(DataType::Float32, {8}, 3)},
+                  {"mean", random_tensor(DataType::Float32, {8}, 4)},
+                  {"var", random_tensor(DataType::Float32, {8}, 5, 0.5, 2)},
+                  {"ratio", ratio}};
+  std::map<std::string, Attribute> attrs{{"epsilon", Attribute::of_float(1e-3f)},
+                                         {"momentum", Attribute::of_float(0.8f)},
+                                         {"training_mode", Attribute::of_int(1)}};
+  const std::vector<std::string> ins{"x", "scale", "bias", "mean", "var"}, outs{"z", "rm", "rv"};
+  const Graph unfused = graph_of({make_node("BatchNormalizationRelu", ins, {"y", "rm", "rv"}, attrs, kTrainrtDomain),
+                                  make_node("Dropout", {"y", "ratio"}, {"z"})},
+                                 feeds, inits, outs);
+  auto fused_with = [&](int64_t dropout_node) {
+    std::map<std::string, Attribute> a = attrs;
+    a["dropout_node"] = Attribute::of_int(dropout_node);
+    std::vector<std::string> fins = ins;
+    fins.push_back("ratio");
+    return graph_of({make_node("BatchNormalizationReluDropout", fins, outs, a, kTrainrtDomain)}, feeds, inits, outs);
+  };
+  RunOptions ro;
+  ro.training = true;
+  ro.seed = 12345;
+  const TensorMap want = run_graph(unfused, feeds, *make_backend("reference"), ro);
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const TensorMap got = run_graph(fused_with(1), feeds, *make_backend(backend), ro);
+    const TensorMap cpu_pair = run_graph(unfused, feeds, *make_backend(backend), ro);
+    for (const std::string& o : outs) {
+      CAPTURE(o);
+      CHECK(max_abs_diff(got.at(o), cpu_pair.at(o)) == 0.0);  // the backend's own pair, bit for bit
+      if (std::string(backend) == "reference") CHECK(max_abs_diff(got.at(o), want.at(o)) == 0.0);
+    }
+    // Another carried index: another mask, so another Z.
+    CHECK(max_abs_diff(run_graph(fused_with(0), feeds, *make_backend(backend), ro).at("z"), want.at("z")) > 0.0);
+  }
+  // Without training the node is BatchNormalizationRelu (training_mode on BN only).
+  double dropped = 0, positive = 0;
+  const TensorMap y =
+      run_graph(graph_of({make_node("BatchNormalizationRelu", ins, {"y", "rm", "rv"}, attrs, kTrainrtDomain)}, feeds,
+                         inits, {"y"}),
+                feeds, *make_backend("reference"), ro);
+  for (int64_t i = 0; i < want.at("z").numel(); ++i) {
+    positive += y.at("y").get_as_double(i) > 0;
+    dropped += y.at("y").get_as_double(i) > 0 && want.at("z").get_as_double(i) == 0.0;
+  }
+  CHECK(dropped > 0);  // the mask did drop some of Y's positive values
+  CHECK(dropped < positive);
+}
+
 TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for bit, on both backends") {
   // Y = Relu(X); (Z, mask) = Dropout(Y); dX = ReluGrad(DropoutGrad(dZ, mask), Y), then
   // the same graph after fuse_dropout_relu_grad. X has exact zeros and negatives, dZ
