@@ -34,6 +34,7 @@
 #include <string>
 
 #include "ops/core/common.h"
+#include "ops/core/dropout_mask.h"
 #include "ops/core/register_all.h"
 #include "ops/core/rounded_outputs.h"
 #include "ops/misc_loops.h"
@@ -149,9 +150,11 @@ void bn_relu_reference(KernelContext& ctx, const Kernel& bn) {
   dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), nullptr, true); });
 }
 
-// BatchNormalizationRelu's reference on inputs 0..4, then Dropout's reference loop in place.
+// BatchNormalizationRelu's reference on inputs 0..4, Y rounded as the executor rounds
+// that node's (bf16/fp16), then Dropout's reference loop in place: the unfused pair's bits.
 void bn_relu_dropout_reference(KernelContext& ctx, const Kernel& bn) {
   run_as_bn_relu(ctx, [&](KernelContext& c) { bn_relu_reference(c, bn); });
+  round_bn_relu_output(ctx, /*parallel=*/false);
   apply_dropout_in_place(ctx, misc_loops::dropout_kernel<false>);
 }
 
@@ -172,11 +175,34 @@ uint64_t dropout_node_seed(const KernelContext& ctx) {
   return ctx.seed - ctx.node_index + static_cast<uint64_t>(ctx.node.attr_int("dropout_node", 0));
 }
 
+void round_bn_relu_output(const KernelContext& ctx, bool parallel) {
+  Tensor& z = ctx.out(0);
+  if (ctx.math == MathPrecision::fp32 || z.dtype() != DataType::Float32) return;
+  float* p = z.data<float>();
+  round_floats(p, p, static_cast<int64_t>(z.nbytes() / sizeof(float)), ctx.math, parallel);  // Backend::round_outputs
+}
+
+bool dropout_trains(const KernelContext& ctx) {
+  return ctx.training || (ctx.has_input(6) && ctx.in(6).get_as_double(0) != 0.0);
+}
+
+uint64_t dropout_key(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  return dropout_mask::key_of(
+      dropout_node_seed(ctx),
+      n.has_attr("seed") ? dropout_mask::splitmix64(static_cast<uint64_t>(n.attr_int("seed", 0))) : 0);
+}
+
+double dropout_ratio(const KernelContext& ctx) {
+  const double ratio = ctx.has_input(5) ? ctx.in(5).get_as_double(0) : 0.5;
+  if (!(ratio >= 0.0 && ratio < 1.0)) throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  return ratio;
+}
+
 void apply_dropout_in_place(KernelContext& ctx, const Kernel& dropout) {
   Tensor& z = ctx.out(0);
-  const bool training = ctx.training || (ctx.has_input(6) && ctx.in(6).get_as_double(0) != 0.0);
-  if (!training) return;  // Dropout's identity: Z is Relu(BN(X)) already
-  KernelContext d = ctx;  // the node's `seed` attribute, if any, is the Dropout's
+  if (!dropout_trains(ctx)) return;  // Dropout's identity: Z is Relu(BN(X)) already
+  KernelContext d = ctx;             // the node's `seed` attribute, if any, is the Dropout's
   d.inputs = {&z, ctx.has_input(5) ? &ctx.in(5) : nullptr, ctx.has_input(6) ? &ctx.in(6) : nullptr};
   d.outputs = {&z};
   d.seed = dropout_node_seed(ctx);
