@@ -21,6 +21,10 @@
 // node's index down, so a site is fused only where no unfused Dropout comes after its
 // BatchNormalizationRelu: no other node's mask changes. (NaN/Inf messages name nodes by
 // their names; their indices are the fused graph's, as for every other fusion.)
+// Every math precision: under bf16/fp16 the fused kernels round relu(bn(x)) before the
+// mask as the executor rounds BatchNormalizationRelu's Y (ops/fused.h), and nobody rounds
+// Z, as nobody rounds the Dropout's (math_rounded_outputs); where a backend stores values
+// in 16 bits (runtime/narrow.h) the fused node declares Z as the Dropout declared it.
 #include <algorithm>
 #include <string>
 #include <unordered_set>

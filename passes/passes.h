@@ -115,9 +115,10 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 //   last, with dropout_into_batchnorm: BatchNormalizationRelu + a Dropout whose mask nobody
 //     reads (after the Relu + Dropout backward fusion) -> BatchNormalizationReluDropout(X,
 //     scale, B, mean, var, ratio, training_mode; dropout_node = the Dropout's index), one pass
-//     writing Z with the Dropout's own mask (passes/fuse_dropout.cpp). TrainingSession turns
-//     it off under bf16/fp16 math, where the cuda kernels store Dropout's Z in 16 bits and
-//     the fused node's Z stays fp32.
+//     writing Z with the Dropout's own mask (passes/fuse_dropout.cpp). Every precision:
+//     under bf16/fp16 the fused kernels round relu(bn(x)) before the mask, as the executor
+//     rounds BatchNormalizationRelu's Y, and Z, like the Dropout's, is not rounded (a
+//     backend may store it in 16 bits where its readers round it, runtime/narrow.h).
 // A fused node is named "<first>+<last>" after the nodes it replaced. The Relu's
 // forward is not fused into the Dropout: in the Wide ResNet (models/wrn.h) every Relu
 // that feeds a Dropout follows a BatchNormalization and goes into the

@@ -62,9 +62,7 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
 
 TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, SessionOptions o)
     : t_(std::move(t)), backend_(std::move(backend)), seed_(o.seed), scaler_(o.loss_scaling) {
-  // BatchNormalizationRelu + Dropout only in fp32 math: under bf16/fp16 the cuda kernels
-  // store the Dropout's Z in 16 bits (runtime/narrow.h), which the fused node does not.
-  if (o.fuse) fuse_training_graph(t_.graph, /*dropout_into_batchnorm=*/o.math == MathPrecision::fp32);
+  if (o.fuse) fuse_training_graph(t_.graph, o.fuse_dropout);
   // The ReLU's gradient read by the batch-norm gradient: a gain where the kernel masks dY
   // as it reads it (the cuda kernels); the host kernels would mask into a copy first,
   // which on the cpu backend costs more than the ReluGrad it replaces (7% of the main

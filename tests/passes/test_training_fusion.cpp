@@ -264,28 +264,39 @@ TEST_CASE(
   const Tensor x = random_tensor(DataType::Float32, {4, 1, 28, 28}, 17);
   Tensor labels(DataType::Int64, {4});
   for (int i = 0; i < 4; ++i) labels.data<int64_t>()[i] = (5 * i + 3) % 10;
-  // The reference runs the pair's two loops; the cpu kernel the pair's oneDNN call on the
-  // same X/Z layout and the cpu Dropout loop in place: the same bits on both.
-  for (const char* backend : {"reference", "cpu"}) {
-    CAPTURE(backend);
-    TrainingSession sa(a, make_backend(backend), {.fuse = false}), sb(b, make_backend(backend), {.fuse = false}),
-        sc(c, make_backend(backend), {.fuse = false});
-    double lc = 0, la = 0;
-    for (int step = 0; step < 2; ++step) {
-      la = sa.step({{"input", x}, {t.labels, labels}}, 0.05f);
-      const double lb = sb.step({{"input", x}, {t.labels, labels}}, 0.05f);
-      lc = sc.step({{"input", x}, {t.labels, labels}}, 0.05f);
-      CHECK(la == lb);
+  // The reference runs the pair's two loops; the cpu kernel the pair's apply loop with the
+  // mask inside (row-major fp32, the Wide ResNet's layout on AVX2) or the pair's calls on
+  // the same X/Z layout: the same bits on both, in every precision (under bf16/fp16 the
+  // fused kernels round Y before the mask, as the executor rounds BatchNormalizationRelu's).
+  for (const char* backend : {"reference", "cpu"})
+    for (MathPrecision m : {MathPrecision::fp32, MathPrecision::bf16, MathPrecision::fp16}) {
+      const std::string where = std::string(backend) + " " + math_precision_name(m);
+      CAPTURE(where);
+      const SessionOptions so{.fuse = false, .math = m};
+      TrainingSession sa(a, make_backend(backend), so), sb(b, make_backend(backend), so),
+          sc(c, make_backend(backend), so);
+      double lc = 0, la = 0;
+      for (int step = 0; step < 2; ++step) {
+        la = sa.step({{"input", x}, {t.labels, labels}}, 0.05f);
+        const double lb = sb.step({{"input", x}, {t.labels, labels}}, 0.05f);
+        lc = sc.step({{"input", x}, {t.labels, labels}}, 0.05f);
+        CHECK(la == lb);
+      }
+      CHECK(lc != la);
+      for (const std::string& s : sa.state_names()) {
+        CAPTURE(s);
+        CHECK(max_abs_diff(sb.state(s), sa.state(s)) == 0.0);
+      }
+      // Y is never stored (it died at the Dropout already, so the peak, in the backward, need not move).
+      CHECK(sb.plan().peak_live_bytes <= sa.plan().peak_live_bytes);
+      if (m == MathPrecision::fp32)
+        MESSAGE(std::string(backend) << ": peak live bytes " << sa.plan().peak_live_bytes << " -> "
+                                     << sb.plan().peak_live_bytes);
     }
-    CHECK(lc != la);
-    for (const std::string& s : sa.state_names()) {
-      CAPTURE(s);
-      CHECK(max_abs_diff(sb.state(s), sa.state(s)) == 0.0);
-    }
-    // Y is never stored (it died at the Dropout already, so the peak, in the backward, need not move).
-    CHECK(sb.plan().peak_live_bytes <= sa.plan().peak_live_bytes);
-    MESSAGE(std::string(backend) << ": peak live bytes " << sa.plan().peak_live_bytes << " -> "
-                                 << sb.plan().peak_live_bytes);
+  // A session fuses it unless told not to (fuse_dropout off: the graph before this pass).
+  for (bool on : {true, false}) {
+    TrainingSession s(t, make_backend("reference"), {.fuse_dropout = on, .math = MathPrecision::bf16});
+    CHECK(op_counts(s.training().graph).count("ai.trainrt::BatchNormalizationReluDropout") == (on ? 1u : 0u));
   }
   // fuse_training_graph makes the six last, and a session fuses unless told not to.
   TrainingGraph all = t;

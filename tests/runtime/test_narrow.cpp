@@ -88,18 +88,19 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       if (chosen.count(in)) readers.insert(n.op_type);
   }
   // The batch norms' data gradients (the dY of the convolution before each, read by its
-  // ConvGrad only), Dropout's outputs (read by the next convolution, its filter gradient
-  // and DropoutReluGrad's sign test, all rounded), the outputs of the batch norms with
-  // ReLU that only convolutions, Dropout and the batch-norm gradient's ReLU mask read
+  // ConvGrad only), the Dropouts' outputs, written by the fused batch norm + ReLU +
+  // Dropout (read by the next convolution, its filter gradient and DropoutReluGrad's sign
+  // test, all rounded), the outputs of the batch norms with ReLU that only convolutions
+  // and the batch-norm gradient's ReLU mask read
   // (rounded by their writer: math_rounded_outputs) and the weights' KRSC copies
   // (runtime/layout.h add_layout_copies: Identity nodes, read by the convolution and its
   // data gradient, both rounding them).
   std::string names;
   for (const std::string& r : readers) names += " " + r;
   CAPTURE(names);
-  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "BatchNormalizationRelu", "Dropout", "Identity"});
-  CHECK(readers ==
-        std::set<std::string>{"BatchNormalizationGrad", "Conv", "ConvGrad", "Dropout", "DropoutReluGrad", "FusedConv"});
+  CHECK(writers == std::set<std::string>{"BatchNormalizationGrad", "BatchNormalizationRelu",
+                                         "BatchNormalizationReluDropout", "Identity"});
+  CHECK(readers == std::set<std::string>{"BatchNormalizationGrad", "Conv", "ConvGrad", "DropoutReluGrad", "FusedConv"});
   size_t bn_grads = 0, dropouts = 0, bn_outputs = 0, weight_copies = 0;
   const auto producers = s.producers();
   for (const Node& n : s.nodes) {
@@ -118,7 +119,7 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       bn_grads += conv_only;
       CHECK(chosen.count(n.outputs[0]) == (conv_only ? 1u : 0u));
     }
-    if (n.op_type == "Dropout") {
+    if (n.op_type == "BatchNormalizationReluDropout") {
       ++dropouts;
       CHECK(chosen.count(n.outputs[0]));
     }
@@ -128,7 +129,7 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
       CHECK(chosen.count(n.outputs[0]) == (copy ? 1u : 0u));  // a gradient stays float32
     }
   }
-  CHECK(dropouts > 0);
+  CHECK(dropouts == 6);
   CHECK(weight_copies == 12);  // the 3x3 filters over more than one channel
   CHECK(bn_outputs > 0);
   CHECK(bn_grads + dropouts + bn_outputs + weight_copies == chosen.size());
@@ -173,10 +174,12 @@ TEST_CASE("choose_narrowed: a value its writer rounds needs only declared reader
   StandinDevice dev;
   const std::vector<std::string> keep(s.outputs.begin(), s.outputs.end());
   const auto chosen = choose_narrowed(s, keep, {}, dev, MathPrecision::bf16);
-  std::string rounded_value, dropout_value;  // a chosen BatchNormalizationGrad dX, a Dropout output
+  // A chosen BatchNormalizationGrad dX, a Dropout's output (written by the fused batch
+  // norm + ReLU + Dropout, which does not round it).
+  std::string rounded_value, dropout_value;
   for (const Node& n : s.nodes) {
     if (n.op_type == "BatchNormalizationGrad" && chosen.count(n.outputs[0])) rounded_value = n.outputs[0];
-    if (n.op_type == "Dropout" && chosen.count(n.outputs[0])) dropout_value = n.outputs[0];
+    if (n.op_type == "BatchNormalizationReluDropout" && chosen.count(n.outputs[0])) dropout_value = n.outputs[0];
   }
   REQUIRE(!rounded_value.empty());
   REQUIRE(!dropout_value.empty());
@@ -225,12 +228,14 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
     if (StandinDevice::have_cuda_kernels()) {
       CHECK(narrowed_count(device.plan(), t) > 0);
       CHECK(device.plan().arena_bytes < wide.plan().arena_bytes);
-      // The 38 values test "choose_narrowed: a value is stored in 16 bits only where..."
-      // counts (13 batch-norm data gradients, 6 Dropout outputs, 7 batch-norm+ReLU
-      // outputs, 12 KRSC weight copies): 1,518,656 bytes against 1,731,264 all fp32; with
-      // the batch-norm outputs left fp32 (stored narrow only where every reader rounds)
-      // the peak was 1,546,432.
-      CHECK(narrowed_count(device.plan(), t) == 38);
+      // The 32 values test "choose_narrowed: a value is stored in 16 bits only where..."
+      // counts (13 batch-norm data gradients, 6 Dropout outputs written by the fused
+      // BatchNormalizationReluDropout, 1 batch-norm+ReLU output, 12 KRSC weight copies):
+      // 1,518,656 bytes against 1,731,264 all fp32, as before that fusion (38 values: the
+      // six batch-norm+ReLU outputs it no longer writes died at their Dropout); with the
+      // batch-norm outputs left fp32 (stored narrow only where every reader rounds) the
+      // peak was 1,546,432.
+      CHECK(narrowed_count(device.plan(), t) == 32);
       CHECK(device.plan().arena_bytes <= 1518656);
       MESSAGE(name << ": " << narrowed_count(device.plan(), t) << " values in 16 bits, arena "
                    << device.plan().arena_bytes << " bytes against " << wide.plan().arena_bytes);
@@ -279,13 +284,17 @@ TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the reade
   }
   MESSAGE(rounded.size() << " values rounded by their writers, " << stored << " of them stored in 16 bits; "
                          << chosen.size() << " values in 16 bits in all");
-  // Each 16-bit value is one its writer rounds, or a Dropout output or a weight's KRSC
-  // copy (an Identity) every reader rounds.
+  // Each 16-bit value is one its writer rounds, or a Dropout output (the fused
+  // BatchNormalizationReluDropout's Z) or a weight's KRSC copy (an Identity) every reader
+  // rounds.
   for (const auto& [v, t] : chosen) {
     CAPTURE(v);
     bool read_rounded = false;
     for (const Node& n : s.nodes)
-      read_rounded = read_rounded || ((n.op_type == "Dropout" || n.op_type == "Identity") && n.outputs[0] == v);
+      read_rounded =
+          read_rounded ||
+          ((n.op_type == "Dropout" || n.op_type == "BatchNormalizationReluDropout" || n.op_type == "Identity") &&
+           n.outputs[0] == v);
     CHECK((rounded.count(v) || read_rounded));
   }
 }
