@@ -200,9 +200,13 @@ double dropout_ratio(const KernelContext& ctx) {
 }
 
 void apply_dropout_in_place(KernelContext& ctx, const Kernel& dropout) {
-  Tensor& z = ctx.out(0);
   if (!dropout_trains(ctx)) return;  // Dropout's identity: Z is Relu(BN(X)) already
-  KernelContext d = ctx;             // the node's `seed` attribute, if any, is the Dropout's
+  run_dropout_in_place(ctx, dropout);
+}
+
+void run_dropout_in_place(KernelContext& ctx, const Kernel& dropout) {
+  Tensor& z = ctx.out(0);
+  KernelContext d = ctx;  // the node's `seed` attribute, if any, is the Dropout's
   d.inputs = {&z, ctx.has_input(5) ? &ctx.in(5) : nullptr, ctx.has_input(6) ? &ctx.in(6) : nullptr};
   d.outputs = {&z};
   d.seed = dropout_node_seed(ctx);

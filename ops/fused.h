@@ -34,6 +34,9 @@ void run_as_bn_relu(const KernelContext& ctx, const Kernel& bn_relu);
 void round_bn_relu_output(const KernelContext& ctx, bool parallel);
 bool dropout_trains(const KernelContext& ctx);
 void apply_dropout_in_place(KernelContext& ctx, const Kernel& dropout);
+// The same without the training test, which reads training_mode (input 6) on the host:
+// for a device kernel, which reads it where it lives (in place, inference is a copy).
+void run_dropout_in_place(KernelContext& ctx, const Kernel& dropout);
 uint64_t dropout_key(const KernelContext& ctx);
 double dropout_ratio(const KernelContext& ctx);
 

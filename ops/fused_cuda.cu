@@ -156,13 +156,13 @@ void launch_apply(const KernelContext& ctx, const Tensor& x, Out z, bool aligned
 
 // The unfused pair's kernels on Z: BatchNormalizationRelu's, Z rounded where the executor
 // would round its Y (bf16/fp16, Z in fp32 memory; a 16-bit Z is written rounded), then
-// the Dropout's in place.
+// the Dropout's in place (it reads training_mode on the device).
 void run_pair(KernelContext& ctx, const Kernel& bn_relu, const Kernel& dropout) {
   run_as_bn_relu(ctx, bn_relu);
   Tensor& z = ctx.out(0);
   if (ctx.math != MathPrecision::fp32 && z.dtype() == DataType::Float32 && !stored_narrow(ctx, z))
     round_to_math(z.data<float>(), z.data<float>(), z.numel(), ctx.math, ctx.node);
-  apply_dropout_in_place(ctx, dropout);
+  run_dropout_in_place(ctx, dropout);
 }
 
 void bn_relu_dropout(KernelContext& ctx, const Kernel& bn_relu, const Kernel& dropout) {
