@@ -12,7 +12,8 @@
 // same batch is reused every step: the data pipeline is not what is measured.
 // --profile prints the runtime's per-op-type table (runtime/trace.h) of the timed
 // steps; --trace writes them as a Chrome/Perfetto trace. --fuse off runs the
-// training graph without its fusions (TrainingSession), to measure what they gain.
+// training graph without its fusions (TrainingSession), to measure what they gain;
+// --fuse-dropout off leaves only BatchNormalizationRelu + Dropout unfused.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -64,6 +65,7 @@ const CommandSpec kSpec{
          {"lr", "0.01", "learning rate"},
          {"seed", "0", "seed of the random batch and of Dropout"},
          {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
+         {"fuse-dropout", "on", "with --fuse on: BN+Relu+Dropout into one node; off to measure that fusion alone"},
          {"layouts", "blocked",
           "activations between kernels: blocked (the backend's layout kept: oneDNN's nChw16c on cpu, NHWC on cuda), or "
           "plain (cpu: a reorder at every oneDNN kernel; cuda: NCHW) to compare"},
@@ -85,7 +87,7 @@ struct BenchConfig {
   Fp32Math fp32_math = Fp32Math::strict;
   double lr = 0;
   uint64_t seed = 0;
-  bool fuse = true, blocked = true, concurrent = false, profile = false;
+  bool fuse = true, fuse_dropout = true, blocked = true, concurrent = false, profile = false;
 };
 
 // Flags first: every mistake is reported before the model is read.
@@ -112,6 +114,7 @@ BenchConfig bench_config(const Args& a) {
   c.lr = a.positive_number("lr");
   c.seed = static_cast<uint64_t>(a.at_least("seed", 0));
   c.fuse = a.on_off("fuse");
+  c.fuse_dropout = a.on_off("fuse-dropout");
   c.blocked = a.one_of("layouts", {"blocked", "plain"}) == "blocked";
   c.concurrent = a.one_of("branches", {"serial", "concurrent"}) == "concurrent";
   c.trace = a.output_path("trace");
@@ -310,6 +313,7 @@ int cmd_bench(const Argv& argv) {
   TrainingSession session(std::move(t), std::move(backend),
                           {.seed = c.seed,
                            .fuse = c.fuse,
+                           .fuse_dropout = c.fuse_dropout,
                            .blocked_layouts = c.blocked,
                            .math = c.math,
                            .conv = c.conv,

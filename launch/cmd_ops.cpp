@@ -102,6 +102,7 @@ std::string ranks(const OpSchema& s) {
       {"BatchNormalization", ">= 2 (N,C,...)"},
       {"BatchNormalizationGrad", ">= 2 (N,C,...)"},
       {"BatchNormalizationRelu", ">= 2 (N,C,...)"},
+      {"BatchNormalizationReluDropout", ">= 2 (N,C,...)"},
   };
   auto it = known.find(s.op_type);
   return it == known.end() ? "spec" : it->second;

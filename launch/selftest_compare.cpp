@@ -89,6 +89,22 @@ TensorMap wiggled(const Node& n, const TensorMap& feeds, MathPrecision math, uin
   return out;
 }
 
+// The node the replay reruns for `n`. A training BatchNormalizationReluDropout draws its
+// Dropout's mask from the run's seed, as the Dropout did (passes/fuse_dropout.cpp): it
+// reruns as its BatchNormalizationRelu, whose statistics outputs are compared, and its Z
+// (output 0, renamed so nothing compares it) passes on as the device made it, as a
+// Dropout's output does.
+Node replayed(const Node& n, bool training) {
+  if (!training || n.op_type != "BatchNormalizationReluDropout") return n;
+  Node r = n;
+  r.op_type = "BatchNormalizationRelu";
+  r.inputs.resize(std::min<size_t>(5, r.inputs.size()));
+  r.attrs.erase("dropout_node");
+  r.attrs.erase("seed");
+  r.outputs[0] += "#before_dropout";
+  return r;
+}
+
 }  // namespace
 
 // Node by node on the device's own inputs: each node of `g` runs alone on the reference
@@ -98,7 +114,8 @@ TensorMap wiggled(const Node& n, const TensorMap& feeds, MathPrecision math, uin
 // fp32 value's last place moves it across a bf16/half rounding boundary now and then,
 // and what that changes grows layer by layer (a ReLU mask flips). Dropout in training
 // draws from the node's seed, which a graph of one node does not reproduce: it is not
-// rerun, and its outputs pass on as the device made them.
+// rerun, and its outputs pass on as the device made them (a BatchNormalizationReluDropout
+// reruns as its BatchNormalizationRelu: replayed, above).
 //
 // A value over `tol` may still agree: a sum whose terms cancel (the bias gradient of a
 // batch norm that another batch norm follows is 0 up to rounding) carries the rounding
@@ -121,11 +138,12 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
       next_note = now + std::chrono::seconds(10);
     }
     if (training && n.op_type == "Dropout") continue;
+    const Node run = replayed(n, training);
     Graph one;
     one.name = "selftest";
     one.opsets = g.opsets;
     TensorMap feeds;
-    for (const std::string& in : n.inputs) {
+    for (const std::string& in : run.inputs) {
       if (in.empty() || feeds.count(in)) continue;
       auto it = got.find(in);
       if (it == got.end() && (it = given.find(in)) == given.end())
@@ -135,8 +153,8 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
       one.inputs.push_back(in);
       one.values[in] = ValueInfo{feeds[in].dtype(), shape_of(it->second.dims())};
     }
-    one.nodes.push_back(n);
-    for (const std::string& out : n.outputs)
+    one.nodes.push_back(run);
+    for (const std::string& out : run.outputs)
       if (!out.empty()) one.outputs.push_back(out);
     infer_shapes(one, registry().schemas, "selftest");
     ExecutorOptions eo;
@@ -179,8 +197,8 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
         continue;
       }
       if (!moved)  // two moves: one random pattern of signs may cancel in a short sum
-        moved = {Executor(one, *reference, eo).run(wiggled(n, feeds, math, 0), ro),
-                 Executor(one, *reference, eo).run(wiggled(n, feeds, math, 1), ro)};
+        moved = {Executor(one, *reference, eo).run(wiggled(run, feeds, math, 0), ro),
+                 Executor(one, *reference, eo).run(wiggled(run, feeds, math, 1), ro)};
       const double sensitivity =
           std::max(selftest_difference(as_stored(moved->first.at(value)), reference_value, r, residual).diff,
                    selftest_difference(as_stored(moved->second.at(value)), reference_value, r, residual).diff);

@@ -15,6 +15,14 @@
 //   BatchNormalizationRelu(X, scale, B, input_mean, input_var) -> (Y, [running_mean, running_var, ...])
 //     attributes: BatchNormalization's;  Y = Relu(BatchNormalization(...)), the other
 //     outputs and the training rule exactly BatchNormalization's (ops/norm.cpp).
+//   BatchNormalizationReluDropout(X, scale, B, input_mean, input_var, [ratio], [training_mode])
+//       -> (Z, [running_mean, running_var, ...])
+//     attributes: BatchNormalization's, plus dropout_node (int) and Dropout's optional seed;
+//     Z = Dropout(Relu(BatchNormalization(...)), ratio, training_mode) without its mask,
+//     the other outputs BatchNormalizationRelu's. The mask is the one the Dropout node
+//     at graph index dropout_node draws (passes/fuse_dropout.cpp): its seed is
+//     node_seed(run seed, dropout_node) = ctx.seed - ctx.node_index + dropout_node
+//     (ops/core/kernel.h's rule is linear in the index), whatever index the fused node has.
 //
 // Why no gradient rules: fusion runs after autodiff (passes/passes.h), and every
 // backward node reads values the fused node still writes under the same names.
@@ -26,8 +34,10 @@
 #include <string>
 
 #include "ops/core/common.h"
+#include "ops/core/dropout_mask.h"
 #include "ops/core/register_all.h"
 #include "ops/core/rounded_outputs.h"
+#include "ops/misc_loops.h"
 
 namespace trainrt {
 
@@ -140,7 +150,69 @@ void bn_relu_reference(KernelContext& ctx, const Kernel& bn) {
   dispatch_float(ctx.out(0).dtype(), [&](auto tag) { finish<decltype(tag)>(ctx.out(0), nullptr, true); });
 }
 
+// BatchNormalizationRelu's reference on inputs 0..4, Y rounded as the executor rounds
+// that node's (bf16/fp16), then Dropout's reference loop in place: the unfused pair's bits.
+void bn_relu_dropout_reference(KernelContext& ctx, const Kernel& bn) {
+  run_as_bn_relu(ctx, [&](KernelContext& c) { bn_relu_reference(c, bn); });
+  round_bn_relu_output(ctx, /*parallel=*/false);
+  apply_dropout_in_place(ctx, misc_loops::dropout_kernel<false>);
+}
+
 }  // namespace
+
+void run_as_bn_relu(const KernelContext& ctx, const Kernel& bn_relu) {
+  Node node = ctx.node;  // a kernel that falls back to the reference finds BatchNormalizationRelu's
+  node.op_type = "BatchNormalizationRelu";
+  node.inputs.resize(std::min<size_t>(5, node.inputs.size()));
+  node.attrs.erase("dropout_node");
+  node.attrs.erase("seed");
+  KernelContext c = ctx_with_node(ctx, node);
+  c.inputs.resize(std::min<size_t>(5, c.inputs.size()));
+  bn_relu(c);
+}
+
+uint64_t dropout_node_seed(const KernelContext& ctx) {
+  return ctx.seed - ctx.node_index + static_cast<uint64_t>(ctx.node.attr_int("dropout_node", 0));
+}
+
+void round_bn_relu_output(const KernelContext& ctx, bool parallel) {
+  Tensor& z = ctx.out(0);
+  if (ctx.math == MathPrecision::fp32 || z.dtype() != DataType::Float32) return;
+  float* p = z.data<float>();
+  round_floats(p, p, static_cast<int64_t>(z.nbytes() / sizeof(float)), ctx.math, parallel);  // Backend::round_outputs
+}
+
+bool dropout_trains(const KernelContext& ctx) {
+  return ctx.training || (ctx.has_input(6) && ctx.in(6).get_as_double(0) != 0.0);
+}
+
+uint64_t dropout_key(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  return dropout_mask::key_of(
+      dropout_node_seed(ctx),
+      n.has_attr("seed") ? dropout_mask::splitmix64(static_cast<uint64_t>(n.attr_int("seed", 0))) : 0);
+}
+
+double dropout_ratio(const KernelContext& ctx) {
+  const double ratio = ctx.has_input(5) ? ctx.in(5).get_as_double(0) : 0.5;
+  if (!(ratio >= 0.0 && ratio < 1.0)) throw_bad_input("", "ratio must be in [0, 1), got " + std::to_string(ratio));
+  return ratio;
+}
+
+void apply_dropout_in_place(KernelContext& ctx, const Kernel& dropout) {
+  if (!dropout_trains(ctx)) return;  // Dropout's identity: Z is Relu(BN(X)) already
+  run_dropout_in_place(ctx, dropout);
+}
+
+void run_dropout_in_place(KernelContext& ctx, const Kernel& dropout) {
+  Tensor& z = ctx.out(0);
+  KernelContext d = ctx;  // the node's `seed` attribute, if any, is the Dropout's
+  d.inputs = {&z, ctx.has_input(5) ? &ctx.in(5) : nullptr, ctx.has_input(6) ? &ctx.in(6) : nullptr};
+  d.outputs = {&z};
+  d.seed = dropout_node_seed(ctx);
+  d.node_index = static_cast<uint64_t>(ctx.node.attr_int("dropout_node", 0));
+  dropout(d);
+}
 
 void fused_gemm_sums(KernelContext& ctx) {
   const Node& n = ctx.node;
@@ -208,6 +280,17 @@ void register_fused(Registry& r) {
   r.schemas.add(std::move(br));
   r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationRelu",
                 [k = *bn_ref](KernelContext& ctx) { bn_relu_reference(ctx, k); });
+
+  OpSchema brd = *bn;
+  brd.domain = kTrainrtDomain;
+  brd.op_type = "BatchNormalizationReluDropout";
+  brd.since_version = 1;
+  brd.max_inputs = 7;
+  brd.attributes.push_back("dropout_node");
+  brd.attributes.push_back("seed");
+  r.schemas.add(std::move(brd));
+  r.kernels.add("reference", kTrainrtDomain, "BatchNormalizationReluDropout",
+                [k = *bn_ref](KernelContext& ctx) { bn_relu_dropout_reference(ctx, k); });
 }
 
 }  // namespace trainrt

@@ -6,15 +6,43 @@
 //     (sum_of) by ops/fused.h's loop, the reference's.
 //   BatchNormalizationRelu: ops/norm_cpu.cpp's batch-normalization forward with
 //     oneDNN's fuse_norm_relu flag.
+//   BatchNormalizationReluDropout: that, with the Dropout's mask and scale applied by
+//     the row-major fp32 apply loop before its store (one pass writing Z; the mask by
+//     row-major index, the Dropout's product: the unfused pair's bits). Where that loop
+//     does not run (Blocked16c, fp64) or under bf16/fp16 (Y is rounded before the
+//     Dropout reads it): the batch norm writing Z, Z rounded, then the cpu Dropout's loop
+//     (ops/misc_loops.h) in place over Z, the unfused pair's kernels (the node's X and Z
+//     share a layout, as BatchNormalizationRelu's X and Y, and the Dropout draws by
+//     row-major index in any layout).
 // fp64 and windows oneDNN rejects run the reference kernel.
+#include <optional>
+
 #include "ops/conv_cpu.h"
+#include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/register_all.h"
 #include "ops/fused.h"
 #include "ops/gemm_cpu.h"
+#include "ops/misc_loops.h"
 #include "ops/norm_cpu.h"
 
 namespace trainrt {
+
+namespace {
+
+void bn_relu_dropout_cpu(KernelContext& ctx) {
+  std::optional<RowMajorDropout> d;
+  if (ctx.math == MathPrecision::fp32 && ctx.out(0).dtype() == DataType::Float32 && dropout_trains(ctx)) {
+    const double ratio = dropout_ratio(ctx);
+    d = RowMajorDropout{dropout_key(ctx), dropout_mask::threshold(ratio), static_cast<float>(1.0 / (1.0 - ratio))};
+  }
+  run_as_bn_relu(ctx, [&](KernelContext& bn) { batchnorm_forward_dnnl(bn, /*fuse_relu=*/true, d ? &*d : nullptr); });
+  if (d && d->applied) return;
+  round_bn_relu_output(ctx, /*parallel=*/true);
+  apply_dropout_in_place(ctx, misc_loops::dropout_kernel<true>);
+}
+
+}  // namespace
 
 void register_fused_cpu(Registry& r) {
   using facts::A, facts::P, facts::S;
@@ -31,6 +59,8 @@ void register_fused_cpu(Registry& r) {
   add_if_schema(
       r, "cpu", kTrainrtDomain, "BatchNormalizationRelu",
       [](KernelContext& ctx) { batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true); }, facts::fixed({{S}, {S}}));
+  add_if_schema(r, "cpu", kTrainrtDomain, "BatchNormalizationReluDropout", bn_relu_dropout_cpu,
+                facts::fixed({{S}, {S}}));
 }
 
 }  // namespace trainrt

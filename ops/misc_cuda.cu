@@ -40,6 +40,7 @@
 #include "ops/core/kernel_facts.h"
 #include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
+#include "ops/cuda/dropout_device.h"
 
 namespace trainrt::cuda {
 
@@ -51,65 +52,6 @@ constexpr unsigned kMaxBlocks = 1024;
 // ---- Dropout -------------------------------------------------------------------
 
 using dropout_mask::splitmix64;  // the mask rule: ops/core/dropout_mask.h, the reference's too
-
-// Dropout's optional ratio and training_mode inputs, read on the device.
-struct DropoutOptions {
-  const void* ratio = nullptr;  // scalar of ratio_type; nullptr: 0.5
-  DataType ratio_type = DataType::Float32;
-  const uint8_t* training_mode = nullptr;  // bool scalar; nullptr: false
-  bool training = false;                   // KernelContext::training
-  // The mask's key, splitmix64(seed ^ attr_mix): seed is node_seed(*run_seed, node) read
-  // on the device (a captured step draws each replay's masks), else `seed`.
-  const uint64_t* run_seed = nullptr;
-  uint64_t node = 0, seed = 0, attr_mix = 0;
-  // DropoutReluGrad: Z's sign read as round_to_math in this precision, and whether Z is
-  // stored in 16 bits (its bfloat16 / half bits, runtime/narrow.h).
-  MathPrecision z_math = MathPrecision::fp32;
-  bool z16 = false;
-};
-
-// What every thread of a launch needs, derived once per block by thread 0.
-template <typename T>
-struct DropoutConstants {
-  bool training, valid;  // valid: ratio in [0, 1), the reference's check
-  uint64_t threshold;    // keep when (h >> 11) >= threshold, i.e. u >= ratio
-  T scale;               // 1 / (1 - ratio) in training, else 1; NaN when !valid
-  uint64_t key;          // the mask's key (DropoutOptions)
-};
-
-template <typename T>
-__device__ DropoutConstants<T> dropout_constants(const DropoutOptions& o) {
-  double ratio = 0.5;
-  if (o.ratio) switch (o.ratio_type) {
-      case DataType::Float64:
-        ratio = *static_cast<const double*>(o.ratio);
-        break;
-      case DataType::Float16:
-        ratio = __half2float(*static_cast<const __half*>(o.ratio));
-        break;
-      case DataType::BFloat16:
-        ratio = __bfloat162float(*static_cast<const __nv_bfloat16*>(o.ratio));
-        break;
-      default:
-        ratio = *static_cast<const float*>(o.ratio);
-        break;
-    }
-  DropoutConstants<T> c;
-  c.training = o.training || (o.training_mode && *o.training_mode != 0);
-  c.valid = ratio >= 0.0 && ratio < 1.0;
-  c.key = dropout_mask::key_of(o.run_seed ? node_seed(*o.run_seed, o.node) : o.seed, o.attr_mix);
-  c.threshold = c.valid ? dropout_mask::threshold(ratio) : 0;  // u >= ratio as integers
-  c.scale = !c.training ? T(1) : c.valid ? static_cast<T>(1.0 / (1.0 - ratio)) : static_cast<T>(nan(""));
-  return c;
-}
-
-template <typename T>
-__device__ DropoutConstants<T> block_dropout_constants(const DropoutOptions& o) {
-  __shared__ DropoutConstants<T> shared;
-  if (threadIdx.x == 0) shared = dropout_constants<T>(o);
-  __syncthreads();
-  return shared;
-}
 
 // Element i's mask is drawn from its row-major index: C, hw of a ChannelsLast x (y,
 // mask alike), walked without a division per element (channels_last::PlainWalk); C = hw
@@ -223,23 +165,6 @@ __global__ void dropout_grad4_kernel(const float4* dy, const void* keep, float4*
     dx[i] = make_float4(dropout_grad_value(c, g.x, k0), dropout_grad_value(c, g.y, k1), dropout_grad_value(c, g.z, k2),
                         dropout_grad_value(c, g.w, k3));
   }
-}
-
-// Inputs `ratio_at` (ratio) and `ratio_at + 1` (training_mode), either optional.
-bool dropout_options(const KernelContext& ctx, size_t ratio_at, DropoutOptions& o) {
-  o.training = ctx.training;
-  if (ctx.has_input(ratio_at)) {
-    o.ratio = ctx.in(ratio_at).raw();
-    o.ratio_type = ctx.in(ratio_at).dtype();
-    if (o.ratio_type != DataType::Float32 && o.ratio_type != DataType::Float64 && o.ratio_type != DataType::Float16 &&
-        o.ratio_type != DataType::BFloat16)
-      return false;
-  }
-  if (ctx.has_input(ratio_at + 1)) {
-    if (ctx.in(ratio_at + 1).dtype() != DataType::Bool) return false;
-    o.training_mode = ctx.in(ratio_at + 1).data<uint8_t>();
-  }
-  return true;
 }
 
 void dropout(KernelContext& ctx) {

@@ -37,6 +37,7 @@
 #include "graph/error.h"
 #include "ops/core/batchnorm_stats.h"
 #include "ops/core/common.h"
+#include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
@@ -142,19 +143,31 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
   });
 }
 
+#ifdef __SSE2__
+// All-ones lanes where the values at row-major indices at..at+3 are kept.
+__m128 kept4(const RowMajorDropout& d, int64_t at) {
+  bool k[4];
+  dropout_mask::keep4(d.key, at, 1, d.threshold, k);
+  return _mm_castsi128_ps(_mm_set_epi32(k[3] ? -1 : 0, k[2] ? -1 : 0, k[1] ? -1 : 0, k[0] ? -1 : 0));
+}
+#endif
+
 // Y = relu?(scale / sqrt(var + eps) * (x - mean) + B) on a row-major N,C,S tensor, per
 // channel in fp32 as oneDNN's batch_normalization_forward computes it, rows of S in
-// parallel. Why: oneDNN 2.6 runs the plain (ncsp) layout with its generic C++ loop, a
-// few times slower than this one (the training BatchNormalizationRelu was ~9-13% of the
-// Wide ResNet's step on AVX2, where activations are row-major), and the apply is a
-// read and a write of the tensor.
+// parallel; with `drop`, times the Dropout's mask and scale before the store (value
+// r * S + i is row-major index r * S + i). Why: oneDNN 2.6 runs the plain (ncsp) layout
+// with its generic C++ loop, a few times slower than this one (the training
+// BatchNormalizationRelu was ~9-13% of the Wide ResNet's step on AVX2, where activations
+// are row-major), and the apply is a read and a write of the tensor.
 void apply_plain(const Tensor& x, const float* scale, const float* shift, const float* mean, const float* var,
-                 float eps, bool relu, Tensor& y) {
+                 float eps, bool relu, RowMajorDropout* drop, Tensor& y) {
   const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / std::max<int64_t>(1, N * C);
   std::vector<float> a(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) a[c] = scale[c] / std::sqrt(var[c] + eps);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
+  if (drop) drop->applied = true;
+  const RowMajorDropout d = drop ? *drop : RowMajorDropout{};
   parallel_ranges(N * C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, S)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % C;
@@ -165,17 +178,21 @@ void apply_plain(const Tensor& x, const float* scale, const float* shift, const 
 #ifdef __SSE2__
       // 4 at a time (GCC's -O2 leaves the loop below scalar): the reference's formula
       // (batchnorm_stats::apply) on GCC's vector arithmetic, ReLU as v <= 0 ? 0 : v (NaN
-      // kept, -0 to +0).
+      // kept, -0 to +0), the Dropout's v * scale where kept and +0 where not.
       const __m128 a4 = _mm_set1_ps(ac), m4 = _mm_set1_ps(mc), b4 = _mm_set1_ps(bc), zero = _mm_setzero_ps();
+      const __m128 s4 = _mm_set1_ps(d.scale);
       for (; i + 4 <= S; i += 4) {
         __m128 v = batchnorm_stats::apply(_mm_loadu_ps(xr + i), m4, a4, b4);
         if (relu) v = _mm_andnot_ps(_mm_cmple_ps(v, zero), v);
+        if (drop) v = _mm_and_ps(kept4(d, r * S + i), _mm_mul_ps(v, s4));
         _mm_storeu_ps(yr + i, v);
       }
 #endif
       for (; i < S; ++i) {
-        const float v = batchnorm_stats::apply(xr[i], mc, ac, bc);
-        yr[i] = relu && v <= 0.f ? 0.f : v;
+        float v = batchnorm_stats::apply(xr[i], mc, ac, bc);
+        if (relu && v <= 0.f) v = 0.f;
+        if (drop) v = dropout_mask::keep(d.key, r * S + i, d.threshold) ? v * d.scale : 0.f;
+        yr[i] = v;
       }
     }
   });
@@ -183,7 +200,7 @@ void apply_plain(const Tensor& x, const float* scale, const float* shift, const 
 
 }  // namespace
 
-void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
+void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu, RowMajorDropout* dropout) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Node& n = ctx.node;
   const Tensor& x = ctx.in(0);
@@ -223,7 +240,8 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu) {
   if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
   const bool plain = x.layout() == Layout::Plain;
   auto run = [&](const float* m, const float* v) {
-    if (plain) return apply_plain(x, ctx.in(1).data<float>(), ctx.in(2).data<float>(), m, v, eps, fuse_relu, y);
+    if (plain)
+      return apply_plain(x, ctx.in(1).data<float>(), ctx.in(2).data<float>(), m, v, eps, fuse_relu, dropout, y);
     du::execute(plan->prim, std::move(args));
   };
   if (!training) {

@@ -2,15 +2,31 @@
 // and the fused BatchNormalizationRelu (ops/fused_cpu.cpp).
 //
 //   batchnorm_forward_dnnl(ctx, /*fuse_relu=*/true);   // Y = relu(BN(x)), same inputs/outputs as BN
+//   RowMajorDropout d{key, threshold, scale};
+//   batchnorm_forward_dnnl(ctx, true, &d);  if (!d.applied) ... the Dropout over Y ...
 //
 // Why: the two ops differ only in oneDNN's fuse_norm_relu flag; statistics, the
-// running-statistics update and the reference fallback are the same code.
+// running-statistics update and the reference fallback are the same code. The fused
+// BatchNormalizationReluDropout passes its Dropout's mask to the row-major apply loop,
+// so Z is written in the one pass over X that writes Y (no second pass over Z).
 #pragma once
+
+#include <cstdint>
 
 #include "ops/core/kernel.h"
 
 namespace trainrt {
 
-void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu);
+// A Dropout applied by the row-major apply loop: the value at row-major index i becomes
+// dropout_mask::keep(key, i, threshold) ? v * scale : +0, the Dropout kernel's mask and
+// product (ops/misc_loops.h, ops/core/dropout_mask.h). `applied`: the loop ran (fp32,
+// row-major X and Y); else Y is written without it and the caller runs the Dropout.
+struct RowMajorDropout {
+  uint64_t key = 0, threshold = 0;
+  float scale = 1;
+  bool applied = false;
+};
+
+void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu, RowMajorDropout* dropout = nullptr);
 
 }  // namespace trainrt

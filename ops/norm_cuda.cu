@@ -57,6 +57,7 @@
 #include "ops/cuda/channel_slices.h"
 #include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
+#include "ops/norm_cuda.h"
 #include "ops/norm_graph_cuda.h"
 
 namespace trainrt::cuda {
@@ -471,21 +472,14 @@ bool grad_on_graph(KernelContext& ctx) {
   return bn_graph_backward(ctx, a);
 }
 
-template <typename T, bool kRelu>
-void batchnorm(KernelContext& ctx) {
+// The own kernels' statistics (training: passes 1 and 2) and finish: outputs 1..6 and
+// the apply's coefficients in the workspace.
+template <typename T>
+ForwardArgs<T> forward_statistics(KernelContext& ctx, const Channels& v, bool training) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.in(0);
-  const Channels v = channels_of(x);
-  if (v.C == 0) return;
-  const bool training = node_trains(node, ctx.training);
-  // X or Y stored in 16 bits (runtime/narrow.h): the own kernels, which read X's bits
-  // (In) and write Y rounded; the cuDNN graph's scope is float32.
+  // X stored in 16 bits (runtime/narrow.h): read as its bits (In).
   const In<T> xin = in_of<T>(ctx, x);
-  [[maybe_unused]] bool y16 = false;
-  if constexpr (std::is_same_v<T, float>) {
-    y16 = stored_narrow(ctx, ctx.out(0));
-    if (training && !y16 && !xin.p16 && forward_on_graph(ctx)) return;
-  }
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
@@ -510,6 +504,26 @@ void batchnorm(KernelContext& ctx) {
                          .training = training};
   forward_finish<<<blocks_for(v.C), kThreads, 0, stream>>>(a, v, s.sums, s.devs);
   check_launch(ctx.node, "forward_finish");
+  return a;
+}
+
+template <typename T, bool kRelu>
+void batchnorm(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.in(0);
+  const Channels v = channels_of(x);
+  if (v.C == 0) return;
+  const bool training = node_trains(node, ctx.training);
+  // X or Y stored in 16 bits (runtime/narrow.h): the own kernels, which read X's bits
+  // (In) and write Y rounded; the cuDNN graph's scope is float32.
+  const In<T> xin = in_of<T>(ctx, x);
+  [[maybe_unused]] bool y16 = false;
+  if constexpr (std::is_same_v<T, float>) {
+    y16 = stored_narrow(ctx, ctx.out(0));
+    if (training && !y16 && !xin.p16 && forward_on_graph(ctx)) return;
+  }
+  const ForwardArgs<T> a = forward_statistics<T>(ctx, v, training);
+  cudaStream_t stream = context().stream;
   const int64_t n = x.numel();
   if (n == 0) return;
   const int64_t planes = n / v.S;
@@ -652,6 +666,12 @@ void batchnorm_grad_kernel(KernelContext& ctx) {
 }
 
 }  // namespace
+
+BnCoefficients batchnorm_coefficients(KernelContext& ctx) {
+  const ForwardArgs<float> a =
+      forward_statistics<float>(ctx, channels_of(ctx.in(0)), node_trains(ctx.node, ctx.training));
+  return {a.shift, a.mul, a.add};
+}
 
 void register_norm_cuda(Registry& r) {
   using facts::S;  // X and Y (dY, X, dX) in one layout: Plain or ChannelsLast

@@ -245,7 +245,7 @@ size_t fuse_batchnorm_relu(Graph& g) {
 
 }  // namespace passes
 
-size_t fuse_training_graph(Graph& g) {
+size_t fuse_training_graph(Graph& g, bool dropout_into_batchnorm) {
   size_t fused = passes::fuse_batchnorm_relu(g);
   fused += passes::fuse_conv_relu(g);  // before the residual: Conv + Relu + Add -> FusedConv(Relu, Z)
   fused += passes::fuse_conv_add(g);
@@ -254,6 +254,9 @@ size_t fuse_training_graph(Graph& g) {
   fused += passes::fuse_dropout_relu_grad(g);  // passes/fuse_dropout.cpp
   fused += passes::fuse_dgrad_relu_grad(g);
   fused += fuse_optimizer(g);  // passes/fuse_optimizer.cpp
+  // Last, so the Dropout index it carries is the one the unfused Dropout would have
+  // (passes/fuse_dropout.cpp); after fuse_dropout_relu_grad, which frees the masks.
+  if (dropout_into_batchnorm) fused += passes::fuse_batchnorm_relu_dropout(g);
   if (fused && !g.opsets.count(passes::kTrainrtDomain)) g.opsets[passes::kTrainrtDomain] = 1;
   return fused;
 }

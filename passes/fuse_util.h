@@ -92,6 +92,7 @@ size_t fuse_gemm_bias_grad(Graph& g);          // weight-gradient Gemm + SumToSh
 size_t fuse_conv_add(Graph& g);                // Conv + Add(residual) -> FusedConv(Z)
 size_t fuse_batchnorm_relu(Graph& g);          // BatchNormalization + Relu -> BatchNormalizationRelu
 size_t fuse_dropout_relu_grad(Graph& g);       // DropoutGrad + ReluGrad -> DropoutReluGrad (training)
+size_t fuse_batchnorm_relu_dropout(Graph& g);  // BatchNormalizationRelu + Dropout (no mask) -> ...Dropout (training)
 size_t fuse_dgrad_relu_grad(Graph& g);         // ConvGrad's dX + ReluGrad -> ConvGrad(dx_relu=1) (training)
 size_t fuse_relu_grad_into_bn_grad(Graph& g);  // ReluGrad + BatchNormalizationGrad -> BNGrad(relu_y) (training)
 

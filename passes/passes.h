@@ -111,13 +111,20 @@ Graph optimize_for_inference(const Graph& forward, const InferenceOptions& o = {
 //   a convolution's data gradient and the ReLU gradient of its input: ReluGrad(dX, X) of
 //     ConvGrad(dY, X, W) -> dX -> ConvGrad(...; dx_relu=1) (one cuDNN graph with a
 //     RELU_BWD epilogue on cuda; the backend's ReluGrad kernel after it elsewhere),
-//   the per-parameter SGD/Adam nodes -> one MultiSGD/MultiAdam node (fuse_optimizer, below).
+//   the per-parameter SGD/Adam nodes -> one MultiSGD/MultiAdam node (fuse_optimizer, below),
+//   last, with dropout_into_batchnorm: BatchNormalizationRelu + a Dropout whose mask nobody
+//     reads (after the Relu + Dropout backward fusion) -> BatchNormalizationReluDropout(X,
+//     scale, B, mean, var, ratio, training_mode; dropout_node = the Dropout's index), one pass
+//     writing Z with the Dropout's own mask (passes/fuse_dropout.cpp). Every precision:
+//     under bf16/fp16 the fused kernels round relu(bn(x)) before the mask, as the executor
+//     rounds BatchNormalizationRelu's Y, and Z, like the Dropout's, is not rounded (a
+//     backend may store it in 16 bits where its readers round it, runtime/narrow.h).
 // A fused node is named "<first>+<last>" after the nodes it replaced. The Relu's
 // forward is not fused into the Dropout: in the Wide ResNet (models/wrn.h) every Relu
 // that feeds a Dropout follows a BatchNormalization and goes into the
 // BatchNormalizationRelu, where it costs no pass of its own. Returns the number of
 // fusions made (fuse_optimizer's: the nodes it removed).
-size_t fuse_training_graph(Graph& g);
+size_t fuse_training_graph(Graph& g, bool dropout_into_batchnorm = true);
 
 // The per-parameter optimizer nodes (ai.trainrt SGD, Adam) that share lr, step,
 // attributes and parameter dtype -> one MultiSGD / MultiAdam node each (ops/optimizer.cpp;

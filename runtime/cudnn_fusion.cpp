@@ -92,7 +92,7 @@ std::vector<FusionSite> cudnn_fusion_sites(const Graph& g) {
     if (is_trainrt(n, "FusedConv")) {
       out.push_back({n.name, n.op_type, conv_pattern(n),
                      first_of({conv_reason(n), value_reason(g, {n.inputs[0], n.inputs[1], n.outputs[0]})})});
-    } else if (is_trainrt(n, "BatchNormalizationRelu")) {
+    } else if (is_trainrt(n, "BatchNormalizationRelu")) {  // not ...Dropout: own kernels (ops/fused_cuda.cu)
       out.push_back({n.name, n.op_type, "bn_relu_fwd",
                      first_of({value_reason(g, {n.inputs[0], n.outputs[0]}), channel_reason(g, n.inputs[0])})});
     } else if (is_trainrt(n, "ConvGrad") && n.attr_int("dx_relu", 0) != 0 && n.inputs.size() == 3 &&

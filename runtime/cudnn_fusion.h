@@ -13,6 +13,8 @@
 //   BatchNormalizationRelu (training)      -> "bn_relu_fwd"
 //        batch-norm forward training with ReLU: cuDNN's specialized runtime fusion
 //        engine BnAddRelu (batch-norm training forward is served by that engine only).
+//        Not BatchNormalizationReluDropout: its mask is applied by its own apply kernel
+//        before the store (ops/fused_cuda.cu), after the own statistics kernels.
 //   ConvGrad with dx_relu (trainrt fused the ReLU gradient of X into it), or a ReluGrad(dY,
 //        Y) whose dY is the sole use of a ConvGrad's dX  -> "dgrad_drelu"
 //        convolution dgrad followed by the ReLU gradient (generic runtime fusion).

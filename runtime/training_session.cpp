@@ -62,7 +62,7 @@ PlanOptions training_plan_options(const TrainingGraph& t) {
 
 TrainingSession::TrainingSession(TrainingGraph t, std::unique_ptr<Backend> backend, SessionOptions o)
     : t_(std::move(t)), backend_(std::move(backend)), seed_(o.seed), scaler_(o.loss_scaling) {
-  if (o.fuse) fuse_training_graph(t_.graph);
+  if (o.fuse) fuse_training_graph(t_.graph, o.fuse_dropout);
   // The ReLU's gradient read by the batch-norm gradient: a gain where the kernel masks dY
   // as it reads it (the cuda kernels); the host kernels would mask into a copy first,
   // which on the cpu backend costs more than the ReluGrad it replaces (7% of the main

@@ -37,6 +37,7 @@ PlanOptions training_plan_options(const TrainingGraph& t);
 struct SessionOptions {
   uint64_t seed = 0;                           // Dropout masks derive from it and the step number
   bool fuse = true;                            // fuse_training_graph first (off to compare or debug)
+  bool fuse_dropout = true;                    // with fuse: its dropout_into_batchnorm (off to measure it)
   bool blocked_layouts = true;                 // ExecutorOptions::blocked_layouts
   MathPrecision math = MathPrecision::fp32;    // ExecutorOptions::math (bf16: mixed precision)
   ConvAlgorithm conv = ConvAlgorithm::direct;  // ExecutorOptions::conv

@@ -53,6 +53,7 @@ void register_all(Registry& r) {
   from("ops/softmax_loss_cuda.cu", cuda::register_softmax_loss_cuda);
   from("ops/misc_cuda.cu", cuda::register_misc_cuda);
   from("ops/optimizer_cuda.cu", cuda::register_optimizer_cuda);
+  from("ops/fused_cuda.cu", cuda::register_fused_cuda);  // after norm and misc, whose kernels it runs
 #endif
   r.kernels.set_source("");
 }

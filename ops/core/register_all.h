@@ -71,6 +71,7 @@ void register_shape_ops_cuda(Registry& r);
 void register_softmax_loss_cuda(Registry& r);
 void register_misc_cuda(Registry& r);
 void register_optimizer_cuda(Registry& r);
+void register_fused_cuda(Registry& r);  // after norm and misc, whose kernels it runs
 }  // namespace cuda
 
 }  // namespace trainrt

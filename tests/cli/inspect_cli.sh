@@ -14,10 +14,12 @@ if [ -f "$model" ]; then
   grep -q "unsupported ops: none" "$tmp/table" || fail "inspect reports unsupported ops: $(grep -A3 unsupported "$tmp/table")"
   grep -Eq " Conv +\(float32\[N,1,28,28\]" "$tmp/table" || fail "inspect does not show the symbolic batch on the first Conv"
   # --passes: the WRN's 13 BatchNormalizations fold into their Convs for inference, and
-  # fuse with their Relus in the training graph.
+  # fuse with their Relus in the training graph (the six before a Dropout with it too).
   "$trainrt" inspect "$model" --passes --training >"$tmp/passes" || fail "inspect --passes exited $?"
   grep -Eq "^BatchNormalization +13 +0 " "$tmp/passes" || fail "inspect --passes: BN not folded: $(grep -m2 ^BatchNorm "$tmp/passes")"
-  grep -Eq "^ai.trainrt::BatchNormalizationRelu +0 +13 " "$tmp/passes" || fail "inspect --passes: BN+Relu not fused in the training graph"
+  grep -Eq "^ai.trainrt::BatchNormalizationRelu +0 +7 " "$tmp/passes" || fail "inspect --passes: BN+Relu not fused in the training graph"
+  grep -Eq "^ai.trainrt::BatchNormalizationReluDropout +0 +6 " "$tmp/passes" ||
+    fail "inspect --passes: BN+Relu+Dropout not fused in the training graph"
   # --json --passes: the same counts as one JSON object's "passes" member.
   "$trainrt" inspect "$model" --passes --json >"$tmp/passes.json" || fail "inspect --passes --json exited $?"
   /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["passes"]; assert p["ops"]["BatchNormalization"] == [13, 0], p' \

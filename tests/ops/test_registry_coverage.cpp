@@ -87,6 +87,7 @@ const std::map<std::string, std::string> kNoGradientRule{
     {"ai.trainrt::FusedConv", "made by the fusion passes, which run after differentiation"},
     {"ai.trainrt::FusedGemm", "made by the fusion passes, which run after differentiation"},
     {"ai.trainrt::BatchNormalizationRelu", "made by the fusion passes, which run after differentiation"},
+    {"ai.trainrt::BatchNormalizationReluDropout", "made by the fusion passes, which run after differentiation"},
 };
 
 // Ops the cpu backend runs with the reference kernel (Backend::fallback_ops).

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "ops/core/common.h"
+#include "ops/core/dropout_mask.h"
+#include "ops/norm_cpu.h"
 #include "ops/onednn/dnnl_util.h"
 #include "passes/fuse_util.h"
 #include "wrn_util.h"
@@ -359,6 +363,142 @@ TEST_CASE("BatchNormalizationRelu = Relu(BatchNormalization) in training and inf
       for (int64_t i = 0; i < want.at("y").numel(); ++i) zeros += want.at("y").get_as_double(i) == 0.0 ? 1 : 0;
       CHECK(zeros > 0);  // the Relu did clip something
     }
+}
+
+TEST_CASE("BatchNormalizationReluDropout = Dropout(BatchNormalizationRelu) with the Dropout's mask (dropout_node)") {
+  // [BatchNormalizationRelu (node 0), Dropout (node 1)] and the one fused node carrying
+  // dropout_node = 1: the same Z and running statistics bit for bit on both backends, in
+  // a training run with a seed. Carrying 0 (the fused node's own index) draws another mask.
+  const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 8, 5, 5}, 1, -2, 2)}};
+  Tensor ratio(DataType::Float32, {});
+  ratio.data<float>()[0] = 0.3f;
+  TensorMap inits{{"scale", random_tensor(DataType::Float32, {8}, 2, 0.5, 1.5)},
+                  {"bias", random_tensor(DataType::Float32, {8}, 3)},
+                  {"mean", random_tensor(DataType::Float32, {8}, 4)},
+                  {"var", random_tensor(DataType::Float32, {8}, 5, 0.5, 2)},
+                  {"ratio", ratio}};
+  std::map<std::string, Attribute> attrs{{"epsilon", Attribute::of_float(1e-3f)},
+                                         {"momentum", Attribute::of_float(0.8f)},
+                                         {"training_mode", Attribute::of_int(1)}};
+  const std::vector<std::string> ins{"x", "scale", "bias", "mean", "var"}, outs{"z", "rm", "rv"};
+  const Graph unfused = graph_of({make_node("BatchNormalizationRelu", ins, {"y", "rm", "rv"}, attrs, kTrainrtDomain),
+                                  make_node("Dropout", {"y", "ratio"}, {"z"})},
+                                 feeds, inits, outs);
+  auto fused_with = [&](int64_t dropout_node) {
+    std::map<std::string, Attribute> a = attrs;
+    a["dropout_node"] = Attribute::of_int(dropout_node);
+    std::vector<std::string> fins = ins;
+    fins.push_back("ratio");
+    return graph_of({make_node("BatchNormalizationReluDropout", fins, outs, a, kTrainrtDomain)}, feeds, inits, outs);
+  };
+  RunOptions ro;
+  ro.training = true;
+  ro.seed = 12345;
+  const TensorMap want = run_graph(unfused, feeds, *make_backend("reference"), ro);
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const TensorMap got = run_graph(fused_with(1), feeds, *make_backend(backend), ro);
+    const TensorMap cpu_pair = run_graph(unfused, feeds, *make_backend(backend), ro);
+    for (const std::string& o : outs) {
+      CAPTURE(o);
+      CHECK(max_abs_diff(got.at(o), cpu_pair.at(o)) == 0.0);  // the backend's own pair, bit for bit
+      if (std::string(backend) == "reference") CHECK(max_abs_diff(got.at(o), want.at(o)) == 0.0);
+    }
+    // Another carried index: another mask, so another Z.
+    CHECK(max_abs_diff(run_graph(fused_with(0), feeds, *make_backend(backend), ro).at("z"), want.at("z")) > 0.0);
+  }
+  // Without training the node is BatchNormalizationRelu (training_mode on BN only).
+  double dropped = 0, positive = 0;
+  const TensorMap y =
+      run_graph(graph_of({make_node("BatchNormalizationRelu", ins, {"y", "rm", "rv"}, attrs, kTrainrtDomain)}, feeds,
+                         inits, {"y"}),
+                feeds, *make_backend("reference"), ro);
+  for (int64_t i = 0; i < want.at("z").numel(); ++i) {
+    positive += y.at("y").get_as_double(i) > 0;
+    dropped += y.at("y").get_as_double(i) > 0 && want.at("z").get_as_double(i) == 0.0;
+  }
+  CHECK(dropped > 0);  // the mask did drop some of Y's positive values
+  CHECK(dropped < positive);
+}
+
+TEST_CASE(
+    "BatchNormalizationReluDropout's cpu kernel: one pass on row-major fp32, the pair's loops on Blocked16c and under "
+    "bf16/fp16, the unfused pair's bits") {
+  // The unfused pair by hand from the backend's own kernels on the same layout:
+  // BatchNormalizationRelu, its Y rounded as the executor rounds it (bf16/fp16), and
+  // Dropout with the seed the executor gives node 7 (dropout_node) in a run seeded 99;
+  // the fused node sits at index 3.
+  const uint64_t run_seed = 99, fused_index = 3, dropout_index = 7;
+  const Tensor scale = random_tensor(DataType::Float32, {16}, 2, 0.5, 1.5);
+  const Tensor bias = random_tensor(DataType::Float32, {16}, 3), mean = random_tensor(DataType::Float32, {16}, 4);
+  const Tensor var = random_tensor(DataType::Float32, {16}, 5, 0.5, 2);
+  Tensor ratio(DataType::Float32, {});
+  ratio.data<float>()[0] = 0.3f;
+  std::map<std::string, Attribute> attrs{{"epsilon", Attribute::of_float(1e-3f)},
+                                         {"momentum", Attribute::of_float(0.8f)},
+                                         {"dropout_node", Attribute::of_int(static_cast<int64_t>(dropout_index))}};
+  const Node fused = make_node("BatchNormalizationReluDropout", {"x", "s", "b", "m", "v", "r"}, {"z", "rm", "rv"},
+                               attrs, kTrainrtDomain);
+  attrs.erase("dropout_node");
+  const Node bn =
+      make_node("BatchNormalizationRelu", {"x", "s", "b", "m", "v"}, {"y", "rm", "rv"}, attrs, kTrainrtDomain);
+  const Node dropout = make_node("Dropout", {"y", "r"}, {"z"});
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const Tensor pa = to_plain(a), pb = to_plain(b);
+    return pa.nbytes() == pb.nbytes() && std::memcmp(pa.raw(), pb.raw(), pa.nbytes()) == 0;
+  };
+  auto laid_out = [](const Tensor& plain, Layout layout) {
+    Tensor t(plain.dtype(), plain.dims());
+    t.set_layout(layout);
+    copy_from_plain(plain, t);
+    return t;
+  };
+  for (const char* name : {"reference", "cpu"}) {
+    const std::unique_ptr<Backend> backend = make_backend(name);
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{4, 16, 5, 5}, std::vector<int64_t>{2, 16, 4, 4}})
+      for (MathPrecision math : {MathPrecision::fp32, MathPrecision::bf16, MathPrecision::fp16})
+        for (Layout layout : {Layout::Plain, Layout::Blocked16c}) {
+          if (std::string(name) == "reference" && layout != Layout::Plain) continue;  // it reads row-major only
+          const std::string where = std::string(name) + " " + math_precision_name(math) +
+                                    (layout == Layout::Plain ? " row-major " : " Blocked16c ") + dims_to_string(dims);
+          CAPTURE(where);
+          const Tensor x = laid_out(random_tensor(DataType::Float32, dims, 1, -2, 2), layout);
+          Tensor y = laid_out(Tensor(DataType::Float32, dims), layout), want = y.clone(), z = y.clone();
+          Tensor want_rm(DataType::Float32, {16}), want_rv(DataType::Float32, {16}), rm(DataType::Float32, {16}),
+              rv(DataType::Float32, {16});
+          KernelContext b{bn, {&x, &scale, &bias, &mean, &var}, {&y, &want_rm, &want_rv}, true};
+          b.math = math;
+          backend->kernel(bn)(b);
+          if (math != MathPrecision::fp32)  // Backend::round_outputs
+            round_floats(y.data<float>(), y.data<float>(), static_cast<int64_t>(y.nbytes() / 4), math, false);
+          KernelContext d{dropout, {&y, &ratio}, {&want}, true, node_seed(run_seed, dropout_index)};
+          d.node_index = dropout_index;
+          backend->kernel(dropout)(d);
+          const Tensor yp = to_plain(y), wp = to_plain(want);
+          int64_t dropped = 0;
+          for (int64_t i = 0; i < yp.numel(); ++i) dropped += yp.data<float>()[i] > 0 && wp.data<float>()[i] == 0;
+          CHECK(dropped > 0);
+
+          KernelContext f{
+              fused, {&x, &scale, &bias, &mean, &var, &ratio}, {&z, &rm, &rv}, true, node_seed(run_seed, fused_index)};
+          f.node_index = fused_index;
+          f.math = math;
+          backend->kernel(fused)(f);
+          CHECK(same_bits(z, want));
+          CHECK(same_bits(rm, want_rm));
+          CHECK(same_bits(rv, want_rv));
+          if (std::string(name) != "cpu") continue;
+          // The one pass runs where the own apply loop does: fp32 row-major X and Y.
+          Tensor one = laid_out(Tensor(DataType::Float32, dims), layout);
+          KernelContext c{bn, {&x, &scale, &bias, &mean, &var}, {&one}, true};
+          RowMajorDropout rd{dropout_mask::key_of(node_seed(run_seed, dropout_index), 0),
+                             dropout_mask::threshold(static_cast<double>(0.3f)),
+                             static_cast<float>(1.0 / (1.0 - static_cast<double>(0.3f)))};
+          batchnorm_forward_dnnl(c, /*fuse_relu=*/true, &rd);
+          CHECK(rd.applied == (layout == Layout::Plain));
+          if (math == MathPrecision::fp32 && rd.applied) CHECK(same_bits(one, want));
+        }
+  }
 }
 
 TEST_CASE("DropoutReluGrad(dZ, Z) = ReluGrad(DropoutGrad(dZ, mask), Y) bit for bit, on both backends") {

@@ -3,6 +3,8 @@
 // running statistic after one SGD step equal the unfused graph's on both backends.
 // TrainingSession applies it unless told not to: 3 SGD steps fused and unfused agree.
 // Dropout ratio 0: the executor seeds each node's mask by its index, which fusion changes.
+// BatchNormalizationRelu + Dropout -> BatchNormalizationReluDropout keeps the masks
+// (dropout_node): with dropout 0.2 the fused graph trains bit for bit as without it.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -27,13 +29,16 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   o.weight_decay = 5e-4f;
   const TrainingGraph t = build_training_graph(g, o);
   TrainingGraph f = t;
-  // 23 patterns, and the parameters' SGD nodes into one MultiSGD (passes/fuse_optimizer.cpp).
-  const size_t removed = 23 + t.params.size() - 1;
+  // 23 patterns, the parameters' SGD nodes into one MultiSGD (passes/fuse_optimizer.cpp),
+  // and the six blocks' BatchNormalizationRelu + Dropout.
+  const size_t removed = 23 + t.params.size() - 1 + 6;
   CHECK(fuse_training_graph(f.graph) == removed);
   const auto before = op_counts(t.graph), after = op_counts(f.graph);
   CHECK(after.count("BatchNormalization") == 0);
   CHECK(after.count("Relu") == 0);
-  CHECK(after.at("ai.trainrt::BatchNormalizationRelu") == 13);
+  CHECK(after.count("Dropout") == 0);
+  CHECK(after.at("ai.trainrt::BatchNormalizationRelu") == 7);
+  CHECK(after.at("ai.trainrt::BatchNormalizationReluDropout") == 6);
   CHECK(after.at("ai.trainrt::FusedConv") == 3);  // the three 1x1 skip convolutions
   CHECK(after.at("Conv") == before.at("Conv") - 3);
   CHECK(after.at("Add") == before.at("Add") - 3);
@@ -67,7 +72,8 @@ TEST_CASE("fuse_training_graph on the Wide ResNet: counts, and one SGD step equa
   // (outputs 5/6, ops/norm.cpp) instead of recomputing them from X.
   std::map<std::string, std::string> saved_by;  // saved statistic -> the forward writing it
   for (const Node& n : f.graph.nodes)
-    if (n.op_type == "BatchNormalizationRelu" && n.has_output(5) && n.has_output(6)) {
+    if ((n.op_type == "BatchNormalizationRelu" || n.op_type == "BatchNormalizationReluDropout") && n.has_output(5) &&
+        n.has_output(6)) {
       saved_by[n.outputs[5]] = n.inputs[0];
       saved_by[n.outputs[6]] = n.inputs[0];
     }
@@ -128,14 +134,15 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     TrainingSession fused(t, make_backend(backend)), plain(t, make_backend(backend), {.fuse = false});
     // What each session runs.
     const auto counts = op_counts(fused.training().graph);
-    CHECK(counts.at("ai.trainrt::BatchNormalizationRelu") == 13);
+    CHECK(counts.at("ai.trainrt::BatchNormalizationRelu") == 7);
+    CHECK(counts.at("ai.trainrt::BatchNormalizationReluDropout") == 6);
     CHECK(counts.at("ai.trainrt::FusedConv") == 3);
     CHECK(counts.count("BatchNormalization") == 0);
     CHECK(counts.at("ai.trainrt::DropoutReluGrad") == 6);
     // Both write each BatchNormalization's two running statistics with an Assign node.
     CHECK(counts.at("ai.trainrt::Assign") == 26);
     CHECK(counts.at("ai.trainrt::MultiSGD") == 1);
-    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - (23 + t.params.size() - 1) + 26);
+    CHECK(fused.training().graph.nodes.size() == t.graph.nodes.size() - (23 + t.params.size() - 1 + 6) + 26);
     auto plain_counts = op_counts(plain.training().graph);
     CHECK(plain_counts["ai.trainrt::Assign"] == 26);
     plain_counts.erase("ai.trainrt::Assign");
@@ -143,7 +150,7 @@ TEST_CASE("TrainingSession runs the fused graph unless told not to; 3 SGD steps 
     // A fused node is named after the nodes it replaced.
     size_t named = 0;
     for (const Node& n : fused.training().graph.nodes)
-      named += n.name == "block1/layer1/bn+block1/layer1/relu" || n.name == "block1/scale+block1/add" ||
+      named += n.name == "block1/layer1/bn+block1/layer1/relu+block1/dropout" || n.name == "block1/scale+block1/add" ||
                (n.op_type == "DropoutReluGrad" && n.name.find("block1/dropout") != std::string::npos &&
                 n.name.find("block1/layer1/relu") != std::string::npos);
     CHECK(named == 3);
@@ -221,6 +228,88 @@ TEST_CASE("Relu + Dropout's backward fused on the Wide ResNet with dropout 0.2: 
                                  << b.plan().peak_live_bytes << ", arena " << a.plan().arena_bytes << " -> "
                                  << b.plan().arena_bytes);
   }
+}
+
+TEST_CASE(
+    "BatchNormalizationRelu + Dropout fused on the Wide ResNet with dropout 0.2: the Dropouts' masks, the same bits") {
+  const Graph g = random_bn_wrn({4, 8, 12, 16}, 0.2f, 11);
+  TrainingOptions o;
+  o.optimizer = "sgd";
+  o.momentum = 0.9f;
+  const TrainingGraph t = build_training_graph(g, o);
+  TrainingGraph a = t;  // the graph the pass sees: BN+Relu and the Dropouts' backward fused
+  CHECK(passes::fuse_batchnorm_relu(a.graph) == 13);
+  CHECK(passes::fuse_dropout_relu_grad(a.graph) == 6);
+  TrainingGraph b = a;
+  CHECK(passes::fuse_batchnorm_relu_dropout(b.graph) == 6);
+  CHECK(b.graph.nodes.size() == a.graph.nodes.size() - 6);
+  size_t carried = 0;
+  for (const Node& n : b.graph.nodes) {
+    if (n.op_type != "BatchNormalizationReluDropout") continue;
+    const Node& d = a.graph.nodes.at(static_cast<size_t>(n.attr_int("dropout_node", -1)));
+    carried += d.op_type == "Dropout" && d.outputs[0] == n.outputs[0] && d.inputs[1] == n.inputs[5];
+  }
+  CHECK(carried == 6);  // each carries its Dropout's index in the graph without this fusion
+  CHECK(op_counts(b.graph).count("Dropout") == 0);
+  validate_graph(b.graph, registry().schemas, "fused");
+  Graph typed = b.graph;
+  infer_shapes(typed, registry().schemas, "fused");
+  // The control: one node carrying its neighbour's index draws another mask.
+  TrainingGraph c = b;
+  for (Node& n : c.graph.nodes)
+    if (n.op_type == "BatchNormalizationReluDropout") {
+      n.attrs["dropout_node"] = Attribute::of_int(n.attr_int("dropout_node", 0) + 1);
+      break;
+    }
+  const Tensor x = random_tensor(DataType::Float32, {4, 1, 28, 28}, 17);
+  Tensor labels(DataType::Int64, {4});
+  for (int i = 0; i < 4; ++i) labels.data<int64_t>()[i] = (5 * i + 3) % 10;
+  // The reference runs the pair's two loops; the cpu kernel the pair's apply loop with the
+  // mask inside (row-major fp32, the Wide ResNet's layout on AVX2) or the pair's calls on
+  // the same X/Z layout: the same bits on both, in every precision (under bf16/fp16 the
+  // fused kernels round Y before the mask, as the executor rounds BatchNormalizationRelu's).
+  for (const char* backend : {"reference", "cpu"})
+    for (MathPrecision m : {MathPrecision::fp32, MathPrecision::bf16, MathPrecision::fp16}) {
+      const std::string where = std::string(backend) + " " + math_precision_name(m);
+      CAPTURE(where);
+      const SessionOptions so{.fuse = false, .math = m};
+      TrainingSession sa(a, make_backend(backend), so), sb(b, make_backend(backend), so),
+          sc(c, make_backend(backend), so);
+      double lc = 0, la = 0;
+      for (int step = 0; step < 2; ++step) {
+        la = sa.step({{"input", x}, {t.labels, labels}}, 0.05f);
+        const double lb = sb.step({{"input", x}, {t.labels, labels}}, 0.05f);
+        lc = sc.step({{"input", x}, {t.labels, labels}}, 0.05f);
+        CHECK(la == lb);
+      }
+      CHECK(lc != la);
+      for (const std::string& s : sa.state_names()) {
+        CAPTURE(s);
+        CHECK(max_abs_diff(sb.state(s), sa.state(s)) == 0.0);
+      }
+      // Y is never stored (it died at the Dropout already, so the peak, in the backward, need not move).
+      CHECK(sb.plan().peak_live_bytes <= sa.plan().peak_live_bytes);
+      if (m == MathPrecision::fp32)
+        MESSAGE(std::string(backend) << ": peak live bytes " << sa.plan().peak_live_bytes << " -> "
+                                     << sb.plan().peak_live_bytes);
+    }
+  // A session fuses it unless told not to (fuse_dropout off: the graph before this pass).
+  for (bool on : {true, false}) {
+    TrainingSession s(t, make_backend("reference"), {.fuse_dropout = on, .math = MathPrecision::bf16});
+    CHECK(op_counts(s.training().graph).count("ai.trainrt::BatchNormalizationReluDropout") == (on ? 1u : 0u));
+  }
+  // fuse_training_graph makes the six last, and a session fuses unless told not to.
+  TrainingGraph all = t;
+  fuse_training_graph(all.graph);
+  CHECK(op_counts(all.graph).at("ai.trainrt::BatchNormalizationReluDropout") == 6);
+  // A Dropout that stays unfused after a site keeps its index: that site stays unfused too.
+  TrainingGraph kept = a;
+  size_t last = 0;
+  for (size_t i = 0; i < kept.graph.nodes.size(); ++i)
+    if (kept.graph.nodes[i].op_type == "Dropout") last = i;
+  kept.graph.nodes[last].outputs.push_back(kept.graph.nodes[last].outputs[0] + ".mask");  // a mask written: no site
+  kept.graph.outputs.push_back(kept.graph.nodes[last].outputs[1]);
+  CHECK(passes::fuse_batchnorm_relu_dropout(kept.graph) == 0);
 }
 
 TEST_CASE("fusions leave a pattern alone when its intermediate value has another reader or is a graph output") {

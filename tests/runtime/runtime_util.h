@@ -27,6 +27,7 @@ inline TensorMap naive_run(const Graph& g, const TensorMap& feeds, const Backend
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const Node& n = s.nodes[i];
     KernelContext ctx{n, {}, {}, training, seed * 1000003u + i};
+    ctx.node_index = i;  // as the executor sets it: BatchNormalizationReluDropout draws from it (ops/fused.h)
     for (const std::string& in : n.inputs) ctx.inputs.push_back(in.empty() ? nullptr : &values.at(in));
     for (const std::string& out : n.outputs)
       if (!out.empty()) values[out] = Tensor(s.info(out).dtype, shape_dims(*s.info(out).shape));

@@ -558,7 +558,9 @@ TEST_CASE("device backend: inference results and constants come back right, as h
   CHECK(dev.pending() == 0);
 }
 
-TEST_CASE("device backend: a training step is captured once and replayed; dropout masks follow each step's seed") {
+TEST_CASE(
+    "device backend: a training step is captured once and replayed; dropout masks (fused into the batch norm) "
+    "follow each step's seed") {
   // No op on the host (a build without CUDA kernels: none listed), so the step can be
   // captured: run 0 is issued (the kernels' one-time set-up), run 1 captured and
   // replayed, later runs replayed. The Wide ResNet has Dropout: a replay must draw the
@@ -581,6 +583,13 @@ TEST_CASE("device backend: a training step is captured once and replayed; dropou
     CHECK(c.replays == (step >= 1 ? 1u : 0u));
     CHECK(c.launched == (step <= 1 ? device.plan().steps.size() : 0u));  // a replay launches nothing
   }
+  // Both run the fused graph: each block's BatchNormalizationRelu + Dropout is one
+  // BatchNormalizationReluDropout (passes/fuse_dropout.cpp), queued as a device kernel that
+  // draws its Dropout's mask from the seed read when it runs (dropout_node, not its index).
+  size_t fused = 0;
+  for (const PlanStep& st : device.plan().steps)
+    fused += device.plan().graph.nodes[st.node].op_type == "BatchNormalizationReluDropout";
+  CHECK(fused == 6);
   for (const std::string& name : ref.state_names()) {
     CAPTURE(name);
     CHECK(bitwise_equal(device.state(name), ref.state(name)));

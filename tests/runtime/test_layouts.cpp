@@ -149,7 +149,8 @@ TEST_CASE("the cuda kernels' declared layouts keep the WRN's activations NHWC be
   for (const PlanStep& st : plan.steps) {
     const Node& n = plan.graph.nodes[st.node];
     if (n.op_type == "Conv" || n.op_type == "FusedConv" || n.op_type == "BatchNormalizationRelu" ||
-        n.op_type == "BatchNormalizationGrad" || n.op_type == "ConvGrad" || n.op_type == "DropoutReluGrad") {
+        n.op_type == "BatchNormalizationReluDropout" || n.op_type == "BatchNormalizationGrad" ||
+        n.op_type == "ConvGrad" || n.op_type == "DropoutReluGrad") {
       if (st.outputs.empty() || st.outputs[0] < 0) continue;
       ++seen[n.op_type];
       if (l[static_cast<size_t>(st.outputs[0])] == Layout::ChannelsLast) ++nhwc[n.op_type];
@@ -159,7 +160,8 @@ TEST_CASE("the cuda kernels' declared layouts keep the WRN's activations NHWC be
     CAPTURE(op);
     CHECK(nhwc[op] == count);
   }
-  CHECK(seen["BatchNormalizationRelu"] == 13);
+  CHECK(seen["BatchNormalizationRelu"] == 7);
+  CHECK(seen["BatchNormalizationReluDropout"] == 6);
   CHECK(seen["ConvGrad"] == 15);  // 16 convolutions; the first one computes no dX
   MESSAGE(last << " of " << l.size() << " values NHWC");
   // The feed stays Plain: the first convolution reads NCHW and writes NHWC.
