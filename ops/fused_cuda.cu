@@ -67,8 +67,8 @@ __device__ bool kept_at(const DropoutConstants<float>& d, int64_t at) {
 // x: a const float* (the float4 path too) or a Load16 (X stored in 16 bits, scalar path
 // only); z: a float* (the float4 path too) or a Store16 (scalar path only).
 template <bool kVec4, typename Out, typename In>
-__global__ void apply_planes(In x, Out z, int64_t planes, int64_t C, int64_t S, BnCoefficients k,
-                             MathPrecision m, DropoutOptions o) {
+__global__ void apply_planes(In x, Out z, int64_t planes, int64_t C, int64_t S, BnCoefficients k, MathPrecision m,
+                             DropoutOptions o) {
   const DropoutConstants<float> d = block_dropout_constants<float>(o);
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
@@ -119,7 +119,8 @@ __global__ void apply_last(In x, Out z, int64_t n, int64_t C, int64_t hw, BnCoef
     // (w.index) parenthesised: nvcc takes "w.index < n" for a template's argument list.
     for (channels_last::PlainWalk w(first, stride, C, hw); (w.index) < n; w.next(stride)) {
       const int64_t c = w.c;
-      store_at(z, w.index, fused_value(load_at(x, w.index), k.shift[c], k.mul[c], k.add[c], m, d, kept_at(d, w.plain())));
+      store_at(z, w.index,
+               fused_value(load_at(x, w.index), k.shift[c], k.mul[c], k.add[c], m, d, kept_at(d, w.plain())));
     }
   }
 }
