@@ -38,11 +38,20 @@ cmp -s "$tmp/a.onnx" "$tmp/b.onnx" || fail "1 epoch + resume + 1 epoch differs f
 cmp -s "$tmp/a.onnx" "$tmp/b1.onnx" && fail "the 1-epoch export equals the 2-epoch one (nothing trained?)"
 cmp -s "$model" "$tmp/b1.onnx" && fail "training did not change the model"
 
-# C) SIGUSR1 mid-run (after the 3rd step line), then resume
-"$trainrt" "${common[@]}" --epochs 2 --checkpoint-dir "$tmp/c" --export "$tmp/c.onnx" >"$tmp/c1.log" 2>&1 &
+# C) SIGUSR1 mid-run (as the 3rd step line is read), then resume. A step of this tiny
+# model takes ~10 ms, so the log is read through a FIFO line by line and the signal
+# sent as the line arrives: polling the log file lets the whole 8-step epoch pass.
+mkfifo "$tmp/c1.fifo"
+"$trainrt" "${common[@]}" --epochs 2 --checkpoint-dir "$tmp/c" --export "$tmp/c.onnx" >"$tmp/c1.fifo" 2>&1 &
 pid=$!
-for _ in $(seq 600); do grep -q "step 3/" "$tmp/c1.log" 2>/dev/null && break; sleep 0.05; done
-kill -USR1 $pid
+sent=0
+while IFS= read -r line; do
+  printf '%s\n' "$line" >>"$tmp/c1.log"
+  if [ $sent -eq 0 ] && [[ $line == *"step 3/"* ]]; then
+    kill -USR1 $pid
+    sent=1
+  fi
+done <"$tmp/c1.fifo"
 wait $pid
 rc=$?
 [ $rc -eq 0 ] || fail "SIGUSR1 run exited $rc: $(tail -3 "$tmp/c1.log")"
