@@ -342,7 +342,18 @@ void run_norm_backward(KernelContext& ctx, const dnnl::primitive& prim, const du
 struct ChannelPlanes {
   const float *dy, *x, *ry;
   int64_t N, S, stride;
+  ChannelPlanes row(int64_t n) const {  // row n alone: its dY, X and relu_y
+    return {dy + n * stride, x + n * stride, ry ? ry + n * stride : nullptr, 1, S, stride};
+  }
 };
+
+#ifdef __SSE2__
+// dY's 4 values at i, masked by ry > 0 as ReluGrad masks them where ry is given.
+inline __m128 masked_dy4(const ChannelPlanes& row, int64_t i) {
+  const __m128 g4 = _mm_loadu_ps(row.dy + i);
+  return row.ry ? _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(row.ry + i), _mm_setzero_ps()), g4) : g4;
+}
+#endif
 
 // sum(dY), sum(dY * (x - mean) * r) over the channel, dY masked by ry.
 std::pair<double, double> channel_grad_sums(const ChannelPlanes& p, double mean, double r) {
@@ -350,16 +361,15 @@ std::pair<double, double> channel_grad_sums(const ChannelPlanes& p, double mean,
 #ifdef __SSE2__
   // dY's and the products' 4 positions in 4 double lanes (2 registers each).
   const __m128d m2 = _mm_set1_pd(mean), r2 = _mm_set1_pd(r);
-  const __m128 zero = _mm_setzero_ps();
   __m128d b_lo = _mm_setzero_pd(), b_hi = b_lo, s_lo = b_lo, s_hi = b_lo;
 #endif
   for (int64_t n = 0; n < p.N; ++n) {
-    const float *dy = p.dy + n * p.stride, *x = p.x + n * p.stride, *ry = p.ry ? p.ry + n * p.stride : nullptr;
+    const ChannelPlanes q = p.row(n);
+    const float *dy = q.dy, *x = q.x, *ry = q.ry;
     int64_t i = 0;
 #ifdef __SSE2__
     for (; i + 4 <= p.S; i += 4) {
-      __m128 g4 = _mm_loadu_ps(dy + i);
-      if (ry) g4 = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(ry + i), zero), g4);
+      const __m128 g4 = masked_dy4(q, i);
       const __m128 x4 = _mm_loadu_ps(x + i);
       const __m128d g_lo = _mm_cvtps_pd(g4), g_hi = _mm_cvtps_pd(_mm_movehl_ps(g4, g4));
       const __m128d x_lo = _mm_cvtps_pd(x4), x_hi = _mm_cvtps_pd(_mm_movehl_ps(x4, x4));
@@ -386,16 +396,15 @@ std::pair<double, double> channel_grad_sums(const ChannelPlanes& p, double mean,
 void channel_dx(const ChannelPlanes& p, double mean, double k, double bias_term, double x_term, float* dx) {
 #ifdef __SSE2__
   const __m128d m2 = _mm_set1_pd(mean), k2 = _mm_set1_pd(k), b2 = _mm_set1_pd(bias_term), t2 = _mm_set1_pd(x_term);
-  const __m128 zero = _mm_setzero_ps();
 #endif
   for (int64_t n = 0; n < p.N; ++n) {
-    const float *dy = p.dy + n * p.stride, *x = p.x + n * p.stride, *ry = p.ry ? p.ry + n * p.stride : nullptr;
+    const ChannelPlanes q = p.row(n);
+    const float *dy = q.dy, *x = q.x, *ry = q.ry;
     float* out = dx + n * p.stride;
     int64_t i = 0;
 #ifdef __SSE2__
     for (; i + 4 <= p.S; i += 4) {
-      __m128 g4 = _mm_loadu_ps(dy + i);
-      if (ry) g4 = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(ry + i), zero), g4);
+      const __m128 g4 = masked_dy4(q, i);
       const __m128 x4 = _mm_loadu_ps(x + i);
       const __m128d lo = batchnorm_stats::grad(_mm_cvtps_pd(g4), _mm_cvtps_pd(x4), m2, k2, b2, t2);
       const __m128d hi = batchnorm_stats::grad(_mm_cvtps_pd(_mm_movehl_ps(g4, g4)), _mm_cvtps_pd(_mm_movehl_ps(x4, x4)),
