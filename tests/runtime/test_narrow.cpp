@@ -6,6 +6,7 @@
 // compiled, not run.
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "ops/core/rounded_outputs.h"
@@ -22,6 +23,16 @@ size_t narrowed_count(const Plan& p, DataType t) {
   size_t n = 0;
   for (const PlannedValue& v : p.values) n += v.dtype == t && p.graph.find_info(v.name)->dtype == DataType::Float32;
   return n;
+}
+
+// The small Wide ResNet's bf16 training session on the stand-in device after one step:
+// its plan holds the 16-bit choice the tests below read.
+std::unique_ptr<TrainingSession> stepped_bf16_wrn() {
+  const Graph g = small_wrn();
+  auto session = std::make_unique<TrainingSession>(wrn_training(g), std::make_unique<StandinDevice>(),
+                                                   SessionOptions{.seed = 3, .math = MathPrecision::bf16});
+  session->step(wrn_batch(2, 1), 0.05f);
+  return session;
 }
 
 }  // namespace
@@ -69,9 +80,8 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
     MESSAGE("a build without CUDA kernels declares no 16-bit slots: nothing to choose");
     return;
   }
-  Graph g = small_wrn();
-  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
-  device.step(wrn_batch(2, 1), 0.05f);
+  const std::unique_ptr<TrainingSession> stepped = stepped_bf16_wrn();
+  const TrainingSession& device = *stepped;
   const Plan& plan = device.plan();
   const Graph& s = plan.graph;
   StandinDevice dev;
@@ -186,9 +196,8 @@ TEST_CASE("choose_narrowed: a value its writer rounds needs only declared reader
     MESSAGE("a build without CUDA kernels declares no 16-bit slots: nothing to choose");
     return;
   }
-  Graph g = small_wrn();
-  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
-  device.step(wrn_batch(2, 1), 0.05f);
+  const std::unique_ptr<TrainingSession> stepped = stepped_bf16_wrn();
+  const TrainingSession& device = *stepped;
   const Graph& s = device.plan().graph;
   StandinDevice dev;
   const std::vector<std::string> keep(s.outputs.begin(), s.outputs.end());
@@ -271,9 +280,8 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
 // values the cuda kernels' declarations let the stand-in store in 16 bits: a rounded value
 // stays float32 while one of its readers has not declared the slot (listed; none now).
 TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the readers that keep them float32") {
-  Graph g = small_wrn();
-  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
-  device.step(wrn_batch(2, 1), 0.05f);
+  const std::unique_ptr<TrainingSession> stepped = stepped_bf16_wrn();
+  const TrainingSession& device = *stepped;
   const Plan& plan = device.plan();
   const Graph& s = plan.graph;
   StandinDevice dev;
@@ -340,9 +348,8 @@ TEST_CASE("cuda declarations: a kernel declares a 16-bit output only where it ro
     MESSAGE("a build without CUDA kernels declares no 16-bit slots");
     return;
   }
-  Graph g = small_wrn();
-  TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = MathPrecision::bf16});
-  device.step(wrn_batch(2, 1), 0.05f);
+  const std::unique_ptr<TrainingSession> stepped = stepped_bf16_wrn();
+  const TrainingSession& device = *stepped;
   const Graph& s = device.plan().graph;
   StandinDevice dev;
   size_t declared = 0, residuals = 0;
