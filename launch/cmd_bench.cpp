@@ -267,9 +267,13 @@ void print_setup(const BenchConfig& c, const BatchIo& io, const GraphSize& size,
                               : c.backend == "cuda" ? "blocked (NHWC)"
                               : avx512              ? "blocked"
                                                     : "plain (blocked needs AVX-512)";
+  // On the cpu: oneDNN's Winograd on AVX-512 (with blocked layouts, or unless TRAINRT_WINOGRAD=own), else its own.
+  const bool own =
+      c.backend == "cpu" && winograd::supported() && (!avx512 || (!c.blocked && winograd::own_requested()));
   const std::string convs = c.conv != ConvAlgorithm::winograd ? "direct"
-                            : avx512 || winograd::supported() ? "winograd"
-                                                              : "direct (winograd needs AVX2 and FMA)";
+                            : own    ? "winograd (the backend's own F(4x4,3x3) from 64 channels in and out)"
+                            : avx512 ? std::string("winograd") + (c.backend == "cpu" ? " (oneDNN's)" : "")
+                                     : "direct (winograd needs AVX2 and FMA)";
   // The session adds an Assign node per state update its producer cannot write in place.
   const Graph& run = session.training().graph;
   const auto assigns = static_cast<size_t>(std::count_if(run.nodes.begin(), run.nodes.end(), [](const Node& n) {

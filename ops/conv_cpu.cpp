@@ -145,15 +145,17 @@ ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool ha
 ConvPlan make_conv_plan(const Node& n, const Tensor& x, const Tensor& w, bool has_bias, bool relu, const Tensor* z,
                         const Tensor& y, MathPrecision math, ConvAlgorithm conv) {
   if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
-    ConvPlan p = make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_winograd);
-    if (!p.use_reference) return p;
-    // No oneDNN Winograd (AVX2): our own.
-    const du::Window win = du::window_of(n, {x.dims()[2], x.dims()[3]}, {y.dims()[2], y.dims()[3]}, {3, 3});
     ConvPlan own;
     own.own_winograd = true;
-    if (x.dims().size() == 4 &&
-        own_winograd_geometry(x, y, w.dims()[0], win.pads_begin[0], win.pads_begin[1], {z}, &own.wino))
-      return own;
+    bool own_fits = false;
+    if (x.dims().size() == 4) {
+      const du::Window win = du::window_of(n, {x.dims()[2], x.dims()[3]}, {y.dims()[2], y.dims()[3]}, {3, 3});
+      own_fits = own_winograd_geometry(x, y, w.dims()[0], win.pads_begin[0], win.pads_begin[1], {z}, &own.wino);
+    }
+    if (own_fits && winograd::own_requested()) return own;
+    ConvPlan p = make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_winograd);
+    if (!p.use_reference) return p;
+    if (own_fits) return own;  // no oneDNN Winograd (AVX2): our own
   }
   return make_conv_plan(n, x, w, has_bias, relu, z, y, math, dnnl::algorithm::convolution_direct);
 }
@@ -169,11 +171,11 @@ void conv_forward_dnnl(KernelContext& ctx, bool relu) {
   if (y.numel() == 0) return;
   const bool has_bias = ctx.has_input(2), has_z = ctx.has_input(3);
   const Tensor* z = has_z ? &ctx.in(3) : nullptr;
-  const std::string key =
-      du::key("Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z, x.layout(), y.layout(),
-              has_z ? z->layout() : Layout::Plain, n.attr_int("group", 1), n.attr_ints("kernel_shape"),
-              n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads"),
-              n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
+  const std::string key = du::key(
+      "Conv", x.dims(), w.dims(), y.dims(), has_bias, relu, has_z, x.layout(), y.layout(),
+      has_z ? z->layout() : Layout::Plain, n.attr_int("group", 1), n.attr_ints("kernel_shape"), n.attr_ints("strides"),
+      n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math),
+      conv_algorithm_name(ctx.conv), winograd::own_requested());
   auto plan =
       du::cached<ConvPlan>(key, [&] { return make_conv_plan(n, x, w, has_bias, relu, z, y, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
@@ -324,18 +326,21 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
 ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Want want,
                        MathPrecision math, ConvAlgorithm conv) {
   if (conv == ConvAlgorithm::winograd && math == MathPrecision::fp32 && du::winograd_shape(n, w)) {
-    ConvGradPlan p = make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_winograd);
-    if (!p.use_reference) return p;
-    // No oneDNN Winograd (AVX2): our own, for dX and dW.
+    // Our own, for dX and dW, where it fits.
     ConvGradPlan own;
     own.own_winograd = true;
+    bool own_fits = false;
     if (x.dims().size() == 4 && (want.dx || want.dw)) {
       Window win = read_window(n, 2, {3, 3}, "", {});
       for (size_t i = 0; i < 2; ++i)
         if (resolve_window_dim(win, i, x.dims()[2 + i], "") != dy.dims()[2 + i])
           return make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_direct);
-      if (own_winograd_geometry(x, dy, w.dims()[0], win.pads[0], win.pads[1], {dx}, &own.wino)) return own;
+      own_fits = own_winograd_geometry(x, dy, w.dims()[0], win.pads[0], win.pads[1], {dx}, &own.wino);
     }
+    if (own_fits && winograd::own_requested()) return own;
+    ConvGradPlan p = make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_winograd);
+    if (!p.use_reference) return p;
+    if (own_fits) return own;  // no oneDNN Winograd (AVX2)
   }
   return make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_direct);
 }
@@ -373,11 +378,11 @@ void conv_grad_cpu(KernelContext& ctx) {
   const Node& n = ctx.node;
   const Tensor* dx = want.dx ? &ctx.out(0) : nullptr;
   if (want.db && !want.dw && dy.layout() != Layout::Plain) return du::run_reference(ctx);  // bias_grad is row-major
-  std::string key =
-      du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db, dy.layout(), x.layout(),
-              dx ? dx->layout() : Layout::Plain, n.attr_int("group", 1), n.attr_ints("kernel_shape"),
-              n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads"),
-              n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math), conv_algorithm_name(ctx.conv));
+  std::string key = du::key("ConvGrad", dy.dims(), x.dims(), w.dims(), want.dx, want.dw, want.db, dy.layout(),
+                            x.layout(), dx ? dx->layout() : Layout::Plain, n.attr_int("group", 1),
+                            n.attr_ints("kernel_shape"), n.attr_ints("strides"), n.attr_ints("dilations"),
+                            n.attr_ints("pads"), n.attr_string("auto_pad", "NOTSET"), math_precision_name(ctx.math),
+                            conv_algorithm_name(ctx.conv), winograd::own_requested());
   auto plan = du::cached<ConvGradPlan>(key, [&] { return make_plan(n, dy, x, w, dx, want, ctx.math, ctx.conv); });
   if (plan->use_reference) return du::run_reference(ctx);
   if (plan->own_winograd) {

@@ -2,14 +2,17 @@
 # trainrt against PyTorch on the same Wide ResNet training step, in the same run.
 #
 #   tools/bench_compare.sh --trainrt build/trainrt [--dataset fashion-mnist|cifar100|both]
-#       [--batch 64|128|both] [--precision fp32|bf16|fp32-winograd|all] [--threads 2] [--steps 3] [--warmup 1]
+#       [--batch 64|128|both] [--precision fp32|bf16|fp32-winograd|fp32-winograd-own|all] [--threads 2]
+#       [--steps 3] [--warmup 1]
 #       [--widths 16,160,320,640] [--python PY] [--pytorch-precisions fp32|fp32,bf16]
 #
 # For each dataset shape (Fashion-MNIST 1x28x28, CIFAR-100 3x32x32) and batch:
 # writes the seed's Wide ResNet with `trainrt model wrn` (same architecture as
 # tools/wrn_reference.py, which bench_pytorch.py builds), runs `trainrt bench` on it
 # (cpu backend, SGD momentum 0.9; fp32, bf16 mixed precision, fp32 with Winograd
-# convolutions, or all three), then
+# convolutions, or all three; fp32-winograd-own: the cpu backend's own Winograd on
+# row-major layouts where oneDNN has its own, TRAINRT_WINOGRAD=own with --layouts plain,
+# in `all` on CPUs with AVX-512, where it differs from fp32-winograd), then
 # tools/bench_pytorch.py (channels_last and contiguous, in fp32 and, where the CPU has
 # native bf16 (AVX-512 BF16 or AMX), bf16 autocast too), and prints the figures and the
 # ratios of trainrt's images/s and peak RSS to PyTorch's best run. Both run with the same
@@ -44,8 +47,10 @@ while [ $# -gt 0 ]; do
                  *) die "--dataset: expected fashion-mnist, cifar100 or both, got '$2'" ;; esac; shift 2 ;;
     --batch) case $2 in both) batches="64 128" ;; 64 | 128) batches=$2 ;;
                *) die "--batch: expected 64, 128 or both, got '$2'" ;; esac; shift 2 ;;
-    --precision) case $2 in all) precisions="fp32 bf16 fp32-winograd" ;; fp32 | bf16 | fp32-winograd) precisions=$2 ;;
-                   *) die "--precision: expected fp32, bf16, fp32-winograd or all, got '$2'" ;; esac; shift 2 ;;
+    --precision) case $2 in all) precisions="fp32 bf16 fp32-winograd all-own" ;;
+                   fp32 | bf16 | fp32-winograd | fp32-winograd-own) precisions=$2 ;;
+                   *) die "--precision: expected fp32, bf16, fp32-winograd, fp32-winograd-own or all, got '$2'" ;;
+                 esac; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -61,6 +66,12 @@ done
 if [[ " $precisions " == *" bf16 "* ]] && ! grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
   precisions=$(echo "$precisions" | sed 's/\bbf16 //; s/ bf16$//')
   echo "bench_compare.sh: trainrt bf16 left out (no AVX-512 BF16 on this CPU: trainrt refuses it there)"
+fi
+# all: the own Winograd's run only where oneDNN has a Winograd of its own (AVX-512)
+if "$trainrt" --version | grep -q 'Winograd on' && "$trainrt" --version | grep -q 'blocked layouts on'; then
+  precisions=${precisions/all-own/fp32-winograd-own}
+else
+  precisions=${precisions/ all-own/}
 fi
 for v in "$threads" "$steps" "$warmup"; do [[ $v =~ ^[0-9]+$ ]] || die "not a count: '$v'"; done
 
@@ -89,9 +100,11 @@ for dataset in $datasets; do
     echo "== Wide ResNet widths $widths, $dataset shape, batch $batch, $threads threads, $warmup warm-up + $steps timed steps"
     for precision in $precisions; do
       echo "load before trainrt $precision: $(uptime | sed 's/.*load average: //')"
-      "$trainrt" bench "$model" --batch "$batch" --threads "$threads" --steps "$steps" --warmup "$warmup" \
-        --backend cpu --precision "${precision%-winograd}" \
-        --conv-algorithm "$([ "$precision" = fp32-winograd ] && echo winograd || echo direct)" | tee "$tmp/trainrt_$precision.txt" | sed "s/^/trainrt $precision | /"
+      own=; layouts=blocked
+      [ "$precision" = fp32-winograd-own ] && own=own layouts=plain
+      TRAINRT_WINOGRAD=$own "$trainrt" bench "$model" --batch "$batch" --threads "$threads" --steps "$steps" \
+        --warmup "$warmup" --backend cpu --precision "${precision%%-*}" --layouts "$layouts" \
+        --conv-algorithm "$([[ $precision == fp32-winograd* ]] && echo winograd || echo direct)" | tee "$tmp/trainrt_$precision.txt" | sed "s/^/trainrt $precision | /"
     done
     echo "load before pytorch: $(uptime | sed 's/.*load average: //')"
     "$py" "$here/bench_pytorch.py" --dataset "$dataset" --batch "$batch" --threads "$threads" --steps "$steps" \

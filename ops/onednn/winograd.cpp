@@ -91,6 +91,11 @@ bool supported() {
 
 bool preferred(int64_t C, int64_t K) { return supported() && C >= 64 && K >= 64; }
 
+bool own_requested() {
+  const char* s = std::getenv("TRAINRT_WINOGRAD");
+  return s && std::string(s) == "own";
+}
+
 int64_t block_tiles(int64_t C, int64_t K) {
   if (const char* s = std::getenv("TRAINRT_WINOGRAD_BLOCK")) {
     const int64_t b = std::atoll(s);

@@ -59,6 +59,12 @@ bool supported();
 // erratic at 1 or 3 -> 16 (a few ms either way).
 bool preferred(int64_t C, int64_t K);
 
+// True when `TRAINRT_WINOGRAD=own` is set (read at each call): the kernels then take this
+// Winograd where it is preferred even on CPUs where oneDNN has its own (AVX-512, which
+// otherwise runs oneDNN's), given row-major tensors (`trainrt bench --layouts plain`). For
+// measuring the two against each other (tools/bench_compare.sh's fp32-winograd-own).
+bool own_requested();
+
 // Tiles per block: the number of 4x4 output tiles transformed and multiplied together.
 // Chosen from the channel counts: a block's transformed input (or products) within
 // 16 MiB, at least 256 tiles. Smaller, L2-sized blocks (64 tiles, ~1 MiB) measured up to

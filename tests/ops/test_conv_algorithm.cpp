@@ -291,3 +291,40 @@ TEST_CASE("winograd: the backend's own, called directly: forward, data and weigh
   }
   MESSAGE("largest |own winograd - reference| / rms: ", g_own_worst);
 }
+
+// TRAINRT_WINOGRAD=own (winograd::own_requested) makes the kernels take the backend's own
+// Winograd wherever it fits, also on AVX-512 where they otherwise run oneDNN's: Conv and
+// ConvGrad then give the bits of the own kernels called directly, on every CPU kind.
+TEST_CASE("winograd: TRAINRT_WINOGRAD=own runs the backend's own kernels on every CPU kind") {
+  if (!winograd::supported()) {
+    MESSAGE("no AVX2+FMA: the backend's own Winograd is not used here");
+    return;
+  }
+  struct Env {
+    Env() { setenv("TRAINRT_WINOGRAD", "own", 1); }
+    ~Env() { unsetenv("TRAINRT_WINOGRAD"); }
+  };
+  const int64_t n = 2, c = 64, m = 96, hw = 10;
+  const Tensor x = random_tensor(DataType::Float32, {n, c, hw, hw}, 41, -1, 1);
+  const Tensor w = weights({m, c, 3, 3}, 42);
+  const Tensor dy = random_tensor(DataType::Float32, {n, m, hw, hw}, 43, -1, 1);
+  const winograd::Geometry g{n, c, hw, hw, m, hw, hw, 1, 1};
+  Tensor y(DataType::Float32, {n, m, hw, hw}), dx(DataType::Float32, x.dims()), dw(DataType::Float32, w.dims());
+  winograd::forward(g, x.data<float>(), w.data<float>(), {}, y.data<float>());
+  winograd::backward_data(g, dy.data<float>(), w.data<float>(), dx.data<float>());
+  winograd::backward_weights(g, dy.data<float>(), x.data<float>(), dw.data<float>());
+  Node grad = conv_node("ConvGrad", kTrainrtDomain, 3, 1, 1);
+  grad.inputs = {"dY", "X", "W"};
+  grad.outputs = {"dX", "dW"};
+  CHECK_FALSE(winograd::own_requested());
+  TensorMap conv, conv_grad;
+  {
+    const Env env;
+    CHECK(winograd::own_requested());
+    conv = run(conv_node("Conv", "", 3, 1, 1), {{"X", x}, {"W", w}}, "cpu", ConvAlgorithm::winograd);
+    conv_grad = run(grad, {{"dY", dy}, {"X", x}, {"W", w}}, "cpu", ConvAlgorithm::winograd);
+  }
+  CHECK(bit_equal(conv.at("Y"), y));
+  CHECK(bit_equal(conv_grad.at("dX"), dx));
+  CHECK(bit_equal(conv_grad.at("dW"), dw));
+}
