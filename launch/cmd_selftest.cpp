@@ -156,8 +156,10 @@ std::string selftest_training(const Graph& g, std::unique_ptr<Backend> backend, 
     // The comparison takes the first step that ran through.
     TensorMap given;
     Recorder rd(dev);
+    uint64_t run_seed = 0;  // the step's Dropout masks derive from it
     for (int attempt = 0;; ++attempt) {
       given = start_of(batch);
+      run_seed = dev.next_run_seed();
       rd.values.clear();
       dev.set_step_hooks(&rd);
       dev.step(batch, 0.05f);
@@ -173,7 +175,7 @@ std::string selftest_training(const Graph& g, std::unique_ptr<Backend> backend, 
     if (!failure.empty()) break;
     for (const auto& [name, t] : dev.plan().graph.initializers) given.emplace(name, t);
     SelftestWorst w;
-    failure = selftest_replay(dev.plan().graph, given, rd.values, math, /*training=*/true, tol, w);
+    failure = selftest_replay(dev.plan().graph, given, rd.values, math, /*training=*/true, tol, w, run_seed);
     report(step == 1 ? "training step 1 (node by node)" : "training step 3 (node by node)", w, failure);
   }
   return failure;

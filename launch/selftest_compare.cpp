@@ -89,11 +89,11 @@ TensorMap wiggled(const Node& n, const TensorMap& feeds, MathPrecision math, uin
   return out;
 }
 
-// The node the replay reruns for `n`. A training BatchNormalizationReluDropout draws its
-// Dropout's mask from the run's seed, as the Dropout did (passes/fuse_dropout.cpp): it
-// reruns as its BatchNormalizationRelu, whose statistics outputs are compared, and its Z
-// (output 0, renamed so nothing compares it) passes on as the device made it, as a
-// Dropout's output does.
+// The node the replay reruns for `n` when the device's run seed is not known. A training
+// BatchNormalizationReluDropout draws its Dropout's mask from the run's seed, as the
+// Dropout did (passes/fuse_dropout.cpp): it reruns as its BatchNormalizationRelu, whose
+// statistics outputs are compared, and its Z (output 0, renamed so nothing compares it)
+// passes on as the device made it, as a Dropout's output does.
 Node replayed(const Node& n, bool training) {
   if (!training || n.op_type != "BatchNormalizationReluDropout") return n;
   Node r = n;
@@ -110,12 +110,13 @@ Node replayed(const Node& n, bool training) {
 // Node by node on the device's own inputs: each node of `g` runs alone on the reference
 // backend, in `math`, on the values the device's run gave its inputs (`got`, else
 // `given`: feeds, initializers, state before the step), and its outputs are compared with
-// the device's. Under bf16/fp16 whole runs drift apart faster still: a difference in an
-// fp32 value's last place moves it across a bf16/half rounding boundary now and then,
+// the device's. With the device's run seed, the graph of one node runs under the seed that
+// gives it the node's own (seed_placing), so Dropout redraws the device's masks. Under bf16/fp16 whole runs drift apart
+// faster still: a difference in an fp32 value's last place moves it across a bf16/half rounding boundary now and then,
 // and what that changes grows layer by layer (a ReLU mask flips). Dropout in training
-// draws from the node's seed, which a graph of one node does not reproduce: it is not
-// rerun, and its outputs pass on as the device made them (a BatchNormalizationReluDropout
-// reruns as its BatchNormalizationRelu: replayed, above).
+// draws from the node's seed: without the run seed it is not rerun, and its outputs pass
+// on as the device made them (a BatchNormalizationReluDropout reruns as its
+// BatchNormalizationRelu: replayed, above).
 //
 // A value over `tol` may still agree: a sum whose terms cancel (the bias gradient of a
 // batch norm that another batch norm follows is 0 up to rounding) carries the rounding
@@ -124,7 +125,7 @@ Node replayed(const Node& n, bool training) {
 // is what the comparison checks), and a difference within tol of the scale plus the
 // larger change those moves made is agreement, counted in `worst.sensitive`.
 std::string selftest_replay(const Graph& g, const TensorMap& given, const TensorMap& got, MathPrecision math,
-                            bool training, double tol, SelftestWorst& worst) {
+                            bool training, double tol, SelftestWorst& worst, std::optional<uint64_t> run_seed) {
   const std::unique_ptr<Backend> reference = make_backend("reference");
   // The reference's plain loops take minutes on large images: after 10 s, a line on
   // stderr every 10 s says how far the replay is.
@@ -137,8 +138,8 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
                    std::chrono::duration<double>(now - start).count());
       next_note = now + std::chrono::seconds(10);
     }
-    if (training && n.op_type == "Dropout") continue;
-    const Node run = replayed(n, training);
+    if (training && !run_seed && n.op_type == "Dropout") continue;
+    const Node run = replayed(n, training && !run_seed);
     Graph one;
     one.name = "selftest";
     one.opsets = g.opsets;
@@ -162,6 +163,10 @@ std::string selftest_replay(const Graph& g, const TensorMap& given, const Tensor
     eo.math = math;
     RunOptions ro;
     ro.training = training;
+    // A Dropout draws from its node's seed: placed at node 0. A fused node that carries its
+    // Dropout's index (dropout_node) draws from node_seed(seed, 0) + that index on every
+    // backend, so it runs under the run seed itself.
+    if (run_seed) ro.seed = seed_placing(*run_seed, n.has_attr("dropout_node") ? 0 : index);
     const TensorMap want = Executor(one, *reference, eo).run(feeds, ro);
     std::optional<std::pair<TensorMap, TensorMap>> moved;  // the rerun on wiggled inputs, when a value needs it
     const std::vector<size_t> rounds = math != MathPrecision::fp32 ? math_rounded_outputs(n) : std::vector<size_t>{};

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "graph/ir.h"
@@ -55,7 +56,11 @@ double selftest_default_tolerance(MathPrecision math, bool tf32);
 // `given`: feeds, initializers, state before the step), and its outputs in `got` are
 // compared with the reference's. Returns "" or the first disagreement, naming the node
 // and value; `worst` keeps the largest error within `tol` and counts the values.
+// `run_seed`: the device's run seed (TrainingSession::next_run_seed before its step), with
+// which each training Dropout and BatchNormalizationReluDropout redraws the device's masks
+// and is compared too; without it they pass on as the device made them.
 std::string selftest_replay(const Graph& g, const TensorMap& given, const TensorMap& got, MathPrecision math,
-                            bool training, double tol, SelftestWorst& worst);
+                            bool training, double tol, SelftestWorst& worst,
+                            std::optional<uint64_t> run_seed = std::nullopt);
 
 }  // namespace trainrt

@@ -94,6 +94,8 @@ class TrainingSession {
   // copy made by this call (a synchronisation): checkpoints and exports read it so.
   const Tensor& state(const std::string& name) const;
   int64_t steps_done() const { return steps_; }
+  // The run seed the next step() draws its Dropout masks from (node_seed, ops/core/kernel.h).
+  uint64_t next_run_seed() const { return run_options().seed; }
   // Loss scaling (a training graph with a loss-scale input): each step feeds the
   // scaler's scale; a step whose gradients are not finite is skipped (no state is
   // written, the step still counts) and the scale halves. The scaler's state is part

@@ -81,6 +81,16 @@ TRAINRT_HOST_DEVICE constexpr uint64_t node_seed(uint64_t run_seed, uint64_t nod
   return run_seed * 1000003u + node;
 }
 
+// The run seed under which node 0 gets the seed node `node` gets under `run_seed`:
+// node_seed(seed_placing(r, k), 0) == node_seed(r, k), so a graph of that one node redraws
+// its masks (selftest's replay). 1000003 is odd, so it has an inverse modulo 2^64 (Newton's
+// iteration x <- x (2 - a x) doubles the correct low bits from x = a, right to 3 bits).
+constexpr uint64_t seed_placing(uint64_t run_seed, uint64_t node) {
+  uint64_t inverse = 1000003u;
+  for (int i = 0; i < 5; ++i) inverse *= 2 - 1000003u * inverse;
+  return run_seed + node * inverse;
+}
+
 // How the cuda kernels may compute fp32 convolutions (cuDNN) and Gemm (cuBLASLt). tf32:
 // on Ampere and later GPUs, tensor cores with the inputs rounded to TF32 (10-bit
 // mantissa) and fp32 accumulation, as PyTorch lets cuDNN convolutions do by default;

@@ -197,3 +197,73 @@ TEST_CASE("selftest_replay: a rounded output may be one 16-bit step off, and mus
   CHECK(selftest_replay(g, feeds, unrounded, MathPrecision::bf16, false, 1e-4, w3)
             .find("node 'conv' (Conv) output 'y' is not rounded to bf16") != std::string::npos);
 }
+
+// seed_placing gives node 0 the seed of node k (any k, any run seed: the inverse of the odd
+// multiplier modulo 2^64).
+static_assert(node_seed(seed_placing(777, 1), 0) == node_seed(777, 1));
+static_assert(node_seed(seed_placing(~uint64_t{0}, 123456789), 0) == node_seed(~uint64_t{0}, 123456789));
+
+TEST_CASE("selftest_replay: with the device's run seed, Dropout and BatchNormalizationReluDropout redraw its masks") {
+  // relu -> Dropout (node 1) -> BatchNormalizationReluDropout drawing as node 5
+  // (dropout_node, as the fusion pass leaves it), run on the reference in training with
+  // run seed 777: the "device" values.
+  Tensor ratio(DataType::Float32, {});
+  ratio.data<float>()[0] = 0.3f;
+  const TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 8, 5, 5}, 1, -2, 2)}};
+  const TensorMap inits{{"s", random_tensor(DataType::Float32, {8}, 2, 0.5, 1.5)},
+                        {"b", random_tensor(DataType::Float32, {8}, 3)},
+                        {"m", random_tensor(DataType::Float32, {8}, 4)},
+                        {"v", random_tensor(DataType::Float32, {8}, 5, 0.5, 2)},
+                        {"r", ratio}};
+  Graph g;
+  g.name = "dropouts";
+  g.opsets[""] = 17;
+  g.opsets[kTrainrtDomain] = 1;
+  g.inputs = {"x"};
+  g.values["x"] = ValueInfo{DataType::Float32, shape_of(feeds.at("x").dims())};
+  for (const auto& [name, t] : inits) {
+    g.initializers[name] = t;
+    g.values[name] = ValueInfo{t.dtype(), shape_of(t.dims())};
+  }
+  g.nodes = {make_node("Relu", {"x"}, {"a"}), make_node("Dropout", {"a", "r"}, {"d"}),
+             make_node("BatchNormalizationReluDropout", {"d", "s", "b", "m", "v", "r"}, {"z", "rm", "rv"},
+                       {{"epsilon", Attribute::of_float(1e-3f)},
+                        {"momentum", Attribute::of_float(0.8f)},
+                        {"training_mode", Attribute::of_int(1)},
+                        {"dropout_node", Attribute::of_int(5)}},
+                       kTrainrtDomain)};
+  g.nodes[1].name = "drop";
+  g.nodes[2].name = "bn_drop";
+  g.outputs = {"z", "rm", "rv"};
+  infer_shapes(g, registry().schemas, "test");
+  const std::unique_ptr<Backend> ref = make_backend("reference");
+  ExecutorOptions eo;
+  eo.plan.kept_outside = true;
+  RunOptions ro;
+  ro.training = true;
+  ro.seed = 777;
+  ro.extra_outputs = {"a", "d"};
+  const TensorMap got = Executor(g, *ref, eo).run(feeds, ro);
+  TensorMap given = feeds;
+  for (const auto& [name, t] : inits) given[name] = t;
+
+  SelftestWorst w;
+  CHECK(selftest_replay(g, given, got, MathPrecision::fp32, true, 1e-4, w, uint64_t{777}) == "");
+  CHECK(w.values == 5);   // a, d, z, rm, rv
+  SelftestWorst without;  // no run seed: d and z pass on unchecked (bn_drop's statistics are)
+  CHECK(selftest_replay(g, given, got, MathPrecision::fp32, true, 1e-4, without) == "");
+  CHECK(without.values == 3);
+  SelftestWorst other;  // another run's masks
+  CHECK(selftest_replay(g, given, got, MathPrecision::fp32, true, 1e-4, other, uint64_t{778})
+            .find("node 'drop' (Dropout) output 'd'") != std::string::npos);
+
+  // A kept value of Z off by a factor (say, a wrong 1/(1 - ratio)) fails, naming the node.
+  TensorMap wrong = got;
+  Tensor& z = wrong.at("z") = got.at("z").clone();
+  int64_t kept = 0;
+  while (z.get_as_double(kept) == 0.0) ++kept;
+  z.set_from_double(kept, z.get_as_double(kept) * 0.7);
+  SelftestWorst w2;
+  CHECK(selftest_replay(g, given, wrong, MathPrecision::fp32, true, 1e-4, w2, uint64_t{777})
+            .find("node 'bn_drop' (BatchNormalizationReluDropout) output 'z'") != std::string::npos);
+}
