@@ -150,11 +150,10 @@ TEST_CASE("winograd: non-square images, uneven pads and auto_pad agree with the 
     std::vector<int64_t> pads;  // top, left, bottom, right; empty: auto_pad
     const char* auto_pad;
   };
-  const Shape shapes[] = {{2, 64, 64, 7, 13, {0, 1, 2, 1}, "NOTSET"},
-                          {1, 72, 64, 5, 3, {1, 1, 1, 1}, "NOTSET"},
-                          {1, 64, 80, 10, 6, {2, 0, 0, 2}, "NOTSET"},
-                          {2, 64, 64, 9, 6, {}, "VALID"},
-                          {1, 64, 64, 6, 11, {}, "SAME_LOWER"}};
+  const Shape shapes[] = {{2, 64, 64, 7, 13, {0, 1, 2, 1}, "NOTSET"}, {1, 72, 64, 5, 3, {1, 1, 1, 1}, "NOTSET"},
+                          {1, 64, 80, 10, 6, {2, 0, 0, 2}, "NOTSET"}, {2, 64, 64, 9, 6, {}, "VALID"},
+                          {1, 64, 64, 6, 11, {}, "SAME_LOWER"},       {1, 64, 64, 1, 1, {1, 1, 1, 1}, "NOTSET"},
+                          {3, 64, 64, 2, 9, {1, 0, 1, 2}, "NOTSET"}};
   uint64_t seed = 700;
   for (const Shape& s : shapes) {
     CAPTURE(s.h);
