@@ -66,6 +66,9 @@ const CommandSpec kSpec{
          {"seed", "0", "seed of the random batch and of Dropout"},
          {"fuse", "on", "training-graph fusions (BN+Relu, Conv+residual Add): on, or off to compare"},
          {"fuse-dropout", "on", "with --fuse on: BN+Relu+Dropout into one node; off to measure that fusion alone"},
+         {"narrow-storage", "on",
+          "with --device cuda and --precision bf16/fp16: values the kernels read and write in 16 bits stored so "
+          "(on), or every activation kept float32 (off) to measure what 16-bit storage brings"},
          {"layouts", "blocked",
           "activations between kernels: blocked (the backend's layout kept: oneDNN's nChw16c on cpu, NHWC on cuda), or "
           "plain (cpu: a reorder at every oneDNN kernel; cuda: NCHW) to compare"},
@@ -88,6 +91,7 @@ struct BenchConfig {
   double lr = 0;
   uint64_t seed = 0;
   bool fuse = true, fuse_dropout = true, blocked = true, concurrent = false, profile = false;
+  bool narrow_storage = true;  // Backend::narrow_storage
 };
 
 // Flags first: every mistake is reported before the model is read.
@@ -115,6 +119,7 @@ BenchConfig bench_config(const Args& a) {
   c.seed = static_cast<uint64_t>(a.at_least("seed", 0));
   c.fuse = a.on_off("fuse");
   c.fuse_dropout = a.on_off("fuse-dropout");
+  c.narrow_storage = a.on_off("narrow-storage");
   c.blocked = a.one_of("layouts", {"blocked", "plain"}) == "blocked";
   c.concurrent = a.one_of("branches", {"serial", "concurrent"}) == "concurrent";
   c.trace = a.output_path("trace");
@@ -311,6 +316,7 @@ int cmd_bench(const Argv& argv) {
   set_default_deterministic(c.deterministic);
   std::unique_ptr<Backend> backend = make_backend(c.backend, static_cast<int>(c.threads));
   backend->check_math(c.math);
+  backend->narrow_storage = c.narrow_storage;
   const GraphSize size = graph_size(t);
   // --device cuda: engine choices timed once (the first --autotune candidates), kept in the file
   std::unique_ptr<EngineChooser> chooser = make_engine_chooser(c.backend, c.timing_cache, c.autotune);

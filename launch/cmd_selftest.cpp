@@ -66,6 +66,9 @@ const CommandSpec kSpec{
      {"deterministic", "on",
       "on: deterministic library engines only (cuda; the cpu kernels are deterministic either way); off: also "
       "non-deterministic ones (split-K weight gradients), as train and bench by default"},
+     {"narrow-storage", "on",
+      "with --device cuda and --precision bf16/fp16: values the kernels read and write in 16 bits stored so "
+      "(on), or every activation kept float32 (off) to tell a 16-bit storage fault from a kernel's"},
      {"threads", "0", "CPU threads (0 = all cores)"}},
     0,
     1};
@@ -213,6 +216,7 @@ int cmd_selftest(const Argv& argv) {
       a.str("tolerance").empty() ? selftest_default_tolerance(math, tf32) : a.positive_number("tolerance");
   std::unique_ptr<Backend> backend = make_backend(device, static_cast<int>(threads));
   backend->check_math(math);
+  backend->narrow_storage = a.on_off("narrow-storage");
   Graph g = model_path.empty() ? build_wide_resnet(o) : import_onnx_file(model_path, registry().schemas);
   infer_shapes(g, registry().schemas, "selftest");
   const BatchIo io = batch_io(g, batch, model_path.empty() ? "the Wide ResNet" : model_path, "selftest");

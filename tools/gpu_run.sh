@@ -27,6 +27,8 @@
 #   q  bench_b1024_bf16 the seed's multi-GPU point (floor: 36,927 images/s / 4 GPUs = 9,232)
 #   q  pytorch          bench_pytorch_gpu.py at those two points (channels_last, TF32 as
 #                       PyTorch defaults, bf16 autocast, cudnn.benchmark)
+#   d  bench_b1024_bf16_wide  that point with 16-bit storage off (--narrow-storage off):
+#                       every activation float32, so the pair shows what 16-bit storage brings
 #   d  selftest_strict  the default small selftest in strict fp32
 #   d  selftest_fp16    as selftest_bf16, in fp16
 #   d  selftest_seq_cnn 1-D convolutions, pooling and batch norm (tests/data/seq_cnn.onnx), fp32
@@ -312,11 +314,13 @@ run_phase() {
   return 0
 }
 
-bench() {  # TIER BATCH PRECISION
-  local name=bench_b$2_$3
-  case "$mode:$1" in quick:q | default:[qd] | full:[qdf]) bench_points+=("$2 $3") ;; esac
+bench() {  # TIER BATCH PRECISION [wide]; wide: with 16-bit storage off (--narrow-storage off)
+  local label=$3${4:+-$4} extra=()
+  local name=bench_b$2_${label//-/_}
+  [ "${4:-}" = wide ] && extra=(--narrow-storage off)
+  case "$mode:$1" in quick:q | default:[qd] | full:[qdf]) bench_points+=("$2 $label") ;; esac
   run_phase "$1" "$name" "$t_bench" "${trainrt[@]}" bench "$model" --device cuda --batch "$2" --precision "$3" \
-    --steps "$steps" --timing-cache "$results/timing-cache.json"
+    --steps "$steps" --timing-cache "$results/timing-cache.json" "${extra[@]}"
 }
 
 pytorch() {  # TIER NAME POINTS (BATCH:PRECISION,...)
@@ -367,17 +371,18 @@ write_summary() {
     printf '%-6s %-9s %15s %15s %7s %11s\n' batch precision "trainrt img/s" "PyTorch img/s" ratio "seed floor"
     for key in "${bench_points[@]}"; do
       read -r b p <<<"$key"
-      tr=${trainrt_ips[bench_b${b}_$p]:-skipped}
-      pt=${pytorch_ips[$b $p]:-${pytorch_status[$b $p]:--}}
+      tr=${trainrt_ips[bench_b${b}_${p//-/_}]:-skipped}
+      pt=${pytorch_ips[$b ${p%%-*}]:-${pytorch_status[$b ${p%%-*}]:--}}
       ratio=-
       [[ "$tr" =~ ^[0-9.]+$ && "$pt" =~ ^[0-9.]+$ ]] && ratio=$(awk -v a="$tr" -v b="$pt" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
       case "$b $p" in "32 fp32") fl=2598 ;; "1024 bf16") fl=9232 ;; *) fl=- ;; esac
       printf '%-6s %-9s %15s %15s %7s %11s\n' "$b" "$p" "$tr" "$pt" "$ratio" "$fl"
     done
-    echo "(ratio: trainrt / PyTorch; seed floors: 2,598 images/s single-GPU fp32 batch 32; 9,232 = 36,927 / 4 GPUs, bf16 batch 1024)"
+    echo "(ratio: trainrt / PyTorch; seed floors: 2,598 images/s single-GPU fp32 batch 32; 9,232 = 36,927 / 4 GPUs, bf16 batch 1024;"
+    echo " bf16-wide: every activation float32, no 16-bit storage, against the same PyTorch bf16 run)"
     for key in "${bench_points[@]}"; do
       read -r b p <<<"$key"
-      name=bench_b${b}_$p
+      name=bench_b${b}_${p//-/_}
       [ -n "${trainrt_ips[$name]+set}" ] || continue
       echo
       echo "$name:${bench_mem[$name]:+ peak GPU memory ${bench_mem[$name]} MiB (nvidia-smi)}"
@@ -438,6 +443,7 @@ bench q 32 fp32
 bench q 1024 bf16
 pytorch q pytorch 32:fp32,1024:bf16
 
+bench d 1024 bf16 wide  # what 16-bit storage brings: the point above without it
 run_phase d selftest_strict "$t_selftest" "${trainrt[@]}" selftest --device cuda
 run_phase d selftest_fp16 "$t_selftest" "${trainrt[@]}" selftest --device cuda "${wide[@]}" --precision fp16
 run_phase d selftest_seq_cnn "$t_selftest" "${trainrt[@]}" selftest "$here/seq_cnn.onnx" --device cuda

@@ -80,7 +80,7 @@ start=$SECONDS
 kit "$tmp/r1"
 took=$((SECONDS - start))
 [ "$rc" -eq 1 ] || fail "default run with a failed phase exited $rc, expected 1: $(tail -5 "$tmp/r1.out")"
-want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
+want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch bench_b1024_bf16_wide selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
 [ "$(phases "$tmp/r1")" = "$want" ] || fail "default phases: '$(phases "$tmp/r1")', expected '$want'"
 [ "$took" -le 12 ] || fail "default run took $took s: the hang cost more than its phase's 2 s timeout"
 hung=$(sed -n 's/^===== bench_b1024_bf16: TIMED OUT (limit 2 s), \([0-9]*\) s$/\1/p' "$tmp/r1/run.log")
@@ -116,6 +116,10 @@ grep -Eq "^batch +precision +trainrt img/s +PyTorch img/s +ratio +seed floor$" "
 grep -Eq "^32 +fp32 +3000.0 +2000.0 +1.50 +2598$" "$s" || fail "fp32 batch 32 row: $(grep '^32 ' "$s")"
 grep -Eq "^1024 +bf16 +TIMED OUT +2000.0 +- +9232$" "$s" || fail "bf16 batch 1024 row: $(grep '^1024 ' "$s")"
 grep -Eq "^128 +bf16 +3000.0 +2000.0 +1.50 +-$" "$s" || fail "bf16 batch 128 row: $(grep '^128 ' "$s")"
+# 16-bit storage off: its own row against the same PyTorch bf16 figure, no floor.
+grep -q -- "bench .*--batch 1024 --precision bf16 .*--narrow-storage off$" "$tmp/r1.calls" ||
+  fail "bench_b1024_bf16_wide does not turn 16-bit storage off: $(grep -- '--batch 1024' "$tmp/r1.calls")"
+grep -Eq "^1024 +bf16-wide +TIMED OUT +2000.0 +- +-$" "$s" || fail "bf16-wide batch 1024 row: $(grep '^1024 ' "$s")"
 [ "$(grep -c "^  capture: captured at step 2" "$s")" -eq 3 ] || fail "summary lacks the 3 finished benches' capture: lines"
 [ "$(grep -c "^  fallback: Conv 'input_block/conv'" "$s")" -eq 3 ] || fail "summary lacks the fallback: lines"
 grep -q "^  conv TFLOP/s: 88.5" "$s" && grep -q "^  engine: Conv" "$s" || fail "summary lacks engine:/conv TFLOP/s: lines"
@@ -132,7 +136,7 @@ T_BENCH=1 kit "$tmp/r3" --full
 for p in selftest_nchw selftest_mlp_matmul_fp16 selftest_mobile_cnn_bf16 selftest_video_cnn_fp16 bench_b32_bf16 bench_b1024_fp32 bench_b1024_fp16 pytorch_more; do
   phases "$tmp/r3" | grep -qw "$p" || fail "--full lacks $p: $(phases "$tmp/r3")"
 done
-phases "$tmp/r3" | grep -q "^version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch selftest_strict" ||
+phases "$tmp/r3" | grep -q "^version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch bench_b1024_bf16_wide selftest_strict" ||
   fail "--full does not start with the default order: $(phases "$tmp/r3")"
 
 # The budget: 3 s, a bench timeout of 60: the hang is cut at what is left less the kill
