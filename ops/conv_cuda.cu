@@ -1200,10 +1200,13 @@ void register_conv_cuda(Registry& r) {
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
-  // Under bf16/fp16 x and w (ConvGrad: dY, X unless its ReLU mask is read too, and W) may
-  // be stored in 16 bits (runtime/narrow.h): the graphs read them as they are, the legacy
-  // path widened. The weights' copies (KRSC, or Plain 16-bit ones of 1x1 and depthwise
-  // filters) are so stored: every convolution rounds them.
+  // Under bf16/fp16 x and w (ConvGrad: dY, X, W) may be stored in 16 bits
+  // (runtime/narrow.h): the graphs read them as they are, the legacy path widened. With
+  // dx_relu, X only where its writer rounds it (written_rounded): the ReLU mask reads X
+  // unrounded, and only a 16-bit number reads the same stored in 16 bits (a value every
+  // reader rounds may not be one: a tiny positive X would round to 0 and flip the mask).
+  // The weights' copies (KRSC, or Plain 16-bit ones of 1x1 and depthwise filters) are so
+  // stored: every convolution rounds them.
   // Y (ConvGrad: dX) where the kernel rounds it (math_rounded_outputs): Conv's, and
   // FusedConv's without a residual (with Z, act(conv + B) is rounded before Z is added, so
   // Y is no 16-bit number); written through narrow_output. FusedConv's residual Z, which
@@ -1218,9 +1221,9 @@ void register_conv_cuda(Registry& r) {
       return s;
     });
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph&, const Node& n) {
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph& g, const Node& n) {
       NodeSlots s;
-      s.inputs = {true, n.attr_int("dx_relu", 0) == 0, true};
+      s.inputs = {true, n.attr_int("dx_relu", 0) == 0 || written_rounded(g, n.inputs[1]), true};
       s.outputs = {true};
       return s;
     });
