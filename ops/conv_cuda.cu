@@ -99,6 +99,7 @@
 #include "ops/core/conv_descriptor.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/rounded_outputs.h"
+#include "ops/core/unary_math.h"
 #include "ops/core/window.h"
 #include "ops/cuda/channel_slices.h"
 #include "ops/cuda/cuda_load16.h"
@@ -179,6 +180,15 @@ __global__ void conv_epilogue_last(T* y, const T* b, const T* z, bool relu, int6
 template <typename Z>
 __global__ void round_add_residual(float* y, Z z, int64_t n, MathPrecision m) {
   TRAINRT_GRID_STRIDE(i, n) { y[i] = round_to_math(y[i], m) + load_at(z, i); }
+}
+
+// ConvGrad's dx_relu after the legacy data pass where X is stored in 16 bits (the cuda
+// ReluGrad reads a float32 Y only): dx = X > 0 ? dx : 0 over n values in one layout, X
+// read as its exact widening (a value its writer rounded: the reference's mask), the
+// shared ReluGrad formula.
+__global__ void relu_mask16(float* dx, Load16 x, int64_t n) {
+  const unary_math::ReluGrad g;
+  TRAINRT_GRID_STRIDE(i, n) { dx[i] = g(dx[i], load_at(x, i)); }
 }
 
 // xp: planes of hp x wp holding x's h x w planes at (top, left), zeros around, each
@@ -816,10 +826,11 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
     int64_t most = -1;
     if (dx) {
       Tensor out(x.dtype(), x.dims(), nullptr);
-      out.set_layout(x.layout());  // dX and X share a layout
-      most = std::max(
-          most, conv_graph_backward_workspace(ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], out, win,
-                                                                     group, 0, nullptr, dx_relu(ctx) ? &x : nullptr}));
+      out.set_layout(x.layout());                                  // dX and X share a layout
+      const Tensor* relu_x = dx_relu(ctx) ? &ctx.in(1) : nullptr;  // the mask reads X as stored (fp32 or 16-bit)
+      most =
+          std::max(most, conv_graph_backward_workspace(ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2],
+                                                                              out, win, group, 0, nullptr, relu_x}));
     }
     if (dw) {
       Tensor out(ctx.out(1).dtype(), w.dims(), nullptr);
@@ -899,8 +910,8 @@ bool conv_grad_graphs(KernelContext& ctx, Tensor*& dx, Tensor*& dw, Tensor*& db,
 }
 
 // ConvGrad(dy, x, w) -> (dx, dw, db), each optional; true when dx went through its ReLU
-// gradient too (dx_relu: the graph's RELU_BWD, or the reference on the host), else
-// with_dx_relu's ReluGrad kernel does it after.
+// gradient too (dx_relu: the graph's RELU_BWD, relu_mask16 where X is stored in 16 bits,
+// or the reference on the host), else with_dx_relu's ReluGrad kernel does it after.
 bool conv_grad(KernelContext& ctx) {
   const Node& n = ctx.node;
   const Tensor& x0 = ctx.in(1);
@@ -925,7 +936,9 @@ bool conv_grad(KernelContext& ctx) {
   // inputs, written over the 16-bit ones after the graphs that read them).
   const MathInputs in = math_inputs(ctx);
   const Tensor& dy = in.t[0];
-  const Tensor& x = in.t[1];
+  // X stored in 16 bits is copied only where dW reads it (rounded_inputs); otherwise its
+  // shape is all the legacy data pass needs.
+  const Tensor x = wide_shape(in.t[1]);
   const Tensor& w = in.t[2];
   const std::optional<bool> krsc = grad_krsc(x, dy, w, dw ? dw->layout() : w.layout(), dx != nullptr, dw != nullptr);
   if (!krsc) return run_reference(ctx, "W and dW are stored in different layouts (one legacy filter descriptor)"), true;
@@ -977,6 +990,12 @@ bool conv_grad(KernelContext& ctx) {
       check(cudnnConvolutionBackwardBias(c.cudnn, &one, plan->y, dy.data<T>(), &zero, plan->bias, db->data<T>()),
             what(n, "cudnnConvolutionBackwardBias"));
   });
+  if (dx && relu_x && stored_narrow(ctx, *relu_x)) {  // the mask reading X's 16 bits
+    relu_mask16<<<blocks_for(dx->numel()), kThreads, 0, c.stream>>>(dx->data<float>(), load16(*relu_x, ctx.math),
+                                                                    dx->numel());
+    check_launch(n, "relu_mask16");
+    return true;
+  }
   return masked;
 }
 
@@ -1108,16 +1127,18 @@ Direct16 forward16_direct(bool fused) {
           [fused](const KernelContext& c) { return forward16_workspace(c, fused); }};
 }
 
-// ConvGrad whose dX is stored in 16 bits (without dx_relu, whose mask reads fp32 X): the
-// data pass's graph on the 16-bit copies writes dX's 16 bits itself; then `k` (the
-// ConvGrad kernel) computes the node's other outputs on a context without dX. 2-D only.
+// ConvGrad whose dX is stored in 16 bits: the data pass's graph on the 16-bit copies
+// writes dX's 16 bits itself (with dx_relu through RELU_BWD against X as stored, fp32 or
+// 16-bit: the mask of the fp32 dgrad, then one rounding); then `k` (the ConvGrad kernel)
+// computes the node's other outputs on a context without dX. 2-D only.
 bool grad16_scope(const KernelContext& ctx) {
-  return ctx.in(0).rank() == 4 && ctx.node.attr_int("dx_relu", 0) == 0 && ctx.in(0).numel() > 0 &&
-         ctx.in(1).numel() > 0 && ctx.in(2).numel() > 0 && !rounded_inputs(ctx).empty();
+  return ctx.in(0).rank() == 4 && ctx.in(0).numel() > 0 && ctx.in(1).numel() > 0 && ctx.in(2).numel() > 0 &&
+         !rounded_inputs(ctx).empty();
 }
 ConvGradGraphArgs grad16_args(const KernelContext& ctx, const NarrowInputs& narrow, const Window& win, size_t copies) {
-  return ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2], ctx.out(0), win, ctx.node.attr_int("group", 1),
-                           copies};
+  ConvGradGraphArgs a{ConvPass::data, narrow.t[0], narrow.t[2], ctx.out(0), win, ctx.node.attr_int("group", 1), copies};
+  a.relu_x = dx_relu(ctx) ? &ctx.in(1) : nullptr;  // X as stored, fp32 or 16-bit
+  return a;
 }
 KernelContext without_dx(const KernelContext& ctx) {
   KernelContext c = ctx_with_node(ctx, ctx.node);
@@ -1141,7 +1162,8 @@ bool grad16(KernelContext& ctx, const Kernel& k) {
   const Window win = conv_window(ctx.node, ctx.in(1), ctx.in(2), ctx.in(0).dims());
   ConvGradGraphArgs a = grad16_args(ctx, narrow, win, copies);
   a.prepare = &narrow.prepare;
-  a.instead = "the data pass writing float32 dX, rounded into 16 bits after";
+  a.instead = a.relu_x ? "the data pass + ReLU gradient writing float32 dX, rounded into 16 bits after"
+                       : "the data pass writing float32 dX, rounded into 16 bits after";
   if (!conv_graph_backward(ctx, a)) return false;
   if (!ctx.has_output(1) && !ctx.has_output(2)) return true;
   KernelContext rest = without_dx(ctx);  // its copies reuse the workspace after the data pass, in stream order
@@ -1178,10 +1200,13 @@ void register_conv_cuda(Registry& r) {
                 [](const Graph&, const Node& n) {
                   return NodeLayouts{{A, S, n.has_output(0) ? C : P}, {S, C, P}};
                 });
-  // Under bf16/fp16 x and w (ConvGrad: dY, X unless its ReLU mask is read too, and W) may
-  // be stored in 16 bits (runtime/narrow.h): the graphs read them as they are, the legacy
-  // path widened. The weights' copies (KRSC, or Plain 16-bit ones of 1x1 and depthwise
-  // filters) are so stored: every convolution rounds them.
+  // Under bf16/fp16 x and w (ConvGrad: dY, X, W) may be stored in 16 bits
+  // (runtime/narrow.h): the graphs read them as they are, the legacy path widened. With
+  // dx_relu, X only where its writer rounds it (written_rounded): the ReLU mask reads X
+  // unrounded, and only a 16-bit number reads the same stored in 16 bits (a value every
+  // reader rounds may not be one: a tiny positive X would round to 0 and flip the mask).
+  // The weights' copies (KRSC, or Plain 16-bit ones of 1x1 and depthwise filters) are so
+  // stored: every convolution rounds them.
   // Y (ConvGrad: dX) where the kernel rounds it (math_rounded_outputs): Conv's, and
   // FusedConv's without a residual (with Z, act(conv + B) is rounded before Z is added, so
   // Y is no 16-bit number); written through narrow_output. FusedConv's residual Z, which
@@ -1196,9 +1221,9 @@ void register_conv_cuda(Registry& r) {
       return s;
     });
   if (r.kernels.find("cuda", kTrainrtDomain, "ConvGrad"))
-    r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph&, const Node& n) {
+    r.kernels.set_narrow("cuda", kTrainrtDomain, "ConvGrad", [](const Graph& g, const Node& n) {
       NodeSlots s;
-      s.inputs = {true, n.attr_int("dx_relu", 0) == 0, true};
+      s.inputs = {true, n.attr_int("dx_relu", 0) == 0 || written_rounded(g, n.inputs[1]), true};
       s.outputs = {true};
       return s;
     });

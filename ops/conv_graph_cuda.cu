@@ -39,6 +39,9 @@ struct Problem {
   // fp32 accumulation and epilogue, converted as cuDNN writes it: taken to be nearest
   // even, the rounding of every backend; not checked on a GPU yet).
   cudnnDataType_t out = CUDNN_DATA_FLOAT;
+  // The data pass's relu_x: fp32, or the inputs' 16-bit type where X is stored so (a
+  // value its writer rounds: the mask tests the same number, its widening exact).
+  cudnnDataType_t relu_in = CUDNN_DATA_FLOAT;
   std::vector<int64_t> x, w, y, strides, dilations, pre, post;
   bool bias = false, relu = false, residual = false, tf32 = false;
   // x-shaped (x, dx, relu_x) and y-shaped (y, z, dy) tensors stored ChannelsLast; w (dw)
@@ -132,8 +135,10 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
     b.set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "data gradient beta");
     b.finalize(op, "convolution data gradient finalize");
     if (!relu) return {op};
-    cudnnBackendDescriptor_t relu_x = tensor(b, kReluX, p.x, p.align[3], false, CUDNN_DATA_FLOAT, p.x_last);
-    cudnnBackendDescriptor_t dx = tensor(b, kX, p.x, p.align[0], false, CUDNN_DATA_FLOAT, p.x_last);
+    // The dgrad's fp32 result masked in fp32 (RELU_BWD's math precision), converted once
+    // where dx is 16-bit: round(mask(g)) == mask(round(g)), the reference's dX.
+    cudnnBackendDescriptor_t relu_x = tensor(b, kReluX, p.x, p.align[3], false, p.relu_in, p.x_last);
+    cudnnBackendDescriptor_t dx = tensor(b, kX, p.x, p.align[0], false, p.out, p.x_last);
     return {op, cudnn_graph::relu_backward(b, x, relu_x, dx)};
   }
   cudnnBackendDescriptor_t op =
@@ -253,17 +258,19 @@ bool forward_call(const KernelContext& ctx, const ConvGraphArgs& a, const int64_
 }
 
 // A backward pass's call: x, w, y of the forward's shapes from the pass's tensors.
-// The data pass's dx may be 16-bit like dy and w (without relu_x).
+// The data pass's dx and relu_x may each be 16-bit like dy and w.
 bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const int64_t align[5], ConvCall& c) {
   const bool data = a.pass == ConvPass::data;
   const bool out16 = a.out.dtype() != DataType::Float32;
+  const bool relu16 = a.relu_x && a.relu_x->dtype() != DataType::Float32;
   if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() ||
-      (out16 && (!data || a.relu_x || a.out.dtype() != a.dy.dtype())))
+      (out16 && (!data || a.out.dtype() != a.dy.dtype())))
     return false;
   if (out16 && !cudnn_graph::graph_dtype(a.out.dtype(), &c.p.out)) return false;
-  if (a.relu_x && (!data || a.relu_x->dtype() != DataType::Float32 || a.relu_x->dims() != a.out.dims() ||
+  if (a.relu_x && (!data || (relu16 && a.relu_x->dtype() != a.dy.dtype()) || a.relu_x->dims() != a.out.dims() ||
                    a.relu_x->layout() != a.out.layout()))
     return false;
+  if (relu16 && !cudnn_graph::graph_dtype(a.relu_x->dtype(), &c.p.relu_in)) return false;
   const Tensor& x = data ? a.out : a.other;
   const Tensor& w = data ? a.other : a.out;
   c.p.relu = a.relu_x != nullptr;
@@ -271,6 +278,10 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   if (out16) {
     c.g.key += std::string("|dx") + dtype_word(a.out.dtype());
     c.g.problem += std::string(", ") + dtype_word(a.out.dtype()) + " dx";
+  }
+  if (relu16) {
+    c.g.key += std::string("|rx") + dtype_word(a.relu_x->dtype());
+    c.g.problem += std::string(", ") + dtype_word(a.relu_x->dtype()) + " relu_x";
   }
   c.g.bufs.add(kX, x.raw());
   c.g.bufs.add(kW, w.raw());

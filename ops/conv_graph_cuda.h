@@ -39,9 +39,11 @@
 //
 // Scope: 4-D, ungrouped, undilated, inputs of one dtype (above), fp32 outputs
 // (runtime/cudnn_fusion.h's rule for a fusable FusedConv site; keep the two alike), and
-// a forward without z (a data pass without relu_x) whose y (dx) is of its 16-bit inputs'
-// type: a Y (dX) stored in 16 bits (runtime/narrow.h; ops/conv_cuda.cu forward16,
-// grad16), the fp32 result converted as cuDNN writes it (part of the cache key).
+// a forward without z (a data pass, with or without relu_x) whose y (dx) is of its
+// 16-bit inputs' type: a Y (dX) stored in 16 bits (runtime/narrow.h; ops/conv_cuda.cu
+// forward16, grad16), the fp32 result (after RELU_BWD, in fp32) converted as cuDNN
+// writes it (part of the cache key). relu_x is fp32, or of the 16-bit inputs' type
+// where X is stored so (an X its writer rounds; its type part of the cache key).
 // Outside it these return false at once and say nothing. Inside it, a problem cuDNN
 // turns down (no engine, a plan that does not finalize, NOT_SUPPORTED when it executes)
 // runs the legacy path from then on and is reported once on stderr
@@ -105,8 +107,8 @@ struct ConvGradGraphArgs {
   int64_t group = 1;
   size_t workspace_offset = 0;
   const std::function<void()>* prepare = nullptr;
-  // Data pass only: the fp32 tensor (like dx) whose ReLU gradient dx also goes through
-  // (ConvGrad's dx_relu: X itself); null: none.
+  // Data pass only: the tensor (like dx) whose ReLU gradient dx also goes through
+  // (ConvGrad's dx_relu: X itself, fp32 or stored in dy's 16-bit type); null: none.
   const Tensor* relu_x = nullptr;
   // What runs where cuDNN turns the graph down (the fallback notice's words).
   const char* instead = "cuDNN's legacy convolution API on fp32 copies";

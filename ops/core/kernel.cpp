@@ -87,6 +87,14 @@ std::vector<size_t> math_rounded_outputs(const Node& n) {
   return {0};
 }
 
+bool written_rounded(const Graph& g, const std::string& v) {
+  if (v.empty()) return false;
+  for (const Node& n : g.nodes)
+    for (size_t k : math_rounded_outputs(n))
+      if (k < n.outputs.size() && n.outputs[k] == v) return true;
+  return false;
+}
+
 void KernelRegistry::add(const std::string& backend, const std::string& domain, const std::string& op_type, Kernel k) {
   auto key = std::make_tuple(backend, canonical_domain(domain), op_type);
   if (kernels_.count(key)) throw_internal("KernelRegistry", backend + " kernel for '" + op_type + "' registered twice");

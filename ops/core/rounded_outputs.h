@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "graph/ir.h"
@@ -28,6 +29,12 @@ namespace trainrt {
 // reads (the logits come from a Gemm) stay fp32. Only float32 outputs are rounded (the
 // executor checks); an output stored in 16 bits is rounded as its kernel writes it.
 std::vector<size_t> math_rounded_outputs(const Node& n);
+
+// Whether value `v` of `g` is written by a node that rounds it (math_rounded_outputs):
+// under bf16/fp16 its float32 value is then a 16-bit number, so a reader that tests it
+// unrounded (ConvGrad's dx_relu mask) sees the same value stored in 16 bits. False for
+// graph inputs, initializers and unknown values.
+bool written_rounded(const Graph& g, const std::string& v);
 
 // Whether a FusedConv with a residual Z and output dtype `y` rounds act(conv + B) and then
 // adds Z (in fp32) under `m`: every backend's kernel asks this one question.

@@ -374,3 +374,145 @@ TEST_CASE("cuda declarations: a kernel declares a 16-bit output only where it ro
   CHECK(residuals > 0);
   CHECK(declared >= 76);  // at least the 76 values stored (previous test)
 }
+
+namespace {
+
+// input [N,1,12,12] -> Conv(8, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool
+// -> GlobalAveragePool -> Flatten -> Linear(6, 10): no batch norm, so the training fusions
+// make both Conv + Relu FusedConv(activation=Relu) and fold the first Relu's gradient into
+// the second convolution's data gradient: ConvGrad(dx_relu=1), whose X is the first
+// FusedConv's Y (rounded by its writer under bf16/fp16).
+Graph relu_cnn() {
+  Graph g;
+  g.name = "relu_cnn";
+  g.opsets[""] = 17;
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(1), Dim::of(12), Dim::of(12)}};
+  auto init = [&](const std::string& name, std::vector<int64_t> dims, uint64_t seed, double scale) {
+    g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
+    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
+  };
+  init("w1", {8, 1, 3, 3}, 1, 0.5);
+  init("b1", {8}, 2, 0.1);
+  init("w2", {6, 8, 3, 3}, 3, 0.3);
+  init("b2", {6}, 4, 0.1);
+  init("fc", {10, 6}, 5, 0.5);
+  init("fcb", {10}, 6, 0.1);
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
+                 std::map<std::string, Attribute> attrs = {}) {
+    Node n = make_node(op, std::move(in), {out}, std::move(attrs));
+    n.name = out;
+    g.nodes.push_back(n);
+  };
+  const std::map<std::string, Attribute> conv{{"pads", Attribute::of_ints({1, 1, 1, 1})}};
+  add("Conv", {"input", "w1", "b1"}, "conv1", conv);
+  add("Relu", {"conv1"}, "relu1");
+  add("Conv", {"relu1", "w2", "b2"}, "conv2", conv);
+  add("Relu", {"conv2"}, "relu2");
+  add("MaxPool", {"relu2"}, "pool",
+      {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}});
+  add("GlobalAveragePool", {"pool"}, "gap");
+  add("Flatten", {"gap"}, "flat");
+  add("Gemm", {"flat", "fc", "fcb"}, "logits", {{"transB", Attribute::of_int(1)}});
+  g.outputs = {"logits"};
+  validate_graph(g, registry().schemas, "relu_cnn");
+  infer_shapes(g, registry().schemas, "relu_cnn");
+  return g;
+}
+
+TensorMap relu_cnn_batch(int64_t n, uint64_t seed) {
+  TensorMap b = wrn_batch(n, seed);
+  b["input"] = random_tensor(DataType::Float32, {n, 1, 12, 12}, seed);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("written_rounded: a value whose writer rounds it (math_rounded_outputs)") {
+  const Graph g = relu_cnn();
+  CHECK(written_rounded(g, "conv1"));   // a Conv's Y
+  CHECK(!written_rounded(g, "relu1"));  // a Relu's: not rounded by it
+  CHECK(!written_rounded(g, "input"));
+  CHECK(!written_rounded(g, "w1"));
+  CHECK(!written_rounded(g, ""));
+  CHECK(!written_rounded(g, "no such value"));
+  Graph fused = g;
+  fused.nodes[0].op_type = "FusedConv";
+  fused.nodes[0].domain = kTrainrtDomain;
+  CHECK(written_rounded(fused, "conv1"));  // without a residual Z
+  fused.nodes[0].inputs.push_back("input");
+  CHECK(!written_rounded(fused, "conv1"));  // act(conv + B) + Z is no 16-bit number
+}
+
+// ConvGrad with dx_relu reads X twice: rounded for dW, unrounded for the ReLU mask
+// (ops/conv.cpp with_dx_relu). X stored in 16 bits is the value the mask tests only where
+// its writer rounded it (written_rounded); a value only its readers round (a Dropout's
+// output) would have a tiny positive X stored as 0 and its mask flipped, so it stays
+// float32. The Wide ResNet has no dx_relu (its ReLU gradients fold into the batch norms'):
+// one ConvGrad of each kind of X is given one here.
+TEST_CASE("choose_narrowed: a ConvGrad with dx_relu takes X in 16 bits only where X's writer rounds it") {
+  if (!StandinDevice::have_cuda_kernels()) {
+    MESSAGE("a build without CUDA kernels declares no 16-bit slots");
+    return;
+  }
+  const std::unique_ptr<TrainingSession> stepped = stepped_bf16_wrn();
+  const Graph& s = stepped->plan().graph;
+  StandinDevice dev;
+  const std::vector<std::string> keep(s.outputs.begin(), s.outputs.end());
+  const auto chosen = choose_narrowed(s, keep, {}, dev, MathPrecision::bf16);
+  const auto producers = s.producers();
+  size_t rounded_x = s.nodes.size(), dropout_x = s.nodes.size();
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const Node& n = s.nodes[i];
+    if (n.op_type != "ConvGrad" || !n.has_output(0) || !chosen.count(n.inputs[1])) continue;
+    const std::string& writer = s.nodes[producers.at(n.inputs[1])].op_type;
+    if (writer == "BatchNormalizationRelu") rounded_x = i;
+    if (writer == "BatchNormalizationReluDropout") dropout_x = i;
+  }
+  REQUIRE(rounded_x < s.nodes.size());
+  REQUIRE(dropout_x < s.nodes.size());
+  for (const auto& [i, stays16] : {std::pair{rounded_x, true}, std::pair{dropout_x, false}}) {
+    Graph g = s;
+    Node& n = g.nodes[i];
+    CAPTURE(n.name);
+    n.attrs["dx_relu"] = Attribute::of_int(1);
+    CHECK(written_rounded(g, n.inputs[1]) == stays16);
+    CHECK(dev.narrow(g, n).input(1) == stays16);
+    const auto c = choose_narrowed(g, keep, {}, dev, MathPrecision::bf16);
+    CHECK(c.count(n.inputs[1]) == (stays16 ? 1u : 0u));
+    CHECK(c.count(n.outputs[0]) == 1u);  // its dX, rounded by it, stays 16-bit either way
+    CHECK(c.size() == chosen.size() - (stays16 ? 0 : 1));
+  }
+}
+
+// The dgrad + ReLU gradient under bf16/fp16 with X and dX stored in 16 bits: the stand-in
+// device (the cuda kernels' declarations, reference math on widened copies) equals the
+// reference backend bit for bit; dX = round(X > 0 ? dgrad : 0) whichever storage.
+TEST_CASE("device backend: ConvGrad with dx_relu reads a 16-bit X and writes a 16-bit dX, bit for bit") {
+  const Graph g = relu_cnn();
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    const std::string name = math_precision_name(m);
+    CAPTURE(name);
+    TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 5, .math = m});
+    TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 5, .math = m});
+    for (int step = 0; step < 3; ++step) {
+      const TensorMap b = relu_cnn_batch(4, static_cast<uint64_t>(step + 1));
+      CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
+    }
+    for (const std::string& state : ref.state_names()) {
+      CAPTURE(state);
+      CHECK(bitwise_equal(device.state(state), ref.state(state)));
+    }
+    const Plan& plan = device.plan();
+    const Node* grad = nullptr;
+    for (const Node& n : plan.graph.nodes)
+      if (n.op_type == "ConvGrad" && n.attr_int("dx_relu", 0) == 1) grad = &n;
+    REQUIRE(grad != nullptr);
+    std::map<std::string, DataType> stored;
+    for (const PlannedValue& v : plan.values) stored[v.name] = v.dtype;
+    const DataType t = m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+    const DataType want = StandinDevice::have_cuda_kernels() ? t : DataType::Float32;
+    CHECK(stored.at(grad->inputs[1]) == want);   // X: the first FusedConv's rounded Y
+    CHECK(stored.at(grad->outputs[0]) == want);  // dX
+  }
+}
