@@ -39,13 +39,15 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.dims() == b.dims() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
+// plain: every value row-major (Backend::blocked_layouts off), as the own Winograd needs.
 TensorMap run(const Node& n, const TensorMap& feeds, const std::string& backend, ConvAlgorithm conv,
-              MathPrecision math = MathPrecision::fp32) {
+              MathPrecision math = MathPrecision::fp32, bool plain = false) {
   Graph g = single_node_graph(n, feeds, {}, 17);
   ExecutorOptions o;
   o.conv = conv;
   o.math = math;
   const std::unique_ptr<Backend> b = make_backend(backend);  // the executor keeps a reference
+  if (plain) b->blocked_layouts = false;
   Executor ex(g, *b, o);
   TensorMap out;
   for (const auto& [name, t] : ex.run(feeds)) out[name] = t.clone();
@@ -320,8 +322,9 @@ TEST_CASE("winograd: TRAINRT_WINOGRAD=own runs the backend's own kernels on ever
   {
     const Env env;
     CHECK(winograd::own_requested());
-    conv = run(conv_node("Conv", "", 3, 1, 1), {{"X", x}, {"W", w}}, "cpu", ConvAlgorithm::winograd);
-    conv_grad = run(grad, {{"dY", dy}, {"X", x}, {"W", w}}, "cpu", ConvAlgorithm::winograd);
+    conv = run(conv_node("Conv", "", 3, 1, 1), {{"X", x}, {"W", w}}, "cpu", ConvAlgorithm::winograd,
+               MathPrecision::fp32, true);
+    conv_grad = run(grad, {{"dY", dy}, {"X", x}, {"W", w}}, "cpu", ConvAlgorithm::winograd, MathPrecision::fp32, true);
   }
   CHECK(bit_equal(conv.at("Y"), y));
   CHECK(bit_equal(conv_grad.at("dX"), dx));
