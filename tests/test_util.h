@@ -139,4 +139,47 @@ inline bool all_close(const Tensor& a, const Tensor& b, double rtol, double atol
   return true;
 }
 
+// A CNN without batch normalization, as small exported models are: input [N,1,12,12] ->
+// Conv(width, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool 2x2 ->
+// GlobalAveragePool -> Flatten -> Linear(6, 10). The training fusions make both
+// Conv + Relu FusedConv(activation=Relu) and fold the first Relu's gradient into the second
+// convolution's data gradient (ConvGrad(dx_relu=1)).
+inline Graph relu_cnn(int64_t width) {
+  Graph g;
+  g.name = "relu_cnn";
+  g.opsets[""] = 17;
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(1), Dim::of(12), Dim::of(12)}};
+  auto init = [&](const std::string& name, std::vector<int64_t> dims, uint64_t seed, double scale) {
+    g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
+    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
+  };
+  init("w1", {width, 1, 3, 3}, 1, 0.5);
+  init("b1", {width}, 2, 0.1);
+  init("w2", {6, width, 3, 3}, 3, 0.2);
+  init("b2", {6}, 4, 0.1);
+  init("fc", {10, 6}, 5, 0.5);
+  init("fcb", {10}, 6, 0.1);
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
+                 std::map<std::string, Attribute> attrs = {}) {
+    Node n = make_node(op, std::move(in), {out}, std::move(attrs));
+    n.name = out;
+    g.nodes.push_back(n);
+  };
+  const std::map<std::string, Attribute> conv{{"pads", Attribute::of_ints({1, 1, 1, 1})}};
+  add("Conv", {"input", "w1", "b1"}, "conv1", conv);
+  add("Relu", {"conv1"}, "relu1");
+  add("Conv", {"relu1", "w2", "b2"}, "conv2", conv);
+  add("Relu", {"conv2"}, "relu2");
+  add("MaxPool", {"relu2"}, "pool",
+      {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}});
+  add("GlobalAveragePool", {"pool"}, "gap");
+  add("Flatten", {"gap"}, "flat");
+  add("Gemm", {"flat", "fc", "fcb"}, "logits", {{"transB", Attribute::of_int(1)}});
+  g.outputs = {"logits"};
+  validate_graph(g, registry().schemas, "relu_cnn");
+  infer_shapes(g, registry().schemas, "relu_cnn");
+  return g;
+}
+
 }  // namespace trainrt::test

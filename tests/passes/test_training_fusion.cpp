@@ -509,40 +509,7 @@ TEST_CASE(
 TEST_CASE(
     "Conv + Relu and dgrad + ReLU gradient fused in a CNN without batch normalization: 3 SGD steps equal the "
     "unfused graph's") {
-  Graph g;
-  g.name = "cnn";
-  g.opsets[""] = 17;
-  g.inputs = {"input"};
-  g.values["input"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(1), Dim::of(12), Dim::of(12)}};
-  auto init = [&](const std::string& name, std::vector<int64_t> dims, uint64_t seed, double scale) {
-    g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
-    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
-  };
-  init("w1", {16, 1, 3, 3}, 1, 0.5);
-  init("b1", {16}, 2, 0.1);
-  init("w2", {6, 16, 3, 3}, 3, 0.2);
-  init("b2", {6}, 4, 0.1);
-  init("fc", {10, 6}, 5, 0.5);
-  init("fcb", {10}, 6, 0.1);
-  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
-                 std::map<std::string, Attribute> attrs = {}) {
-    Node n = make_node(op, std::move(in), {out}, std::move(attrs));
-    n.name = out;
-    g.nodes.push_back(n);
-  };
-  const std::map<std::string, Attribute> conv{{"pads", Attribute::of_ints({1, 1, 1, 1})}};
-  add("Conv", {"input", "w1", "b1"}, "conv1", conv);
-  add("Relu", {"conv1"}, "relu1");
-  add("Conv", {"relu1", "w2", "b2"}, "conv2", conv);
-  add("Relu", {"conv2"}, "relu2");
-  add("MaxPool", {"relu2"}, "pool",
-      {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}});
-  add("GlobalAveragePool", {"pool"}, "gap");
-  add("Flatten", {"gap"}, "flat");
-  add("Gemm", {"flat", "fc", "fcb"}, "logits", {{"transB", Attribute::of_int(1)}});
-  g.outputs = {"logits"};
-  validate_graph(g, registry().schemas, "cnn");
-  infer_shapes(g, registry().schemas, "cnn");
+  const Graph g = relu_cnn(16);
 
   TrainingOptions o;
   o.optimizer = "sgd";

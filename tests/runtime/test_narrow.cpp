@@ -377,49 +377,8 @@ TEST_CASE("cuda declarations: a kernel declares a 16-bit output only where it ro
 
 namespace {
 
-// input [N,1,12,12] -> Conv(8, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool
-// -> GlobalAveragePool -> Flatten -> Linear(6, 10): no batch norm, so the training fusions
-// make both Conv + Relu FusedConv(activation=Relu) and fold the first Relu's gradient into
-// the second convolution's data gradient: ConvGrad(dx_relu=1), whose X is the first
-// FusedConv's Y (rounded by its writer under bf16/fp16).
-Graph relu_cnn() {
-  Graph g;
-  g.name = "relu_cnn";
-  g.opsets[""] = 17;
-  g.inputs = {"input"};
-  g.values["input"] = ValueInfo{DataType::Float32, Shape{Dim::sym("N"), Dim::of(1), Dim::of(12), Dim::of(12)}};
-  auto init = [&](const std::string& name, std::vector<int64_t> dims, uint64_t seed, double scale) {
-    g.initializers[name] = random_tensor(DataType::Float32, dims, seed, -scale, scale);
-    g.values[name] = ValueInfo{DataType::Float32, shape_of(dims)};
-  };
-  init("w1", {8, 1, 3, 3}, 1, 0.5);
-  init("b1", {8}, 2, 0.1);
-  init("w2", {6, 8, 3, 3}, 3, 0.3);
-  init("b2", {6}, 4, 0.1);
-  init("fc", {10, 6}, 5, 0.5);
-  init("fcb", {10}, 6, 0.1);
-  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
-                 std::map<std::string, Attribute> attrs = {}) {
-    Node n = make_node(op, std::move(in), {out}, std::move(attrs));
-    n.name = out;
-    g.nodes.push_back(n);
-  };
-  const std::map<std::string, Attribute> conv{{"pads", Attribute::of_ints({1, 1, 1, 1})}};
-  add("Conv", {"input", "w1", "b1"}, "conv1", conv);
-  add("Relu", {"conv1"}, "relu1");
-  add("Conv", {"relu1", "w2", "b2"}, "conv2", conv);
-  add("Relu", {"conv2"}, "relu2");
-  add("MaxPool", {"relu2"}, "pool",
-      {{"kernel_shape", Attribute::of_ints({2, 2})}, {"strides", Attribute::of_ints({2, 2})}});
-  add("GlobalAveragePool", {"pool"}, "gap");
-  add("Flatten", {"gap"}, "flat");
-  add("Gemm", {"flat", "fc", "fcb"}, "logits", {{"transB", Attribute::of_int(1)}});
-  g.outputs = {"logits"};
-  validate_graph(g, registry().schemas, "relu_cnn");
-  infer_shapes(g, registry().schemas, "relu_cnn");
-  return g;
-}
-
+// relu_cnn (test_util.h): without batch norm, ConvGrad(dx_relu=1)'s X is the first
+// FusedConv's Y, rounded by its writer under bf16/fp16.
 TensorMap relu_cnn_batch(int64_t n, uint64_t seed) {
   TensorMap b = wrn_batch(n, seed);
   b["input"] = random_tensor(DataType::Float32, {n, 1, 12, 12}, seed);
@@ -429,7 +388,7 @@ TensorMap relu_cnn_batch(int64_t n, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("written_rounded: a value whose writer rounds it (math_rounded_outputs)") {
-  const Graph g = relu_cnn();
+  const Graph g = relu_cnn(8);
   CHECK(written_rounded(g, "conv1"));   // a Conv's Y
   CHECK(!written_rounded(g, "relu1"));  // a Relu's: not rounded by it
   CHECK(!written_rounded(g, "input"));
@@ -489,7 +448,7 @@ TEST_CASE("choose_narrowed: a ConvGrad with dx_relu takes X in 16 bits only wher
 // device (the cuda kernels' declarations, reference math on widened copies) equals the
 // reference backend bit for bit; dX = round(X > 0 ? dgrad : 0) whichever storage.
 TEST_CASE("device backend: ConvGrad with dx_relu reads a 16-bit X and writes a 16-bit dX, bit for bit") {
-  const Graph g = relu_cnn();
+  const Graph g = relu_cnn(8);
   for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
     const std::string name = math_precision_name(m);
     CAPTURE(name);
