@@ -111,9 +111,10 @@ Node replayed(const Node& n, bool training) {
 // backend, in `math`, on the values the device's run gave its inputs (`got`, else
 // `given`: feeds, initializers, state before the step), and its outputs are compared with
 // the device's. With the device's run seed, the graph of one node runs under the seed that
-// gives it the node's own (seed_placing), so Dropout redraws the device's masks. Under bf16/fp16 whole runs drift apart
-// faster still: a difference in an fp32 value's last place moves it across a bf16/half rounding boundary now and then,
-// and what that changes grows layer by layer (a ReLU mask flips). Dropout in training
+// gives it the node's own (seed_placing), so Dropout redraws the device's masks. Under
+// bf16/fp16 whole runs drift apart faster still: a difference in an fp32 value's last
+// place moves it across a bf16/half rounding boundary now and then, and what that changes
+// grows layer by layer (a ReLU mask flips). Dropout in training
 // draws from the node's seed: without the run seed it is not rerun, and its outputs pass
 // on as the device made them (a BatchNormalizationReluDropout reruns as its
 // BatchNormalizationRelu: replayed, above).

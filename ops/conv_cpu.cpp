@@ -332,10 +332,9 @@ ConvGradPlan make_plan(const Node& n, const Tensor& dy, const Tensor& x, const T
     bool own_fits = false;
     if (x.dims().size() == 4 && (want.dx || want.dw)) {
       Window win = read_window(n, 2, {3, 3}, "", {});
-      for (size_t i = 0; i < 2; ++i)
-        if (resolve_window_dim(win, i, x.dims()[2 + i], "") != dy.dims()[2 + i])
-          return make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_direct);
-      own_fits = own_winograd_geometry(x, dy, w.dims()[0], win.pads[0], win.pads[1], {dx}, &own.wino);
+      bool same = true;  // dY has the window's output size
+      for (size_t i = 0; i < 2; ++i) same = same && resolve_window_dim(win, i, x.dims()[2 + i], "") == dy.dims()[2 + i];
+      own_fits = same && own_winograd_geometry(x, dy, w.dims()[0], win.pads[0], win.pads[1], {dx}, &own.wino);
     }
     if (own_fits && winograd::own_requested()) return own;
     ConvGradPlan p = make_plan(n, dy, x, w, dx, want, math, dnnl::algorithm::convolution_winograd);
