@@ -68,8 +68,12 @@ else
   avx512=0 blocked_re="plain \(blocked needs AVX-512\)"
 fi
 # Winograd: oneDNN's on AVX-512, the cpu backend's own on AVX2+FMA (ops/onednn/winograd.h).
-if cpu_path Winograd; then
-  winograd_re="winograd"
+own_re="winograd \(the backend's own F\(4x4,3x3\) from 64 channels in and out\)"
+own=0
+if [ $avx512 = 1 ]; then
+  winograd_re="winograd \(oneDNN's\)" own=1
+elif cpu_path Winograd; then
+  winograd_re=$own_re own=1
 else
   winograd_re="direct \(winograd needs AVX2 and FMA\)"
 fi
@@ -174,6 +178,13 @@ bench_precision fp16
 "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --conv-algorithm direct >"$tmp/direct" 2>&1 ||
   fail "bench --conv-algorithm direct: $(tail -3 "$tmp/direct")"
 grep -q "^training graph: .*, convolutions direct$" "$tmp/direct" || fail "direct: $(grep '^training graph' "$tmp/direct")"
+# TRAINRT_WINOGRAD=own with row-major layouts: the own Winograd, also where oneDNN has one.
+if [ $own = 1 ]; then
+  TRAINRT_WINOGRAD=own "$trainrt" bench "$model" --batch 4 --steps 1 --warmup 1 --layouts plain >"$tmp/own" 2>&1 ||
+    fail "TRAINRT_WINOGRAD=own bench: $(tail -3 "$tmp/own")"
+  grep -Eq "^training graph: .*, layouts plain, convolutions $own_re$" "$tmp/own" ||
+    fail "TRAINRT_WINOGRAD=own: $(grep '^training graph' "$tmp/own")"
+fi
 
 # Bad flags and models: exit 2, one line naming the flag or file.
 expect_error 2 "--batch is required" -- "$trainrt" bench "$model"
