@@ -10,6 +10,7 @@
 #                                    # against PyTorch, fallbacks; within 6 minutes (run.sh's
 #                                    # header has the phases); results in OUT_DIR/results
 #   OUT_DIR/run.sh trainrt ARGS      # any trainrt command through the carried loader
+#   OUT_DIR/run.sh cudnn-conv ARGS   # every cuDNN engine config for the Wide ResNet's convolutions, timed
 #
 # CUDA's own libraries (cudart, cuBLASLt, cuDNN, NCCL, nvrtc) and the driver's libcuda are
 # not carried: they are hundreds of MB and must match the node's driver. run.sh finds them
@@ -48,6 +49,9 @@ done < <(ldd "$bin")
 cp -L "$loader" "$out.tmp/lib/ld-linux.so"
 strip --strip-unneeded "$out.tmp"/lib/*.so* 2>/dev/null || true
 
+# The cuDNN engine probe (bench/cudnn_conv.cpp), where the build has it: run.sh cudnn-conv ARGS.
+probe="$build/bench/trainrt_bench_cudnn_conv"
+[ -x "$probe" ] && strip -o "$out.tmp/cudnn_conv" "$probe"
 cp tools/gpu_run.sh "$out.tmp/run.sh"
 chmod +x "$out.tmp/run.sh"
 cp tests/data/mlp_matmul.onnx "$out.tmp/"  # run.sh's selftest of the matrix products (MatMul, Gemm)

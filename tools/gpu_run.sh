@@ -13,6 +13,9 @@
 #   ./run.sh --full        everything the kit knows (budget 570 s: within one 10-minute command)
 #   ./run.sh libs          the library check alone
 #   ./run.sh trainrt ARGS  any trainrt command through the bundle's loader and libraries
+#   ./run.sh cudnn-conv ARGS  every engine config cuDNN's heuristics list for the Wide
+#                         ResNet's convolutions, timed, against the backend's engine filter
+#                         (bench/cudnn_conv.cpp; --help says its flags)
 #
 # Phases, in order of value; q: --quick, d: default, f: --full (each mode runs its own and
 # the earlier tiers'). Each runs under its own `timeout`, so a hang costs that phase only:
@@ -84,9 +87,9 @@ mode=default
 case "${1:-}" in
   --quick) mode=quick ;;
   --full) mode=full ;;
-  "" | libs | trainrt) ;;
+  "" | libs | trainrt | cudnn-conv) ;;
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-  *) echo "usage: run.sh [--quick | --full | libs | trainrt ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: run.sh [--quick | --full | libs | trainrt ARGS... | cudnn-conv ARGS...]" >&2; exit 2 ;;
 esac
 
 # ---------------------------------------------------------------- library check
@@ -186,6 +189,7 @@ fi
 case "${1:-}" in
   libs) exit 0 ;;
   trainrt) shift; "${trainrt[@]}" "$@"; exit $? ;;
+  cudnn-conv) shift; "$here/lib/ld-linux.so" --library-path "$lib_path" "$here/cudnn_conv" "$@"; exit $? ;;
 esac
 if [ -z "$driver_dir" ]; then
   echo "run.sh: no usable GPU: no NVIDIA driver: libcuda.so.1 not found in LD_LIBRARY_PATH, the driver's usual folders or ld.so's cache" >&2

@@ -24,6 +24,18 @@ export TRAINRT_CUDA_LIBS=/usr/local/cuda/lib64:/usr/local/cuda/lib
 grep -q "libcudnn.so.9: /usr/local/cuda" "$tmp/libs.log" || fail "run.sh did not find cuDNN in TRAINRT_CUDA_LIBS: $(cat "$tmp/libs.log")"
 "$bundle/run.sh" trainrt --version >"$tmp/version.log" 2>&1 || fail "bundled trainrt --version: $(cat "$tmp/version.log")"
 grep -q "^trainrt " "$tmp/version.log" || fail "bundled --version printed no version: $(cat "$tmp/version.log")"
+# The cuDNN engine probe (bench/cudnn_conv.cpp), carried and started through the bundle's
+# loader: its usage, a bad flag, and without a GPU one line saying so.
+[ -x "$bundle/cudnn_conv" ] || fail "bundle carries no cudnn_conv (bench/cudnn_conv.cpp)"
+"$bundle/run.sh" cudnn-conv --help 2>&1 | grep -q '^usage: cudnn_conv' || fail "run.sh cudnn-conv --help printed no usage"
+"$bundle/run.sh" cudnn-conv --dtype int8 >/dev/null 2>"$tmp/probe_flag.err"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q '^cudnn_conv: --dtype: expected bf16, fp16 or fp32' "$tmp/probe_flag.err" ||
+  fail "run.sh cudnn-conv --dtype int8 exited $rc: $(cat "$tmp/probe_flag.err")"
+"$bundle/run.sh" cudnn-conv --batch 8 >/dev/null 2>"$tmp/probe.err"
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/probe.err")" -eq 1 ] && grep -q '^cudnn_conv: cudnnCreate failed' "$tmp/probe.err" ||
+  fail "run.sh cudnn-conv without a GPU exited $rc: $(cat "$tmp/probe.err")"
 # The carried libraries run real work: the cpu kernels against the reference backend.
 "$bundle/run.sh" trainrt selftest --widths 4,4,4,4 --batch 2 >"$tmp/selftest.log" 2>&1 ||
   fail "bundled selftest --device cpu: $(tail -3 "$tmp/selftest.log")"
