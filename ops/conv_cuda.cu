@@ -809,6 +809,12 @@ size_t conv_forward_workspace(const KernelContext& ctx, bool fused) {
   return std::max(bytes, carve.size);
 }
 
+// The bytes of a filter gradient's 16-bit copy ahead of the filter graph's workspace (a
+// float32 dW only; 256-byte aligned, so the workspace after it stays aligned).
+size_t dw16_bytes(const Tensor& dw) {
+  return dw.dtype() == DataType::Float32 ? (static_cast<size_t>(dw.numel()) * 2 + 255) / 256 * 256 : 0;
+}
+
 // The workspace of a ConvGrad call, as conv_grad carves it.
 size_t conv_grad_workspace(const KernelContext& ctx) {
   const Tensor dy = wide_shape(ctx.in(0));  // the legacy path reads 16-bit inputs widened
@@ -832,11 +838,13 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
           std::max(most, conv_graph_backward_workspace(ctx, ConvGradGraphArgs{ConvPass::data, narrow.t[0], narrow.t[2],
                                                                               out, win, group, 0, nullptr, relu_x}));
     }
-    if (dw) {
-      Tensor out(ctx.out(1).dtype(), w.dims(), nullptr);
+    if (dw) {  // filter16: a float32 dW's 16-bit copy, then the graph's workspace
+      Tensor wide(ctx.out(1).dtype(), w.dims(), nullptr);
+      Tensor out(narrow.t[0].dtype(), w.dims(), nullptr);
       out.set_layout(dw_layout);  // written in its own layout (KRSC: the plan's copy)
-      most = std::max(most, conv_graph_backward_workspace(
-                                ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group}));
+      const int64_t g = conv_graph_backward_workspace(
+          ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group});
+      if (g >= 0) most = std::max(most, static_cast<int64_t>(dw16_bytes(wide)) + g);
     }
     // db from the 16-bit dy when both graphs ran: its partial sums where their workspace was.
     const size_t sums = ctx.has_output(2) ? slices::parts_bytes(slices::channels_of(narrow.t[0]), 1) : 0;
@@ -863,6 +871,27 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
   return std::max(graph, carve.size);
 }
 
+// ConvGrad's filter pass as a cuDNN graph on the 16-bit copies: dW written in their type
+// (the value the step rounds it to: math_rounded_outputs), then widened into a float32
+// dW. cuDNN's fast weight-gradient engines write their inputs' type; with a float32 dW
+// its heuristics offer one generic engine, 3-12x slower on an H200 (bench/cudnn_conv.cpp,
+// docs/cuda.md). The copy lies at `off` in the workspace, the graph's workspace after it.
+bool filter16(const KernelContext& ctx, const Tensor& dy16, const NarrowInputs& narrow, const Window& win,
+              int64_t group, size_t off, Tensor& dw) {
+  const size_t copy = dw16_bytes(dw);
+  if (!copy)
+    return conv_graph_backward(
+        ctx, ConvGradGraphArgs{ConvPass::filter, dy16, narrow.t[1], dw, win, group, off, &narrow.prepare});
+  auto* base = static_cast<std::byte*>(workspace(off + copy));
+  Tensor dw16(dy16.dtype(), dw.dims(), std::shared_ptr<std::byte[]>(std::shared_ptr<std::byte[]>(), base + off));
+  dw16.set_layout(dw.layout());
+  if (!conv_graph_backward(
+          ctx, ConvGradGraphArgs{ConvPass::filter, dy16, narrow.t[1], dw16, win, group, off + copy, &narrow.prepare}))
+    return false;
+  widen_from_math(dw16.data<uint16_t>(), dw.data<float>(), dw.numel(), ctx.math, ctx.node);
+  return true;
+}
+
 // The passes of ConvGrad that run as cuDNN graphs before the legacy path: under bf16/fp16
 // each pass on 16-bit copies (and db from the 16-bit dy when both ran), in fp32 the data
 // pass with its ReLU gradient. Nulls the outputs it wrote; true when dx went through
@@ -883,9 +912,7 @@ bool conv_grad_graphs(KernelContext& ctx, Tensor*& dx, Tensor*& dw, Tensor*& db,
     if (dx && conv_graph_backward(ctx, ConvGradGraphArgs{ConvPass::data, dy16, narrow.t[2], *dx, win, group, off,
                                                          &narrow.prepare, relu_x}))
       dx = nullptr, masked = relu_x != nullptr;
-    if (dw && conv_graph_backward(
-                  ctx, ConvGradGraphArgs{ConvPass::filter, dy16, narrow.t[1], *dw, win, group, off, &narrow.prepare}))
-      dw = nullptr;
+    if (dw && filter16(ctx, dy16, narrow, win, group, off, *dw)) dw = nullptr;
     if (db && !dx && !dw) {  // both graphs ran (or none was wanted): db from the 16-bit dy too
       narrow.prepare();
       // The partial sums after the copies, where the graphs' workspace was (they ran

@@ -120,7 +120,7 @@ std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p)
   const bool relu = data && p.relu;
   cudnnBackendDescriptor_t x = relu ? tensor(b, kConvOut, p.x, 16, true, CUDNN_DATA_FLOAT, p.x_last)
                                     : tensor(b, kX, p.x, p.align[0], false, data ? p.out : p.in, p.x_last);
-  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : CUDNN_DATA_FLOAT, p.w_last);
+  cudnnBackendDescriptor_t w = tensor(b, kW, p.w, p.align[1], false, data ? p.in : p.out, p.w_last);
   cudnnBackendDescriptor_t dy = tensor(b, kY, p.y, p.align[4], false, p.in, p.y_last);
   cudnnBackendDescriptor_t conv = conv_descriptor(b, p);
   const float alpha = 1.f, beta = 0.f;
@@ -263,8 +263,7 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   const bool data = a.pass == ConvPass::data;
   const bool out16 = a.out.dtype() != DataType::Float32;
   const bool relu16 = a.relu_x && a.relu_x->dtype() != DataType::Float32;
-  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() ||
-      (out16 && (!data || a.out.dtype() != a.dy.dtype())))
+  if (a.pass == ConvPass::forward || a.dy.dtype() != a.other.dtype() || (out16 && a.out.dtype() != a.dy.dtype()))
     return false;
   if (out16 && !cudnn_graph::graph_dtype(a.out.dtype(), &c.p.out)) return false;
   if (a.relu_x && (!data || (relu16 && a.relu_x->dtype() != a.dy.dtype()) || a.relu_x->dims() != a.out.dims() ||
@@ -276,8 +275,8 @@ bool backward_call(const KernelContext& ctx, const ConvGradGraphArgs& a, const i
   c.p.relu = a.relu_x != nullptr;
   if (!graph_call(ctx, a.pass, a.dy.dtype(), x, w, a.dy, a.win, a.group, align, c)) return false;
   if (out16) {
-    c.g.key += std::string("|dx") + dtype_word(a.out.dtype());
-    c.g.problem += std::string(", ") + dtype_word(a.out.dtype()) + " dx";
+    c.g.key += std::string(data ? "|dx" : "|dw") + dtype_word(a.out.dtype());
+    c.g.problem += std::string(", ") + dtype_word(a.out.dtype()) + (data ? " dx" : " dw");
   }
   if (relu16) {
     c.g.key += std::string("|rx") + dtype_word(a.relu_x->dtype());

@@ -84,6 +84,8 @@ std::vector<size_t> math_rounded_outputs(const Node& n) {
   // FusedConv with a residual: act(conv + B) is rounded inside its kernels and Z added in
   // fp32 after it (the unfused graph's Add), so Y is no 16-bit number.
   if (n.op_type == "FusedConv" && n.has_input(3)) return {};
+  // ConvGrad's dW as autocast's: the gradient of the weights' 16-bit copy is a 16-bit number.
+  if (n.op_type == "ConvGrad" && n.outputs.size() > 1) return {0, 1};
   return {0};
 }
 

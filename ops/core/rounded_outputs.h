@@ -22,11 +22,13 @@ namespace trainrt {
 
 // Under bf16/fp16: Conv Y, and FusedConv Y without a residual Z (with Z its kernels round
 // act(conv + B) before adding Z in fp32, as the unfused Conv and Add do; so Y is not
-// listed: it is no 16-bit number); ConvGrad dX (never dW or dB: the fp32 master
-// weights' gradients); BatchNormalization and BatchNormalizationRelu Y (never the
+// listed: it is no 16-bit number); ConvGrad dX and dW (never dB): autocast's dW is the
+// gradient of the weights' 16-bit copy, a 16-bit number added to the fp32 master
+// weights' gradient, and cuDNN's fast weight-gradient engines write only their inputs'
+// type (docs/cuda.md); BatchNormalization and BatchNormalizationRelu Y (never the
 // running or saved statistics); BatchNormalizationGrad dX (never dScale or dBias);
-// DropoutReluGrad dX. Nothing else: state, parameters, their gradients, and what a loss
-// reads (the logits come from a Gemm) stay fp32. Only float32 outputs are rounded (the
+// DropoutReluGrad dX. Nothing else: state, parameters, the other gradients of
+// parameters, and what a loss reads (the logits come from a Gemm) stay fp32. Only float32 outputs are rounded (the
 // executor checks); an output stored in 16 bits is rounded as its kernel writes it.
 std::vector<size_t> math_rounded_outputs(const Node& n);
 
