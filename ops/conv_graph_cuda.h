@@ -40,9 +40,9 @@
 // Scope: 4-D, ungrouped, undilated, inputs of one dtype (above), fp32 outputs
 // (runtime/cudnn_fusion.h's rule for a fusable FusedConv site; keep the two alike), and
 // a forward without z, a data pass (with or without relu_x) or a filter pass whose y
-// (dx, dw) is of its 16-bit inputs' type (a filter's: ops/conv_cuda.cu filter16, the dW
-// the step rounds anyway, widened after the graph): a Y (dX) stored in 16 bits (runtime/narrow.h; ops/conv_cuda.cu
-// forward16, grad16), the fp32 result (after RELU_BWD, in fp32) converted as cuDNN
+// (dx, dw) is of its 16-bit inputs' type: a Y (dX) stored in 16 bits (runtime/narrow.h;
+// ops/conv_cuda.cu forward16, grad16), a dW the step rounds anyway (filter16 widens it
+// after the graph), the fp32 result (after RELU_BWD, in fp32) converted as cuDNN
 // writes it (part of the cache key). relu_x is fp32, or of the 16-bit inputs' type
 // where X is stored so (an X its writer rounds; its type part of the cache key).
 // Outside it these return false at once and say nothing. Inside it, a problem cuDNN

@@ -28,8 +28,9 @@ namespace trainrt {
 // type (docs/cuda.md); BatchNormalization and BatchNormalizationRelu Y (never the
 // running or saved statistics); BatchNormalizationGrad dX (never dScale or dBias);
 // DropoutReluGrad dX. Nothing else: state, parameters, the other gradients of
-// parameters, and what a loss reads (the logits come from a Gemm) stay fp32. Only float32 outputs are rounded (the
-// executor checks); an output stored in 16 bits is rounded as its kernel writes it.
+// parameters, and what a loss reads (the logits come from a Gemm) stay fp32. Only
+// float32 outputs are rounded (the executor checks); an output stored in 16 bits is
+// rounded as its kernel writes it.
 std::vector<size_t> math_rounded_outputs(const Node& n);
 
 // Whether value `v` of `g` is written by a node that rounds it (math_rounded_outputs):
