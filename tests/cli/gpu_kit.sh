@@ -203,7 +203,10 @@ done
 if [ -z "$torch_py" ]; then
   echo "skipped: bench_pytorch_gpu.py's tiny CPU run: no python3 with torch here"
 else
-  "$torch_py" "$src/tools/bench_pytorch_gpu.py" --device cpu --points 2:fp32,2:bf16 --steps 1 --warmup 0 \
+  # Without the suite's ONEDNN_MAX_CPU_ISA (setup.sh's second pass on an AVX-512 CPU caps
+  # trainrt's oneDNN at AVX2): PyTorch reads it too, and its bf16 autocast, chosen from the
+  # CPU's own flags, then finds no bf16 convolution in AVX2 oneDNN.
+  env -u ONEDNN_MAX_CPU_ISA "$torch_py" "$src/tools/bench_pytorch_gpu.py" --device cpu --points 2:fp32,2:bf16 --steps 1 --warmup 0 \
     --widths small --threads 1 >"$tmp/torch.out" 2>&1 || fail "bench_pytorch_gpu.py tiny run: $(tail -3 "$tmp/torch.out")"
   for p in fp32 bf16; do
     grep -Eq "^pytorch: batch 2 precision $p images/s [0-9.]+ ms/step" "$tmp/torch.out" ||
