@@ -839,12 +839,11 @@ size_t conv_grad_workspace(const KernelContext& ctx) {
                                                                               out, win, group, 0, nullptr, relu_x}));
     }
     if (dw) {  // filter16: a float32 dW's 16-bit copy, then the graph's workspace
-      Tensor wide(ctx.out(1).dtype(), w.dims(), nullptr);
       Tensor out(narrow.t[0].dtype(), w.dims(), nullptr);
       out.set_layout(dw_layout);  // written in its own layout (KRSC: the plan's copy)
       const int64_t g = conv_graph_backward_workspace(
           ctx, ConvGradGraphArgs{ConvPass::filter, narrow.t[0], narrow.t[1], out, win, group});
-      if (g >= 0) most = std::max(most, static_cast<int64_t>(dw16_bytes(wide)) + g);
+      if (g >= 0) most = std::max(most, static_cast<int64_t>(dw16_bytes(ctx.out(1))) + g);
     }
     // db from the 16-bit dy when both graphs ran: its partial sums where their workspace was.
     const size_t sums = ctx.has_output(2) ? slices::parts_bytes(slices::channels_of(narrow.t[0]), 1) : 0;

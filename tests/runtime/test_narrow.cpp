@@ -25,6 +25,10 @@ size_t narrowed_count(const Plan& p, DataType t) {
   return n;
 }
 
+// Output k of n is a ConvGrad's dW: rounded under bf16/fp16 (math_rounded_outputs) but a
+// parameter's gradient, which the optimizer reads in fp32, so never stored in 16 bits.
+bool is_filter_gradient(const Node& n, size_t k) { return n.op_type == "ConvGrad" && k == 1; }
+
 // The small Wide ResNet's bf16 training session on the stand-in device after one step:
 // its plan holds the 16-bit choice the tests below read.
 std::unique_ptr<TrainingSession> stepped_bf16_wrn() {
@@ -125,7 +129,7 @@ TEST_CASE("choose_narrowed: a value is stored in 16 bits only where its writer a
   for (const Node& n : s.nodes) {
     for (size_t k : math_rounded_outputs(n)) {
       if (!n.has_output(k)) continue;
-      if (n.op_type == "ConvGrad" && k == 1) {  // dW: rounded, but the optimizer reads a parameter's gradient in fp32
+      if (is_filter_gradient(n, k)) {  // dW: rounded, but the optimizer reads a parameter's gradient in fp32
         CHECK(!chosen.count(n.outputs[k]));
         continue;
       }
@@ -294,7 +298,7 @@ TEST_CASE("choose_narrowed: the Wide ResNet's rounded activations, and the reade
   std::map<std::string, std::string> rounded;  // value -> its writer's op
   for (const Node& n : s.nodes)
     for (size_t k : math_rounded_outputs(n))
-      if (!n.outputs[k].empty() && !(n.op_type == "ConvGrad" && k == 1))  // dW: the optimizer's, fp32 (above)
+      if (!n.outputs[k].empty() && !is_filter_gradient(n, k))  // dW: the optimizer's, fp32 (above)
         rounded[n.outputs[k]] = n.op_type;
   std::set<std::string> writers;
   for (const auto& [v, op] : rounded) writers.insert(op);
