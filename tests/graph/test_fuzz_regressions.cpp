@@ -13,6 +13,7 @@
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "ops/core/register_all.h"
+#include "test_util.h"
 
 using namespace trainrt;
 
@@ -216,7 +217,8 @@ namespace {
 
 // The BadInput message of reading `bytes` as a TensorProto file; fails if it reads.
 std::string tensor_error(const std::string& bytes) {
-  const std::string path = "fuzz_regression_input_0.pb";
+  const test::TempDir dir;
+  const std::string path = dir.file("input.pb");
   {
     std::ofstream out(path, std::ios::binary);
     out << bytes;
@@ -262,7 +264,8 @@ TEST_CASE("fuzz: int32_data values outside a narrow integer type are refused bef
   }
 
   // The ends of each range, and any value for bool, still read exactly.
-  const std::string path = "fuzz_regression_input_0.pb";
+  const test::TempDir dir;
+  const std::string path = dir.file("input.pb");
   const std::pair<TP::DataType, std::vector<int32_t>> good[] = {{TP::INT8, {-128, 127}},
                                                                 {TP::UINT8, {0, 255}},
                                                                 {TP::INT16, {-32768, 32767}},
