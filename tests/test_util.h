@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -22,6 +23,24 @@
 #include "runtime/executor.h"
 
 namespace trainrt::test {
+
+// Whether this build runs under ASan or TSan (clang's __has_feature, g++'s macros). The
+// tests that compare kernels with the fp64 reference at the Wide ResNet's full layer
+// sizes take smaller images and batches there: the same code at a fraction of the
+// instrumented reference's minutes (docs/reliability.md, "Build time and CI's budget").
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+// `size`, or at most `cap` in a sanitizer build.
+inline int64_t sanitized(int64_t size, int64_t cap) { return kSanitized ? std::min(size, cap) : size; }
 
 // A fresh folder under the system's temporary folder, removed with everything in it at
 // the end of the scope.

@@ -158,9 +158,12 @@ fuzz_report() {  # fuzz_report EXE STATUS SECONDS
 }
 
 # ---------------------------------------------------------------- ASan + UBSan
-# The whole suite but the slow label (ctest -LE "gpu|slow": the torchvision models' fp64
-# runs) on the clang ASan+UBSan build of the fuzz phase: unit tests, the CLI
-# scripts (which run the instrumented trainrt binary) and ONNX conformance.
+# The whole suite but the slow and heavy labels (ctest -LE "gpu|slow|heavy": the
+# torchvision models' fp64 runs, train_precision's eight training runs; tests/CMakeLists.txt
+# says why) on the clang ASan+UBSan build of the fuzz phase: unit tests, the CLI
+# scripts (which run the instrumented trainrt binary) and ONNX conformance. The unit
+# tests' full-size comparisons with the fp64 reference take smaller images there
+# (tests/test_util.h, kSanitized).
 # Why one build for both: the libraries are most of a build, and clang compiles them
 # with ASan about three times faster than g++ does. The fuzz phase's coverage hooks
 # (-fsanitize=fuzzer-no-link) stay in the libraries: without libFuzzer linked, the
@@ -188,7 +191,7 @@ run_asan() {
   [ -e "$dir/pydeps" ] || [ ! -d "$main_build/pydeps" ] || ln -s "$src/$main_build/pydeps" "$dir/pydeps"
   begin "asan ctest"
   st=ok
-  (san_env && ctest --test-dir "$dir" --output-on-failure -LE "gpu|slow" -j "$JOBS" --timeout 1500) || st=FAIL
+  (san_env && ctest --test-dir "$dir" --output-on-failure -LE "gpu|slow|heavy" -j "$JOBS" --timeout 1500) || st=FAIL
   end "asan ctest" $st
 }
 

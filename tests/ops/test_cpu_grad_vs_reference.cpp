@@ -353,7 +353,8 @@ TEST_CASE("cpu grad vs reference: ConvGrad at the Wide ResNet's layer shapes") {
       {2, 320, 640, 7, 3, false, 3},   // block 5 (after MaxPool 2)
       {4, 320, 640, 7, 1, true, 7},    // block 5 skip
   };
-  for (const Layer& l : layers) {
+  for (Layer l : layers) {
+    l.n = test::sanitized(l.n, 1), l.hw = test::sanitized(l.hw, 8);  // the same channels, smaller images
     const int64_t p = l.k / 2;
     std::map<std::string, Attribute> attrs{{"pads", Attribute::of_ints({p, p, p, p})}};
     TensorMap feeds =

@@ -184,11 +184,12 @@ TEST_CASE("cpu vs reference: Conv, Wide ResNet layer shapes at batch 2") {
       {16, 160, 28, 1, true},   {160, 320, 14, 1, true},  {320, 640, 7, 1, true},  // 1x1 skips
   };
   uint64_t seed = 1;
-  for (const Case& cs : cases) {
+  for (Case cs : cases) {
+    cs.hw = test::sanitized(cs.hw, 8);  // the same channels, smaller images
     CAPTURE(cs.c);
     CAPTURE(cs.m);
     CAPTURE(cs.hw);
-    RunInfo info = check_conv(2, cs.c, cs.m, cs.hw, cs.hw, cs.k, cs.k / 2, cs.bias, seed += 10);
+    RunInfo info = check_conv(test::sanitized(2, 1), cs.c, cs.m, cs.hw, cs.hw, cs.k, cs.k / 2, cs.bias, seed += 10);
     CHECK(info.fallbacks == 0);
   }
 }
