@@ -24,6 +24,10 @@
 // the forward's saved statistics (inputs 3/4) skips pass 1 and sums only dy and
 // dy * (x - mean) in pass 2 (slice_grad_sums), one read of x and dy fewer.
 //
+// Each kernel that reads X, dY or relu_y is compiled per storage (Storage: all float32,
+// all half bits, all bfloat16 bits, or each as it says at run time where they differ):
+// the launch picks the one the node's tensors share, so no element waits on a branch.
+//
 // Why this shape: the statistics are two passes like the reference (mean first, then
 // squared deviations: no cancellation), accumulated in double and combined in a fixed
 // order, so they match the reference's to double rounding and repeat bit for bit run to
@@ -41,12 +45,14 @@
 // float32/float64, which the shape rules reject anyway.
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda); the
-// saved-statistics path has been compiled, not run.
+// saved-statistics path has been compiled, not run, and so have the storage-specialised
+// kernels (written after the last GPU run; docs/gpu-runs.md says what was measured before).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -54,6 +60,7 @@
 #include "graph/error.h"
 #include "ops/core/batchnorm_stats.h"
 #include "ops/core/kernel_facts.h"
+#include "ops/core/storage_choice.h"
 #include "ops/cuda/channel_slices.h"
 #include "ops/cuda/cuda_load16.h"
 #include "ops/cuda/cuda_util.h"
@@ -67,6 +74,7 @@ namespace {
 using channel_slices::Channels, channel_slices::channels_of, channel_slices::slice_grid, channel_slices::last_channel,
     channel_slices::for_slice_last, channel_slices::store_rows, channel_slices::for_slice,
     channel_slices::channel_total, channel_slices::slice_sums, channel_slices::part_index, channel_slices::parts_bytes;
+using storage_choice::Storage, storage_choice::Given, storage_choice::common_storage;
 
 // ops/norm.cpp's rule for when the node computes batch statistics.
 bool node_trains(const Node& n, bool executor_training) {
@@ -76,23 +84,50 @@ bool node_trains(const Node& n, bool executor_training) {
   return false;
 }
 
+// A 16-bit value's float32 widening, the storage (ops/core/storage_choice.h) known at
+// compile time.
+template <Storage S>
+__device__ inline float widen16(uint16_t v) {
+  if constexpr (S == Storage::half) {
+    return half_to_float(v);
+  } else {
+    return bfloat16_to_float(v);
+  }
+}
+
 // relu_y as the mask reads it: float32 (p), or its 16-bit bits (p16) where it is stored
 // so (runtime/narrow.h; its widening is exact, so the test is the same); neither: no mask.
-template <typename T>
+template <typename T, Storage S = Storage::any>
 struct ReluY {
   const T* p = nullptr;
   const uint16_t* p16 = nullptr;
   bool bf16 = false;
+  template <Storage S2>
+  __host__ __device__ ReluY<T, S2> as() const {
+    return {p, p16, bf16};
+  }
 };
 // x or dy as the kernels read it: float32 or float64 (p), or a float32 value's 16-bit
 // bits (p16) where it is stored so (runtime/narrow.h; its writer rounded it, so the
 // widening is the value itself). The float4 paths take p only.
-template <typename T>
+template <typename T, Storage S = Storage::any>
 struct In {
   const T* p = nullptr;
   const uint16_t* p16 = nullptr;
   bool bf16 = false;
-  __device__ T operator[](int64_t i) const { return p16 ? static_cast<T>(load_at(Load16{p16, bf16}, i)) : p[i]; }
+  __device__ T operator[](int64_t i) const {
+    if constexpr (S == Storage::wide) {
+      return p[i];
+    } else if constexpr (S == Storage::any) {
+      return p16 ? static_cast<T>(load_at(Load16{p16, bf16}, i)) : p[i];
+    } else {
+      return static_cast<T>(widen16<S>(p16[i]));
+    }
+  }
+  template <Storage S2>
+  __host__ __device__ In<T, S2> as() const {
+    return {p, p16, bf16};
+  }
 };
 template <typename T>
 In<T> in_of(const KernelContext& ctx, const Tensor& t) {
@@ -100,11 +135,56 @@ In<T> in_of(const KernelContext& ctx, const Tensor& t) {
   return In<T>{t.data<T>()};
 }
 
-// dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select.
+// The storage of one tensor a kernel reads (none: an empty In, no mask).
+template <typename A>
+Given given(const A& a) {
+  if (a.p16) return a.bf16 ? Given::bf16 : Given::half;
+  return a.p ? Given::wide : Given::none;
+}
+// The variant for `all`: their common storage; kernels in float64 (never stored in 16
+// bits) keep the one general instantiation.
 template <typename T>
-__device__ T masked_dy(const In<T>& dy, const ReluY<T>& relu_y, int64_t i) {
-  if (relu_y.p16) return load_at(Load16{relu_y.p16, relu_y.bf16}, i) > 0.f ? dy[i] : T(0);
-  return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : dy[i];
+Storage storage_of(std::initializer_list<Given> all) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return Storage::any;
+  } else {
+    return common_storage(all);
+  }
+}
+// f(std::integral_constant<Storage, s>{}): the launch of the kernels specialised for `s`.
+template <typename F>
+void with_storage(Storage s, F&& f) {
+  switch (s) {
+    case Storage::wide:
+      f(std::integral_constant<Storage, Storage::wide>{});
+      return;
+    case Storage::half:
+      f(std::integral_constant<Storage, Storage::half>{});
+      return;
+    case Storage::bf16:
+      f(std::integral_constant<Storage, Storage::bf16>{});
+      return;
+    case Storage::any:
+      f(std::integral_constant<Storage, Storage::any>{});
+      return;
+  }
+}
+
+// dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select. dy is read
+// first in the specialised kernels, so its load does not wait on the mask's.
+template <typename T, Storage S>
+__device__ T masked_dy(const In<T, S>& dy, const ReluY<T, S>& relu_y, int64_t i) {
+  if constexpr (S == Storage::any) {
+    if (relu_y.p16) return load_at(Load16{relu_y.p16, relu_y.bf16}, i) > 0.f ? dy[i] : T(0);
+    return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : dy[i];
+  } else {
+    const T g = dy[i];
+    if constexpr (S == Storage::wide) {
+      return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : g;
+    } else {
+      return relu_y.p16 && !(widen16<S>(relu_y.p16[i]) > 0.f) ? T(0) : g;
+    }
+  }
 }
 __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) {
   float4 g = dy[i];
@@ -115,8 +195,9 @@ __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) 
 
 // Pass 2: devs[c, g, :] = sums over the slice of (x - mean)^2 and, for the gradient
 // (K = 3, dy given), dy and dy * (x - mean).
-template <typename T, int K>
-__global__ void slice_deviations(In<T> x, In<T> dy, ReluY<T> relu_y, Channels v, const double* sums, double* devs) {
+template <typename T, int K, Storage S>
+__global__ void slice_deviations(In<T, S> x, In<T, S> dy, ReluY<T, S> relu_y, Channels v, const double* sums,
+                                 double* devs) {
   __shared__ double block_mean;
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   double mean = 0;
@@ -150,8 +231,8 @@ __global__ void slice_deviations(In<T> x, In<T> dy, ReluY<T> relu_y, Channels v,
 
 // The gradient's one pass with saved statistics: grads[c, g, :] = sums over the slice of
 // dy and dy * (x - mean[c]).
-template <typename T>
-__global__ void slice_grad_sums(In<T> x, In<T> dy, ReluY<T> relu_y, Channels v, const T* mean, double* grads) {
+template <typename T, Storage S>
+__global__ void slice_grad_sums(In<T, S> x, In<T, S> dy, ReluY<T, S> relu_y, Channels v, const T* mean, double* grads) {
   const int64_t c = v.last ? last_channel() : blockIdx.x;
   const double m = c < v.C ? static_cast<double>(mean[c]) : 0.0;
   double acc[2] = {};
@@ -209,8 +290,8 @@ __device__ T apply_one(T x, T shift, T mul, T add) {
   return out;
 }
 // y: a T* (the float4 path too) or a Store16 (Y stored in 16 bits, scalar path only).
-template <typename T, bool kRelu, bool kVec4, typename Out>
-__global__ void forward_apply(In<T> x, Out y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
+template <typename T, bool kRelu, bool kVec4, Storage St, typename Out>
+__global__ void forward_apply(In<T, St> x, Out y, int64_t planes, int64_t C, int64_t S, const T* shift, const T* mul,
                               const T* add) {
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
@@ -231,8 +312,9 @@ __global__ void forward_apply(In<T> x, Out y, int64_t planes, int64_t C, int64_t
 
 // forward_apply for ChannelsLast: n values (kVec4: n/4 groups of four channels, C in
 // groups) with their channels.
-template <typename T, bool kRelu, bool kVec4, typename Out>
-__global__ void forward_apply_last(In<T> x, Out y, int64_t n, int64_t C, const T* shift, const T* mul, const T* add) {
+template <typename T, bool kRelu, bool kVec4, Storage St, typename Out>
+__global__ void forward_apply_last(In<T, St> x, Out y, int64_t n, int64_t C, const T* shift, const T* mul,
+                                   const T* add) {
   if constexpr (kVec4) {
     const auto* x4 = reinterpret_cast<const float4*>(x.p);
     auto* y4 = reinterpret_cast<float4*>(y);
@@ -284,8 +366,9 @@ __global__ void grad_finish(GradArgs<T> a, Channels v, const double* sums, const
 
 // dX per plane (TRAINRT_PLANES), as forward_apply.
 // dx: a T* (the float4 path too) or a Store16 (dX stored in 16 bits, scalar path only).
-template <typename T, bool kVec4, typename Out>
-__global__ void grad_apply(In<T> dy, In<T> x, Out dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
+template <typename T, bool kVec4, Storage St, typename Out>
+__global__ void grad_apply(In<T, St> dy, In<T, St> x, Out dx, int64_t planes, int64_t C, int64_t S, GradArgs<T> a) {
+  const ReluY<T, St> relu_y = a.relu_y.template as<St>();
   TRAINRT_PLANES(p, planes) {
     const int64_t c = p % C;
     const T k = a.k[c], bt = a.bias_term[c], m = a.mean[c], xt = a.x_term[c];
@@ -303,7 +386,7 @@ __global__ void grad_apply(In<T> dy, In<T> x, Out dx, int64_t planes, int64_t C,
       }
     } else {
       TRAINRT_GRID_STRIDE(i, S) {
-        store_at(dx, at + i, batchnorm_stats::grad(masked_dy(dy, a.relu_y, at + i), x[at + i], m, k, bt, xt));
+        store_at(dx, at + i, batchnorm_stats::grad(masked_dy(dy, relu_y, at + i), x[at + i], m, k, bt, xt));
       }
     }
   }
@@ -314,8 +397,8 @@ template <typename T>
 __device__ T grad_one(T g, T v, const GradArgs<T>& a, int64_t c) {
   return batchnorm_stats::grad(g, v, a.mean[c], a.k[c], a.bias_term[c], a.x_term[c]);
 }
-template <typename T, bool kVec4, typename Out>
-__global__ void grad_apply_last(In<T> dy, In<T> x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {
+template <typename T, bool kVec4, Storage St, typename Out>
+__global__ void grad_apply_last(In<T, St> dy, In<T, St> x, Out dx, int64_t n, int64_t C, GradArgs<T> a) {
   if constexpr (kVec4) {
     const auto* dy4 = reinterpret_cast<const float4*>(dy.p);
     const auto* r4 = reinterpret_cast<const float4*>(a.relu_y.p);
@@ -328,7 +411,8 @@ __global__ void grad_apply_last(In<T> dy, In<T> x, Out dx, int64_t n, int64_t C,
                            grad_one(d.w, v.w, a, c + 3));
     }
   } else {
-    TRAINRT_CHANNELS_LAST(i, c, n, C) { store_at(dx, i, grad_one(masked_dy(dy, a.relu_y, i), x[i], a, c)); }
+    const ReluY<T, St> relu_y = a.relu_y.template as<St>();
+    TRAINRT_CHANNELS_LAST(i, c, n, C) { store_at(dx, i, grad_one(masked_dy(dy, relu_y, i), x[i], a, c)); }
   }
 }
 
@@ -484,10 +568,14 @@ ForwardArgs<T> forward_statistics(KernelContext& ctx, const Channels& v, bool tr
   const Scratch s = scratch<T>(v, 1, 3);
   if (training) {
     const dim3 grid = slice_grid(v);
-    slice_sums<<<grid, kThreads, 0, stream>>>(xin, v, s.sums);
-    check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 1><<<grid, kThreads, 0, stream>>>(xin, In<T>{}, ReluY<T>{}, v, s.sums, s.devs);
-    check_launch(ctx.node, "slice_deviations");
+    with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+      constexpr Storage S = decltype(st)::value;
+      slice_sums<<<grid, kThreads, 0, stream>>>(xin.template as<S>(), v, s.sums);
+      check_launch(ctx.node, "slice_sums");
+      slice_deviations<T, 1, S>
+          <<<grid, kThreads, 0, stream>>>(xin.template as<S>(), In<T, S>{}, ReluY<T, S>{}, v, s.sums, s.devs);
+      check_launch(ctx.node, "slice_deviations");
+    });
   }
   auto out = [&](size_t i) { return ctx.has_output(i) ? ctx.out(i).data<T>() : nullptr; };
   T* coef = static_cast<T*>(s.coefficients);
@@ -530,12 +618,15 @@ void batchnorm(KernelContext& ctx) {
   if constexpr (std::is_same_v<T, float>)
     if (y16) {
       const Store16 y = store16(ctx.out(0), ctx.math);
-      if (v.last)
-        forward_apply_last<T, kRelu, false>
-            <<<blocks_for(n), kThreads, 0, stream>>>(xin, y, n, v.C, a.shift, a.mul, a.add);
-      else
-        forward_apply<T, kRelu, false>
-            <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(xin, y, planes, v.C, v.S, a.shift, a.mul, a.add);
+      with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+        constexpr Storage S = decltype(st)::value;
+        if (v.last)
+          forward_apply_last<T, kRelu, false, S>
+              <<<blocks_for(n), kThreads, 0, stream>>>(xin.template as<S>(), y, n, v.C, a.shift, a.mul, a.add);
+        else
+          forward_apply<T, kRelu, false, S><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(
+              xin.template as<S>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);
+      });
       check_launch(ctx.node, v.last ? "forward_apply_last" : "forward_apply");
       return;
     }
@@ -545,12 +636,15 @@ void batchnorm(KernelContext& ctx) {
     if constexpr (std::is_same_v<T, float>) {
       vec4 = v.C % 4 == 0 && !xin.p16 && aligned16(x.raw()) && aligned16(y);
       if (vec4)
-        forward_apply_last<T, kRelu, true>
-            <<<blocks_for(n / 4), kThreads, 0, stream>>>(xin, y, n, v.C, a.shift, a.mul, a.add);
+        forward_apply_last<T, kRelu, true, Storage::wide><<<blocks_for(n / 4), kThreads, 0, stream>>>(
+            xin.template as<Storage::wide>(), y, n, v.C, a.shift, a.mul, a.add);
     }
     if (!vec4)
-      forward_apply_last<T, kRelu, false>
-          <<<blocks_for(n), kThreads, 0, stream>>>(xin, y, n, v.C, a.shift, a.mul, a.add);
+      with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+        constexpr Storage S = decltype(st)::value;
+        forward_apply_last<T, kRelu, false, S>
+            <<<blocks_for(n), kThreads, 0, stream>>>(xin.template as<S>(), y, n, v.C, a.shift, a.mul, a.add);
+      });
     check_launch(ctx.node, "forward_apply_last");
     return;
   }
@@ -558,11 +652,14 @@ void batchnorm(KernelContext& ctx) {
   if constexpr (std::is_same_v<T, float>) vec4 = v.S % 4 == 0 && !xin.p16 && aligned16(x.raw()) && aligned16(y);
   if constexpr (std::is_same_v<T, float>)
     if (vec4)
-      forward_apply<T, kRelu, true>
-          <<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(xin, y, planes, v.C, v.S, a.shift, a.mul, a.add);
+      forward_apply<T, kRelu, true, Storage::wide><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(
+          xin.template as<Storage::wide>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);
   if (!vec4)
-    forward_apply<T, kRelu, false>
-        <<<planes_grid(planes, v.S), kThreads, 0, stream>>>(xin, y, planes, v.C, v.S, a.shift, a.mul, a.add);
+    with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+      constexpr Storage S = decltype(st)::value;
+      forward_apply<T, kRelu, false, S><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(
+          xin.template as<S>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);
+    });
   check_launch(ctx.node, "forward_apply");
 }
 
@@ -589,15 +686,22 @@ void batchnorm_grad(KernelContext& ctx) {
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid = slice_grid(v);
   const bool saved = ctx.has_input(3) && ctx.has_input(4);
-  if (saved) {
-    slice_grad_sums<<<grid, kThreads, 0, stream>>>(xin, dyin, relu_y, v, ctx.in(3).data<T>(), s.devs);
-    check_launch(ctx.node, "slice_grad_sums");
-  } else {
-    slice_sums<<<grid, kThreads, 0, stream>>>(xin, v, s.sums);
-    check_launch(ctx.node, "slice_sums");
-    slice_deviations<T, 3><<<grid, kThreads, 0, stream>>>(xin, dyin, relu_y, v, s.sums, s.devs);
-    check_launch(ctx.node, "slice_deviations");
-  }
+  // One storage for dY, X and relu_y where they share it (the specialised kernels).
+  const Storage storage = storage_of<T>({given(dyin), given(xin), given(relu_y)});
+  with_storage(storage, [&](auto st) {
+    constexpr Storage S = decltype(st)::value;
+    const In<T, S> xs = xin.template as<S>(), dys = dyin.template as<S>();
+    const ReluY<T, S> mask = relu_y.template as<S>();
+    if (saved) {
+      slice_grad_sums<T, S><<<grid, kThreads, 0, stream>>>(xs, dys, mask, v, ctx.in(3).data<T>(), s.devs);
+      check_launch(ctx.node, "slice_grad_sums");
+    } else {
+      slice_sums<<<grid, kThreads, 0, stream>>>(xs, v, s.sums);
+      check_launch(ctx.node, "slice_sums");
+      slice_deviations<T, 3, S><<<grid, kThreads, 0, stream>>>(xs, dys, mask, v, s.sums, s.devs);
+      check_launch(ctx.node, "slice_deviations");
+    }
+  });
   T* coef = static_cast<T*>(s.coefficients);
   const GradArgs<T> a{.scale = ctx.in(2).data<T>(),
                       .saved_mean = saved ? ctx.in(3).data<T>() : nullptr,
@@ -618,10 +722,15 @@ void batchnorm_grad(KernelContext& ctx) {
   if constexpr (std::is_same_v<T, float>)
     if (stored_narrow(ctx, ctx.out(0))) {  // dX stored in 16 bits (runtime/narrow.h): rounded as written
       const Store16 dx16 = store16(ctx.out(0), ctx.math);
-      if (v.last)
-        grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dyin, xin, dx16, n, v.C, a);
-      else
-        grad_apply<T, false><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dyin, xin, dx16, planes, v.C, v.S, a);
+      with_storage(storage, [&](auto st) {
+        constexpr Storage S = decltype(st)::value;
+        if (v.last)
+          grad_apply_last<T, false, S>
+              <<<blocks_for(n), kThreads, 0, stream>>>(dyin.template as<S>(), xin.template as<S>(), dx16, n, v.C, a);
+        else
+          grad_apply<T, false, S><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(
+              dyin.template as<S>(), xin.template as<S>(), dx16, planes, v.C, v.S, a);
+      });
       check_launch(ctx.node, v.last ? "grad_apply_last" : "grad_apply");
       return;
     }
@@ -631,9 +740,16 @@ void batchnorm_grad(KernelContext& ctx) {
     if constexpr (std::is_same_v<T, float>) {
       vec4 = v.C % 4 == 0 && wide && aligned16(dy.raw()) && aligned16(x.raw()) && aligned16(dx) && !relu_y.p16 &&
              (!relu_y.p || aligned16(relu_y.p));
-      if (vec4) grad_apply_last<T, true><<<blocks_for(n / 4), kThreads, 0, stream>>>(dyin, xin, dx, n, v.C, a);
+      if (vec4)
+        grad_apply_last<T, true, Storage::wide><<<blocks_for(n / 4), kThreads, 0, stream>>>(
+            dyin.template as<Storage::wide>(), xin.template as<Storage::wide>(), dx, n, v.C, a);
     }
-    if (!vec4) grad_apply_last<T, false><<<blocks_for(n), kThreads, 0, stream>>>(dyin, xin, dx, n, v.C, a);
+    if (!vec4)
+      with_storage(storage, [&](auto st) {
+        constexpr Storage S = decltype(st)::value;
+        grad_apply_last<T, false, S>
+            <<<blocks_for(n), kThreads, 0, stream>>>(dyin.template as<S>(), xin.template as<S>(), dx, n, v.C, a);
+      });
     check_launch(ctx.node, "grad_apply_last");
     return;
   }
@@ -643,9 +759,14 @@ void batchnorm_grad(KernelContext& ctx) {
            (!relu_y.p || aligned16(relu_y.p));
   if constexpr (std::is_same_v<T, float>)
     if (vec4)
-      grad_apply<T, true><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(dyin, xin, dx, planes, v.C, v.S, a);
+      grad_apply<T, true, Storage::wide><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(
+          dyin.template as<Storage::wide>(), xin.template as<Storage::wide>(), dx, planes, v.C, v.S, a);
   if (!vec4)
-    grad_apply<T, false><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(dyin, xin, dx, planes, v.C, v.S, a);
+    with_storage(storage, [&](auto st) {
+      constexpr Storage S = decltype(st)::value;
+      grad_apply<T, false, S><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(
+          dyin.template as<S>(), xin.template as<S>(), dx, planes, v.C, v.S, a);
+    });
   check_launch(ctx.node, "grad_apply");
 }
 
