@@ -95,18 +95,6 @@ __device__ inline float widen16(uint16_t v) {
   }
 }
 
-// relu_y as the mask reads it: float32 (p), or its 16-bit bits (p16) where it is stored
-// so (runtime/narrow.h; its widening is exact, so the test is the same); neither: no mask.
-template <typename T, Storage S = Storage::any>
-struct ReluY {
-  const T* p = nullptr;
-  const uint16_t* p16 = nullptr;
-  bool bf16 = false;
-  template <Storage S2>
-  __host__ __device__ ReluY<T, S2> as() const {
-    return {p, p16, bf16};
-  }
-};
 // x or dy as the kernels read it: float32 or float64 (p), or a float32 value's 16-bit
 // bits (p16) where it is stored so (runtime/narrow.h; its writer rounded it, so the
 // widening is the value itself). The float4 paths take p only.
@@ -129,6 +117,10 @@ struct In {
     return {p, p16, bf16};
   }
 };
+// relu_y as the mask reads it: an In (its 16-bit widening is exact, so the test is the
+// same); neither p nor p16: no mask.
+template <typename T, Storage S = Storage::any>
+using ReluY = In<T, S>;
 template <typename T>
 In<T> in_of(const KernelContext& ctx, const Tensor& t) {
   if (stored_narrow(ctx, t)) return In<T>{nullptr, t.data<uint16_t>(), ctx.math == MathPrecision::bf16};
@@ -171,20 +163,11 @@ void with_storage(Storage s, F&& f) {
 }
 
 // dy[i], or 0 where relu_y (when given) is not positive: ReluGrad's select. dy is read
-// first in the specialised kernels, so its load does not wait on the mask's.
+// first, so its load does not wait on the mask's.
 template <typename T, Storage S>
 __device__ T masked_dy(const In<T, S>& dy, const ReluY<T, S>& relu_y, int64_t i) {
-  if constexpr (S == Storage::any) {
-    if (relu_y.p16) return load_at(Load16{relu_y.p16, relu_y.bf16}, i) > 0.f ? dy[i] : T(0);
-    return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : dy[i];
-  } else {
-    const T g = dy[i];
-    if constexpr (S == Storage::wide) {
-      return relu_y.p && !(relu_y.p[i] > T(0)) ? T(0) : g;
-    } else {
-      return relu_y.p16 && !(widen16<S>(relu_y.p16[i]) > 0.f) ? T(0) : g;
-    }
-  }
+  const T g = dy[i];
+  return (relu_y.p || relu_y.p16) && !(relu_y[i] > T(0)) ? T(0) : g;
 }
 __device__ float4 masked_dy4(const float4* dy, const float4* relu_y, int64_t i) {
   float4 g = dy[i];
@@ -605,6 +588,7 @@ void batchnorm(KernelContext& ctx) {
   // X or Y stored in 16 bits (runtime/narrow.h): the own kernels, which read X's bits
   // (In) and write Y rounded; the cuDNN graph's scope is float32.
   const In<T> xin = in_of<T>(ctx, x);
+  const Storage storage = storage_of<T>({given(xin)});
   [[maybe_unused]] bool y16 = false;
   if constexpr (std::is_same_v<T, float>) {
     y16 = stored_narrow(ctx, ctx.out(0));
@@ -618,7 +602,7 @@ void batchnorm(KernelContext& ctx) {
   if constexpr (std::is_same_v<T, float>)
     if (y16) {
       const Store16 y = store16(ctx.out(0), ctx.math);
-      with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+      with_storage(storage, [&](auto st) {
         constexpr Storage S = decltype(st)::value;
         if (v.last)
           forward_apply_last<T, kRelu, false, S>
@@ -640,7 +624,7 @@ void batchnorm(KernelContext& ctx) {
             xin.template as<Storage::wide>(), y, n, v.C, a.shift, a.mul, a.add);
     }
     if (!vec4)
-      with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+      with_storage(storage, [&](auto st) {
         constexpr Storage S = decltype(st)::value;
         forward_apply_last<T, kRelu, false, S>
             <<<blocks_for(n), kThreads, 0, stream>>>(xin.template as<S>(), y, n, v.C, a.shift, a.mul, a.add);
@@ -655,7 +639,7 @@ void batchnorm(KernelContext& ctx) {
       forward_apply<T, kRelu, true, Storage::wide><<<planes_grid(planes, v.S / 4), kThreads, 0, stream>>>(
           xin.template as<Storage::wide>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);
   if (!vec4)
-    with_storage(storage_of<T>({given(xin)}), [&](auto st) {
+    with_storage(storage, [&](auto st) {
       constexpr Storage S = decltype(st)::value;
       forward_apply<T, kRelu, false, S><<<planes_grid(planes, v.S), kThreads, 0, stream>>>(
           xin.template as<S>(), y, planes, v.C, v.S, a.shift, a.mul, a.add);

@@ -19,19 +19,21 @@
 
 #include "graph/error.h"
 #include "graph/infer.h"
+#include "graph/tsan.h"  // TRAINRT_TSAN
 #include "ops/core/register_all.h"
 #include "runtime/executor.h"
 
 namespace trainrt::test {
 
-// Whether this build runs under ASan or TSan (clang's __has_feature, g++'s macros). The
-// tests that compare kernels with the fp64 reference at the Wide ResNet's full layer
-// sizes take smaller images and batches there: the same code at a fraction of the
-// instrumented reference's minutes (docs/reliability.md, "Build time and CI's budget").
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// Whether this build runs under ASan or TSan (graph/tsan.h's TRAINRT_TSAN; ASan from
+// clang's __has_feature or g++'s macro). The tests that compare kernels with the fp64
+// reference at the Wide ResNet's full layer sizes take smaller images and batches there:
+// the same code at a fraction of the instrumented reference's minutes
+// (docs/reliability.md, "Build time and CI's budget").
+#if defined(TRAINRT_TSAN) || defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer)
 inline constexpr bool kSanitized = true;
 #else
 inline constexpr bool kSanitized = false;
