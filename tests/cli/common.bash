@@ -1,6 +1,7 @@
 # (Named .bash so that the tests/cli/*.sh glob does not make it a test of its own.)
 # Shared by the CLI test scripts (source it after setting trainrt/src):
-#   $tmp                  a temporary folder, removed at exit
+#   $tmp                  a temporary folder, removed at exit (a failed script first
+#                         prints the sanitizer reports its files hold)
 #   fail MESSAGE          records a failure (the script ends with: exit $((fails > 0)))
 #   expect_error CODE PATTERN -- command...
 #                         the command exits CODE with exactly one stderr line matching
@@ -12,8 +13,19 @@
 #   small_wrn             writes the inspect tests' model, a Fashion-MNIST Wide ResNet of
 #                         widths 4,8,12,16, to $model (= $tmp/wrn.onnx)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 fails=0
+# At exit a failed script first prints every sanitizer report its logs in $tmp hold
+# (a failure message quotes a log's last lines, which for a sanitizer are its summary).
+on_exit() {
+  if [ "$fails" -gt 0 ]; then
+    grep -rlE "^==[0-9]+==ERROR: [A-Za-z]+Sanitizer" "$tmp" 2>/dev/null | while read -r f; do
+      echo "== sanitizer report in ${f#"$tmp"/}:"
+      sed -n '/^==[0-9]*==ERROR: [A-Za-z]*Sanitizer/,/^SUMMARY: /p' "$f"
+    done
+  fi
+  rm -rf "$tmp"
+}
+trap on_exit EXIT
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 expect_error() {
   local code=$1 pattern=$2
