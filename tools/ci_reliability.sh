@@ -57,28 +57,32 @@ group_line() {  # group_line NAME SECONDS
   [ -z "${TRAINRT_PHASE_LOG:-}" ] || printf '%-32s %5d s\n' "$1" "$2" >>"$TRAINRT_PHASE_LOG"
 }
 
-# in_batches RUN REPORT ITEM...: `RUN ITEM` in the background, JOBS items at a time (a
-# fuzz target or a TSan program is one core); after each batch, `REPORT ITEM STATUS
-# SECONDS` for its items in order, STATUS ok or FAIL from RUN's exit status.
-in_batches() {
-  local run=$1 report=$2 i item st t
+# in_pool RUN REPORT ITEM...: `RUN ITEM` in the background, at most JOBS at once, the
+# next starting as soon as one ends (a fuzz target or a TSan program is one core; the
+# TSan programs take 3 to 200 s, so batches of JOBS would wait for each batch's longest);
+# then `REPORT ITEM STATUS SECONDS` for every item in order, STATUS ok or FAIL from RUN's
+# exit status.
+in_pool() {
+  local run=$1 report=$2 item st t running=0
   shift 2
-  local items=("$@") stamps
+  local stamps
   stamps=$(mktemp -d)
-  for ((i = 0; i < ${#items[@]}; i += JOBS)); do
-    local batch=("${items[@]:i:JOBS}")
-    for item in "${batch[@]}"; do
-      (
-        t0=$(date +%s) st=ok
-        "$run" "$item" || st=FAIL
-        echo "$st $(($(date +%s) - t0))" >"$stamps/${item##*/}"
-      ) &
-    done
-    wait
-    for item in "${batch[@]}"; do
-      read -r st t <"$stamps/${item##*/}"
-      "$report" "$item" "$st" "$t"
-    done
+  for item in "$@"; do
+    if ((running >= JOBS)); then
+      wait -n
+      running=$((running - 1))
+    fi
+    (
+      t0=$(date +%s) st=ok
+      "$run" "$item" || st=FAIL
+      echo "$st $(($(date +%s) - t0))" >"$stamps/${item##*/}"
+    ) &
+    running=$((running + 1))
+  done
+  wait
+  for item in "$@"; do
+    read -r st t <"$stamps/${item##*/}"
+    "$report" "$item" "$st" "$t"
   done
   rm -rf "$stamps"
 }
@@ -131,7 +135,7 @@ run_fuzz() {
   # Each target for FUZZ_SECONDS, JOBS of them at a time.
   local exes=("$dir"/fuzz/fuzz_*) t0
   t0=$(date +%s)
-  in_batches fuzz_one fuzz_report "${exes[@]}"
+  in_pool fuzz_one fuzz_report "${exes[@]}"
   group_line "fuzz, all (${#exes[@]} targets, $JOBS at a time)" $(($(date +%s) - t0))
 }
 
@@ -228,7 +232,7 @@ run_tsan() {
   # loops fork a few std::threads), each logged to its own file.
   local t0
   t0=$(date +%s)
-  in_batches tsan_one tsan_report "${targets[@]}"
+  in_pool tsan_one tsan_report "${targets[@]}"
   group_line "tsan, all (${#targets[@]} programs, $JOBS at a time)" $(($(date +%s) - t0))
 }
 
