@@ -67,13 +67,11 @@ struct TempDir {
   }
 };
 
-inline Tensor random_tensor(DataType t, std::vector<int64_t> dims, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  Tensor x(t, std::move(dims));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  for (int64_t i = 0; i < x.numel(); ++i) x.set_from_double(i, u(rng));
-  return x;
-}
+// Uniform in [lo, hi), from a std::mt19937_64 seeded with `seed`. The tensor helpers
+// that loop over every element are defined in tests/test_util.cpp, built at the
+// libraries' optimisation: the sanitizer builds compile the test sources at -O0
+// (tools/ci_reliability.sh), where these loops would dominate some tests.
+Tensor random_tensor(DataType t, std::vector<int64_t> dims, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
 // A tensor of the given values (as many as dims need), converted to dtype t.
 inline Tensor make(DataType t, std::vector<int64_t> dims, std::vector<double> values) {
@@ -137,28 +135,11 @@ inline TensorMap run_node(const Node& n, const TensorMap& feeds, const std::stri
   return run_graph(g, feeds, *make_backend(backend), opts);
 }
 
-inline double max_abs_diff(const Tensor& a, const Tensor& b) {
-  if (a.dims() != b.dims()) return INFINITY;
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double d = std::fabs(a.get_as_double(i) - b.get_as_double(i));
-    if (std::isnan(d)) return INFINITY;
-    m = std::max(m, d);
-  }
-  return m;
-}
+// max |a - b| over the elements; infinity when the shapes differ or a difference is NaN.
+double max_abs_diff(const Tensor& a, const Tensor& b);
 
 // True when |a-b| <= atol + rtol*|b| elementwise (numpy.allclose), NaN == NaN.
-inline bool all_close(const Tensor& a, const Tensor& b, double rtol, double atol) {
-  if (a.dims() != b.dims()) return false;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double x = a.get_as_double(i), y = b.get_as_double(i);
-    if (std::isnan(x) && std::isnan(y)) continue;
-    if (std::isinf(x) && x == y) continue;
-    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
-  }
-  return true;
-}
+bool all_close(const Tensor& a, const Tensor& b, double rtol, double atol);
 
 // A CNN without batch normalization, as small exported models are: input [N,1,12,12] ->
 // Conv(width, 3x3, bias) + Relu -> Conv(6, 3x3, bias) + Relu -> MaxPool 2x2 ->
