@@ -46,7 +46,8 @@
 //
 // Compiled in CI, run only where a GPU exists (trainrt selftest --device cuda); the
 // saved-statistics path has been compiled, not run, and so have the storage-specialised
-// kernels (written after the last GPU run; docs/gpu-runs.md says what was measured before).
+// kernels and the cuDNN graphs on 16-bit storage (written after the last GPU run;
+// docs/gpu-runs.md says what was measured before).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -585,14 +586,14 @@ void batchnorm(KernelContext& ctx) {
   const Channels v = channels_of(x);
   if (v.C == 0) return;
   const bool training = node_trains(node, ctx.training);
-  // X or Y stored in 16 bits (runtime/narrow.h): the own kernels, which read X's bits
-  // (In) and write Y rounded; the cuDNN graph's scope is float32.
+  // X or Y may be stored in 16 bits (runtime/narrow.h): the cuDNN graph describes them
+  // so (ops/core/bn_graph_scope.h), the own kernels read X's bits (In) and write Y rounded.
   const In<T> xin = in_of<T>(ctx, x);
   const Storage storage = storage_of<T>({given(xin)});
   [[maybe_unused]] bool y16 = false;
   if constexpr (std::is_same_v<T, float>) {
     y16 = stored_narrow(ctx, ctx.out(0));
-    if (training && !y16 && !xin.p16 && forward_on_graph(ctx)) return;
+    if (training && forward_on_graph(ctx)) return;
   }
   const ForwardArgs<T> a = forward_statistics<T>(ctx, v, training);
   cudaStream_t stream = context().stream;
@@ -652,8 +653,8 @@ void batchnorm_grad(KernelContext& ctx) {
   const Tensor &dy = ctx.in(0), &x = ctx.in(1);
   const Channels v = channels_of(x);
   if (v.C == 0) return;
-  // relu_y stored in 16 bits (runtime/narrow.h): the own kernels read its bits; the cuDNN
-  // graph's scope is float32.
+  // relu_y stored in 16 bits (runtime/narrow.h): the own kernels read its bits, the cuDNN
+  // graph describes it so.
   ReluY<T> relu_y;
   if (ctx.has_input(5)) {
     if (stored_narrow(ctx, ctx.in(5)))
@@ -663,9 +664,9 @@ void batchnorm_grad(KernelContext& ctx) {
   }
   // dY or X stored in 16 bits: read as their bits (In), by the own kernels too.
   const In<T> dyin = in_of<T>(ctx, dy), xin = in_of<T>(ctx, x);
-  const bool wide = !dyin.p16 && !xin.p16;  // the float4 paths and the graph read float32
+  const bool wide = !dyin.p16 && !xin.p16;  // the float4 paths read float32
   if constexpr (std::is_same_v<T, float>)
-    if (!relu_y.p16 && wide && grad_on_graph(ctx)) return;
+    if (grad_on_graph(ctx)) return;
   cudaStream_t stream = context().stream;
   const Scratch s = scratch<T>(v, 3, 4);
   const dim3 grid = slice_grid(v);
@@ -785,7 +786,7 @@ void register_norm_cuda(Registry& r) {
   add_if_schema(r, "cuda", kTrainrtDomain, "BatchNormalizationGrad", batchnorm_grad_kernel,
                 facts::fixed({{S, S, facts::P, facts::P, facts::P, S}, {S}}));  // and relu_y (input 5)
   // X and Y (the forward), dY, X, relu_y and dX (the gradient) of float32 activations may
-  // be stored in 16 bits (the graphs' scope is float32: such a node runs the own kernels).
+  // be stored in 16 bits (the cuDNN graphs describe them so, the own kernels read their bits).
   // None of them rounds an input, so an input is stored so only where its writer rounded
   // it (a convolution's Y or dX: runtime/narrow.h), and the widening is the same value.
   if (r.kernels.find("cuda", kTrainrtDomain, "BatchNormalizationGrad"))

@@ -1,5 +1,6 @@
 // Batch normalization as cuDNN graphs: ops/norm_graph_cuda.h says what and why.
-// Host code only (no kernels of its own). Compiled in CI, never run on a GPU.
+// Host code only (no kernels of its own). The float32 graphs ran on an H200
+// (docs/gpu-runs.md); the 16-bit ones are compiled, not run.
 #include <cudnn.h>
 
 #include <initializer_list>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/core/bn_graph_scope.h"
 #include "ops/cuda/cudnn_graph.h"
 #include "ops/cuda/graph_fallback.h"
 #include "ops/norm_graph_cuda.h"
@@ -17,6 +19,7 @@ namespace {
 
 using cudnn_graph::Builder;
 using cudnn_graph::dims_text;
+using cudnn_graph::dtype_word;
 using cudnn_graph::GraphCall;
 using cudnn_graph::GraphPlan;
 using cudnn_graph::tensor;
@@ -40,12 +43,17 @@ enum Uid : int64_t {
 };
 
 // What the cache key and the graph depend on: x's shape (N,C,H,W, stored NHWC), the
-// direction, the ReLU, the math filter and the buffers' alignments.
+// direction, the ReLU, the math filter, the activations' storage and the buffers'
+// alignments.
 struct Problem {
   bool backward = false, relu = false, tf32 = false;
   std::vector<int64_t> x;
   // forward: x, y, scale, bias; backward: x, dy, dx, relu_y, scale, dscale, dbias
   std::vector<int64_t> align;
+  // The activation-shaped tensors' types, in align's order (forward: x, y; backward: x,
+  // dy, dx, relu_y): float32, or bfloat16 / half where stored in 16 bits
+  // (ops/core/bn_graph_scope.h). Statistics and per-channel tensors stay float32.
+  std::vector<DataType> io;
 };
 
 // A per-channel 1,C,1,1 tensor in NHWC strides (C contiguous values).
@@ -53,9 +61,15 @@ cudnnBackendDescriptor_t channel(Builder& b, int64_t uid, const Problem& p, int6
   return tensor(b, uid, {1, p.x[1], 1, 1}, align, false, CUDNN_DATA_FLOAT, true);
 }
 
-// An x-shaped NHWC tensor, virtual when align is 0.
-cudnnBackendDescriptor_t activation(Builder& b, int64_t uid, const Problem& p, int64_t align) {
-  return tensor(b, uid, p.x, align == 0 ? 16 : align, align == 0, CUDNN_DATA_FLOAT, true);
+// The x-shaped NHWC tensor of Problem slot `slot` (its type and alignment).
+cudnnBackendDescriptor_t activation(Builder& b, int64_t uid, const Problem& p, size_t slot) {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  cudnn_graph::graph_dtype(p.io[slot], &type);
+  return tensor(b, uid, p.x, p.align[slot], false, type, true);
+}
+// A virtual x-shaped intermediate: float32, whatever the storage (the math's precision).
+cudnnBackendDescriptor_t virtual_activation(Builder& b, int64_t uid, const Problem& p) {
+  return tensor(b, uid, p.x, 16, true, CUDNN_DATA_FLOAT, true);
 }
 
 void set_mode(Builder& b, cudnnBackendDescriptor_t op, cudnnBackendAttributeName_t name) {
@@ -65,9 +79,9 @@ void set_mode(Builder& b, cudnnBackendDescriptor_t op, cudnnBackendAttributeName
 
 // NORM_FORWARD (training) then, with the ReLU, RELU_FWD.
 std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) {
-  cudnnBackendDescriptor_t x = activation(b, kX, p, p.align[0]);
-  cudnnBackendDescriptor_t y = activation(b, kY, p, p.align[1]);
-  cudnnBackendDescriptor_t normed = p.relu ? activation(b, kNormOut, p, 0) : y;
+  cudnnBackendDescriptor_t x = activation(b, kX, p, 0);
+  cudnnBackendDescriptor_t y = activation(b, kY, p, 1);
+  cudnnBackendDescriptor_t normed = p.relu ? virtual_activation(b, kNormOut, p) : y;
   cudnnBackendDescriptor_t scale = channel(b, kScale, p, p.align[2]);
   cudnnBackendDescriptor_t bias = channel(b, kBias, p, p.align[3]);
   cudnnBackendDescriptor_t mean = channel(b, kMean, p, 16);
@@ -94,12 +108,12 @@ std::vector<cudnnBackendDescriptor_t> forward_ops(Builder& b, const Problem& p) 
 // mean and inverse std.
 std::vector<cudnnBackendDescriptor_t> backward_ops(Builder& b, const Problem& p) {
   std::vector<cudnnBackendDescriptor_t> ops;
-  cudnnBackendDescriptor_t x = activation(b, kX, p, p.align[0]);
-  cudnnBackendDescriptor_t dy = activation(b, kDy, p, p.align[1]);
-  cudnnBackendDescriptor_t dx = activation(b, kDx, p, p.align[2]);
+  cudnnBackendDescriptor_t x = activation(b, kX, p, 0);
+  cudnnBackendDescriptor_t dy = activation(b, kDy, p, 1);
+  cudnnBackendDescriptor_t dx = activation(b, kDx, p, 2);
   if (p.relu) {
-    cudnnBackendDescriptor_t relu_y = activation(b, kReluY, p, p.align[3]);
-    cudnnBackendDescriptor_t masked = activation(b, kMaskedDy, p, 0);
+    cudnnBackendDescriptor_t relu_y = activation(b, kReluY, p, 3);
+    cudnnBackendDescriptor_t masked = virtual_activation(b, kMaskedDy, p);
     ops.push_back(cudnn_graph::relu_backward(b, dy, relu_y, masked));
     dy = masked;
   }
@@ -128,33 +142,38 @@ std::shared_ptr<const GraphPlan> build_plan(const Problem& p, const cudnn_graph:
   return cudnn_graph::plan_of(b, ops, p.tf32, choice, why);
 }
 
-// The scope (ops/norm_graph_cuda.h): every tensor float32, the activation-shaped ones
-// 4-D N,C,H,W of x's shape stored NHWC, C a multiple of 4, nothing empty.
-bool in_scope(const Tensor& x, std::initializer_list<const Tensor*> activations,
-              std::initializer_list<const Tensor*> channels) {
-  if (x.dtype() != DataType::Float32 || x.rank() != 4 || x.numel() == 0 || x.layout() != Layout::ChannelsLast ||
-      x.dims()[1] % 4 != 0)
-    return false;
-  for (const Tensor* t : activations)
-    if (t && (t->dtype() != DataType::Float32 || t->dims() != x.dims() || t->layout() != Layout::ChannelsLast))
-      return false;
-  for (const Tensor* t : channels)
-    if (t->dtype() != DataType::Float32 || t->numel() != x.dims()[1]) return false;
+// The scope (ops/core/bn_graph_scope.h): true, with each activation's type in p.io
+// (an omitted one float32), when the graphs take the node's tensors.
+bool in_scope(const KernelContext& ctx, const Tensor& x, std::initializer_list<const Tensor*> activations,
+              std::initializer_list<const Tensor*> channels, Problem& p) {
+  if (!bn_graph_scope::reason(x, activations, channels, ctx.math).empty()) return false;
+  p.io.push_back(x.dtype());
+  for (const Tensor* t : activations) p.io.push_back(t ? t->dtype() : DataType::Float32);
   return true;
 }
 
 // Key, words, label and builder of problem `p` for node `ctx.node`.
 void describe(const KernelContext& ctx, Problem p, GraphCall& c) {
   const std::string dir = p.backward ? (p.relu ? "backward+drelu" : "backward") : (p.relu ? "forward+relu" : "forward");
-  c.key = "BatchNormalization." + dir + "|x" + dims_text(p.x) + "|nhwc|" + (p.tf32 ? "tf32" : "strict") + "|a";
+  // The activations' storage: "fp32", or each one's word where any is 16-bit.
+  std::string io;
+  const char* word16 = nullptr;  // the 16-bit type's word ("bf16", "fp16") where any is
+  for (DataType t : p.io) {
+    io += std::string(io.empty() ? "" : ",") + dtype_word(t);
+    if (t != DataType::Float32) word16 = dtype_word(t);
+  }
+  const bool any16 = word16 != nullptr;
+  if (!any16) io = "fp32";
+  c.key =
+      "BatchNormalization." + dir + "|x" + dims_text(p.x) + "|nhwc|" + (p.tf32 ? "tf32" : "strict") + "|io" + io + "|a";
   for (int64_t v : p.align) c.key += std::to_string(v);
   c.choice = cudnn_graph::plan_choice(ctx);
   c.key += c.choice.key();
   c.pattern = "BatchNormalization." + dir;
   c.pass = dir;
-  c.problem = "x " + dims_text(p.x) + " " + dir + ", NHWC";
+  c.problem = "x " + dims_text(p.x) + " " + dir + ", NHWC" + (any16 ? ", " + io + " storage" : "");
   c.label = bn_graph_label(ctx.node.op_type, p.relu);
-  c.precision = p.tf32 ? "tf32" : "fp32";
+  c.precision = any16 ? word16 : p.tf32 ? "tf32" : "fp32";
   c.build = [p = std::move(p)](const cudnn_graph::PlanChoice& choice, std::string* why) {
     return build_plan(p, choice, why);
   };
@@ -163,8 +182,8 @@ void describe(const KernelContext& ctx, Problem p, GraphCall& c) {
 int64_t align_of(const void* ptr, bool planning) { return planning ? 16 : cudnn_graph::alignment(ptr); }
 
 bool forward_call(const KernelContext& ctx, const BnForwardGraphArgs& a, bool planning, GraphCall& c) {
-  if (!in_scope(a.x, {&a.y}, {&a.scale, &a.bias})) return false;
   Problem p;
+  if (!in_scope(ctx, a.x, {&a.y}, {&a.scale, &a.bias}, p)) return false;
   p.relu = a.relu;
   p.tf32 = tf32_allowed(ctx);
   p.x = a.x.dims();
@@ -183,8 +202,8 @@ bool forward_call(const KernelContext& ctx, const BnForwardGraphArgs& a, bool pl
 }
 
 bool backward_call(const KernelContext& ctx, const BnBackwardGraphArgs& a, bool planning, GraphCall& c) {
-  if (!in_scope(a.x, {&a.dy, &a.dx, a.relu_y}, {&a.scale})) return false;
   Problem p;
+  if (!in_scope(ctx, a.x, {&a.dy, &a.dx, a.relu_y}, {&a.scale}, p)) return false;
   p.backward = true;
   p.relu = a.relu_y != nullptr;
   p.tf32 = tf32_allowed(ctx);

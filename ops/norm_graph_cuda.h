@@ -23,12 +23,18 @@
 // here). Engines, timing cache and the per-problem fallback with its one-line notice are
 // ops/cuda/cudnn_graph.h's.
 //
-// Scope: float32, 4-D, every activation-shaped tensor ChannelsLast (those engines take
-// NHWC), C a multiple of 4, non-empty (runtime/cudnn_fusion.cpp's rule for a fusable
-// site; keep the two alike). Outside it these return false at once, say nothing and
-// record the node as unfused in the fusion tally.
+// Scope (ops/core/bn_graph_scope.h, tested on the CPU): 4-D, every activation-shaped
+// tensor ChannelsLast (those engines take NHWC), each float32 or a float32 value stored
+// in 16 bits under the call's math (described as bfloat16 / half: what those engines are
+// built for), per-channel tensors float32, C a multiple of 4 (8 with 16-bit storage),
+// non-empty (runtime/cudnn_fusion.cpp's rule for a fusable site; keep the two alike).
+// Outside it these return false at once, say nothing and record the node as unfused in
+// the fusion tally. The intermediates (the normalized value before the ReLU, the masked
+// dy) are float32 virtual tensors; a 16-bit output is converted once, as cuDNN writes it.
 //
-// Compiled in CI, never run: no GPU has executed it yet.
+// The float32 graphs ran on an H200 (docs/gpu-runs.md: BN+ReLU forward at all 13 sites,
+// the backward at 6, the backward with the ReLU gradient finding no engine); on 16-bit
+// storage they are compiled, not run.
 #pragma once
 
 #include <cstddef>

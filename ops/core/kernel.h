@@ -56,6 +56,15 @@ TRAINRT_HOST_DEVICE inline float round_to_math(float v, MathPrecision m) {
   if (m == MathPrecision::fp16) return half_to_float(float_to_half(v));
   return v;
 }
+// The 16-bit type float32 values are stored in under `m` on a backend that stores them
+// so (runtime/narrow.h): bfloat16 under bf16, IEEE half under fp16.
+inline DataType math_storage_type(MathPrecision m) {
+  return m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+}
+// Whether `t` is a float32 value stored in 16 bits under `m` (Tensor::narrowed).
+inline bool stored_16bit(const Tensor& t, MathPrecision m) {
+  return t.narrowed() && m != MathPrecision::fp32 && t.dtype() == math_storage_type(m);
+}
 // The inputs of node `n` its kernels read rounded by round_to_math under bf16/fp16, when
 // `wanted[i]` says whether output i is computed: Conv, FusedConv and ConvTranspose x and
 // w (never the bias or the residual); ConvGrad and ConvTransposeGrad dY, X when dW is

@@ -286,9 +286,7 @@ std::vector<size_t> rounded_inputs(const KernelContext& ctx) {
   return in;
 }
 
-bool stored_narrow(const KernelContext& ctx, const Tensor& t) {
-  return t.narrowed() && ctx.math != MathPrecision::fp32 && t.dtype() == math_storage_type(ctx.math);
-}
+bool stored_narrow(const KernelContext& ctx, const Tensor& t) { return stored_16bit(t, ctx.math); }
 
 size_t math_bytes(const KernelContext& ctx) {
   Carve carve;

@@ -191,10 +191,6 @@ void widen_from_math(const uint16_t* from, float* to, int64_t n, MathPrecision m
 // ones among math_rounded_inputs (ops/core/kernel.h) for the outputs it computes, and
 // those stored in 16 bits already (stored_narrow); none under fp32.
 std::vector<size_t> rounded_inputs(const KernelContext& ctx);
-// The 16-bit type values are stored in under bf16/fp16 (runtime/narrow.h).
-inline DataType math_storage_type(MathPrecision m) {
-  return m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
-}
 // Whether `t` is a float32 value stored rounded in ctx's 16-bit type (Tensor::narrowed).
 bool stored_narrow(const KernelContext& ctx, const Tensor& t);
 // Bytes at the front of a call's workspace for a copy of each of rounded_inputs, sized as
