@@ -27,8 +27,6 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/train_util.h"
-#include "ops/core/engine_record.h"
-#include "ops/cuda/graph_fallback.h"
 #include "ops/onednn/dnnl_util.h"
 #include "ops/onednn/winograd.h"
 #include "runtime/timing_cache.h"
@@ -209,17 +207,7 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
   std::printf("layout reorders: %.1f MiB per step (oneDNN reorders between row-major and blocked layouts)\n",
               static_cast<double>(t.reorder_bytes) * mib / static_cast<double>(c.steps));
   std::printf("loss: %.4f (first step) -> %.4f (last step)\n", t.first_loss, t.last_loss);
-  // The cuda kernels that run a library graph say how their nodes ran (none elsewhere).
-  for (const auto& [op, n] : fusion_tally().counts())
-    if (op.rfind("FusedGemm", 0) == 0)
-      std::printf("fused nodes: %s %zu of %zu in cuBLASLt's epilogue%s\n", op.c_str(), n.fused, n.fused + n.unfused,
-                  n.unfused ? " (the others: a kernel after the product)" : "");
-    else
-      std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
-                  !n.unfused ? ""
-                  : op.rfind("BatchNormalization", 0) == 0
-                      ? " (the others: trainrt's own batch-norm kernels)"
-                      : " (the others: cuDNN's legacy convolution API, notices above)");
+  print_fusion_tally();
 }
 
 // How the run ran, one line per item: CUDA-graph capture (Executor::capture_status), each
@@ -227,17 +215,13 @@ void print_times(const StepTimes& t, const TrainingSession& session, const Bench
 // and matrix product and the convolutions' TFLOP/s (ops/core/engine_record.h).
 void print_run_report(const TrainingSession& session, const BenchConfig& c) {
   std::printf("%s\n", capture_line(session.capture_status()).c_str());
-  const std::vector<FallbackRecord> fallbacks = fallback_log().records();
-  if (fallbacks.empty()) std::printf("fallbacks: none\n");
-  for (const FallbackRecord& r : fallbacks) std::printf("%s\n", fallback_line(r).c_str());
+  print_fallbacks();
   if (c.backend != "cuda") {
     std::printf("engines: none chosen (the %s backend's kernels are %s)\n", c.backend.c_str(),
                 c.backend == "cpu" ? "oneDNN primitives and oneTBB loops" : "plain loops");
     return;
   }
-  const std::vector<EngineRecord> engines = engine_log().records();
-  for (const EngineRecord& r : engines) std::printf("%s\n", engine_line(r).c_str());
-  std::printf("%s\n", conv_tflops_line(engines).c_str());
+  print_engines();
   std::printf("engine choice: %s, %s engines\n",
               c.autotune == 0 ? "not timed (--autotune 0: the heuristics' first)"
                               : ("the heuristics' first " + std::to_string(c.autotune) + " timed").c_str(),

@@ -246,6 +246,12 @@ int cmd_selftest(const Argv& argv) {
   if (failure.empty()) failure = selftest_training(g, std::move(backend), io, math, channels_last, tol);
   if (!failure.empty()) {
     std::printf("selftest FAILED: %s\n", failure.c_str());
+    // Which library path each problem took up to here, the failing node's among them (the
+    // cuda backend's graphs, fallbacks and engines; empty logs elsewhere).
+    std::printf("how the library kernels ran up to the failure (cuda only):\n");
+    print_fusion_tally();
+    print_fallbacks();
+    print_engines();
     std::fflush(stdout);
     throw_internal("selftest --device " + device, failure);
   }

@@ -1,11 +1,14 @@
 #include "launch/train_util.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
 
 #include "graph/error.h"
+#include "ops/core/engine_record.h"
+#include "ops/cuda/graph_fallback.h"
 #include "runtime/timing_cache.h"
 
 namespace trainrt {
@@ -177,6 +180,31 @@ TensorMap random_batch(const BatchIo& io, const std::string& labels_name, uint64
   for (int64_t i = 0; i < images.numel(); ++i) images.data<float>()[i] = pixel(rng);
   for (int64_t i = 0; i < io.dims[0]; ++i) labels.data<int64_t>()[i] = label(rng);
   return {{io.input, images}, {labels_name, labels}};
+}
+
+void print_fusion_tally() {
+  for (const auto& [op, n] : fusion_tally().counts())
+    if (op.rfind("FusedGemm", 0) == 0)
+      std::printf("fused nodes: %s %zu of %zu in cuBLASLt's epilogue%s\n", op.c_str(), n.fused, n.fused + n.unfused,
+                  n.unfused ? " (the others: a kernel after the product)" : "");
+    else
+      std::printf("fused nodes: %s %zu of %zu ran as one cuDNN graph%s\n", op.c_str(), n.fused, n.fused + n.unfused,
+                  !n.unfused ? ""
+                  : op.rfind("BatchNormalization", 0) == 0
+                      ? " (the others: trainrt's own batch-norm kernels)"
+                      : " (the others: cuDNN's legacy convolution API, notices above)");
+}
+
+void print_fallbacks() {
+  const std::vector<FallbackRecord> fallbacks = fallback_log().records();
+  if (fallbacks.empty()) std::printf("fallbacks: none\n");
+  for (const FallbackRecord& r : fallbacks) std::printf("%s\n", fallback_line(r).c_str());
+}
+
+void print_engines() {
+  const std::vector<EngineRecord> engines = engine_log().records();
+  for (const EngineRecord& r : engines) std::printf("%s\n", engine_line(r).c_str());
+  std::printf("%s\n", conv_tflops_line(engines).c_str());
 }
 
 }  // namespace trainrt

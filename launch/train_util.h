@@ -86,4 +86,15 @@ bool channels_last_for_device(const Args& a);
 // "16,160,320,640" -> the Wide ResNet's 4 widths; BadInput naming --widths otherwise.
 std::vector<int64_t> parse_widths(const std::string& text);
 
+// How the library kernels ran, one line each, from the process-wide logs the cuda kernels
+// record into (nothing elsewhere): per fused op, how many nodes ran as one cuDNN graph or
+// in cuBLASLt's epilogue ("fused nodes: ..."; ops/cuda/graph_fallback.h FusionTally);
+// each fallback ("fallback: ...", or "fallbacks: none"); each convolution pass's and
+// matrix product's engine ("engine: ...") and the convolutions' TFLOP/s
+// (ops/core/engine_record.h). `trainrt bench` prints them after its steps, `trainrt
+// selftest` after a failure, so that the kernel path a wrong node took is on record.
+void print_fusion_tally();
+void print_fallbacks();
+void print_engines();
+
 }  // namespace trainrt

@@ -54,6 +54,11 @@ expect_error 2 "--precision" -- "$trainrt" selftest --precision fp8
 expect_error 1 "selftest --device cpu: node '.*' (Conv) output .*relative error .*(tolerance 1e-12; .*moved by 0 " -- \
   "$trainrt" selftest --device cpu --precision fp16 --tolerance 1e-12
 grep -q "^selftest FAILED: node " "$tmp/out" || fail "a failing selftest does not say FAILED on stdout: $(cat "$tmp/out")"
+# ... and then how the library kernels ran (on the cpu: no library graph, no fallback).
+grep -A3 "^selftest FAILED: node " "$tmp/out" | grep -q "^how the library kernels ran up to the failure" ||
+  fail "a failing selftest does not report its library kernels: $(cat "$tmp/out")"
+grep -q "^fallbacks: none$" "$tmp/out" && grep -q "^conv TFLOP/s: not timed (no convolution ran on a library engine)$" "$tmp/out" ||
+  fail "a failing selftest's report lacks its fallback and engine lines: $(cat "$tmp/out")"
 expect_error 2 "--device gpu: expected cpu or cuda" -- "$trainrt" selftest --device gpu
 expect_error 2 "--batch" -- "$trainrt" selftest --batch 1
 expect_error 2 "--widths" -- "$trainrt" selftest --widths 4,8
