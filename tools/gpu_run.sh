@@ -30,6 +30,13 @@
 #   q  bench_b1024_bf16 the seed's multi-GPU point (floor: 36,927 images/s / 4 GPUs = 9,232)
 #   q  pytorch          bench_pytorch_gpu.py at those two points (channels_last, TF32 as
 #                       PyTorch defaults, bf16 autocast, cudnn.benchmark)
+#   d  profile_b1024_bf16  the bf16 batch-1024 step's kernel time per op type (bench
+#                       --profile, 5 steps) and its trace per node (trace_b1024_bf16.json,
+#                       Chrome/Perfetto): where the step's time goes
+#   d  selftest_mobile_cnn_bf16  tests/data/mobile_cnn.onnx (grouped, depthwise and
+#                       squeeze-excitation convolutions) at bf16: its 1x1 convolution of
+#                       8 to 4 channels failed on the first GPU; a failure prints which
+#                       library path each problem took (fusion tally, fallbacks, engines)
 #   d  bench_b1024_bf16_wide  that point with 16-bit storage off (--narrow-storage off):
 #                       every activation float32, so the pair shows what 16-bit storage brings
 #   d  selftest_strict  the default small selftest in strict fp32
@@ -38,7 +45,8 @@
 #   d  selftest_video_cnn 3-D convolutions (cuDNN's N-d descriptors), pooling and batch norm
 #                       (tests/data/video_cnn.onnx), fp32
 #   d  bench_b128_fp32, bench_b128_bf16, then pytorch_more (PyTorch at batch 128)
-#   f  selftest_nchw, selftest_{mlp_matmul,mobile_cnn}_{fp32,bf16,fp16} (tests/data models),
+#   f  selftest_nchw, selftest_{mlp_matmul,mobile_cnn}_{fp32,bf16,fp16} (tests/data models;
+#      mobile_cnn's bf16 in the default tier),
 #      selftest_seq_cnn_{bf16,fp16}, selftest_video_cnn_{bf16,fp16},
 #      bench_b32_bf16, bench_b1024_fp32, bench_b{32,128,1024}_fp16, pytorch_more's points
 # The budget counts from run.sh's start. A phase starts only with at least
@@ -55,6 +63,7 @@
 #                or timed-out one's is kept whole; cuDNN's and cuBLASLt's warnings and
 #                errors follow their phase's output (first 60 lines of each)
 #   timing-cache.json  the engine timings (`bench --timing-cache`): a rerun reuses them
+#   trace_b1024_bf16.json  profile_b1024_bf16's timed steps, one event per node
 #
 # Environment:
 #   TRAINRT_CUDA_LIBS     folders (colon list) holding libcudart.so.13, libcublasLt.so.13,
@@ -447,6 +456,12 @@ bench q 32 fp32
 bench q 1024 bf16
 pytorch q pytorch 32:fp32,1024:bf16
 
+# Where the bf16 step's time goes, per op type and (the trace) per node; the engines
+# are the timing cache's from the bench phases, so nothing is timed again.
+run_phase d profile_b1024_bf16 "$t_bench" "${trainrt[@]}" bench "$model" --device cuda --batch 1024 --precision bf16 \
+  --steps 5 --timing-cache "$results/timing-cache.json" --profile --trace "$results/trace_b1024_bf16.json"
+run_phase d selftest_mobile_cnn_bf16 "$t_selftest" "${trainrt[@]}" selftest "$here/mobile_cnn.onnx" --device cuda \
+  --precision bf16
 bench d 1024 bf16 wide  # what 16-bit storage brings: the point above without it
 run_phase d selftest_strict "$t_selftest" "${trainrt[@]}" selftest --device cuda
 run_phase d selftest_fp16 "$t_selftest" "${trainrt[@]}" selftest --device cuda "${wide[@]}" --precision fp16
@@ -458,6 +473,7 @@ bench d 128 bf16
 run_phase f selftest_nchw "$t_selftest" "${trainrt[@]}" selftest --device cuda "${wide[@]}" --layout nchw
 for m in mlp_matmul mobile_cnn; do
   for p in fp32 bf16 fp16; do
+    [ "$m:$p" = mobile_cnn:bf16 ] && continue  # the default tier's
     run_phase f "selftest_${m}_$p" "$t_selftest" "${trainrt[@]}" selftest "$here/$m.onnx" --device cuda --precision "$p"
   done
 done

@@ -44,6 +44,11 @@ case "$1" in
     esac
     echo "selftest passed" ;;
   bench)
+    case "$*" in *--profile*)
+      printf 'images/s: 9000.0 (batch 1024)\n\nprofile over 5 timed steps (kernel time per op type, all steps):\n'
+      printf 'op calls total ms %% GFLOP/s\nBatchNormalizationGrad 65 76.5 21.0 -\n'
+      exit 0 ;;
+    esac
     case "$*" in *"--batch 1024 --precision bf16"*) echo "warming up"; echo $$ >"$KIT_CALLS.hang"; exec sleep 60 ;; esac
     for i in $(seq 100); do echo "E! CuDNN (v91900) function cudnnBackendFinalize() called: error $i" >>"$CUDNN_LOGDEST_DBG"; done
     echo "images/s: 3000.0 (batch $4)"
@@ -80,7 +85,7 @@ start=$SECONDS
 kit "$tmp/r1"
 took=$((SECONDS - start))
 [ "$rc" -eq 1 ] || fail "default run with a failed phase exited $rc, expected 1: $(tail -5 "$tmp/r1.out")"
-want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch bench_b1024_bf16_wide selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
+want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch profile_b1024_bf16 selftest_mobile_cnn_bf16 bench_b1024_bf16_wide selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
 [ "$(phases "$tmp/r1")" = "$want" ] || fail "default phases: '$(phases "$tmp/r1")', expected '$want'"
 [ "$took" -le 12 ] || fail "default run took $took s: the hang cost more than its phase's 2 s timeout"
 hung=$(sed -n 's/^===== bench_b1024_bf16: TIMED OUT (limit 2 s), \([0-9]*\) s$/\1/p' "$tmp/r1/run.log")
@@ -92,6 +97,15 @@ for i in 1 200 300; do
   grep -qx "bf16 line $i" "$tmp/r1/run.log" || fail "the failed phase's log is not whole: line $i missing"
 done
 grep -q "^===== selftest_bf16: FAILED (exit 1)" "$tmp/r1/run.log" || fail "selftest_bf16's failure not in run.log"
+# The profile phase: per-op table in run.log, its trace written into the results, the
+# timing cache of the bench phases reused; not a row of the table.
+grep -q "^===== profile_b1024_bf16: ok" "$tmp/r1/run.log" && grep -q "^BatchNormalizationGrad 65 76.5" "$tmp/r1/run.log" ||
+  fail "the profile phase or its table is not in run.log: $(grep -A3 '^===== profile' "$tmp/r1/run.log")"
+grep -q -- "bench .*--batch 1024 --precision bf16 --steps 5 --timing-cache $tmp/r1/timing-cache.json --profile --trace $tmp/r1/trace_b1024_bf16.json$" "$tmp/r1.calls" ||
+  fail "the profile phase's arguments: $(grep -- --profile "$tmp/r1.calls")"
+grep -q "^9000.0" "$tmp/r1/summary.txt" && fail "the profile phase's images/s went into the table"
+grep -q -- "^selftest [^ ]*/mobile_cnn.onnx --device cuda --precision bf16$" "$tmp/r1.calls" ||
+  fail "the default tier does not run mobile_cnn.onnx at bf16: $(grep mobile "$tmp/r1.calls")"
 grep -qx "fp32 line 1" "$tmp/r1/run.log" && grep -qx "fp32 line 500" "$tmp/r1/run.log" ||
   fail "a successful long phase lost its first or last line"
 grep -qx "fp32 line 250" "$tmp/r1/run.log" && fail "a successful 500-line phase was kept whole (over 200 lines)"
@@ -133,10 +147,12 @@ want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 
 [ "$(phases "$tmp/r2")" = "$want" ] || fail "--quick phases: '$(phases "$tmp/r2")', expected '$want'"
 grep -q -- "--points 32:fp32,1024:bf16 " "$tmp/r2.calls" || fail "--quick: PyTorch not at the two points"
 T_BENCH=1 kit "$tmp/r3" --full
-for p in selftest_nchw selftest_mlp_matmul_fp16 selftest_mobile_cnn_bf16 selftest_video_cnn_fp16 bench_b32_bf16 bench_b1024_fp32 bench_b1024_fp16 pytorch_more; do
+[ "$(phases "$tmp/r3" | tr ' ' '\n' | grep -c '^selftest_mobile_cnn_bf16$')" -eq 1 ] ||
+  fail "--full runs mobile_cnn's bf16 selftest other than once: $(phases "$tmp/r3")"
+for p in selftest_nchw selftest_mlp_matmul_fp16 selftest_mobile_cnn_fp16 selftest_video_cnn_fp16 bench_b32_bf16 bench_b1024_fp32 bench_b1024_fp16 pytorch_more; do
   phases "$tmp/r3" | grep -qw "$p" || fail "--full lacks $p: $(phases "$tmp/r3")"
 done
-phases "$tmp/r3" | grep -q "^version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch bench_b1024_bf16_wide selftest_strict" ||
+phases "$tmp/r3" | grep -q "^version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch profile_b1024_bf16 selftest_mobile_cnn_bf16 bench_b1024_bf16_wide selftest_strict" ||
   fail "--full does not start with the default order: $(phases "$tmp/r3")"
 
 # The budget: 3 s, a bench timeout of 60: the hang is cut at what is left less the kill
