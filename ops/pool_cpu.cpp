@@ -80,15 +80,12 @@ PoolPlan make_pool_plan(PoolKind kind, const Node& n, const Tensor& x, const Ten
       return du::reference_plan<PoolPlan>();
   }
   const bool blocked = x.layout() == Layout::Blocked16c;
-  if (blocked && used != xd) return du::reference_plan<PoolPlan>();  // no blocked sub-block view
-  p.src = blocked ? du::desc_of(x) : du::plain_desc(used);
-  if (used != xd) {
-    p.x_view = du::sub_block_desc(used, xd);
+  p.src = blocked ? du::blocked16_desc(used) : du::plain_desc(used);
+  if (used != xd) {  // the used sub-block copied dense (Blocked16c too: spatial dims only)
+    p.x_view = blocked ? du::blocked_sub_block_desc(x, used) : du::sub_block_desc(used, xd);
     p.crop = du::make_reorder(p.x_view, p.src);
   }
-  p.dst = blocked
-              ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c)
-              : du::plain_desc(yd);
+  p.dst = blocked ? du::blocked16_desc(yd) : du::plain_desc(yd);
   p.y_user = du::desc_of(y);
   p.dst_reorder = du::make_reorder(p.dst, p.y_user);
   try {
@@ -335,6 +332,10 @@ struct AvgPlan {
   dnnl::primitive prim;
   du::Md dx, dy, dy_user;
   dnnl::reorder dy_reorder;  // dY's layout -> dX's, when they differ
+  // Blocked16c dX with rows no window reads: the primitive writes a dense nChw16c dX of
+  // the used sub-block (dx), copied into dX's sub-block view (dx_view) after.
+  du::Md dx_view;
+  dnnl::reorder dx_reorder;
 };
 
 AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, const Tensor& dx, bool include_pad) {
@@ -351,12 +352,13 @@ AvgPlan make_avg_plan(const Window& w, const Tensor& x, const Tensor& dy, const 
   const auto alg =
       include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
   const bool blocked = dx.layout() == Layout::Blocked16c;
-  if (blocked && used != xd) return du::reference_plan<AvgPlan>();  // no blocked sub-block view
-  p.dx = blocked ? du::desc_of(dx) : du::sub_block_desc(used, xd);
+  p.dx = blocked ? du::blocked16_desc(used) : du::sub_block_desc(used, xd);
+  if (blocked && used != xd) {
+    p.dx_view = du::blocked_sub_block_desc(dx, used);
+    p.dx_reorder = du::make_reorder(p.dx, p.dx_view);
+  }
   const std::vector<int64_t>& yd = dy.dims();
-  p.dy = blocked
-             ? du::Md(du::Dims(yd.begin(), yd.end()), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c)
-             : du::plain_desc(yd);
+  p.dy = blocked ? du::blocked16_desc(yd) : du::plain_desc(yd);
   p.dy_user = du::desc_of(dy);
   p.dy_reorder = du::make_reorder(p.dy_user, p.dy);
   const du::Dims strides(w.strides.begin(), w.strides.end()), kernel(w.kernel.begin(), w.kernel.end()),
@@ -396,7 +398,13 @@ void averagepool_grad_cpu(KernelContext& ctx) {
     du::reorder(plan->dy_reorder, dy_mem, m);
     dy_mem = m;
   }
-  du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, dy_mem}, {DNNL_ARG_DIFF_SRC, du::memory_of(dx, plan->dx)}});
+  if (!plan->dx_reorder) {
+    du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, dy_mem}, {DNNL_ARG_DIFF_SRC, du::memory_of(dx, plan->dx)}});
+    return;
+  }
+  dnnl::memory used = du::temp_memory(plan->dx, 1);
+  du::execute(plan->prim, {{DNNL_ARG_DIFF_DST, dy_mem}, {DNNL_ARG_DIFF_SRC, used}});
+  du::reorder(plan->dx_reorder, used, du::memory_of(dx, plan->dx_view));
 }
 
 // ---- GlobalAveragePoolGrad ------------------------------------------------

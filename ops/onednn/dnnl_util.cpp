@@ -54,6 +54,15 @@ Md desc_of(const Tensor& t) {
   return plain_desc(t.dims());
 }
 
+Md blocked_sub_block_desc(const Tensor& t, const std::vector<int64_t>& used) {
+  TRAINRT_ASSERT(t.layout() == Layout::Blocked16c && used.size() == t.dims().size() && used[1] == t.dims()[1]);
+  return desc_of(t).submemory_desc(dims_or_scalar(used), Dims(used.size(), 0));
+}
+
+Md blocked16_desc(const std::vector<int64_t>& dims) {
+  return Md(dims_or_scalar(dims), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw16c);
+}
+
 Md any_desc(const std::vector<int64_t>& dims, dnnl::memory::data_type dt) {
   return Md(dims_or_scalar(dims), dt, dnnl::memory::format_tag::any);
 }

@@ -52,6 +52,12 @@ Md plain_desc(const std::vector<int64_t>& dims);
 Md sub_block_desc(const std::vector<int64_t>& used, const std::vector<int64_t>& full);
 // fp32 descriptor of the tensor's storage: plain_desc, or nChw16c for Blocked16c.
 Md desc_of(const Tensor& t);
+// The leading sub-block `used` (spatial dims only may be smaller) of Blocked16c `t`: a
+// view with t's strides, for a reorder into a dense nChw16c tensor of dims `used`
+// (blocked16_desc) or out of one. oneDNN's jit kernels want dense operands.
+Md blocked_sub_block_desc(const Tensor& t, const std::vector<int64_t>& used);
+// A dense nChw16c fp32 descriptor of `dims` (rank 4, C a multiple of 16).
+Md blocked16_desc(const std::vector<int64_t>& dims);
 // Descriptor with format_tag::any (fp32 unless `dt` says): the primitive picks the layout.
 Md any_desc(const std::vector<int64_t>& dims, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 // The data type a convolution primitive reads its inputs in: bf16 for MathPrecision::
