@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -563,6 +564,41 @@ TEST_CASE("cpu vs reference: AveragePool and its gradient, 7 stride 7 on 8x8, Bl
   const Tensor y = to_plain(yb), dx = to_plain(dxb);
   CHECK(all_close(y, ref_y.at("y"), 1e-6, 1e-7));
   CHECK(max_abs_diff(dx, ref_dx.at("dx")) == 0);
+}
+
+// MaxPoolGrad's 2x2 stride-2 window on Blocked16c (the Wide ResNet's pools on AVX-512),
+// the kernel called on blocked tensors: bit for bit the reference's on row-major ones,
+// with ties (a quarter of X clamped, as after a ReLU), NaN in X, -0 in dY, and odd H and
+// W (a last row and column no window reads), over two channel blocks.
+TEST_CASE("cpu vs reference: MaxPoolGrad 2x2 stride 2 on Blocked16c, ties, NaN, -0 and odd sizes") {
+  require_cpu_kernel("MaxPoolGrad");
+  const Attribute two = Attribute::of_ints({2, 2});
+  const Node bwd =
+      make_node("MaxPoolGrad", {"dy", "x"}, {"dx"}, {{"kernel_shape", two}, {"strides", two}}, kTrainrtDomain);
+  for (const std::vector<int64_t>& xd : {std::vector<int64_t>{2, 32, 8, 6}, std::vector<int64_t>{1, 16, 7, 5}}) {
+    CAPTURE(dims_to_string(xd));
+    const std::vector<int64_t> yd{xd[0], xd[1], xd[2] / 2, xd[3] / 2};
+    Tensor x = rand_f32(xd, 81), dy = rand_f32(yd, 82);
+    for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = std::max(x.data<float>()[e], -0.5f);
+    x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();          // a NaN as a window's first tap
+    x.data<float>()[xd[3] + 1] = std::numeric_limits<float>::quiet_NaN();  // and as its last
+    for (int64_t e = 0; e < dy.numel(); e += 5) dy.data<float>()[e] = -0.f;
+    auto blocked = [](const Tensor& t) {
+      Tensor b(t.dtype(), t.dims());
+      b.set_layout(Layout::Blocked16c);
+      copy_from_plain(t, b);
+      return b;
+    };
+    const TensorMap ref = run_node(bwd, {{"dy", dy}, {"x", x}}, "reference");
+    const Tensor xb = blocked(x), dyb = blocked(dy);
+    Tensor dxb(DataType::Float32, xd);
+    dxb.set_layout(Layout::Blocked16c);
+    for (int64_t e = 0; e < dxb.numel(); ++e) dxb.data<float>()[e] = 7.f;  // the kernel writes every element
+    KernelContext c{bwd, {&dyb, &xb}, {&dxb}};
+    make_backend("cpu")->kernel(bwd)(c);
+    const Tensor dx = to_plain(dxb);
+    CHECK(std::memcmp(dx.raw(), ref.at("dx").raw(), dx.nbytes()) == 0);
+  }
 }
 
 TEST_CASE("cpu grad vs reference: GlobalAveragePoolGrad") {
