@@ -146,12 +146,15 @@ Quad route_2x2(const Quad& q, __m128 g4) {
 #endif
 
 // Which of a, b, c, d (0..3) window_argmax picks.
-int argmax_of_4(const float* top, const float* bottom, int64_t ow) {
-  const float v[4] = {top[2 * ow], top[2 * ow + 1], bottom[2 * ow], bottom[2 * ow + 1]};
+int argmax_of_4(const float (&v)[4]) {
   int at = 0;
   for (int j = 1; j < 4; ++j)
     if (v[j] > v[at]) at = j;
   return at;
+}
+// The same for window ow of the row-major rows top, bottom.
+int argmax_of_4(const float* top, const float* bottom, int64_t ow) {
+  return argmax_of_4({top[2 * ow], top[2 * ow + 1], bottom[2 * ow], bottom[2 * ow + 1]});
 }
 
 // Y of one plane.
@@ -328,10 +331,7 @@ void maxpool_grad_2x2_block(const Pool3& g, const float* dy, const float* x, flo
       }
 #endif
       for (; j < L; ++j) {
-        const float v[4] = {a[j], b[j], c[j], d[j]};
-        int pick = 0;
-        for (int k = 1; k < 4; ++k)
-          if (v[k] > v[pick]) pick = k;
+        const int pick = argmax_of_4({a[j], b[j], c[j], d[j]});
         float* out[4] = {da, db, dc, dd};
         for (int k = 0; k < 4; ++k) out[k][j] = k == pick ? gr[j] + 0.f : 0.f;
       }
