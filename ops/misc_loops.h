@@ -1,7 +1,8 @@
 // The Dropout loops (ops/misc.cpp's header comment gives the mask), one template per op
 // for both backends: the reference kernels (ops/misc.cpp) instantiate kParallel=false,
 // the cpu kernels (ops/misc_cpu.cpp) kParallel=true, the same per-element code over
-// parallel chunks (ops/core/parallel.h), so the same mask and the same bits.
+// parallel chunks (ops/core/parallel.h), so the same mask and the same bits; the cpu
+// Dropout's fp32 draws run 16 at a time (ops/onednn/dropout_simd.h), the same bits too.
 //
 //   r.kernels.add("cpu", "", "Dropout", misc_loops::dropout_kernel<true>);
 #pragma once
@@ -17,6 +18,7 @@
 #include "ops/core/common.h"
 #include "ops/core/dropout_mask.h"
 #include "ops/core/parallel.h"
+#include "ops/onednn/dropout_simd.h"
 
 namespace trainrt::misc_loops {
 
@@ -58,6 +60,21 @@ void dropout_kernel(KernelContext& ctx) {
       if (mask) mask[i] = keep ? 1 : 0;
     };
     const Layout layout = x.layout();
+    if constexpr (kParallel && std::is_same_v<T, float>) {
+      // The cpu kernel's fp32 Plain and Blocked16c tensors: 16 draws at a time, the same
+      // integer test (dropout_mask::threshold is u >= ratio exactly) and product.
+      if (layout == Layout::Plain || layout == Layout::Blocked16c) {
+        const dropout_simd::Draw d{key, dropout_mask::threshold(ratio), scale};
+        const int64_t hw = layout == Layout::Blocked16c ? x.dims()[2] * x.dims()[3] : 0;
+        for_range<true>(n, [=](int64_t begin, int64_t end) {
+          if (hw == 0)
+            return dropout_simd::apply_plain(px + begin, py + begin, mask ? mask + begin : nullptr, end - begin, begin,
+                                             d);
+          dropout_simd::apply_blocked16c(px, py, mask, begin, end, hw, d);
+        });
+        return;
+      }
+    }
     for_range<kParallel>(n, [=, &x](int64_t begin, int64_t end) {
       if (layout == Layout::Plain)
         for (int64_t i = begin; i < end; ++i) draw(i, i);

@@ -37,13 +37,13 @@
 #include "graph/error.h"
 #include "ops/core/batchnorm_stats.h"
 #include "ops/core/common.h"
-#include "ops/core/dropout_mask.h"
 #include "ops/core/kernel_facts.h"
 #include "ops/core/parallel.h"
 #include "ops/core/register_all.h"
 #include "ops/core/unary_math.h"
 #include "ops/norm_loops.h"
 #include "ops/onednn/dnnl_util.h"
+#include "ops/onednn/dropout_simd.h"
 
 namespace trainrt {
 namespace du = dnnl_util;
@@ -143,15 +143,6 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
   });
 }
 
-#ifdef __SSE2__
-// All-ones lanes where the values at row-major indices at..at+3 are kept.
-__m128 kept4(const RowMajorDropout& d, int64_t at) {
-  bool k[4];
-  dropout_mask::keep4(d.key, at, 1, d.threshold, k);
-  return _mm_castsi128_ps(_mm_set_epi32(k[3] ? -1 : 0, k[2] ? -1 : 0, k[1] ? -1 : 0, k[0] ? -1 : 0));
-}
-#endif
-
 // Y = relu?(scale / sqrt(var + eps) * (x - mean) + B) on a row-major N,C,S tensor, per
 // channel in fp32 as oneDNN's batch_normalization_forward computes it, rows of S in
 // parallel; with `drop`, times the Dropout's mask and scale before the store (value
@@ -167,7 +158,8 @@ void apply_plain(const Tensor& x, const float* scale, const float* shift, const 
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   if (drop) drop->applied = true;
-  const RowMajorDropout d = drop ? *drop : RowMajorDropout{};
+  const dropout_simd::Draw d =
+      drop ? dropout_simd::Draw{drop->key, drop->threshold, drop->scale} : dropout_simd::Draw{};
   parallel_ranges(N * C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, S)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % C;
@@ -178,22 +170,22 @@ void apply_plain(const Tensor& x, const float* scale, const float* shift, const 
 #ifdef __SSE2__
       // 4 at a time (GCC's -O2 leaves the loop below scalar): the reference's formula
       // (batchnorm_stats::apply) on GCC's vector arithmetic, ReLU as v <= 0 ? 0 : v (NaN
-      // kept, -0 to +0), the Dropout's v * scale where kept and +0 where not.
+      // kept, -0 to +0).
       const __m128 a4 = _mm_set1_ps(ac), m4 = _mm_set1_ps(mc), b4 = _mm_set1_ps(bc), zero = _mm_setzero_ps();
-      const __m128 s4 = _mm_set1_ps(d.scale);
       for (; i + 4 <= S; i += 4) {
         __m128 v = batchnorm_stats::apply(_mm_loadu_ps(xr + i), m4, a4, b4);
         if (relu) v = _mm_andnot_ps(_mm_cmple_ps(v, zero), v);
-        if (drop) v = _mm_and_ps(kept4(d, r * S + i), _mm_mul_ps(v, s4));
         _mm_storeu_ps(yr + i, v);
       }
 #endif
       for (; i < S; ++i) {
         float v = batchnorm_stats::apply(xr[i], mc, ac, bc);
         if (relu && v <= 0.f) v = 0.f;
-        if (drop) v = dropout_mask::keep(d.key, r * S + i, d.threshold) ? v * d.scale : 0.f;
         yr[i] = v;
       }
+      // The Dropout's v * scale where kept and +0 where not, over the row while it is in
+      // cache, 16 draws at a time.
+      if (drop) dropout_simd::apply_plain(yr, yr, nullptr, S, r * S, d);
     }
   });
 }
