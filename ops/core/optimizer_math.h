@@ -57,9 +57,30 @@ TRAINRT_HOST_DEVICE Sgd<A> sgd_of(double lr, double momentum, double dampening, 
           first};
 }
 
+// The usual step's arithmetic (a momentum buffer, past the first step, no Nesterov) on
+// values: returns p' and sets the buffer b. V is A or a vector of A's (GCC's vector
+// types: the cpu loop runs it 2 elements at a time, ops/optimizer_loops.h).
+template <typename A, typename V>
+TRAINRT_HOST_DEVICE V sgd_momentum_step(const Sgd<A>& s, V p, V g, V buf, V& b) {
+  const V d = g + s.wd * p;
+  b = s.momentum * buf + s.one_minus_dampening * d;
+  return p - s.lr * b;
+}
+template <typename A, typename T>
+TRAINRT_HOST_DEVICE bool is_momentum_step(const Sgd<A>& s, const SgdTensors<T>& t) {
+  return t.buf && !s.first && !s.nesterov;
+}
+
 template <typename A, typename T>
 TRAINRT_HOST_DEVICE void sgd_element(const Sgd<A>& s, const SgdTensors<T>& t, int64_t i) {
   const A p = static_cast<A>(t.p[i]);
+  if (is_momentum_step(s, t)) {
+    A b;
+    const A out = sgd_momentum_step(s, p, static_cast<A>(t.g[i]), static_cast<A>(t.buf[i]), b);
+    if (t.buf_out) t.buf_out[i] = static_cast<T>(b);
+    t.out[i] = static_cast<T>(out);
+    return;
+  }
   A d = static_cast<A>(t.g[i]) + s.wd * p;
   if (t.buf) {
     const A b = s.first ? d : s.momentum * static_cast<A>(t.buf[i]) + s.one_minus_dampening * d;
