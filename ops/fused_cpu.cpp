@@ -7,13 +7,13 @@
 //   BatchNormalizationRelu: ops/norm_cpu.cpp's batch-normalization forward with
 //     oneDNN's fuse_norm_relu flag.
 //   BatchNormalizationReluDropout: that, with the Dropout's mask and scale applied by
-//     the row-major fp32 apply loop before its store (one pass writing Z; the mask by
-//     row-major index, the Dropout's product: the unfused pair's bits). Where that loop
-//     does not run (Blocked16c, fp64) or under bf16/fp16 (Y is rounded before the
-//     Dropout reads it): the batch norm writing Z, Z rounded, then the cpu Dropout's loop
-//     (ops/misc_loops.h) in place over Z, the unfused pair's kernels (the node's X and Z
-//     share a layout, as BatchNormalizationRelu's X and Y, and the Dropout draws by
-//     row-major index in any layout).
+//     the fp32 apply loop (row-major or Blocked16c) to each row it has just written
+//     (the mask by row-major index, the Dropout's product: the unfused pair's bits).
+//     Where that loop does not run (fp64, other layouts) or under bf16/fp16 (Y is
+//     rounded before the Dropout reads it): the batch norm writing Z, Z rounded, then
+//     the cpu Dropout's loop (ops/misc_loops.h) in place over Z, the unfused pair's
+//     kernels (the node's X and Z share a layout, as BatchNormalizationRelu's X and Y,
+//     and the Dropout draws by row-major index in any layout).
 // fp64 and windows oneDNN rejects run the reference kernel.
 #include <optional>
 
@@ -31,10 +31,10 @@ namespace trainrt {
 namespace {
 
 void bn_relu_dropout_cpu(KernelContext& ctx) {
-  std::optional<RowMajorDropout> d;
+  std::optional<FusedDropout> d;
   if (ctx.math == MathPrecision::fp32 && ctx.out(0).dtype() == DataType::Float32 && dropout_trains(ctx)) {
     const double ratio = dropout_ratio(ctx);
-    d = RowMajorDropout{dropout_key(ctx), dropout_mask::threshold(ratio), static_cast<float>(1.0 / (1.0 - ratio))};
+    d = FusedDropout{dropout_key(ctx), dropout_mask::threshold(ratio), static_cast<float>(1.0 / (1.0 - ratio))};
   }
   run_as_bn_relu(ctx, [&](KernelContext& bn) { batchnorm_forward_dnnl(bn, /*fuse_relu=*/true, d ? &*d : nullptr); });
   if (d && d->applied) return;

@@ -18,11 +18,12 @@
 // Every precision runs this fp32 kernel: under --precision bf16/fp16 only the
 // convolutions and matrix products round their inputs (KernelContext::math), BN's
 // stored values and arithmetic stay fp32.
-// The primitive itself always normalises with given statistics (use_global_stats):
-// the batch's when training, input_mean/input_var in inference. With fuse_relu (the fused
-// BatchNormalizationRelu) oneDNN applies Relu to Y (a workspace, if the primitive asks
-// for one, is scratch: the backward is ReluGrad on Y).
-// X and Y share one layout, row-major or Blocked16c (runtime/layout.h).
+// Y is always normalised with given statistics (use_global_stats): the batch's when
+// training, input_mean/input_var in inference, with Relu after it for fuse_relu (the
+// fused BatchNormalizationRelu). X and Y share one layout (runtime/layout.h): row-major
+// and Blocked16c run the own apply loop (apply_rows, below: oneDNN's formula, the same
+// bits in both layouts), any other the oneDNN primitive (a workspace, if it asks for
+// one, is scratch: the backward is ReluGrad on Y).
 #include "ops/norm_cpu.h"
 
 #include <algorithm>
@@ -79,29 +80,31 @@ std::vector<int64_t> data_dims(const Tensor& x) {
 // sums[j] += the row's sum for each of its `lanes` channels (Plain: 1, positions adjacent;
 // Blocked16c: 16 channels side by side), the same bits for a channel in either layout.
 constexpr int64_t kStatWays = 8;
-template <typename F>
-void add_row_sums(int64_t S, int64_t lanes, F&& value, double* sums) {
+template <int64_t kLanes, typename F>
+void add_row_sums(int64_t S, F&& value, double* sums) {
   auto tree = [](const double* a, int64_t step) {
     return ((a[0] + a[step]) + (a[2 * step] + a[3 * step])) +
            ((a[4 * step] + a[5 * step]) + (a[6 * step] + a[7 * step]));
   };
-  if (lanes == 1) {  // the ways side by side: the loop vectorises over them
+  if constexpr (kLanes == 1) {  // the ways side by side: the loop vectorises over them
     double a[kStatWays] = {};
     int64_t s = 0;
     for (; s + kStatWays <= S; s += kStatWays)
       for (int64_t k = 0; k < kStatWays; ++k) a[k] += value(s + k, 0);
     for (int64_t k = 0; s < S; ++s, ++k) a[k] += value(s, 0);
     sums[0] += tree(a, 1);
-    return;
+  } else {
+    // The lanes side by side: the loop vectorises over them (kLanes a constant: with a
+    // run-time count GCC's -O2 kept it scalar, 4.7 cycles a value on the AVX-512 Xeon).
+    double a[kStatWays][kLanes] = {};
+    int64_t s = 0;
+    for (; s + kStatWays <= S; s += kStatWays)
+      for (int64_t k = 0; k < kStatWays; ++k)
+        for (int64_t j = 0; j < kLanes; ++j) a[k][j] += value((s + k) * kLanes + j, j);
+    for (int64_t k = 0; s < S; ++s, ++k)
+      for (int64_t j = 0; j < kLanes; ++j) a[k][j] += value(s * kLanes + j, j);
+    for (int64_t j = 0; j < kLanes; ++j) sums[j] += tree(&a[0][j], kLanes);
   }
-  double a[kStatWays][16] = {};  // the lanes side by side: the loop vectorises over them
-  int64_t s = 0;
-  for (; s + kStatWays <= S; s += kStatWays)
-    for (int64_t k = 0; k < kStatWays; ++k)
-      for (int64_t j = 0; j < lanes; ++j) a[k][j] += value((s + k) * lanes + j, j);
-  for (int64_t k = 0; s < S; ++s, ++k)
-    for (int64_t j = 0; j < lanes; ++j) a[k][j] += value(s * lanes + j, j);
-  for (int64_t j = 0; j < lanes; ++j) sums[j] += tree(&a[0][j], 16);
 }
 
 // x: N,C,S -> mean, var: C (biased variance), two passes per channel, each channel
@@ -119,17 +122,22 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
       // Row of image n for this group: lanes channels side by side, S positions.
       auto row = [&](int64_t n) { return xp + (n * groups + g) * S * lanes; };
       double sum[16] = {}, sq[16] = {}, m[16];
+      // The row sums with the lane count a constant (add_row_sums).
+      auto sums = [&](auto value, double* to) {
+        if (blocked)
+          add_row_sums<16>(S, value, to);
+        else
+          add_row_sums<1>(S, value, to);
+      };
       for (int64_t n = 0; n < N; ++n) {
         const float* r = row(n);
-        add_row_sums(
-            S, lanes, [&](int64_t i, int64_t) { return static_cast<double>(r[i]); }, sum);
+        sums([r](int64_t i, int64_t) { return static_cast<double>(r[i]); }, sum);
       }
       for (int64_t j = 0; j < lanes; ++j) m[j] = sum[j] / count;
       for (int64_t n = 0; n < N; ++n) {
         const float* r = row(n);
-        add_row_sums(
-            S, lanes,
-            [&](int64_t i, int64_t j) {
+        sums(
+            [r, &m](int64_t i, int64_t j) {
               const double d = static_cast<double>(r[i]) - m[j];
               return d * d;
             },
@@ -143,16 +151,70 @@ void batch_stats(const Tensor& x, float* mean, float* var) {
   });
 }
 
-// Y = relu?(scale / sqrt(var + eps) * (x - mean) + B) on a row-major N,C,S tensor, per
-// channel in fp32 as oneDNN's batch_normalization_forward computes it, rows of S in
-// parallel; with `drop`, times the Dropout's mask and scale before the store (value
-// r * S + i is row-major index r * S + i). Why: oneDNN 2.6 runs the plain (ncsp) layout
-// with its generic C++ loop, a few times slower than this one (the training
-// BatchNormalizationRelu was ~9-13% of the Wide ResNet's step on AVX2, where activations
-// are row-major), and the apply is a read and a write of the tensor.
-void apply_plain(const Tensor& x, const float* scale, const float* shift, const float* mean, const float* var,
-                 float eps, bool relu, RowMajorDropout* drop, Tensor& y) {
+// One row of S positions of one channel (Plain): y = relu?(a * (x - m) + b).
+void apply_row_plain(const float* xr, float* yr, int64_t S, float a, float m, float b, bool relu) {
+  int64_t i = 0;
+#ifdef __SSE2__
+  // 4 at a time (GCC's -O2 leaves the loop below scalar): the reference's formula
+  // (batchnorm_stats::apply) on GCC's vector arithmetic, ReLU as v <= 0 ? 0 : v (NaN
+  // kept, -0 to +0).
+  const __m128 a4 = _mm_set1_ps(a), m4 = _mm_set1_ps(m), b4 = _mm_set1_ps(b), zero = _mm_setzero_ps();
+  for (; i + 4 <= S; i += 4) {
+    __m128 v = batchnorm_stats::apply(_mm_loadu_ps(xr + i), m4, a4, b4);
+    if (relu) v = _mm_andnot_ps(_mm_cmple_ps(v, zero), v);
+    _mm_storeu_ps(yr + i, v);
+  }
+#endif
+  for (; i < S; ++i) {
+    float v = batchnorm_stats::apply(xr[i], m, a, b);
+    if (relu && v <= 0.f) v = 0.f;
+    yr[i] = v;
+  }
+}
+
+// One row of S positions of 16 channels side by side (Blocked16c), the same formula
+// per channel; a, m, b hold the 16 channels' coefficients.
+void apply_row_blocked(const float* xr, float* yr, int64_t S, const float* a, const float* m, const float* b,
+                       bool relu) {
+#ifdef __SSE2__
+  __m128 a4[4], m4[4], b4[4];
+  for (int k = 0; k < 4; ++k) {
+    a4[k] = _mm_loadu_ps(a + 4 * k);
+    m4[k] = _mm_loadu_ps(m + 4 * k);
+    b4[k] = _mm_loadu_ps(b + 4 * k);
+  }
+  const __m128 zero = _mm_setzero_ps();
+  for (int64_t s = 0; s < S; ++s)
+    for (int k = 0; k < 4; ++k) {
+      __m128 v = batchnorm_stats::apply(_mm_loadu_ps(xr + 16 * s + 4 * k), m4[k], a4[k], b4[k]);
+      if (relu) v = _mm_andnot_ps(_mm_cmple_ps(v, zero), v);
+      _mm_storeu_ps(yr + 16 * s + 4 * k, v);
+    }
+#else
+  for (int64_t s = 0; s < S; ++s)
+    for (int l = 0; l < 16; ++l) {
+      float v = batchnorm_stats::apply(xr[16 * s + l], m[l], a[l], b[l]);
+      if (relu && v <= 0.f) v = 0.f;
+      yr[16 * s + l] = v;
+    }
+#endif
+}
+
+// Y = relu?(scale / sqrt(var + eps) * (x - mean) + B) on an N,C,S tensor, row-major or
+// Blocked16c, per channel in fp32 as oneDNN's batch_normalization_forward computes it,
+// rows (a channel, or 16 side by side) in parallel; with `drop`, the Dropout's mask and
+// scale applied to each row while it is in cache, drawn by row-major index. Why: oneDNN
+// 2.6 runs the plain (ncsp) layout with its generic C++ loop, a few times slower than
+// this one (the training BatchNormalizationRelu was ~9-13% of the Wide ResNet's step on
+// AVX2, where activations are row-major); on Blocked16c, with the Dropout fused here
+// instead of a pass of its own, the Wide ResNet's BatchNormalizationReluDropout at
+// [64,160,28,28] went from 24 to 17-19 ms (AVX-512 Xeon, with the statistics' loops of
+// add_row_sums vectorised). Both layouts give the same bits.
+void apply_rows(const Tensor& x, const float* scale, const float* shift, const float* mean, const float* var, float eps,
+                bool relu, FusedDropout* drop, Tensor& y) {
+  const bool blocked = x.layout() == Layout::Blocked16c;
   const int64_t N = x.dims()[0], C = x.dims()[1], S = x.numel() / std::max<int64_t>(1, N * C);
+  const int64_t lanes = blocked ? 16 : 1, groups = C / lanes, len = S * lanes;
   std::vector<float> a(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) a[c] = scale[c] / std::sqrt(var[c] + eps);
   const float* xp = x.data<float>();
@@ -160,39 +222,29 @@ void apply_plain(const Tensor& x, const float* scale, const float* shift, const 
   if (drop) drop->applied = true;
   const dropout_simd::Draw d =
       drop ? dropout_simd::Draw{drop->key, drop->threshold, drop->scale} : dropout_simd::Draw{};
-  parallel_ranges(N * C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, S)), [&](int64_t r0, int64_t r1) {
+  const dropout_simd::Isa isa = dropout_simd::best();
+  parallel_ranges(N * groups, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, len)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r % C;
-      const float ac = a[c], mc = mean[c], bc = shift[c];
-      const float* xr = xp + r * S;
-      float* yr = yp + r * S;
-      int64_t i = 0;
-#ifdef __SSE2__
-      // 4 at a time (GCC's -O2 leaves the loop below scalar): the reference's formula
-      // (batchnorm_stats::apply) on GCC's vector arithmetic, ReLU as v <= 0 ? 0 : v (NaN
-      // kept, -0 to +0).
-      const __m128 a4 = _mm_set1_ps(ac), m4 = _mm_set1_ps(mc), b4 = _mm_set1_ps(bc), zero = _mm_setzero_ps();
-      for (; i + 4 <= S; i += 4) {
-        __m128 v = batchnorm_stats::apply(_mm_loadu_ps(xr + i), m4, a4, b4);
-        if (relu) v = _mm_andnot_ps(_mm_cmple_ps(v, zero), v);
-        _mm_storeu_ps(yr + i, v);
-      }
-#endif
-      for (; i < S; ++i) {
-        float v = batchnorm_stats::apply(xr[i], mc, ac, bc);
-        if (relu && v <= 0.f) v = 0.f;
-        yr[i] = v;
-      }
-      // The Dropout's v * scale where kept and +0 where not, over the row while it is in
-      // cache, 16 draws at a time.
-      if (drop) dropout_simd::apply_plain(yr, yr, nullptr, S, r * S, d);
+      const int64_t c = (r % groups) * lanes;
+      const float* xr = xp + r * len;
+      float* yr = yp + r * len;
+      if (blocked)
+        apply_row_blocked(xr, yr, S, &a[c], mean + c, shift + c, relu);
+      else
+        apply_row_plain(xr, yr, S, a[c], mean[c], shift[c], relu);
+      if (!drop) continue;
+      // Row-major index of lane l at position s: (r * lanes + l) * S + s.
+      if (blocked)
+        dropout_simd::apply16(isa, yr, yr, nullptr, S, d, r * len, 1, S);
+      else
+        dropout_simd::apply_plain(yr, yr, nullptr, S, r * S, d, isa);
     }
   });
 }
 
 }  // namespace
 
-void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu, RowMajorDropout* dropout) {
+void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu, FusedDropout* dropout) {
   if (!du::all_f32(ctx)) return du::run_reference(ctx);
   const Node& n = ctx.node;
   const Tensor& x = ctx.in(0);
@@ -230,10 +282,9 @@ void batchnorm_forward_dnnl(KernelContext& ctx, bool fuse_relu, RowMajorDropout*
       {DNNL_ARG_SHIFT, du::memory_of(ctx.in(2), plan->channel)},
   };
   if (plan->workspace.get_size() != 0) args[DNNL_ARG_WORKSPACE] = du::temp_memory(plan->workspace, 2);
-  const bool plain = x.layout() == Layout::Plain;
+  const bool own = x.layout() == Layout::Plain || x.layout() == Layout::Blocked16c;
   auto run = [&](const float* m, const float* v) {
-    if (plain)
-      return apply_plain(x, ctx.in(1).data<float>(), ctx.in(2).data<float>(), m, v, eps, fuse_relu, dropout, y);
+    if (own) return apply_rows(x, ctx.in(1).data<float>(), ctx.in(2).data<float>(), m, v, eps, fuse_relu, dropout, y);
     du::execute(plan->prim, std::move(args));
   };
   if (!training) {

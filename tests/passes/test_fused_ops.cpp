@@ -488,14 +488,15 @@ TEST_CASE(
           CHECK(same_bits(rm, want_rm));
           CHECK(same_bits(rv, want_rv));
           if (std::string(name) != "cpu") continue;
-          // The one pass runs where the own apply loop does: fp32 row-major X and Y.
+          // The one pass runs where the own apply loop does: fp32 X and Y, row-major or
+          // Blocked16c.
           Tensor one = laid_out(Tensor(DataType::Float32, dims), layout);
           KernelContext c{bn, {&x, &scale, &bias, &mean, &var}, {&one}, true};
-          RowMajorDropout rd{dropout_mask::key_of(node_seed(run_seed, dropout_index), 0),
-                             dropout_mask::threshold(static_cast<double>(0.3f)),
-                             static_cast<float>(1.0 / (1.0 - static_cast<double>(0.3f)))};
+          FusedDropout rd{dropout_mask::key_of(node_seed(run_seed, dropout_index), 0),
+                          dropout_mask::threshold(static_cast<double>(0.3f)),
+                          static_cast<float>(1.0 / (1.0 - static_cast<double>(0.3f)))};
           batchnorm_forward_dnnl(c, /*fuse_relu=*/true, &rd);
-          CHECK(rd.applied == (layout == Layout::Plain));
+          CHECK(rd.applied);
           if (math == MathPrecision::fp32 && rd.applied) CHECK(same_bits(one, want));
         }
   }

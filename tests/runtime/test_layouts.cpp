@@ -444,3 +444,59 @@ TEST_CASE("Dropout on a Blocked16c tensor draws the row-major tensor's mask, ele
   CHECK(bitwise_equal(to_plain(yb), y));
   CHECK(bitwise_equal(to_plain(maskb), mask));
 }
+
+TEST_CASE("the cpu batch norm + ReLU (+ Dropout) on Blocked16c equals its row-major run bit for bit") {
+  // The cpu backend's own apply loop runs both layouts (ops/norm_cpu.cpp: apply_rows),
+  // with the Dropout fused into it on Blocked16c too: Z, the running and the saved
+  // statistics must be the row-major run's bits, in training (the mask drawn by row-major
+  // index) and in inference.
+  const std::vector<int64_t> dims{3, 32, 5, 7};
+  const std::vector<int64_t> ch{32};
+  Tensor x = random_tensor(DataType::Float32, dims, 4, -2, 2);
+  Tensor scale = random_tensor(DataType::Float32, ch, 5, 0.5, 1.5), bias = random_tensor(DataType::Float32, ch, 6);
+  Tensor mean = random_tensor(DataType::Float32, ch, 7), var = random_tensor(DataType::Float32, ch, 8, 0.5, 2);
+  Tensor ratio = make(DataType::Float32, {}, {0.3f});
+  for (bool dropout : {false, true})
+    for (bool training : {false, true}) {
+      CAPTURE(dropout);
+      CAPTURE(training);
+      std::map<std::string, Attribute> attrs{{"epsilon", Attribute::of_float(1e-3f)},
+                                             {"momentum", Attribute::of_float(0.8f)}};
+      std::vector<std::string> ins{"x", "scale", "bias", "mean", "var"};
+      if (dropout) {
+        attrs["dropout_node"] = Attribute::of_int(1);
+        ins.push_back("ratio");
+      }
+      const std::vector<std::string> outs{"z", "rm", "rv", "", "", "sm", "sv"};
+      Node n = make_node(dropout ? "BatchNormalizationReluDropout" : "BatchNormalizationRelu", ins,
+                         training ? outs : std::vector<std::string>{"z"}, attrs, kTrainrtDomain);
+      const Kernel& k = make_backend("cpu")->kernel(n);
+      std::map<Layout, std::vector<Tensor>> got;
+      for (Layout l : {Layout::Plain, Layout::Blocked16c}) {
+        Tensor xl = stored_as(x, l);
+        std::vector<Tensor> o{Tensor(DataType::Float32, dims)};
+        o[0].set_layout(l);
+        if (training)
+          for (int i = 0; i < 4; ++i) o.emplace_back(DataType::Float32, ch);
+        std::vector<Tensor*> out_ptrs{&o[0]};
+        if (training) out_ptrs = {&o[0], &o[1], &o[2], nullptr, nullptr, &o[3], &o[4]};
+        std::vector<const Tensor*> in_ptrs{&xl, &scale, &bias, &mean, &var};
+        if (dropout) in_ptrs.push_back(&ratio);
+        KernelContext c{n, in_ptrs, out_ptrs, training, 77};
+        const uint64_t fallbacks = dnnl_util::reference_fallbacks();
+        k(c);
+        CHECK(dnnl_util::reference_fallbacks() == fallbacks);
+        o[0] = to_plain(o[0]);
+        got[l] = std::move(o);
+      }
+      for (size_t i = 0; i < got[Layout::Plain].size(); ++i) {
+        CAPTURE(i);
+        CHECK(bitwise_equal(got[Layout::Blocked16c][i], got[Layout::Plain][i]));
+      }
+      if (dropout && training) {  // the mask dropped some of the positive values
+        int64_t zeros = 0;
+        for (int64_t i = 0; i < x.numel(); ++i) zeros += got[Layout::Plain][0].data<float>()[i] == 0.f;
+        CHECK(zeros > x.numel() / 2);  // ReLU's about half, and the Dropout's 30 % of the rest
+      }
+    }
+}
