@@ -13,6 +13,9 @@
 
 #include <cmath>
 #include <cstring>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <type_traits>
 #include <vector>
 
@@ -32,6 +35,20 @@ inline SgdRule sgd_rule(const KernelContext& k, size_t lr_slot) {
                                         k.node.attr_int("nesterov", 0) != 0, k.in(lr_slot + 1).data<int64_t>()[0] == 0);
 }
 
+// Two floats widened to doubles and back: the cpu loops' vectors, SSE2's width (wider
+// vectors change the ABI of the calls GCC may not inline).
+using F32x2 = float __attribute__((vector_size(8)));
+using F64x2 = double __attribute__((vector_size(16)));
+inline F64x2 load2(const float* p) {
+  F32x2 v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, F64x2);
+}
+inline void store2(float* p, F64x2 v) {
+  const F32x2 f = __builtin_convertvector(v, F32x2);
+  std::memcpy(p, &f, sizeof f);
+}
+
 // Elements [begin, end) of one parameter. The cpu kernel (kVector) runs the usual fp32
 // step with momentum 2 elements at a time in double vectors (GCC's -O2 left the loop
 // scalar: MultiSGD took 79 ms of the Wide ResNet's 3.3 s step on an AVX-512 Xeon, 42 ms
@@ -41,23 +58,11 @@ void sgd_update(const SgdRule& r, const SgdTensors<T>& t, int64_t begin, int64_t
   int64_t i = begin;
   if constexpr (kVector && std::is_same_v<T, float>) {
     if (optimizer_math::is_momentum_step(r, t) && t.buf_out) {
-      // SSE2's width: wider vectors change the ABI of the calls GCC may not inline.
-      using f32x2 = float __attribute__((vector_size(8)));
-      using f64x2 = double __attribute__((vector_size(16)));
-      auto load = [](const float* p) {
-        f32x2 v;
-        std::memcpy(&v, p, sizeof v);
-        return __builtin_convertvector(v, f64x2);
-      };
-      auto store = [](float* p, f64x2 v) {
-        const f32x2 f = __builtin_convertvector(v, f32x2);
-        std::memcpy(p, &f, sizeof f);
-      };
       for (; i + 2 <= end; i += 2) {  // every input read before the stores: in place is fine
-        f64x2 b;
-        const f64x2 out = optimizer_math::sgd_momentum_step(r, load(t.p + i), load(t.g + i), load(t.buf + i), b);
-        store(t.buf_out + i, b);
-        store(t.out + i, out);
+        F64x2 b;
+        const F64x2 out = optimizer_math::sgd_momentum_step(r, load2(t.p + i), load2(t.g + i), load2(t.buf + i), b);
+        store2(t.buf_out + i, b);
+        store2(t.out + i, out);
       }
     }
   }
@@ -73,9 +78,25 @@ inline AdamRule adam_rule(const KernelContext& k, size_t lr_slot) {
                                          k.node.attr_int("decoupled_weight_decay", 0) != 0);
 }
 
-template <typename T>
+// The cpu kernel (kVector) runs fp32 2 elements at a time in double vectors, as
+// sgd_update, with SSE2's exact square root: the reference's bits.
+template <typename T, bool kVector>
 void adam_update(const AdamRule& r, const AdamTensors<T>& t, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) optimizer_math::adam_element(r, t, i);
+  int64_t i = begin;
+#ifdef __SSE2__
+  if constexpr (kVector && std::is_same_v<T, float>) {
+    auto sqrt2 = [](F64x2 x) { return reinterpret_cast<F64x2>(_mm_sqrt_pd(reinterpret_cast<__m128d>(x))); };
+    for (; i + 2 <= end; i += 2) {  // every input read before the stores: in place is fine
+      F64x2 m, v;
+      const F64x2 out =
+          optimizer_math::adam_step(r, load2(t.p + i), load2(t.g + i), load2(t.m + i), load2(t.v + i), m, v, sqrt2);
+      store2(t.m_out + i, m);
+      store2(t.v_out + i, v);
+      store2(t.out + i, out);
+    }
+  }
+#endif
+  for (; i < end; ++i) optimizer_math::adam_element(r, t, i);
 }
 
 // f(tensor, begin, end) over every element of every tensor (counts[i] elements each):
@@ -116,7 +137,7 @@ template <typename T, bool kParallel>
 void adam(KernelContext& k) {
   const AdamRule r = adam_rule(k, 2);
   const AdamTensors<T> t = adam_tensors<T>(k);
-  for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { adam_update(r, t, begin, end); });
+  for_range<kParallel>(t.n, [&](int64_t begin, int64_t end) { adam_update<T, kParallel>(r, t, begin, end); });
 }
 
 // The element counts of a multi node's tensors (for_tensor_chunks).
@@ -141,8 +162,8 @@ template <typename T, bool kParallel>
 void multi_adam(KernelContext& k) {
   const AdamRule r = adam_rule(k, 0);
   const std::vector<AdamTensors<T>> ts = multi_adam_tensors<T>(k);
-  for_tensor_chunks<kParallel>(counts_of(ts),
-                               [&](size_t t, int64_t begin, int64_t end) { adam_update(r, ts[t], begin, end); });
+  for_tensor_chunks<kParallel>(
+      counts_of(ts), [&](size_t t, int64_t begin, int64_t end) { adam_update<T, kParallel>(r, ts[t], begin, end); });
 }
 
 }  // namespace trainrt::optimizer_loops

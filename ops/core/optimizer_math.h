@@ -115,19 +115,37 @@ TRAINRT_HOST_DEVICE Adam<A> adam_of(double lr, int64_t step, double b1, double b
           decoupled};
 }
 
-template <typename A, typename T>
-TRAINRT_HOST_DEVICE void adam_element(const Adam<A>& c, const AdamTensors<T>& a, int64_t i) {
-  const A w = static_cast<A>(a.p[i]);
-  A g = static_cast<A>(a.g[i]), decay = A(0);
+// Adam's arithmetic on values: returns p' and sets the moments m and v. V is A or a
+// vector of A's (GCC's vector types: the cpu loop runs it 2 elements at a time,
+// ops/optimizer_loops.h), `sqrt` V's square root.
+template <typename A, typename V, typename Sqrt>
+TRAINRT_HOST_DEVICE V adam_step(const Adam<A>& c, V w, V g, V m_in, V v_in, V& m, V& v, Sqrt sqrt) {
+  V decay{};  // +0 (AdamW sets it below)
   if (c.decoupled)
     decay = c.lr_wd * w;  // AdamW
   else
-    g += c.wd * w;  // Adam: the L2 penalty folded into the gradient
-  const A m = c.b1 * static_cast<A>(a.m[i]) + c.one_minus_b1 * g;
-  const A v = c.b2 * static_cast<A>(a.v[i]) + c.one_minus_b2 * g * g;
+    g = g + c.wd * w;  // Adam: the L2 penalty folded into the gradient
+  m = c.b1 * m_in + c.one_minus_b1 * g;
+  v = c.b2 * v_in + c.one_minus_b2 * g * g;
+  return w - (decay + c.step_size * m / (sqrt(v) / c.sqrt_bc2 + c.eps));
+}
+
+// unary_math::sqrt_of as a function object (adam_step's `sqrt` for scalars).
+struct SqrtOf {
+  template <typename X>
+  TRAINRT_HOST_DEVICE X operator()(X x) const {
+    return unary_math::sqrt_of(x);
+  }
+};
+
+template <typename A, typename T>
+TRAINRT_HOST_DEVICE void adam_element(const Adam<A>& c, const AdamTensors<T>& a, int64_t i) {
+  A m, v;
+  const A out = adam_step(c, static_cast<A>(a.p[i]), static_cast<A>(a.g[i]), static_cast<A>(a.m[i]),
+                          static_cast<A>(a.v[i]), m, v, SqrtOf{});
   a.m_out[i] = static_cast<T>(m);
   a.v_out[i] = static_cast<T>(v);
-  a.out[i] = static_cast<T>(w - (decay + c.step_size * m / (unary_math::sqrt_of(v) / c.sqrt_bc2 + c.eps)));
+  a.out[i] = static_cast<T>(out);
 }
 
 }  // namespace trainrt::optimizer_math
