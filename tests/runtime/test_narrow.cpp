@@ -484,3 +484,38 @@ TEST_CASE("device backend: ConvGrad with dx_relu reads a 16-bit X and writes a 1
     CHECK(stored.at(grad->outputs[0]) == want);  // dX
   }
 }
+
+TEST_CASE("device backend: tests/data/mobile_cnn.onnx's bf16/fp16 steps with 16-bit storage equal the reference's") {
+  // The model of the one selftest a GPU failed (its squeeze-and-excitation 1x1
+  // convolutions on a 1x1 image, behind a GlobalAveragePool): the cuda kernels' layouts,
+  // 16-bit storage and rounding on the stand-in device, against the reference, bit for bit.
+  Graph g = import_onnx_file(std::string(TRAINRT_SOURCE_DIR) + "/tests/data/mobile_cnn.onnx", registry().schemas);
+  infer_shapes(g, registry().schemas, "mobile_cnn");
+  auto batch = [](uint64_t seed) {
+    Tensor labels(DataType::Int64, {4});
+    for (int64_t i = 0; i < 4; ++i)
+      labels.data<int64_t>()[i] = static_cast<int64_t>((seed + 5 * static_cast<uint64_t>(i)) % 6);
+    return TensorMap{{"images", random_tensor(DataType::Float32, {4, 3, 16, 16}, seed)}, {"labels", labels}};
+  };
+  for (MathPrecision m : {MathPrecision::bf16, MathPrecision::fp16}) {
+    const std::string name = math_precision_name(m);
+    CAPTURE(name);
+    TrainingSession device(wrn_training(g), std::make_unique<StandinDevice>(), {.seed = 3, .math = m});
+    TrainingSession ref(wrn_training(g), make_backend("reference"), {.seed = 3, .math = m});
+    for (int step = 0; step < 2; ++step) {
+      const TensorMap b = batch(static_cast<uint64_t>(step + 1));
+      CHECK(device.step(b, 0.05f) == ref.step(b, 0.05f));
+    }
+    for (const std::string& s : ref.state_names()) {
+      CAPTURE(s);
+      CHECK(bitwise_equal(device.state(s), ref.state(s)));
+    }
+    const DataType t = m == MathPrecision::bf16 ? DataType::BFloat16 : DataType::Float16;
+    if (StandinDevice::have_cuda_kernels()) {
+      std::string names;
+      for (const PlannedValue& v : device.plan().values)
+        if (v.dtype == t) names += " " + v.name;
+      MESSAGE(name << ": " << narrowed_count(device.plan(), t) << " values in 16 bits:" << names);
+    }
+  }
+}
