@@ -65,12 +65,12 @@ void dropout_kernel(KernelContext& ctx) {
       // integer test (dropout_mask::threshold is u >= ratio exactly) and product.
       if (layout == Layout::Plain || layout == Layout::Blocked16c) {
         const dropout_simd::Draw d{key, dropout_mask::threshold(ratio), scale};
-        const int64_t hw = layout == Layout::Blocked16c ? x.dims()[2] * x.dims()[3] : 0;
-        for_range<true>(n, [=](int64_t begin, int64_t end) {
-          if (hw == 0)
+        const bool blocked = layout == Layout::Blocked16c;
+        for_range<true>(n, [=, &x](int64_t begin, int64_t end) {
+          if (!blocked)
             return dropout_simd::apply_plain(px + begin, py + begin, mask ? mask + begin : nullptr, end - begin, begin,
                                              d);
-          dropout_simd::apply_blocked16c(px, py, mask, begin, end, hw, d);
+          dropout_simd::apply_blocked16c(px, py, mask, begin, end, x.dims(), d);
         });
         return;
       }

@@ -6,7 +6,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "graph/tensor.h"
 #include "ops/core/dropout_mask.h"
 
 namespace trainrt::dropout_simd {
@@ -20,14 +22,6 @@ inline void apply_one(const float* x, float* y, uint8_t* mask, int64_t i, int64_
   if (mask) mask[i] = kept ? 1 : 0;
 }
 
-}  // namespace
-
-bool runs(Isa isa) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return isa == Isa::scalar || (isa == Isa::avx2 && avx2) || (isa == Isa::avx512 && avx512);
-}
-
 // ONEDNN_MAX_CPU_ISA caps these loops as it caps oneDNN's kernels, so a run limited to
 // AVX2 (tools/setup.sh test's second ctest pass) runs what an AVX2-only CPU runs.
 Isa cap() {
@@ -37,6 +31,14 @@ Isa cap() {
   for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (v == "ALL" || v.rfind("AVX512", 0) == 0 || v.rfind("AVX10", 0) == 0) return Isa::avx512;
   return v.rfind("AVX2", 0) == 0 ? Isa::avx2 : Isa::scalar;
+}
+
+}  // namespace
+
+bool runs(Isa isa) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return isa == Isa::scalar || (isa == Isa::avx2 && avx2) || (isa == Isa::avx512 && avx512);
 }
 
 Isa best() {
@@ -64,20 +66,19 @@ void apply_plain(const float* x, float* y, uint8_t* mask, int64_t n, int64_t at,
   for (int64_t i = 16 * blocks; i < n; ++i) apply_one(x, y, mask, i, at + i, d);
 }
 
-void apply_blocked16c(const float* x, float* y, uint8_t* mask, int64_t begin, int64_t end, int64_t hw, const Draw& d,
-                      Isa isa) {
-  // Storage offset i = 16 * (row * hw + s) + l, row = n * C/16 + c/16: row-major index
-  // (n * C + 16 * (row % (C/16)) + l) * hw + s = (16 * row + l) * hw + s, whatever C.
-  auto plain_of = [hw](int64_t i) { return (16 * ((i / 16) / hw) + i % 16) * hw + (i / 16) % hw; };
+void apply_blocked16c(const float* x, float* y, uint8_t* mask, int64_t begin, int64_t end,
+                      const std::vector<int64_t>& dims, const Draw& d, Isa isa) {
+  const int64_t hw = dims[2] * dims[3];
   int64_t i = begin;
-  for (; i < end && i % 16 != 0; ++i) apply_one(x, y, mask, i, plain_of(i), d);  // a partial first block
-  while (end - i >= 16) {  // whole blocks, a row's run of positions at a time
-    const int64_t q = i / 16, s = q % hw;
+  for (; i < end && i % 16 != 0; ++i) apply_one(x, y, mask, i, blocked_to_plain_index(dims, i), d);  // partial block
+  while (end - i >= 16) {  // whole blocks, a row's run of positions at a time: lane l of the
+    // block at position s lies l * hw after lane 0, the next position's lane 0 one after
+    const int64_t s = (i / 16) % hw;
     const int64_t blocks = std::min(hw - s, (end - i) / 16);
-    apply16(isa, x + i, y + i, mask ? mask + i : nullptr, blocks, d, 16 * (q / hw) * hw + s, 1, hw);
+    apply16(isa, x + i, y + i, mask ? mask + i : nullptr, blocks, d, blocked_to_plain_index(dims, i), 1, hw);
     i += 16 * blocks;
   }
-  for (; i < end; ++i) apply_one(x, y, mask, i, plain_of(i), d);
+  for (; i < end; ++i) apply_one(x, y, mask, i, blocked_to_plain_index(dims, i), d);
 }
 
 }  // namespace trainrt::dropout_simd

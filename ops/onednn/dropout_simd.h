@@ -6,7 +6,7 @@
 //
 //   const dropout_simd::Draw d{key, dropout_mask::threshold(ratio), float(1 / (1 - ratio))};
 //   dropout_simd::apply_plain(x + i, y + i, nullptr, n, /*at=*/i, d);       // Plain run
-//   dropout_simd::apply_blocked16c(x, y, mask, begin, end, H * W, d);       // Blocked16c offsets
+//   dropout_simd::apply_blocked16c(x, y, mask, begin, end, dims, d);        // Blocked16c offsets
 //
 // Why: with the hash's three 64-bit products per value done one value at a time, the
 // Dropout fused into the Wide ResNet's batch norm and ReLU (BatchNormalizationReluDropout)
@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace trainrt::dropout_simd {
 
@@ -41,10 +42,10 @@ void apply16(Isa isa, const float* x, float* y, uint8_t* mask, int64_t blocks, c
 // n values of a Plain tensor from row-major index `at` (x, y, mask point at that value).
 void apply_plain(const float* x, float* y, uint8_t* mask, int64_t n, int64_t at, const Draw& d, Isa isa = best());
 
-// Storage offsets [begin, end) of a Blocked16c tensor of spatial size hw (H * W); x, y,
-// mask are the tensor's first values.
-void apply_blocked16c(const float* x, float* y, uint8_t* mask, int64_t begin, int64_t end, int64_t hw, const Draw& d,
-                      Isa isa = best());
+// Storage offsets [begin, end) of a Blocked16c tensor of dims N,C,H,W (row-major index
+// of an offset: blocked_to_plain_index); x, y, mask are the tensor's first values.
+void apply_blocked16c(const float* x, float* y, uint8_t* mask, int64_t begin, int64_t end,
+                      const std::vector<int64_t>& dims, const Draw& d, Isa isa = best());
 
 // The ISA builds of apply16 (ops/onednn/dropout_simd_avx2.cpp, _avx512.cpp).
 void apply16_avx2(const float* x, float* y, uint8_t* mask, int64_t blocks, const Draw& d, int64_t at,

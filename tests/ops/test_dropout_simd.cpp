@@ -91,7 +91,7 @@ TEST_CASE("dropout simd: 16-lane blocks equal the scalar rule on every ISA this 
 
 TEST_CASE("dropout simd: Plain runs and Blocked16c ranges equal the scalar rule by row-major index") {
   const std::vector<int64_t> dims{3, 32, 5, 7};  // hw 35: rows of positions end mid-range
-  const int64_t n = 3 * 32 * 35, hw = 35;
+  const int64_t n = 3 * 32 * 35;
   const std::vector<float> x = random_values(static_cast<size_t>(n), 8);
   const dropout_simd::Draw d{dropout_mask::key_of(4, 0), dropout_mask::threshold(0.3), static_cast<float>(1.0 / 0.7)};
   for (Isa isa : isas_here()) {
@@ -104,7 +104,7 @@ TEST_CASE("dropout simd: Plain runs and Blocked16c ranges equal the scalar rule 
       for (int64_t i = begin; i < end; ++i) expect_value(x, y, mask, static_cast<size_t>(i), i, d, wrong);
       std::fill(y.begin(), y.end(), 1.f);
       std::fill(mask.begin(), mask.end(), 7);
-      dropout_simd::apply_blocked16c(x.data(), y.data(), mask.data(), begin, end, hw, d, isa);
+      dropout_simd::apply_blocked16c(x.data(), y.data(), mask.data(), begin, end, dims, d, isa);
       for (int64_t i = begin; i < end; ++i)
         expect_value(x, y, mask, static_cast<size_t>(i), blocked_to_plain_index(dims, i), d, wrong);
       // Nothing outside [begin, end) written.
