@@ -266,8 +266,10 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
       CHECK(device.plan().arena_bytes < wide.plan().arena_bytes);
       // The 76 values test "choose_narrowed: a value is stored in 16 bits only where..."
       // counts (the 54 the step rounds, 6 Dropout outputs written by the fused
-      // BatchNormalizationReluDropout, 16 weight copies): 1,046,272 bytes against 1,731,264
-      // all fp32. Before that fusion, 82 values (the 6 batch-norm+ReLU outputs it no
+      // BatchNormalizationReluDropout, 16 weight copies): 1,048,128 bytes against 1,731,264
+      // all fp32. Before the residual Adds' SumToShape copies were written over their dY,
+      // 1,046,272 (the best fit then placed the values 1,856 bytes tighter; the full-size
+      // Wide ResNet's arena is the same either way). Before that fusion, 82 values (the 6 batch-norm+ReLU outputs it no
       // longer writes were stored too) and 1,046,400 bytes. Before the 16-bit copies of
       // the first convolution's and the 1x1 skips' filters (which their convolutions then
       // converted per pass): 78 values, 1,046,144 bytes (the 4 copies live through the
@@ -275,7 +277,7 @@ TEST_CASE("device backend: bf16/fp16 steps with 16-bit storage equal the referen
       // DropoutReluGrad read them (38 values: 13 batch-norm data gradients, 6 Dropout
       // outputs, 7 batch-norm+ReLU outputs, 12 KRSC weight copies): 1,518,656.
       CHECK(narrowed_count(device.plan(), t) == 76);
-      CHECK(device.plan().arena_bytes <= 1046272);
+      CHECK(device.plan().arena_bytes <= 1048128);
       MESSAGE(name << ": " << narrowed_count(device.plan(), t) << " values in 16 bits, arena "
                    << device.plan().arena_bytes << " bytes against " << wide.plan().arena_bytes);
     }

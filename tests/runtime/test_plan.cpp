@@ -116,6 +116,12 @@ TEST_CASE("plan of the Wide ResNet training graph: verified, smaller than naive,
   verify_plan(p);
   CHECK(p.arena_bytes < p.naive_bytes / 2);
   CHECK(p.in_place_count > 0);
+  // The residual Adds' gradients (SumToShape copies): one of each pair written over its dY.
+  size_t copies_in_place = 0;
+  for (const PlanStep& st : p.steps)
+    if (p.graph.nodes[st.node].op_type == "SumToShape" && p.values[static_cast<size_t>(st.outputs[0])].alias >= 0)
+      ++copies_in_place;
+  CHECK(copies_in_place > 0);
   CHECK(p.peak_live_bytes <= p.arena_bytes);
   CHECK(p.arena_bytes <= p.file_order_bytes);  // the chosen order is never worse than the file's
   MESSAGE("order " << p.order << ": arena " << p.arena_bytes << " B, naive " << p.naive_bytes << " B, in place "
@@ -305,6 +311,52 @@ TEST_CASE("contiguous groups: members back to back, never in place, verified; ru
         g, feeds, {}, [&](Executor& ex) { ex.set_contiguous(groups); },
         [&](const Executor& ex, const Backend&, const TensorMap&) { CHECK(ex.plan().groups.size() == asked.size()); });
   }
+}
+
+TEST_CASE("SumToShape: a copy (nothing broadcast) is planned over its dY, a reduction is not; runs equal naive") {
+  // a = Relu(x); s = SumToShape(a, x) (dims agree: a copy, a's last use) and
+  // r = SumToShape(Neg(x), b) (reduced to [6]); the outputs read s and r.
+  Graph g;
+  g.name = "sum_to_shape";
+  g.opsets[""] = 17;
+  g.opsets[kTrainrtDomain] = 1;
+  g.inputs = {"x", "b"};
+  g.values["x"] = ValueInfo{DataType::Float32, shape_of({4, 6})};
+  g.values["b"] = ValueInfo{DataType::Float32, shape_of({6})};
+  auto add = [&](const char* op, const char* domain, std::vector<std::string> in, const char* out) {
+    Node n;
+    n.name = std::string("n_") + out;
+    n.op_type = op;
+    n.domain = domain;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    g.nodes.push_back(n);
+  };
+  add("Relu", "", {"x"}, "a");
+  add("SumToShape", kTrainrtDomain, {"a", "x"}, "s");
+  add("Neg", "", {"x"}, "m");
+  add("SumToShape", kTrainrtDomain, {"m", "b"}, "r");
+  add("Tanh", "", {"s"}, "y");
+  add("Sigmoid", "", {"r"}, "z");
+  g.outputs = {"y", "z"};
+  validate_graph(g, registry().schemas, "sum_to_shape");
+  infer_shapes(g, registry().schemas, "sum_to_shape");
+  TensorMap feeds{{"x", random_tensor(DataType::Float32, {4, 6}, 3)}, {"b", random_tensor(DataType::Float32, {6}, 4)}};
+  PlanOptions o;
+  o.keep = g.outputs;
+  const Plan p = build_plan(specialize(g, feeds), o);
+  verify_plan(p);
+  CHECK(p.value("s").alias == p.index.at("a"));
+  CHECK(p.value("r").alias < 0);
+  // Without the rule the copy gets bytes of its own: the naive plan's (in_place off) layout.
+  PlanOptions off = o;
+  off.in_place = false;
+  CHECK(build_plan(specialize(g, feeds), off).value("s").alias < 0);
+  expect_naive_results(
+      g, feeds, {}, [](Executor&) {},
+      [](const Executor& ex, const Backend&, const TensorMap&) {
+        CHECK(ex.plan().value("s").alias == ex.plan().index.at("a"));
+      });
 }
 
 TEST_CASE("Executor: the second run with the same shapes reuses the plan and the arena") {
