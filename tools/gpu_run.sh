@@ -36,7 +36,9 @@
 #   d  selftest_mobile_cnn_bf16  tests/data/mobile_cnn.onnx (grouped, depthwise and
 #                       squeeze-excitation convolutions) at bf16: its 1x1 convolution of
 #                       8 to 4 channels failed on the first GPU; a failure prints which
-#                       library path each problem took (fusion tally, fallbacks, engines)
+#                       library path each problem took (fusion tally, fallbacks, engines);
+#                       after a failure, _wide (--narrow-storage off) and _nchw (--layout
+#                       nchw) tell a 16-bit output's fault from a layout descriptor's
 #   d  bench_b1024_bf16_wide  that point with 16-bit storage off (--narrow-storage off):
 #                       every activation float32, so the pair shows what 16-bit storage brings
 #   d  selftest_strict  the default small selftest in strict fp32
@@ -462,6 +464,14 @@ run_phase d profile_b1024_bf16 "$t_bench" "${trainrt[@]}" bench "$model" --devic
   --steps 5 --timing-cache "$results/timing-cache.json" --profile --trace "$results/trace_b1024_bf16.json"
 run_phase d selftest_mobile_cnn_bf16 "$t_selftest" "${trainrt[@]}" selftest "$here/mobile_cnn.onnx" --device cuda \
   --precision bf16
+case $status in FAILED* | TIMED*)
+  # Which side the fault is on, in the same run: every activation float32 (the 8-to-4
+  # convolution then writes a float32 y), and NCHW descriptors instead of NHWC.
+  run_phase d selftest_mobile_cnn_bf16_wide "$t_selftest" "${trainrt[@]}" selftest "$here/mobile_cnn.onnx" \
+    --device cuda --precision bf16 --narrow-storage off
+  run_phase d selftest_mobile_cnn_bf16_nchw "$t_selftest" "${trainrt[@]}" selftest "$here/mobile_cnn.onnx" \
+    --device cuda --precision bf16 --layout nchw ;;
+esac
 bench d 1024 bf16 wide  # what 16-bit storage brings: the point above without it
 run_phase d selftest_strict "$t_selftest" "${trainrt[@]}" selftest --device cuda
 run_phase d selftest_fp16 "$t_selftest" "${trainrt[@]}" selftest --device cuda "${wide[@]}" --precision fp16

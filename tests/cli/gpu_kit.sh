@@ -29,7 +29,7 @@ case "$*" in
 esac
 EOF
 # The stand-in trainrt: each call appended to $KIT_CALLS; selftest_bf16 fails after 300
-# lines; bench at bf16 batch 1024 hangs; selftest_fp32 prints 500 lines and passes.
+# lines; mobile_cnn.onnx's selftests fail (pass with KIT_MOBILE_OK set); bench at bf16 batch 1024 hangs; selftest_fp32 prints 500 lines and passes.
 cat >"$tmp/bin/trainrt" <<'EOF'
 #!/usr/bin/env bash
 echo "$*" >>"$KIT_CALLS"
@@ -38,6 +38,8 @@ case "$1" in
   model) : >"${@: -1}" ;;
   selftest)
     case "$*" in
+      *mobile_cnn.onnx*) [ -z "${KIT_MOBILE_OK:-}" ] || { echo "selftest passed"; exit 0; }
+                         echo "selftest FAILED: node 'Conv_7' (FusedConv)"; exit 1 ;;
       *"--precision bf16"*) for i in $(seq 300); do echo "bf16 line $i"; done
                             echo "selftest FAILED: node 'c1' (Conv)"; exit 1 ;;
       *"--widths 16,32,64,128 --fp32-math tf32") for i in $(seq 500); do echo "fp32 line $i"; done ;;
@@ -85,7 +87,7 @@ start=$SECONDS
 kit "$tmp/r1"
 took=$((SECONDS - start))
 [ "$rc" -eq 1 ] || fail "default run with a failed phase exited $rc, expected 1: $(tail -5 "$tmp/r1.out")"
-want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch profile_b1024_bf16 selftest_mobile_cnn_bf16 bench_b1024_bf16_wide selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
+want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch profile_b1024_bf16 selftest_mobile_cnn_bf16 selftest_mobile_cnn_bf16_wide selftest_mobile_cnn_bf16_nchw bench_b1024_bf16_wide selftest_strict selftest_fp16 selftest_seq_cnn selftest_video_cnn bench_b128_fp32 bench_b128_bf16 pytorch_more"
 [ "$(phases "$tmp/r1")" = "$want" ] || fail "default phases: '$(phases "$tmp/r1")', expected '$want'"
 [ "$took" -le 12 ] || fail "default run took $took s: the hang cost more than its phase's 2 s timeout"
 hung=$(sed -n 's/^===== bench_b1024_bf16: TIMED OUT (limit 2 s), \([0-9]*\) s$/\1/p' "$tmp/r1/run.log")
@@ -106,6 +108,11 @@ grep -q -- "bench .*--batch 1024 --precision bf16 --steps 5 --timing-cache $tmp/
 grep -q "^9000.0" "$tmp/r1/summary.txt" && fail "the profile phase's images/s went into the table"
 grep -q -- "^selftest [^ ]*/mobile_cnn.onnx --device cuda --precision bf16$" "$tmp/r1.calls" ||
   fail "the default tier does not run mobile_cnn.onnx at bf16: $(grep mobile "$tmp/r1.calls")"
+# mobile_cnn's failure: the same selftest with 16-bit storage off and with NCHW, to tell
+# which side the fault is on.
+grep -q -- "^selftest [^ ]*/mobile_cnn.onnx --device cuda --precision bf16 --narrow-storage off$" "$tmp/r1.calls" &&
+  grep -q -- "^selftest [^ ]*/mobile_cnn.onnx --device cuda --precision bf16 --layout nchw$" "$tmp/r1.calls" ||
+  fail "mobile_cnn's failure is not followed by the wide and nchw selftests: $(grep mobile "$tmp/r1.calls")"
 grep -qx "fp32 line 1" "$tmp/r1/run.log" && grep -qx "fp32 line 500" "$tmp/r1/run.log" ||
   fail "a successful long phase lost its first or last line"
 grep -qx "fp32 line 250" "$tmp/r1/run.log" && fail "a successful 500-line phase was kept whole (over 200 lines)"
@@ -146,9 +153,10 @@ T_BENCH=1 kit "$tmp/r2" --quick
 want="version model selftest_fp32 selftest_bf16 bench_b32_fp32 bench_b1024_bf16 pytorch"
 [ "$(phases "$tmp/r2")" = "$want" ] || fail "--quick phases: '$(phases "$tmp/r2")', expected '$want'"
 grep -q -- "--points 32:fp32,1024:bf16 " "$tmp/r2.calls" || fail "--quick: PyTorch not at the two points"
-T_BENCH=1 kit "$tmp/r3" --full
+KIT_MOBILE_OK=1 T_BENCH=1 kit "$tmp/r3" --full
 [ "$(phases "$tmp/r3" | tr ' ' '\n' | grep -c '^selftest_mobile_cnn_bf16$')" -eq 1 ] ||
   fail "--full runs mobile_cnn's bf16 selftest other than once: $(phases "$tmp/r3")"
+phases "$tmp/r3" | grep -q "selftest_mobile_cnn_bf16_" && fail "diagnostic mobile_cnn selftests ran after a pass"
 for p in selftest_nchw selftest_mlp_matmul_fp16 selftest_mobile_cnn_fp16 selftest_video_cnn_fp16 bench_b32_bf16 bench_b1024_fp32 bench_b1024_fp16 pytorch_more; do
   phases "$tmp/r3" | grep -qw "$p" || fail "--full lacks $p: $(phases "$tmp/r3")"
 done
