@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "graph/tensor.h"
+#include "ops/core/bn_graph_scope.h"
 #include "passes/fuse_util.h"
 
 namespace trainrt {
@@ -33,7 +34,7 @@ std::string channel_reason(const Graph& g, const std::string& x) {
   if (!info || !info->shape || info->shape->size() < 2) return "";
   const Dim& c = (*info->shape)[1];
   if (!c.known()) return "channel count unknown";
-  const int64_t multiple = info->dtype == DataType::Float32 ? 4 : 8;
+  const int64_t multiple = bn_graph_scope::channel_multiple(info->dtype != DataType::Float32);
   if (c.value % multiple != 0)
     return "C=" + std::to_string(c.value) + " not a multiple of " + std::to_string(multiple) + " (" +
            dtype_name(info->dtype) + ")";

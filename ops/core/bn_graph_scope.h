@@ -9,7 +9,7 @@
 // (runtime/narrow.h: bfloat16 bits under bf16, IEEE half under fp16), the storage the
 // graph then describes; the per-channel ones (scale, bias, dscale, ...) are float32 with
 // C values. C is a multiple of 4, or of 8 where any activation is 16-bit: the rule of
-// cuDNN's batch-norm fusion engines (runtime/cudnn_fusion.cpp's channel rule too).
+// cuDNN's batch-norm fusion engines (channel_multiple).
 //
 // Why 16-bit storage is in scope: those engines are built for half and bfloat16
 // activations with float32 statistics, which is what trainrt stores under bf16/fp16;
@@ -25,6 +25,10 @@
 #include "ops/core/kernel.h"
 
 namespace trainrt::bn_graph_scope {
+
+// The channel count cuDNN's batch-norm fusion engines take a multiple of: 8 where an
+// activation is 16-bit, else 4 (runtime/cudnn_fusion.cpp's plan-time scope asks it too).
+inline int64_t channel_multiple(bool sixteen_bit) { return sixteen_bit ? 8 : 4; }
 
 // The type a graph describes for activation-shaped `t`: float32, or its 16-bit storage;
 // nullopt for any other tensor (float64, a 16-bit tensor the math did not store so).
@@ -53,7 +57,7 @@ inline std::string reason(const Tensor& x, std::initializer_list<const Tensor*> 
   for (const Tensor* t : activations)
     if (why.empty() && t) why = activation(*t);
   if (!why.empty()) return why;
-  const int64_t C = x.dims()[1], multiple = any16 ? 8 : 4;
+  const int64_t C = x.dims()[1], multiple = channel_multiple(any16);
   if (C % multiple != 0)
     return "C=" + std::to_string(C) + " not a multiple of " + std::to_string(multiple) + (any16 ? " (16-bit)" : "");
   for (const Tensor* t : channels)
