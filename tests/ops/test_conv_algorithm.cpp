@@ -224,6 +224,35 @@ TEST_CASE("winograd: shapes it does not take run the direct kernel, bit for bit"
     CHECK(bit_equal(run(n, feeds, "cpu", ConvAlgorithm::winograd, o.math).at("Y"),
                     run(n, feeds, "cpu", ConvAlgorithm::direct, o.math).at("Y")));
   }
+  // 3x3 stride 1 but grouped or dilated (64 channels: within the own kernel's bound on
+  // AVX2, so only the shape rule keeps them direct), forward and both gradients.
+  const Tensor x64 = random_tensor(DataType::Float32, {2, 64, 12, 12}, 3, -1, 1);
+  for (const auto& [group, dilation] : {std::pair<int64_t, int64_t>{2, 1}, std::pair<int64_t, int64_t>{1, 2}}) {
+    CAPTURE(group);
+    CAPTURE(dilation);
+    const int64_t out = 12;  // pads = dilation: the same size
+    auto with = [&](Node n) {
+      n.attrs["group"] = Attribute::of_int(group);
+      n.attrs["dilations"] = Attribute::of_ints({dilation, dilation});
+      n.attrs["pads"] = Attribute::of_ints({dilation, dilation, dilation, dilation});
+      return n;
+    };
+    const Tensor w = weights({64, 64 / group, 3, 3}, 4);
+    Node grad = with(conv_node("ConvGrad", kTrainrtDomain, 3, 1, 1));
+    grad.inputs = {"dY", "X", "W"};
+    grad.outputs = {"dX", "dW"};
+    const std::pair<Node, TensorMap> runs[] = {
+        {with(conv_node("Conv", "", 3, 1, 1)), {{"X", x64}, {"W", w}}},
+        {grad, {{"dY", random_tensor(DataType::Float32, {2, 64, out, out}, 5, -1, 1)}, {"X", x64}, {"W", w}}}};
+    for (const auto& [n, feeds] : runs) {
+      const TensorMap wino = run(n, feeds, "cpu", ConvAlgorithm::winograd);
+      const TensorMap direct = run(n, feeds, "cpu", ConvAlgorithm::direct);
+      for (const auto& [name, t] : direct) {
+        CAPTURE(name);
+        CHECK(bit_equal(wino.at(name), t));
+      }
+    }
+  }
 }
 
 // The backend's own F(4x4,3x3) (ops/onednn/winograd.h), called directly so that it is tested
