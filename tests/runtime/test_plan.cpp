@@ -324,13 +324,8 @@ TEST_CASE("SumToShape: a copy (nothing broadcast) is planned over its dY, a redu
   g.values["x"] = ValueInfo{DataType::Float32, shape_of({4, 6})};
   g.values["b"] = ValueInfo{DataType::Float32, shape_of({6})};
   auto add = [&](const char* op, const char* domain, std::vector<std::string> in, const char* out) {
-    Node n;
-    n.name = std::string("n_") + out;
-    n.op_type = op;
-    n.domain = domain;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    g.nodes.push_back(n);
+    g.nodes.push_back(make_node(op, std::move(in), {out}, {}, domain));
+    g.nodes.back().name = std::string("n_") + out;  // make_node names by op type: two SumToShape
   };
   add("Relu", "", {"x"}, "a");
   add("SumToShape", kTrainrtDomain, {"a", "x"}, "s");
