@@ -11,9 +11,11 @@
 // bytes against a naive one-buffer-per-value plan, persistent state bytes). The
 // same batch is reused every step: the data pipeline is not what is measured.
 // --profile prints the runtime's per-op-type table (runtime/trace.h) of the timed
-// steps; --trace writes them as a Chrome/Perfetto trace. --fuse off runs the
-// training graph without its fusions (TrainingSession), to measure what they gain;
-// --fuse-dropout off leaves only BatchNormalizationRelu + Dropout unfused.
+// steps, each op's GB/s beside the backend's copy speed measured in the same run
+// (copy_bandwidth_gbps, runtime/backend.h); --trace writes them as a Chrome/Perfetto
+// trace. --fuse off runs the training graph without its fusions (TrainingSession), to
+// measure what they gain; --fuse-dropout off leaves only BatchNormalizationRelu +
+// Dropout unfused.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "launch/train_util.h"
 #include "ops/onednn/dnnl_util.h"
 #include "ops/onednn/winograd.h"
+#include "runtime/backend.h"
 #include "runtime/timing_cache.h"
 #include "runtime/trace.h"
 #include "runtime/training_session.h"
@@ -73,7 +76,8 @@ const CommandSpec kSpec{
          {"branches", "serial",
           "serial, or concurrent: independent neighbouring nodes two at a time (cpu: each with half the threads; cuda: "
           "the second on a second compute stream)"},
-         {"profile", "", "print time per op type over the timed steps", Flag::Switch},
+         {"profile", "", "print time and GB/s per op type over the timed steps, and the memory copy speed",
+          Flag::Switch},
          {"trace", "", "write the timed steps as a Chrome/Perfetto trace (JSON) to this file"}}),
     1,
     1};
@@ -319,9 +323,17 @@ int cmd_bench(const Argv& argv) {
   print_times(times, session, c, flops);
   print_run_report(session, c);
   save_engine_choices(chooser.get(), c.timing_cache);
-  if (c.profile)
-    std::printf("\nprofile over %lld timed steps (kernel time per op type, all steps):\n%s",
-                static_cast<long long>(c.steps), profile_table(prof.events).c_str());
+  if (c.profile) {
+    // Measured after the steps, in the same run: the GB/s column's roofline.
+    const size_t copy_bytes = size_t{256} << 20;
+    const double copy = copy_bandwidth_gbps(session.backend(), copy_bytes);
+    std::printf("\nmemory: %.1f GB/s, the %s backend's copy of %zu MiB (bytes read + written per second, best of 3)\n",
+                copy, c.backend.c_str(), copy_bytes >> 20);
+    std::printf(
+        "profile over %lld timed steps (kernel time per op type, all steps; GB/s: the nodes' inputs and outputs "
+        "as stored, per second):\n%s",
+        static_cast<long long>(c.steps), profile_table(prof.events, copy).c_str());
+  }
   if (!c.trace.empty()) {
     write_chrome_trace(c.trace, prof.events);
     std::printf("trace of the timed steps written to %s\n", c.trace.c_str());

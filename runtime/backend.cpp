@@ -1,6 +1,7 @@
 #include "runtime/backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -87,6 +88,23 @@ size_t Backend::available_bytes() const { return available_memory_bytes(); }
 
 void Backend::copy(void* to, const void* from, size_t bytes) const {
   if (bytes) std::memcpy(to, from, bytes);
+}
+
+double copy_bandwidth_gbps(const Backend& b, size_t bytes, int timed) {
+  if (bytes == 0 || timed < 1) throw_internal("copy_bandwidth_gbps", "needs bytes > 0 and timed >= 1");
+  const std::shared_ptr<std::byte[]> from = b.allocate(bytes), to = b.allocate(bytes);
+  if (b.host_visible()) std::memset(from.get(), 1, bytes);
+  b.copy(to.get(), from.get(), bytes);
+  b.synchronize();
+  double best = 0;
+  for (int i = 0; i < timed; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.copy(to.get(), from.get(), bytes);
+    b.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, 2.0 * static_cast<double>(bytes) / s * 1e-9);
+  }
+  return best;
 }
 
 void Backend::flag_non_finite(const Tensor& t, uint64_t* flag) const {

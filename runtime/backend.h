@@ -210,6 +210,12 @@ class Backend {
 // new arena may take.
 size_t available_memory_bytes();
 
+// The speed of `b`'s copy(): `bytes` copied between two buffers of its allocate(), the
+// bytes read plus the bytes written per second, in GB/s (1e9 bytes), the best of `timed`
+// copies after an untimed one (first touch). What a memory-bound kernel can reach on this
+// backend, measured in the run that profiles the kernels (trainrt bench --profile).
+double copy_bandwidth_gbps(const Backend& b, size_t bytes = size_t{256} << 20, int timed = 3);
+
 // "reference", "cpu" (and "cuda" when built with CUDA); BadInput for other names.
 // "cuda" without a usable GPU is Unsupported, naming the reason.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0);

@@ -46,6 +46,9 @@ class CpuBackend : public Backend {
     };
     parallel_pair([&] { with_threads(all / 2, first); }, [&] { with_threads(all - all / 2, second); });
   }
+  // The executor's copies (a batch into the plan's buffers, state) and the copy that
+  // bench measures as the memory's speed (copy_bandwidth_gbps): on every thread.
+  void copy(void* to, const void* from, size_t bytes) const override { parallel_copy(to, from, bytes); }
   void check_math(MathPrecision m) const override {
     if (m == MathPrecision::bf16 && !dnnl_util::cpu_has_bf16())
       throw_unsupported("--precision bf16",

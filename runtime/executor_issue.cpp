@@ -1,7 +1,9 @@
 // The Executor's issue loop: a run's inputs (batch copies, seed), its steps with their
 // hooks, profile events and checks, its outputs, and the capture or replay around them.
+#include <algorithm>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "graph/error.h"
 #include "runtime/executor_prepared.h"
@@ -34,8 +36,17 @@ void Executor::run_kernel(Prepared& p, size_t s, NodeEvent* ev) const {
   ev->start_ns = t0;
   ev->end_ns = now_ns();
   ev->flops = p.flops[s];
-  for (const Tensor* t : ctx.inputs) ev->input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
-  for (const Tensor* t : ctx.outputs) ev->output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+  std::vector<const std::byte*> read;  // an input passed twice (x * x) is read once
+  for (const Tensor* t : ctx.inputs) {
+    ev->input_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+    if (!t || t->empty() || std::find(read.begin(), read.end(), t->raw()) != read.end()) continue;
+    read.push_back(t->raw());
+    ev->bytes += static_cast<double>(t->nbytes());
+  }
+  for (const Tensor* t : ctx.outputs) {
+    ev->output_shapes.push_back(t ? t->dims() : std::vector<int64_t>{});
+    if (t && !t->empty()) ev->bytes += static_cast<double>(t->nbytes());
+  }
 }
 
 // The plan's steps in order, one or (concurrent_branches) two at a time, each with

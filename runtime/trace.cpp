@@ -76,11 +76,11 @@ void write_chrome_trace(const std::string& path, const std::vector<NodeEvent>& e
   write_file_atomic(path, chrome_trace_json(events, lanes));
 }
 
-std::string profile_table(const std::vector<NodeEvent>& events) {
+std::string profile_table(const std::vector<NodeEvent>& events, double copy_gbps) {
   struct Row {
     size_t calls = 0;
     int64_t ns = 0;
-    double flops = 0;
+    double flops = 0, bytes = 0;
     bool flops_known = true;
   };
   std::map<std::string, Row> rows;
@@ -90,26 +90,40 @@ std::string profile_table(const std::vector<NodeEvent>& events) {
     ++r.calls;
     r.ns += e.end_ns - e.start_ns;
     r.flops += e.flops;
+    r.bytes += e.bytes;
     r.flops_known = r.flops_known && e.flops > 0;
     total += e.end_ns - e.start_ns;
   }
   std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  const bool of_copy = copy_gbps > 0;
   std::string out;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%-28s %7s %11s %7s %9s\n", "op", "calls", "total ms", "%", "GFLOP/s");
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%-28s %7s %11s %7s %9s %8s%s\n", "op", "calls", "total ms", "%", "GFLOP/s", "GB/s",
+                of_copy ? "  % copy" : "");
   out += buf;
   for (const auto& [op, r] : sorted) {
     double ms = static_cast<double>(r.ns) / 1e6;
     double pct = total ? 100.0 * static_cast<double>(r.ns) / static_cast<double>(total) : 0.0;
-    std::string gf = "-";
+    std::string gf = "-", gb = "-", share;
     if (r.flops_known && r.ns > 0) {
       char g[32];
       std::snprintf(g, sizeof g, "%.1f", r.flops / static_cast<double>(r.ns));  // flop/ns = GFLOP/s
       gf = g;
     }
-    std::snprintf(buf, sizeof buf, "%-28s %7zu %11.3f %6.1f%% %9s\n", op.c_str(), r.calls, ms, pct, gf.c_str());
+    if (r.bytes > 0 && r.ns > 0) {
+      const double gbps = r.bytes / static_cast<double>(r.ns);  // byte/ns = GB/s
+      char g[32];
+      std::snprintf(g, sizeof g, "%.1f", gbps);
+      gb = g;
+      if (of_copy) {
+        std::snprintf(g, sizeof g, " %7.0f%%", 100.0 * gbps / copy_gbps);
+        share = g;
+      }
+    }
+    std::snprintf(buf, sizeof buf, "%-28s %7zu %11.3f %6.1f%% %9s %8s%s\n", op.c_str(), r.calls, ms, pct, gf.c_str(),
+                  gb.c_str(), share.c_str());
     out += buf;
   }
   std::snprintf(buf, sizeof buf, "%-28s %7zu %11.3f %6.1f%%\n", "total", events.size(),

@@ -3,7 +3,8 @@
 # shape): the report lines are there and consistent with each other (one step time
 # per timed step, images/s = batch / median step, the parameter count of the model,
 # a first loss near ln(10) for 10 random-init classes), --profile lists the ops of
-# the fused training graph (--fuse off: the unfused one), and every bad flag or
+# the fused training graph (--fuse off: the unfused one) with their GB/s against the
+# copy speed of its memory line, and every bad flag or
 # model is exit 2 with one stderr line.
 # No timing is asserted.
 #
@@ -112,6 +113,18 @@ PY
     grep -Eq "^$op +[0-9]+ " "$tmp/prof" || fail "--profile table lacks $op"
   done
   grep -Eq "^BatchNormalization " "$tmp/prof" && fail "--profile: an unfused BatchNormalization ran"
+  # The copy speed measured in the run, and each memory-bound op's rate against it: the
+  # share column is the GB/s column over the memory line's figure.
+  $py - "$tmp/prof" <<'PY' || fail "--profile: memory line or GB/s columns wrong (above)"
+import re, sys
+text = open(sys.argv[1]).read()
+copy = float(re.search(r"^memory: ([0-9.]+) GB/s, the cpu backend's copy of 256 MiB", text, re.M).group(1))
+assert copy > 0, copy
+assert re.search(r"^op +calls +total ms +% +GFLOP/s +GB/s +% copy$", text, re.M), "header"
+row = re.search(r"^MultiSGD +\d+ +[0-9.]+ +[0-9.]+% +- +([0-9.]+) +(\d+)%$", text, re.M)
+gbps, share = float(row.group(1)), int(row.group(2))
+assert gbps > 0 and abs(share - round(100 * gbps / copy)) <= 1, (gbps, share, copy)
+PY
   $py - "$tmp/prof" <<'PY' || fail "--fuse on: the graph run is not smaller (above)"
 import os, re, sys
 m = re.search(r"^training graph: (\d+) nodes, fusions on \((\d+) nodes run, plus \d+ state writes\), layouts %s, convolutions %s$"

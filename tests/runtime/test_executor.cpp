@@ -2,10 +2,15 @@
 // NaN/Inf checks that stop a step before state is written, and the memory refusal.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "runtime_util.h"
 
@@ -110,6 +115,86 @@ TEST_CASE("profile: one event per node run, a Chrome trace that parses back, a p
   for (const NodeEvent& e : prof.events) by_op[e.op] += e.end_ns - e.start_ns;
   auto top = std::max_element(by_op.begin(), by_op.end(), [](auto& a, auto& c) { return a.second < c.second; });
   CHECK(table.substr(table.find('\n') + 1, top->first.size()) == top->first);
+}
+
+// The value of the row's column `col` (0: the op) in profile_table's text; "" if absent.
+std::string table_cell(const std::string& table, const std::string& op, size_t col) {
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream cells(line);
+    std::vector<std::string> row;
+    for (std::string c; cells >> c;) row.push_back(c);
+    if (!row.empty() && row[0] == op) return col < row.size() ? row[col] : "";
+  }
+  return "";
+}
+
+TEST_CASE("profile bytes: each input buffer once, outputs as stored; the table's GB/s and share of the copy") {
+  Graph g;
+  g.name = "bytes";
+  g.opsets[""] = 17;
+  g.inputs = {"x", "y"};
+  g.values["x"] = ValueInfo{DataType::Float32, shape_of({4, 8})};
+  g.values["y"] = ValueInfo{DataType::Float32, shape_of({4, 8})};
+  g.nodes = {make_node("Add", {"x", "y"}, {"a"}), make_node("Mul", {"a", "a"}, {"m"}),
+             make_node("Cast", {"m"}, {"h"}, {{"to", Attribute::of_int(10)}})};  // to float16
+  g.outputs = {"h"};
+  validate_graph(g, registry().schemas, "bytes");
+  infer_shapes(g, registry().schemas, "bytes");
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    auto b = make_backend(backend);
+    ProfileCollector prof;
+    RunOptions ro;
+    ro.profile = &prof;
+    run_graph(g,
+              {{"x", random_tensor(DataType::Float32, {4, 8}, 1)}, {"y", random_tensor(DataType::Float32, {4, 8}, 2)}},
+              *b, ro);
+    std::map<std::string, double> bytes;
+    for (const NodeEvent& e : prof.events) bytes[e.op] = e.bytes;
+    CHECK(bytes.at("Add") == 3 * 128);    // x, y read, a written: 32 floats each
+    CHECK(bytes.at("Mul") == 2 * 128);    // a read once for both operands, m written
+    CHECK(bytes.at("Cast") == 128 + 64);  // m read, h written in 16 bits
+  }
+
+  // GB/s is bytes per nanosecond; "% copy" that rate against the copy's.
+  std::vector<NodeEvent> events(3);
+  events[0].op = events[1].op = "Relu";
+  events[0].bytes = 3e9, events[0].end_ns = 1'000'000'000;
+  events[1].bytes = 1e9, events[1].end_ns = 1'000'000'000;                         // 4e9 bytes in 2 s: 2 GB/s
+  events[2].op = "Conv", events[2].flops = 6e9, events[2].end_ns = 3'000'000'000;  // no bytes: no rate
+  const std::string plain = profile_table(events), shared = profile_table(events, 8.0);
+  CHECK(table_cell(plain, "Relu", 5) == "2.0");
+  CHECK(table_cell(plain, "Relu", 6).empty());  // no copy rate given: no share column
+  CHECK(plain.find("% copy") == std::string::npos);
+  CHECK(table_cell(shared, "Relu", 5) == "2.0");
+  CHECK(table_cell(shared, "Relu", 6) == "25%");
+  CHECK(table_cell(shared, "Conv", 4) == "2.0");  // GFLOP/s
+  CHECK(table_cell(shared, "Conv", 5) == "-");
+  CHECK(table_cell(shared, "Conv", 6).empty());
+}
+
+TEST_CASE("the cpu backend's copy: every byte at any length and offset, on all threads; its speed measured") {
+  auto b = make_backend("cpu");
+  const size_t big = (size_t{4} << 20) + 13;  // past one task's chunk (parallel_copy), not a multiple of it
+  std::vector<unsigned char> from(big + 7), to(big + 7);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{65537}, big}) {
+    CAPTURE(n);
+    std::fill(to.begin(), to.end(), 0);
+    b->copy(to.data() + 3, from.data() + 5, n);
+    CHECK(std::equal(to.begin() + 3, to.begin() + 3 + static_cast<std::ptrdiff_t>(n), from.begin() + 5));
+    CHECK(
+        std::all_of(to.begin() + 3 + static_cast<std::ptrdiff_t>(n), to.end(), [](unsigned char c) { return c == 0; }));
+    CHECK(std::all_of(to.begin(), to.begin() + 3, [](unsigned char c) { return c == 0; }));
+  }
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    const double gbps = copy_bandwidth_gbps(*make_backend(backend), size_t{8} << 20, 2);
+    CHECK(gbps > 0.01);  // 16 MiB moved per copy: any working machine copies it within minutes
+    CHECK(std::isfinite(gbps));
+  }
+  CHECK_THROWS_AS(copy_bandwidth_gbps(*b, 0, 1), Error);
 }
 
 TEST_CASE("numerical faults: a NaN loss stops the step before state changes; find_anomaly names the first node") {
