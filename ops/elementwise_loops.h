@@ -342,6 +342,9 @@ void not_kernel(KernelContext& ctx) {
 
 // y = x0 + x1 + ... with broadcasting, per element left to right from 0.
 // kParallel: the cpu kernel, the same code over parallel chunks (same bits).
+// Inputs of y's shape (the gradient fan-out case, two inputs as a rule) are summed in
+// one pass, ((0 + x0) + x1) + ..., the same additions in the same order as the
+// general loop's, which zeroes y and adds each input in a pass of its own.
 template <bool kParallel>
 void sum_kernel(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
@@ -349,7 +352,29 @@ void sum_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     T* py = y.data<T>();
     std::vector<BroadcastIndex> ix;
-    for (size_t k = 0; k < ctx.inputs.size(); ++k) ix.emplace_back(ctx.in(k).dims(), y.dims());
+    bool dense = true;
+    for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+      ix.emplace_back(ctx.in(k).dims(), y.dims());
+      dense = dense && ctx.in(k).numel() == y.numel();
+    }
+    if (dense) {
+      std::vector<const T*> px;
+      for (size_t k = 0; k < ctx.inputs.size(); ++k) px.push_back(ctx.in(k).data<T>());
+      for_range<kParallel>(y.numel(), [&](int64_t begin, int64_t end) {
+        const T* a = px[0];
+        if (px.size() == 1) {
+          for (int64_t i = begin; i < end; ++i) py[i] = T(0) + a[i];
+          return;
+        }
+        const T* b = px[1];
+        for (int64_t i = begin; i < end; ++i) py[i] = (T(0) + a[i]) + b[i];
+        for (size_t k = 2; k < px.size(); ++k) {
+          const T* c = px[k];
+          for (int64_t i = begin; i < end; ++i) py[i] += c[i];
+        }
+      });
+      return;
+    }
     for_range<kParallel>(y.numel(), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) py[i] = T(0);
       for (size_t k = 0; k < ctx.inputs.size(); ++k) {

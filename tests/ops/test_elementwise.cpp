@@ -3,7 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "graph/error.h"
 #include "ops/core/broadcast.h"
@@ -134,6 +138,46 @@ TEST_CASE("Sum is variadic and broadcasts") {
     for (int64_t j = 0; j < 3; ++j)
       for (int64_t k = 0; k < 5; ++k)
         CHECK(s.data<double>()[(i * 3 + j) * 5 + k] == d.data<double>()[i * 5 + k] + e.data<double>()[j]);
+}
+
+TEST_CASE("Sum adds from 0 in input order: one pass over inputs of y's shape, the same bits as broadcasting") {
+  // Per column, values whose fp32 sum depends on the order (1e8 + -1e8 + 1 is 1 left to
+  // right, 0 as (1e8 + 1) + -1e8) and signed zeros (0 + -0 is +0, so Sum(-0) is +0).
+  const std::vector<double> av{1e8, -0.0, -0.0, 0.5, 3, -7}, bv{-1e8, -0.0, 0.0, 1e-9, 1e30, 7},
+      cv{1, -0.0, -0.0, -0.5, -1e30, 1e-3};
+  auto row2 = [](const std::vector<double>& v) {  // [2,6]: the row twice
+    std::vector<double> r = v;
+    r.insert(r.end(), v.begin(), v.end());
+    return make(DataType::Float32, {2, 6}, r);
+  };
+  const Tensor a = row2(av), b = row2(bv), c = row2(cv), c_row = make(DataType::Float32, {1, 6}, cv);
+  auto bits = [](float v) {
+    uint32_t u = 0;
+    std::memcpy(&u, &v, sizeof u);
+    return u;
+  };
+  for (const char* backend : {"reference", "cpu"}) {
+    CAPTURE(backend);
+    auto sum = [&](const TensorMap& feeds) {
+      std::vector<std::string> ins;
+      for (const auto& [name, t] : feeds) ins.push_back(name);
+      return run_node(make_node("Sum", ins, {"y"}), feeds, backend).at("y");
+    };
+    const Tensor dense = sum({{"a", a}, {"b", b}, {"c", c}});          // the one-pass form
+    const Tensor broadcast = sum({{"a", a}, {"b", b}, {"c", c_row}});  // the broadcasting loop
+    const Tensor one = sum({{"a", a}});
+    for (int64_t i = 0; i < 12; ++i) {
+      CAPTURE(i);
+      const float x = a.data<float>()[i], y = b.data<float>()[i], z = c.data<float>()[i];
+      const float want = ((0.f + x) + y) + z;
+      CHECK(bits(dense.data<float>()[i]) == bits(want));
+      CHECK(bits(broadcast.data<float>()[i]) == bits(want));
+      CHECK(bits(one.data<float>()[i]) == bits(0.f + x));
+    }
+    CHECK(dense.data<float>()[0] == 1.f);          // not 0: the order is the inputs'
+    CHECK(!std::signbit(dense.data<float>()[1]));  // -0 + -0 + -0 from +0
+    CHECK(!std::signbit(one.data<float>()[2]));
+  }
 }
 
 TEST_CASE("shape rules reject bad inputs with the node's name") {
