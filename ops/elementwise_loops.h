@@ -351,12 +351,8 @@ void sum_kernel(KernelContext& ctx) {
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* py = y.data<T>();
-    std::vector<BroadcastIndex> ix;
     bool dense = true;
-    for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-      ix.emplace_back(ctx.in(k).dims(), y.dims());
-      dense = dense && ctx.in(k).numel() == y.numel();
-    }
+    for (size_t k = 0; k < ctx.inputs.size(); ++k) dense = dense && ctx.in(k).numel() == y.numel();
     if (dense) {
       std::vector<const T*> px;
       for (size_t k = 0; k < ctx.inputs.size(); ++k) px.push_back(ctx.in(k).data<T>());
@@ -375,6 +371,8 @@ void sum_kernel(KernelContext& ctx) {
       });
       return;
     }
+    std::vector<BroadcastIndex> ix;
+    for (size_t k = 0; k < ctx.inputs.size(); ++k) ix.emplace_back(ctx.in(k).dims(), y.dims());
     for_range<kParallel>(y.numel(), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) py[i] = T(0);
       for (size_t k = 0; k < ctx.inputs.size(); ++k) {
